@@ -1,0 +1,1 @@
+"""One module per question; each is a CLI: ``python -m analyses.NAME CKPT...``."""

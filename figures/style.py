@@ -1,0 +1,41 @@
+"""One look for every figure of the suite (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: analyses run on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+
+# One colour per architecture / positional encoding, so figures agree with each other.
+COLORS = {
+    "nope": "#1f77b4", "alibi": "#ff7f0e", "hard_alibi": "#2ca02c", "rope": "#d62728",
+    "mamba": "#9467bd", "mamba2": "#8c564b", "mambazero": "#e377c2", "lstm": "#7f7f7f",
+    "stu": "#17becf", "transformer": "#bcbd22", "add_beta": "#000000",
+}
+
+plt.rcParams.update({
+    "figure.dpi": 110, "savefig.dpi": 130, "axes.grid": True, "grid.alpha": 0.3,
+    "axes.spines.top": False, "axes.spines.right": False, "font.size": 9,
+    "legend.fontsize": 8, "legend.frameon": False,
+})
+
+
+def new_figure(n_panels: int = 1, width_per_panel: float = 4.2, height: float = 3.3):
+    """``(fig, axes)`` with ``n_panels`` side by side (axes always a list)."""
+    fig, axes = plt.subplots(1, n_panels, figsize=(width_per_panel * n_panels, height),
+                             squeeze=False)
+    return fig, list(axes[0])
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,36 @@
+"""Architecture name -> model class, imported lazily so that no model's dependencies (or an
+optional fast path such as mamba-ssm) load before they are asked for."""
+
+from __future__ import annotations
+
+import importlib
+
+from tasks.base import TaskError, config_from_dict
+
+# name: "module:Class". Each class is a SuiteModel with ``config_cls``.
+ARCHS: dict[str, str] = {
+    "transformer": "models.transformer:HookedTransformerLM",
+    "mamba2": "models.mamba2:Mamba2LM",
+    "mambazero": "models.mamba2:MambaZeroLM",
+    "mamba": "models.mamba:MambaLM",
+    "lstm": "models.lstm:LSTMLM",
+    "stu": "models.stu:STULM",
+}
+
+
+class ArchError(TaskError):
+    """Unknown architecture or a config that does not fit it."""
+
+
+def model_class(arch: str):
+    if arch not in ARCHS:
+        raise ArchError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
+    module, name = ARCHS[arch].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_model(arch: str, config: dict | object):
+    """Instantiate ``arch`` from a config dict (unknown keys rejected) or config object."""
+    cls = model_class(arch)
+    cfg = config if isinstance(config, cls.config_cls) else config_from_dict(cls.config_cls, dict(config))
+    return cls(cfg)

@@ -1,0 +1,300 @@
+"""A hooked decoder-only (or encoder) transformer, GPT-NeoX style, with four positional encodings.
+
+Glossary (code name -> paper symbol; Jelassi et al. "Repeat After Me", §2.1, §2.2, App. A.1):
+    d_model          dl, the residual width (l heads of dimension d)
+    n_heads, d_head  l, d
+    W_Q, W_K, W_V    W_q, W_k, W_v of each head; W_O the output projection of the heads
+    hook_attn_scores K_i·q_i + b_i: scaled scores *with* the positional bias b_i added
+    hook_pattern     softmax(K_i·q_i + b_i), the pattern actually used
+    pe="nope"        no positional information (Fig. 8a)
+    pe="alibi"       b_{i,j} = −m_h·(i − j), m_h = 2^(−h/2) (Fig. 8b, App. A.2)
+    pe="hard_alibi"  Hard-ALiBi (§2.2, Fig. 8c): M masked heads, head h ∈ 1..M sees only its own
+                     token and the h − 1 before it (b_{i,j} = −∞ for j ≤ i − h); others NoPE
+    pe="rope"        rotary embedding of q and k (Su et al.)
+
+Pre-LN blocks: resid_mid = resid_pre + attn(ln1(resid_pre)); resid_post = resid_mid +
+mlp(ln2(resid_mid)); with ``parallel_residual`` (GPT-NeoX's option) both branches read
+resid_pre. ``causal=False`` gives an encoder; ``head`` switches the unembedding between
+next-token logits and token / sequence classification (memorization experiments).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from models.base import SuiteModel
+from tasks.base import check
+
+PES = ("nope", "alibi", "hard_alibi", "rope")
+HEADS = ("lm", "token_cls", "seq_cls")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocab_size: int = 30
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 8
+    d_mlp: int = 0  # 0 -> 4 * d_model
+    pe: str = "hard_alibi"
+    # ALiBi slopes m_h; empty -> m_h = 2^(−h/2), h = 1..H (paper A.2)
+    alibi_slopes: tuple[float, ...] = ()
+    # Hard-ALiBi: number M of masked heads (−1 -> n_heads // 2) and their windows (empty -> 1..M)
+    hard_alibi_heads: int = -1
+    hard_alibi_windows: tuple[int, ...] = ()
+    rope_base: float = 10000.0
+    rotary_frac: float = 1.0  # fraction of d_head rotated (NeoX's rotary_pct)
+    parallel_residual: bool = False
+    causal: bool = True
+    head: str = "lm"  # lm | token_cls | seq_cls
+    n_classes: int = 0  # for token_cls / seq_cls
+    act_fn: str = "gelu"
+    ln_eps: float = 1e-5
+    init_std: float = 0.02
+    use_sdpa: bool = True  # fast path when no hook needs the attention pattern
+
+    def __post_init__(self):
+        check(self.pe in PES, f"pe must be one of {PES}, got {self.pe!r}")
+        check(self.head in HEADS, f"head must be one of {HEADS}, got {self.head!r}")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.d_model % self.n_heads == 0,
+              f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
+        check(self.act_fn in ("gelu", "relu"), f"act_fn must be gelu or relu, got {self.act_fn!r}")
+        if self.head != "lm":
+            check(self.n_classes >= 1, f"head={self.head} needs n_classes >= 1")
+        if self.alibi_slopes:
+            check(len(self.alibi_slopes) == self.n_heads,
+                  f"alibi_slopes needs {self.n_heads} values, got {len(self.alibi_slopes)}")
+        M = self.M
+        check(0 <= M <= self.n_heads, f"hard_alibi_heads must be in [0, {self.n_heads}], got {M}")
+        if self.hard_alibi_windows:
+            check(len(self.hard_alibi_windows) == M,
+                  f"hard_alibi_windows needs M={M} values, got {len(self.hard_alibi_windows)}")
+            check(all(w >= 1 for w in self.hard_alibi_windows), "hard_alibi_windows must be >= 1")
+        check(0.0 < self.rotary_frac <= 1.0, f"rotary_frac must be in (0, 1], got {self.rotary_frac}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_mlp_(self) -> int:
+        return self.d_mlp or 4 * self.d_model
+
+    @property
+    def M(self) -> int:
+        return self.n_heads // 2 if self.hard_alibi_heads < 0 else self.hard_alibi_heads
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return self.hard_alibi_windows or tuple(range(1, self.M + 1))
+
+    @property
+    def slopes(self) -> tuple[float, ...]:
+        return self.alibi_slopes or tuple(2.0 ** (-h / 2) for h in range(1, self.n_heads + 1))
+
+    @property
+    def d_vocab_out(self) -> int:
+        return self.vocab_size if self.head == "lm" else self.n_classes
+
+
+def has_hooks(hp: HookPoint) -> bool:
+    """True when a user hook (forward or backward) is attached to ``hp``."""
+    return bool(hp._forward_hooks) or bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.w = nn.Parameter(torch.ones(d))
+        self.b = nn.Parameter(torch.zeros(d))
+        self.hook_scale = HookPoint()  # [batch, pos, 1]
+        self.hook_normalized = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        x = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w + self.b)
+
+
+def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device) -> Tensor | None:
+    """Additive bias ``b[head, q, k]`` (causal mask included) or None when nothing is added.
+
+    Queries are the last ``q_len`` of ``k_len`` positions. ``-inf`` marks forbidden keys.
+    """
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)
+    k_pos = torch.arange(k_len, device=device)
+    dist = q_pos[:, None] - k_pos[None, :]  # [q, k], i − j
+    bias = torch.zeros(cfg.n_heads, q_len, k_len, device=device)
+    if cfg.pe == "alibi":
+        slopes = torch.tensor(cfg.slopes, device=device)
+        bias = bias - slopes[:, None, None] * dist.abs()
+    elif cfg.pe == "hard_alibi":
+        for h, w in enumerate(cfg.windows):  # head h sees its own token and the w − 1 before it
+            bias[h] = bias[h].masked_fill(dist.abs() >= w, float("-inf"))
+    if cfg.causal:
+        bias = bias.masked_fill(dist < 0, float("-inf"))
+    return bias
+
+
+def rope_cos_sin(n_rot: int, positions: Tensor, base: float) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / base ** (torch.arange(0, n_rot, 2, device=positions.device).float() / n_rot)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [pos, n_rot/2]
+    angles = torch.cat([angles, angles], dim=-1)  # [pos, n_rot] (NeoX rotate-half layout)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: Float[Tensor, "batch pos head d_head"], cos: Tensor, sin: Tensor, n_rot: int):
+    rot, rest = x[..., :n_rot], x[..., n_rot:]
+    x1, x2 = rot.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    rot = rot * cos[None, :, None, :] + rotated * sin[None, :, None, :]
+    return torch.cat([rot, rest], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        H, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.W_Q = nn.Parameter(torch.empty(H, d, dh))
+        self.W_K = nn.Parameter(torch.empty(H, d, dh))
+        self.W_V = nn.Parameter(torch.empty(H, d, dh))
+        self.W_O = nn.Parameter(torch.empty(H, dh, d))
+        self.b_Q = nn.Parameter(torch.zeros(H, dh))
+        self.b_K = nn.Parameter(torch.zeros(H, dh))
+        self.b_V = nn.Parameter(torch.zeros(H, dh))
+        self.b_O = nn.Parameter(torch.zeros(d))
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head] (after RoPE when pe=rope)
+        self.hook_k = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_v = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_attn_scores = HookPoint()  # [batch, head, q_pos, k_pos], bias + mask applied
+        self.hook_pattern = HookPoint()  # [batch, head, q_pos, k_pos]
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model] per-head output
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        cfg = self.cfg
+        T = x.shape[1]
+        q = einops.einsum(x, self.W_Q, "b p d, h d e -> b p h e") + self.b_Q
+        k = einops.einsum(x, self.W_K, "b p d, h d e -> b p h e") + self.b_K
+        v = einops.einsum(x, self.W_V, "b p d, h d e -> b p h e") + self.b_V
+        if cfg.pe == "rope":
+            n_rot = 2 * int(cfg.d_head * cfg.rotary_frac / 2)
+            cos, sin = rope_cos_sin(n_rot, torch.arange(T, device=x.device), cfg.rope_base)
+            q, k = apply_rope(q, cos, sin, n_rot), apply_rope(k, cos, sin, n_rot)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        bias = positional_bias(cfg, T, T, x.device)  # [head, q, k]
+
+        if cfg.use_sdpa and not (has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern)):
+            # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias
+            ).transpose(1, 2)  # [batch, pos, head, d_head]
+        else:
+            scores = einops.einsum(q, k, "b q h e, b k h e -> b h q k") / math.sqrt(cfg.d_head)
+            scores = self.hook_attn_scores(scores + bias)
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+            z = einops.einsum(pattern, v, "b h q k, b k h e -> b q h e")
+        z = self.hook_z(z)
+        if has_hooks(self.hook_result):  # per-head outputs cost memory: only when asked for
+            result = self.hook_result(einops.einsum(z, self.W_O, "b p h e, h e d -> b p h d"))
+            return result.sum(dim=2) + self.b_O
+        return einops.einsum(z, self.W_O, "b p h e, h e d -> b p d") + self.b_O
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp_))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp_))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp_, cfg.d_model))
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act = F.gelu if cfg.act_fn == "gelu" else F.relu
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        pre = self.hook_pre(x @ self.W_in + self.b_in)
+        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps)
+        self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps)
+        self.attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        resid_pre = self.hook_resid_pre(resid)
+        attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre)))
+        if self.cfg.parallel_residual:
+            mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_pre)))
+            return self.hook_resid_post(resid_pre + attn_out + mlp_out)
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_mid)))
+        return self.hook_resid_post(resid_mid + mlp_out)
+
+
+class HookedTransformerLM(SuiteModel):
+    """Transformer language model (or classifier) with TransformerLens hook names.
+
+    forward(tokens [batch, pos]) -> logits [batch, pos, vocab] (``head="lm"``),
+    [batch, pos, n_classes] (``token_cls``) or [batch, n_classes] (``seq_cls``, read from the
+    last position when causal, mean-pooled otherwise).
+    """
+
+    arch = "transformer"
+    config_cls = TransformerConfig
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps)
+        self.hook_pooled = HookPoint()  # [batch, d_model] (seq_cls only)
+        self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab_out)
+        self._init_weights()
+        self.setup()
+
+    def _init_weights(self):
+        std = self.cfg.init_std
+        out_std = std / math.sqrt(2 * self.cfg.n_layers)  # GPT-2: residual writes shrink with depth
+        for name, p in self.named_parameters():
+            if name.endswith(("W_O", "W_out")):
+                nn.init.normal_(p, std=out_std)
+            elif p.dim() >= 2:
+                nn.init.normal_(p, std=std)
+            elif name.endswith("unembed.bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
+        for block in self.blocks:
+            resid = block(resid)
+        x = self.ln_final(resid)
+        if self.cfg.head == "seq_cls":
+            x = self.hook_pooled(x[:, -1] if self.cfg.causal else x.mean(dim=1))  # [batch, d_model]
+        return self.unembed(x)

@@ -1,0 +1,128 @@
+"""The copy task and its duplicated-n-gram variant (Jelassi et al., "Repeat After Me").
+
+Copy (§2.1, §3.1, Fig. 2): ``<BOS> x_1 … x_L <COPY> x_1 … x_L <EOS>`` with x uniform over an
+alphabet of D letters and L uniform in [min_len, max_len]. Vocabulary: D letters + BOS, EOS,
+COPY, PAD — 30 tokens for D = 26 as in the paper (§3.1). The loss covers only the answer
+(App. A.2: "we apply a mask on the input instance").
+
+Duplicated n-gram copy (§3.4, Fig. 4): a uniform string in which one n-gram is overwritten by
+a copy of another n-gram of the same string, so the string holds the same n-gram twice,
+followed by different tokens — a model that copies by n-gram lookup of length ≤ n is confused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tasks.base import IGNORE, PromptBatch, Vocab, check, letters
+from tasks.registry import Task
+
+COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
+
+
+@dataclass(frozen=True)
+class CopyConfig:
+    D: int = 26  # alphabet size (paper: 26 letters)
+    min_len: int = 1
+    max_len: int = 20
+
+    def __post_init__(self):
+        check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
+        check(self.min_len >= 1, f"min_len must be >= 1, got {self.min_len}")
+        check(self.min_len <= self.max_len,
+              f"min_len ({self.min_len}) must be <= max_len ({self.max_len})")
+
+
+def copy_sequence(x: torch.Tensor, vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens, targets)`` of one copy example for the string ``x`` (1-D, letters only)."""
+    L = len(x)
+    bos, eos, cp = (torch.tensor([vocab.id(s)]) for s in ("BOS", "EOS", "COPY"))
+    tokens = torch.cat([bos, x, cp, x, eos])  # [2L + 3]
+    targets = torch.full_like(tokens, IGNORE)
+    targets[L + 1 : 2 * L + 1] = x  # position of <COPY> predicts x_1, …, last x predicts <EOS>
+    targets[2 * L + 1] = eos
+    return tokens, targets
+
+
+class CopyTask(Task):
+    name = "copy"
+    config_cls = CopyConfig
+
+    def __init__(self, cfg: CopyConfig):
+        super().__init__(cfg)
+        self.vocab = Vocab(letters(cfg.D), COPY_SPECIALS)
+
+    def sample_length(self, g: torch.Generator) -> int:
+        return int(torch.randint(self.cfg.min_len, self.cfg.max_len + 1, (1,), generator=g))
+
+    def sample_string(self, L: int, g: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, self.cfg.D, (L,), generator=g)
+
+    def example(self, g):
+        return copy_sequence(self.sample_string(self.sample_length(g), g), self.vocab)
+
+    def max_example_len(self) -> int:
+        return 2 * self.cfg.max_len + 3
+
+    def strings(self, batch_size: int, L: int, g: torch.Generator) -> torch.Tensor:
+        """[batch, L] uniform strings (overridden by variants that plant structure)."""
+        return torch.randint(0, self.cfg.D, (batch_size, L), generator=g)
+
+    def eval_batch(self, batch_size, g, length=None):
+        """Prompts ``<BOS> x <COPY>`` with answer x; all rows of one length (drawn if None)."""
+        L = self.sample_length(g) if length is None else int(length)
+        check(L >= 1, f"length must be >= 1, got {L}")
+        x = self.strings(batch_size, L, g)  # [batch, L]
+        bos = torch.full((batch_size, 1), self.vocab.id("BOS"))
+        cp = torch.full((batch_size, 1), self.vocab.id("COPY"))
+        return PromptBatch(torch.cat([bos, x, cp], dim=1), x)
+
+
+@dataclass(frozen=True)
+class DupNgramConfig(CopyConfig):
+    n: int = 5  # length of the duplicated n-gram
+    distinct_successor: bool = True  # the two copies are followed by different tokens
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.n >= 1, f"n must be >= 1, got {self.n}")
+        # two non-overlapping copies plus a successor after the earlier one
+        check(2 * self.n + 1 <= self.min_len,
+              f"n-gram length n={self.n} needs strings of length >= 2n+1={2 * self.n + 1}, "
+              f"but min_len={self.min_len}")
+
+
+def plant_duplicate(x: torch.Tensor, n: int, D: int, g: torch.Generator,
+                    distinct_successor: bool = True) -> tuple[torch.Tensor, int, int]:
+    """Overwrite one n-gram of the 1-D string ``x`` with a copy of another, non-overlapping one.
+
+    Returns ``(x', src, dst)``: ``x'[dst:dst+n] == x'[src:src+n]`` with ``src + n <= dst``
+    (the copy comes later, so copying by n-gram lookup at ``dst`` retrieves the wrong
+    successor). With ``distinct_successor`` the tokens after the two copies differ whenever
+    both exist.
+    """
+    L = len(x)
+    x = x.clone()
+    # src in [0, L-2n-1], dst in [src+n+1, L-n]: src always has a successor inside the string
+    src = int(torch.randint(0, L - 2 * n, (1,), generator=g))
+    dst = int(torch.randint(src + n + 1, L - n + 1, (1,), generator=g))
+    x[dst : dst + n] = x[src : src + n]
+    if distinct_successor and dst + n < L and x[dst + n] == x[src + n]:
+        shift = int(torch.randint(1, D, (1,), generator=g))
+        x[dst + n] = (x[dst + n] + shift) % D
+    return x, src, dst
+
+
+class DuplicatedNgramCopyTask(CopyTask):
+    name = "dup_ngram_copy"
+    config_cls = DupNgramConfig
+
+    def sample_string(self, L, g):
+        x = super().sample_string(L, g)
+        return plant_duplicate(x, self.cfg.n, self.cfg.D, g, self.cfg.distinct_successor)[0]
+
+    def strings(self, batch_size, L, g):
+        check(L >= 2 * self.cfg.n + 1, f"length {L} too short for a duplicated {self.cfg.n}-gram")
+        return torch.stack([self.sample_string(L, g) for _ in range(batch_size)])

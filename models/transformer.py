@@ -123,6 +123,8 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        if not (has_hooks(self.hook_scale) or has_hooks(self.hook_normalized)):
+            return F.layer_norm(x, x.shape[-1:], self.w, self.b, self.eps)  # fused, same maths
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale * self.w + self.b)
@@ -183,35 +185,57 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, q_pos, k_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint()  # [batch, pos, head, d_model] per-head output
+        self._cache: dict = {}
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         cfg = self.cfg
-        T = x.shape[1]
-        q = einops.einsum(x, self.W_Q, "b p d, h d e -> b p h e") + self.b_Q
-        k = einops.einsum(x, self.W_K, "b p d, h d e -> b p h e") + self.b_K
-        v = einops.einsum(x, self.W_V, "b p d, h d e -> b p h e") + self.b_V
+        B, T, _ = x.shape
+        H, dh = cfg.n_heads, cfg.d_head
+        # One fused matmul for q, k, v (the per-head [head, d_model, d_head] layout is kept for
+        # users; flattening it per call costs a copy of the weights, far less than 3 matmuls).
+        W = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0)  # [3·head, d_model, d_head]
+        W = einops.rearrange(W, "h d e -> d (h e)")
+        b = torch.cat([self.b_Q, self.b_K, self.b_V], dim=0).flatten()
+        qkv = F.linear(x, W.T, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
+        q, k, v = qkv.split(H, dim=2)  # each [batch, pos, head, d_head]
         if cfg.pe == "rope":
-            n_rot = 2 * int(cfg.d_head * cfg.rotary_frac / 2)
-            cos, sin = rope_cos_sin(n_rot, torch.arange(T, device=x.device), cfg.rope_base)
+            n_rot = 2 * int(dh * cfg.rotary_frac / 2)
+            cos, sin = self._cached("rope", T, x.device, lambda: rope_cos_sin(
+                n_rot, torch.arange(T, device=x.device), cfg.rope_base))
             q, k = apply_rope(q, cos, sin, n_rot), apply_rope(k, cos, sin, n_rot)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        bias = positional_bias(cfg, T, T, x.device)  # [head, q, k]
 
         if cfg.use_sdpa and not (has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern)):
             # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
+            # A plain causal mask goes in as is_causal (lets PyTorch pick its fastest kernel).
+            mask = None if cfg.pe in ("nope", "rope") else self._bias(T, x.device)
             z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                is_causal=cfg.causal and mask is None,
             ).transpose(1, 2)  # [batch, pos, head, d_head]
         else:
-            scores = einops.einsum(q, k, "b q h e, b k h e -> b h q k") / math.sqrt(cfg.d_head)
-            scores = self.hook_attn_scores(scores + bias)
+            qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [batch, head, pos, d_head]
+            scores = qh @ kh.transpose(-1, -2) / math.sqrt(dh)  # [batch, head, q_pos, k_pos]
+            scores = self.hook_attn_scores(scores + self._bias(T, x.device))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            z = einops.einsum(pattern, v, "b h q k, b k h e -> b q h e")
+            z = (pattern @ vh).transpose(1, 2)  # [batch, pos, head, d_head]
         z = self.hook_z(z)
         if has_hooks(self.hook_result):  # per-head outputs cost memory: only when asked for
             result = self.hook_result(einops.einsum(z, self.W_O, "b p h e, h e d -> b p h d"))
             return result.sum(dim=2) + self.b_O
-        return einops.einsum(z, self.W_O, "b p h e, h e d -> b p d") + self.b_O
+        return F.linear(z.reshape(B, T, H * dh), self.W_O.reshape(H * dh, -1).T, self.b_O)
+
+    def _bias(self, T: int, device) -> Tensor:
+        """Positional bias + mask for T positions (depends on T alone, so cached)."""
+        return self._cached("bias", T, device, lambda: positional_bias(self.cfg, T, T, device))
+
+    def _cached(self, name: str, T: int, device, make):
+        key = (name, T, str(device))
+        if key not in self._cache:
+            if len(self._cache) > 8:  # many lengths seen (length-generalisation sweeps)
+                self._cache.clear()
+            self._cache[key] = make()
+        return self._cache[key]
 
 
 class MLP(nn.Module):

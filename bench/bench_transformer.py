@@ -1,0 +1,101 @@
+"""Transformer benchmarks (issue: foundation): training-step throughput of the quick copy
+transformer against ``transformers.GPTNeoXForCausalLM`` of the same size (built from a config,
+no download), and the cost of ``run_with_cache`` over a plain forward pass.
+
+    python -m bench.bench_transformer        # writes bench/results_transformer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from bench.common import interleaved_times, peak_memory_mb, write_results
+from models.transformer import HookedTransformerLM, TransformerConfig
+
+# The quick copy preset's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
+SHAPE = dict(vocab_size=30, d_model=128, n_layers=2, n_heads=8, d_mlp=512)
+BATCH, SEQ = 32, 43
+
+
+def ours(pe: str = "rope") -> HookedTransformerLM:
+    return HookedTransformerLM(TransformerConfig(pe=pe, **SHAPE))
+
+
+def hf_neox():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=SHAPE["vocab_size"], hidden_size=SHAPE["d_model"],
+                        num_hidden_layers=SHAPE["n_layers"], num_attention_heads=SHAPE["n_heads"],
+                        intermediate_size=SHAPE["d_mlp"], rotary_pct=1.0, use_parallel_residual=False,
+                        max_position_embeddings=2048, hidden_dropout=0.0, attention_dropout=0.0)
+    return GPTNeoXForCausalLM(cfg)
+
+
+def train_step_fn(model, tokens, hf: bool):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+
+    def step():
+        logits = model(tokens).logits if hf else model(tokens)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def _peak_ours():
+    tokens = torch.randint(0, 30, (BATCH, SEQ))
+    train_step_fn(ours(), tokens, hf=False)()
+
+
+def _peak_hf():
+    tokens = torch.randint(0, 30, (BATCH, SEQ))
+    train_step_fn(hf_neox(), tokens, hf=True)()
+
+
+def run(repeats: int = 15) -> dict:
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 30, (BATCH, SEQ))
+    m_rope, m_hard, hf = ours("rope"), ours("hard_alibi"), hf_neox()
+    n_ours, n_hf = m_rope.n_params(), sum(p.numel() for p in hf.parameters())
+    t = interleaved_times({
+        "ours_rope": train_step_fn(m_rope, tokens, hf=False),
+        "ours_hard_alibi": train_step_fn(m_hard, tokens, hf=False),
+        "hf_gpt_neox": train_step_fn(hf, tokens, hf=True),
+    }, repeats=repeats)
+
+    m_hard.eval()
+    with torch.no_grad():
+        c = interleaved_times({
+            "forward": lambda: m_hard(tokens),
+            "run_with_cache": lambda: m_hard.run_with_cache(tokens),
+        }, repeats=repeats * 2)
+    return {
+        "shape": {**SHAPE, "batch": BATCH, "seq": SEQ},
+        "params": {"ours": n_ours, "hf_gpt_neox": n_hf},
+        "train_step_s": t,
+        "ratio_hf_over_ours_rope": t["hf_gpt_neox"] / t["ours_rope"],
+        "ratio_hf_over_ours_hard_alibi": t["hf_gpt_neox"] / t["ours_hard_alibi"],
+        "target_ratio_hf_over_ours": ">= 1.0",
+        "forward_s": c,
+        "ratio_run_with_cache_over_forward": c["run_with_cache"] / c["forward"],
+        "target_ratio_run_with_cache_over_forward": "<= 1.15",
+        "peak_memory_mb_train_step": {"ours_rope": peak_memory_mb(_peak_ours),
+                                      "hf_gpt_neox": peak_memory_mb(_peak_hf)},
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.bench_transformer")
+    p.add_argument("--repeats", type=int, default=15)
+    args = p.parse_args(argv)
+    write_results("transformer", run(args.repeats))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the probe suite and its dependencies into the current Python environment.
+#
+# torch comes first and on purpose: a bare `pip install torch` on Linux pulls a multi-GB CUDA
+# build. So: keep a torch that is already installed (a CUDA build on a GPU machine stays);
+# on a GPU machine without torch install the default (CUDA) build; on a CPU machine install
+# the CPU build (a local wheel if pip's find-links has one, else PyTorch's CPU index).
+# Then `pip install -e .[dev]` finds torch satisfied and leaves it alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+if "$PY" -c "import torch" >/dev/null 2>&1; then
+  echo "setup: keeping torch $("$PY" -c 'import torch; print(torch.__version__)')"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "setup: GPU found, installing the CUDA build of torch"
+  "$PY" -m pip install -q "torch>=2.6"
+else
+  echo "setup: no GPU, installing the CPU build of torch ${TORCH_VERSION}"
+  "$PY" -m pip install -q --no-index "torch==${TORCH_VERSION}" 2>/dev/null \
+    || "$PY" -m pip install -q "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
+fi
+
+extras="dev"
+if [ "${WITH_CUDA_KERNELS:-0}" = 1 ]; then extras="dev,cuda"; fi  # mamba-ssm fast path (GPU only)
+"$PY" -m pip install -q -e ".[${extras}]"
+"$PY" -c "import torch, transformer_lens; print(f'setup: ok (torch {torch.__version__}, cuda={torch.cuda.is_available()})')"

@@ -25,7 +25,7 @@ PRESETS: dict[tuple[str, str, str], Row] = {
                   "weight_decay": 0.1, "schedule": "linear", "eval_every": 250},
     },
     ("quick", "copy", "transformer"): {
-        "model": {"d_model": 128, "n_layers": 2, "n_heads": 8, "hard_alibi_heads": 4},
+        "model": {"d_model": 128, "n_layers": 2, "n_heads": 8},  # Hard-ALiBi: M = 4 masked heads
     },
     # Paper App. A.2: GPT-NeoX, 12 layers, hidden 1024, 16 heads, M = 6 masked heads, C = 420,
     # AdamW lr 5e-5, linear decay, 300 warm-up steps, weight decay 0.1, batch 64.

@@ -21,8 +21,11 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     # Quick: strings of length <= 20, a 2-layer model; reaches >= 95 % string accuracy on CPU.
     ("quick", "copy", "*"): {
         "task": {"min_len": 1, "max_len": 20},
-        "train": {"steps": 1500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 100,
-                  "weight_decay": 0.1, "schedule": "linear", "eval_every": 250},
+        # lr 3e-3 (not the paper's 5e-5, tuned for a 12-layer model): measured 97 % string
+        # accuracy after 1500 steps and 99.6 % after 4000 with lr 3e-3, vs 93 % after 5000
+        # steps with lr 1e-3 (2 CPU cores).
+        "train": {"steps": 3000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 200,
+                  "weight_decay": 0.1, "schedule": "linear", "eval_every": 500},
     },
     ("quick", "copy", "transformer"): {
         "model": {"d_model": 128, "n_layers": 2, "n_heads": 8},  # Hard-ALiBi: M = 4 masked heads

@@ -57,6 +57,8 @@ class TransformerConfig:
     head: str = "lm"  # lm | token_cls | seq_cls
     n_classes: int = 0  # for token_cls / seq_cls
     act_fn: str = "gelu"
+    # "none": every LayerNorm is the identity (hand-set constructions, App. C; w/b unused)
+    normalization: str = "layernorm"
     ln_eps: float = 1e-5
     init_std: float = 0.02
     use_sdpa: bool = True  # fast path when no hook needs the attention pattern
@@ -70,6 +72,8 @@ class TransformerConfig:
               f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
         check(self.act_fn in ("gelu", "relu"), f"act_fn must be gelu or relu, got {self.act_fn!r}")
+        check(self.normalization in ("layernorm", "none"),
+              f"normalization must be layernorm or none, got {self.normalization!r}")
         if self.head != "lm":
             check(self.n_classes >= 1, f"head={self.head} needs n_classes >= 1")
         if self.alibi_slopes:
@@ -114,15 +118,18 @@ def has_hooks(hp: HookPoint) -> bool:
 
 
 class LayerNorm(nn.Module):
-    def __init__(self, d: int, eps: float):
+    def __init__(self, d: int, eps: float, enabled: bool = True):
         super().__init__()
         self.eps = eps
+        self.enabled = enabled
         self.w = nn.Parameter(torch.ones(d))
         self.b = nn.Parameter(torch.zeros(d))
         self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        if not self.enabled:  # normalization="none": identity
+            return self.hook_normalized(x)
         if not (has_hooks(self.hook_scale) or has_hooks(self.hook_normalized)):
             return F.layer_norm(x, x.shape[-1:], self.w, self.b, self.eps)  # fused, same maths
         x = x - x.mean(-1, keepdim=True)
@@ -258,8 +265,8 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps)
-        self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps)
+        self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
+        self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
         self.attn = Attention(cfg)
         self.mlp = MLP(cfg)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
@@ -295,7 +302,7 @@ class HookedTransformerLM(SuiteModel):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)])
-        self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps)
+        self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
         self.hook_pooled = HookPoint()  # [batch, d_model] (seq_cls only)
         self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab_out)
         self._init_weights()

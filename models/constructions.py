@@ -1,0 +1,318 @@
+"""Hand-set weights from the papers' proofs, built as ordinary suite models.
+
+Section 1 — hash-based copying (Jelassi et al., "Repeat After Me", Thm 2.3, App. C)
+==================================================================================
+
+A two-layer Hard-ALiBi :class:`~models.transformer.HookedTransformerLM` that copies by n-gram
+lookup (Algorithm 1, Fig. 3): layer 1 "hashes" the n tokens before every position into a key
+and the current n-gram into a query (Lemma C.4); one NoPE head in layer 2 attends from the
+current n-gram to the position that follows its earlier occurrence and copies that token
+(proof of Thm 2.3). Every weight is set by hand; the model has hooks, runs with
+``run_with_cache``, saves as a normal checkpoint and is analysed like a trained one.
+
+Glossary (code name -> paper symbol, App. C; positions are 0-based here, the paper's 1-based):
+    D, n              alphabet size D, n-gram length n
+    code_bits b       ⌈log2 D⌉: letters are coded in {±1/√b}^b, so ‖Ψ(x)‖ = 1 and
+                      ⟨Ψ(x), Ψ(x')⟩ ≤ 1 − 2/b for x ≠ x' (Lemma C.2); BOS, EOS, COPY, PAD get
+                      their own axes (orthogonal to every letter)
+    E slot            Ψ(s_p), the token embedding (= h_1 = g_0)
+    head with window w  h_w (Lemma C.1): W_Q = W_K = 0, so the Hard-ALiBi head averages the
+                      embeddings of its w visible tokens
+    G slot t          g_t = (t+1)·h_{t+1} − t·h_t = Ψ(s_{p−t}) for p ≥ t (Lemma C.4), built by
+                      W_O of the heads with windows t and t+1 (t = 1..n)
+    KG slot t         ĝ_t = 1{p > n}·Ψ(s_{p−t}) (MLP gate of Lemma C.4, ReLU σ)
+    KI coord t        g̃_t = 1{p = t}: "the token t back is BOS" (key part of the start rule)
+    query             T^query = [Ψ(s_p), g_1, …, g_{n−1}] plus n·1{s_{p−t+1} = COPY}, t = 1..n
+    key               T^key = [ĝ_1, …, ĝ_n] plus [g̃_1, …, g̃_n]
+    value             T^value = Ψ(s_p)
+    tau               the inverse temperature τ of the layer-2 softmax (proof of Thm 2.3)
+    O slot            H = T^value · softmax(τ·T^key·T^query): ≈ Ψ of the token to output
+    unembed           Φ(z) = argmax_x z·Ψ(x) (end of App. C); the value Ψ(COPY), retrieved
+                      after the last letter, is read out as <EOS>, so the copy also stops
+
+Differences from App. C, all harmless: LayerNorm is switched off (``normalization="none"``);
+the gate uses 2n·⟨Ψ(BOS), g_n⟩ instead of n· and the start indicator 3·(...) − 2 instead of
+2·(...) − 1, so no ReLU input is ever exactly 0 at a decision point (float noise cannot leak);
+the per-head width is uniform (d_head = d_model / n_heads), so d_model is O(n²·log D) here
+rather than O(n·log D).
+
+Guarantee (Thm 2.3): for 2n ≤ L and every string with no repeated n-gram the model copies x
+exactly (and then emits <EOS>); on uniform strings the error is at most p_n-gram < L²·D^(−n)
+(Lemma 2.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from models.checkpoint import FORMAT, save_checkpoint
+from models.transformer import HookedTransformerLM, TransformerConfig
+from tasks.base import TaskError, Vocab, check, config_to_dict, letters
+from tasks.copy import COPY_SPECIALS
+
+# ------------------------------------------------------------------------------------------
+# Section 1: hash-based copying transformer (Thm 2.3, App. C)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HashCopyConfig:
+    """The hash-copy construction for n-grams of length ``n`` over ``D`` letters.
+
+    ``max_keys`` is the longest sequence (prompt + answer) the softmax must stay sharp for: τ is
+    chosen so that K·e^(−τδ) ≪ δ for K = max_keys keys (the proof's τ ≥ d·ln(8Kd), with δ the
+    score margin). ``logit_scale`` multiplies the read-out Φ.
+    """
+
+    n: int = 4
+    D: int = 26
+    max_keys: int = 1_000_000
+    tau: float = 0.0  # 0 -> derived from max_keys
+    logit_scale: float = 10.0
+
+    def __post_init__(self):
+        check(self.n >= 1, f"n must be >= 1, got {self.n}")
+        check(self.D >= 2, f"D must be >= 2, got {self.D}")
+        check(self.max_keys >= 2, f"max_keys must be >= 2, got {self.max_keys}")
+        check(self.tau >= 0, f"tau must be >= 0 (0 = derived), got {self.tau}")
+        check(self.logit_scale > 0, f"logit_scale must be > 0, got {self.logit_scale}")
+
+    @property
+    def code_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.D)))
+
+    @property
+    def d_embed(self) -> int:
+        """Width of one slot: b code bits + BOS, EOS, COPY, PAD axes."""
+        return self.code_bits + len(COPY_SPECIALS)
+
+    @property
+    def margin(self) -> float:
+        """δ: a mismatched slot scores at most 1 − δ (Lemma C.2: ⟨Ψ(x), Ψ(x')⟩ ≤ 1 − 2/b)."""
+        return min(1.0, 2.0 / self.code_bits)
+
+    @property
+    def tau_(self) -> float:
+        if self.tau > 0:
+            return self.tau
+        # ‖H − Ψ(target)‖ ≤ 2K·e^(−τδ) must stay below δ/2: τ > ln(4K/δ)/δ; +5 nats of slack
+        return (math.log(4 * self.max_keys / self.margin) + 5.0) / self.margin
+
+
+class HashCopyLayout:
+    """Residual-stream slots of the construction (all offsets into d_model)."""
+
+    def __init__(self, hc: HashCopyConfig):
+        n, de = hc.n, hc.d_embed
+        self.n, self.de = n, de
+        self.E = 0  # Ψ(s_p)
+        self.G = [None] + [de * t for t in range(1, n + 1)]  # G[t]: g_t, t = 1..n
+        self.KG = [None] + [de * (n + t) for t in range(1, n + 1)]  # KG[t]: ĝ_t
+        self.KI = de * (2 * n + 1)  # n coords: g̃_1..g̃_n
+        self.O = self.KI + n  # layer-2 output, d_embed wide
+        self.width = self.O + de
+        b = hc.code_bits
+        self.BOS, self.EOS, self.COPY, self.PAD = b, b + 1, b + 2, b + 3  # axes inside a slot
+
+    def slot(self, t: int) -> int:
+        """Offset of g_t (t = 0 is the embedding itself)."""
+        return self.E if t == 0 else self.G[t]
+
+
+def hash_copy_model_config(hc: HashCopyConfig) -> TransformerConfig:
+    """The :class:`TransformerConfig` that holds the construction for ``hc``.
+
+    Heads 0..n are Hard-ALiBi heads with windows 1..n+1 (h_1..h_{n+1}); head n+1 is NoPE (the
+    copy head of layer 2). d_head fits the layer-2 query/key: n slots plus n indicators.
+    """
+    n, de = hc.n, hc.d_embed
+    layout = HashCopyLayout(hc)
+    n_heads = n + 2
+    d_head = max(de, n * (de + 1), math.ceil(layout.width / n_heads))
+    vocab = Vocab(letters(hc.D), COPY_SPECIALS)
+    return TransformerConfig(
+        vocab_size=vocab.size, d_model=n_heads * d_head, n_layers=2, n_heads=n_heads,
+        d_mlp=2 * n * de + n, pe="hard_alibi", hard_alibi_heads=n + 1,
+        hard_alibi_windows=tuple(range(1, n + 2)), act_fn="relu", normalization="none",
+        use_sdpa=True,
+    )
+
+
+def letter_codes(hc: HashCopyConfig) -> Tensor:
+    """[D, b] codes in {±1/√b}^b: the binary digits of each letter index (Lemma C.2)."""
+    b = hc.code_bits
+    idx = torch.arange(hc.D)
+    bits = (idx[:, None] >> torch.arange(b)[None, :]) & 1  # [D, b]
+    return (2.0 * bits.float() - 1.0) / math.sqrt(b)
+
+
+@torch.no_grad()
+def build_hash_copy_transformer(n: int = 4, D: int = 26, **kw) -> HookedTransformerLM:
+    """The two-layer Hard-ALiBi hash-copy transformer of Thm 2.3 for n-grams over D letters.
+
+    Token ids follow :class:`tasks.copy.CopyTask`: letters 0..D−1, then BOS, EOS, COPY, PAD.
+    Extra keyword arguments go to :class:`HashCopyConfig` (``max_keys``, ``tau``,
+    ``logit_scale``).
+    """
+    hc = HashCopyConfig(n=n, D=D, **kw)
+    cfg = hash_copy_model_config(hc)
+    model = HookedTransformerLM(cfg)
+    for p in model.parameters():
+        p.zero_()
+    lay = HashCopyLayout(hc)
+    de, b = hc.d_embed, hc.code_bits
+    vocab = Vocab(letters(D), COPY_SPECIALS)
+    bos, eos, cp, pad = (vocab.id(s) for s in COPY_SPECIALS)
+
+    # Ψ: the embedding (Lemma C.2), written into the E slot
+    psi = torch.zeros(vocab.size, de)  # [vocab, d_embed]
+    psi[:D, :b] = letter_codes(hc)
+    for tok, axis in ((bos, lay.BOS), (eos, lay.EOS), (cp, lay.COPY), (pad, lay.PAD)):
+        psi[tok, axis] = 1.0
+    model.embed.weight[:, lay.E : lay.E + de] = psi
+    for block in model.blocks:  # LayerNorm is off; keep its unused affine at identity
+        block.ln1.w.fill_(1.0), block.ln2.w.fill_(1.0)
+    model.ln_final.w.fill_(1.0)
+
+    # ---- layer 1 attention: h_w for w = 1..n+1, combined into g_t by W_O (Lemmas C.1, C.4)
+    att = model.blocks[0].attn
+    eye = torch.eye(de)
+    for h in range(n + 1):
+        w = h + 1  # window of head h
+        att.W_V[h, lay.E : lay.E + de, :de] = eye  # value = Ψ(s_j); pattern uniform on window
+        if 1 <= w - 1 <= n:  # g_{w−1} gets + w·h_w
+            att.W_O[h, :de, lay.G[w - 1] : lay.G[w - 1] + de] += w * eye
+        if w <= n:  # g_w gets − w·h_w
+            att.W_O[h, :de, lay.G[w] : lay.G[w] + de] -= w * eye
+
+    # ---- layer 1 MLP (ReLU): gated keys ĝ_t and start indicators g̃_t (Lemma C.4)
+    mlp = model.blocks[0].mlp
+    gate = 2.0 * n  # ≥ 2·|coordinate| whenever p ≤ n, 0 when p > n
+    unit = 0
+    for t in range(1, n + 1):
+        for j in range(de):
+            for sign in (1.0, -1.0):
+                # σ(±e_j·g_t − 2n·⟨Ψ(BOS), g_n⟩), output ± into ĝ_t[j]
+                mlp.W_in[lay.G[t] + j, unit] = sign
+                mlp.W_in[lay.G[n] + lay.BOS, unit] = -gate
+                mlp.W_out[unit, lay.KG[t] + j] = sign
+                unit += 1
+    for t in range(1, n + 1):
+        # g̃_t = σ(3·⟨Ψ(BOS), g_t − Ψ(s_p)⟩ − 2) = 1{p = t}
+        mlp.W_in[lay.G[t] + lay.BOS, unit] = 3.0
+        mlp.W_in[lay.E + lay.BOS, unit] = -3.0
+        mlp.b_in[unit] = -2.0
+        mlp.W_out[unit, lay.KI + t - 1] = 1.0
+        unit += 1
+    assert unit == cfg.d_mlp
+
+    # ---- layer 2: one NoPE head, softmax(τ·T^key·T^query) over values Ψ(s_j) (Thm 2.3)
+    att2 = model.blocks[1].attn
+    h = n + 1
+    scale = hc.tau_ * math.sqrt(cfg.d_head)  # undo the 1/√d_head of the attention scores
+    for t in range(1, n + 1):
+        qk = slice((t - 1) * de, t * de)
+        src = lay.slot(t - 1)  # query slot t holds Ψ(s_{p−t+1})
+        att2.W_Q[h, src : src + de, qk] = scale * eye
+        att2.W_K[h, lay.KG[t] : lay.KG[t] + de, qk] = eye  # key slot t holds ĝ_t = Ψ(s_{q−t})
+        ind = n * de + t - 1
+        att2.W_Q[h, src + lay.COPY, ind] = scale * n  # n·1{s_{p−t+1} = COPY}
+        att2.W_K[h, lay.KI + t - 1, ind] = 1.0  # 1{q = t}
+    att2.W_V[h, lay.E : lay.E + de, :de] = eye
+    att2.W_O[h, :de, lay.O : lay.O + de] = eye
+
+    # ---- read-out Φ(z) = argmax_x ⟨z, Ψ(x)⟩; the value Ψ(COPY) is read as <EOS>
+    U = model.unembed.weight  # [vocab, d_model]
+    U[:D, lay.O : lay.O + de] = hc.logit_scale * psi[:D]
+    U[eos, lay.O : lay.O + de] = hc.logit_scale * psi[cp]
+    for tok in (bos, cp, pad):
+        model.unembed.bias[tok] = -2.0 * hc.logit_scale
+    model.hash_copy = hc
+    return model.eval()
+
+
+def hash_copy_checkpoint(model: HookedTransformerLM, n: int, D: int, min_len: int | None = None,
+                         max_len: int = 64) -> dict:
+    """A suite checkpoint dict for a construction (task: copy over D letters, no training)."""
+    min_len = 2 * n if min_len is None else min_len
+    check(1 <= min_len <= max_len, f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
+    return {
+        "format": FORMAT,
+        "model": {"arch": model.arch, "config": config_to_dict(model.cfg)},
+        "task": {"name": "copy", "config": {"D": D, "min_len": min_len, "max_len": max_len}},
+        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0,
+                  "construction": "hash_copy", "n": n},
+        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "history": [],
+    }
+
+
+def save_hash_copy(path, n: int = 4, D: int = 26, max_len: int = 64, **kw):
+    """Build the construction and write it as a checkpoint file; returns the path."""
+    model = build_hash_copy_transformer(n, D, **kw)
+    return save_checkpoint(hash_copy_checkpoint(model, n, D, max_len=max_len), path)
+
+
+# ---- strings and n-gram repeats (Definition 2.2) ------------------------------------------
+def ngram_codes(x: Int[Tensor, "batch L"], n: int, D: int) -> Tensor:
+    """[batch, L−n+1] integer id of every n-gram (base-D number; exact while D^n < 2^62)."""
+    check(n >= 1 and x.shape[1] >= n, f"need 1 <= n <= L, got n={n}, L={x.shape[1]}")
+    check(n * math.log2(max(D, 2)) < 62, f"D^n too large for int64 n-gram ids (D={D}, n={n})")
+    windows = x.unfold(1, n, 1).long()  # [batch, L−n+1, n]
+    powers = D ** torch.arange(n - 1, -1, -1, dtype=torch.long)
+    return (windows * powers).sum(-1)
+
+
+def has_repeated_ngram(x: Int[Tensor, "batch L"], n: int, D: int) -> Tensor:
+    """[batch] bool: x contains the same n tokens at two different positions (Def. 2.2)."""
+    if x.shape[1] < n + 1:
+        return torch.zeros(x.shape[0], dtype=torch.bool)
+    codes = ngram_codes(x, n, D).sort(dim=1).values
+    return (codes[:, 1:] == codes[:, :-1]).any(dim=1)
+
+
+def strings_without_repeated_ngrams(batch: int, L: int, n: int, D: int,
+                                    g: torch.Generator) -> Int[Tensor, "batch L"]:
+    """[batch, L] strings over D letters in which no n-gram occurs twice.
+
+    Each letter is drawn uniformly among those that do not close an n-gram already used
+    (a random walk on the de Bruijn graph); dead ends restart the row.
+    """
+    check(L - n + 1 <= D**n, f"no string of length {L} avoids repeated {n}-grams over {D} letters")
+    rows = []
+    for _ in range(batch):
+        for _attempt in range(100):
+            x, seen, ok = [], set(), True
+            for i in range(L):
+                if i < n - 1:
+                    x.append(int(torch.randint(0, D, (1,), generator=g)))
+                    continue
+                prefix = tuple(x[i - n + 1 :])
+                free = [a for a in range(D) if prefix + (a,) not in seen]
+                if not free:
+                    ok = False
+                    break
+                a = free[int(torch.randint(0, len(free), (1,), generator=g))]
+                x.append(a)
+                seen.add(prefix + (a,))
+            if ok:
+                rows.append(torch.tensor(x))
+                break
+        else:
+            raise TaskError(f"could not draw a length-{L} string without repeated {n}-grams")
+    return torch.stack(rows)
+
+
+def lemma_2_4_bound(L: int, n: int, D: int) -> float:
+    """Lemma 2.4: p_n-gram(D_L) < L²·D^(−n) for uniform strings (may exceed 1: vacuous)."""
+    return float(L) ** 2 * float(D) ** (-n)
+
+
+def gssm_error_bound(state_bits: float, L: int, D: int) -> float:
+    """Thm 2.7: a GSSM whose state takes ≤ 2^bits values errs with prob. > 1 − 2^bits / D^L."""
+    return max(0.0, 1.0 - 2.0 ** (state_bits - L * math.log2(D)))

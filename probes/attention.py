@@ -1,0 +1,103 @@
+"""Attention-pattern scores over ``blocks.{i}.attn.hook_pattern`` ([batch, head, q_pos, k_pos]).
+
+* n-gram match score (copy paper, Fig. 3 and Algorithm 1): at query position p with current
+  n-gram s_{p−n+1..p}, the attention mass on the keys q whose *preceding* n tokens
+  s_{q−n..q−1} equal that n-gram — the successors of its earlier occurrences, i.e. the
+  positions a hash-based copier reads its next token from. n = 1 is the induction-head score
+  (Olsson et al.): attend to the token after an earlier occurrence of the current token.
+* target score: the attention mass on one given source position per query (in copying, the
+  position of the token that must be output next).
+* previous-token profile: the mass a query puts on the tokens o = 0, 1, 2, … positions back
+  (the "hashing" heads of the construction, Lemma C.1, attend uniformly to o < window).
+
+All scores are means over the query positions selected by ``query_mask`` ([batch, q_pos] bool,
+``None`` = every position); queries with no matching key are left out of the n-gram score.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+
+def ngram_match_mask(tokens: Int[Tensor, "batch pos"], n: int) -> Bool[Tensor, "batch q k"]:
+    """``mask[b, p, q]``: q ≤ p and s_{q−t} = s_{p−t+1} for t = 1..n (q ≥ n, p ≥ n − 1)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    B, T = tokens.shape
+    eq = tokens[:, :, None] == tokens[:, None, :]  # [batch, p, q]: s_p == s_q
+    mask = torch.ones(B, T, T, dtype=torch.bool, device=tokens.device)
+    for t in range(1, n + 1):
+        # need eq[p − t + 1, q − t]: shift the p axis down by t − 1 and the q axis by t
+        shifted = torch.zeros_like(mask)
+        shifted[:, t - 1 :, t:] = eq[:, : T - t + 1, : T - t]
+        mask &= shifted
+    causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
+    return mask & causal
+
+
+def _select(query_mask: Tensor | None, B: int, T: int, device) -> Tensor:
+    if query_mask is None:
+        return torch.ones(B, T, dtype=torch.bool, device=device)
+    if query_mask.shape != (B, T):
+        raise ValueError(f"query_mask must be [batch, pos] = {(B, T)}, "
+                         f"got {tuple(query_mask.shape)}")
+    return query_mask.bool()
+
+
+def ngram_match_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tensor, "batch pos"],
+                      n: int, query_mask: Bool[Tensor, "batch q"] | None = None,
+                      ) -> tuple[Float[Tensor, " head"], int]:
+    """``(score [head], n_queries)``: mean attention mass on the n-gram matches of each query.
+
+    Only queries selected by ``query_mask`` that have at least one match count; with none, the
+    score is NaN.
+    """
+    B, H, T, _ = pattern.shape
+    match = ngram_match_mask(tokens, n)  # [batch, q, k]
+    sel = _select(query_mask, B, T, pattern.device) & match.any(-1)  # [batch, q]
+    mass = (pattern * match[:, None].to(pattern.dtype)).sum(-1)  # [batch, head, q]
+    count = int(sel.sum())
+    if count == 0:
+        return torch.full((H,), float("nan")), 0
+    score = (mass * sel[:, None].to(mass.dtype)).sum((0, 2)) / count  # [head]
+    return score, count
+
+
+def induction_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tensor, "batch pos"],
+                    query_mask: Bool[Tensor, "batch q"] | None = None) -> Float[Tensor, " head"]:
+    """Mass on the token after an earlier occurrence of the current token (n-gram score, n=1).
+
+    On a random sequence repeated twice this is the usual induction-head score."""
+    return ngram_match_score(pattern, tokens, 1, query_mask)[0]
+
+
+def target_score(pattern: Float[Tensor, "batch head q k"], target: Int[Tensor, "batch q"],
+                 ) -> Float[Tensor, " head"]:
+    """Mean mass each head puts on ``target[b, p]`` (a key position; −1 leaves the query out)."""
+    B, H, T, K = pattern.shape
+    sel = target >= 0  # [batch, q]
+    if not sel.any():
+        return torch.full((H,), float("nan"))
+    idx = target.clamp(min=0)[:, None, :, None].expand(B, H, T, 1)
+    mass = pattern.gather(-1, idx)[..., 0]  # [batch, head, q]
+    return (mass * sel[:, None].to(mass.dtype)).sum((0, 2)) / sel.sum()
+
+
+def previous_token_profile(pattern: Float[Tensor, "batch head q k"], max_offset: int,
+                           query_mask: Bool[Tensor, "batch q"] | None = None,
+                           ) -> Float[Tensor, "head offset"]:
+    """``profile[h, o]``: mean mass head h puts on the key o positions back, o = 0..max_offset.
+
+    Queries with p < o contribute 0 at offset o (there is no such key)."""
+    B, H, T, _ = pattern.shape
+    sel = _select(query_mask, B, T, pattern.device).to(pattern.dtype)  # [batch, q]
+    count = sel.sum().clamp(min=1)
+    out = []
+    for o in range(max_offset + 1):
+        diag = pattern.diagonal(offset=-o, dim1=-2, dim2=-1)  # [batch, head, T − o]: (p=o+i, k=i)
+        mass = torch.zeros(B, H, T, dtype=pattern.dtype, device=pattern.device)
+        mass[..., o:] = diag
+        out.append((mass * sel[:, None]).sum((0, 2)) / count)
+    return torch.stack(out, dim=-1)  # [head, offset]

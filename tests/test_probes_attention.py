@@ -1,0 +1,135 @@
+"""Attention-pattern scores (probes/attention.py) and head ablation (probes/ablation.py)."""
+
+import pytest
+import torch
+
+from models.transformer import HookedTransformerLM, TransformerConfig
+from probes.ablation import ablated_heads, head_means
+from probes.attention import (
+    induction_score,
+    ngram_match_mask,
+    ngram_match_score,
+    previous_token_profile,
+    target_score,
+)
+from tasks.base import TaskError
+
+
+def brute_match(tokens, n):
+    T = len(tokens)
+    out = torch.zeros(T, T, dtype=torch.bool)
+    for p in range(T):
+        for q in range(p + 1):
+            if q >= n and p >= n - 1:
+                out[p, q] = all(tokens[q - t] == tokens[p - t + 1] for t in range(1, n + 1))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_ngram_match_mask_equals_brute_force(n):
+    g = torch.Generator().manual_seed(n)
+    tokens = torch.randint(0, 3, (4, 15), generator=g)  # small alphabet: many matches
+    mask = ngram_match_mask(tokens, n)
+    for b in range(4):
+        assert torch.equal(mask[b], brute_match(tokens[b].tolist(), n))
+    assert mask.any()
+
+
+def test_match_score_of_hand_built_pattern():
+    # positions:      0  1  2  3  4  5  6  7
+    tokens = torch.tensor([[9, 1, 2, 3, 7, 1, 2, 8]])
+    # At p=6 (current token 2, bigram "1 2") the bigram occurred at 1..2, its successor is q=3.
+    # Unigram "2" also occurred at 2 -> successor 3 as well.
+    # At p=5 (token 1): unigram successor of the earlier 1 is q=2; bigram "7 1" never occurred.
+    T = tokens.shape[1]
+    pattern = torch.zeros(1, 2, T, T)
+    pattern[0, :, :, 0] = 1.0  # default: everything on BOS
+    pattern[0, 0, 6] = 0.0
+    pattern[0, 0, 6, 3], pattern[0, 0, 6, 5] = 0.7, 0.3  # head 0: 0.7 on the match
+    pattern[0, 0, 5] = 0.0
+    pattern[0, 0, 5, 2], pattern[0, 0, 5, 4] = 0.4, 0.6  # head 0: 0.4 on the unigram match
+    # head 1 stays on BOS: score 0
+    qmask = torch.zeros(1, T, dtype=torch.bool)
+    qmask[0, 5:7] = True
+    s1, c1 = ngram_match_score(pattern, tokens, 1, qmask)
+    assert c1 == 2
+    torch.testing.assert_close(s1, torch.tensor([(0.7 + 0.4) / 2, 0.0]))
+    s2, c2 = ngram_match_score(pattern, tokens, 2, qmask)
+    assert c2 == 1  # only p=6 has an earlier bigram
+    torch.testing.assert_close(s2, torch.tensor([0.7, 0.0]))
+    s3, c3 = ngram_match_score(pattern, tokens, 3, qmask)
+    assert c3 == 0 and torch.isnan(s3).all()
+    torch.testing.assert_close(induction_score(pattern, tokens, qmask), s1)
+    target = torch.full((1, T), -1)
+    target[0, 6], target[0, 5] = 3, 4
+    torch.testing.assert_close(target_score(pattern, target), torch.tensor([(0.7 + 0.6) / 2, 0.0]))
+
+
+def test_previous_token_profile_of_hard_alibi_windows():
+    cfg = TransformerConfig(vocab_size=7, d_model=16, n_heads=4, n_layers=1, pe="hard_alibi",
+                            hard_alibi_heads=3)
+    m = HookedTransformerLM(cfg).eval()
+    with torch.no_grad():  # W_Q = W_K = 0: uniform over each window (Lemma C.1)
+        m.blocks[0].attn.W_Q.zero_()
+        m.blocks[0].attn.W_K.zero_()
+    tokens = torch.randint(0, 7, (2, 12))
+    _, cache = m.run_with_cache(tokens)
+    qmask = torch.zeros(2, 12, dtype=torch.bool)
+    qmask[:, 5:] = True  # p >= window: full windows
+    prof = previous_token_profile(cache["pattern", 0], 4, qmask)
+    expected = torch.zeros(3, 5)
+    for h, w in enumerate((1, 2, 3)):
+        expected[h, :w] = 1.0 / w
+    torch.testing.assert_close(prof[:3], expected)
+    assert prof.shape == (4, 5)
+
+
+def tiny():
+    cfg = TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=4, d_mlp=32)
+    return HookedTransformerLM(cfg).eval()
+
+
+def test_ablation_with_no_heads_changes_nothing_and_hooks_are_removed():
+    m = tiny()
+    tokens = torch.randint(0, 11, (3, 9))
+    ref = m(tokens)
+    means = head_means(m, tokens)
+    for mode in ("mean", "zero"):
+        with ablated_heads(m, [], mode=mode, means=means):
+            torch.testing.assert_close(m(tokens), ref, atol=0, rtol=0)
+    with ablated_heads(m, [(0, 1), (1, 3)], mode="zero"):
+        assert (m(tokens) - ref).abs().max() > 1e-5  # the test can fail
+    assert not any(hp._forward_hooks for hp in m.hook_dict.values())
+    torch.testing.assert_close(m(tokens), ref)
+    with pytest.raises(RuntimeError), ablated_heads(m, [(0, 0)], mode="zero"):
+        raise RuntimeError("boom")
+    assert not any(hp._forward_hooks for hp in m.hook_dict.values()), "hooks left after an error"
+
+
+def test_zero_ablation_equals_zeroing_the_head_output_weights():
+    m = tiny()
+    tokens = torch.randint(0, 11, (2, 8))
+    with ablated_heads(m, [(1, 2)], mode="zero"):
+        ablated = m(tokens)
+    m2 = tiny()
+    m2.load_state_dict(m.state_dict())
+    with torch.no_grad():
+        m2.blocks[1].attn.W_O[2].zero_()
+    torch.testing.assert_close(ablated, m2(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_mean_ablation_writes_the_mean_and_survives_run_with_cache():
+    m = tiny()
+    tokens = torch.randint(0, 11, (2, 8))
+    means = head_means(m, tokens)
+    with ablated_heads(m, [(0, 1)], mode="mean", means=means):
+        _, cache = m.run_with_cache(tokens, names_filter=lambda n: n == "blocks.0.attn.hook_z")
+        z = cache["blocks.0.attn.hook_z"]
+        torch.testing.assert_close(z[:, :, 1], means[0][1].expand(2, 8, -1))
+        assert m.hook_dict["blocks.0.attn.hook_z"]._forward_hooks, "cache run removed the ablation"
+    with pytest.raises(TaskError):
+        with ablated_heads(m, [(0, 1)], mode="mean"):
+            pass
+    with pytest.raises(TaskError):
+        with ablated_heads(m, [(2, 0)], mode="zero"):
+            pass

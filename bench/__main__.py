@@ -1,0 +1,61 @@
+"""All speed and memory benchmarks in one run: ``python -m bench`` -> ``bench/results.json``.
+
+Runs every ``bench/bench_*.py`` module (each measures its contenders side by side, medians and
+ratios, and writes ``bench/results_NAME.json``), then merges them with the wall time of each
+quick figure from the last ``python -m analyses.reproduce --quick`` run
+(``figures/out/reproduce_timings.json``; ``--figures`` runs the reproduce plan first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import RESULTS, machine
+from figures.style import DEFAULT_OUT
+
+
+def modules() -> list[str]:
+    return sorted(p.stem for p in RESULTS.glob("bench_*.py"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--only", action="append", default=[], help="run only these bench modules")
+    p.add_argument("--figures", action="store_true",
+                   help="run `python -m analyses.reproduce --quick` first and time every figure")
+    args = p.parse_args(argv)
+    names = [m for m in modules() if not args.only or m in args.only]
+    failed = []
+    if args.figures:
+        subprocess.run([sys.executable, "-m", "analyses.reproduce", "--quick"], check=False)
+    merged: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for name in names:
+        print(f"== {name}", flush=True)
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, "-m", f"bench.{name}"])
+        result = RESULTS / f"results_{name.removeprefix('bench_')}.json"
+        if proc.returncode != 0 or not result.exists():
+            failed.append(name)
+            merged[name] = {"error": f"exit code {proc.returncode}"}
+            continue
+        data = json.loads(result.read_text())
+        data.pop("machine", None)
+        merged[name] = {**data, "bench_wall_s": round(time.time() - t0, 1)}
+    timings = DEFAULT_OUT / "reproduce_timings.json"
+    if timings.exists():
+        merged["figures_wall_s"] = json.loads(timings.read_text())
+    out = RESULTS / "results.json"
+    out.write_text(json.dumps(merged, indent=1))
+    print(f"wrote {out}")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,10 +23,18 @@ from tasks.base import TaskError
 EXIT_BAD_INPUT = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag gives one stderr line (what is wrong, where to look) and exit 2,
+    not the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"error: {message}; see `{self.prog} --help`\n")
+
+
 def base_parser(name: str, description: str, checkpoints: bool = True,
                 training: bool = False) -> argparse.ArgumentParser:
     """The flags every analysis takes: ``--out``, ``--device``, ``--seed`` (+ presets)."""
-    p = argparse.ArgumentParser(prog=f"python -m analyses.{name}", description=description)
+    p = OneLineParser(prog=f"python -m analyses.{name}", description=description)
     if checkpoints:
         p.add_argument("checkpoints", nargs="*", help="suite checkpoint file(s) (.pt)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: figures/out)")
@@ -54,10 +62,17 @@ def resolve_device(name: str) -> torch.device:
         dev = torch.device(name)
     except RuntimeError:
         raise TaskError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TaskError(f"device {name!r} asked for, but CUDA is not available here; use --device cpu")
     if dev.type not in ("cpu", "cuda", "mps"):
         raise TaskError(f"unsupported device {name!r}; allowed: cpu, cuda, cuda:N, auto")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TaskError(f"device {name!r} asked for, but CUDA is not available here; "
+                        "use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise TaskError(f"device {name!r} does not exist: this machine has "
+                        f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise TaskError(f"device {name!r} asked for, but MPS is not available here; "
+                        "use --device cpu")
     return dev
 
 
@@ -65,7 +80,7 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
     """``models.load`` plus a check that the checkpoint's arch suits this analysis."""
     from models import load
 
-    model = load(path, device=device)
+    model = load(path, device=device, archs=archs)  # the arch is checked before building
     if archs is not None and model.arch not in set(archs):
         raise TaskError(
             f"{path}: this analysis needs a {' or '.join(sorted(set(archs)))} checkpoint, "

@@ -1,4 +1,4 @@
-"""Train any suite model on any suite task: ``python -m models.train --task copy --arch transformer``.
+"""Train any suite model on any suite task: ``python -m models.train --task T --arch A``.
 
 The loop is deliberately plain: AdamW, warm-up then linear / cosine decay (the learning rate is
 a pure function of the step, so resuming needs no scheduler object), gradient clipping,
@@ -30,7 +30,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from models.checkpoint import FORMAT, CheckpointError, read_checkpoint, save_checkpoint
+from models.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    check_writable,
+    read_checkpoint,
+    save_checkpoint,
+)
 from models.generation import evaluate_prompts
 from models.presets import preset_overrides
 from models.registry import ARCHS, build_model, model_class
@@ -52,7 +58,7 @@ class TrainConfig:
     schedule: str = "linear"  # linear | cosine | constant (after warm-up)
     grad_clip: float = 1.0  # 0 disables clipping
     context: int = 0  # > 0: pack i.i.d. examples into contexts of this many tokens (App. A.2)
-    eval_every: int = 250
+    eval_every: int = 250  # 0: evaluate only at the end
     eval_batches: int = 4
     eval_batch_size: int = 64
     greedy_eval: bool = True  # False: string accuracy from one teacher-forced pass (exact)
@@ -62,8 +68,12 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "context", "eval_every", "save_every", "weight_decay", "grad_clip"):
+        for name in ("warmup_steps", "context", "eval_every", "save_every", "weight_decay",
+                     "grad_clip"):
             check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("lr", "weight_decay", "grad_clip", "beta1", "beta2"):
+            value = getattr(self, name)
+            check(math.isfinite(value), f"{name} must be finite, got {value}")
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
         check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
         check(self.schedule in ("linear", "cosine", "constant"),
@@ -84,7 +94,11 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite."""
+    """The loss (or the gradient norm) became NaN or infinite."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped training between two steps; a checkpoint was saved (if there is an output)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -152,7 +166,8 @@ def evaluate(model, task, cfg: TrainConfig, device: torch.device) -> dict[str, f
 def loss_of(model, batch) -> torch.Tensor:
     """Mean NLL over the target positions that are not ``IGNORE`` (the paper's loss mask)."""
     logp = model.log_probs(batch.tokens)
-    return F.nll_loss(logp.reshape(-1, logp.shape[-1]), batch.targets.reshape(-1), ignore_index=IGNORE)
+    return F.nll_loss(logp.reshape(-1, logp.shape[-1]), batch.targets.reshape(-1),
+                      ignore_index=IGNORE)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -185,14 +200,40 @@ def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = 
     task_obj = make_task(task, task_cfg)  # validates the task config
     model_cfg = {**rows["model"], **model_fields_for(task_obj, arch), **(model or {})}
     train_cfg = config_from_dict(TrainConfig, {**rows["train"], **(train or {})})
-    build_model(arch, model_cfg)  # validates the model config before any compute
-    return RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
+    spec = RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
+    validate_spec(spec)  # every config checked before any compute
+    return spec
+
+
+def validate_spec(spec: RunSpec) -> None:
+    """Raise :class:`TaskError` unless the run can start: names, configs and their fit.
+
+    Cheap (no training step); called by :func:`make_spec`, by ``--resume`` and by :func:`train`.
+    """
+    if spec.arch not in ARCHS:
+        raise TaskError(f"unknown arch {spec.arch!r}; allowed: {', '.join(sorted(ARCHS))}")
+    if spec.task not in TASKS:
+        raise TaskError(f"unknown task {spec.task!r}; allowed: {', '.join(sorted(TASKS))}")
+    check(isinstance(spec.train, TrainConfig), "spec.train must be a TrainConfig")
+    task = make_task(spec.task, spec.task_config)
+    build_model(spec.arch, spec.model)
+    vocab = spec.model.get("vocab_size")
+    if vocab is not None and hasattr(task, "vocab") and spec.model.get("head", "lm") == "lm":
+        check(vocab >= task.vocab.size,
+              f"vocab_size {vocab} is smaller than the {spec.task} task's vocabulary "
+              f"({task.vocab.size} tokens)")
+    if spec.train.context:
+        check(spec.train.context >= task.max_example_len(),
+              f"context {spec.train.context} is shorter than the longest {spec.task} example "
+              f"({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
+              f"{task.max_example_len()}")
 
 
 def model_fields_for(task, arch: str) -> dict[str, Any]:
     """Model config fields the task decides (vocabulary size, classification head…)."""
     fields = {f.name for f in dataclasses.fields(model_class(arch).config_cls)}
-    wanted = task.model_fields() if hasattr(task, "model_fields") else {"vocab_size": task.vocab.size}
+    wanted = (task.model_fields() if hasattr(task, "model_fields")
+              else {"vocab_size": task.vocab.size})
     return {k: v for k, v in wanted.items() if k in fields}
 
 
@@ -222,9 +263,15 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
           resume: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Run (or continue) training; returns the final checkpoint dict (also saved to ``out``).
 
-    Raises :class:`TrainingDiverged` on a non-finite loss, leaving the last good checkpoint.
+    Everything is validated before the first step (configs, device, that ``out`` is writable,
+    that ``resume`` holds this run). Ctrl-C stops between two steps, saves and raises
+    :class:`TrainingInterrupted`. Raises :class:`TrainingDiverged` on a non-finite loss or
+    gradient norm without saving, so the last good checkpoint on disk is kept.
     """
+    validate_spec(spec)
     dev = resolve_device(device)
+    if out is not None:
+        check_writable(out)
     cfg = spec.train
     task = make_task(spec.task, spec.task_config)
     data_gen = make_generator(cfg.seed)
@@ -237,15 +284,11 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-    step, samples_seen, history = 0, 0, []
+    step, samples_seen, history, elapsed = 0, 0, [], 0.0
+    last_good: tuple[Path, int] | None = None  # (file, step) of the newest sound checkpoint
     if resume is not None:
-        ck = read_checkpoint(resume)
-        model.load_state_dict(ck["state_dict"])
-        if "optimizer" in ck:
-            opt.load_state_dict(ck["optimizer"])
-        step, samples_seen = ck["train"]["step"], ck["train"]["samples_seen"]
-        history = list(ck["history"])
-        set_rng_state(ck["train"]["rng"], data_gen)
+        step, samples_seen, history, elapsed = _restore(spec, resume, model, opt, data_gen, dev)
+        last_good = (Path(resume), step)
 
     def checkpoint() -> dict[str, Any]:
         return {
@@ -253,61 +296,105 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
             "model": {"arch": spec.arch, "config": dict(spec.model)},
             "task": {"name": spec.task, "config": dict(spec.task_config)},
             "train": {"config": config_to_dict(cfg), "seed": cfg.seed, "step": step,
-                      "samples_seen": samples_seen, "rng": rng_state(data_gen)},
+                      "samples_seen": samples_seen, "rng": rng_state(data_gen),
+                      "time_s": round(elapsed + time.time() - t0, 2)},
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
             "optimizer": opt.state_dict(),
             "history": history,
         }
 
     def save():
+        nonlocal last_good
         if out is not None:
             save_checkpoint(checkpoint(), out)
+            last_good = (Path(out), step)
+
+    def diverged(what: str, value: float) -> TrainingDiverged:
+        kept = (f"last good checkpoint: {last_good[0]} (step {last_good[1]})" if last_good else
+                "no checkpoint was written by this run (--save-every N keeps intermediate ones)")
+        return TrainingDiverged(f"{what} is {value} at step {step + 1} "
+                                f"(lr {lr_at(cfg, step):.3g}); training stopped and nothing was "
+                                f"saved; {kept}")
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=f"{spec.arch}/{spec.task}",
                dynamic_ncols=True, leave=False)
     t0 = time.time()
-    last: dict[str, float] = {}
-    with _StopFlag() as flag:
-        while step < cfg.steps:
-            batch = (packed_batch(task, cfg.batch_size, cfg.context, data_gen) if cfg.context
-                     else task.batch(cfg.batch_size, data_gen)).to(dev)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            loss = loss_of(model, batch)
-            if not torch.isfinite(loss):
-                bar.close()
-                raise TrainingDiverged(
-                    f"loss is {loss.item()} at step {step + 1}; stopped"
-                    + (f", last good checkpoint kept at {out}" if out is not None else ""))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            step += 1
-            samples_seen += cfg.batch_size
-            bar.update(1)
-            if step % max(1, cfg.eval_every) == 0 or step == cfg.steps:
-                last = {"step": step, "samples_seen": samples_seen, "loss": loss.item(),
-                        "lr": lr_at(cfg, step - 1), "time_s": round(time.time() - t0, 2),
-                        **evaluate(model, task, cfg, dev)}
-                history.append(last)
-                bar.set_postfix({k: round(v, 4) for k, v in last.items()
-                                 if k in ("loss", "eval_loss", "string_acc", "char_acc")})
-            if cfg.save_every and step % cfg.save_every == 0:
-                save()
-            if flag.stop:
-                bar.close()
-                save()
-                print(f"interrupted at step {step}; checkpoint saved"
-                      + (f" to {out}" if out else ""), file=sys.stderr)
-                raise KeyboardInterrupt
-    bar.close()
+    # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
+    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+    try:
+        with _StopFlag() as flag:
+            while step < cfg.steps:
+                batch = (packed_batch(task, cfg.batch_size, cfg.context, data_gen) if cfg.context
+                         else task.batch(cfg.batch_size, data_gen)).to(dev)
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(cfg, step)
+                loss = loss_of(model, batch)
+                if not torch.isfinite(loss):
+                    raise diverged("loss", loss.item())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                # a finite loss can still give inf gradients; stepping on them would write NaN
+                # weights that the next save would keep as "good"
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                if not torch.isfinite(norm):
+                    raise diverged("gradient norm", norm.item())
+                opt.step()
+                step += 1
+                samples_seen += cfg.batch_size
+                bar.update(1)
+                if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+                    last = {"step": step, "samples_seen": samples_seen, "loss": loss.item(),
+                            "lr": lr_at(cfg, step - 1),
+                            "time_s": round(elapsed + time.time() - t0, 2),
+                            **evaluate(model, task, cfg, dev)}
+                    history.append(last)
+                    bar.set_postfix({k: round(v, 4) for k, v in last.items()
+                                     if k in ("loss", "eval_loss", "string_acc", "char_acc")})
+                if cfg.save_every and step % cfg.save_every == 0 and step < cfg.steps:
+                    save()
+                if flag.stop and step < cfg.steps:
+                    bar.close()
+                    save()
+                    where = (f"; checkpoint saved to {out} (continue with --resume {out})"
+                             if out is not None else "; no output path, nothing saved")
+                    print(f"interrupted at step {step}/{cfg.steps}{where}", file=sys.stderr)
+                    raise TrainingInterrupted(f"interrupted at step {step}")
+    finally:
+        bar.close()
     ck = checkpoint()
     if out is not None:
         save_checkpoint(ck, out)
     return ck
+
+
+def _restore(spec: RunSpec, resume, model, opt, data_gen, dev) -> tuple[int, int, list, float]:
+    """Load a run's state from ``resume`` into the model, optimizer and every RNG."""
+    ck = read_checkpoint(resume)
+    if (ck["model"]["arch"], ck["task"]["name"]) != (spec.arch, spec.task):
+        raise CheckpointError(
+            f"{resume}: holds a {ck['model']['arch']} model trained on {ck['task']['name']}, "
+            f"not {spec.arch} on {spec.task}")
+    tr = ck["train"]
+    missing = [k for k in ("config", "step", "samples_seen", "rng") if k not in tr]
+    if missing:
+        raise CheckpointError(f"{resume}: cannot resume: the train entry lacks {missing}")
+    from models.checkpoint import _state_dict_mismatch
+
+    mismatch = _state_dict_mismatch(model, ck["state_dict"])
+    if mismatch:
+        raise CheckpointError(f"{resume}: weights do not match the model config: {mismatch}")
+    try:
+        model.load_state_dict(ck["state_dict"])
+        if "optimizer" in ck:
+            opt.load_state_dict(ck["optimizer"])  # torch moves the state to the params' device
+        set_rng_state(tr["rng"], data_gen)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        detail = str(e).splitlines()[0][:160] if str(e) else ""
+        raise CheckpointError(f"{resume}: cannot resume from this file "
+                              f"({type(e).__name__}: {detail})") from None
+    time_s = tr.get("time_s", ck["history"][-1].get("time_s", 0.0) if ck["history"] else 0.0)
+    return tr["step"], tr["samples_seen"], list(ck["history"]), float(time_s or 0.0)
 
 
 def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
@@ -358,7 +445,7 @@ def _parse_value(text: str, tp, flag: str):
 
 
 def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentParser, dict]:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="python -m models.train",
         description="Train a suite model on a synthetic task and write a checkpoint. Every field "
         "of the model, task and training configs is a flag (shown below once --arch and --task "
@@ -387,9 +474,11 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
                 continue
             tp = _field_type(cls, f.name)
             flags = [f"--{part}.{f.name}"]
-            if seen[f.name] == 1 and f.name not in ("task", "arch", "preset", "out", "device", "resume"):
+            reserved = ("task", "arch", "preset", "out", "device", "resume")
+            if seen[f.name] == 1 and f.name not in reserved:
                 flags = [f"--{f.name}", f"--{f.name.replace('_', '-')}", *flags]
-                flags += [f"--{a}" for a, target in ALIASES.items() if target == f.name and a != f.name]
+                flags += [f"--{a}" for a, target in ALIASES.items()
+                          if target == f.name and a != f.name]
             dest = f"{part}__{f.name}"
             owners[dest] = (part, f.name, tp)
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
@@ -397,24 +486,38 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
     return p, owners
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad flag is one stderr line and exit code 2, not the whole usage block."""
+
+    def error(self, message: str):
+        raise TaskError(f"{message}; see `{self.prog} --help` for the flags")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``python -m models.train`` command. Exit codes: 0 done, 2 bad input (one line on
+    stderr, nothing computed), 3 training diverged, 130 interrupted (Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else argv
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--task", default="copy")
-    pre.add_argument("--arch", default="transformer")
+    pre = _OneLineParser(prog="python -m models.train", add_help=False)
+    pre.add_argument("--task", default=None)
+    pre.add_argument("--arch", default=None)
     pre.add_argument("--resume", default=None)
-    known, _ = pre.parse_known_args(argv)
     try:
-        arch, task = known.arch, known.task
+        known, _ = pre.parse_known_args(argv)
+        arch, task = known.arch or "transformer", known.task or "copy"
         if known.resume:  # the checkpoint says what is being trained
             ck = read_checkpoint(known.resume)
             arch, task = ck["model"]["arch"], ck["task"]["name"]
-        parser, owners = build_parser(arch, task)
-        args = parser.parse_args(argv)
+            for flag, given, saved in (("--arch", known.arch, arch), ("--task", known.task, task)):
+                if given is not None and given != saved:
+                    raise TaskError(f"{flag} {given} conflicts with {known.resume}, which holds "
+                                    f"a {arch} model trained on {task}; drop {flag} to resume")
+        # names first, so an unknown one is reported as such (not as unknown per-field flags)
         if arch not in ARCHS:
             raise TaskError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
         if task not in TASKS:
             raise TaskError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
+        parser, owners = build_parser(arch, task)
+        args = parser.parse_args(argv)
         given: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
         for dest, (part, name, tp) in owners.items():
             value = getattr(args, dest)
@@ -424,13 +527,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             spec = RunSpec(arch, task, {**ck["model"]["config"], **given["model"]},
                            {**ck["task"]["config"], **given["task"]},
-                           config_from_dict(TrainConfig, {**ck["train"]["config"], **given["train"]}))
+                           config_from_dict(TrainConfig, {**ck["train"].get("config", {}),
+                                                          **given["train"]}))
+            validate_spec(spec)
             out = args.out or args.resume
         else:
             spec = make_spec(arch, task, args.preset, given["model"], given["task"], given["train"])
             out = args.out
         if out is None:
             raise TaskError("--out is required (where to write the checkpoint)")
+        check_writable(out)
         n_params = build_model(spec.arch, spec.model).n_params()
         print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
               f"{spec.train.steps} steps -> {out}", file=sys.stderr)
@@ -439,7 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    except TrainingInterrupted:
+        return 130  # train() said where the checkpoint is
     except KeyboardInterrupt:
+        print("interrupted; no checkpoint was saved by this run (any earlier file is intact)",
+              file=sys.stderr)
         return 130
     except TaskError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,6 +7,9 @@ Every generator in ``tasks/`` is a pure function of its frozen config and a seed
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +34,45 @@ def config_from_dict(cls: type, data: dict[str, Any]):
     unknown = sorted(set(data) - names)
     if unknown:
         raise TaskError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: skip the type check
+        hints = {}
+    data = dict(data)
+    for key, value in data.items():
+        ok = _fits(value, hints.get(key))
+        if ok is False:  # a wrong type would surface later as a TypeError deep inside a check
+            tp = hints[key]
+            raise TaskError(f"{cls.__name__}.{key} must be {getattr(tp, '__name__', tp)}, got "
+                            f"{value!r} ({type(value).__name__})")
+        if isinstance(value, list) and typing.get_origin(hints.get(key)) is tuple:
+            data[key] = tuple(value)  # JSON has no tuples; frozen configs stay hashable
     return cls(**data)
+
+
+def _fits(value: Any, tp: Any) -> bool | None:
+    """Whether ``value`` suits the annotation ``tp``; None when ``tp`` is not a simple type."""
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(v, args[0]) is not False for v in value)
+        return None
+    if origin in (typing.Union, types.UnionType):
+        results = [(value is None) if a is type(None) else _fits(value, a)
+                   for a in typing.get_args(tp)]
+        return True if True in results else (None if None in results else False)
+    return None
 
 
 def config_to_dict(cfg) -> dict[str, Any]:

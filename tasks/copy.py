@@ -72,6 +72,7 @@ class CopyTask(Task):
 
     def eval_batch(self, batch_size, g, length=None):
         """Prompts ``<BOS> x <COPY>`` with answer x; all rows of one length (drawn if None)."""
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
         L = self.sample_length(g) if length is None else int(length)
         check(L >= 1, f"length must be >= 1, got {L}")
         x = self.strings(batch_size, L, g)  # [batch, L]
@@ -82,6 +83,7 @@ class CopyTask(Task):
 
 @dataclass(frozen=True)
 class DupNgramConfig(CopyConfig):
+    min_len: int = 11  # the default n = 5 needs strings of at least 2n + 1 tokens
     n: int = 5  # length of the duplicated n-gram
     distinct_successor: bool = True  # the two copies are followed by different tokens
 

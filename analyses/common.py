@@ -80,6 +80,8 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
     """``models.load`` plus a check that the checkpoint's arch suits this analysis."""
     from models import load
 
+    if isinstance(device, str):  # "cuda" on a CPU machine: one clear line, not a torch assert
+        device = resolve_device(device)
     model = load(path, device=device, archs=archs)  # the arch is checked before building
     if archs is not None and model.arch not in set(archs):
         raise TaskError(

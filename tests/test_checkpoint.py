@@ -220,6 +220,14 @@ def test_wrong_architecture_for_the_analysis(tmp_path):
     assert load_model(str(path), archs=("transformer",)).arch == "transformer"
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_load_model_on_a_missing_device_is_one_line(tmp_path):
+    path = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")
+    for device, phrase in [("cuda", "CUDA is not available"), ("banana", "unknown device")]:
+        with pytest.raises(TaskError, match=phrase):
+            load_model(str(path), device=device)
+
+
 def test_task_config_with_wrong_types_is_rejected(tmp_path):
     ck = good_checkpoint()
     ck["task"]["config"]["max_len"] = 6.5

@@ -119,6 +119,20 @@ def test_resume_through_the_cli(tmp_path, monkeypatch, capsys):
     assert_same_run(read_checkpoint(tmp_path / "full.pt"), read_checkpoint(tmp_path / "part.pt"))
 
 
+def test_ctrl_c_before_the_first_step_says_nothing_was_saved(tmp_path, monkeypatch, capsys):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(T, "make_generator", interrupted)  # Ctrl-C while the run is set up
+    argv = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "3",
+            "--no-progress", "--device", "cpu", "--out", str(tmp_path / "c.pt")]
+    assert T.main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("interrupted; no checkpoint was saved by this run "
+                       "(any earlier file is intact)")
+    assert not (tmp_path / "c.pt").exists()
+
+
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     train(spec_for(steps=2), out=tmp_path / "a.pt", device="cpu", progress=False)
     other = make_spec("transformer", "copy", "quick", model={**TINY, "d_model": 32},

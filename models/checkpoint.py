@@ -205,8 +205,8 @@ def _is_count(v) -> bool:
 def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> dict:
     """Check the layout of a loaded checkpoint dict; unknown config keys are rejected.
 
-    The model config is checked when the model is built (:func:`model_from_checkpoint`); the
-    task and train configs are checked here against their dataclasses.
+    The model, task and train configs are checked against their dataclasses (no weights are
+    allocated); whether the weights fit the model is checked by :func:`model_from_checkpoint`.
     """
     from tasks.base import config_from_dict
 
@@ -235,11 +235,16 @@ def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> 
     _need(isinstance(ckpt["history"], list) and all(isinstance(h, dict) for h in ckpt["history"]),
           path, "'history' must be a list of dicts")
     _need(isinstance(ckpt.get("optimizer", {}), dict), path, "'optimizer' must be a dict")
+    from models.registry import ARCHS, model_class
     from tasks.registry import TASKS, task_class
 
+    _need(model["arch"] in ARCHS, path,
+          f"unknown arch {model['arch']!r}; allowed: {', '.join(sorted(ARCHS))}")
     _need(task["name"] in TASKS, path,
           f"unknown task {task['name']!r}; allowed: {', '.join(sorted(TASKS))}")
     try:
+        # configs are checked without allocating weights (a paper-sized model is large)
+        config_from_dict(model_class(model["arch"]).config_cls, model["config"])
         config_from_dict(task_class(task["name"]).config_cls, task["config"])
         if "config" in train:
             from models.train import TrainConfig
@@ -249,7 +254,7 @@ def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> 
     except TaskError as e:
         raise CheckpointError(f"{path}: {e}") from None
     except ImportError as e:
-        raise CheckpointError(f"{path}: task {task['name']!r} is not available ({e})") from None
+        raise CheckpointError(f"{path}: this version cannot build it ({e})") from None
     except (TypeError, ValueError) as e:  # a config value no check anticipated
         raise CheckpointError(f"{path}: invalid config ({type(e).__name__}: "
                               f"{_first_sentence(e)})") from None

@@ -368,6 +368,19 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
     return ck
 
 
+def check_resumable(ck: dict, model, path) -> None:
+    """Raise :class:`CheckpointError` unless ``ck`` holds a run state that ``model`` can take."""
+    from models.checkpoint import _state_dict_mismatch
+
+    missing = [k for k in ("config", "step", "samples_seen", "rng") if k not in ck["train"]]
+    if missing:
+        raise CheckpointError(f"{path}: cannot resume: the train entry lacks {missing} "
+                              "(not saved by models.train)")
+    mismatch = _state_dict_mismatch(model, ck["state_dict"])
+    if mismatch:
+        raise CheckpointError(f"{path}: weights do not match the model config: {mismatch}")
+
+
 def _restore(spec: RunSpec, resume, model, opt, data_gen, dev) -> tuple[int, int, list, float]:
     """Load a run's state from ``resume`` into the model, optimizer and every RNG."""
     ck = read_checkpoint(resume)
@@ -376,14 +389,7 @@ def _restore(spec: RunSpec, resume, model, opt, data_gen, dev) -> tuple[int, int
             f"{resume}: holds a {ck['model']['arch']} model trained on {ck['task']['name']}, "
             f"not {spec.arch} on {spec.task}")
     tr = ck["train"]
-    missing = [k for k in ("config", "step", "samples_seen", "rng") if k not in tr]
-    if missing:
-        raise CheckpointError(f"{resume}: cannot resume: the train entry lacks {missing}")
-    from models.checkpoint import _state_dict_mismatch
-
-    mismatch = _state_dict_mismatch(model, ck["state_dict"])
-    if mismatch:
-        raise CheckpointError(f"{resume}: weights do not match the model config: {mismatch}")
+    check_resumable(ck, model, resume)
     try:
         model.load_state_dict(ck["state_dict"])
         if "optimizer" in ck:
@@ -537,7 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         if out is None:
             raise TaskError("--out is required (where to write the checkpoint)")
         check_writable(out)
-        n_params = build_model(spec.arch, spec.model).n_params()
+        model = build_model(spec.arch, spec.model)
+        if args.resume:
+            check_resumable(ck, model, args.resume)
+        n_params = model.n_params()
+        del model
         print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
               f"{spec.train.steps} steps -> {out}", file=sys.stderr)
         ck = train(spec, out=out, device=args.device, resume=args.resume,

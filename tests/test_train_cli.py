@@ -145,6 +145,49 @@ def test_resume_flags_that_contradict_the_checkpoint(tmp_path, capsys, no_comput
     assert "--task lookup conflicts with" in err and "trained on copy" in err
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trained") / "c.pt"
+    assert T.main([*QUICK, "--max-len", "5", "--out", str(path)]) == 0
+    return path
+
+
+def _spoil(ck: dict, how: str) -> dict:
+    ck = dict(ck)
+    if how == "weights of another shape":
+        ck["state_dict"] = {k: v[..., :1] for k, v in ck["state_dict"].items()}
+    elif how == "a weight missing":
+        ck["state_dict"] = dict(list(ck["state_dict"].items())[1:])
+    elif how == "unknown model key":
+        ck["model"] = {**ck["model"], "config": {**ck["model"]["config"], "n_experts": 2}}
+    elif how == "no rng state":
+        ck["train"] = {k: v for k, v in ck["train"].items() if k != "rng"}
+    elif how == "version 2":
+        ck["format"] = 2
+    return ck
+
+
+@pytest.mark.parametrize("how,phrase", [
+    ("weights of another shape", "weights do not match the model config"),
+    ("a weight missing", "weights do not match the model config: missing"),
+    ("unknown model key", "unknown key(s) ['n_experts']"),
+    ("no rng state", "cannot resume: the train entry lacks ['rng']"),
+    ("version 2", "format 2 is not supported"),
+    ("truncated", "truncated or corrupt"),
+])
+def test_resume_from_a_spoiled_checkpoint(trained, how, phrase, tmp_path, capsys, no_compute):
+    path = tmp_path / "spoiled.pt"
+    if how == "truncated":
+        raw = trained.read_bytes()
+        path.write_bytes(raw[: len(raw) * 2 // 3])
+    else:
+        torch.save(_spoil(torch.load(trained, weights_only=True), how), path)
+    capsys.readouterr()
+    code, out, err = run_main(["--resume", str(path), "--no-progress"], capsys)
+    assert code == 2 and err.strip().splitlines() == [err.strip()], err
+    assert err.startswith(f"error: {path}: ") and phrase in err, err
+
+
 def _cli(*argv, timeout=120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
@@ -209,22 +252,28 @@ def bad_analysis_inputs(tmp_path_factory):
     buf = io.BytesIO()
     torch.save({"format": 1, "x": MakesMarker(d / "MARKER")}, buf)
     (d / "evil.pt").write_bytes(buf.getvalue())
+    from tests.test_checkpoint import good_checkpoint
+
+    save_checkpoint(good_checkpoint(), d / "good.pt")  # fed with a device that does not exist
     return d
 
 
 @pytest.mark.skipif(not ANALYSES, reason="no analysis module takes checkpoints yet")
 @pytest.mark.parametrize("module", ANALYSES or ["none"])
-@pytest.mark.parametrize("kind", ["foreign", "garbage", "evil"])
+@pytest.mark.parametrize("kind", ["foreign", "garbage", "evil", "device"])
 def test_analysis_cli_rejects_bad_checkpoint(module, kind, bad_analysis_inputs, tmp_path, capsys):
     mod = importlib.import_module(f"analyses.{module}")
-    path = bad_analysis_inputs / f"{kind}.pt"
+    path = bad_analysis_inputs / ("good.pt" if kind == "device" else f"{kind}.pt")
+    device = "banana" if kind == "device" else "cpu"
     try:
-        code = mod.main([str(path), "--out", str(tmp_path / "out"), "--device", "cpu"])
+        code = mod.main([str(path), "--out", str(tmp_path / "out"), "--device", device])
     except SystemExit as e:
         code = e.code
     out, err = capsys.readouterr()
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code == 2, (module, kind, code, err)
-    assert len(lines) == 1 and str(path) in lines[0], (module, kind, err)
+    assert len(lines) == 1, (module, kind, err)
+    # the line names the bad file (or the bad device, or why this good file does not fit)
+    assert str(path) in lines[0] or "'banana'" in lines[0], (module, kind, err)
     assert "Traceback" not in err and not (bad_analysis_inputs / "MARKER").exists()
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -119,6 +119,9 @@ def rng_state(data_gen: torch.Generator) -> dict[str, Any]:
                   "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
         "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64),
                    "gauss": py_gauss},
+        # CUDA generators (dropout-like randomness on a GPU); only when this run started CUDA
+        "cuda": (torch.cuda.get_rng_state_all()
+                 if torch.cuda.is_available() and torch.cuda.is_initialized() else []),
     }
 
 
@@ -130,6 +133,9 @@ def set_rng_state(state: dict[str, Any], data_gen: torch.Generator) -> None:
                          n["cached_gaussian"]))
     p = state["python"]
     random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 # ---------------------------------------------------------------------------- evaluation

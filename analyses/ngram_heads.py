@@ -1,0 +1,373 @@
+"""Which heads of a trained transformer copy by n-gram lookup? (copy paper §2.2, Fig. 3, App. C)
+
+``python -m analyses.ngram_heads ckpt.pt`` — the suite's signature command.
+
+1. n-gram match score, for every layer and head and n = 1..n_max: on copy examples
+   ``<BOS> x <COPY> x``, at each answer-phase query the attention mass on the keys whose
+   preceding n tokens equal the current n-gram (the successor of its earlier occurrence: the
+   token Algorithm 1 copies next). A head's *match score* is its best score over n; the
+   *target score* is the mass on the true source position.
+2. Hashing heads: the earlier-layer heads whose ablation lowers the match heads' score most,
+   and how much of their attention falls on the current token and the 1, 2, … before it (the
+   construction's Hard-ALiBi heads average exactly their window, Lemma C.1).
+3. Causal check: mean- (or zero-) ablate the match heads and measure string- and character-
+   level copy accuracy (greedy decoding, §3.1), against ablating as many randomly chosen other
+   heads (several draws).
+
+On a checkpoint trained on another language-model task, the examples are random token strings
+repeated twice (the answer is the second copy), the induction-head setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from figures.style import COLORS, new_figure
+from models.generation import evaluate_prompts
+from probes.ablation import ablated_heads, head_means
+from probes.attention import ngram_match_score, previous_token_profile, target_score
+from tasks.base import PromptBatch, TaskError, check, make_generator
+
+NAME = "ngram_heads"
+ARCHS = ("transformer",)
+COPY_TASKS = ("copy", "dup_ngram_copy")
+
+
+# ---------------------------------------------------------------------------- probe data
+def probe_batches(model, task_name: str, task_config: dict, lengths: list[int],
+                  batch_size: int, seed: int) -> list[tuple[PromptBatch, int]]:
+    """``[(PromptBatch, period)]``: one batch per length; the answer token at sequence position
+    i was seen before at i − period (copy: period L + 1; repeated random tokens: L)."""
+    g = make_generator(seed)
+    out = []
+    if task_name in COPY_TASKS:
+        from tasks.copy import CopyConfig, CopyTask
+
+        task = CopyTask(CopyConfig(D=int(task_config.get("D", 26))))
+        check(task.vocab.size <= model.cfg.vocab_size, f"copy vocabulary ({task.vocab.size}) "
+              f"does not fit the model ({model.cfg.vocab_size})")
+        for L in lengths:
+            out.append((task.eval_batch(batch_size, g, length=L), L + 1))
+        return out
+    D = model.cfg.vocab_size
+    try:  # letters of the task's vocabulary when it has one
+        from tasks.registry import make_task
+
+        D = make_task(task_name, task_config).vocab.D
+    except Exception:  # noqa: BLE001 - any task without a vocabulary: use every token id
+        pass
+    for L in lengths:
+        r = torch.randint(0, D, (batch_size, L), generator=g)
+        out.append((PromptBatch(torch.cat([r, r[:, :1]], 1), r[:, 1:]), L))
+    return out
+
+
+def _answer_queries(batch: PromptBatch, period: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                               torch.Tensor]:
+    """(tokens, query_mask, target): full sequences, answer-phase queries, copy sources."""
+    tokens = torch.cat([batch.prompts, batch.answers], dim=1)  # [batch, pos]
+    B, T = tokens.shape
+    P, A = batch.prompts.shape[1], batch.answers.shape[1]
+    qmask = torch.zeros(B, T, dtype=torch.bool)
+    qmask[:, P - 1 : P - 1 + A] = True  # queries that predict an answer token
+    pos = torch.arange(T)
+    target = torch.where(qmask, (pos + 1 - period).expand(B, T), torch.full((B, T), -1))
+    return tokens, qmask, target
+
+
+@torch.no_grad()
+def pattern_scores(model, data, n_max: int, heads_only: list[tuple[int, int]] | None = None):
+    """Match scores [layer, head, n], target scores and previous-token profiles [layer, head,
+    offset] over all answer-phase queries of ``data`` (weighted by query counts)."""
+    Lh, H = model.cfg.n_layers, model.cfg.n_heads
+    s_sum = torch.zeros(Lh, H, n_max)
+    s_cnt = torch.zeros(n_max)
+    t_sum, t_cnt = torch.zeros(Lh, H), 0
+    prof_sum, q_cnt = torch.zeros(Lh, H, n_max + 1), 0
+    names = {f"blocks.{i}.attn.hook_pattern" for i in range(Lh)}
+    for batch, period in data:
+        tokens, qmask, target = _answer_queries(batch, period)
+        tokens = tokens.to(model.device)
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+        nq = int(qmask.sum())
+        nt = int((target >= 0).sum())
+        for i in range(Lh):
+            pat = cache["pattern", i].float().cpu()  # [batch, head, q, k]
+            for n in range(1, n_max + 1):
+                score, count = ngram_match_score(pat, tokens.cpu(), n, qmask)
+                if count:
+                    s_sum[i, :, n - 1] += score * count
+                if i == 0:
+                    s_cnt[n - 1] += count  # queries with a match: the same for every head
+            t_sum[i] += target_score(pat, target) * nt
+            prof_sum[i] += previous_token_profile(pat, n_max, qmask) * nq
+        t_cnt += nt
+        q_cnt += nq
+    match = s_sum / s_cnt.clamp(min=1)
+    match[:, :, s_cnt == 0] = float("nan")
+    return {"match": match, "counts": s_cnt, "target": t_sum / max(t_cnt, 1),
+            "profile": prof_sum / max(q_cnt, 1)}
+
+
+def accuracy(model, data) -> dict[str, float]:
+    """Greedy string- and character-level accuracy over the probe batches (paper §3.1)."""
+    s, c, w = 0.0, 0.0, 0
+    for batch, _ in data:
+        acc = evaluate_prompts(model, batch.to(model.device), greedy=True)
+        n = batch.prompts.shape[0]
+        s, c, w = s + acc["string_acc"] * n, c + acc["char_acc"] * n, w + n
+    return {"string_acc": s / w, "char_acc": c / w}
+
+
+def _nanmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    filled = torch.nan_to_num(x, nan=-1.0)
+    v, i = filled.max(dim=-1)
+    return v.clamp(min=0), i + 1
+
+
+# ---------------------------------------------------------------------------- compute
+def compute(model, task_name: str = "copy", task_config: dict | None = None, n_max: int = 8,
+            lengths: list[int] | None = None, batch_size: int = 64, seed: int = 0,
+            mode: str = "mean", threshold: float = 0.5, draws: int = 10,
+            top_k: int | None = None, n_hashing: int = 4, progress: bool = True) -> dict:
+    """All numbers of the analysis (see the module docstring)."""
+    check(model.arch in ARCHS, f"ngram_heads needs a transformer, got a {model.arch!r} model")
+    check(model.cfg.head == "lm",
+          f"ngram_heads needs a language-model head, got {model.cfg.head!r}")
+    check(n_max >= 1 and batch_size >= 1 and draws >= 1,
+          "n_max, batch_size and draws must be >= 1")
+    check(mode in ("mean", "zero"), f"mode must be mean or zero, got {mode!r}")
+    task_config = dict(task_config or {})
+    if lengths is None:
+        hi = int(task_config.get("max_len", 20))
+        lo = max(int(task_config.get("min_len", 1)), hi // 2, 1)
+        lengths = sorted({int(round(v)) for v in np.linspace(lo, hi, 4)})
+    check(all(L >= 2 for L in lengths), f"lengths must be >= 2, got {lengths}")
+    model.eval()
+    Lh, H = model.cfg.n_layers, model.cfg.n_heads
+    data = probe_batches(model, task_name, task_config, lengths, batch_size, seed)
+    steps = 3 + 2 * draws + Lh * H
+    bar = tqdm(total=steps, desc=NAME, disable=not progress, leave=False)
+
+    sc = pattern_scores(model, data, n_max)
+    bar.update(1)
+    match_score, best_n = _nanmax(sc["match"])  # [layer, head]
+    order = sorted(((float(match_score[i, h]), i, h) for i in range(Lh) for h in range(H)),
+                   reverse=True)
+    if top_k:
+        top = [(i, h) for _, i, h in order[:top_k]]
+    else:
+        top = [(i, h) for s, i, h in order if s >= threshold] or [(order[0][1], order[0][2])]
+    threshold_met = all(float(match_score[i, h]) >= threshold for i, h in top)
+
+    # ---- causal check: ablate the match heads vs as many random other heads
+    all_tokens = [torch.cat([b.prompts, b.answers], 1) for b, _ in data]
+    means = {}
+    for tok in all_tokens:
+        for i, m in head_means(model, tok.to(model.device)).items():
+            means[i] = means.get(i, 0) + m / len(all_tokens)
+    base = accuracy(model, data)
+    bar.update(1)
+    with ablated_heads(model, top, mode, means):
+        abl = accuracy(model, data)
+    bar.update(1)
+    # two controls: as many random heads from anywhere, and from the match heads' own layers
+    others = [(i, h) for i in range(Lh) for h in range(H) if (i, h) not in top]
+    top_layers = {i for i, _ in top}
+    same_layer = [(i, h) for i, h in others if i in top_layers]
+    rng = np.random.default_rng(seed)
+    controls = {}
+    for name, pool in (("random", others), ("random_same_layer", same_layer)):
+        runs = []
+        k = min(len(top), len(pool))
+        for _ in range(draws if k else 0):
+            pick = [pool[j] for j in rng.choice(len(pool), size=k, replace=False)]
+            with ablated_heads(model, pick, mode, means):
+                acc = accuracy(model, data)
+            runs.append({"heads": pick, **acc})
+            bar.update(1)
+        controls[name] = _control_summary(runs, base)
+
+    # ---- hashing heads: earlier-layer heads whose ablation lowers the match heads' score
+    top_layer = max(i for i, _ in top)
+    ref = float(np.mean([float(sc["match"][i, h, best_n[i, h] - 1]) for i, h in top]))
+    feeding = []
+    for i in range(top_layer):
+        for h in range(H):
+            with ablated_heads(model, [(i, h)], mode, means):
+                s2 = pattern_scores(model, data, n_max)["match"]
+            after = float(np.mean([float(s2[a, b, best_n[a, b] - 1]) for a, b in top]))
+            feeding.append({"layer": i, "head": h, "match_score_drop": ref - after})
+            bar.update(1)
+    bar.close()
+    feeding.sort(key=lambda r: -r["match_score_drop"])
+    hashing = [(r["layer"], r["head"]) for r in feeding[:n_hashing]]
+
+    def drop(acc):
+        return {k: base[k] - acc[k] for k in ("string_acc", "char_acc")}
+
+    return to_jsonable({
+        "task": task_name, "lengths": lengths, "batch_size": batch_size, "n_max": n_max,
+        "mode": mode, "threshold": threshold, "seed": seed,
+        "n_layers": Lh, "n_heads": H, "pe": getattr(model.cfg, "pe", None),
+        "match_by_n": sc["match"], "queries_by_n": sc["counts"],
+        "match_score": match_score, "best_n": best_n, "target_score": sc["target"],
+        "match_heads": [{"layer": i, "head": h, "match_score": float(match_score[i, h]),
+                         "best_n": int(best_n[i, h]), "target_score": float(sc["target"][i, h])}
+                        for i, h in top],
+        "threshold_met": threshold_met,
+        "previous_token_profile": sc["profile"],
+        "feeding_heads": feeding,
+        "hashing_heads": [{"layer": i, "head": h, "profile": sc["profile"][i, h]}
+                          for i, h in hashing],
+        "accuracy": base,
+        "ablated": {"heads": top, **abl, "drop": drop(abl)},
+        **controls,
+    })
+
+
+def _control_summary(runs: list[dict], base: dict) -> dict:
+    """Mean and max accuracy drop over the random-ablation draws."""
+    if not runs:
+        return {"runs": [], "string_drop_mean": None, "string_drop_max": None,
+                "char_drop_mean": None, "char_drop_max": None}
+    ds = [base["string_acc"] - r["string_acc"] for r in runs]
+    dc = [base["char_acc"] - r["char_acc"] for r in runs]
+    return {"runs": runs, "string_drop_mean": float(np.mean(ds)), "string_drop_max": float(max(ds)),
+            "char_drop_mean": float(np.mean(dc)), "char_drop_max": float(max(dc))}
+
+
+# ---------------------------------------------------------------------------- plot
+def plot(result: dict):
+    fig, ax = new_figure(4, width_per_panel=3.9, height=3.4)
+    ms = np.array(result["match_score"], dtype=float)
+    im = ax[0].imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    for i in range(ms.shape[0]):
+        for h in range(ms.shape[1]):
+            ax[0].text(h, i, f"{ms[i, h]:.2f}", ha="center", va="center", fontsize=6,
+                       color="white" if ms[i, h] < 0.6 else "black")
+    ax[0].set(xlabel="head", ylabel="layer", title="n-gram match score (max over n)",
+              xticks=range(ms.shape[1]), yticks=range(ms.shape[0]))
+    ax[0].grid(False)
+    fig.colorbar(im, ax=ax[0], fraction=0.046)
+
+    by_n = np.array([[[np.nan if v is None else v for v in row] for row in layer]
+                     for layer in result["match_by_n"]], dtype=float)
+    ns = np.arange(1, by_n.shape[2] + 1)
+    for r in result["match_heads"]:
+        ax[1].plot(ns, by_n[r["layer"], r["head"]], marker="o", label=f"L{r['layer']}H{r['head']}")
+    ax[1].set(xlabel="n (length of the matched n-gram)", ylabel="mass on n-gram successors",
+              ylim=(0, 1.05), title="match heads: score vs n")
+    ax[1].legend()
+
+    for r in result["hashing_heads"]:
+        prof = np.array(r["profile"], dtype=float)
+        ax[2].plot(np.arange(len(prof)), prof, marker="s", label=f"L{r['layer']}H{r['head']}")
+    ax[2].set(xlabel="offset back from the query (0 = own token)", ylabel="attention mass",
+              ylim=(0, 1.05), title="hashing heads: previous-token profile")
+    ax[2].legend()
+
+    base, abl = result["accuracy"], result["ablated"]
+    x = np.arange(2)
+    w = 0.2
+    ax[3].bar(x - 1.5 * w, [base["string_acc"], base["char_acc"]], w, label="no ablation",
+              color=COLORS["hard_alibi"])
+    bars = ax[3].bar(x - 0.5 * w, [abl["string_acc"], abl["char_acc"]], w,
+                     label=f"match heads ({len(abl['heads'])})", color=COLORS["rope"])
+    ax[3].bar_label(bars, fmt="%.2f", fontsize=6)
+    for j, (key, label, color) in enumerate((("random", "random heads", COLORS["lstm"]),
+                                             ("random_same_layer", "random, same layer",
+                                              COLORS["alibi"]))):
+        runs = result[key]["runs"]
+        if not runs:
+            continue
+        rs = np.array([[r["string_acc"], r["char_acc"]] for r in runs])
+        ax[3].bar(x + (0.5 + j) * w, rs.mean(0), w, color=color, capsize=3,
+                  yerr=[rs.mean(0) - rs.min(0), rs.max(0) - rs.mean(0)],
+                  label=f"{label} ({len(rs)} draws, range)")
+    ax[3].set(xticks=x, xticklabels=["string", "char"], ylabel="copy accuracy", ylim=(0, 1.05),
+              title=f"{result['mode']}-ablation")
+    ax[3].legend(loc="lower left", fontsize=6)
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    rows = [["layer", "head", "match", "best n", "target"]]
+    for r in result["match_heads"]:
+        rows.append([r["layer"], r["head"], r["match_score"], r["best_n"], r["target_score"]])
+    b, a = result["accuracy"], result["ablated"]
+    rows.append(["", "", "", "", ""])
+    rows.append(["accuracy", "string", "char", "", ""])
+    rows.append(["no ablation", b["string_acc"], b["char_acc"], "", ""])
+    rows.append(["match heads", a["string_acc"], a["char_acc"], "", ""])
+    rows.append(["drop", "string", "char", "", ""])
+    rows.append(["match heads", a["drop"]["string_acc"], a["drop"]["char_acc"], "", ""])
+    for key in ("random", "random_same_layer"):
+        c = result[key]
+        if c["runs"]:
+            rows.append([f"{key} mean", c["string_drop_mean"], c["char_drop_mean"], "", ""])
+            rows.append([f"{key} max", c["string_drop_max"], c["char_drop_max"], "", ""])
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise TaskError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-max", type=int, default=8, help="largest n of the match score")
+    p.add_argument("--lengths", default=None, help="string lengths to probe (default: upper "
+                   "half of the training range)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--mode", choices=["mean", "zero"], default="mean", help="ablation")
+    p.add_argument("--threshold", type=float, default=0.5, help="match score of a match head")
+    p.add_argument("--top-k", type=int, default=None, help="ablate the k best heads instead")
+    p.add_argument("--draws", type=int, default=10, help="random ablations")
+
+
+def quick_checkpoint(preset: str, cache_dir: str, device: str) -> str:
+    """The Hard-ALiBi copy checkpoint of the preset (trained once, cached)."""
+    from models.train import train_cached
+
+    return str(train_cached("transformer", "copy", preset, cache_dir,
+                            model={"pe": "hard_alibi"}, device=device))
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    ckpts = list(args.checkpoints)
+    if not ckpts and args.train:
+        ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]
+    check(len(ckpts) == 1, f"ngram_heads takes exactly one checkpoint, got {len(ckpts)}")
+    model = load_model(ckpts[0], archs=ARCHS, device=args.device)
+    task = model.checkpoint["task"]
+    result = compute(model, task["name"], task["config"], n_max=args.n_max,
+                     lengths=_ints(args.lengths) if args.lengths else None,
+                     batch_size=args.batch_size, seed=args.seed, mode=args.mode,
+                     threshold=args.threshold, draws=args.draws, top_k=args.top_k)
+    result["checkpoint"] = ckpts[0]
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    if not result["threshold_met"]:
+        print(f"note: no head reaches match score {args.threshold}; ablated the best one")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -11,6 +11,7 @@ The key occurs exactly once in x (n-gram unique), so the answer is well defined.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,9 +42,10 @@ class LookupConfig:
               f"strings must hold the key and its answer: min_len ({self.min_len}) >= n + k "
               f"({self.n + self.k})")
         # Enough distinct n-grams that a unique key is likely: D^n well above the string length.
-        check(self.D**self.n >= 2 * self.max_len,
-              f"vocabulary too small for unique {self.n}-gram keys: D^n = {self.D**self.n} < "
-              f"2 * max_len = {2 * self.max_len}")
+        # Compared in logs: D**n itself can be too large to build or print for long keys.
+        if self.n * math.log(self.D) < math.log(2 * self.max_len):
+            check(False, f"vocabulary too small for unique {self.n}-gram keys: D^n = "
+                  f"{self.D**self.n} < 2 * max_len = {2 * self.max_len}")
 
 
 def unique_key_positions(x: torch.Tensor, n: int, k: int) -> list[int]:
@@ -99,6 +101,7 @@ class NgramLookupTask(Task):
         return tokens, targets
 
     def eval_batch(self, batch_size, g, length=None):
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
         L = (int(torch.randint(self.cfg.min_len, self.cfg.max_len + 1, (1,), generator=g))
              if length is None else int(length))
         check(L >= self.cfg.n + self.cfg.k, f"length {L} < n + k = {self.cfg.n + self.cfg.k}")

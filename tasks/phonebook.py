@@ -103,6 +103,7 @@ class PhoneBookTask(Task):
     def eval_batch(self, batch_size, g, length=None):
         """Prompts differ in length (names vary), so each batch holds one example per row of
         a common length: rows are drawn until ``batch_size`` share the first one's length."""
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
         check(length is None, "phone-book prompts have no length parameter")
         pairs = [self.prompt_answer(g)]
         while len(pairs) < batch_size:

@@ -262,25 +262,13 @@ def test_bad_generator_arguments_raise_task_error(name):
     run()
 
 
-# Known bugs in files owned by others, reported in issue 8's note (xfail, not strict: they
-# turn into passes once fixed).
-EVAL_BATCH_SIZE_UNCHECKED = {
-    "lookup": "NgramLookupTask.eval_batch(0 or less) raises RuntimeError (torch.stack of [])",
-    "phonebook": "PhoneBookTask.eval_batch(0 or less) returns one row instead of refusing",
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=EVAL_BATCH_SIZE_UNCHECKED[n], strict=False))
-    if n in EVAL_BATCH_SIZE_UNCHECKED else n for n in FUZZED_TASKS])
+@pytest.mark.parametrize("name", FUZZED_TASKS)
 @pytest.mark.parametrize("batch_size", [0, -1])
 def test_eval_batch_refuses_a_bad_batch_size(name, batch_size):
     with pytest.raises(TaskError, match="batch_size"):
         make_task(name).eval_batch(batch_size, make_generator(0))
 
 
-@pytest.mark.xfail(reason="tasks/lookup.py formats D**n into its check message eagerly: "
-                   "ValueError (int-to-str limit) for n >= ~3000", strict=False)
 def test_huge_but_valid_lookup_config_is_not_a_crash():
     """A huge key length is valid (the strings are long enough) and must not crash the check
     of the vocabulary size (D**n printed in full would exceed Python's int-to-str limit)."""

@@ -1,0 +1,211 @@
+"""Random Markov chains and the switching Markov process (Bondaschi et al., "From Markov to
+Laplace: how Mamba in-context learns Markov chains", §2.1 and App. E.7).
+
+Random Markov chains (§2.1, "Data generation"): every *sequence* gets its own order-k kernel
+P = (P_c)_{c ∈ X^k}, each row P_c ~ Dir(β·1) drawn independently; the first k symbols are
+uniform on X = {0, …, S−1}; then x_{t+1} ~ P_{x_{t−k+1..t}}. A model trained on such data has
+to estimate the kernel in context for every test sequence, and the Bayes-optimal predictor is
+the add-β (Laplacian) estimator of :mod:`probes.estimators` (§2.4, App. A).
+
+Switching Markov (§5.1, App. E.7): a SWITCH token (id S) is added; at every position the token
+is SWITCH with probability ``p_switch`` (i.i.d., "a parallel Bernoulli process"); after every
+switch a fresh kernel is drawn and the chain restarts. Restarting means the first k symbols
+after a switch are uniform again (as at the start of a sequence, §2.1) — the paper leaves
+this detail open; with this choice the optimal predictor is exactly "add-β on the counts since
+the last switch" (the strategy §5.1 describes), times 1 − p_switch, plus p_switch on SWITCH.
+
+Batches: ``tokens = x_1..x_T`` and ``targets = x_2..x_{T+1}`` (the next token at every
+position, Eq. (3): the loss covers all T positions). Sequences are generated vectorised over
+the batch; the Dirichlet draws use numpy's sampler (accurate for small β) seeded from the
+task's ``torch.Generator``, so a batch is still a pure function of that generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tasks.base import Batch, TaskError, Vocab, check
+from tasks.registry import Task
+
+
+@dataclass(frozen=True)
+class MarkovConfig:
+    S: int = 2  # state-space size |X| (the paper's binary case: 2)
+    order: int = 1  # Markov order k
+    beta: float = 1.0  # Dirichlet concentration β of every kernel row (β = 1: uniform simplex)
+    seq_len: int = 256  # T: positions per sequence (T + 1 symbols are drawn)
+
+    def __post_init__(self):
+        check(self.S >= 2, f"S (state-space size) must be >= 2, got {self.S}")
+        check(self.order >= 1, f"order must be >= 1, got {self.order}")
+        check(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        check(self.seq_len >= 1, f"seq_len must be >= 1, got {self.seq_len}")
+        # one kernel row per context: S^k rows of S probabilities per sequence
+        check(self.S ** self.order <= 1 << 20,
+              f"S**order = {self.S}**{self.order} kernel rows per sequence is too many")
+
+
+@dataclass(frozen=True)
+class SwitchingMarkovConfig(MarkovConfig):
+    p_switch: float = 0.01  # probability that a position is the SWITCH token (App. E.7: 0.01)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(0.0 <= self.p_switch < 1.0, f"p_switch must be in [0, 1), got {self.p_switch}")
+
+
+def _numpy_rng(g: torch.Generator) -> np.random.Generator:
+    """A numpy generator seeded from (and advancing) the torch generator ``g``."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=g))
+    return np.random.default_rng(seed)
+
+
+def sample_kernels(n: int, S: int, k: int, beta: float, g: torch.Generator
+                   ) -> Float[Tensor, "n ctx S"]:
+    """``n`` order-k kernels: ``P[i, c, :] ~ Dir(β·1)`` for each of the S**k contexts c (§2.1).
+
+    Contexts are indexed base S with the oldest symbol most significant (as in
+    :mod:`probes.counts`): ``c = Σ_m x_{t−k+1+m}·S^(k−1−m)``.
+    """
+    rng = _numpy_rng(g)
+    rows = rng.dirichlet(np.full(S, beta), size=(n, S**k))  # [n, S^k, S]
+    # numpy's sampler can return exact zeros for tiny β; those transitions then never occur,
+    # which is still a valid draw from the (discretised) prior
+    return torch.from_numpy(rows).to(torch.float64)
+
+
+def _context(window: Int[Tensor, "batch k"], S: int) -> Int[Tensor, " batch"]:
+    idx = torch.zeros(window.shape[0], dtype=torch.long)
+    for m in range(window.shape[1]):
+        idx = idx * S + window[:, m]
+    return idx
+
+
+class MarkovTask(Task):
+    """Random order-k Markov chains over S symbols, a new Dirichlet kernel per sequence."""
+
+    name = "markov"
+    config_cls = MarkovConfig
+
+    def __init__(self, cfg: MarkovConfig):
+        super().__init__(cfg)
+        self.vocab = Vocab(tuple(str(i) for i in range(cfg.S)) if cfg.S <= 10
+                           else tuple(f"s{i}" for i in range(cfg.S)))
+
+    # ------------------------------------------------------------------ data
+    def sample(self, batch_size: int, g: torch.Generator
+               ) -> tuple[Int[Tensor, "batch T1"], Float[Tensor, "batch ctx S"]]:
+        """``(x, P)``: ``batch_size`` sequences of T + 1 symbols and the kernels that made them."""
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+        cfg = self.cfg
+        S, k, T1 = cfg.S, cfg.order, cfg.seq_len + 1
+        P = sample_kernels(batch_size, S, k, cfg.beta, g)  # [batch, S^k, S]
+        cdf = P.cumsum(-1)  # [batch, S^k, S]
+        u = torch.rand(batch_size, T1, generator=g, dtype=torch.float64)  # inverse-CDF draws
+        x = torch.empty(batch_size, T1, dtype=torch.long)
+        first = min(k, T1)
+        x[:, :first] = torch.randint(0, S, (batch_size, first), generator=g)  # x_1..x_k uniform
+        rows = torch.arange(batch_size)
+        for t in range(k, T1):
+            c = _context(x[:, t - k : t], S)  # [batch]
+            x[:, t] = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
+        return x, P
+
+    def batch(self, batch_size: int, g: torch.Generator) -> Batch:
+        x, _ = self.sample(batch_size, g)
+        return Batch(x[:, :-1].contiguous(), x[:, 1:].contiguous())  # predict the next token
+
+    def example(self, g: torch.Generator) -> tuple[Tensor, Tensor]:
+        b = self.batch(1, g)
+        return b.tokens[0], b.targets[0]
+
+    def max_example_len(self) -> int:
+        raise TaskError(f"{self.name} sequences have a fixed length (seq_len) and are not packed; "
+                        "use --context 0")
+
+    def model_fields(self) -> dict:
+        return {"vocab_size": self.vocab.size}
+
+    # ------------------------------------------------------------------ reference
+    def optimal_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos V"]:
+        """The Bayes-optimal next-token distribution for this data: add-β (§2.4)."""
+        from probes.estimators import add_beta_probs
+
+        c = self.cfg
+        return add_beta_probs(tokens, c.S, c.order, c.beta)
+
+    @torch.no_grad()
+    def extra_metrics(self, model, batch: Batch) -> dict[str, float]:
+        """``lbeta``: the add-β estimator's loss L_β on this batch; ``loss_gap``: the model's
+        loss minus L_β (the paper's |L(θ) − L_β| without the bars, §3); ``kl_beta``: mean
+        KL(P_β ‖ P_θ) over positions (the per-position penalty of Thm 1's remark)."""
+        from probes.estimators import cross_entropy
+
+        probs = self.optimal_probs(batch.tokens.cpu()).to(batch.tokens.device)
+        lbeta = cross_entropy(probs, batch.targets)
+        logp = model.log_probs(batch.tokens).double()  # [batch, pos, vocab]
+        V = probs.shape[-1]
+        model_loss = -logp.gather(-1, batch.targets.clamp(min=0)[..., None]).squeeze(-1)
+        mask = batch.targets >= 0
+        model_loss = (model_loss * mask).sum() / mask.sum()
+        logq = logp[..., :V]
+        kl = (probs * (probs.clamp_min(1e-300).log() - logq)).sum(-1)  # [batch, pos]
+        return {"lbeta": float(lbeta), "loss_gap": float(model_loss - lbeta),
+                "kl_beta": float(kl.mean())}
+
+
+class SwitchingMarkovTask(MarkovTask):
+    """Binary (or S-ary) order-k chains interrupted by SWITCH tokens that resample the kernel."""
+
+    name = "switching_markov"
+    config_cls = SwitchingMarkovConfig
+
+    def __init__(self, cfg: SwitchingMarkovConfig):
+        super().__init__(cfg)
+        self.vocab = Vocab(self.vocab.alphabet, ("SWITCH",))
+
+    @property
+    def switch_id(self) -> int:
+        return self.vocab.id("SWITCH")
+
+    def sample(self, batch_size, g):
+        """``(x, P)``: sequences with SWITCH tokens, and the *last* kernel of every sequence."""
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+        cfg = self.cfg
+        S, k, T1 = cfg.S, cfg.order, cfg.seq_len + 1
+        rng = _numpy_rng(g)
+        P = torch.from_numpy(rng.dirichlet(np.full(S, cfg.beta), size=(batch_size, S**k)))
+        cdf = P.cumsum(-1)  # [batch, S^k, S]
+        switch = torch.rand(batch_size, T1, generator=g) < cfg.p_switch  # [batch, T1]
+        u = torch.rand(batch_size, T1, generator=g, dtype=torch.float64)
+        uniform = torch.randint(0, S, (batch_size, T1), generator=g)
+        x = torch.empty(batch_size, T1, dtype=torch.long)
+        since = torch.zeros(batch_size, dtype=torch.long)  # symbols since the last (re)start
+        rows = torch.arange(batch_size)
+        for t in range(T1):
+            if t >= k:
+                c = _context(x[:, t - k : t].clamp(max=S - 1), S)
+                drawn = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
+            else:
+                drawn = uniform[:, t]
+            sym = torch.where(since < k, uniform[:, t], drawn)  # restart: k uniform symbols
+            x[:, t] = torch.where(switch[:, t], torch.full_like(sym, self.switch_id), sym)
+            since = torch.where(switch[:, t], torch.zeros_like(since), since + 1)
+            hit = switch[:, t].nonzero().flatten()
+            if len(hit):  # a new kernel for every sequence that just switched (App. E.7 step 2)
+                fresh = rng.dirichlet(np.full(S, cfg.beta), size=(len(hit), S**k))
+                P[hit] = torch.from_numpy(fresh)
+                cdf[hit] = P[hit].cumsum(-1)
+        return x, P
+
+    def optimal_probs(self, tokens):
+        """(1 − p_switch)·add-β since the last SWITCH, and p_switch on SWITCH (§5.1)."""
+        from probes.estimators import switching_probs
+
+        c = self.cfg
+        return switching_probs(tokens, c.S, c.order, c.beta, c.p_switch, self.switch_id)

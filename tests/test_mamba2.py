@@ -1,0 +1,313 @@
+"""Hooked Mamba-2 / MambaZero (models/mamba2.py): paths, hooks, HF parity, ablation switches."""
+
+import pytest
+import torch
+
+from models.mamba2 import (
+    Mamba2Config,
+    Mamba2LM,
+    MambaZeroConfig,
+    MambaZeroLM,
+    from_hf_state_dict,
+    mamba_ssm_chunk_scan,
+    ssd_chunked,
+    ssd_plain,
+    to_hf_state_dict,
+)
+from models.registry import build_model
+from tasks.base import TaskError
+
+MIXER_HOOKS = ["hook_in_proj", "hook_conv", "hook_x", "hook_B", "hook_C", "hook_ssm_dt",
+               "hook_decay", "hook_ssm_write", "hook_ssm_state", "hook_y", "hook_gate",
+               "hook_ssm_out"]
+TINY = dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2, d_state=4, d_conv=3, chunk_size=4)
+
+
+def randomize(model, seed=0):
+    """Move every parameter away from its init (norm weights ≠ 1, biases ≠ 0, a_t ∈ (0.3, 1))
+    so that a missing term anywhere shows up in the comparisons."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            if name.endswith("A_log"):
+                p.copy_(noise * 0.5 - 1.0)
+            elif name.endswith("dt_bias"):
+                p.copy_(noise * 0.5 - 1.0)
+            elif name.endswith(("norm.weight", "norm2.weight", "ln_final.weight")):
+                p.copy_(1 + 0.2 * noise)
+            else:
+                p.add_(0.1 * noise)
+    return model
+
+
+def tokens(B=3, T=11, V=7, seed=0):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------- hooks and shapes
+def test_shapes_and_hook_names():
+    m = Mamba2LM(Mamba2Config(**TINY, d_mlp=8))
+    x = tokens()
+    logits, cache = m.run_with_cache(x)
+    assert logits.shape == (3, 11, 7)
+    cfg = m.cfg
+    H, P, N, G = cfg.n_heads, cfg.d_head, cfg.d_state, cfg.n_groups
+    for i in range(2):
+        for h in MIXER_HOOKS:
+            assert f"blocks.{i}.mixer.{h}" in cache, h
+        for h in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_mlp_out"):
+            assert f"blocks.{i}.{h}" in cache
+    for name in ("hook_embed", "ln_final.hook_normalized"):
+        assert name in cache
+    c = {k.replace("blocks.0.mixer.", ""): v for k, v in cache.items()}
+    assert c["hook_ssm_state"].shape == (3, 11, H, P, N)
+    assert c["hook_ssm_write"].shape == (3, 11, H, P, N)
+    assert c["hook_x"].shape == (3, 11, H, P) and c["hook_y"].shape == (3, 11, H, P)
+    assert c["hook_B"].shape == c["hook_C"].shape == (3, 11, G, N)
+    assert c["hook_ssm_dt"].shape == c["hook_decay"].shape == (3, 11, H)
+    assert c["hook_in_proj"].shape == (3, 11, cfg.d_in_proj)
+    assert c["hook_conv"].shape == (3, 11, cfg.conv_dim)
+    assert c["hook_ssm_out"].shape == (3, 11, cfg.d_model)
+    assert torch.allclose(logits, m(x), atol=1e-6)  # caching (plain path) changes nothing
+
+
+def test_patching_state_with_itself_changes_nothing_and_decay_patch_resets():
+    m = randomize(Mamba2LM(Mamba2Config(**TINY)).double())
+    x = tokens()
+    ref = m(x)
+    out = m.run_with_hooks(x, fwd_hooks=[("blocks.0.mixer.hook_ssm_state", lambda v, hook: v)])
+    assert torch.allclose(out, ref, atol=1e-12)
+
+    def reset(a, hook):  # a_t = 0 at position 5: H_5 = write_5 (the state forgets x_1..x_5)
+        a = a.clone()
+        a[:, 5] = 0.0
+        return a
+
+    with m.hooks(fwd_hooks=[("blocks.0.mixer.hook_decay", reset)]):
+        _, cache = m.run_with_cache(x)
+    st, wr = cache["blocks.0.mixer.hook_ssm_state"], cache["blocks.0.mixer.hook_ssm_write"]
+    assert torch.allclose(st[:, 5], wr[:, 5])
+    assert not m.hook_dict["blocks.0.mixer.hook_decay"]._forward_hooks  # nothing left attached
+
+
+def test_state_recurrence_reproduces_y():
+    """Read H_t from hook_ssm_state, contract with c_t, add D·x_t: that is hook_y; and H_t is
+    a_t H_{t−1} + Δ_t x_t b_tᵀ."""
+    m = randomize(Mamba2LM(Mamba2Config(**TINY, n_groups=2)).double())
+    _, cache = m.run_with_cache(tokens())
+    c = {k.replace("blocks.1.mixer.", ""): v for k, v in cache.items()}
+    H, G = m.cfg.n_heads, m.cfg.n_groups
+    Ch = c["hook_C"].repeat_interleave(H // G, dim=2)  # [batch, pos, heads, n]
+    Bh = c["hook_B"].repeat_interleave(H // G, dim=2)
+    D = m.blocks[1].mixer.D
+    y = torch.einsum("bphdn,bphn->bphd", c["hook_ssm_state"], Ch) + D[:, None] * c["hook_x"]
+    assert torch.allclose(y, c["hook_y"], atol=1e-12)
+    write = c["hook_ssm_dt"][..., None, None] * c["hook_x"][..., None] * Bh[..., None, :]
+    assert torch.allclose(write, c["hook_ssm_write"], atol=1e-12)
+    prev = torch.zeros_like(c["hook_ssm_state"][:, 0])
+    for t in range(c["hook_ssm_state"].shape[1]):
+        prev = c["hook_decay"][:, t, :, None, None] * prev + write[:, t]
+        assert torch.allclose(prev, c["hook_ssm_state"][:, t], atol=1e-12)
+    A = -torch.exp(m.blocks[1].mixer.A_log)
+    assert torch.allclose(c["hook_decay"], torch.exp(c["hook_ssm_dt"] * A), atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- paths
+CONFIGS = [
+    dict(TINY),
+    dict(TINY, n_heads=4, n_groups=2, chunk_size=3),  # groups, a partial last chunk
+    dict(TINY, chunk_size=64),  # one chunk
+    dict(TINY, conv=False, gated=False, activation="relu", d_mlp=6),
+    dict(TINY, decay=False, mixer_norm=False, use_D=False, activation="identity"),
+]
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_plain_equals_chunked_outputs_and_gradients(kw):
+    torch.manual_seed(1)
+    m = randomize(Mamba2LM(Mamba2Config(**kw)).double())
+    x = tokens(T=13)
+    results = []
+    for scan in ("plain", "chunked"):
+        m.set_scan(scan)
+        m.zero_grad()
+        out = m(x)
+        out.pow(2).mean().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    (o1, g1), (o2, g2) = results
+    assert torch.allclose(o1, o2, atol=1e-5, rtol=0)
+    assert (o1 - o2).abs().max() < 1e-10  # in float64 the two are far closer than 1e-5
+    for n in g1:
+        assert torch.allclose(g1[n], g2[n], atol=1e-5, rtol=0), n
+
+
+def test_ssd_functions_agree_on_random_inputs():
+    g = torch.Generator().manual_seed(0)
+    Bz, T, H, P, N, G = 2, 37, 4, 3, 5, 2
+    x = torch.randn(Bz, T, H, P, generator=g, dtype=torch.float64)
+    dA = -torch.rand(Bz, T, H, generator=g, dtype=torch.float64) * 2
+    B = torch.randn(Bz, T, G, N, generator=g, dtype=torch.float64)
+    C = torch.randn(Bz, T, G, N, generator=g, dtype=torch.float64)
+    Bh, Ch = B.repeat_interleave(2, 2), C.repeat_interleave(2, 2)
+    states = ssd_plain(dA.exp(), x[..., None] * Bh[..., None, :])
+    y_ref = torch.einsum("bphdn,bphn->bphd", states, Ch)
+    for chunk in (1, 4, 8, 64):
+        assert torch.allclose(ssd_chunked(x, dA, B, C, chunk), y_ref, atol=1e-10)
+
+
+def test_auto_path_uses_chunks_unless_a_state_hook_is_attached():
+    m = Mamba2LM(Mamba2Config(**TINY))
+    mixer = m.blocks[0].mixer
+    x = torch.zeros(1, 3, TINY["d_model"] * 2)
+    assert mixer._path(x) == "chunked"
+    with m.hooks(fwd_hooks=[("blocks.0.mixer.hook_ssm_state", lambda v, hook: v)]):
+        assert mixer._path(x) == "plain"
+    assert mixer._path(x) == "chunked"
+
+
+# ---------------------------------------------------------------------------- HF parity
+def _hf_pair(n_groups=2, seed=0):
+    transformers = pytest.importorskip("transformers")
+    hc = transformers.Mamba2Config(
+        vocab_size=11, hidden_size=16, state_size=8, num_heads=4, head_dim=8, expand=2,
+        n_groups=n_groups, conv_kernel=3, num_hidden_layers=2, chunk_size=5, use_bias=False,
+        use_conv_bias=True, tie_word_embeddings=False, layer_norm_epsilon=1e-5,
+        pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(seed)
+    hf = transformers.Mamba2ForCausalLM(hc).eval()
+    randomize(hf, seed)
+    ours = Mamba2LM(Mamba2Config(vocab_size=11, d_model=16, d_state=8, n_heads=4, expand=2,
+                                 n_groups=n_groups, d_conv=3, n_layers=2, chunk_size=4))
+    return hf, ours
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+def test_hf_mamba2_parity(n_groups):
+    hf, ours = _hf_pair(n_groups)
+    sd = from_hf_state_dict(hf.state_dict())
+    assert set(sd) == set(ours.state_dict())
+    for k, v in ours.state_dict().items():
+        assert v.shape == sd[k].shape, k
+    ours.load_state_dict(sd)
+    x = tokens(2, 17, 11)
+    with torch.no_grad():
+        ref = hf(x).logits
+        assert ref.abs().max() > 0.1
+        for scan in ("chunked", "plain"):
+            ours.set_scan(scan)
+            assert torch.allclose(ours(x), ref, atol=2e-5, rtol=1e-4), scan
+    # and back: our weights load into HF under the converted names
+    back = to_hf_state_dict(ours.state_dict())
+    assert set(back) == set(hf.state_dict())
+    hf.load_state_dict(back)
+
+
+# ---------------------------------------------------------------------------- ablation switches
+def _x_at(model, x, t):
+    _, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith("mixer.hook_x"))
+    return cache["blocks.0.mixer.hook_x"][:, t]
+
+
+def test_no_conv_removes_dependence_on_previous_tokens_through_the_conv():
+    x = tokens(2, 9)
+    x2 = x.clone()
+    x2[:, 4] = (x2[:, 4] + 1) % 7  # change the token just before position 5
+    base = dict(TINY, n_layers=1)
+    with_conv = randomize(Mamba2LM(Mamba2Config(**base)).double())
+    no_conv = randomize(Mamba2LM(Mamba2Config(**base, conv=False)).double())
+    assert not hasattr(no_conv.blocks[0].mixer, "conv1d")
+    assert not torch.allclose(_x_at(with_conv, x, 5), _x_at(with_conv, x2, 5))
+    assert torch.allclose(_x_at(no_conv, x, 5), _x_at(no_conv, x2, 5))
+
+
+@pytest.mark.parametrize("w", [1, 2, 4])
+def test_conv_window_is_d_conv(w):
+    m = randomize(Mamba2LM(Mamba2Config(**dict(TINY, n_layers=1, d_conv=w))).double())
+    x = tokens(2, 10)
+    t = 7
+    far, near = x.clone(), x.clone()
+    far[:, t - w] = (far[:, t - w] + 1) % 7  # just outside the window
+    near[:, t - w + 1] = (near[:, t - w + 1] + 1) % 7  # the oldest token inside it
+    assert torch.allclose(_x_at(m, x, t), _x_at(m, far, t))
+    assert not torch.allclose(_x_at(m, x, t), _x_at(m, near, t))
+    assert m.blocks[0].mixer.conv1d.weight.shape == (m.cfg.conv_dim, 1, w)
+
+
+def test_gating_activation_and_decay_switches():
+    x = tokens()
+    no_gate = Mamba2LM(Mamba2Config(**TINY, gated=False))
+    cfg = no_gate.cfg
+    assert no_gate.blocks[0].mixer.in_proj.weight.shape[0] == cfg.conv_dim + cfg.n_heads
+    _, cache = no_gate.run_with_cache(x)
+    assert "blocks.0.mixer.hook_gate" not in cache
+    gated = Mamba2LM(Mamba2Config(**TINY))
+    assert gated.blocks[0].mixer.in_proj.weight.shape[0] == cfg.d_inner + cfg.conv_dim + 2
+
+    ident = Mamba2LM(Mamba2Config(**TINY, activation="identity"))
+    _, c = ident.run_with_cache(x)
+    conv = c["blocks.0.mixer.hook_conv"][..., : ident.cfg.d_inner]
+    assert torch.equal(c["blocks.0.mixer.hook_x"].flatten(2), conv)
+    relu = Mamba2LM(Mamba2Config(**TINY, activation="relu"))
+    _, c = relu.run_with_cache(x)
+    assert c["blocks.0.mixer.hook_x"].min() >= 0 and c["blocks.0.mixer.hook_gate"].min() >= 0
+
+    keep = Mamba2LM(Mamba2Config(**TINY, decay=False))
+    _, c = keep.run_with_cache(x)
+    a = c["blocks.0.mixer.hook_decay"]
+    assert torch.equal(a, torch.ones_like(a))
+
+
+def test_config_checks():
+    for bad in (dict(n_heads=3), dict(n_heads=2, n_groups=4), dict(activation="gelu"),
+                dict(prediction="sparsemax"), dict(d_conv=0), dict(scan="fast")):
+        with pytest.raises(TaskError):
+            build_model("mamba2", {**TINY, **bad})
+    with pytest.raises(TaskError):
+        build_model("mamba2", {"nonsense": 1})
+
+
+# ---------------------------------------------------------------------------- MambaZero
+def test_mambazero_layout_and_l1_prediction():
+    m = MambaZeroLM(MambaZeroConfig())
+    shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    d, N = 4, 2
+    assert shapes == {
+        "embed.weight": (2, d),
+        "blocks.0.mixer.in_proj.weight": (d + 2 * N + 1, d),
+        "blocks.0.mixer.conv1d.weight": (d + 2 * N, 1, 2),
+        "blocks.0.mixer.dt_bias": (1,), "blocks.0.mixer.A_log": (1,),
+        "blocks.0.mixer.out_proj.weight": (d, d),
+        "unembed.weight": (2, d),
+    }
+    x = tokens(2, 9, 2)
+    lp = m.log_probs(x)
+    assert torch.allclose(lp.exp().sum(-1), torch.ones(2, 9), atol=1e-5)
+    v = m(x).clamp_min(m.cfg.l1_eps)
+    assert torch.allclose(lp.exp(), v / v.sum(-1, keepdim=True), atol=1e-6)
+    # residual: logits = W_ℓ(x_t + mixer(x)_t) with no norm anywhere
+    _, c = m.run_with_cache(x)
+    u = c["hook_embed"] + c["blocks.0.mixer.hook_ssm_out"]
+    assert torch.allclose(m(x), u @ m.unembed.weight.T, atol=1e-6)
+    assert isinstance(build_model("mambazero", {}), MambaZeroLM)
+
+
+def test_mambazero_with_a_t_one_counts():
+    """With a_t = 1 (decay off) the state is the plain sum of the writes (§4.2, fact (i))."""
+    m = randomize(MambaZeroLM(MambaZeroConfig(decay=False)).double())
+    _, c = m.run_with_cache(tokens(2, 9, 2))
+    st, wr = c["blocks.0.mixer.hook_ssm_state"], c["blocks.0.mixer.hook_ssm_write"]
+    assert torch.allclose(st, wr.cumsum(1), atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- mamba-ssm kernel
+@pytest.mark.gpu
+def test_kernel_path_matches_chunked_on_cuda():
+    if not torch.cuda.is_available() or mamba_ssm_chunk_scan() is None:
+        pytest.skip("needs CUDA and mamba-ssm")
+    m = randomize(Mamba2LM(Mamba2Config(**dict(TINY, d_model=64, n_heads=2, d_state=16)))).cuda()
+    x = tokens(2, 100).cuda()
+    m.set_scan("chunked")
+    ref = m(x)
+    m.set_scan("kernel")
+    assert torch.allclose(m(x), ref, atol=1e-3, rtol=1e-3)

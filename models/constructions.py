@@ -316,3 +316,81 @@ def lemma_2_4_bound(L: int, n: int, D: int) -> float:
 def gssm_error_bound(state_bits: float, L: int, D: int) -> float:
     """Thm 2.7: a GSSM whose state takes ≤ 2^bits values errs with prob. > 1 − 2^bits / D^L."""
     return max(0.0, 1.0 - 2.0 ** (state_bits - L * math.log2(D)))
+
+
+# ------------------------------------------------------------------------------------------
+# Section 2: MambaZero realises the add-β estimator (Markov paper, Thm 1, App. C.2)
+# ------------------------------------------------------------------------------------------
+# Glossary (code -> App. C.2; 0-based coordinates, the paper's are 1-based):
+#     S, beta           state-space size |X| and the add-β constant β
+#     embed[i]          e_i: one-hot at coordinate 2i of R^{2S} (the paper's 2i − 1)
+#     W_X (in_proj)     shifts each embedding coordinate by one: x-channel 2j+1 <- coord 2j
+#     conv_X            D_X^(0) = 0, D_X^(1) = I: x̃_t depends on x_t only
+#     W_B, conv_B       W_B picks e_i's coordinate 2i; D_B^(0) = I, D_B^(1) = 0: b_t = e_{x_{t−1}}
+#                       (b = 0 at t = 1: the causal conv pads with zeros, so b^(x_1) = 0)
+#     W_C, conv_C       c_t = e_{x_t} (C^(0) = 0, C^(1) = I)
+#     a_t = 1           A_log = −inf (a = 0 in the paper's a_t = exp(−a·Δ_t))
+#     Δ_t               softplus(dt_bias), a constant; W_o = I/Δ cancels it exactly
+#     state             H_t[2j+1, i] = Δ·n_ij(t): the transition counts (Eq. 4)
+#     unembed W_ℓ       β on every embedding coordinate 2i, 1 from coordinate 2j+1 to logit j
+# so logit_t = β·1 + (n_{x_t, j})_j (Eq. 12) and the L1 normalisation gives Eq. (13):
+# P(x_{t+1} = j) = (n_{x_t j} + β) / (n_{x_t} + Sβ), the add-β estimator for k = 1.
+
+
+def mambazero_add_beta(S: int = 2, beta: float = 1.0, dtype: torch.dtype = torch.float32):
+    """MambaZero with Thm 1's hand-set weights (N = S, d = 2S, e = 1, w = 2, one head, L1
+    prediction): its next-token distribution equals the add-β estimator for first-order
+    chains over S symbols, at every position of every sequence (App. C.2)."""
+    from models.mamba2 import MambaZeroConfig, MambaZeroLM
+
+    check(S >= 2, f"S must be >= 2, got {S}")
+    check(math.isfinite(beta) and beta > 0, f"beta must be > 0, got {beta}")
+    cfg = MambaZeroConfig(vocab_size=S, d_model=2 * S, expand=1, d_state=S, d_conv=2,
+                          n_heads=1, n_groups=1, prediction="l1")
+    check(beta > cfg.l1_eps, f"beta must exceed l1_eps ({cfg.l1_eps}) so no logit is clamped")
+    model = MambaZeroLM(cfg).to(dtype)
+    d, N = 2 * S, S
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        mixer = model.blocks[0].mixer
+        idx = torch.arange(S)
+        model.embed.weight[idx, 2 * idx] = 1.0  # e_i
+        W = mixer.in_proj.weight  # [d + 2N + 1, d]: rows W_X, W_B, W_C, w_Δ (w_Δ = 0)
+        W[2 * idx + 1, 2 * idx] = 1.0  # W_X: shift by one coordinate
+        W[d + idx, 2 * idx] = 1.0  # W_B
+        W[d + N + idx, 2 * idx] = 1.0  # W_C
+        conv = mixer.conv1d.weight  # [d + 2N, 1, 2]: [..., 1] current step, [..., 0] previous
+        conv[:d, 0, 1] = 1.0  # conv_X: current
+        conv[d : d + N, 0, 0] = 1.0  # conv_B: previous token
+        conv[d + N :, 0, 1] = 1.0  # conv_C: current
+        mixer.A_log.fill_(-math.inf)  # exp(A_log) = 0: a_t = 1, the state keeps every count
+        mixer.dt_bias.fill_(math.log(math.e - 1.0))  # softplus(δ) = 1 (up to rounding)
+        delta = torch.nn.functional.softplus(mixer.dt_bias)[0]
+        mixer.out_proj.weight.copy_(torch.eye(d, dtype=dtype) / delta)  # W_o = I/Δ
+        U = model.unembed.weight  # [S, d]
+        U[:, 2 * idx] = beta  # β on every embedding coordinate: the count-independent part
+        U[idx, 2 * idx + 1] = 1.0  # the count n_{x_t, j} to logit j
+    model.construction = {"name": "mambazero_add_beta", "S": S, "beta": beta}
+    return model.eval()
+
+
+def mambazero_checkpoint(model, seq_len: int = 256) -> dict:
+    """A suite checkpoint dict for the Thm 1 construction (task: binary/S-ary first-order
+    Markov chains with the construction's β; no training)."""
+    c = model.construction
+    return {
+        "format": FORMAT,
+        "model": {"arch": model.arch, "config": config_to_dict(model.cfg)},
+        "task": {"name": "markov", "config": {"S": c["S"], "order": 1, "beta": c["beta"],
+                                              "seq_len": seq_len}},
+        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0,
+                  "construction": c["name"]},
+        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "history": [],
+    }
+
+
+def save_mambazero(path, S: int = 2, beta: float = 1.0, seq_len: int = 256):
+    """Build the Thm 1 construction and write it as a checkpoint file; returns the path."""
+    return save_checkpoint(mambazero_checkpoint(mambazero_add_beta(S, beta), seq_len), path)

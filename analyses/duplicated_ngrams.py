@@ -1,0 +1,201 @@
+"""Copying strings that hold a duplicated n-gram (copy paper §3.4, Fig. 4).
+
+``python -m analyses.duplicated_ngrams ckpt.pt``: string- and character-level copy accuracy
+(greedy decoding) on strings in which one n-gram is repeated — the two copies followed by
+different tokens — for n = 1..10, beside the no-duplicate baseline at the same length. A model
+that copies by looking up the last m tokens is confused once n ≥ m, so accuracy stays flat for
+small n and falls from some n on: that n (the "duplicated-n-gram accuracy loss") is reported as
+the first n whose accuracy is clearly below the baseline (by more than 5 points and two
+standard errors), and where it falls below half the baseline. The hash-copy construction of
+App. C with a known n (``--reference-n``) is evaluated on the same strings as a calibration: it
+must fail from exactly that n on.
+
+Strings must hold two copies and a successor (length ≥ 2n + 1), so n = 10 needs length ≥ 21.
+When L = 2n + 1 the later copy ends the string and confuses only the <EOS> step, which is not
+scored, so large n need longer strings: the default lengths are the training max_len and
+max(max_len, 3·n_max). String accuracy comes from one teacher-forced pass (exact: equal to
+greedy decoding's); ``--greedy`` decodes, which also makes the character accuracy the paper's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.ngram_heads import _ints, quick_checkpoint
+from figures.style import COLORS, new_figure
+from models.generation import evaluate_prompts
+from tasks.base import check, make_generator
+from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
+
+NAME = "duplicated_ngrams"
+ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
+COPY_TASKS = ("copy", "dup_ngram_copy")
+REF_STYLES = (("#555555", "s"), ("#999999", "^"), ("#bbbbbb", "v"))
+
+
+def copy_accuracy(model, task, L: int, n_examples: int, batch_size: int, seed: int,
+                  greedy: bool = False) -> dict[str, float]:
+    """Mean string / char accuracy on ``n_examples`` prompts of length L (seeded, so every
+    model sees the same strings)."""
+    g = make_generator(seed)
+    s = c = 0.0
+    done = 0
+    while done < n_examples:
+        b = min(batch_size, n_examples - done)
+        batch = task.eval_batch(b, g, length=L).to(model.device)
+        acc = evaluate_prompts(model, batch, greedy=greedy)
+        s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
+    return {"string_acc": s / done, "char_acc": c / done}
+
+
+def first_clear_drop(baseline: float, accs: list[float | None], ns: list[int], n_examples: int,
+                     min_drop: float = 0.05) -> int | None:
+    """Smallest n whose accuracy is below the baseline by > max(min_drop, 2 standard errors)."""
+    def se(p):
+        return math.sqrt(max(p * (1 - p), 1e-12) / n_examples)
+
+    for n, a in zip(ns, accs, strict=True):
+        if a is None:
+            continue
+        if baseline - a > max(min_drop, 2 * math.sqrt(se(baseline) ** 2 + se(a) ** 2)):
+            return n
+    return None
+
+
+def compute(models: dict, D: int, n_values: list[int] | None = None,
+            lengths: list[int] | None = None, n_examples: int = 512, batch_size: int = 128,
+            seed: int = 0, train_max_len: int | None = None, greedy: bool = False,
+            progress: bool = True) -> dict:
+    """Accuracy vs duplicated n-gram length for every model in ``models`` ({label: model})."""
+    n_values = list(n_values or range(1, 11))
+    check(all(n >= 1 for n in n_values), f"n values must be >= 1, got {n_values}")
+    if lengths is None:
+        top = max(train_max_len or 0, 2 * max(n_values) + 1)
+        lengths = sorted({max(train_max_len or 0, 3), max(top, 3 * max(n_values))})
+    check(all(L >= 3 for L in lengths), f"lengths must be >= 3, got {lengths}")
+    plain = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
+    jobs = len(models) * len(lengths) * (1 + len(n_values))
+    bar = tqdm(total=jobs, desc=NAME, disable=not progress, leave=False)
+    curves = {}
+    for label, model in models.items():
+        model.eval()
+        per_len = []
+        for L in lengths:
+            base = copy_accuracy(model, plain, L, n_examples, batch_size, seed + L, greedy)
+            bar.update(1)
+            rows = []
+            for n in n_values:
+                if 2 * n + 1 > L:
+                    rows.append({"n": n, "string_acc": None, "char_acc": None})
+                    bar.update(1)
+                    continue
+                task = DuplicatedNgramCopyTask(DupNgramConfig(D=D, min_len=L, max_len=L, n=n))
+                acc = copy_accuracy(model, task, L, n_examples, batch_size,
+                                    seed + 1000 * n + L, greedy)
+                rows.append({"n": n, **acc})
+                bar.update(1)
+            accs = [r["string_acc"] for r in rows]
+            drop_n = first_clear_drop(base["string_acc"], accs, n_values, n_examples)
+            half_n = next((n for n, a in zip(n_values, accs, strict=True)
+                           if a is not None and a < base["string_acc"] / 2), None)
+            per_len.append({"length": L, "baseline": base, "by_n": rows, "first_drop_n": drop_n,
+                            "half_n": half_n})
+        curves[label] = per_len
+    bar.close()
+    return to_jsonable({"D": D, "n_values": n_values, "lengths": lengths, "greedy": greedy,
+                        "n_examples": n_examples, "seed": seed, "train_max_len": train_max_len,
+                        "curves": curves})
+
+
+def plot(result: dict):
+    lengths = result["lengths"]
+    fig, axes = new_figure(len(lengths), width_per_panel=4.6, height=3.4)
+    palette = [COLORS["hard_alibi"], COLORS["nope"], COLORS["rope"], COLORS["alibi"],
+               COLORS["mamba"], COLORS["lstm"]]
+    for j, ax in enumerate(axes):
+        n_ref = 0
+        for k, (label, per_len) in enumerate(result["curves"].items()):
+            entry = per_len[j]
+            ns = [r["n"] for r in entry["by_n"] if r["string_acc"] is not None]
+            acc = [r["string_acc"] for r in entry["by_n"] if r["string_acc"] is not None]
+            ref = label.startswith("construction")
+            if ref:  # calibration curves: greys, dashed
+                color, marker = REF_STYLES[n_ref % len(REF_STYLES)]
+                n_ref += 1
+            else:
+                color, marker = palette[k % len(palette)], "o"
+            line = ax.plot(ns, acc, marker=marker, ls="--" if ref else "-", color=color,
+                           label=label)[0]
+            ax.axhline(entry["baseline"]["string_acc"], color=line.get_color(), lw=0.8, ls=":")
+            if entry["first_drop_n"] is not None and not ref:
+                ax.axvline(entry["first_drop_n"], color=line.get_color(), lw=0.8, alpha=0.5)
+        ax.set(xlabel="n (length of the duplicated n-gram)", ylabel="string-level accuracy",
+               ylim=(-0.02, 1.02), title=f"copy with a duplicated n-gram, L = {entry['length']}")
+        ax.legend(fontsize=6)
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    rows = [["model", "L", "base"] + [f"n={n}" for n in result["n_values"]]
+            + ["drop at", "< half at"]]
+    for label, per_len in result["curves"].items():
+        for e in per_len:
+            rows.append([label, e["length"], e["baseline"]["string_acc"]]
+                        + ["-" if r["string_acc"] is None else r["string_acc"] for r in e["by_n"]]
+                        + [e["first_drop_n"] if e["first_drop_n"] is not None else "none",
+                           e["half_n"] if e["half_n"] is not None else "none"])
+    return rows
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+    p.add_argument("--n", default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
+    p.add_argument("--lengths", default=None,
+                   help="test string lengths (default: max(train max_len, 2·max n + 1))")
+    p.add_argument("--n-examples", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--greedy", action="store_true", help="decode greedily (slower)")
+    p.add_argument("--reference-n", default="3,5",
+                   help="hash-copy constructions to evaluate alongside ('' for none)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    ckpts = list(args.checkpoints)
+    if not ckpts and args.train:
+        ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]
+    check(len(ckpts) >= 1, "give at least one copy checkpoint (or --train quick)")
+    models, D, max_len = {}, None, 0
+    for path in ckpts:
+        m = load_model(path, archs=ARCHS, device=args.device)
+        task = m.checkpoint["task"]
+        check(task["name"] in COPY_TASKS,
+              f"{path}: duplicated_ngrams needs a copy checkpoint, got task {task['name']!r}")
+        d = int(task["config"].get("D", 26))
+        check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
+        D, max_len = d, max(max_len, int(task["config"].get("max_len", 0)))
+        label = m.arch if m.arch != "transformer" else f"transformer/{m.cfg.pe}"
+        while label in models:
+            label += "'"
+        models[label] = m
+    if args.reference_n:
+        from models.constructions import build_hash_copy_transformer
+
+        for n in _ints(args.reference_n):
+            models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
+    result = compute(models, D, _ints(args.n), _ints(args.lengths) if args.lengths else None,
+                     n_examples=args.n_examples, batch_size=args.batch_size, seed=args.seed,
+                     train_max_len=max_len, greedy=args.greedy)
+    result["checkpoints"] = ckpts
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

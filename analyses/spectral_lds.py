@@ -1,0 +1,272 @@
+"""Length generalisation of online spectral filtering on random LDSs (spectral paper Figs 2–4).
+
+``python -m analyses.spectral_lds [--quick | --paper]``
+
+For each region (A: eigenvalues hugging the bad interval; B: inside it, Fig. 1), seed and
+algorithm (1: one autoregressive term; 2: two), a random noiseless LDS is driven by Gaussian
+inputs and the online predictor of Alg. 1 / Alg. 2 runs with context lengths L = T^q,
+q ∈ {1/4, 1/2, 3/4, 7/8, 1}. Outputs:
+
+* ℓ_t(M^t, T^q) vs t, averaged over seeds and smoothed (Figs 2, 3, 4 and Alg. 2 on Region A);
+* a table of average losses, their ratio to the full-context (q = 1) online predictor over the
+  whole horizon and over its last quarter, and the asymmetric regret
+  Σ_t ℓ_t(M^t, T^q) − Σ_t ℓ_t(M*_T, T) against the best full-context predictor in hindsight
+  M*_T (least squares over the whole sequence, Definition 3), with ℓ(M*_T, T^q): how well the
+  full-context optimum itself does when cut to context T^q (Eq. 7 of the proof overview).
+
+Step size: η = lr / E_t‖X_t‖²_F with X_t the full-context regressors of the same system and
+algorithm (one η for every q, so context is the only thing that changes). The default lr
+(0.3) was picked on full-context runs only (0.5 is at the edge of stability).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, run_main, to_jsonable, write_outputs
+from figures.style import new_figure
+from models.spectral import (
+    autoregressive_base,
+    best_in_hindsight,
+    context_length,
+    online_gradient_descent,
+    predict,
+    predictor_features,
+    true_weights,
+)
+from tasks.base import TaskError, check, make_generator
+from tasks.lds import LDSConfig, region_bounds, sample_sequence
+
+NAME = "spectral_lds"
+QS = (1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
+PRESETS = {
+    # quick: ~1 minute on 2 CPU cores
+    "quick": {"T": 2**13, "k": 24, "d_hidden": 256, "d_in": 4, "d_out": 4, "seeds": 3},
+    # paper §4.1: T = 2^14, k = 24, hidden dimension 512 (d_in, d_out and seeds unspecified)
+    "paper": {"T": 2**14, "k": 24, "d_hidden": 512, "d_in": 4, "d_out": 4, "seeds": 5},
+}
+REGION_SEED = {"A": 0, "B": 500_009}  # separate streams per region
+
+
+def smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average (the first points average what exists so far)."""
+    if window <= 1:
+        return x
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    n = np.arange(1, len(x) + 1)
+    lo = np.maximum(0, n - window)
+    return (c[n] - c[lo]) / (n - lo)
+
+
+def run_system(cfg: LDSConfig, k: int, qs: tuple[float, ...], algorithms: tuple[int, ...],
+               lr: float, radius: float, g: torch.Generator) -> dict:
+    """One random system: per algorithm, the online losses [q, T] and the comparators."""
+    system, u, y = sample_sequence(cfg, g)
+    T = cfg.T
+    out = {"lam_min": float(system.lam.min()), "lam_max": float(system.lam.max())}
+    for alg in algorithms:
+        base = autoregressive_base(y, alg)
+        target = y - base  # [T, d_out]
+        Ls = [context_length(T, q, alg) for q in qs]
+        X = torch.stack([predictor_features(u, alg, T, k, L) for L in Ls])  # [q, T, k, d_in]
+        full = X[Ls.index(T)] if T in Ls else predictor_features(u, alg, T, k, T)
+        eta = lr / float(full.pow(2).sum((-1, -2)).mean())
+        ogd = online_gradient_descent(X, target.expand(len(qs), -1, -1), eta, radius)
+        Mstar = best_in_hindsight(full, target)  # the best full-context predictor
+        star_full = (predict(full, Mstar, base) - y).pow(2).sum(-1)  # ℓ_t(M*_T, T)
+        star_ctx = (predict(X, Mstar, base) - y).pow(2).sum(-1)  # ℓ_t(M*_T, T^q) [q, T]
+        Mtrue = true_weights(system.impulse_response(T), alg, T, k)
+        out[alg] = {"losses": ogd["losses"].numpy(), "L": Ls, "eta": eta,
+                    "star_full": star_full.numpy(), "star_ctx": star_ctx.numpy(),
+                    "final_M_norm": float(ogd["M"].flatten(2).norm(dim=-1).max()),
+                    "true_M_norm": float(Mtrue.flatten(1).norm(dim=-1).max()),
+                    "Mstar_norm": float(Mstar.flatten(1).norm(dim=-1).max())}
+    return out
+
+
+def compute(T: int = 2**13, k: int = 24, d_hidden: int = 256, d_in: int = 4, d_out: int = 4,
+            qs: tuple[float, ...] = QS, regions: tuple[str, ...] = ("A", "B"),
+            algorithms: tuple[int, ...] = (1, 2), seeds: int = 3, seed: int = 0,
+            lr: float = 0.3, radius: float = 10.0, points: int = 400,
+            progress: bool = True) -> dict:
+    """All numbers of the analysis (see the module docstring)."""
+    check(seeds >= 1, f"seeds must be >= 1, got {seeds}")
+    check(len(qs) >= 1 and all(0 < q <= 1 for q in qs), f"qs must be in (0, 1], got {qs}")
+    check(1.0 in qs, "qs must include 1 (the full-context predictor everything is compared to)")
+    check(all(a in (1, 2) for a in algorithms), f"algorithms must be 1 or 2, got {algorithms}")
+    check(lr > 0 and radius > 0, "lr and radius must be > 0")
+    qs = tuple(sorted(qs))
+    t0 = time.time()
+    window = max(1, T // 100)
+    # t = 0 is left out: ℓ_0 = 0 (no input yet) and a log axis cannot show it
+    grid = np.unique(np.linspace(1, T - 1, min(points, T - 1)).round().astype(int))
+    late = slice(T - T // 4, T)
+    i_full = qs.index(1.0)
+    curves, rows, systems = {}, [], []
+    bar = tqdm(total=len(regions) * seeds, desc=NAME, disable=not progress, leave=False)
+    for region in regions:
+        cfg = LDSConfig(T=T, d_hidden=d_hidden, d_in=d_in, d_out=d_out, region=region)
+        runs = []
+        for s in range(seeds):
+            g = make_generator(seed + REGION_SEED[region] + 7919 * s)
+            runs.append(run_system(cfg, k, qs, algorithms, lr, radius, g))
+            bar.update(1)
+        systems.append({"region": region, "lam_min": min(r["lam_min"] for r in runs),
+                        "lam_max": max(r["lam_max"] for r in runs),
+                        "region_bounds": region_bounds(T, cfg.q_boundary)})
+        for alg in algorithms:
+            L = runs[0][alg]["L"]
+            losses = np.stack([r[alg]["losses"] for r in runs])  # [seed, q, T]
+            star_full = np.stack([r[alg]["star_full"] for r in runs])  # [seed, T]
+            star_ctx = np.stack([r[alg]["star_ctx"] for r in runs])  # [seed, q, T]
+            mean_curve = losses.mean(0)  # [q, T]
+            curves[f"{region}{alg}"] = {
+                "region": region, "algorithm": alg, "qs": list(qs), "L": L,
+                "t": grid.tolist(),
+                "loss": [smooth(c, window)[grid].tolist() for c in mean_curve],
+                "best_full": smooth(star_full.mean(0), window)[grid].tolist()}
+            avg = losses.mean(-1)  # [seed, q]
+            avg_late = losses[..., late].mean(-1)
+            total = losses.sum(-1)
+            for i, q in enumerate(qs):
+                rows.append({
+                    "region": region, "algorithm": alg, "q": q, "L": L[i],
+                    "avg_loss": float(avg[:, i].mean()),
+                    "avg_loss_std": float(avg[:, i].std()),
+                    "late_loss": float(avg_late[:, i].mean()),
+                    "ratio_to_full": float(avg[:, i].mean() / avg[:, i_full].mean()),
+                    "late_ratio_to_full": float(avg_late[:, i].mean() / avg_late[:, i_full].mean()),
+                    "regret_vs_full_online": float((total[:, i] - total[:, i_full]).mean()),
+                    "asym_regret": float((total[:, i] - star_full.sum(-1)).mean()),
+                    "best_full_avg_loss": float(star_full.mean()),
+                    "best_at_context_avg_loss": float(star_ctx[:, i].mean()),
+                    "eta": float(np.mean([r[alg]["eta"] for r in runs])),
+                    "max_M_norm": max(r[alg]["final_M_norm"] for r in runs),
+                    "max_true_M_norm": max(r[alg]["true_M_norm"] for r in runs),
+                })
+    bar.close()
+    return to_jsonable({
+        "T": T, "k": k, "d_hidden": d_hidden, "d_in": d_in, "d_out": d_out, "qs": list(qs),
+        "seeds": seeds, "seed": seed, "lr": lr, "radius": radius, "smooth_window": window,
+        "late_window": [late.start, late.stop], "systems": systems, "curves": curves,
+        "rows": rows, "checks": checks(rows), "time_s": round(time.time() - t0, 1)})
+
+
+def _row(rows, region, alg, q):
+    for r in rows:
+        if r["region"] == region and r["algorithm"] == alg and abs(r["q"] - q) < 1e-9:
+            return r
+    return None
+
+
+def checks(rows: list[dict]) -> dict:
+    """The ratios the paper's claims are about (None where a run is missing)."""
+    out = {}
+    for name, (region, alg, q) in {
+        "B_alg2_q1/2": ("B", 2, 0.5), "B_alg1_q1/2": ("B", 1, 0.5),
+        "A_alg1_q7/8": ("A", 1, 7 / 8), "A_alg2_q7/8": ("A", 2, 7 / 8),
+        "A_alg1_q1/2": ("A", 1, 0.5),
+    }.items():
+        r = _row(rows, region, alg, q)
+        out[name] = None if r is None else {"ratio_to_full": r["ratio_to_full"],
+                                            "late_ratio_to_full": r["late_ratio_to_full"]}
+    return out
+
+
+# ---------------------------------------------------------------------------- plot
+TITLES = {"A1": "Region A, Alg. 1 (Fig. 2)", "B1": "Region B, Alg. 1 (Fig. 3)",
+          "B2": "Region B, Alg. 2 (Fig. 4)", "A2": "Region A, Alg. 2"}
+
+
+def plot(result: dict):
+    keys = [k for k in ("A1", "B1", "B2", "A2") if k in result["curves"]]
+    fig, axes = new_figure(len(keys), width_per_panel=3.8, height=3.3)
+    cmap = __import__("matplotlib").colormaps["viridis"]
+    for ax, key in zip(axes, keys, strict=True):
+        c = result["curves"][key]
+        n = len(c["qs"])
+        for i, (q, L) in enumerate(zip(c["qs"], c["L"], strict=True)):
+            label = "q = 1 (full)" if q == 1 else f"q = {q:.3g} (L = {L})"
+            ax.plot(c["t"], c["loss"][i], color=cmap(i / max(1, n - 1)), lw=1.2, label=label)
+        ax.set(yscale="log", xlabel="t", ylabel="ℓ_t (smoothed, mean over seeds)",
+               title=TITLES.get(key, key))
+    axes[0].legend(loc="upper right", fontsize=6)
+    fig.suptitle(f"T = {result['T']}, k = {result['k']}, hidden {result['d_hidden']}, "
+                 f"{result['seeds']} seeds", fontsize=9)
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    head = ["region", "alg", "q", "L", "avg loss", "late loss", "ratio", "late ratio",
+            "regret vs q=1", "asym regret", "M*_T at L"]
+    rows = [head]
+    for r in result["rows"]:
+        rows.append([r["region"], r["algorithm"], round(r["q"], 3), r["L"], r["avg_loss"],
+                     r["late_loss"], r["ratio_to_full"], r["late_ratio_to_full"],
+                     r["regret_vs_full_online"], r["asym_regret"], r["best_at_context_avg_loss"]])
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        out = []
+        for v in text.split(","):
+            v = v.strip()
+            if "/" in v:
+                a, b = v.split("/")
+                out.append(float(a) / float(b))
+            elif v:
+                out.append(float(v))
+        return tuple(out)
+    except ValueError:
+        raise TaskError(f"expected comma-separated numbers like 1/4,1/2,1, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help=f"CPU preset (default): {PRESETS['quick']}")
+    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   help=f"paper scale: {PRESETS['paper']}")
+    p.set_defaults(preset="quick")
+    p.add_argument("--T", type=int, default=None, help="horizon / filter length")
+    p.add_argument("--k", type=int, default=None, help="number of filters")
+    p.add_argument("--d-hidden", type=int, default=None, help="hidden dimension of the LDS")
+    p.add_argument("--d-in", type=int, default=None)
+    p.add_argument("--d-out", type=int, default=None)
+    p.add_argument("--seeds", type=int, default=None, help="random systems per region")
+    p.add_argument("--qs", default="1/4,1/2,3/4,7/8,1", help="context exponents q (L = T^q)")
+    p.add_argument("--lr", type=float, default=0.3, help="step size in units of 1/E‖X_t‖²")
+    p.add_argument("--radius", type=float, default=10.0, help="r of the Frobenius balls")
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], checkpoints=False)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    cfg = dict(PRESETS[args.preset])
+    for key in ("T", "k", "d_hidden", "d_in", "d_out", "seeds"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
+    check(args.device in ("cpu", "auto"),
+          "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
+    result = compute(**cfg, qs=_floats(args.qs), seed=args.seed, lr=args.lr, radius=args.radius)
+    result["preset"] = args.preset
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    print(f"done in {result['time_s']} s")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -117,3 +117,19 @@ def r2_by_bucket(result: ProbeResult, positions: np.ndarray,
                     "r2_mean": float(d.mean()) if len(d) else None,
                     "r2_pooled": pooled if np.isfinite(pooled) else None})
     return out
+
+
+def r2_within(result: ProbeResult, labels: np.ndarray) -> float:
+    """Held-out R² against the per-label mean instead of the global mean (pooled over targets).
+
+    With ``labels`` = positions this asks how well the probe tracks a count *beyond* its
+    average growth with t: a state that only encodes the position scores ≈ 0 here, while the
+    plain R² of a growing count would already be high."""
+    lab = np.asarray(labels)[result.test_index]
+    true, pred = result.true, result.pred
+    sse = ((true - pred) ** 2).sum()
+    sst = 0.0
+    for v in np.unique(lab):
+        sel = lab == v
+        sst += ((true[sel] - true[sel].mean(0)) ** 2).sum()
+    return float(1 - sse / sst) if sst > 0 else float("nan")

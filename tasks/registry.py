@@ -17,6 +17,8 @@ TASKS: dict[str, str] = {
     "induction": "tasks.induction:InductionHeadsTask",
     "markov": "tasks.markov:MarkovTask",
     "switching_markov": "tasks.markov:SwitchingMarkovTask",
+    # binary chains with P(1|·) restricted to a sub-interval (Markov paper App. E.5 hold-out)
+    "markov_holdout": "analyses.markov_holdout:HoldoutMarkovTask",
     "memorization": "tasks.memorization:MemorizationTask",
 }
 

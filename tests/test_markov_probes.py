@@ -117,3 +117,16 @@ def test_r2_by_bucket():
     res = fit_probe(X, X[:, :2], np.repeat(np.arange(20), 20))
     rows = r2_by_bucket(res, pos, [0, 10, 20])
     assert [r["n"] for r in rows] == [50, 50] and all(r["r2_mean"] > 0.999 for r in rows)
+
+
+def test_r2_within_positions_ignores_the_trend():
+    from probes.linear import r2_within
+
+    rng = np.random.default_rng(2)
+    pos = np.tile(np.arange(30), 40).astype(float)
+    y = pos * 0.5 + rng.normal(size=len(pos))  # a count-like target: trend plus per-sequence part
+    groups = np.repeat(np.arange(40), 30)
+    only_pos = fit_probe(pos[:, None], y, groups)
+    assert only_pos.r2_mean > 0.9 and r2_within(only_pos, pos) < 0.1
+    full = fit_probe(np.c_[pos, y], y, groups, alpha=1e-6)
+    assert r2_within(full, pos) > 0.999

@@ -1,0 +1,340 @@
+"""Are b^(ij) and c^(k) orthogonal for i ≠ k? (Markov paper §4.2.1, App. C.1, Fig. 5)
+
+``python -m analyses.bc_orthogonality ckpt.pt [more checkpoints along training ...]``
+
+In the Thm 1 mechanism the state holds Σ_ij n_ij x̃^(ij) b^(ij)ᵀ (Eq. 4) and the readout
+c_t = c^(x_t) must keep only the counts of the current context: b^(ij)·c^(k) ≈ 0 whenever i ≠ k
+(Eq. 5). With a convolution window w, b_t and c_t of the first layer are functions of the last
+w tokens only, so every window can be enumerated: feed all S^w windows, read b (``hook_B``) and
+c (``hook_C``) at the window's last position, and tabulate b(u)·c(v) for every pair of windows.
+For order k, u's transition is (context i = u[−k−1:−1] -> j = u[−1]) and v's current context
+is c = v[−k:]; "diagonal" pairs have i = c.
+
+Reported: the table T[i, j, c] (mean of b·c over the windows with that (i, j) and c; for w = k + 1
+exactly the paper's b^(ij)·c^(k)), the off-diagonal / diagonal magnitude ratio — both per
+window pair (mean |b·c| off / mean |b·c| on) and on the table — and the *effective β* (Fig. 5b):
+the β whose add-β estimator is closest (mean KL) to the model's predictions; for an
+L1-normalised model (MambaZero) also the count-independent part of the output read as β (the
+intercept of the output over the count coefficient, per current context). Given checkpoints
+saved along training, every number is given per checkpoint (Fig. 5a/b against the step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import minimize_scalar
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.markov_laplace import markov_batch, markov_task_of, model_probs
+from figures.style import COLORS, new_figure
+from probes.counts import context_index, current_counts
+from probes.estimators import add_beta_probs
+from tasks.base import check
+
+NAME = "bc_orthogonality"
+ARCHS = ("mamba2", "mambazero")
+
+
+def _ctx(window: torch.Tensor, S: int) -> torch.Tensor:
+    idx = torch.zeros(window.shape[0], dtype=torch.long)
+    for m in range(window.shape[1]):
+        idx = idx * S + window[:, m]
+    return idx
+
+
+@torch.no_grad()
+def window_vectors(model, S: int, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor,
+                                                         torch.Tensor]:
+    """(windows [n, w], b [n, groups, N], c [n, groups, N]) for every window of w symbols."""
+    cfg = model.cfg
+    w = cfg.d_conv if cfg.conv else 1
+    windows = torch.tensor(list(itertools.product(range(S), repeat=w)), dtype=torch.long)
+    names = {f"blocks.{layer}.mixer.hook_B", f"blocks.{layer}.mixer.hook_C"}
+    model.eval()
+    _, cache = model.run_with_cache(windows.to(model.device), names_filter=lambda n: n in names)
+    b = cache[f"blocks.{layer}.mixer.hook_B"][:, -1].double().cpu()  # [n, groups, N]
+    c = cache[f"blocks.{layer}.mixer.hook_C"][:, -1].double().cpu()
+    return windows, b, c
+
+
+def bc_table(windows: torch.Tensor, b: torch.Tensor, c: torch.Tensor, S: int, k: int) -> dict:
+    """T[i, j, c] and the off/diagonal ratios (see the module docstring)."""
+    n, w = windows.shape
+    ip = torch.einsum("ugn,vgn->uv", b, c) / b.shape[1]  # [n_u, n_v], mean over groups
+    out = {"window": w, "n_windows": n, "defined": w >= k + 1}
+    if w < k + 1:  # b cannot see the transition's context: "diagonal" has no meaning
+        out.update({"table": None, "ratio_pairs": None, "ratio_table": None,
+                    "note": f"window w={w} < k+1={k + 1}: b_t cannot tell the context of "
+                            "the transition it writes (App. C.1, confusable sequences)"})
+        return out
+    i_u = _ctx(windows[:, w - k - 1 : w - 1], S)  # context of u's transition
+    j_u = windows[:, -1]
+    c_v = _ctx(windows[:, w - k :], S)  # current context of v
+    C = S**k
+    table = torch.zeros(C, S, C, dtype=torch.float64)
+    for i in range(C):
+        for j in range(S):
+            rows = (i_u == i) & (j_u == j)
+            for cc in range(C):
+                table[i, j, cc] = ip[rows][:, c_v == cc].mean()
+    diag = i_u[:, None] == c_v[None, :]  # [n_u, n_v]
+    eye = torch.eye(C, dtype=torch.bool)[:, None, :].expand(C, S, C)
+    absip = ip.abs()
+    out.update({
+        "table": table,
+        "ratio_pairs": float(absip[~diag].mean() / absip[diag].mean()),
+        "ratio_table": float(table.abs()[~eye].mean() / table.abs()[eye].mean()),
+        "diag_mean": float(ip[diag].mean()), "off_mean": float(ip[~diag].mean()),
+        "max_abs_off": float(absip[~diag].max()), "min_abs_diag": float(absip[diag].min()),
+    })
+    return out
+
+
+@torch.no_grad()
+def readout_ratio(model, S: int, k: int) -> dict | None:
+    """Logit-level version of the orthogonality, for a 1-layer model without MLP.
+
+    A transition written by window u adds Δ(u)·x(u)·(b(u)·c(v)) to y_t when the current window
+    is v; the gate g(v) (elementwise), the RMS norms (a positive scalar per position, the same
+    for every u) and the linear maps W_o, W_ℓ carry it to the logits. So the effective logit
+    coefficient of the count of u at readout v is, up to that common scalar,
+    κ(u, v) = W_ℓ diag(w_f) W_o diag(w_n) [(Δ(u) x(u) (b(u)·c(v))) ⊙ g(v)], centred over the
+    symbols (softmax ignores a shift). In full Mamba-2 the gate can select the current
+    context's counts that b·c lets through, so κ, not b·c, is what must vanish off the
+    diagonal. Ratio: mean ‖κ‖ over i ≠ c pairs / mean ‖κ‖ over i = c pairs. (With
+    ``n_groups > 1`` the mixer norm's scale differs per group; it is ignored here.)"""
+    cfg = model.cfg
+    if cfg.n_layers != 1 or cfg.d_mlp:
+        return None
+    w = cfg.d_conv if cfg.conv else 1
+    if w < k + 1:
+        return None
+    windows = torch.tensor(list(itertools.product(range(S), repeat=w)), dtype=torch.long)
+    pre = "blocks.0.mixer."
+    names = {pre + n for n in ("hook_x", "hook_B", "hook_C", "hook_ssm_dt", "hook_gate")}
+    model.eval()
+    _, cache = model.run_with_cache(windows.to(model.device), names_filter=lambda n: n in names)
+    x = cache[pre + "hook_x"][:, -1].double().cpu()  # [n, heads, d_head]
+    dt = cache[pre + "hook_ssm_dt"][:, -1].double().cpu()  # [n, heads]
+    b = cache[pre + "hook_B"][:, -1].double().cpu()  # [n, groups, N]
+    c = cache[pre + "hook_C"][:, -1].double().cpu()
+    H, G = cfg.n_heads, cfg.n_groups
+    bh = b.repeat_interleave(H // G, dim=1)  # [n, heads, N]
+    ch = c.repeat_interleave(H // G, dim=1)
+    bc = torch.einsum("uhn,vhn->uvh", bh, ch)  # [n_u, n_v, heads]
+    y = torch.einsum("uh,uhp,uvh->uvhp", dt, x, bc).flatten(2)  # [n_u, n_v, d_inner]
+    mixer = model.blocks[0].mixer
+    if cfg.gated:
+        y = y * cache[pre + "hook_gate"][:, -1].double().cpu()[None]  # g(v)
+    if cfg.mixer_norm:
+        y = y * mixer.norm.weight.double().cpu()
+    o = y @ mixer.out_proj.weight.double().cpu().T  # [n_u, n_v, d_model]
+    if cfg.final_norm:
+        o = o * model.ln_final.weight.double().cpu()
+    logits = (o @ model.unembed.weight.double().cpu().T)[..., :S]  # [n_u, n_v, S]
+    kappa = (logits - logits.mean(-1, keepdim=True)).norm(dim=-1)  # [n_u, n_v]
+    i_u = _ctx(windows[:, w - k - 1 : w - 1], S)
+    diag = i_u[:, None] == _ctx(windows[:, w - k :], S)[None, :]
+    return {"ratio_readout": float(kappa[~diag].mean() / kappa[diag].mean())}
+
+
+def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) -> dict:
+    """The β whose add-β estimator is closest in mean KL(P_β ‖ P_θ) to the model's
+    predictions at positions ≥ t_min (Fig. 5b's "count-independent part", for any model)."""
+    cfg = task.cfg
+    check(not hasattr(task, "switch_id"), "fitted_beta needs plain Markov data")
+    x = markov_batch(task, n_seqs, seed).tokens
+    p = model_probs(model, x)[:, t_min:, : cfg.S]
+    logp = p.clamp_min(1e-300).log()
+
+    def loss(logb: float) -> float:
+        q = add_beta_probs(x, cfg.S, cfg.order, math.exp(logb))[:, t_min:]
+        return float((q * (q.log() - logp)).sum(-1).mean())
+
+    res = minimize_scalar(loss, bounds=(math.log(1e-3), math.log(1e3)), method="bounded",
+                          options={"xatol": 1e-6})
+    return {"beta_fit": math.exp(res.x), "kl_at_fit": float(res.fun),
+            "kl_at_true_beta": loss(math.log(cfg.beta)), "beta_true": cfg.beta}
+
+
+@torch.no_grad()
+def l1_count_independent(model, task, n_seqs: int = 64, seed: int = 0) -> dict | None:
+    """For an L1-normalised model: per current context c, regress the raw output v_j on
+    (1, n_c0..n_c,S−1); β_j^(c) = intercept_j / coefficient_jj (Eq. 12 reads logit = β + n)."""
+    if getattr(model.cfg, "prediction", "softmax") != "l1":
+        return None
+    cfg = task.cfg
+    x = markov_batch(task, n_seqs, seed).tokens
+    v = model(x.to(model.device)).double().cpu()[..., : cfg.S]  # [batch, pos, S]
+    n = current_counts(x, cfg.S, cfg.order).double()  # [batch, pos, S]
+    ctx = context_index(x, cfg.S, cfg.order)  # [batch, pos], −1 before a full context
+    betas = []
+    for c in range(cfg.S**cfg.order):
+        sel = ctx == c
+        A = torch.cat([torch.ones(int(sel.sum()), 1, dtype=torch.float64), n[sel]], 1)
+        coef = torch.linalg.lstsq(A, v[sel]).solution  # [1 + S, S]
+        alpha, gamma = coef[0], coef[1:]
+        betas.append((alpha / gamma.diagonal()).tolist())
+    return {"beta_per_context": betas}
+
+
+def compute(models: list[tuple[str, object]], layer: int = 0, n_seqs: int = 64, seed: int = 0,
+            task_name: str | None = None, task_config: dict | None = None,
+            max_windows: int = 4096, progress: bool = True) -> dict:
+    """b·c tables, ratios and effective β for each ``(label, model)`` (e.g. along training)."""
+    check(len(models) >= 1, "need at least one model")
+    rows = []
+    for label, model in tqdm(models, desc=NAME, disable=not progress, leave=False):
+        check(model.arch in ARCHS, f"bc_orthogonality needs Mamba-2 / MambaZero, got "
+              f"{model.arch!r}")
+        check(0 <= layer < model.cfg.n_layers, f"layer must be in 0..{model.cfg.n_layers - 1}")
+        task = markov_task_of(model, task_name, task_config)
+        S, k = task.cfg.S, task.cfg.order
+        w = model.cfg.d_conv if model.cfg.conv else 1
+        check(S**w <= max_windows, f"S^w = {S}^{w} windows is more than max_windows "
+              f"({max_windows})")
+        windows, b, c = window_vectors(model, S, layer)
+        ck = getattr(model, "checkpoint", None) or {}
+        row = {"label": label, "step": ck.get("train", {}).get("step"), "S": S, "order": k,
+               **bc_table(windows, b, c, S, k), "ratio_readout": None}
+        if layer == 0:
+            row.update(readout_ratio(model, S, k) or {})
+        if not hasattr(task, "switch_id"):
+            row.update(fitted_beta(model, task, n_seqs, seed))
+            row["l1"] = l1_count_independent(model, task, n_seqs, seed)
+        rows.append(row)
+    return to_jsonable({"layer": layer, "seed": seed, "models": rows})
+
+
+# ---------------------------------------------------------------------------- plot
+def plot(result: dict):
+    rows = result["models"]
+    fig, ax = new_figure(3, width_per_panel=4.2, height=3.4)
+    last = rows[-1]
+    if last["table"] is not None:
+        T = np.array(last["table"], dtype=float)  # [C, S, C]
+        C, S = T.shape[0], T.shape[1]
+        grid = T.reshape(C * S, C)
+        vmax = max(np.abs(grid).max(), 1e-12)
+        im = ax[0].imshow(grid, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+        for r in range(grid.shape[0]):
+            for q in range(C):
+                ax[0].text(q, r, f"{grid[r, q]:.2g}", ha="center", va="center", fontsize=7)
+        ax[0].set(xticks=range(C), yticks=range(C * S), xlabel="c: current context k",
+                  yticklabels=[f"{i}->{j}" for i in range(C) for j in range(S)],
+                  ylabel="b: transition i->j", title=f"b^(ij)·c^(k) ({last['label']})")
+        ax[0].grid(False)
+        fig.colorbar(im, ax=ax[0], fraction=0.046)
+    else:
+        ax[0].text(0.5, 0.5, last.get("note", "undefined"), ha="center", va="center",
+                   wrap=True, fontsize=8, transform=ax[0].transAxes)
+    steps = [r["step"] if r["step"] is not None else i for i, r in enumerate(rows)]
+    for key, name, color in (("ratio_pairs", "b·c per window pair", COLORS["mamba2"]),
+                             ("ratio_table", "b·c table (Fig. 5a)", COLORS["alibi"]),
+                             ("ratio_readout", "logit coefficient κ", COLORS["rope"])):
+        vals = [np.nan if r[key] is None else r[key] for r in rows]
+        ax[1].plot(steps, vals, marker="o", color=color, label=name)
+    ax[1].axhline(0.1, color="grey", ls=":", lw=0.8)
+    ax[1].set_yscale("symlog", linthresh=1e-3)
+    ax[1].set(xlabel="training step", ylabel="mean magnitude off / on diagonal", ylim=(0, None),
+              title="orthogonality along training")
+    ax[1].legend()
+    if any("beta_fit" in r for r in rows):
+        ax[2].plot(steps, [r.get("beta_fit", np.nan) for r in rows], marker="o",
+                   color=COLORS["mamba2"], label="β fitted to the predictions")
+        for r_i, r in enumerate(rows):
+            if r.get("l1"):
+                for c, bc in enumerate(r["l1"]["beta_per_context"]):
+                    ax[2].scatter([steps[r_i]] * len(bc), bc, s=12, color=COLORS["mambazero"],
+                                  label="L1 intercept/coef" if (r_i, c) == (0, 0) else None)
+        ax[2].axhline(rows[-1].get("beta_true", 1.0), color="black", ls="--", lw=0.8,
+                      label="true β")
+        top = max([2 * rows[-1].get("beta_true", 1.0)]
+                  + [r.get("beta_fit", 0) * 1.2 for r in rows if r.get("beta_fit")])
+        ax[2].set(xlabel="training step", ylabel="β", ylim=(0, top),
+                  title="count-independent part (Fig. 5b)")
+        ax[2].legend()
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    out = [["model", "step", "w", "b.c pairs", "b.c table", "logit coef", "beta fit", "KL@fit"]]
+
+    def fmt(v):
+        return "-" if v is None else v
+
+    for r in result["models"]:
+        out.append([r["label"][-40:], fmt(r["step"]), r["window"], fmt(r["ratio_pairs"]),
+                    fmt(r["ratio_table"]), fmt(r["ratio_readout"]), r.get("beta_fit", "-"),
+                    r.get("kl_at_fit", "-")])
+    return out
+
+
+# ---------------------------------------------------------------------------- training
+def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: int,
+                           arch: str = "mamba2", task: str = "markov") -> list[str]:
+    """Checkpoints at n_points evenly spaced steps of *one* run, by training in segments that
+    each resume from the previous one. The schedule is ``constant`` (after warm-up) so the
+    learning rate does not depend on where a run ends: the segments retrace one run exactly."""
+    from models.checkpoint import read_checkpoint
+    from models.train import make_spec, train
+
+    base = make_spec(arch, task, preset)
+    total = base.train.steps
+    steps = sorted({max(1, round(total * (i + 1) / n_points)) for i in range(n_points)})
+    paths, prev = [], None
+    for s in steps:
+        spec = make_spec(arch, task, preset, train={"steps": s, "schedule": "constant",
+                                                     "eval_every": 0})
+        path = Path(cache_dir) / f"traj-{arch}-{task}-{spec.hash()}.pt"
+        if not path.exists():
+            train(spec, out=path, device=device, resume=prev)
+        read_checkpoint(path)
+        paths.append(str(path))
+        prev = path
+    return paths
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layer", type=int, default=0, help="mixer layer (its b, c see windows only "
+                   "in layer 0)")
+    p.add_argument("--n-seqs", type=int, default=64, help="test sequences for the β fit")
+    p.add_argument("--trajectory", type=int, default=0,
+                   help="with --train: also N checkpoints along one constant-lr run (Fig. 5)")
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    ckpts = list(args.checkpoints)
+    if args.train:
+        from analyses.state_probe import quick_checkpoint
+
+        if args.trajectory:
+            ckpts += trajectory_checkpoints(args.train, args.cache_dir, args.device,
+                                            args.trajectory)
+        else:
+            ckpts.append(quick_checkpoint(args.train, args.cache_dir, args.device))
+    check(len(ckpts) >= 1, "give checkpoint(s) or --train quick")
+    models = [(str(c), load_model(c, archs=ARCHS, device=args.device)) for c in ckpts]
+    result = compute(models, layer=args.layer, n_seqs=args.n_seqs, seed=args.seed)
+    result["checkpoints"] = ckpts
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

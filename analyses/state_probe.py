@@ -1,0 +1,252 @@
+"""Can the transition counts be read linearly from the Mamba state H_t? (Markov paper §4.2, Eq. 4)
+
+``python -m analyses.state_probe ckpt.pt`` — on fresh random Markov sequences, collect H_t from
+``blocks.{i}.mixer.hook_ssm_state`` ([batch, pos, heads, d_head, d_state], flattened) and fit
+ridge probes (held-out sequences) that read
+
+* the transition counts n_ij(t) (for order k: context c -> symbol j, S^k·S targets), and
+* the context counts n_c(t) = Σ_j n_cj(t).
+
+Reported per layer: held-out R² per (i, j), their mean, the R² *within positions* (against the
+per-position mean, so a state that only knows t scores ≈ 0 although counts grow with t), R²
+per position bucket. Controls: the same probes on shuffled targets and on a randomly
+initialised model of the same config. The converse that the construction predicts (H_t is a
+linear function of the counts, Eq. 4): the fraction of the state's variance the counts explain
+linearly (pooled R² of the reverse probe counts -> H_t).
+
+On switching Markov data the counts restart at every switch token (the optimal statistic, §5.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.markov_laplace import markov_batch, markov_task_of
+from figures.style import COLORS, new_figure
+from probes.counts import context_counts, count_names, transition_counts
+from probes.linear import fit_probe, r2_by_bucket, r2_within
+from tasks.base import check
+
+NAME = "state_probe"
+ARCHS = ("mamba2", "mambazero")
+STATE_HOOK = "blocks.{}.mixer.hook_ssm_state"
+
+
+@torch.no_grad()
+def collect_states(model, tokens: torch.Tensor, layers: list[int], chunk: int = 32
+                   ) -> dict[int, np.ndarray]:
+    """``{layer: [batch, pos, features]}`` float64: H_t flattened over (heads, d_head, d_state)."""
+    names = {STATE_HOOK.format(i) for i in layers}
+    out: dict[int, list[np.ndarray]] = {i: [] for i in layers}
+    model.eval()
+    for s in range(0, tokens.shape[0], chunk):
+        _, cache = model.run_with_cache(tokens[s : s + chunk].to(model.device),
+                                        names_filter=lambda n: n in names)
+        for i in layers:
+            H = cache[STATE_HOOK.format(i)]  # [batch, pos, heads, d_head, d_state]
+            out[i].append(H.flatten(2).double().cpu().numpy())  # [batch, pos, features]
+    return {i: np.concatenate(v) for i, v in out.items()}
+
+
+def count_targets(task, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray, list[str],
+                                                       list[str]]:
+    """(transition counts [batch, pos, S^k·S], context counts [batch, pos, S^k], names)."""
+    S, k = task.cfg.S, task.cfg.order
+    reset = getattr(task, "switch_id", None)
+    n = transition_counts(tokens, S, k, reset_token=reset)  # [batch, pos, ctx, S]
+    nc = context_counts(tokens, S, k, reset_token=reset)  # [batch, pos, ctx]
+    ctx_names = [name.split("->")[0] for name in count_names(S, k)[::S]]
+    return (n.flatten(2).double().numpy(), nc.double().numpy(), count_names(S, k),
+            [f"n({c})" for c in ctx_names])
+
+
+def random_init_like(model, seed: int):
+    """A freshly initialised model with the same architecture and config (the control)."""
+    torch.manual_seed(seed)
+    fresh = type(model)(model.cfg).to(model.device)
+    return fresh.eval()
+
+
+def probe_layer(X: np.ndarray, Y: np.ndarray, Yc: np.ndarray, groups: np.ndarray,
+                pos: np.ndarray, edges: list[int], alpha: float, seed: int,
+                scatter: int, rng: np.random.Generator) -> dict:
+    """All probes on one layer's states ``X`` [rows, features]."""
+    tr = fit_probe(X, Y, groups, alpha=alpha, seed=seed)
+    ctx = fit_probe(X, Yc, groups, alpha=alpha, seed=seed)
+    shuf = fit_probe(X, Y, groups, alpha=alpha, seed=seed, shuffle_targets=True)
+    # converse (Eq. 4): how much of H_t the counts explain linearly
+    conv = fit_probe(Y, X, groups, alpha=alpha, seed=seed)
+    pick = rng.choice(len(tr.true), size=min(scatter, len(tr.true)), replace=False)
+    return {
+        "r2": tr.r2, "r2_mean": tr.r2_mean, "r2_pooled": tr.r2_pooled,
+        "r2_within_pos": r2_within(tr, pos),
+        "r2_by_bucket": r2_by_bucket(tr, pos, edges),
+        "ctx_r2": ctx.r2, "ctx_r2_mean": ctx.r2_mean,
+        "ctx_r2_within_pos": r2_within(ctx, pos),
+        "shuffled_r2_mean": shuf.r2_mean,
+        "shuffled_r2_by_bucket": r2_by_bucket(shuf, pos, edges),
+        "state_explained_by_counts": conv.r2_pooled,
+        "n_train": tr.n_train, "n_test": tr.n_test, "n_features": int(X.shape[1]),
+        "scatter": {"true": tr.true[pick], "pred": tr.pred[pick]},
+    }
+
+
+def compute(model, n_seqs: int = 64, seed: int = 0, layers: list[int] | None = None,
+            max_rows: int = 12000, n_buckets: int = 4, alpha: float = 1e-3,
+            control: bool = True, scatter: int = 400, task_name: str | None = None,
+            task_config: dict | None = None, progress: bool = True) -> dict:
+    """Probe results per layer for ``model`` and (``control``) a random-init twin, on the data
+    of the model's checkpoint task (or ``task_name`` / ``task_config``)."""
+    check(model.arch in ARCHS, f"state_probe needs a Mamba-2 / MambaZero model, got "
+          f"{model.arch!r}")
+    check(n_seqs >= 4, f"n_seqs must be >= 4 (sequences are split into train/test), got {n_seqs}")
+    check(max_rows >= 100 and n_buckets >= 1, "max_rows must be >= 100, n_buckets >= 1")
+    L = model.cfg.n_layers
+    layers = list(range(L)) if layers is None else layers
+    check(all(0 <= i < L for i in layers), f"layers must be in 0..{L - 1}, got {layers}")
+    task = markov_task_of(model, task_name, task_config)
+    tokens = markov_batch(task, n_seqs, seed).tokens  # [batch, pos]
+    B, T = tokens.shape
+    Y, Yc, names, ctx_names = count_targets(task, tokens)
+    rng = np.random.default_rng(seed)
+    rows = np.arange(B * T)
+    if len(rows) > max_rows:  # positions sampled uniformly; whole sequences still split
+        rows = np.sort(rng.choice(rows, size=max_rows, replace=False))
+    groups, pos = rows // T, rows % T
+    edges = sorted({int(v) for v in np.linspace(0, T, n_buckets + 1)})
+    Y, Yc = Y.reshape(B * T, -1)[rows], Yc.reshape(B * T, -1)[rows]
+
+    runs = [("trained", model)]
+    if control:
+        runs.append(("random_init", random_init_like(model, seed + 1)))
+    out = {}
+    bar = tqdm(total=len(runs) * len(layers), desc=NAME, disable=not progress, leave=False)
+    for label, m in runs:
+        states = collect_states(m, tokens, layers)
+        res = []
+        for i in layers:
+            X = states[i].reshape(B * T, -1)[rows]
+            res.append({"layer": i, **probe_layer(X, Y, Yc, groups, pos, edges, alpha, seed,
+                                                  scatter, rng)})
+            bar.update(1)
+        out[label] = res
+    bar.close()
+    cfg = task.cfg
+    return to_jsonable({
+        "task": task.name, "S": cfg.S, "order": cfg.order, "beta": cfg.beta,
+        "n_seqs": n_seqs, "seq_len": T, "rows": len(rows), "seed": seed, "alpha": alpha,
+        "layers": layers, "targets": names, "context_targets": ctx_names,
+        "bucket_edges": edges, **out,
+    })
+
+
+# ---------------------------------------------------------------------------- plot
+def plot(result: dict):
+    fig, ax = new_figure(4, width_per_panel=3.8, height=3.3)
+    S, k = result["S"], result["order"]
+    best = max(result["trained"], key=lambda r: r["r2_mean"] or -1)
+    grid = np.array([np.nan if v is None else v for v in best["r2"]]).reshape(S**k, S)
+    im = ax[0].imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ctx = [t.split("->")[0] for t in result["targets"][::S]]
+    for a in range(grid.shape[0]):
+        for b in range(S):
+            ax[0].text(b, a, f"{grid[a, b]:.3f}", ha="center", va="center", fontsize=7,
+                       color="white" if not grid[a, b] > 0.6 else "black")
+    ax[0].set(xticks=range(S), yticks=range(S**k), yticklabels=ctx, xlabel="next symbol j",
+              ylabel="context i", title=f"held-out R² of n_ij (layer {best['layer']})")
+    ax[0].grid(False)
+    fig.colorbar(im, ax=ax[0], fraction=0.046)
+
+    sc = best["scatter"]
+    true, pred = np.array(sc["true"], dtype=float), np.array(sc["pred"], dtype=float)
+    for j in range(min(true.shape[1], 4)):
+        ax[1].scatter(true[:, j], pred[:, j], s=3, alpha=0.5, label=result["targets"][j])
+    lim = [0, max(1.0, float(np.nanmax(true)))]
+    ax[1].plot(lim, lim, color="black", lw=0.8)
+    ax[1].set(xlabel="true count", ylabel="probe prediction", title="predicted vs true")
+    ax[1].legend(markerscale=3)
+
+    edges = result["bucket_edges"]
+    mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for label, color, key in (("trained", COLORS["mamba2"], "r2_by_bucket"),
+                              ("random_init", COLORS["lstm"], "r2_by_bucket"),
+                              ("trained", COLORS["alibi"], "shuffled_r2_by_bucket")):
+        if label not in result:
+            continue
+        r = next(x for x in result[label] if x["layer"] == best["layer"])
+        vals = [np.nan if b["r2_mean"] is None else b["r2_mean"] for b in r[key]]
+        name = label if key == "r2_by_bucket" else "shuffled targets"
+        ax[2].plot(mids, vals, marker="o", color=color, label=name)
+    ax[2].set(xlabel="position bucket (centre)", ylabel="mean held-out R²", ylim=(-0.1, 1.05),
+              title="R² per position bucket")
+    ax[2].legend()
+
+    keys = [("r2_mean", "n_ij"), ("r2_within_pos", "n_ij within t"), ("ctx_r2_mean", "n_i"),
+            ("state_explained_by_counts", "H_t by counts")]
+    x = np.arange(len(keys))
+    for off, (label, color) in zip((-0.2, 0.2), (("trained", COLORS["mamba2"]),
+                                                 ("random_init", COLORS["lstm"])), strict=True):
+        if label not in result:
+            continue
+        r = next(v for v in result[label] if v["layer"] == best["layer"])
+        ax[3].bar(x + off, [max(-0.1, r[key] if r[key] is not None else np.nan)
+                            for key, _ in keys], 0.4, color=color, label=label)
+    ax[3].set(xticks=x, ylim=(-0.1, 1.05), ylabel="R²", title="summary (held-out)")
+    ax[3].set_xticklabels([n for _, n in keys], rotation=20, fontsize=7)
+    ax[3].legend()
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    rows = [["model", "layer", "R2 n_ij", "R2 within t", "R2 n_i", "shuffled", "H by counts"]]
+    for label in ("trained", "random_init"):
+        for r in result.get(label, []):
+            rows.append([label, r["layer"], r["r2_mean"], r["r2_within_pos"], r["ctx_r2_mean"],
+                         r["shuffled_r2_mean"], r["state_explained_by_counts"]])
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-seqs", type=int, default=64, help="test sequences")
+    p.add_argument("--max-rows", type=int, default=12000, help="(sequence, position) samples")
+    p.add_argument("--buckets", type=int, default=4, help="position buckets")
+    p.add_argument("--alpha", type=float, default=1e-3, help="ridge penalty (standardised X)")
+    p.add_argument("--no-control", action="store_true", help="skip the random-init control")
+
+
+def quick_checkpoint(preset: str, cache_dir: str, device: str, task: str = "markov") -> str:
+    """The 1-layer Mamba-2 of the preset on binary first-order chains (cached)."""
+    from models.train import train_cached
+
+    return str(train_cached("mamba2", task, preset, cache_dir, device=device))
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+    add_arguments(p)
+    args = p.parse_args(argv)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    ckpts = list(args.checkpoints)
+    if not ckpts and args.train:
+        ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]
+    check(len(ckpts) == 1, f"state_probe takes exactly one checkpoint, got {len(ckpts)}")
+    model = load_model(ckpts[0], archs=ARCHS, device=args.device)
+    result = compute(model, n_seqs=args.n_seqs, seed=args.seed, max_rows=args.max_rows,
+                     n_buckets=args.buckets, alpha=args.alpha, control=not args.no_control)
+    result["checkpoint"] = ckpts[0]
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""Markov-paper analyses on the Thm 1 construction (exact answers) and on random models."""
+
+import json
+
+import pytest
+import torch
+
+from analyses import (
+    bc_orthogonality,
+    mamba_decay,
+    markov_ablations,
+    markov_holdout,
+    markov_laplace,
+    state_probe,
+)
+from models.constructions import mambazero_add_beta, save_mambazero
+from models.mamba2 import Mamba2Config, Mamba2LM
+from tasks.base import TaskError
+
+
+@pytest.fixture(scope="module")
+def construction3():
+    m = mambazero_add_beta(3, 0.5, dtype=torch.float64)
+    m.checkpoint = {"task": {"name": "markov",
+                             "config": {"S": 3, "order": 1, "beta": 0.5, "seq_len": 48}}}
+    return m
+
+
+def test_state_probe_reads_the_counts_of_the_construction(construction3):
+    r = state_probe.compute(construction3, n_seqs=12, max_rows=400, control=True,
+                            progress=False)
+    tr = r["trained"][0]
+    assert len(tr["r2"]) == 9 and min(tr["r2"]) > 0.9999  # every n_ij, held out
+    assert tr["ctx_r2_mean"] > 0.9999 and tr["state_explained_by_counts"] > 0.9999
+    assert tr["shuffled_r2_mean"] < 0.3  # the control explains (almost) nothing
+    assert r["random_init"][0]["r2_mean"] is not None
+    assert state_probe.plot(r) is not None
+
+
+def test_state_probe_rejects_other_archs():
+    from models.transformer import HookedTransformerLM, TransformerConfig
+
+    m = HookedTransformerLM(TransformerConfig(vocab_size=2, d_model=8, n_heads=1, n_layers=1))
+    with pytest.raises(TaskError):
+        state_probe.compute(m, progress=False)
+
+
+def test_bc_table_of_the_construction_is_exactly_orthogonal(construction3):
+    r = bc_orthogonality.compute([("thm1", construction3)], n_seqs=16, progress=False)
+    row = r["models"][0]
+    T = torch.tensor(row["table"])  # [i, j, c]
+    eye = torch.eye(3, dtype=torch.bool)[:, None, :].expand(3, 3, 3)
+    assert torch.all(T[eye] == 1.0) and torch.all(T[~eye] == 0.0)
+    assert row["ratio_pairs"] == 0.0 and row["ratio_table"] == 0.0
+    assert row["ratio_readout"] == 0.0
+    assert abs(row["beta_fit"] - 0.5) < 1e-4 and row["kl_at_fit"] < 1e-10
+    assert all(abs(b - 0.5) < 1e-9 for ctx in row["l1"]["beta_per_context"] for b in ctx)
+
+
+def test_bc_table_of_a_random_model_is_not_orthogonal():
+    torch.manual_seed(1)
+    m = Mamba2LM(Mamba2Config(vocab_size=2, d_model=8, d_conv=2, d_state=4))
+    r = bc_orthogonality.compute([("rand", m)], n_seqs=8, task_config={"seq_len": 32},
+                                 progress=False)
+    assert r["models"][0]["ratio_pairs"] > 0.3
+    w1 = Mamba2LM(Mamba2Config(vocab_size=2, d_model=8, d_conv=1, d_state=4))
+    row = bc_orthogonality.compute([("w1", w1)], n_seqs=8, task_config={"seq_len": 32},
+                                   progress=False)["models"][0]
+    assert row["table"] is None and "w=1" in row["note"]
+
+
+def test_decay_hook_matches_the_parameters():
+    torch.manual_seed(0)
+    m = Mamba2LM(Mamba2Config(vocab_size=3, d_model=16, n_heads=2, n_layers=2)).double()
+    with torch.no_grad():
+        for b in m.blocks:  # input-dependent Δ_t and a well below 1
+            b.mixer.in_proj.weight[-2:].normal_()
+            b.mixer.dt_bias.fill_(0.3)
+    x = torch.randint(0, 3, (4, 25))
+    a = mamba_decay.read_decay(m, x)  # [layers, batch, pos, heads]
+    for layer in range(2):
+        ref = torch.exp(-torch.exp(m.blocks[layer].mixer.A_log) *
+                        torch.nn.functional.softplus(
+                            m.blocks[layer].mixer.in_proj(m.blocks[layer].norm(
+                                m.run_with_cache(x)[1][f"blocks.{layer}.hook_resid_pre"]))[..., -2:]
+                            + m.blocks[layer].mixer.dt_bias))
+        assert torch.allclose(a[layer], ref, atol=1e-12)
+        assert torch.allclose(a[layer], mamba_decay.decay_from_parameters(m, x, layer),
+                              atol=1e-12)
+        assert a[layer].std() > 1e-3  # really input-dependent
+
+
+def test_decay_on_switching_data_splits_switch_tokens():
+    torch.manual_seed(0)
+    m = Mamba2LM(Mamba2Config(vocab_size=3, d_model=8))
+    m.checkpoint = {"task": {"name": "switching_markov",
+                             "config": {"p_switch": 0.1, "seq_len": 40}}}
+    r = mamba_decay.compute([("sw", m)], n_seqs=8)
+    row = r["models"][0]
+    assert row["n_switch"] > 0 and 0 < row["mean_at_switch"] <= 1
+    assert len(row["trace"]["switch_pos"]) >= 1
+    assert mamba_decay.plot(r) is not None
+
+
+def test_construction_matches_add_beta_in_markov_laplace_and_holdout(construction3):
+    r = markov_laplace.compute([("thm1", construction3)], n_seqs=8, t_min=10, progress=False)
+    row = r["models"][0]
+    assert row["l1_mean"] < 1e-9 and abs(row["loss_gap"]) < 1e-9
+    assert markov_laplace.plot(r) is not None
+    binary = mambazero_add_beta(2, 1.0, dtype=torch.float64)
+    h = markov_holdout.compute(binary, n_seqs=8, seq_len=60)
+    assert all(v["mean"] < 1e-9 for v in h["held_out"]["by_t"].values())
+    assert h["held_out"]["range"] == [0.5, 1.0]
+
+
+def test_holdout_task_kernels_stay_in_range():
+    from tasks.base import make_generator
+    from tasks.registry import make_task
+
+    t = make_task("markov_holdout", {"seq_len": 20, "p_lo": 0.0, "p_hi": 0.5})
+    x, P = t.sample(64, make_generator(0))
+    assert P[..., 1].max() <= 0.5 and x.shape == (64, 21)
+    with pytest.raises(TaskError):
+        make_task("markov_holdout", {"S": 3})
+
+
+def test_ablation_summary(construction3):
+    torch.manual_seed(0)
+    rand = Mamba2LM(Mamba2Config(vocab_size=3, d_model=8, conv=False))
+    rand.checkpoint = construction3.checkpoint
+    r = markov_ablations.compute([("conv", "mamba2", construction3),
+                                  ("conv", "mamba2 no conv", rand)], n_seqs=8)
+    assert r["summary"]["conv_noconv_over_full_gap"] > 1e3
+    with pytest.raises(TaskError):
+        markov_ablations.runs_for(["nope"], "quick")
+
+
+def test_cli_on_a_construction_checkpoint(tmp_path):
+    ck = save_mambazero(tmp_path / "mz.pt", S=2, beta=1.0, seq_len=40)
+    out = tmp_path / "out"
+    assert bc_orthogonality.main([str(ck), "--out", str(out), "--n-seqs", "8"]) == 0
+    res = json.loads((out / "bc_orthogonality.json").read_text())
+    assert res["models"][0]["ratio_pairs"] == 0.0 and (out / "bc_orthogonality.png").exists()
+    assert state_probe.main([str(ck), "--out", str(out), "--n-seqs", "8", "--no-control"]) == 0
+    assert json.loads((out / "state_probe.json").read_text())["trained"][0]["r2_mean"] > 0.999
+
+
+def test_cli_wrong_checkpoint_kind_exits_2(tmp_path, capsys):
+    from models.constructions import save_hash_copy
+
+    ck = save_hash_copy(tmp_path / "hc.pt", n=2, D=4, max_len=8)
+    assert state_probe.main([str(ck), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mamba2" in err[0]

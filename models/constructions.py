@@ -315,7 +315,8 @@ def lemma_2_4_bound(L: int, n: int, D: int) -> float:
 
 def gssm_error_bound(state_bits: float, L: int, D: int) -> float:
     """Thm 2.7: a GSSM whose state takes ≤ 2^bits values errs with prob. > 1 − 2^bits / D^L."""
-    return max(0.0, 1.0 - 2.0 ** (state_bits - L * math.log2(D)))
+    exponent = state_bits - L * math.log2(D)  # log2(|S| / D^L)
+    return 0.0 if exponent >= 0 else 1.0 - 2.0**exponent
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,282 @@
+"""The copy paper's bounds against measured errors (Thm 2.3, Lemma 2.4, Thm 2.7, App. C, D).
+
+``python -m analyses.copy_bounds [GSSM or transformer copy checkpoints...]``
+
+1. Upper bound (transformers): the hash-copy construction of App. C
+   (:func:`models.constructions.build_hash_copy_transformer`) errs only when the string repeats
+   an n-gram (Thm 2.3), and for uniform strings p_n-gram < L²·D^(−n) (Lemma 2.4). For each n
+   and length L we measure p_n-gram by counting on many uniform strings and the construction's
+   string-level error (one exact teacher-forced pass), stratified: error = p̂·err(strings with a
+   repeat) + (1 − p̂)·err(strings without), both strata run through the model.
+2. Lower bound (GSSMs, Thm 2.7): a model whose state takes at most 2^bits values errs with
+   probability > 1 − 2^bits / D^L. For each GSSM checkpoint, bits = (floats in its state) ×
+   bits per float (32 and 8 shown); the bound is drawn beside the checkpoint's measured error.
+   Transformer checkpoints are measured for contrast (their KV cache grows with L: no bound).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.ngram_heads import _ints
+from figures.style import COLORS, new_figure
+from models.constructions import (
+    build_hash_copy_transformer,
+    gssm_error_bound,
+    has_repeated_ngram,
+    lemma_2_4_bound,
+)
+from models.generation import teacher_forced_argmax
+from tasks.base import TaskError, check, make_generator
+
+NAME = "copy_bounds"
+GSSM_ARCHS = ("mamba", "mamba2", "lstm")
+ARCHS = (*GSSM_ARCHS, "transformer")
+PRESETS = {
+    # quick: 2 CPU cores, a few minutes; paper: tighter estimates and longer strings (GPU)
+    "quick": {"n_values": [3, 4, 5], "lengths": [20, 50, 100, 200, 500, 1000],
+              "count_samples": 4000, "model_samples": 16, "gssm_lengths": [10, 20, 40, 80, 160],
+              "gssm_samples": 64},
+    "paper": {"n_values": [3, 4, 5, 6], "lengths": [20, 50, 100, 200, 500, 1000, 2000],
+              "count_samples": 100_000, "model_samples": 128,
+              "gssm_lengths": [10, 20, 50, 100, 200, 500, 1000], "gssm_samples": 640},
+}
+
+
+def _prompts(x: torch.Tensor, D: int) -> torch.Tensor:
+    B = x.shape[0]
+    return torch.cat([torch.full((B, 1), D), x, torch.full((B, 1), D + 2)], dim=1)  # BOS, COPY
+
+
+@torch.no_grad()
+def string_errors(model, x: torch.Tensor, D: int, batch_size: int = 8) -> torch.Tensor:
+    """[batch] bool: the model's copy of each row of x is wrong (exact, teacher forced)."""
+    out = []
+    for i in range(0, x.shape[0], batch_size):
+        xb = x[i : i + batch_size].to(model.device)
+        pred = teacher_forced_argmax(model, _prompts(xb, D).to(model.device), xb)
+        out.append((pred != xb).any(dim=1).cpu())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+
+
+def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
+                        count_samples: int = 4000, model_samples: int = 16, seed: int = 0,
+                        device: str = "cpu", progress: bool = True) -> list[dict]:
+    """Measured p_n-gram, Lemma 2.4's bound and the construction's stratified error."""
+    rows = []
+    bar = tqdm(total=len(n_values) * len(lengths), desc=f"{NAME}: construction",
+               disable=not progress, leave=False)
+    for n in n_values:
+        model = build_hash_copy_transformer(n, D, max_keys=max(4 * max(lengths), 1000)).to(device)
+        for L in lengths:
+            if L < 2 * n:  # Thm 2.3 needs 2n ≤ L
+                bar.update(1)
+                continue
+            g = make_generator(seed + 7919 * n + L)
+            rep_x, norep_x, n_rep, done = [], [], 0, 0
+            while done < count_samples:  # count repeats; keep a few strings of each stratum
+                b = min(2000, count_samples - done)
+                x = torch.randint(0, D, (b, L), generator=g)
+                r = has_repeated_ngram(x, n, D)
+                n_rep += int(r.sum())
+                done += b
+                if sum(len(t) for t in rep_x) < model_samples:
+                    rep_x.append(x[r][:model_samples])
+                if sum(len(t) for t in norep_x) < model_samples:
+                    norep_x.append(x[~r][:model_samples])
+            p_hat = n_rep / done
+            rep = torch.cat(rep_x)[:model_samples]
+            norep = torch.cat(norep_x)[:model_samples]
+            e_rep = string_errors(model, rep, D) if len(rep) else torch.zeros(0, dtype=torch.bool)
+            e_norep = string_errors(model, norep, D) if len(norep) else torch.zeros(0)
+            err_rep = float(e_rep.float().mean()) if len(rep) else 0.0
+            err_norep = float(e_norep.float().mean()) if len(norep) else 0.0
+            err = p_hat * err_rep + (1 - p_hat) * err_norep
+            # standard error: counting noise on p̂ plus model-sample noise in both strata
+            se = math.sqrt((err_rep - err_norep) ** 2 * p_hat * (1 - p_hat) / done
+                           + p_hat**2 * err_rep * (1 - err_rep) / max(len(rep), 1)
+                           + (1 - p_hat) ** 2 * err_norep * (1 - err_norep) / max(len(norep), 1))
+            rows.append({"n": n, "L": L, "D": D, "p_ngram": p_hat, "count_samples": done,
+                         "bound": lemma_2_4_bound(L, n, D), "error": err, "error_se": se,
+                         "error_given_repeat": err_rep if len(rep) else None,
+                         "error_given_no_repeat": err_norep if len(norep) else None,
+                         "model_samples_repeat": len(rep), "model_samples_no_repeat": len(norep),
+                         "within_bound": err <= lemma_2_4_bound(L, n, D)})
+            bar.update(1)
+    bar.close()
+    return rows
+
+
+@torch.no_grad()
+def state_floats(model) -> int:
+    """Floats a GSSM carries from one token to the next (per sequence), read off its hooks:
+    SSM states H_t, the d_conv − 1 inputs the causal convolution keeps, LSTM (h, c)."""
+    tokens = torch.zeros(1, 2, dtype=torch.long, device=model.device)
+    _, cache = model.run_with_cache(tokens)
+    d_conv = int(getattr(model.cfg, "d_conv", 0) or 0)
+    total = 0
+    for name in cache.keys():
+        t = cache[name]
+        per_pos = int(np.prod(t.shape[2:])) if t.dim() >= 2 else 0
+        if name.endswith("hook_ssm_state") or name.endswith(("hook_h", "hook_c")):
+            total += per_pos
+        elif name.endswith("mixer.hook_conv") and d_conv > 1:
+            total += (d_conv - 1) * per_pos
+    if total == 0:
+        raise TaskError(f"cannot find the recurrent state of a {model.arch!r} model in its hooks")
+    return total
+
+
+def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int,
+                      progress: bool = True) -> list[dict]:
+    """Measured string-level copy error of a checkpoint on uniform strings of each length."""
+    rows = []
+    for L in tqdm(lengths, desc=f"{NAME}: {model.arch}", disable=not progress, leave=False):
+        x = torch.randint(0, D, (samples, L), generator=make_generator(seed + L))
+        err = string_errors(model, x, D, batch_size=32)
+        rows.append({"L": L, "error": float(err.float().mean()), "samples": samples})
+    return rows
+
+
+def compute(models: dict | None = None, D: int = 26, preset: str = "quick", seed: int = 0,
+            device: str = "cpu", progress: bool = True, **overrides) -> dict:
+    """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty)."""
+    check(preset in PRESETS, f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+    cfg = {**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
+    constr = construction_errors(cfg["n_values"], cfg["lengths"], D, cfg["count_samples"],
+                                 cfg["model_samples"], seed, device, progress)
+    gssm = []
+    for label, model in (models or {}).items():
+        model.eval()
+        entry = {"label": label, "arch": model.arch,
+                 "measured": checkpoint_errors(model, D, cfg["gssm_lengths"],
+                                               cfg["gssm_samples"], seed, progress)}
+        if model.arch in GSSM_ARCHS:
+            floats = state_floats(model)
+            entry["state_floats"] = floats
+            entry["bounds"] = {str(b): {"state_bits": floats * b,
+                                        "L_star": floats * b / math.log2(D),
+                                        "by_L": [{"L": r["L"], "bound": gssm_error_bound(
+                                            floats * b, r["L"], D)} for r in entry["measured"]]}
+                               for b in (32, 8)}
+        gssm.append(entry)
+    return to_jsonable({"D": D, "preset": preset, "seed": seed, "settings": cfg,
+                        "construction": constr, "checkpoints": gssm})
+
+
+def plot(result: dict):
+    fig, ax = new_figure(2, width_per_panel=5.0, height=3.6)
+    D = result["D"]
+    shades = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e"]
+    ns = sorted({r["n"] for r in result["construction"]})
+    for k, n in enumerate(ns):
+        rows = [r for r in result["construction"] if r["n"] == n]
+        L = np.array([r["L"] for r in rows])
+        c = shades[k % len(shades)]
+        ax[0].plot(L, np.minimum([r["bound"] for r in rows], 1.0), ls="--", color=c, lw=1,
+                   label=f"n={n}: L²·D^-n" if k == 0 else f"n={n}: bound")
+        ax[0].plot(L, [r["p_ngram"] for r in rows], ls=":", color=c, lw=1.2,
+                   label="measured p_n-gram" if k == 0 else None)
+        ax[0].errorbar(L, [r["error"] for r in rows], yerr=[r["error_se"] for r in rows],
+                       marker="o", ls="none", color=c, capsize=2,
+                       label="construction error" if k == 0 else None)
+    # log y: the n = 5 curves live between 1e-4 and 0.1 (zero errors are not drawn)
+    ax[0].set(xscale="log", yscale="log", xlabel="string length L", ylabel="probability",
+              ylim=(1e-4, 1.5), title=f"hash-copy construction (D={D}): error ≤ p ≤ bound")
+    ax[0].legend(fontsize=6)
+
+    cks = result["checkpoints"]
+    if not cks:
+        ax[1].text(0.5, 0.5, "no GSSM checkpoint given", ha="center", va="center",
+                   transform=ax[1].transAxes)
+    for k, e in enumerate(cks):
+        color = COLORS.get(e["arch"], shades[k % len(shades)])
+        L = [r["L"] for r in e["measured"]]
+        ax[1].plot(L, [r["error"] for r in e["measured"]], marker="o", color=color,
+                   label=f"{e['label']}: measured error")
+        if "bounds" in e:
+            Lmax = max(max(L), e["bounds"]["32"]["L_star"] * 1.3)
+            grid = np.unique(np.geomspace(max(1, min(L)), Lmax, 200).astype(int))
+            for b, ls in (("32", "--"), ("8", ":")):
+                bits = e["bounds"][b]["state_bits"]
+                ax[1].plot(grid, [gssm_error_bound(bits, int(x), D) for x in grid], ls=ls,
+                           color=color, lw=1,
+                           label=f"Thm 2.7 bound, {e['state_floats']} floats × {b} bits")
+    ax[1].set(xscale="log", xlabel="string length L", ylabel="string-level error",
+              ylim=(-0.02, 1.05), title="GSSMs: error > 1 − 2^bits / D^L")
+    if cks:
+        ax[1].legend(fontsize=6)
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    rows = [["n", "L", "error", "± se", "p_ngram", "L²D^-n", "err|repeat", "err|none"]]
+    for r in result["construction"]:
+        rows.append([r["n"], r["L"], r["error"], r["error_se"], r["p_ngram"], r["bound"],
+                     "-" if r["error_given_repeat"] is None else r["error_given_repeat"],
+                     "-" if r["error_given_no_repeat"] is None else r["error_given_no_repeat"]])
+    for e in result["checkpoints"]:
+        rows.append([e["label"], "L", "error", "", "", "bound@32b", "", ""])
+        for j, r in enumerate(e["measured"]):
+            b = e["bounds"]["32"]["by_L"][j]["bound"] if "bounds" in e else "-"
+            rows.append(["", r["L"], r["error"], "", "", b, "", ""])
+    return rows
+
+
+def train_gssms(preset: str, cache_dir: str, device: str, archs=("mamba", "lstm")) -> list[str]:
+    """Quick copy checkpoints of the GSSMs that build; a clear note for those that do not."""
+    from models.train import train_cached
+
+    paths = []
+    for arch in archs:
+        try:
+            paths.append(str(train_cached(arch, "copy", preset, cache_dir, device=device)))
+        except (TaskError, ImportError, AttributeError, NotImplementedError) as e:
+            print(f"note: skipping {arch}: it does not build here ({str(e).splitlines()[0]})")
+    return paths
+
+
+def _main(argv):
+    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+    p.add_argument("--D", type=int, default=26, help="alphabet size of the construction part")
+    p.add_argument("--n", default=None, help="n-gram lengths of the construction")
+    p.add_argument("--lengths", default=None, help="string lengths of the construction")
+    p.add_argument("--model-samples", type=int, default=None,
+                   help="strings per stratum run through the construction")
+    p.add_argument("--count-samples", type=int, default=None,
+                   help="uniform strings counted for p_n-gram")
+    args = p.parse_args(argv)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    ckpts = list(args.checkpoints)
+    if not ckpts and args.train:
+        ckpts = train_gssms(args.train, args.cache_dir, args.device)
+    models, D = {}, args.D
+    for path in ckpts:
+        m = load_model(path, archs=ARCHS, device=args.device)
+        task = m.checkpoint["task"]
+        check(task["name"] in ("copy", "dup_ngram_copy"),
+              f"{path}: copy_bounds needs copy checkpoints, got task {task['name']!r}")
+        d = int(task["config"].get("D", 26))
+        check(d == D, f"{path}: checkpoint alphabet D={d} differs from --D {D}")
+        label = m.arch if m.arch != "transformer" else f"transformer/{m.cfg.pe}"
+        models[label] = m
+    result = compute(models, D, args.preset, args.seed, args.device,
+                     n_values=_ints(args.n) if args.n else None,
+                     lengths=_ints(args.lengths) if args.lengths else None,
+                     model_samples=args.model_samples, count_samples=args.count_samples)
+    result["checkpoint_paths"] = ckpts
+    write_outputs(NAME, result, plot(result), args.out, table(result))
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,7 +5,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tasks import IGNORE, make_task, packed_batch
 from tasks.base import TaskError, make_generator
 from tasks.lds import (
     LDSConfig,
@@ -82,3 +85,72 @@ def test_lds_is_seeded():
 def test_lds_config_checks(bad):
     with pytest.raises(TaskError):
         LDSConfig(**bad)
+
+
+# ---------------------------------------------------------------------------- induction heads
+
+def check_induction_rows(task, tokens: torch.Tensor, x: torch.Tensor) -> None:
+    """One flag + recalled token, blanks elsewhere, query flag last; x = token after the flag."""
+    v = task.vocab
+    blank, flag = v.id("BLANK"), v.id("FLAG")
+    for row, ans in zip(tokens.tolist(), x.tolist(), strict=True):
+        assert row[-1] == flag and row.count(flag) == 2
+        p = row.index(flag)
+        assert p <= len(row) - 3
+        assert row[p + 1] == ans and 0 <= ans < task.cfg.D
+        rest = row[:p] + row[p + 2 : -1]
+        assert all(t == blank for t in rest)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(D=st.integers(2, 10), length=st.integers(3, 40), seed=st.integers(0, 2**31 - 1),
+       eval_len=st.integers(3, 80))
+def test_induction_invariants(D, length, seed, eval_len):
+    task = make_task("induction", D=D, length=length)
+    assert task.vocab.size == D + 2 and task.pad_id == task.vocab.id("BLANK")
+    g = make_generator(seed)
+    b = task.batch(5, g)
+    assert b.tokens.shape == (5, length)
+    kept = b.targets != IGNORE
+    assert kept[:, -1].all() and kept.sum() == 5  # the loss is at the query position only
+    check_induction_rows(task, b.tokens, b.targets[:, -1])
+    pb = task.eval_batch(4, g, length=eval_len)
+    assert pb.prompts.shape == (4, eval_len) and pb.answers.shape == (4, 1)
+    check_induction_rows(task, pb.prompts, pb.answers[:, 0])
+    assert task.eval_batch(2, g).prompts.shape == (2, length)  # default: the training length
+    tokens, targets = task.example(g)
+    assert tokens.shape == (length,) and (targets != IGNORE).sum() == 1
+    packed = packed_batch(task, 2, 2 * length + 1, g)
+    assert (packed.targets != IGNORE).sum() == 4
+
+
+def test_induction_positions_cover_the_range_and_are_seeded():
+    task = make_task("induction", length=6)
+    g = make_generator(0)
+    _, x, pos = task.sequences(2000, 6, g)
+    assert set(pos.tolist()) == {0, 1, 2, 3} and set(x.tolist()) == {0, 1, 2, 3}
+    a = task.batch(8, make_generator(3)).tokens
+    assert torch.equal(a, task.batch(8, make_generator(3)).tokens)
+    assert not torch.equal(a, task.batch(8, make_generator(4)).tokens)
+
+
+@pytest.mark.parametrize("bad", [dict(D=1), dict(length=2)])
+def test_induction_config_checks(bad):
+    with pytest.raises(TaskError):
+        make_task("induction", bad)
+    with pytest.raises(TaskError):
+        make_task("induction").eval_batch(2, make_generator(0), length=2)
+
+
+def test_trainer_reports_recall_accuracy():
+    from models.train import make_spec, train
+
+    spec = make_spec("stu", "induction", "quick",
+                     model=dict(d_model=8, filter_len=16, num_filters=4, d_mlp=16),
+                     task_config=dict(length=8),
+                     train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=8,
+                                warmup_steps=1))
+    assert spec.model["vocab_size"] == 6
+    ck = train(spec, progress=False)
+    last = ck["history"][-1]
+    assert 0.0 <= last["string_acc"] <= 1.0 and "eval_loss" in last

@@ -1,0 +1,207 @@
+"""A hooked Spectral Transform Unit (STU) language model.
+
+STU (Agarwal et al. 2023, "Spectral state space models"; Liu et al. 2024, "Flash STU"), as
+used in the spectral-filtering length-generalisation paper §4.2: embedding, ``n_layers``
+pre-norm blocks of [STU layer, ReLU MLP] with residual connections, final norm, output
+projection. No autoregressive components (paper §4.2), so whatever length generalisation the
+model shows comes from the fixed filters alone.
+
+Glossary (code name -> paper symbol):
+    filter_len        T, the length of the spectral filters (paper Fig. 5: T = 256)
+    num_filters       K (= k), the number of filters φ_1..φ_K
+    filters [T, K]    σ_k^{1/4} φ_k: the top-K eigenvectors of H_T (models.spectral, Eq. 3) scaled
+                      by the fourth root of their eigenvalues (fixed buffers, never trained)
+    U⁺, U⁻            U⁺_t = Σ_j φ[j] x_{t−j} and U⁻_t = Σ_j (−1)^j φ[j] x_{t−j}: the "positive"
+                      and "negative" spectral features (the negative branch covers eigenvalues
+                      of A in [−1, 0], Agarwal et al. App. D); j = 0 is the current token
+    param="full"      y_t = Σ_k M⁺_k U⁺_{t,k} + Σ_k M⁻_k U⁻_{t,k}, M^± : [K, d_in, d_out] —
+                      the per-filter matrices M_k of Eq. 2, contracted with torch.tensordot
+    param="tensordot" Flash STU's tensordot approximation M^±_k ≈ M_in · diag(M^±_filters[k]):
+                      x̃ = x M_in, then each channel o is convolved with one learned mixture of
+                      filters Σ_k M^±_filters[k, o] σ_k^{1/4} φ_k (K·d + d² parameters, not K·d²)
+
+Hooks (``blocks.{i}.``): ``hook_resid_pre / hook_resid_mid / hook_resid_post``,
+``stu.hook_features`` (tensordot: [batch, pos, 2, d_model], the + and − branch outputs whose
+sum is the layer output; full: [batch, pos, 2, K, d_model], U⁺ and U⁻ per filter),
+``stu.hook_out`` [batch, pos, d_model], ``mlp.hook_pre / hook_post`` [batch, pos, d_mlp];
+model-level ``hook_embed`` and ``ln_final.hook_normalized``.
+
+Deviation from Flash STU's code: in the tensordot approximation Flash STU shares one
+M_filters between the + and − branches, so their sum cancels every odd lag; here each branch
+has its own mixture (a lag-1 "previous token" read-out is needed for induction heads).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from models.base import SuiteModel
+from models.spectral import spectral_filters
+from models.transformer import LayerNorm
+from tasks.base import check
+
+PARAMS = ("tensordot", "full")
+
+
+@dataclass(frozen=True)
+class STUConfig:
+    vocab_size: int = 6
+    d_model: int = 64
+    n_layers: int = 2
+    filter_len: int = 256  # T of H_T (paper Fig. 5)
+    num_filters: int = 24  # K
+    param: str = "tensordot"  # tensordot | full
+    negative_branch: bool = True  # U⁻ features (eigenvalues in [−1, 0])
+    d_mlp: int = 0  # 0 -> 4 * d_model
+    act_fn: str = "relu"  # paper: "MLPs and ReLU nonlinearities"
+    normalization: str = "layernorm"  # layernorm | none
+    ln_eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "filter_len", "num_filters"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.num_filters <= self.filter_len,
+              f"num_filters ({self.num_filters}) must be <= filter_len ({self.filter_len})")
+        check(self.param in PARAMS, f"param must be one of {PARAMS}, got {self.param!r}")
+        check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
+        check(self.act_fn in ("relu", "gelu"), f"act_fn must be relu or gelu, got {self.act_fn!r}")
+        check(self.normalization in ("layernorm", "none"),
+              f"normalization must be layernorm or none, got {self.normalization!r}")
+
+    @property
+    def d_mlp_(self) -> int:
+        return self.d_mlp or 4 * self.d_model
+
+    @property
+    def n_branches(self) -> int:
+        return 2 if self.negative_branch else 1
+
+
+def scaled_filters(T: int, K: int) -> Float[Tensor, "T K"]:
+    """σ_k^{1/4} φ_k for the top-K eigenpairs of H_T (float64, cached in models.spectral)."""
+    sigma, phi = spectral_filters(T, K, "H")
+    return phi * sigma.clamp(min=0) ** 0.25
+
+
+def causal_conv(x: Float[Tensor, "batch pos *channels"], v: Float[Tensor, " taps *channels"],
+                ) -> Float[Tensor, "batch pos *channels"]:
+    """``out[b, t] = Σ_{j=0}^{taps−1} v[j] ⊙ x[b, t − j]`` (channels broadcast), by FFT."""
+    L, n = x.shape[1], v.shape[0]
+    size = 1 << math.ceil(math.log2(max(2, L + n - 1)))
+    X = torch.fft.rfft(x, n=size, dim=1)
+    V = torch.fft.rfft(v, n=size, dim=0)
+    return torch.fft.irfft(X * V.unsqueeze(0), n=size, dim=1)[:, :L]
+
+
+class STULayer(nn.Module):
+    """One STU layer: spectral filtering of the sequence (FFT convolution) and a learned
+    read-out of the features (tensordot approximation or full per-filter matrices)."""
+
+    def __init__(self, cfg: STUConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, K, nb = cfg.d_model, cfg.num_filters, cfg.n_branches
+        self.register_buffer("filters", scaled_filters(cfg.filter_len, K).float(),
+                             persistent=False)  # [T, K], rebuilt from the config on load
+        if cfg.param == "tensordot":
+            self.M_inputs = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+            self.M_filters = nn.Parameter(torch.randn(nb, K, d) / math.sqrt(K))
+        else:
+            self.M_phi = nn.Parameter(torch.randn(nb, K, d, d) / math.sqrt(K * d))
+        self.hook_features = HookPoint()  # tensordot: [batch, pos, sign, d_model]
+        #                                   full: [batch, pos, sign, K, d_model]
+        self.hook_out = HookPoint()  # [batch, pos, d_model]
+
+    def _signs(self, n: int, like: Tensor) -> Tensor:
+        return torch.where(torch.arange(n, device=like.device) % 2 == 0, 1.0, -1.0).to(like.dtype)
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        cfg = self.cfg
+        L = x.shape[1]
+        n = min(L, cfg.filter_len)  # filter taps beyond the sequence never touch it
+        phi = self.filters[:n].to(x.dtype)  # [n, K]
+        sgn = self._signs(n, x)  # (−1)^j
+        if cfg.param == "tensordot":
+            xp = x @ self.M_inputs  # [batch, pos, d_model]
+            mixed = einops.einsum(phi, self.M_filters, "n k, s k d -> s n d")  # [sign, n, d]
+            if cfg.negative_branch:
+                mixed = torch.stack([mixed[0], mixed[1] * sgn[:, None]])  # (−1)^j on U⁻ taps
+            feats = torch.stack([causal_conv(xp, m) for m in mixed], dim=2)  # [b, pos, sign, d]
+            feats = self.hook_features(feats)
+            return self.hook_out(feats.sum(dim=2))
+        taps = [phi] + ([phi * sgn[:, None]] if cfg.negative_branch else [])
+        # U^± [batch, pos, K, d_model]: every filter applied to every channel
+        feats = torch.stack([causal_conv(x.unsqueeze(2), t.unsqueeze(-1)) for t in taps], dim=2)
+        feats = self.hook_features(feats)  # [batch, pos, sign, K, d_model]
+        out = torch.tensordot(feats, self.M_phi, dims=([2, 3, 4], [0, 1, 2]))  # [b, pos, d]
+        return self.hook_out(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: STUConfig):
+        super().__init__()
+        self.W_in = nn.Parameter(torch.randn(cfg.d_model, cfg.d_mlp_) / math.sqrt(cfg.d_model))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp_))
+        self.W_out = nn.Parameter(torch.randn(cfg.d_mlp_, cfg.d_model)
+                                  / math.sqrt(cfg.d_mlp_ * 2 * cfg.n_layers))
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act = F.relu if cfg.act_fn == "relu" else F.gelu
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        pre = self.hook_pre(x @ self.W_in + self.b_in)
+        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
+
+
+class STUBlock(nn.Module):
+    def __init__(self, cfg: STUConfig):
+        super().__init__()
+        on = cfg.normalization == "layernorm"
+        self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps, on)
+        self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps, on)
+        self.stu = STULayer(cfg)
+        self.mlp = MLP(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, resid: Float[Tensor, "batch pos d_model"],
+                ) -> Float[Tensor, "batch pos d_model"]:
+        resid = self.hook_resid_pre(resid)
+        resid = self.hook_resid_mid(resid + self.stu(self.ln1(resid)))
+        return self.hook_resid_post(resid + self.mlp(self.ln2(resid)))
+
+
+class STULM(SuiteModel):
+    """STU language model: forward(tokens [batch, pos]) -> logits [batch, pos, vocab]."""
+
+    arch = "stu"
+    config_cls = STUConfig
+
+    def __init__(self, cfg: STUConfig):
+        super().__init__(cfg)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([STUBlock(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size)
+        nn.init.normal_(self.unembed.weight, std=1 / math.sqrt(cfg.d_model))
+        nn.init.zeros_(self.unembed.bias)
+        self.setup()
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
+        for block in self.blocks:
+            resid = block(resid)
+        return self.unembed(self.ln_final(resid))

@@ -1,0 +1,85 @@
+"""The induction-heads task of the spectral-filtering paper (§4.2, Fig. 5; after Gu & Dao 2023
+and Liu et al. 2024).
+
+A sequence of ``length`` tokens is all ``<BLANK>`` except one ``<FLAG>`` at a uniformly random
+position p ∈ [0, length − 3], followed by a token x drawn uniformly from an alphabet of D
+symbols (paper: D = 4). The last token is ``<FLAG>`` again — the query — and the only loss is
+at that position, whose target is x::
+
+    <BLANK> … <BLANK> <FLAG> x <BLANK> … <BLANK> <FLAG>   → x
+
+Vocabulary: D symbols, then BLANK and FLAG (no PAD: rows all have the same length; the pad
+token of packed contexts is BLANK). ``eval_batch`` gives the whole sequence as a prompt and x
+as a one-token answer, so greedy accuracy = recall accuracy (chance 1/D). Its ``length``
+argument evaluates at lengths other than the training length (length generalisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tasks.base import IGNORE, Batch, PromptBatch, Vocab, check, letters
+from tasks.registry import Task
+
+SPECIALS = ("BLANK", "FLAG")
+MIN_LENGTH = 3  # flag, recalled token, query
+
+
+@dataclass(frozen=True)
+class InductionConfig:
+    D: int = 4  # alphabet of the recalled token (paper: vocabulary size 4)
+    length: int = 16  # training sequence length (paper: T^q with T = 256)
+
+    def __post_init__(self):
+        check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
+        check(self.length >= MIN_LENGTH,
+              f"length must be >= {MIN_LENGTH} (flag, token, query), got {self.length}")
+
+
+class InductionHeadsTask(Task):
+    name = "induction"
+    config_cls = InductionConfig
+
+    def __init__(self, cfg: InductionConfig):
+        super().__init__(cfg)
+        self.vocab = Vocab(letters(cfg.D), SPECIALS)
+
+    @property
+    def pad_id(self) -> int:
+        return self.vocab.id("BLANK")
+
+    def sequences(self, batch_size: int, length: int, g: torch.Generator):
+        """``(tokens [batch, length], x [batch], flag_pos [batch])``, vectorised."""
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+        check(length >= MIN_LENGTH, f"length must be >= {MIN_LENGTH}, got {length}")
+        blank, flag = self.vocab.id("BLANK"), self.vocab.id("FLAG")
+        pos = torch.randint(0, length - 2, (batch_size,), generator=g)  # p ∈ [0, length − 3]
+        x = torch.randint(0, self.cfg.D, (batch_size,), generator=g)
+        tokens = torch.full((batch_size, length), blank, dtype=torch.long)
+        rows = torch.arange(batch_size)
+        tokens[rows, pos] = flag
+        tokens[rows, pos + 1] = x
+        tokens[:, -1] = flag  # the query
+        return tokens, x, pos
+
+    def batch(self, batch_size: int, g: torch.Generator) -> Batch:
+        """Training batch: targets IGNORE everywhere except the final (query) position."""
+        tokens, x, _ = self.sequences(batch_size, self.cfg.length, g)
+        targets = torch.full_like(tokens, IGNORE)
+        targets[:, -1] = x
+        return Batch(tokens, targets)
+
+    def example(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.batch(1, g)
+        return b.tokens[0], b.targets[0]
+
+    def max_example_len(self) -> int:
+        return self.cfg.length
+
+    def eval_batch(self, batch_size: int, g: torch.Generator, length: int | None = None):
+        """Prompts = whole sequences (ending in the query flag), answers = the recalled token."""
+        L = self.cfg.length if length is None else int(length)
+        tokens, x, _ = self.sequences(batch_size, L, g)
+        return PromptBatch(tokens, x[:, None])

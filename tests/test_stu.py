@@ -1,0 +1,136 @@
+"""Hooked STU language model: shapes, hooks, the FFT convolution, both parameterisations."""
+
+import pytest
+import torch
+
+import models
+from models.checkpoint import save_checkpoint
+from models.spectral import spectral_filters
+from models.stu import PARAMS, STULM, STUConfig, causal_conv, scaled_filters
+from tasks.base import TaskError
+
+
+def tiny(**kw) -> STULM:
+    cfg = dict(vocab_size=7, d_model=8, n_layers=2, filter_len=32, num_filters=6, d_mlp=16)
+    cfg.update(kw)
+    return STULM(STUConfig(**cfg)).eval()
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_shapes_and_hook_names(param):
+    m = tiny(param=param)
+    tokens = torch.randint(0, 7, (3, 11))
+    logits, cache = m.run_with_cache(tokens)
+    assert logits.shape == (3, 11, 7)
+    feats = cache["blocks.0.stu.hook_features"]
+    assert feats.shape == ((3, 11, 2, 8) if param == "tensordot" else (3, 11, 2, 6, 8))
+    assert cache["blocks.1.stu.hook_out"].shape == (3, 11, 8)
+    for name in ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid",
+                 "blocks.1.hook_resid_post", "blocks.0.mlp.hook_post", "ln_final.hook_normalized"):
+        assert name in cache.keys()
+    assert cache["blocks.0.mlp.hook_pre"].shape == (3, 11, 16)
+    # the residual stream adds the STU output
+    torch.testing.assert_close(cache["blocks.0.hook_resid_mid"],
+                               cache["blocks.0.hook_resid_pre"] + cache["blocks.0.stu.hook_out"])
+    if param == "tensordot":  # the layer output is the sum of the two branches
+        torch.testing.assert_close(feats.sum(2), cache["blocks.0.stu.hook_out"])
+    one = tiny(param=param, negative_branch=False)
+    _, c1 = one.run_with_cache(tokens)
+    assert c1["blocks.0.stu.hook_features"].shape[2] == 1
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_hooks_leave_output_unchanged_and_patching(param):
+    m = tiny(param=param)
+    tokens = torch.randint(0, 7, (2, 9))
+    ref = m(tokens)
+    hooked = m.run_with_hooks(tokens, fwd_hooks=[(n, lambda x, hook: x) for n in m.hook_names()])
+    torch.testing.assert_close(hooked, ref)
+    assert not any(hp._forward_hooks for hp in m.hook_dict.values()), "hooks left attached"
+    _, cache = m.run_with_cache(tokens)
+    name = "blocks.0.stu.hook_features"
+    same = m.run_with_hooks(tokens, fwd_hooks=[(name, lambda x, hook: cache[name].clone())])
+    torch.testing.assert_close(same, ref)
+    zero = m.run_with_hooks(tokens, fwd_hooks=[(name, lambda x, hook: torch.zeros_like(x))])
+    assert not torch.allclose(zero, ref)
+    zero_out = m.run_with_hooks(tokens, fwd_hooks=[("blocks.1.stu.hook_out",
+                                                    lambda x, hook: torch.zeros_like(x))])
+    assert not torch.allclose(zero_out, ref)
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_causal_and_finite_filter_support(param):
+    m = tiny(param=param, n_layers=1, filter_len=8)
+    tokens = torch.randint(0, 7, (2, 20))
+    ref = m(tokens)
+    later = tokens.clone()
+    later[:, 12:] = (later[:, 12:] + 1) % 7
+    torch.testing.assert_close(m(later)[:, :12], ref[:, :12])
+    assert not torch.allclose(m(later)[:, 12:], ref[:, 12:])
+    # one layer sees only the last filter_len tokens: changing token 0 leaves positions >= 8
+    first = tokens.clone()
+    first[:, 0] = (first[:, 0] + 1) % 7
+    out = m(first)
+    torch.testing.assert_close(out[:, 8:], ref[:, 8:], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(out[:, :8], ref[:, :8])
+
+
+def test_fft_convolution_equals_direct_sum():
+    x = torch.randn(2, 13, 3, dtype=torch.float64)
+    v = torch.randn(5, 3, dtype=torch.float64)
+    ref = torch.zeros_like(x)
+    for t in range(13):
+        for j in range(5):
+            if t - j >= 0:
+                ref[:, t] += v[j] * x[:, t - j]
+    torch.testing.assert_close(causal_conv(x, v), ref)
+
+
+def test_layer_matches_direct_formula_and_tensordot_is_factored_full():
+    torch.manual_seed(1)
+    cfgs = dict(vocab_size=5, d_model=4, n_layers=1, filter_len=16, num_filters=5)
+    td = STULM(STUConfig(**cfgs, param="tensordot")).double()
+    full = STULM(STUConfig(**cfgs, param="full")).double()
+    x = torch.randn(2, 10, 4, dtype=torch.float64)
+    # full: y_t = Σ_k Σ_j (M⁺_k + (−1)^j M⁻_k)ᵀ φ_k[j] x_{t−j}
+    layer = full.blocks[0].stu
+    phi = layer.filters
+    ref = torch.zeros_like(x)
+    for t in range(10):
+        for j in range(t + 1):
+            W = layer.M_phi[0] + (-1) ** j * layer.M_phi[1]  # [K, d_in, d_out]
+            ref[:, t] += torch.einsum("k,kio,bi->bo", phi[j], W, x[:, t - j])
+    torch.testing.assert_close(layer(x), ref)
+    # tensordot approximation = full layer with M^±_k[i, o] = M_in[i, o] · M^±_filters[k, o]
+    tl = td.blocks[0].stu
+    with torch.no_grad():
+        layer.M_phi.copy_(torch.einsum("io,sko->skio", tl.M_inputs, tl.M_filters))
+    torch.testing.assert_close(tl(x), layer(x))
+
+
+def test_filters_are_scaled_hankel_eigenvectors_and_not_saved():
+    m = tiny()
+    sigma, phi = spectral_filters(32, 6)
+    torch.testing.assert_close(m.blocks[0].stu.filters, (phi * sigma**0.25).float())
+    torch.testing.assert_close(scaled_filters(32, 6), phi * sigma**0.25)
+    assert not any("filters" == k.split(".")[-1] for k in m.state_dict())
+
+
+def test_checkpoint_round_trip(tmp_path):
+    m = tiny(param="full")
+    ck = {"format": 1, "model": m.to_checkpoint_dict(),
+          "task": {"name": "induction", "config": {"D": 4, "length": 8}},
+          "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0},
+          "state_dict": m.state_dict(), "history": []}
+    path = save_checkpoint(ck, tmp_path / "stu.pt")
+    loaded = models.load(path)
+    tokens = torch.randint(0, 7, (2, 9))
+    torch.testing.assert_close(loaded(tokens), m(tokens))
+    assert loaded.arch == "stu"
+
+
+@pytest.mark.parametrize("bad", [dict(param="x"), dict(num_filters=40), dict(d_model=0),
+                                 dict(act_fn="tanh"), dict(normalization="rms")])
+def test_config_checks(bad):
+    with pytest.raises(TaskError):
+        STUConfig(**{"filter_len": 32, **bad})

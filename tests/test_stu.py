@@ -134,3 +134,83 @@ def test_checkpoint_round_trip(tmp_path):
 def test_config_checks(bad):
     with pytest.raises(TaskError):
         STUConfig(**{"filter_len": 32, **bad})
+
+
+# ---------------------------------------------------------------------------- analysis
+def _train_tiny(tmp_path, name, arch="stu", length=8, seed=0, task="induction", **model):
+    from models.train import make_spec, train
+
+    cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else {}
+    cfg.update(model)
+    spec = make_spec(arch, task, "quick", model=cfg,
+                     task_config=dict(length=length) if task == "induction" else None,
+                     train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=4,
+                                warmup_steps=1, seed=seed))
+    path = tmp_path / f"{name}.pt"
+    train(spec, out=path, progress=False)
+    return path
+
+
+def test_binomial_tail_matches_brute_force():
+    from math import comb
+
+    from analyses.stu_induction import binomial_sf
+
+    for n, k, p in [(10, 3, 0.25), (40, 20, 0.25), (5, 0, 0.5), (7, 7, 0.3)]:
+        ref = sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+        assert binomial_sf(k, n, p) == pytest.approx(ref, rel=1e-9)
+
+
+def test_stu_induction_analysis_on_checkpoints(tmp_path):
+    from analyses import stu_induction as A
+
+    paths = [_train_tiny(tmp_path, f"s{s}", seed=s) for s in range(2)]
+    paths.append(_train_tiny(tmp_path, "long", length=12))
+    ms = [models.load(p) for p in paths]
+    res = A.compute(ms, lengths=[8, 12, 32], n_eval=20, progress=False)
+    assert res["chance"] == 0.25 and res["lengths"] == [8, 12, 32]
+    by = {(r["arch"], r["train_length"]): r for r in res["rows"]}
+    assert set(by) == {("stu", 8), ("stu", 12)} and by[("stu", 8)]["n_models"] == 2
+    r = by[("stu", 8)]
+    assert len(r["acc_mean"]) == 3 and all(0 <= a <= 1 for a in r["acc_mean"])
+    assert r["longest"]["n"] == 40 and 0 <= r["longest"]["p_value_vs_chance"] <= 1
+    # the same evaluation sequences for every model: a model evaluated twice agrees
+    again = A.compute([ms[0]], lengths=[8, 12, 32], n_eval=20, progress=False)
+    assert again["rows"][0]["acc_mean"] == r["acc_per_model"][0]
+    A.plot(res)
+    out = tmp_path / "out"
+    assert A.main([str(p) for p in paths] + ["--lengths", "8,16", "--n-eval", "8",
+                                             "--out", str(out)]) == 0
+    assert (out / "stu_induction.png").exists() and (out / "stu_induction.json").exists()
+    # a checkpoint of another task: one stderr line, exit 2
+    other = _train_tiny(tmp_path, "copy", arch="transformer", task="copy", d_model=8,
+                        n_heads=2, n_layers=1)
+    assert A.main([str(other), "--out", str(out)]) == 2
+    assert A.main(["--out", str(out)]) == 2  # neither checkpoints nor --train
+
+
+def test_stu_induction_skips_an_arch_that_does_not_build(tmp_path, monkeypatch, capsys):
+    from analyses import stu_induction as A
+    from models import registry
+
+    monkeypatch.setitem(registry.ARCHS, "mamba2", "models.no_such_module:Nothing")
+    monkeypatch.setattr("models.train.train_cached",
+                        lambda *a, **k: _train_tiny(tmp_path, f"c{len(list(tmp_path.iterdir()))}"))
+    paths, skipped = A.train_runs("quick", str(tmp_path), ("stu", "mamba2"), (0.5,), 1, "cpu",
+                                  T=16)
+    assert len(paths) == 1 and [s["arch"] for s in skipped] == ["mamba2"]
+    err = capsys.readouterr().err
+    assert "skipping arch 'mamba2'" in err and "will retry at the end" in err and "again" in err
+
+
+@pytest.mark.slow
+def test_stu_learns_induction_at_its_training_length(tmp_path):
+    from analyses.stu_induction import recall_accuracy
+    from models.train import make_spec, train
+    from tasks.registry import make_task
+
+    spec = make_spec("stu", "induction", "quick", task_config=dict(length=16))
+    ck = train(spec, out=tmp_path / "stu.pt", progress=False)
+    m = models.load(tmp_path / "stu.pt")
+    right = recall_accuracy(m, make_task("induction", length=16), [16], 256, seed=0)[0]
+    assert right / 256 > 0.95, ck["history"][-1]

@@ -1,0 +1,126 @@
+"""Hooked LSTM language model — the copy paper's recurrent baseline (Jelassi et al., "Repeat After
+Me", §3, App. A.2: 4 layers of width 1024 at paper scale; Hochreiter & Schmidhuber 1997).
+
+    x_t = embed(token_t);  for each layer ℓ:  (i, f, g, o) = W_ih·x_t + b_ih + W_hh·h_{t−1} + b_hh
+    c_t = σ(f) ⊙ c_{t−1} + σ(i) ⊙ tanh(g),   h_t = σ(o) ⊙ tanh(c_t)   (h_t feeds layer ℓ + 1)
+    logits_t = unembed(ln_final(h_t of the last layer))
+
+Glossary (code name -> symbol):
+    d_model                  width of the embedding, of h_t and of c_t (the paper's "width")
+    blocks.{i}.lstm          a one-layer ``torch.nn.LSTM``; weight_ih_l0 / weight_hh_l0 are
+                             [4·d_model, d_model] with the gate rows in PyTorch's order i, f, g, o
+    blocks.{i}.hook_h        h_t   [batch, pos, d_model] (the layer's output)
+    blocks.{i}.hook_c        c_t   [batch, pos, d_model] (the cell state: the GSSM's memory)
+    blocks.{i}.hook_gates    (i, f, g, o) pre-activations [batch, pos, 4, d_model]
+
+Two paths, same numbers (tests compare them in float64): the fused ``nn.LSTM`` call (cuDNN on
+CUDA), which returns h_t but not c_t, and a plain loop over positions that exposes c_t and the
+gates; the plain loop runs whenever a hook is attached to hook_c or hook_gates (run_with_cache
+attaches all). As with the SSMs, c_t and h_t are computed by the recurrence and then passed
+through their hooks: patching hook_h changes what the next layer reads, not layer ℓ's own
+recurrence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from models.base import SuiteModel
+from models.mamba2 import RMSNorm, has_hooks
+from tasks.base import check
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    vocab_size: int = 30
+    d_model: int = 256
+    n_layers: int = 2
+    final_norm: bool = False  # RMSNorm before the unembedding
+    norm_eps: float = 1e-5
+    forget_bias: float = 1.0  # added to b_ih's forget rows at init (keeps c_t early in training)
+    init_std: float = 0.02  # embedding init
+    scan: str = "auto"  # auto | plain | fused
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.scan in ("auto", "plain", "fused"),
+              f"scan must be auto, plain or fused, got {self.scan!r}")
+        check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
+
+
+class LSTMBlock(nn.Module):
+    def __init__(self, cfg: LSTMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.scan = cfg.scan
+        d = cfg.d_model
+        self.lstm = nn.LSTM(d, d, num_layers=1, batch_first=True)
+        with torch.no_grad():
+            self.lstm.bias_ih_l0[d : 2 * d].add_(cfg.forget_bias)
+        self.hook_gates = HookPoint()  # [batch, pos, 4, d_model]  i, f, g, o pre-activations
+        self.hook_c = HookPoint()  # [batch, pos, d_model]
+        self.hook_h = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        plain = self.scan == "plain" or (
+            self.scan == "auto" and (has_hooks(self.hook_c) or has_hooks(self.hook_gates)))
+        if not plain:
+            h, _ = self.lstm(x)
+            return self.hook_h(h)
+        L = self.lstm
+        B, T, d = x.shape
+        xw = x @ L.weight_ih_l0.T + L.bias_ih_l0 + L.bias_hh_l0  # [batch, pos, 4·d], all t at once
+        h = x.new_zeros(B, d)
+        c = x.new_zeros(B, d)
+        hs, cs, gs = [], [], []
+        for t in range(T):
+            gates = xw[:, t] + h @ L.weight_hh_l0.T  # [batch, 4·d]
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(h)
+            cs.append(c)
+            gs.append(gates)
+        self.hook_gates(torch.stack(gs, 1).reshape(B, T, 4, d))
+        self.hook_c(torch.stack(cs, 1))
+        return self.hook_h(torch.stack(hs, 1))
+
+
+class LSTMLM(SuiteModel):
+    """LSTM language model: embedding -> n LSTM layers -> ln_final -> unembedding.
+
+    forward(tokens [batch, pos]) -> logits [batch, pos, vocab].
+    """
+
+    arch = "lstm"
+    config_cls = LSTMConfig
+
+    def __init__(self, cfg: LSTMConfig):
+        super().__init__(cfg)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        nn.init.normal_(self.embed.weight, std=cfg.init_std)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([LSTMBlock(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.final_norm)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.setup()
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        h = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
+        for block in self.blocks:
+            h = block(h)
+        return self.unembed(self.ln_final(h))
+
+    def set_scan(self, scan: str) -> None:
+        """Force the path of every layer: auto | plain | fused (does not change cfg)."""
+        check(scan in ("auto", "plain", "fused"), f"unknown scan {scan!r}")
+        for block in self.blocks:
+            block.scan = scan

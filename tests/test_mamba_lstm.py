@@ -1,0 +1,185 @@
+"""Hooked Mamba-1 (models/mamba.py) and LSTM (models/lstm.py); the SSM/LSTM trainer round trip."""
+
+import pytest
+import torch
+
+import models
+from models.lstm import LSTMLM, LSTMConfig
+from models.mamba import MambaConfig, MambaLM, linear_scan_parallel, linear_scan_plain
+from models.mamba2 import from_hf_state_dict, to_hf_state_dict
+from models.registry import build_model
+from models.train import make_spec, train
+from tasks.base import TaskError
+
+MAMBA_HOOKS = ["hook_in_proj", "hook_conv", "hook_x", "hook_B", "hook_C", "hook_ssm_dt",
+               "hook_decay", "hook_ssm_write", "hook_ssm_state", "hook_y", "hook_gate",
+               "hook_ssm_out"]
+TINY = dict(vocab_size=7, d_model=8, n_layers=2, d_state=4, d_conv=3)
+
+
+def randomize(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            if name.endswith("A_log"):
+                p.copy_(noise * 0.5 - 1.0)
+            elif name.endswith("dt_proj.bias"):
+                p.copy_(noise * 0.5 - 1.0)
+            elif name.endswith(("norm.weight", "norm_f.weight")):
+                p.copy_(1 + 0.2 * noise)
+            else:
+                p.add_(0.1 * noise)
+    return model
+
+
+def tokens(B=3, T=11, V=7, seed=0):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------- Mamba-1
+def test_mamba_shapes_hooks_and_recurrence():
+    m = randomize(MambaLM(MambaConfig(**TINY)).double())
+    logits, cache = m.run_with_cache(tokens())
+    assert logits.shape == (3, 11, 7)
+    for i in range(2):
+        for h in MAMBA_HOOKS:
+            assert f"blocks.{i}.mixer.{h}" in cache, h
+    c = {k.replace("blocks.0.mixer.", ""): v for k, v in cache.items()}
+    D, N = m.cfg.d_inner, m.cfg.d_state
+    assert c["hook_ssm_state"].shape == c["hook_ssm_write"].shape == (3, 11, D, 1, N)
+    assert c["hook_decay"].shape == (3, 11, D, N)
+    assert c["hook_B"].shape == c["hook_C"].shape == (3, 11, N)
+    # y_t = h_t c_t + D x_t from the hooked state, and h_t = a_t h_{t-1} + Δ x b
+    mixer = m.blocks[0].mixer
+    y = torch.einsum("bpdn,bpn->bpd", c["hook_ssm_state"][:, :, :, 0], c["hook_C"])
+    assert torch.allclose(y + mixer.D * c["hook_x"], c["hook_y"], atol=1e-12)
+    a = torch.exp(c["hook_ssm_dt"][..., None] * -torch.exp(mixer.A_log))
+    assert torch.allclose(a, c["hook_decay"], atol=1e-12)
+    h = torch.zeros_like(c["hook_ssm_state"][:, 0])
+    for t in range(11):
+        dx = c["hook_ssm_dt"][:, t] * c["hook_x"][:, t]  # [batch, d_inner]
+        w = dx[..., None, None] * c["hook_B"][:, t, None, None]
+        h = a[:, t, :, None] * h + w
+        assert torch.allclose(h, c["hook_ssm_state"][:, t], atol=1e-12)
+    assert torch.allclose(logits, m(tokens()), atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(TINY), dict(TINY, conv=False, gated=False, d_mlp=6),
+                                dict(TINY, dt_rank=3, use_D=False, activation="relu")])
+def test_mamba_plain_equals_parallel_scan(kw):
+    m = randomize(MambaLM(MambaConfig(**kw)).double())
+    x = tokens(T=21)
+    res = []
+    for scan in ("plain", "scan"):
+        m.set_scan(scan)
+        m.zero_grad()
+        out = m(x)
+        out.pow(2).mean().backward()
+        res.append((out.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert (res[0][0] - res[1][0]).abs().max() < 1e-10
+    for n in res[0][1]:
+        assert torch.allclose(res[0][1][n], res[1][1][n], atol=1e-10), n
+
+
+def test_linear_scans_agree():
+    g = torch.Generator().manual_seed(0)
+    for T in (1, 2, 5, 16, 33):
+        a = torch.rand(2, T, 3, generator=g, dtype=torch.float64)
+        w = torch.randn(2, T, 3, generator=g, dtype=torch.float64)
+        assert torch.allclose(linear_scan_plain(a, w), linear_scan_parallel(a, w), atol=1e-12)
+
+
+def test_hf_mamba_parity():
+    transformers = pytest.importorskip("transformers")
+    hc = transformers.MambaConfig(
+        vocab_size=11, hidden_size=16, state_size=8, expand=2, conv_kernel=3,
+        num_hidden_layers=2, use_bias=False, use_conv_bias=True, tie_word_embeddings=False,
+        layer_norm_epsilon=1e-5, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    hf = randomize(transformers.MambaForCausalLM(hc).eval())
+    ours = MambaLM(MambaConfig(vocab_size=11, d_model=16, d_state=8, expand=2, d_conv=3,
+                               n_layers=2))
+    ours.load_state_dict(from_hf_state_dict(hf.state_dict()))
+    x = tokens(2, 17, 11)
+    with torch.no_grad():
+        ref = hf(x).logits
+        for scan in ("plain", "scan"):
+            ours.set_scan(scan)
+            assert torch.allclose(ours(x), ref, atol=2e-5, rtol=1e-4), scan
+    assert set(to_hf_state_dict(ours.state_dict())) == set(hf.state_dict())
+
+
+def test_mamba_config_checks():
+    for bad in (dict(d_state=0), dict(activation="tanh"), dict(scan="chunked"), dict(dt_rank=-1)):
+        with pytest.raises(TaskError):
+            build_model("mamba", {**TINY, **bad})
+
+
+@pytest.mark.gpu
+def test_mamba_kernel_matches_scan_on_cuda():
+    from models.mamba import mamba_ssm_selective_scan
+
+    if not torch.cuda.is_available() or mamba_ssm_selective_scan() is None:
+        pytest.skip("needs CUDA and mamba-ssm")
+    m = randomize(MambaLM(MambaConfig(**dict(TINY, d_model=32, d_state=16)))).cuda()
+    x = tokens(2, 64).cuda()
+    m.set_scan("scan")
+    ref = m(x)
+    m.set_scan("kernel")
+    assert torch.allclose(m(x), ref, atol=1e-3, rtol=1e-3)
+
+
+# ---------------------------------------------------------------------------- LSTM
+def test_lstm_hooks_and_paths_agree():
+    m = LSTMLM(LSTMConfig(vocab_size=7, d_model=8, n_layers=2)).double()
+    x = tokens()
+    logits, cache = m.run_with_cache(x)  # hooks on c and gates: the plain loop
+    for i in range(2):
+        assert cache[f"blocks.{i}.hook_h"].shape == (3, 11, 8)
+        assert cache[f"blocks.{i}.hook_c"].shape == (3, 11, 8)
+        assert cache[f"blocks.{i}.hook_gates"].shape == (3, 11, 4, 8)
+    # h_t = σ(o) tanh(c_t) from the hooked gates and cell state
+    o = cache["blocks.1.hook_gates"][:, :, 3]
+    assert torch.allclose(torch.sigmoid(o) * torch.tanh(cache["blocks.1.hook_c"]),
+                          cache["blocks.1.hook_h"], atol=1e-12)
+    res = []
+    for scan in ("plain", "fused"):
+        m.set_scan(scan)
+        m.zero_grad()
+        out = m(x)
+        out.pow(2).mean().backward()
+        res.append((out.detach(), [p.grad.clone() for p in m.parameters()]))
+    assert torch.allclose(res[0][0], logits, atol=1e-12)
+    assert (res[0][0] - res[1][0]).abs().max() < 1e-10
+    for g1, g2 in zip(res[0][1], res[1][1], strict=True):
+        assert torch.allclose(g1, g2, atol=1e-10)
+
+
+def test_lstm_config_checks():
+    with pytest.raises(TaskError):
+        build_model("lstm", {"d_model": 0})
+    with pytest.raises(TaskError):
+        build_model("lstm", {"scan": "chunked"})
+
+
+# ---------------------------------------------------------------------------- trainer + load
+@pytest.mark.parametrize("arch,task,task_cfg,model", [
+    ("mamba2", "markov", {"seq_len": 32}, {"d_model": 8, "d_state": 4, "d_mlp": 0}),
+    ("mambazero", "markov", {"seq_len": 32}, {}),
+    ("mamba", "copy", {"max_len": 5}, {"d_model": 8, "n_layers": 1}),
+    ("lstm", "copy", {"max_len": 5}, {"d_model": 8, "n_layers": 1}),
+])
+def test_train_save_load_run_with_cache(tmp_path, arch, task, task_cfg, model):
+    spec = make_spec(arch, task, "quick", model, task_cfg,
+                     {"steps": 3, "batch_size": 4, "eval_batches": 1, "eval_batch_size": 4})
+    out = tmp_path / f"{arch}.pt"
+    ck = train(spec, out=out, progress=False)
+    assert ck["history"] and ck["history"][-1]["step"] == 3
+    if task == "markov":
+        assert {"lbeta", "loss_gap", "kl_beta"} <= set(ck["history"][-1])
+    m = models.load(out)
+    x = torch.randint(0, 2, (2, 10))
+    _, cache = m.run_with_cache(x)
+    key = "blocks.0.hook_c" if arch == "lstm" else "blocks.0.mixer.hook_ssm_state"
+    assert key in cache

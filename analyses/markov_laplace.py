@@ -23,6 +23,7 @@ mamba_decay, markov_ablations, markov_holdout).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -198,7 +199,7 @@ QUICK_RUNS = [
 SWEEP_RUNS = [  # Figs 1b, 8, 10: more states and higher orders
     ("mamba2 1L S=3", "mamba2", {}, {"S": 3}),
     ("mamba2 1L S=4", "mamba2", {}, {"S": 4}),
-    ("mamba2 1L k=2", "mamba2", {"d_conv": 3}, {"order": 2}),
+    ("mamba2 1L k=2", "mamba2", {}, {"order": 2}),  # the preset's w = 4 >= k + 1
     ("transformer 2L k=2", "transformer", {**TRANSFORMER, "n_layers": 2}, {"order": 2}),
 ]
 
@@ -228,7 +229,7 @@ def _main(argv):
     add_arguments(p)
     args = p.parse_args(argv)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = [(str(c), str(c)) for c in args.checkpoints]
+    ckpts = [(Path(c).stem, str(c)) for c in args.checkpoints]
     if args.train:
         runs = QUICK_RUNS + (SWEEP_RUNS if args.sweep else [])
         ckpts += train_runs(runs, args.train, args.cache_dir, args.device)

@@ -152,3 +152,20 @@ def test_cli_wrong_checkpoint_kind_exits_2(tmp_path, capsys):
     assert state_probe.main([str(ck), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "mamba2" in err[0]
+
+
+@pytest.mark.slow
+def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
+    """The issue's done-when numbers on the quick preset (minutes on a CPU)."""
+    from analyses.common import load_model
+    from models.train import train_cached
+
+    path = train_cached("mamba2", "markov", "quick", tmp_path, device="cpu", progress=False)
+    m = load_model(str(path))
+    ev = markov_laplace.evaluate_markov(m, markov_laplace.markov_task_of(m), 128, 0)
+    assert ev["l1_mean_t_min"] < 0.05
+    probe = state_probe.compute(m, n_seqs=32, max_rows=6000, progress=False)
+    assert probe["trained"][0]["r2_mean"] >= 0.9
+    assert probe["random_init"][0]["r2_mean"] < probe["trained"][0]["r2_mean"] - 0.2
+    a = mamba_decay.compute([("m", m)], n_seqs=16)["models"][0]["mean"]
+    assert a >= 0.95

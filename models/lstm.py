@@ -79,8 +79,8 @@ class LSTMBlock(nn.Module):
         h = x.new_zeros(B, d)
         c = x.new_zeros(B, d)
         hs, cs, gs = [], [], []
-        for t in range(T):
-            gates = xw[:, t] + h @ L.weight_hh_l0.T  # [batch, 4·d]
+        for xw_t in xw.unbind(1):  # unbind: xw[:, t]'s backward would be quadratic in T
+            gates = xw_t + h @ L.weight_hh_l0.T  # [batch, 4·d]
             i, f, g, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)

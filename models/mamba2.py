@@ -254,8 +254,10 @@ def ssd_plain(a: Float[Tensor, "batch pos heads"], write: Float[Tensor, "batch p
     """H_t = a_t·H_{t−1} + write_t, H_0 = 0, by a loop over positions (the reference)."""
     state = torch.zeros_like(write[:, 0])  # [batch, heads, p, n]
     states = []
-    for t in range(write.shape[1]):
-        state = a[:, t, :, None, None] * state + write[:, t]
+    # unbind, not a[:, t]: the backward of each indexing op would write a zero tensor of the
+    # full [batch, pos, ...] size (quadratic in the length); unbind's backward is one stack
+    for a_t, w_t in zip(a[..., None, None].unbind(1), write.unbind(1), strict=True):
+        state = a_t * state + w_t
         states.append(state)
     return torch.stack(states, dim=1)
 

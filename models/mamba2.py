@@ -106,7 +106,7 @@ class SSMLMConfig:
     norm_eps: float = 1e-5
     unembed_bias: bool = False
     prediction: str = "softmax"  # softmax | l1 (MambaZero's L1-normalised prediction, §4.1)
-    l1_eps: float = 1e-6  # l1: p ∝ max(logit, l1_eps), so a negative logit is a tiny mass
+    l1_eps: float = 1e-6  # l1: p ∝ max(|logit|, l1_eps) (see SSMLanguageModel.log_probs)
     init_std: float = 0.02  # embedding / unembedding init (mamba-ssm: 0.02)
     use_kernels: bool = True  # on CUDA with mamba-ssm installed, its kernels when allowed
     scan: str = "auto"  # force a path (see each model's docstring); auto picks the fastest
@@ -509,11 +509,16 @@ class SSMLanguageModel(SuiteModel):
         return self.unembed(self.ln_final(resid))
 
     def log_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-        """log softmax(logits), or with ``prediction="l1"`` log(v / ‖v‖₁) for v = max(logits,
-        l1_eps) (MambaZero's Prediction layer, §4.1)."""
+        """log softmax(logits), or with ``prediction="l1"`` log(v / ‖v‖₁) for v = max(|logits|,
+        l1_eps) (MambaZero's Prediction layer, §4.1).
+
+        Why |logits| and not max(logits, 0): both equal the logits wherever they are positive
+        (Thm 1's construction makes them β + counts > 0), but clamping negatives kills their
+        gradient, and a freshly initialised model then never leaves the uniform prediction
+        (measured: stuck at log 2 for 800 steps); |·| keeps every output trainable."""
         out = self(tokens)
         if self.cfg.prediction == "l1":
-            v = out.clamp_min(self.cfg.l1_eps)
+            v = out.abs().clamp_min(self.cfg.l1_eps)
             return v.log() - v.sum(-1, keepdim=True).log()
         return torch.log_softmax(out.float() if out.dtype != torch.float64 else out, dim=-1)
 

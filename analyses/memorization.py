@@ -1,0 +1,580 @@
+"""Memorization capacity against parameter count (Kim et al., §5, Figs. 1 and 2, App. F).
+
+``python -m analyses.memorization --data synthetic --task token --quick --out DIR``
+
+A grid over dataset size (fractions 10 %, 20 %, …, 100 % of N, App. F) × model width (the
+embedding size m; L layers, h heads, head size k = m / h, feed-forward q = 4m, §5.1); every
+cell trains an encoder transformer from scratch on the fixed training set until it memorises
+it (training error < ``threshold``), its training error stops improving for ``patience``
+evaluations (App. F: "the training error does not improve"), or the step budget runs out.
+
+* Fig. 1 (``NAME_heatmap.png``): the training error of every cell.
+* Fig. 2 (``NAME_params.png``): for each N, the parameter count of the smallest width with
+  training error < 0.005 (App. F), with a least-squares linear trend and the theory's shape
+  Õ(d + n + √(nN)) (Thm 3.1, token level) or Õ(d + n + √N) (Thm 4.1, sequence level), fitted
+  as a + b·√(nN) (resp. a + b·√N): the constant a stands for d + n, the log factors are dropped.
+* ``NAME.png`` (both panels), ``NAME.json`` (every number), ``NAME_cells.csv`` (one row per
+  cell) and ``NAME_cells/*.json`` (one file per finished cell, so a stopped sweep resumes).
+  NAME is ``memorization_{data}_{task}``, so token and sequence grids share an output folder.
+
+Parameter counting: ``params_total`` is every trainable parameter (token embedding |V|·m,
+the blocks, the final LayerNorm and the classifier head m·C + C); ``params_non_embedding``
+leaves out the token embedding and the classifier head (``SuiteModel.n_params(embeddings=
+False)``). Rotary position encoding has no parameters. Thm 3.1 counts the embedding as d
+parameters; Fig. 2 of the paper does not say which count it plots, so both are reported.
+
+Positions: the paper trains BERT, whose learned absolute position embeddings break
+permutation equivariance — the setting of Thm 3.1.2 / 4.1.2 ("without permutation
+equivariance", a positional encoding E added to the input). The suite's transformer has no
+learned absolute positions, so the default is ``pe=rope``: positional information with no
+extra parameters (the counts of Fig. 2 stay those of the blocks). ``--pe nope`` gives the
+permutation-equivariant model of Thm 3.1.1 / 4.1.1; the synthetic data are generated with
+distinct contexts and consistent labels (Def. 3.2) so that they satisfy its premises too.
+
+Training loop: the cells are trained by :func:`train_cell`, not ``models.train.train``: the
+suite trainer runs a fixed number of steps and evaluates on sampled batches, while a
+memorization cell needs the error on the *whole* training set and stops at convergence (most
+cells converge long before the step budget, which keeps the grid within minutes on a CPU).
+It reuses the trainer's pieces: ``make_spec`` (preset rows, the task's model fields, checks),
+``TrainConfig`` (AdamW, ``lr_at`` warm-up and decay, clipping) and ``loss_of``; minibatches are
+seeded epochs over the fixed set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import OneLineParser, resolve_device, run_main, to_jsonable, write_outputs
+from figures.style import new_figure, save_figure
+from models.registry import build_model
+from models.train import RunSpec, loss_of, lr_at, make_spec
+from tasks.base import TaskError, check, config_to_dict, make_generator
+from tasks.memorization import REAL_LEVEL
+from tasks.registry import make_task
+
+NAME = "memorization"
+ARCH = "transformer"
+THRESHOLD = 0.005  # App. F: "the smallest model that reaches the training error 0.005"
+FRACTIONS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # App. F: p = 10, 20, …, 100 %
+
+# The grid of each (preset, data, level): the task config (on top of the preset rows of
+# models/presets.py), the widths m, and overrides of the training rows. Model shape (L, h,
+# q = 4m) comes from models/presets.py; only the width varies here.
+# Quick sizes were chosen by measurement on 2 shared CPU cores so that both synthetic grids
+# together finish within 15 minutes and the widths straddle the memorization boundary.
+GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
+    # 256 sequences of 8 tokens, 4 classes: 2048 labels of 2 bits at 100 %.
+    ("quick", "synthetic", "token"): {
+        "task": {"n_examples": 256, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
+    # 512 sequences of 8 tokens, 8 classes: 512 labels of 3 bits at 100 %.
+    ("quick", "synthetic", "sequence"): {
+        "task": {"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 8},
+        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
+    ("quick", "conll", "token"): {
+        "task": {"n_examples": 200, "max_len": 32}, "widths": (8, 16, 24, 32, 48),
+        "patience": 10},
+    ("quick", "mnli", "sequence"): {
+        "task": {"n_examples": 400, "max_len": 48}, "widths": (8, 16, 24, 32, 48),
+        "patience": 10},
+    # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
+    # m = 96, 192, …; 1,500 / 7,500 steps. Unverified here (needs a GPU).
+    ("paper", "conll", "token"): {
+        "task": {"n_examples": 14000, "max_len": 128}, "widths": tuple(range(12, 121, 12)),
+        "train": {"steps": 1500}, "patience": 6},
+    ("paper", "mnli", "sequence"): {
+        "task": {"n_examples": 50000, "max_len": 128}, "widths": tuple(range(96, 961, 96)),
+        "train": {"steps": 7500}, "patience": 6},
+    # Synthetic analogues of the paper's sizes (CoNLL sentences average ~14 tokens).
+    ("paper", "synthetic", "token"): {
+        "task": {"n_examples": 14000, "seq_len": 16, "vocab": 1000, "n_classes": 9},
+        "widths": tuple(range(12, 121, 12)), "train": {"steps": 1500}, "patience": 6},
+    ("paper", "synthetic", "sequence"): {
+        "task": {"n_examples": 50000, "seq_len": 32, "vocab": 1000, "n_classes": 3},
+        "widths": tuple(range(96, 961, 96)), "train": {"steps": 7500}, "patience": 6},
+}
+
+PARAM_COUNTING = (
+    "params_total: every trainable parameter (token embedding |V|*m, blocks, final LayerNorm, "
+    "classifier head m*C + C); params_non_embedding: the same without the token embedding "
+    "and the classifier head (SuiteModel.n_params(embeddings=False)); RoPE has no parameters")
+
+
+# ---------------------------------------------------------------------------- counting
+def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_mlp: int = 0,
+                embeddings: bool = True) -> int:
+    """Closed-form parameter count of the suite's transformer classifier (LayerNorm, biases).
+
+    Per block (m = d_model = h·k, q = d_mlp): two LayerNorms 2·2m; W_Q, W_K, W_V, W_O 4m²;
+    their biases 3m + m; the MLP 2mq + q + m. Plus the final LayerNorm 2m and, with
+    ``embeddings``, the token embedding |V|·m and the head m·C + C.
+    """
+    m, q = d_model, d_mlp or 4 * d_model
+    block = 4 * m + 4 * m * m + 4 * m + 2 * m * q + q + m
+    total = n_layers * block + 2 * m
+    if embeddings:
+        total += vocab_size * m + m * n_classes + n_classes
+    return total
+
+
+# ---------------------------------------------------------------------------- one cell
+def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
+               device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Train one grid cell to convergence; return its numbers (JSON-able).
+
+    Stops when the training error (whole set) is below ``threshold`` ("memorized"), when it
+    has not improved for ``patience`` evaluations ("plateau", 0 disables), on a non-finite
+    loss ("diverged"), or after ``spec.train.steps`` steps ("max_steps").
+    """
+    cfg = spec.train
+    dev = torch.device(device)
+    task = make_task(spec.task, spec.task_config)
+    torch.manual_seed(cfg.seed)
+    model = build_model(spec.arch, spec.model).to(dev)
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # as models.train: no decay on
+    no_decay = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+    g = make_generator(cfg.seed)
+    step, best, since_best, stop, loss_value = 0, math.inf, 0, "max_steps", math.nan
+    err = math.nan
+    t0 = time.time()
+    model.train()
+    while stop == "max_steps" and step < cfg.steps:
+        for batch in task.epoch(cfg.batch_size, g):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(cfg, step)
+            loss = loss_of(model, batch.to(dev))
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                stop = "diverged"
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            step += 1
+            if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+                err = task.train_error(model)
+                if err < best:
+                    best, since_best = err, 0
+                else:
+                    since_best += 1
+                if err < threshold:
+                    stop = "memorized"
+                elif patience and since_best >= patience:
+                    stop = "plateau"
+            if stop != "max_steps" or step >= cfg.steps:
+                break
+    if stop in ("diverged", "max_steps") or math.isnan(err):
+        err = task.train_error(model)
+        best = min(best, err)
+    return {
+        "fraction": task.cfg.fraction, "n_examples": task.n_used, "n_total": task.n_total,
+        "n_labels": task.n_labels, "seq_len": task.seq_len, "vocab_size": task.vocab.size,
+        "n_classes": task.cfg.C, "d_model": model.cfg.d_model, "n_layers": model.cfg.n_layers,
+        "n_heads": model.cfg.n_heads, "d_mlp": model.cfg.d_mlp_, "pe": model.cfg.pe,
+        "params_total": model.n_params(), "params_non_embedding": model.n_params(embeddings=False),
+        "train_error": err, "best_error": best, "memorized": err < threshold, "loss": loss_value,
+        "steps": step, "stop": stop, "time_s": round(time.time() - t0, 2),
+    }
+
+
+def cell_key(spec: RunSpec, threshold: float, patience: int) -> str:
+    """What a saved cell must match to be reused (run spec and stopping rule)."""
+    blob = f"{spec.hash()}|{threshold}|{patience}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _run_cell(spec: RunSpec, threshold: float, patience: int, device: str, path: str,
+              key: str, threads: int) -> dict[str, Any]:
+    """Worker body: train one cell and save its JSON atomically (a finished cell is kept)."""
+    torch.set_num_threads(threads)  # one thread per worker: the cells are the parallelism
+    result = train_cell(spec, threshold, patience, device)
+    result["key"] = key
+    tmp = Path(path).with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(to_jsonable(result), indent=1))
+    tmp.replace(path)
+    return result
+
+
+def _load_cell(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        cell = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # missing or half-written: train it again
+    return cell if isinstance(cell, dict) and cell.get("key") == key else None
+
+
+# ---------------------------------------------------------------------------- the grid
+def grid_settings(preset: str, data: str, level: str) -> dict[str, Any]:
+    """The GRIDS row of (preset, data, level), with a clear error for a missing one."""
+    check(data in ("synthetic", *REAL_LEVEL), f"data must be synthetic, conll or mnli, got "
+          f"{data!r}")
+    if data in REAL_LEVEL:
+        check(level == REAL_LEVEL[data], f"--data {data} is {REAL_LEVEL[data]}-level; "
+              f"use --task {REAL_LEVEL[data]}")
+    key = (preset, data, level)
+    check(key in GRIDS, f"no grid for preset={preset}, data={data}, task={level}")
+    return GRIDS[key]
+
+
+def compute(data: str = "synthetic", level: str = "token", preset: str = "quick",
+            out_dir: str | Path = "figures/out", widths: tuple[int, ...] | None = None,
+            fractions: tuple[float, ...] | None = None, task_config: dict | None = None,
+            model: dict | None = None, train: dict | None = None, patience: int | None = None,
+            threshold: float = THRESHOLD, n_jobs: int = 2, device: str = "cpu",
+            fresh: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train the grid (resuming saved cells) and summarise it (Figs. 1 and 2).
+
+    ``task_config`` / ``model`` / ``train`` override the preset and grid rows; ``n_jobs``
+    worker processes (joblib) train the cells; each finished cell is saved under
+    ``out_dir/memorization_{data}_{level}_cells/`` and reused by the next call unless
+    ``fresh``.
+    """
+    from joblib import Parallel, delayed
+
+    grid = grid_settings(preset, data, level)
+    widths = tuple(widths or grid["widths"])
+    fractions = tuple(fractions or FRACTIONS)
+    patience = grid["patience"] if patience is None else patience
+    check(len(widths) >= 1 and len(fractions) >= 1, "need at least one width and one fraction")
+    check(all(0 < f <= 1 for f in fractions), f"fractions must be in (0, 1], got {fractions}")
+    check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
+    check(patience >= 0, f"patience must be >= 0, got {patience}")
+    check(n_jobs >= 1, f"n_jobs must be >= 1, got {n_jobs}")
+    dev = str(resolve_device(device))
+    task_cfg = {**grid["task"], **(task_config or {}), "data": data, "level": level}
+    train_cfg = {**grid.get("train", {}), **(train or {})}
+    specs: dict[tuple[float, int], RunSpec] = {}
+    for f in sorted(fractions):
+        for m in sorted(widths):
+            spec = make_spec(ARCH, "memorization", preset, model={**(model or {}), "d_model": m},
+                             task_config={**task_cfg, "fraction": f}, train=train_cfg)
+            specs[(f, m)] = spec  # make_spec checked m against n_heads (m = h·k)
+    name = f"{NAME}_{data}_{level}"
+    out = Path(out_dir)
+    cells_dir = out / f"{name}_cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    done: dict[tuple[float, int], dict] = {}
+    todo = []
+    for (f, m), spec in specs.items():
+        key = cell_key(spec, threshold, patience)
+        path = cells_dir / f"m{m:05d}_f{round(100 * f):03d}.json"
+        cell = None if fresh else _load_cell(path, key)
+        if cell is not None:
+            done[(f, m)] = cell
+        else:
+            todo.append(((f, m), spec, path, key))
+    t0 = time.time()
+    bar = tqdm(total=len(specs), initial=len(done), desc=name, disable=not progress,
+               dynamic_ncols=True)
+    try:
+        # cells finish in any order; each is saved by its worker, so Ctrl-C loses only the
+        # cells in flight. Larger cells first: the slowest ones do not trail at the end.
+        todo.sort(key=lambda t: (-t[0][0] * t[0][1], t[0]))
+        jobs = (delayed(_run_cell)(spec, threshold, patience, dev, str(path), key, 1)
+                for _, spec, path, key in todo)
+        runner = Parallel(n_jobs=min(n_jobs, max(1, len(todo))),
+                          return_as="generator_unordered")
+        for cell in runner(jobs):
+            done[(cell["fraction"], cell["d_model"])] = cell
+            bar.update(1)
+            bar.set_postfix(m=cell["d_model"], f=cell["fraction"], err=f"{cell['train_error']:.3f}")
+    finally:
+        bar.close()
+    wall = time.time() - t0
+    any_spec = next(iter(specs.values()))
+    result = summarise(done, sorted(fractions), sorted(widths), threshold, level)
+    result.update({
+        "data": data, "level": level, "preset": preset, "threshold": threshold,
+        "patience": patience, "n_jobs": n_jobs, "device": dev,
+        "cells_trained": len(todo), "cells_reused": len(specs) - len(todo),
+        "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "param_counting": PARAM_COUNTING,
+        "config": {"model": {k: v for k, v in any_spec.model.items() if k != "d_model"},
+                   "task": {k: v for k, v in any_spec.task_config.items() if k != "fraction"},
+                   "train": config_to_dict(any_spec.train)},
+        "name": name,
+    })
+    return result
+
+
+def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],
+              threshold: float, level: str) -> dict[str, Any]:
+    """Heatmap matrix, smallest memorising model per N, fits and trend statistics."""
+    from scipy.stats import spearmanr
+
+    err = np.array([[cells[(f, m)]["train_error"] for m in widths] for f in fractions])
+    first = [cells[(f, widths[0])] for f in fractions]
+    n_ex = [c["n_examples"] for c in first]
+    n_lab = [c["n_labels"] for c in first]
+    seq_len = first[0]["seq_len"]
+    p_tot = [cells[(fractions[0], m)]["params_total"] for m in widths]
+    p_non = [cells[(fractions[0], m)]["params_non_embedding"] for m in widths]
+    min_width, min_tot, min_non = [], [], []
+    for i in range(len(fractions)):
+        ok = [j for j in range(len(widths)) if err[i, j] < threshold]
+        j = ok[0] if ok else None
+        min_width.append(widths[j] if ok else None)
+        min_tot.append(p_tot[j] if ok else None)
+        min_non.append(p_non[j] if ok else None)
+    fits = {which: fit_trends(n_ex, mins, seq_len, level)
+            for which, mins in (("total", min_tot), ("non_embedding", min_non))}
+    # Trend checks (the claims of Fig. 1): error falls with width, rises with N.
+    tol = 0.01
+    w_pairs = [err[i, j + 1] <= err[i, j] + tol for i in range(len(fractions))
+               for j in range(len(widths) - 1)]
+    n_pairs = [err[i + 1, j] >= err[i, j] - tol for i in range(len(fractions) - 1)
+               for j in range(len(widths))]
+    W, F = np.meshgrid(widths, n_ex)
+    rho_w = spearmanr(W.ravel(), err.ravel()).statistic if len(widths) > 1 else None
+    rho_n = spearmanr(F.ravel(), err.ravel()).statistic if len(fractions) > 1 else None
+    found = [(n, p) for n, p in zip(n_ex, min_non, strict=True) if p is not None]
+    rho_p = (spearmanr([n for n, _ in found], [p for _, p in found]).statistic
+             if len(found) > 1 and len({p for _, p in found}) > 1 else None)
+    return {
+        "fractions": fractions, "widths": widths, "n_examples": n_ex, "n_labels": n_lab,
+        "seq_len": seq_len, "error": err.tolist(),
+        "params_total": p_tot, "params_non_embedding": p_non,
+        "min_width": min_width, "min_params_total": min_tot, "min_params_non_embedding": min_non,
+        "fits": fits,
+        "trends": {
+            "tolerance": tol,
+            "width_pairs_error_not_rising": float(np.mean(w_pairs)) if w_pairs else None,
+            "n_pairs_error_not_falling": float(np.mean(n_pairs)) if n_pairs else None,
+            "spearman_error_vs_width": _finite(rho_w),
+            "spearman_error_vs_n": _finite(rho_n),
+            "spearman_min_params_vs_n": _finite(rho_p),
+            "min_params_nondecreasing": (all(b >= a for (_, a), (_, b)
+                                             in zip(found, found[1:], strict=False))
+                                         if found else None),
+            "n_memorized": len(found),
+        },
+        "cells": [cells[(f, m)] for f in fractions for m in widths],
+    }
+
+
+def _finite(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def fit_trends(n_examples: list[int], min_params: list[int | None], seq_len: int,
+               level: str) -> dict[str, Any]:
+    """Least-squares fits of the minimal parameter counts against N.
+
+    ``linear``: P = a + b·N (the paper's observed trend, §5.2). ``theory``: P = a + b·√(nN)
+    (Thm 3.1, token level) or a + b·√N (Thm 4.1, sequence level), a standing for d + n.
+    Each with its coefficients and R²; None where fewer than two N were memorised.
+    """
+    pts = [(n, p) for n, p in zip(n_examples, min_params, strict=True) if p is not None]
+    out: dict[str, Any] = {"points": len(pts)}
+    if len(pts) < 2 or len({n for n, _ in pts}) < 2:
+        return {**out, "linear": None, "theory": None}
+    N = np.array([n for n, _ in pts], dtype=float)
+    P = np.array([p for _, p in pts], dtype=float)
+    scale = seq_len if level == "token" else 1
+    for name, x in (("linear", N), ("theory", np.sqrt(scale * N))):
+        A = np.stack([np.ones_like(x), x], axis=1)
+        (a, b), *_ = np.linalg.lstsq(A, P, rcond=None)
+        resid = P - A @ np.array([a, b])
+        ss_tot = float(((P - P.mean()) ** 2).sum())
+        r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else None
+        out[name] = {"a": float(a), "b": float(b), "r2": r2}
+    out["theory"]["form"] = "a + b*sqrt(n*N)" if level == "token" else "a + b*sqrt(N)"
+    out["linear"]["form"] = "a + b*N"
+    return out
+
+
+# ---------------------------------------------------------------------------- figures
+def plot_heatmap(result: dict, ax=None):
+    """Fig. 1: training error per (N, width); darker is smaller, as in the paper."""
+    fig = None
+    if ax is None:
+        fig, (ax,) = new_figure(1, 4.8, 3.8)
+    err = np.array(result["error"], dtype=float)
+    im = ax.imshow(err, origin="lower", aspect="auto", cmap="magma", vmin=0,
+                   vmax=max(float(np.nanmax(err)), result["threshold"]))
+    ax.set_xticks(range(len(result["widths"])), [str(w) for w in result["widths"]])
+    ax.set_yticks(range(len(result["n_examples"])), [str(n) for n in result["n_examples"]])
+    ax.set_xlabel("embedding size m")
+    ax.set_ylabel("dataset size N (sequences)")
+    ax.grid(False)
+    for i in range(err.shape[0]):
+        for j in range(err.shape[1]):
+            ax.text(j, i, f"{err[i, j]:.3f}".lstrip("0") if err[i, j] < 1 else "1",
+                    ha="center", va="center", fontsize=6,
+                    color="white" if err[i, j] < 0.6 * im.get_clim()[1] else "black")
+    ax.figure.colorbar(im, ax=ax, label="training error")
+    ax.set_title(f"{result['data']} / {result['level']} classification: training error")
+    return fig if fig is not None else ax.figure
+
+
+def plot_params(result: dict, ax=None):
+    """Fig. 2: parameters of the smallest memorising model vs N, with the fitted trends."""
+    fig = None
+    if ax is None:
+        fig, (ax,) = new_figure(1, 4.8, 3.8)
+    n_ex = np.array(result["n_examples"], dtype=float)
+    grid_n = np.linspace(n_ex.min(), n_ex.max(), 100)
+    scale = result["seq_len"] if result["level"] == "token" else 1
+    theory_label = "√(nN)" if result["level"] == "token" else "√N"
+    for which, color, label in (("total", "#1f77b4", "all parameters"),
+                                ("non_embedding", "#d62728", "without embeddings")):
+        mins = result[f"min_params_{which}"]
+        pts = [(n, p) for n, p in zip(n_ex, mins, strict=True) if p is not None]
+        if pts:
+            ax.plot([n for n, _ in pts], [p for _, p in pts], "o", color=color, label=label)
+        missing = [n for n, p in zip(n_ex, mins, strict=True) if p is None]
+        if missing:  # not memorised by the widest model: the count is above the largest one
+            top = max(result[f"params_{which}"])
+            ax.plot(missing, [top] * len(missing), "^", mfc="none", color=color,
+                    label=f"not memorised (> {top:,})")
+        fit = result["fits"][which]
+        if fit.get("linear"):
+            lin = fit["linear"]
+            ax.plot(grid_n, lin["a"] + lin["b"] * grid_n, "--", color=color, lw=1,
+                    label=f"linear fit, R²={_r2(lin)}")
+            th = fit["theory"]
+            ax.plot(grid_n, th["a"] + th["b"] * np.sqrt(scale * grid_n), ":", color=color,
+                    lw=1.3, label=f"a + b·{theory_label}, R²={_r2(th)}")
+    ax.set_xlabel("dataset size N (sequences)")
+    ax.set_ylabel(f"parameters of the smallest model, error < {result['threshold']}")
+    ax.set_title(f"{result['data']} / {result['level']}: parameters to memorise")
+    ax.legend(fontsize=6)
+    return fig if fig is not None else ax.figure
+
+
+def _r2(fit: dict) -> str:
+    return "n/a" if fit.get("r2") is None else f"{fit['r2']:.2f}"
+
+
+def plot(result: dict):
+    """Both panels side by side (Fig. 1 and Fig. 2)."""
+    fig, (a, b) = new_figure(2, 5.0, 4.0)
+    plot_heatmap(result, a)
+    plot_params(result, b)
+    return fig
+
+
+# ---------------------------------------------------------------------------- outputs
+CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",
+              "d_model", "n_layers", "n_heads", "d_mlp", "pe", "params_total",
+              "params_non_embedding", "train_error", "best_error", "memorized", "loss", "steps",
+              "stop", "time_s")
+
+
+def write_csv(result: dict, path: str | Path) -> Path:
+    """One row per cell."""
+    path = Path(path)
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for cell in result["cells"]:
+            w.writerow(cell)
+    tmp.replace(path)
+    return path
+
+
+def table(result: dict) -> list[list[Any]]:
+    """Training error per N (rows) and width (columns), then the smallest memorising model."""
+    rows = [["N \\ m", *result["widths"], "min m", "params", "non-emb"]]
+    for i, n in enumerate(result["n_examples"]):
+        rows.append([n, *[float(e) for e in result["error"][i]],
+                     result["min_width"][i] or "-", result["min_params_total"][i] or "-",
+                     result["min_params_non_embedding"][i] or "-"])
+    rows.append(["params", *result["params_total"], "", "", ""])
+    rows.append(["non-emb", *result["params_non_embedding"], "", "", ""])
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
+def _numbers(text: str, kind):
+    try:
+        return tuple(kind(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise TaskError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=f"python -m analyses.{NAME}", description=__doc__.splitlines()[0])
+    p.add_argument("--data", choices=["synthetic", "conll", "mnli"], default="synthetic")
+    p.add_argument("--task", choices=["token", "sequence"], default=None,
+                   help="label level (default: token for synthetic and conll, sequence for mnli)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help="CPU-sized grid (default)")
+    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   help="the paper's sizes (App. F; for a GPU)")
+    p.set_defaults(preset="quick")
+    p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
+    p.add_argument("--out", default="figures/out", help="output directory (default: figures/out)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | auto (default: cpu)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and of the training")
+    p.add_argument("--jobs", type=int, default=2, help="parallel worker processes (default 2)")
+    p.add_argument("--widths", default=None, help="embedding sizes m, e.g. 8,16,32")
+    p.add_argument("--fractions", default=None, help="dataset fractions (default 0.1,…,1.0)")
+    p.add_argument("--n-examples", type=int, default=None, help="N, the full dataset size")
+    p.add_argument("--steps", type=int, default=None, help="step budget per cell")
+    p.add_argument("--pe", choices=["rope", "nope", "alibi", "hard_alibi"], default=None,
+                   help="positional encoding (default rope: see the module docstring)")
+    p.add_argument("--threshold", type=float, default=THRESHOLD)
+    p.add_argument("--patience", type=int, default=None,
+                   help="evaluations without improvement before a cell stops")
+    p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _main(argv):
+    args = build_parser().parse_args(argv)
+    level = args.task or REAL_LEVEL.get(args.data, "token")
+    task_cfg: dict[str, Any] = {"seed": args.seed}
+    if args.data_path:
+        task_cfg["data_path"] = args.data_path
+    if args.n_examples is not None:
+        task_cfg["n_examples"] = args.n_examples
+    train = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
+    result = compute(args.data, level, args.preset, args.out,
+                     widths=_numbers(args.widths, int) if args.widths else None,
+                     fractions=_numbers(args.fractions, float) if args.fractions else None,
+                     task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
+                     train=train, patience=args.patience, threshold=args.threshold,
+                     n_jobs=args.jobs, device=args.device, fresh=args.fresh,
+                     progress=not args.no_progress)
+    name, out = result["name"], Path(args.out)
+    save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
+    save_figure(plot_params(result), out / f"{name}_params.png")
+    csv_path = write_csv(result, out / f"{name}_cells.csv")
+    write_outputs(name, result, plot(result), out, table(result))
+    t = result["trends"]
+    print(f"wrote {out / (name + '_heatmap.png')}, {out / (name + '_params.png')}, {csv_path}")
+    print(f"{result['cells_trained']} cells trained, {result['cells_reused']} reused, "
+          f"{result['wall_time_s']} s wall ({result['n_jobs']} jobs); Spearman(error, width) "
+          f"{t['spearman_error_vs_width']}, Spearman(error, N) {t['spearman_error_vs_n']}, "
+          f"Spearman(min params, N) {t['spearman_min_params_vs_n']}")
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

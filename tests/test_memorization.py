@@ -1,0 +1,326 @@
+"""Memorization datasets, loaders, parameter counting and the capacity grid (issue 6)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from analyses import memorization as am
+from models.registry import build_model
+from models.train import loss_of, make_spec, train
+from tasks import IGNORE, TaskError, make_generator, make_task
+from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
+
+
+# ---------------------------------------------------------------------------- synthetic
+@pytest.mark.parametrize("consistent", [True, False])
+def test_synthetic_sequences_are_distinct_and_labels_in_range(consistent):
+    task = make_task("memorization", n_examples=300, seq_len=5, vocab=12, n_classes=3,
+                     consistent=consistent, seed=3)
+    rows = [tuple(r) for r in task.tokens.tolist()]
+    assert task.tokens.shape == (300, 5) and len(set(rows)) == 300
+    assert int(task.labels.min()) >= 0 and int(task.labels.max()) <= 2
+    assert set(task.labels.unique().tolist()) == {0, 1, 2}  # uniform labels use every class
+    if consistent:  # Thm 3.1.1 premise: distinct contexts (token sets)
+        assert len({frozenset(r) for r in rows}) == 300
+
+
+def test_consistent_labels_equal_tokens_share_a_label():
+    """Def. 3.2: X[:, k] = X[:, l] in one sequence implies Y[k] = Y[l]."""
+    tokens, labels = synthetic_dataset(100, 8, 10, 5, "token", True, make_generator(0))
+    repeats = 0
+    for x, y in zip(tokens.tolist(), labels.tolist(), strict=True):
+        for k in range(8):
+            for l in range(8):
+                if x[k] == x[l]:
+                    repeats += k != l
+                    assert y[k] == y[l]
+    assert repeats > 0  # 8 tokens over 10 ids: the condition was really exercised
+    # without consistency, equal tokens of a sequence get independent labels (some differ)
+    tokens, labels = synthetic_dataset(100, 8, 10, 5, "token", False, make_generator(0))
+    differ = sum(y[k] != y[l] for x, y in zip(tokens.tolist(), labels.tolist(), strict=True)
+                 for k in range(8) for l in range(8) if x[k] == x[l])
+    assert differ > 0
+
+
+def test_synthetic_is_seeded_and_fractions_are_nested_prefixes():
+    a = make_task("memorization", n_examples=50, seed=1)
+    b = make_task("memorization", n_examples=50, seed=1)
+    c = make_task("memorization", n_examples=50, seed=2)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.labels, b.labels)
+    assert not torch.equal(a.tokens, c.tokens)
+    half = make_task("memorization", n_examples=50, seed=1, fraction=0.3)
+    assert half.n_used == 15 and half.n_total == 50
+    assert torch.equal(half.tokens, a.tokens[:15]) and torch.equal(half.labels, a.labels[:15])
+
+
+def test_sequence_level_batches_come_from_the_fixed_set():
+    task = make_task("memorization", level="sequence", n_examples=20, n_classes=4, seed=0)
+    assert task.labels.shape == (20,) and task.n_labels == 20
+    batch = task.batch(64, make_generator(5))
+    assert batch.tokens.shape == (64, 8) and batch.targets.shape == (64,)
+    table = {tuple(x): int(y) for x, y in zip(task.tokens.tolist(), task.labels, strict=True)}
+    for x, y in zip(batch.tokens.tolist(), batch.targets.tolist(), strict=True):
+        assert table[tuple(x)] == y  # every drawn row is a training example with its label
+    seen = torch.cat([b.tokens for b in task.epoch(6, make_generator(0))])
+    assert sorted(map(tuple, seen.tolist())) == sorted(table)  # an epoch covers each once
+
+
+def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes():
+    for level, head, tshape in (("token", "token_cls", (4, 8)), ("sequence", "seq_cls", (4,))):
+        spec = make_spec("transformer", "memorization", "quick",
+                         task_config={"level": level, "n_examples": 10, "n_classes": 3})
+        assert spec.model["head"] == head and spec.model["n_classes"] == 3
+        assert spec.model["causal"] is False and spec.model["vocab_size"] == 17
+        model = build_model("transformer", spec.model)
+        batch = make_task("memorization", spec.task_config).batch(4, make_generator(0))
+        assert batch.targets.shape == tshape
+        assert torch.isfinite(loss_of(model, batch))
+
+
+@pytest.mark.parametrize("bad", [
+    {"n_examples": 100, "vocab": 2, "seq_len": 3},  # only 8 sequences exist
+    {"n_examples": 20, "vocab": 3, "seq_len": 4},  # only 7 token sets: contexts can't be distinct
+    {"n_classes": 1}, {"fraction": 0.0}, {"fraction": 1.5}, {"level": "pair"},
+    {"data": "imdb"}, {"data": "conll"}, {"data": "mnli", "data_path": "x", "level": "token"},
+    {"data": "conll", "data_path": "x", "n_classes": 3}, {"n_examples": -1},
+])
+def test_bad_configs_are_task_errors(bad):
+    with pytest.raises(TaskError):
+        make_task("memorization", bad)
+
+
+def test_example_and_packing_are_refused():
+    task = make_task("memorization", n_examples=4)
+    with pytest.raises(TaskError, match="fixed set"):
+        task.example(make_generator(0))
+    with pytest.raises(TaskError):
+        task.batch(0, make_generator(0))
+
+
+# ---------------------------------------------------------------------------- counting
+def test_parameter_count_matches_a_hand_count():
+    """|V| = 5, m = 4 (h = 2, k = 2), L = 1, q = 8, C = 3, by hand:
+    embed 5·4 = 20; block: ln1 8 + W_Q,K,V,O 4·16 = 64 + biases 3·4 + 4 = 16 + ln2 8 +
+    MLP 4·8 + 8 + 8·4 + 4 = 76 -> 172; ln_final 8; head 4·3 + 3 = 15. Total 215, 180 without
+    the embedding and the head."""
+    model = build_model("transformer", dict(vocab_size=5, d_model=4, n_heads=2, n_layers=1,
+                                            d_mlp=8, pe="rope", causal=False,
+                                            head="token_cls", n_classes=3))
+    assert model.n_params() == 215 == am.param_count(4, 1, 5, 3, d_mlp=8)
+    assert model.n_params(embeddings=False) == 180 == am.param_count(4, 1, 5, 3, 8, False)
+    big = build_model("transformer", dict(vocab_size=40, d_model=24, n_heads=4, n_layers=3,
+                                          pe="nope", causal=False, head="seq_cls", n_classes=7))
+    assert big.n_params() == am.param_count(24, 3, 40, 7)
+    assert big.n_params(embeddings=False) == am.param_count(24, 3, 40, 7, embeddings=False)
+
+
+def test_fits_recover_exact_trends():
+    n = [10, 20, 40, 80]
+    lin = am.fit_trends(n, [100 + 3 * x for x in n], 4, "token")
+    assert lin["linear"]["b"] == pytest.approx(3) and lin["linear"]["r2"] == pytest.approx(1)
+    sq = am.fit_trends(n, [50 + 2 * (4 * x) ** 0.5 for x in n], 4, "token")
+    assert sq["theory"]["b"] == pytest.approx(2) and sq["theory"]["r2"] == pytest.approx(1)
+    assert am.fit_trends(n, [None, None, 5, None], 4, "sequence")["linear"] is None
+
+
+# ---------------------------------------------------------------------------- real data
+CONLL = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+call NN I-NP O
+. . O O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+
+-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+call NN I-NP O
+. . O O
+
+BRUSSELS NNP B-NP B-LOC
+1996-08-22 CD I-NP O
+"""
+
+
+def test_conll_loader_on_a_fixture(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text(CONLL)
+    sents = read_conll(path)
+    assert len(sents) == 4 and sents[1] == (["Peter", "Blackburn"], [1, 2])
+    task = make_task("memorization", data="conll", data_path=str(tmp_path), n_examples=0)
+    assert task.n_total == 3 and task.n_dropped == 1  # the repeated sentence is dropped
+    assert task.tokens.shape == (3, 5) and task.cfg.C == 9 == len(NER_TAGS)
+    pad = task.vocab.id("PAD")
+    for x, y in zip(task.tokens.tolist(), task.labels.tolist(), strict=True):
+        words = [task.vocab.alphabet[i] for i in x if i != pad]
+        assert (y[len(words):] == [IGNORE] * (5 - len(words)))  # no loss on padding
+        if words[0] == "EU":
+            assert y[:5] == [3, 0, 7, 0, 0]  # B-ORG O B-MISC O O
+    assert task.vocab.D == 9  # every distinct word once
+    assert task.model_fields()["head"] == "token_cls"
+    short = make_task("memorization", data="conll", data_path=str(path), n_examples=2,
+                      max_len=2)
+    assert short.tokens.shape == (2, 2)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("EU\n", ":1: expected 'WORD"),
+    ("EU NNP B-NP B-ORG\nrejects VBZ B-VP B-FOO\n", ":2: unknown NER tag 'B-FOO'"),
+    ("\n\n", "no sentences"),
+])
+def test_conll_malformed_files(tmp_path, text, match):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(TaskError, match=match):
+        make_task("memorization", data="conll", data_path=str(path), n_examples=0)
+
+
+def test_missing_or_binary_data_files(tmp_path):
+    with pytest.raises(TaskError, match="not found"):
+        make_task("memorization", data="conll", data_path=str(tmp_path / "nope.txt"))
+    with pytest.raises(TaskError, match="folder has no"):
+        make_task("memorization", data="mnli", level="sequence", data_path=str(tmp_path))
+    binary = tmp_path / "train.txt"
+    binary.write_bytes(b"\xff\xfe\x00\x01garbage")
+    with pytest.raises(TaskError, match="not UTF-8"):
+        make_task("memorization", data="conll", data_path=str(binary))
+    (tmp_path / "ok.txt").write_text(CONLL)
+    with pytest.raises(TaskError, match="only 3 distinct examples"):
+        make_task("memorization", data="conll", data_path=str(tmp_path / "ok.txt"),
+                  n_examples=10)
+
+
+MNLI_HEADER = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+               "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+
+
+def mnli_row(i, s1, s2, label):
+    return "\t".join([str(i), "1", f"{i}e", "fiction", "(", "(", "(", "(", s1, s2, label, label])
+
+
+def test_mnli_loader_on_a_fixture(tmp_path):
+    rows = [mnli_row(0, "The cat sat.", "A cat sat.", "entailment"),
+            mnli_row(1, "The cat sat.", "No cat sat.", "contradiction"),
+            mnli_row(2, "He left.", "He may leave.", "-"),  # no gold label: skipped
+            mnli_row(3, "He left.", "She stayed.", "neutral")]
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join([MNLI_HEADER, *rows]) + "\n")
+    task = make_task("memorization", data="mnli", level="sequence", data_path=str(path),
+                     n_examples=0, seed=0)
+    assert task.n_used == 3 and task.labels.shape == (3,) and task.cfg.C == 3
+    sep = task.vocab.id("SEP")
+    assert bool(((task.tokens == sep).sum(1) == 1).all())  # premise <SEP> hypothesis
+    got = {}
+    for x, y in zip(task.tokens.tolist(), task.labels.tolist(), strict=True):
+        words = [task.vocab.symbols[i] for i in x if i != task.vocab.id("PAD")]
+        got[" ".join(words)] = NLI_LABELS[y]
+    assert got["The cat sat . <SEP> No cat sat ."] == "contradiction"
+    assert got["He left . <SEP> She stayed ."] == "neutral"
+    assert task.model_fields()["head"] == "seq_cls"
+
+
+@pytest.mark.parametrize("lines, match", [
+    (["sentence1\tsentence2"], "header lacks"),
+    ([MNLI_HEADER, "0\t1\tshort row"], ":2: 3 tab-separated fields"),
+    ([MNLI_HEADER, mnli_row(0, "a", "b", "maybe")], ":2: unknown label 'maybe'"),
+    ([MNLI_HEADER, mnli_row(0, "a", "b", "-")], "no labelled sentence pairs"),
+    ([], "empty file"),
+])
+def test_mnli_malformed_files(tmp_path, lines, match):
+    path = tmp_path / "train.tsv"
+    path.write_text("\n".join(lines))
+    with pytest.raises(TaskError, match=match):
+        make_task("memorization", data="mnli", level="sequence", data_path=str(path))
+
+
+# ---------------------------------------------------------------------------- training
+def test_train_cell_memorises_a_tiny_set():
+    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 16},
+                     task_config={"n_examples": 8, "seq_len": 4},
+                     train={"steps": 300, "warmup_steps": 10, "eval_every": 10})
+    cell = am.train_cell(spec, patience=0)
+    assert cell["stop"] == "memorized" and cell["train_error"] < 0.005 and cell["steps"] < 300
+    assert cell["n_labels"] == 32 and cell["params_total"] == am.param_count(16, 2, 17, 2)
+
+
+def test_suite_trainer_runs_the_task_and_reports_train_error():
+    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
+                     task_config={"n_examples": 6, "level": "sequence"},
+                     train={"steps": 4, "eval_every": 2, "eval_batches": 1, "batch_size": 4})
+    ck = train(spec, progress=False)
+    assert 0.0 <= ck["history"][-1]["train_error"] <= 1.0
+
+
+def tiny_grid(out, **kw):
+    return am.compute("synthetic", kw.pop("level", "token"), "quick", out, widths=(4, 8),
+                      fractions=(0.5, 1.0), task_config={"n_examples": 12, "seq_len": 4},
+                      train={"steps": 30, "warmup_steps": 0, "eval_every": 10}, n_jobs=1,
+                      progress=False, **kw)
+
+
+def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
+    result = tiny_grid(tmp_path)
+    assert result["cells_trained"] == 4 and len(result["cells"]) == 4
+    assert len(result["error"]) == 2 and len(result["error"][0]) == 2
+    assert result["n_examples"] == [6, 12] and result["n_labels"] == [24, 48]
+    assert result["params_total"][0] == am.param_count(4, 2, 17, 4)  # grid: C = 4
+    saved = sorted(p.name for p in (tmp_path / "memorization_synthetic_token_cells").iterdir())
+    assert saved == ["m00004_f050.json", "m00004_f100.json", "m00008_f050.json",
+                     "m00008_f100.json"]
+    # a second run reuses every saved cell and trains nothing
+    monkeypatch.setattr(am, "_run_cell", lambda *a, **k: pytest.fail("retrained a saved cell"))
+    again = tiny_grid(tmp_path)
+    assert again["cells_reused"] == 4 and again["error"] == result["error"]
+    json.dumps(am.to_jsonable(again))  # JSON-able
+    # a changed stopping rule is a different cell: retrained (here: refused by the stub)
+    with pytest.raises(pytest.fail.Exception):
+        tiny_grid(tmp_path, threshold=0.01)
+
+
+def test_cli_writes_figures_json_and_csv(tmp_path):
+    argv = ["--data", "synthetic", "--task", "sequence", "--widths", "4,8", "--fractions",
+            "0.5,1", "--n-examples", "12", "--steps", "20", "--jobs", "1", "--out",
+            str(tmp_path), "--no-progress"]
+    assert am.main(argv) == 0
+    name = "memorization_synthetic_sequence"
+    for suffix in (".png", ".json", "_heatmap.png", "_params.png", "_cells.csv"):
+        assert (tmp_path / f"{name}{suffix}").is_file()
+    rows = list(csv.DictReader((tmp_path / f"{name}_cells.csv").open()))
+    assert len(rows) == 4 and {r["d_model"] for r in rows} == {"4", "8"}
+    data = json.loads((tmp_path / f"{name}.json").read_text())
+    assert data["level"] == "sequence" and "param_counting" in data
+
+
+def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
+    data = tmp_path / "eng.train"
+    data.write_text(CONLL)
+    argv = ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
+            "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(tmp_path / "out"),
+            "--no-progress"]
+    assert am.main(argv) == 0
+    result = json.loads((tmp_path / "out" / "memorization_conll_token.json").read_text())
+    assert result["n_examples"] == [3] and result["n_labels"] == [9]  # 5 + 2 + 2 words
+    assert result["config"]["model"]["n_classes"] == 9
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--data", "conll", "--data-path", "/nonexistent/eng.train"], "not found"),
+    (["--data", "mnli", "--task", "token", "--data-path", "x"], "sequence-level"),
+    (["--data", "conll"], "needs data_path"),
+    (["--widths", "5", "--fractions", "1"], "divisible by n_heads"),
+    (["--widths", "a,b"], "comma-separated"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
+    assert am.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1

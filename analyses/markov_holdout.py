@@ -150,7 +150,9 @@ def _main(argv):
     p.add_argument("--n-seqs", type=int, default=256, help="test sequences per range")
     p.add_argument("--seq-len", type=int, default=300, help="test length (≥ 300 for Table 2)")
     args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
+    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
+    torch.set_num_threads(1)
     ckpts = list(args.checkpoints)
     if not ckpts and args.train:
         ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]

@@ -228,7 +228,9 @@ def _main(argv):
     p = base_parser(NAME, __doc__.splitlines()[0], training=True)
     add_arguments(p)
     args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
+    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
+    torch.set_num_threads(1)
     ckpts = [(Path(c).stem, str(c)) for c in args.checkpoints]
     if args.train:
         runs = QUICK_RUNS + (SWEEP_RUNS if args.sweep else [])

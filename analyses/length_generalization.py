@@ -7,8 +7,8 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset (2 CPU cores, ≤ 10 minutes with training): Hard-ALiBi, NoPE and RoPE
-transformers and the GSSMs that build here, 1500 steps each on the quick copy task. ``--paper``
+Quick preset (2 CPU cores): Hard-ALiBi, NoPE and RoPE transformers and an LSTM, 1500 steps
+each on the quick copy task (strings ≤ 20); add Mamba with ``--models``. ``--paper``
 trains all six on strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 """
 
@@ -39,7 +39,9 @@ MODEL_SPECS: dict[str, tuple[str, dict]] = {
     "lstm": ("lstm", {}),
 }
 PRESETS = {
-    "quick": {"labels": ["hard_alibi", "nope", "rope", "mamba", "lstm"],
+    # quick Mamba needs far more than 1500 steps on 2 CPU cores (presets.py: 26 % string
+    # accuracy after 3000): it is left to --paper / --models mamba
+    "quick": {"labels": ["hard_alibi", "nope", "rope", "lstm"],
               "task": {}, "train": {"steps": 1500, "eval_every": 100},
               "lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000

@@ -76,6 +76,20 @@ class Outcome:
     claims: list[tuple[str, str, bool | None]]  # (paper claim, measured, holds)
 
 
+def read_claims(step: Step, out: Path) -> list[tuple[str, str, bool | None]]:
+    """Each claim of ``step`` read from its JSON in ``out``: (paper claim, measured, holds)."""
+    stems = step.outputs or (step.name,)
+    data = {s: json.loads((out / f"{s}.json").read_text()) for s in stems}
+    claims: list[tuple[str, str, bool | None]] = []
+    for c in step.claims:
+        try:
+            measured, holds = c.measure(data if len(data) > 1 else data[stems[0]])
+        except Exception as e:  # a claim that cannot be read is reported, not fatal
+            measured, holds = f"could not read: {type(e).__name__}: {e}", None
+        claims.append((c.paper, measured, holds))
+    return claims
+
+
 def run_step(step: Step, preset: str, out: Path, cache: Path, timeout: float) -> Outcome:
     argv = [sys.executable, "-m", f"analyses.{step.name}", *step.args(preset, out, cache)]
     t0 = time.time()
@@ -89,21 +103,23 @@ def run_step(step: Step, preset: str, out: Path, cache: Path, timeout: float) ->
         if isinstance(log, bytes):
             log = log.decode(errors="replace")
     seconds = time.time() - t0
-    claims: list[tuple[str, str, bool | None]] = []
-    for stem in step.outputs or (step.name,):
-        js = out / f"{stem}.json"
-        if ok and not js.exists():
-            ok, log = False, log + f"\n(no {js} written)"
-    if ok:
-        data = {s: json.loads((out / f"{s}.json").read_text()) for s in step.outputs or (step.name,)}
-        first = next(iter(data.values()))
-        for c in step.claims:
-            try:
-                measured, holds = c.measure(data if len(data) > 1 else first)
-            except Exception as e:  # a claim that cannot be read is reported, not fatal
-                measured, holds = f"could not read: {type(e).__name__}: {e}", None
-            claims.append((c.paper, measured, holds))
+    missing = [str(out / f"{stem}.json") for stem in step.outputs or (step.name,)
+               if not (out / f"{stem}.json").exists()]
+    if ok and missing:
+        ok, log = False, log + f"\n(no {', '.join(missing)} written)"
+    claims = read_claims(step, out) if ok else []
     return Outcome(step, ok, seconds, log[-3000:], claims)
+
+
+def index_outcome(step: Step, out: Path, timing: dict) -> Outcome:
+    """An outcome read back from ``out`` (for ``--index-only``): ok when every JSON is there
+    and the last run did not record a failure."""
+    stems = step.outputs or (step.name,)
+    missing = [f"{s}.json" for s in stems if not (out / f"{s}.json").exists()]
+    ok = not missing and timing.get("ok", True)
+    log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
+    return Outcome(step, ok, float(timing.get("seconds", 0.0)), log,
+                   read_claims(step, out) if not missing else [])
 
 
 def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
@@ -158,6 +174,8 @@ def body(argv: list[str] | None) -> int:
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per analysis")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
+    p.add_argument("--index-only", action="store_true",
+                   help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
     args = p.parse_args(argv)
     plan = load_plan()
     names = [s.name for s in plan]
@@ -171,10 +189,27 @@ def body(argv: list[str] | None) -> int:
         return 0
     out, cache = Path(args.out), Path(args.cache_dir)
     out.mkdir(parents=True, exist_ok=True)
+    timings_path = out / "reproduce_timings.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    if timings.get("preset", args.preset) != args.preset:
+        timings = {}  # timings of the other scale are not this run's
+    timings["preset"] = args.preset
+    if args.index_only:
+        outcomes = [index_outcome(s, out, timings.get(s.name, {})) for s in steps]
+        write_index(outcomes, out, args.preset)
+        print(f"index: {out / 'index.html'}")
+        return 0
     outcomes: list[Outcome] = []
+    total = sum(float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps)
     bar = tqdm(steps, desc="reproduce", unit="figure", dynamic_ncols=True)
-    for s in bar:
-        bar.set_postfix_str(s.name)
+    t_start = time.time()
+    for i, s in enumerate(bar):
+        # ETA: the previous run's timings where known, else the mean of this run's steps
+        done_s = time.time() - t_start
+        left = [float(_get(timings, r.name, "seconds", default=0) or 0) for r in steps[i:]]
+        mean = done_s / i if i else 0.0
+        eta = sum(v if v else mean for v in left) if total or i else None
+        bar.set_postfix_str(s.name + (f", ETA {eta / 60:.0f} min" if eta else ""))
         o = run_step(s, args.preset, out, cache, args.timeout)
         outcomes.append(o)
         status = "ok" if o.ok else "FAILED"
@@ -182,9 +217,9 @@ def body(argv: list[str] | None) -> int:
                    + "".join(f"\n   {p} | {m} | {h}" for p, m, h in o.claims))
         if not o.ok:
             tqdm.write("   " + o.log_tail.strip().splitlines()[-1] if o.log_tail.strip() else "")
+        timings[s.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
+        timings_path.write_text(json.dumps(timings, indent=1))
         write_index(outcomes, out, args.preset)  # the index grows as steps finish
-    timings = {o.step.name: {"ok": o.ok, "seconds": round(o.seconds, 1)} for o in outcomes}
-    (out / "reproduce_timings.json").write_text(json.dumps({"preset": args.preset, **timings}, indent=1))
     failed = [o.step.name for o in outcomes if not o.ok]
     print(f"\n{len(outcomes) - len(failed)}/{len(outcomes)} analyses ok; index: {out / 'index.html'}")
     if failed:

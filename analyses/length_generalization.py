@@ -42,7 +42,7 @@ PRESETS = {
     # quick Mamba needs far more than 1500 steps on 2 CPU cores (presets.py: 26 % string
     # accuracy after 3000): it is left to --paper / --models mamba
     "quick": {"labels": ["hard_alibi", "nope", "rope", "lstm"],
-              "task": {}, "train": {},  # the quick copy preset (shared checkpoints)
+              "task": {}, "train": {"steps": 1500, "eval_every": 100},
               "lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
     "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],

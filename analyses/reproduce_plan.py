@@ -68,17 +68,23 @@ def _construction_norepeat(d: dict) -> tuple[str, bool]:
             f"{len(errs)} (n, L) cells", max(errs) == 0.0)
 
 
-def _gssm_bound(d: dict) -> tuple[str, bool]:
-    parts, ok = [], True
+def _gssm_bound(d: dict) -> tuple[str, bool | None]:
+    """Error >= the bound everywhere; n/a when the bound is 0 at every tested length (a state
+    of that many bits could copy them all, so the check says nothing)."""
+    parts, ok, vacuous = [], True, True
     for e in d["checkpoints"]:
         if "bounds" not in e:
             continue
+        b32 = e["bounds"]["32"]
         last = e["measured"][-1]
-        b = e["bounds"]["32"]["by_L"][-1]["bound"]
-        parts.append(f"{e['label']}: error {last['error']:.2f} at L = {last['L']} "
-                     f"(32-bit bound {b:.2f})")
-        ok &= last["error"] >= b - 1e-9
-    return ("; ".join(parts) or "no GSSM checkpoint"), (ok if parts else None)
+        parts.append(f"{e['label']}: error {last['error']:.2f} at L = {last['L']}; bound > 0 "
+                     f"only beyond L* = {b32['L_star']:.0f} ({e['state_floats']} floats x 32 bits)")
+        for m, b in zip(e["measured"], b32["by_L"], strict=True):
+            ok &= m["error"] >= b["bound"] - 1e-9
+            vacuous &= b["bound"] <= 0
+    if not parts:
+        return "no GSSM checkpoint", None
+    return "; ".join(parts), None if vacuous else ok
 
 
 def _longest_ok(rows: list[dict], level: float = 0.5) -> int | None:
@@ -276,6 +282,14 @@ def _stu(d: dict) -> tuple[str, bool]:
     return f"STU (chance {d['chance']:.2f}): " + "; ".join(parts), ok
 
 
+def _memorization_args(preset: str, out, cache) -> list[str]:
+    # quick: 5 of the 10 dataset sizes (the full quick grid measured 750 s on 2 CPU cores,
+    # over the 10-minute budget of one figure); the trends are read the same way
+    extra = ["--fractions", "0.2,0.4,0.6,0.8,1.0"] if preset == "quick" else []
+    return ["--data", "synthetic", "--task", "token", f"--{preset}", "--out", str(out),
+            "--no-progress", *extra]
+
+
 def plan() -> list[Step]:
     return [
         Step("ngram_heads", "n-gram match heads in a copy transformer",
@@ -338,8 +352,7 @@ def plan() -> list[Step]:
                     "add-β shrinks as t grows", _holdout),)),
         Step("memorization", "Memorization vs parameter count (token level)",
              "Memorization paper Figs. 1, 2",
-             lambda preset, out, cache: ["--data", "synthetic", "--task", "token", f"--{preset}",
-                                         "--out", str(out), "--no-progress"],
+             _memorization_args,
              (Claim("training error falls with width and rises with dataset size (Fig. 1)",
                     _mem_trends),
               Claim("the smallest memorising model grows with N (Fig. 2)", _mem_params)),

@@ -122,6 +122,11 @@ def index_outcome(step: Step, out: Path, timing: dict) -> Outcome:
                    read_claims(step, out) if not missing else [])
 
 
+def _cell(text: str) -> str:
+    """A Markdown table cell: a literal | (as in |b·c|) would split the cell."""
+    return text.replace("|", "\\|")
+
+
 def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
     mark = {True: "holds", False: "does not hold", None: "n/a"}
     md = [f"# Reproduced figures ({preset} preset)", "",
@@ -137,7 +142,7 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
                 md.append(f"![{stem}]({stem}.png)")
         if o.claims:
             md += ["", "| paper's claim | measured here | verdict |", "|---|---|---|"]
-            md += [f"| {p} | {m} | {mark[h]} |" for p, m, h in o.claims]
+            md += [f"| {_cell(p)} | {_cell(m)} | {mark[h]} |" for p, m, h in o.claims]
         if not o.ok:
             md += ["", "```", o.log_tail.strip()[-1500:], "```"]
         md.append("")

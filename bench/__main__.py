@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     if args.figures:
         subprocess.run([sys.executable, "-m", "analyses.reproduce", "--quick"], check=False)
-    merged: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    out = RESULTS / "results.json"
+    # --only updates those entries of the last results and keeps the others
+    merged: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
+    merged.update({"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.time()
@@ -49,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     timings = DEFAULT_OUT / "reproduce_timings.json"
     if timings.exists():
         merged["figures_wall_s"] = json.loads(timings.read_text())
-    out = RESULTS / "results.json"
     out.write_text(json.dumps(merged, indent=1))
     print(f"wrote {out}")
     if failed:

@@ -1,0 +1,88 @@
+"""GPU-only benchmarks: ``python -m bench.bench_cuda`` -> ``bench/results_cuda.json``.
+
+* Mamba-2 and Mamba training step: the mamba-ssm kernel path vs our plain and chunked / scan
+  paths (same model, same batch), when mamba-ssm is installed;
+* tokens/s of one training step of the paper-scale copy transformer (copy paper App. A.2:
+  12 layers, width 1024, 16 heads, Hard-ALiBi, context 420, batch 64).
+
+On a machine without CUDA it writes ``{"skipped": ...}`` and exits 0, so ``python -m bench``
+stays green on CPU; the numbers only mean something on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, train_step_fn
+from bench.common import interleaved_times, write_results
+
+
+def _kernels_available() -> dict[str, bool]:
+    from models.mamba2 import mamba_ssm_chunk_scan
+
+    try:  # Mamba-1's selective scan kernel
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn  # noqa: F401
+
+        m1 = True
+    except Exception:  # noqa: BLE001 - any import failure means "no kernel"
+        m1 = False
+    return {"mamba2": mamba_ssm_chunk_scan() is not None, "mamba": m1}
+
+
+def ssm_paths(repeats: int) -> dict:
+    from models.mamba import MambaConfig, MambaLM
+    from models.mamba2 import Mamba2Config, Mamba2LM
+
+    dev = torch.device("cuda")
+    x = torch.randint(0, VOCAB, (BATCH, LONG), device=dev)
+    have = _kernels_available()
+    out: dict = {"kernels_available": have, "batch": BATCH, "seq": LONG}
+    m2 = {"chunked": "chunked", "plain": "plain", **({"kernel": "kernel"} if have["mamba2"] else {})}
+    t = interleaved_times({k: train_step_fn(Mamba2LM(Mamba2Config(**M2)).to(dev), x, scan=s)
+                           for k, s in m2.items()}, repeats=repeats)
+    out["mamba2_train_step_s"] = t
+    if "kernel" in t:
+        out["mamba2_ratio_plain_over_kernel"] = t["plain"] / t["kernel"]
+        out["mamba2_ratio_chunked_over_kernel"] = t["chunked"] / t["kernel"]
+    m1 = {"scan": "scan", "plain": "plain", **({"kernel": "kernel"} if have["mamba"] else {})}
+    t = interleaved_times({k: train_step_fn(MambaLM(MambaConfig(**M1)).to(dev), x, scan=s)
+                           for k, s in m1.items()}, repeats=repeats)
+    out["mamba_train_step_s"] = t
+    if "kernel" in t:
+        out["mamba_ratio_plain_over_kernel"] = t["plain"] / t["kernel"]
+    return out
+
+
+def paper_transformer(repeats: int) -> dict:
+    from models.registry import build_model
+    from models.train import make_spec
+
+    # strings <= 50 as in Fig. 1b: the paper preset's max_len 300 does not fit its context 420
+    spec = make_spec("transformer", "copy", "paper", model={"pe": "hard_alibi"},
+                     task_config={"min_len": 1, "max_len": 50})
+    model = build_model("transformer", spec.model).cuda()
+    batch, context = spec.train.batch_size, spec.train.context
+    x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")
+    t = interleaved_times({"train_step": train_step_fn(model, x)}, repeats=repeats)
+    return {"model": dict(spec.model), "params": model.n_params(), "batch": batch,
+            "context": context, "train_step_s": t["train_step"],
+            "tokens_per_s": batch * context / t["train_step"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_cuda", description=__doc__)
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        write_results("cuda", {"skipped": "no CUDA device: the kernel-path and paper-scale "
+                                          "benchmarks need a GPU"})
+        return 0
+    write_results("cuda", {"ssm_paths": ssm_paths(args.repeats),
+                           "paper_transformer": paper_transformer(args.repeats)})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -39,7 +39,7 @@ MODEL_SPECS: dict[str, tuple[str, dict]] = {
     "lstm": ("lstm", {}),
 }
 PRESETS = {
-    # quick Mamba needs far more than 1500 steps on 2 CPU cores (presets.py: 26 % string
+    # quick Mamba needs far more than 1500 steps on 2 CPU cores (presets.py: 9 % string
     # accuracy after 3000): it is left to --paper / --models mamba
     "quick": {"labels": ["hard_alibi", "nope", "rope", "lstm"],
               "task": {}, "train": {"steps": 1500, "eval_every": 100},

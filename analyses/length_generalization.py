@@ -46,7 +46,7 @@ PRESETS = {
               "lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
     "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],
-              "task": {"min_len": 1, "max_len": 50}, "train": {},
+              "task": {"min_len": 1, "max_len": 50}, "train": {"context": 420},
               "lengths": [10, 20, 50, 100, 200, 300, 500, 750, 1000], "n_examples": 1280},
 }
 ATTN_BUDGET = 6e7  # attention entries (batch·T²) per forward pass: bounds eval memory

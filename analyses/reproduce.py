@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -41,6 +40,14 @@ class Step:
     args: Callable[[str, Path, Path], list[str]]  # (preset, out_dir, cache_dir) -> argv
     claims: tuple[Claim, ...] = field(default_factory=tuple)
     outputs: tuple[str, ...] = ()  # output stems (default: (name,))
+
+    @property
+    def stems(self) -> tuple[str, ...]:
+        return self.outputs or (self.name,)
+
+    def missing(self, out: Path) -> list[str]:
+        """The step's JSON files not (yet) in ``out``."""
+        return [f"{s}.json" for s in self.stems if not (out / f"{s}.json").exists()]
 
 
 def _get(d: dict, *path, default=None):
@@ -78,7 +85,7 @@ class Outcome:
 
 def read_claims(step: Step, out: Path) -> list[tuple[str, str, bool | None]]:
     """Each claim of ``step`` read from its JSON in ``out``: (paper claim, measured, holds)."""
-    stems = step.outputs or (step.name,)
+    stems = step.stems
     data = {s: json.loads((out / f"{s}.json").read_text()) for s in stems}
     claims: list[tuple[str, str, bool | None]] = []
     for c in step.claims:
@@ -103,10 +110,9 @@ def run_step(step: Step, preset: str, out: Path, cache: Path, timeout: float) ->
         if isinstance(log, bytes):
             log = log.decode(errors="replace")
     seconds = time.time() - t0
-    missing = [str(out / f"{stem}.json") for stem in step.outputs or (step.name,)
-               if not (out / f"{stem}.json").exists()]
+    missing = step.missing(out)
     if ok and missing:
-        ok, log = False, log + f"\n(no {', '.join(missing)} written)"
+        ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
     claims = read_claims(step, out) if ok else []
     return Outcome(step, ok, seconds, log[-3000:], claims)
 
@@ -114,8 +120,7 @@ def run_step(step: Step, preset: str, out: Path, cache: Path, timeout: float) ->
 def index_outcome(step: Step, out: Path, timing: dict) -> Outcome:
     """An outcome read back from ``out`` (for ``--index-only``): ok when every JSON is there
     and the last run did not record a failure."""
-    stems = step.outputs or (step.name,)
-    missing = [f"{s}.json" for s in stems if not (out / f"{s}.json").exists()]
+    missing = step.missing(out)
     ok = not missing and timing.get("ok", True)
     log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
     return Outcome(step, ok, float(timing.get("seconds", 0.0)), log,
@@ -137,7 +142,7 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
         s = o.step
         md += [f"## {s.title}", f"*{s.paper}* — `python -m analyses.{s.name}` — "
                f"{'ok' if o.ok else '**FAILED**'} in {o.seconds:.0f} s", ""]
-        for stem in s.outputs or (s.name,):
+        for stem in s.stems:
             if (out / f"{stem}.png").exists():
                 md.append(f"![{stem}]({stem}.png)")
         if o.claims:
@@ -147,7 +152,7 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
             md += ["", "```", o.log_tail.strip()[-1500:], "```"]
         md.append("")
         imgs = "".join(f'<img src="{stem}.png" style="max-width:100%">'
-                       for stem in s.outputs or (s.name,) if (out / f"{stem}.png").exists())
+                       for stem in s.stems if (out / f"{stem}.png").exists())
         claims = "".join(
             f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
             f"<td class='{'ok' if h else 'bad' if h is False else ''}'>{mark[h]}</td></tr>"
@@ -205,7 +210,6 @@ def body(argv: list[str] | None) -> int:
         print(f"index: {out / 'index.html'}")
         return 0
     outcomes: list[Outcome] = []
-    total = sum(float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps)
     bar = tqdm(steps, desc="reproduce", unit="figure", dynamic_ncols=True)
     t_start = time.time()
     for i, s in enumerate(bar):
@@ -213,7 +217,7 @@ def body(argv: list[str] | None) -> int:
         done_s = time.time() - t_start
         left = [float(_get(timings, r.name, "seconds", default=0) or 0) for r in steps[i:]]
         mean = done_s / i if i else 0.0
-        eta = sum(v if v else mean for v in left) if total or i else None
+        eta = sum(v or mean for v in left)  # 0 on a first run's first step: not shown
         bar.set_postfix_str(s.name + (f", ETA {eta / 60:.0f} min" if eta else ""))
         o = run_step(s, args.preset, out, cache, args.timeout)
         outcomes.append(o)
@@ -226,7 +230,8 @@ def body(argv: list[str] | None) -> int:
         timings_path.write_text(json.dumps(timings, indent=1))
         write_index(outcomes, out, args.preset)  # the index grows as steps finish
     failed = [o.step.name for o in outcomes if not o.ok]
-    print(f"\n{len(outcomes) - len(failed)}/{len(outcomes)} analyses ok; index: {out / 'index.html'}")
+    n_ok = len(outcomes) - len(failed)
+    print(f"\n{n_ok}/{len(outcomes)} analyses ok; index: {out / 'index.html'}")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

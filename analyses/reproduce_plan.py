@@ -163,7 +163,8 @@ def _markov_vs_tf(d: dict) -> tuple[str, bool]:
     t2 = _by(d["models"], "label", "transformer 2L")
     text = (f"loss gap: Mamba-2 1L {m['loss_gap']:.4f}, transformer 1L {t1['loss_gap']:.4f}, "
             f"2L {t2['loss_gap']:.4f} nats")
-    return text, m["loss_gap"] < min(t1["loss_gap"], t2["loss_gap"]) and t1["loss_gap"] > t2["loss_gap"]
+    gaps = m["loss_gap"], t1["loss_gap"], t2["loss_gap"]
+    return text, gaps[0] < min(gaps[1:]) and gaps[1] > gaps[2]
 
 
 def _probe(d: dict) -> tuple[str, bool]:
@@ -226,7 +227,8 @@ def _mambazero(d: dict) -> tuple[str, bool]:
     nc = _by(d["models"], "label", "mamba2 no conv")
     if z is None:
         return "no MambaZero run", False
-    text = f"MambaZero gap {z['abs_gap']:.4f} vs full {full['abs_gap']:.4f}, no conv {nc['abs_gap']:.4f}"
+    text = (f"MambaZero gap {z['abs_gap']:.4f} vs full {full['abs_gap']:.4f}, "
+            f"no conv {nc['abs_gap']:.4f}")
     return text, z["abs_gap"] < nc["abs_gap"] / 2
 
 
@@ -243,7 +245,8 @@ def _mem_trends(d: dict) -> tuple[str, bool]:
     t = d["trends"]
     w, n = t["width_pairs_error_not_rising"], t["n_pairs_error_not_falling"]
     return (f"error not rising with width in {100 * w:.0f} % of neighbour pairs; not falling "
-            f"with N in {100 * n:.0f} % (Spearman vs width {_fmt(t['spearman_error_vs_width'], '.2f')}, "
+            f"with N in {100 * n:.0f} % (Spearman vs width "
+            f"{_fmt(t['spearman_error_vs_width'], '.2f')}, "
             f"vs N {_fmt(t['spearman_error_vs_n'], '.2f')})"), w >= 0.8 and n >= 0.8
 
 
@@ -264,7 +267,8 @@ def _ratio(d: dict, name: str) -> float | None:
 
 def _spectral_A(d: dict) -> tuple[str, bool]:
     r = _ratio(d, "A_alg1_q7/8")
-    return f"Region A, Alg. 1, L = T^7/8: late loss / full-context {_fmt(r)}", r is not None and r <= 1.1
+    text = f"Region A, Alg. 1, L = T^7/8: late loss / full-context {_fmt(r)}"
+    return text, r is not None and r <= 1.1
 
 
 def _spectral_B(d: dict) -> tuple[str, bool]:
@@ -275,7 +279,8 @@ def _spectral_B(d: dict) -> tuple[str, bool]:
 
 def _stu(d: dict) -> tuple[str, bool]:
     rows = [r for r in d["rows"] if r["arch"] == "stu"]
-    parts = [f"trained at {r['train_length']}: {r['longest']['acc']:.2f} at {r['longest']['length']}"
+    parts = [f"trained at {r['train_length']}: {r['longest']['acc']:.2f} at "
+             f"{r['longest']['length']}"
              f" (best seed {max(a[-1] for a in r['acc_per_model']):.2f}, p = "
              f"{r['longest']['p_value_vs_chance']:.1e})" for r in rows]
     ok = any(r["longest"]["p_value_vs_chance"] < 0.01 for r in rows)
@@ -342,7 +347,8 @@ def plan() -> list[Step]:
              _train_args,
              (Claim("a_t ≈ 1 on Markov data (no forgetting; mean >= 0.95)", _decay_markov),
               Claim("a_t ≈ 0 at switch tokens (counts reset; mean < 0.2)", _decay_switch))),
-        Step("markov_ablations", "Ablations: conv, window, width", "Markov paper Figs. 3, 6, 11, 12",
+        Step("markov_ablations", "Ablations: conv, window, width",
+             "Markov paper Figs. 3, 6, 11, 12",
              _train_args,
              (Claim("without the convolution the model fails (gap >= 5x the full model's)",
                     _noconv),

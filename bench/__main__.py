@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from bench.common import RESULTS, machine
 from figures.style import DEFAULT_OUT

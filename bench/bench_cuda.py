@@ -31,28 +31,29 @@ def _kernels_available() -> dict[str, bool]:
     return {"mamba2": mamba_ssm_chunk_scan() is not None, "mamba": m1}
 
 
+def _time_paths(make_model, x, scans: tuple[str, ...], kernel: bool, repeats: int) -> dict:
+    """Median training-step time of each scan path (plus ``kernel`` when available) and the
+    ratio of every other path to the kernel's."""
+    paths = scans + (("kernel",) if kernel else ())
+    t = interleaved_times({s: train_step_fn(make_model().to(x.device), x, scan=s) for s in paths},
+                          repeats=repeats)
+    out: dict = {"train_step_s": t}
+    if kernel:
+        out.update({f"ratio_{s}_over_kernel": t[s] / t["kernel"] for s in scans})
+    return out
+
+
 def ssm_paths(repeats: int) -> dict:
     from models.mamba import MambaConfig, MambaLM
     from models.mamba2 import Mamba2Config, Mamba2LM
 
-    dev = torch.device("cuda")
-    x = torch.randint(0, VOCAB, (BATCH, LONG), device=dev)
+    x = torch.randint(0, VOCAB, (BATCH, LONG), device="cuda")
     have = _kernels_available()
-    out: dict = {"kernels_available": have, "batch": BATCH, "seq": LONG}
-    m2 = {"chunked": "chunked", "plain": "plain", **({"kernel": "kernel"} if have["mamba2"] else {})}
-    t = interleaved_times({k: train_step_fn(Mamba2LM(Mamba2Config(**M2)).to(dev), x, scan=s)
-                           for k, s in m2.items()}, repeats=repeats)
-    out["mamba2_train_step_s"] = t
-    if "kernel" in t:
-        out["mamba2_ratio_plain_over_kernel"] = t["plain"] / t["kernel"]
-        out["mamba2_ratio_chunked_over_kernel"] = t["chunked"] / t["kernel"]
-    m1 = {"scan": "scan", "plain": "plain", **({"kernel": "kernel"} if have["mamba"] else {})}
-    t = interleaved_times({k: train_step_fn(MambaLM(MambaConfig(**M1)).to(dev), x, scan=s)
-                           for k, s in m1.items()}, repeats=repeats)
-    out["mamba_train_step_s"] = t
-    if "kernel" in t:
-        out["mamba_ratio_plain_over_kernel"] = t["plain"] / t["kernel"]
-    return out
+    return {"kernels_available": have, "batch": BATCH, "seq": LONG,
+            "mamba2": _time_paths(lambda: Mamba2LM(Mamba2Config(**M2)), x, ("chunked", "plain"),
+                                  have["mamba2"], repeats),
+            "mamba": _time_paths(lambda: MambaLM(MambaConfig(**M1)), x, ("scan", "plain"),
+                                 have["mamba"], repeats)}
 
 
 def paper_transformer(repeats: int) -> dict:

@@ -4,7 +4,7 @@ import importlib
 import json
 
 from analyses import reproduce
-from analyses.reproduce import Claim, Step, write_index, Outcome
+from analyses.reproduce import Claim, Outcome, Step, write_index
 from analyses.reproduce_plan import plan
 
 

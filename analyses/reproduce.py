@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ from tqdm.auto import tqdm
 
 from analyses.common import run_main
 from figures.style import DEFAULT_OUT
+from tasks.base import check
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class Step:
     args: Callable[[str, Path, Path], list[str]]  # (preset, out_dir, cache_dir) -> argv
     claims: tuple[Claim, ...] = field(default_factory=tuple)
     outputs: tuple[str, ...] = ()  # output stems (default: (name,))
+    # steps whose cached checkpoints this one reuses: with --jobs > 1 it starts after them
+    # (else both would train the same checkpoint at once)
+    after: tuple[str, ...] = ()
+    slots: int = 1  # cores it keeps busy (memorization's worker processes: 2)
 
     @property
     def stems(self) -> tuple[str, ...]:
@@ -66,6 +73,14 @@ def _no_train_args(preset: str, out: Path, cache: Path) -> list[str]:
     return [f"--{preset}", "--out", str(out)]
 
 
+
+
+def default_jobs(preset: str) -> int:
+    """Quick: two analyses at once. Most Markov, STU and spectral analyses train tiny
+    single-threaded models, so one analysis leaves the second core idle; two at once on 2
+    cores (1 thread each) finished the quick plan far sooner than one at a time with 2
+    threads (README). Paper: one at a time, each with the whole GPU."""
+    return min(2, os.cpu_count() or 1) if preset == "quick" else 1
 
 
 def load_plan() -> list[Step]:
@@ -97,24 +112,96 @@ def read_claims(step: Step, out: Path) -> list[tuple[str, str, bool | None]]:
     return claims
 
 
-def run_step(step: Step, preset: str, out: Path, cache: Path, timeout: float) -> Outcome:
-    argv = [sys.executable, "-m", f"analyses.{step.name}", *step.args(preset, out, cache)]
-    t0 = time.time()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        ok, log = proc.returncode == 0, (proc.stdout + proc.stderr)
+def step_argv(step: Step, preset: str, out: Path, cache: Path) -> list[str]:
+    return [sys.executable, "-m", f"analyses.{step.name}", *step.args(preset, out, cache)]
+
+
+@dataclass
+class _Running:
+    step: Step
+    proc: subprocess.Popen
+    log: Path
+    t0: float
+    slots: int
+
+
+def _start(step: Step, preset: str, out: Path, cache: Path, slots: int,
+           threads_per_slot: int) -> _Running:
+    """Start the step's analysis in its own process (and process group, so a timeout also
+    stops its workers); its output goes to ``out/logs/NAME.log``."""
+    log = out / "logs" / f"{step.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
+    n = str(slots * threads_per_slot)
+    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+    with open(log, "w") as f:
+        proc = subprocess.Popen(step_argv(step, preset, out, cache), stdout=f,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return _Running(step, proc, log, time.time(), slots)
+
+
+def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
+    seconds = time.time() - r.t0
+    log = r.log.read_text(errors="replace")
+    if timed_out is not None:
+        ok, log = False, log + f"\n(timed out after {timed_out:.0f} s)"
+    else:
+        ok = r.proc.returncode == 0
         if not ok:
-            log += f"\n(exit code {proc.returncode})"
-    except subprocess.TimeoutExpired as e:
-        ok, log = False, f"{(e.stdout or '')}{(e.stderr or '')}\n(timed out after {timeout:.0f} s)"
-        if isinstance(log, bytes):
-            log = log.decode(errors="replace")
-    seconds = time.time() - t0
-    missing = step.missing(out)
+            log += f"\n(exit code {r.proc.returncode})"
+    missing = r.step.missing(out)
     if ok and missing:
         ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
-    claims = read_claims(step, out) if ok else []
-    return Outcome(step, ok, seconds, log[-3000:], claims)
+    claims = read_claims(r.step, out) if ok else []
+    return Outcome(r.step, ok, seconds, log[-3000:], claims)
+
+
+def _kill(r: _Running) -> None:
+    try:
+        os.killpg(r.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    r.proc.wait()
+
+
+def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int = 1,
+             timeout: float = 3600.0, on_start: Callable[[list[str]], None] = lambda names: None,
+             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2
+             ) -> list[Outcome]:
+    """Run every step, at most ``jobs`` cores' worth at once, each after the steps it names in
+    ``after`` (those in this run). A step that fails or times out is reported through
+    ``on_done`` like any other; the rest still run. Outcomes come back in plan order."""
+    check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    names = {s.name for s in steps}
+    pending, running, done = list(steps), [], {}
+    try:
+        while pending or running:
+            free = jobs - sum(r.slots for r in running)
+            started = False
+            for s in list(pending):  # plan order; a later step may fill cores left free
+                need = min(s.slots, jobs)
+                if need <= free and all(a not in names or a in done for a in s.after):
+                    running.append(_start(s, preset, out, cache, need, threads))
+                    pending.remove(s)
+                    free -= need
+                    started = True
+            if started:
+                on_start([r.step.name for r in running])
+            time.sleep(poll)
+            for r in list(running):
+                over = time.time() - r.t0 > timeout
+                if r.proc.poll() is None and not over:
+                    continue
+                if over and r.proc.poll() is None:
+                    _kill(r)
+                running.remove(r)
+                done[r.step.name] = o = _finish(r, out, timeout if over else None)
+                on_done(o)
+    finally:  # Ctrl-C: no orphaned analyses left training in the background
+        for r in running:
+            _kill(r)
+    return [done[s.name] for s in steps]
 
 
 def index_outcome(step: Step, out: Path, timing: dict) -> Outcome:
@@ -132,11 +219,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
+def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "") -> None:
     mark = {True: "holds", False: "does not hold", None: "n/a"}
     md = [f"# Reproduced figures ({preset} preset)", "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
-          "paper's, the measured column is ours.", ""]
+          "paper's, the measured column is ours." + (f" {note}" if note else ""), ""]
     rows_html = []
     for o in outcomes:
         s = o.step
@@ -169,7 +256,8 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str) -> None:
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
         "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}</style>"
-        f"<h1>Reproduced figures ({preset} preset)</h1>{''.join(rows_html)}")
+        f"<h1>Reproduced figures ({preset} preset)</h1><p>{html.escape(note)}</p>"
+        f"{''.join(rows_html)}")
 
 
 def body(argv: list[str] | None) -> int:
@@ -183,6 +271,9 @@ def body(argv: list[str] | None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per analysis")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="analyses run at once, the cores shared between them (default: 2 on a "
+                        "machine with >= 2 cores for --quick, 1 for --paper: one GPU)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     p.add_argument("--index-only", action="store_true",
                    help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
@@ -209,26 +300,49 @@ def body(argv: list[str] | None) -> int:
         write_index(outcomes, out, args.preset)
         print(f"index: {out / 'index.html'}")
         return 0
-    outcomes: list[Outcome] = []
-    bar = tqdm(steps, desc="reproduce", unit="figure", dynamic_ncols=True)
-    t_start = time.time()
-    for i, s in enumerate(bar):
-        # ETA: the previous run's timings where known, else the mean of this run's steps
-        done_s = time.time() - t_start
-        left = [float(_get(timings, r.name, "seconds", default=0) or 0) for r in steps[i:]]
-        mean = done_s / i if i else 0.0
-        eta = sum(v or mean for v in left)  # 0 on a first run's first step: not shown
-        bar.set_postfix_str(s.name + (f", ETA {eta / 60:.0f} min" if eta else ""))
-        o = run_step(s, args.preset, out, cache, args.timeout)
-        outcomes.append(o)
-        status = "ok" if o.ok else "FAILED"
-        tqdm.write(f"{s.name}: {status} ({o.seconds:.0f} s)"
+    jobs = args.jobs or default_jobs(args.preset)
+    bar = tqdm(total=len(steps), desc="reproduce", unit="figure", dynamic_ncols=True)
+    t_start, finished = time.time(), []
+
+    def eta() -> str:
+        # the previous run's per-step times where known, else this run's mean; / jobs: rough
+        left = [s for s in steps if s.name not in {o.step.name for o in finished}]
+        mean = (time.time() - t_start) * jobs / len(finished) if finished else 0.0
+        total = sum(float(_get(timings, s.name, "seconds", default=0) or 0) or mean
+                    for s in left) / jobs
+        return f", ETA {total / 60:.0f} min" if total else ""
+
+    running: list[str] = []
+
+    def show() -> None:
+        bar.set_postfix_str(("running " + ", ".join(running) if running else "") + eta())
+
+    def on_start(names: list[str]) -> None:
+        running[:] = names
+        show()
+
+    def on_done(o: Outcome) -> None:
+        finished.append(o)
+        running.remove(o.step.name)
+        bar.update(1)
+        show()
+        tqdm.write(f"{o.step.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
                    + "".join(f"\n   {p} | {m} | {h}" for p, m, h in o.claims))
-        if not o.ok:
-            tqdm.write("   " + o.log_tail.strip().splitlines()[-1] if o.log_tail.strip() else "")
-        timings[s.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
+        if not o.ok and o.log_tail.strip():
+            tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
+                       + f"  (log: {out / 'logs' / (o.step.name + '.log')})")
+        timings[o.step.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
+        timings["last_run"] = {"steps": [f.step.name for f in finished], "jobs": jobs,
+                               "wall_s": round(time.time() - t_start, 1)}
         timings_path.write_text(json.dumps(timings, indent=1))
-        write_index(outcomes, out, args.preset)  # the index grows as steps finish
+        order = [s.name for s in steps]  # the index grows as steps finish, in plan order
+        wall = time.time() - t_start
+        write_index(sorted(finished, key=lambda f: order.index(f.step.name)), out, args.preset,
+                    f"This run: {len(finished)} of {len(steps)} analyses finished in "
+                    f"{wall / 60:.1f} min wall, {jobs} at a time.")
+
+    outcomes = run_plan(steps, args.preset, out, cache, jobs, args.timeout, on_start, on_done)
+    bar.close()
     failed = [o.step.name for o in outcomes if not o.ok]
     n_ok = len(outcomes) - len(failed)
     print(f"\n{n_ok}/{len(outcomes)} analyses ok; index: {out / 'index.html'}")

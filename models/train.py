@@ -413,16 +413,23 @@ def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | P
                  model: dict | None = None, task_config: dict | None = None,
                  train_overrides: dict | None = None, device: str = "auto",
                  progress: bool = True) -> Path:
-    """Train once per distinct config and reuse: ``cache_dir/{arch}-{task}-{hash}.pt``."""
+    """Train once per distinct config and reuse: ``cache_dir/{arch}-{task}-{hash}.pt``.
+
+    A lock file beside the entry makes a second process that asks for the same checkpoint
+    (two analyses run side by side) wait for the first and reuse it, not train it again."""
+    from filelock import FileLock
+
     spec = make_spec(arch, task, preset, model, task_config, train_overrides)
     path = Path(cache_dir) / f"{arch}-{task}-{spec.hash()}.pt"
-    if path.exists():
-        try:
-            read_checkpoint(path)
-            return path
-        except CheckpointError:
-            pass  # a broken cache entry is retrained, never trusted
-    train(spec, out=path, device=device, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            try:
+                read_checkpoint(path)
+                return path
+            except CheckpointError:
+                pass  # a broken cache entry is retrained, never trusted
+        train(spec, out=path, device=device, progress=progress)
     return path
 
 

@@ -2,6 +2,8 @@
 
 import importlib
 import json
+import sys
+import time
 
 from analyses import reproduce
 from analyses.reproduce import Claim, Outcome, Step, write_index
@@ -34,30 +36,33 @@ def test_unknown_only_name_is_a_clear_error(capsys):
     assert "no_such_figure" in capsys.readouterr().err
 
 
+def _script(code: str):
+    """A step whose 'analysis' is a short Python program (run in its own process like the
+    real ones; ``OUT`` is the output directory)."""
+    return lambda step, preset, out, cache: [sys.executable, "-c", f"OUT = {str(out)!r}\n{code}"]
+
+
 def _fake_plan(monkeypatch, tmp_path):
     """Two steps: 'bad' fails, 'good' writes a JSON whose claim holds."""
     good = Step("good", "Good figure", "Paper Fig. 1", lambda *a: [],
                 (Claim("x >= 2", lambda d: (f"x = {d['x']}", d["x"] >= 2)),))
     bad = Step("bad", "Bad figure", "Paper Fig. 2", lambda *a: [])
-
-    def fake_run(step, preset, out, cache, timeout):
-        if step.name == "bad":
-            return Outcome(step, False, 0.5, "Traceback: boom\n(exit code 1)", [])
-        (out / "good.json").write_text('{"x": 3}')
-        return Outcome(step, True, 1.5, "", reproduce.read_claims(step, out))
-
+    scripts = {"bad": "raise SystemExit('boom')",
+               "good": "open(OUT + '/good.json', 'w').write('{\"x\": 3}')"}
     monkeypatch.setattr(reproduce, "load_plan", lambda: [bad, good])
-    monkeypatch.setattr(reproduce, "run_step", fake_run)
-    return ["--out", str(tmp_path), "--cache-dir", str(tmp_path / "ckpt")]
+    monkeypatch.setattr(reproduce, "step_argv", lambda step, *a: _script(scripts[step.name])(
+        step, *a))
+    return ["--out", str(tmp_path), "--cache-dir", str(tmp_path / "ckpt"), "--jobs", "2"]
 
 
 def test_a_failed_step_does_not_stop_the_rest(monkeypatch, tmp_path, capsys):
     args = _fake_plan(monkeypatch, tmp_path)
     assert reproduce.main(args) == 1  # one failure -> non-zero exit
     timings = json.loads((tmp_path / "reproduce_timings.json").read_text())
-    assert timings["bad"]["ok"] is False and timings["good"] == {"ok": True, "seconds": 1.5}
+    assert timings["bad"]["ok"] is False and timings["good"]["ok"] is True
     md = (tmp_path / "index.md").read_text()
-    assert "**FAILED**" in md and "| x >= 2 | x = 3 | holds |" in md
+    assert "**FAILED**" in md and "| x >= 2 | x = 3 | holds |" in md and "boom" in md
+    assert "boom" in (tmp_path / "logs" / "bad.log").read_text()  # each step keeps its log
     assert "failed: bad" in capsys.readouterr().err
 
 
@@ -66,8 +71,35 @@ def test_only_merges_timings_and_index_only_rereads_claims(monkeypatch, tmp_path
     reproduce.main(args)
     assert reproduce.main(args + ["--only", "good"]) == 0
     timings = json.loads((tmp_path / "reproduce_timings.json").read_text())
-    assert set(timings) == {"preset", "bad", "good"}  # --only keeps the other step's timing
+    assert {"bad", "good"} <= set(timings)  # --only keeps the other step's timing
+    assert timings["last_run"]["steps"] == ["good"]
     (tmp_path / "good.json").write_text('{"x": 1}')  # the JSON changed: the verdict follows
     assert reproduce.main(args + ["--index-only"]) == 0
     md = (tmp_path / "index.md").read_text()
     assert "| x >= 2 | x = 1 | does not hold |" in md and "**FAILED**" in md
+
+
+def _timed(name: str, after=()) -> Step:
+    """A step whose command the test sets (step_argv patched)."""
+    return Step(name, name, "", lambda *a: [], after=after)
+
+
+def test_jobs_run_side_by_side_and_after_waits(monkeypatch, tmp_path):
+    code = ("import json, time; t0 = time.time(); time.sleep(0.6); "
+            "json.dump({{'t0': t0, 't1': time.time()}}, open(OUT + '/{}.json', 'w'))")
+    monkeypatch.setattr(reproduce, "step_argv",
+                        lambda step, *a: _script(code.format(step.name))(step, *a))
+    steps = [_timed("a"), _timed("b"), _timed("c", after=("a",))]
+    outs = reproduce.run_plan(steps, "quick", tmp_path, tmp_path, jobs=2, poll=0.05)
+    assert [o.step.name for o in outs] == ["a", "b", "c"] and all(o.ok for o in outs)
+    t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in "abc"}
+    assert t["b"]["t0"] < t["a"]["t1"] and t["a"]["t0"] < t["b"]["t1"]  # a and b overlapped
+    assert t["c"]["t0"] >= t["a"]["t1"]  # c reuses a's checkpoints: it waited
+
+
+def test_a_step_over_its_timeout_is_stopped(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "step_argv", _script("import time; time.sleep(30)"))
+    t0 = time.time()
+    (o,) = reproduce.run_plan([_timed("slow")], "quick", tmp_path, tmp_path, timeout=0.5,
+                              poll=0.05)
+    assert not o.ok and "timed out" in o.log_tail and time.time() - t0 < 10

@@ -7,8 +7,10 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset (2 CPU cores): Hard-ALiBi, NoPE and RoPE transformers and an LSTM, 1500 steps
-each on the quick copy task (strings ≤ 20); add Mamba with ``--models``. ``--paper``
+Quick preset (2 CPU cores): NoPE and RoPE transformers and an LSTM, 1500 steps each on the
+quick copy task (strings ≤ 20), and the quick copy preset's 3000-step Hard-ALiBi (the
+checkpoint analyses.ngram_heads trains; the legend gives each model's steps); add Mamba with
+``--models``. ``--paper``
 trains all six on strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 """
 

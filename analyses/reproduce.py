@@ -76,10 +76,10 @@ def _no_train_args(preset: str, out: Path, cache: Path) -> list[str]:
 
 
 def default_jobs(preset: str) -> int:
-    """Quick: two analyses at once. Most Markov, STU and spectral analyses train tiny
-    single-threaded models, so one analysis leaves the second core idle; two at once on 2
-    cores (1 thread each) finished the quick plan far sooner than one at a time with 2
-    threads (README). Paper: one at a time, each with the whole GPU."""
+    """Quick: two cores' worth at once. The Markov, STU and spectral analyses train tiny
+    single-threaded models, so alone they leave the second core idle; they run two at a time,
+    while the copy transformers (``slots=2``) get both cores. Paper: one at a time, each with
+    the whole GPU."""
     return min(2, os.cpu_count() or 1) if preset == "quick" else 1
 
 
@@ -133,7 +133,8 @@ def _start(step: Step, preset: str, out: Path, cache: Path, slots: int,
     log.parent.mkdir(parents=True, exist_ok=True)
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
     n = str(slots * threads_per_slot)
-    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+           "TQDM_MININTERVAL": "30"}  # a progress line every 30 s in the log, not every 0.1 s
     with open(log, "w") as f:
         proc = subprocess.Popen(step_argv(step, preset, out, cache), stdout=f,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -166,10 +167,12 @@ def _kill(r: _Running) -> None:
 
 def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int = 1,
              timeout: float = 3600.0, on_start: Callable[[list[str]], None] = lambda names: None,
-             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2
-             ) -> list[Outcome]:
+             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
+             expected: dict[str, float] | None = None) -> list[Outcome]:
     """Run every step, at most ``jobs`` cores' worth at once, each after the steps it names in
-    ``after`` (those in this run). A step that fails or times out is reported through
+    ``after`` (those in this run). Of the steps ready to start, the longest ``expected``
+    (seconds, e.g. the last run's) goes first, so that no long step is left to run alone at
+    the end; plan order breaks ties. A step that fails or times out is reported through
     ``on_done`` like any other; the rest still run. Outcomes come back in plan order."""
     check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -179,7 +182,8 @@ def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int =
         while pending or running:
             free = jobs - sum(r.slots for r in running)
             started = False
-            for s in list(pending):  # plan order; a later step may fill cores left free
+            # longest first; a shorter step may fill cores a longer one cannot use
+            for s in sorted(pending, key=lambda s: -(expected or {}).get(s.name, 0.0)):
                 need = min(s.slots, jobs)
                 if need <= free and all(a not in names or a in done for a in s.after):
                     running.append(_start(s, preset, out, cache, need, threads))
@@ -341,7 +345,9 @@ def body(argv: list[str] | None) -> int:
                     f"This run: {len(finished)} of {len(steps)} analyses finished in "
                     f"{wall / 60:.1f} min wall, {jobs} at a time.")
 
-    outcomes = run_plan(steps, args.preset, out, cache, jobs, args.timeout, on_start, on_done)
+    last = {s.name: float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps}
+    outcomes = run_plan(steps, args.preset, out, cache, jobs, args.timeout, on_start, on_done,
+                        expected=last)
     bar.close()
     failed = [o.step.name for o in outcomes if not o.ok]
     n_ok = len(outcomes) - len(failed)

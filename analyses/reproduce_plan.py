@@ -295,6 +295,15 @@ def _memorization_args(preset: str, out, cache) -> list[str]:
             "--no-progress", *extra]
 
 
+# The copy transformers train faster with both cores than side by side with another analysis:
+# on 2 cores, ngram_heads took 386 s alone with 2 threads and 728 s with 1 thread beside
+# ngram_lookup (1192 s, vs 599 s alone) in the same --jobs 2 run. The Markov, STU and
+# spectral models are too small to use a second thread; those run two at a time. copy_bounds
+# trains the copy LSTM that length_generalization reuses: 1500 LSTM steps took 302 s with 2
+# threads alone and 498 s with 1 beside the Markov analyses (copy_bounds 651 s in all).
+TRANSFORMER_SLOTS = 2
+
+
 def plan() -> list[Step]:
     return [
         Step("ngram_heads", "n-gram match heads in a copy transformer",
@@ -302,12 +311,14 @@ def plan() -> list[Step]:
              (Claim("copy transformers retrieve by n-gram matching: heads attend to the "
                     "successor of the earlier occurrence of the current n-gram", _ngram_match),
               Claim("ablating those heads destroys copying; as many random heads do not",
-                    _ngram_ablation))),
+                    _ngram_ablation)),
+             slots=TRANSFORMER_SLOTS),
         Step("duplicated_ngrams", "Copying with a duplicated n-gram", "Copy paper §3.4, Fig. 4",
              _train_args,
              (Claim("accuracy is flat for short duplicated n-grams and falls once n reaches the "
                     "length of the n-grams the model matches", _dup_ngram),),
-             after=("ngram_heads",)),
+             after=("ngram_heads",),
+             slots=TRANSFORMER_SLOTS),
         Step("copy_bounds", "Hash-copy construction vs the bounds",
              "Copy paper Thm 2.3, Lemma 2.4, Thm 2.7", _train_args,
              (Claim("the construction copies any string with no repeated n-gram (Thm 2.3)",
@@ -316,14 +327,15 @@ def plan() -> list[Step]:
                     "(Lemma 2.4)", _construction_1000),
               Claim("a GSSM with a fixed-size state fails on long strings: error >= "
                     "1 − 2^bits/D^L (Thm 2.7)", _gssm_bound)),
-             after=("length_generalization",)),
+             slots=TRANSFORMER_SLOTS),
         Step("length_generalization", "Length generalisation on copy", "Copy paper Fig. 1b",
              _train_args,
              (Claim("Hard-ALiBi copies beyond its training length; NoPE, RoPE and GSSMs do not",
                     _length_gen),
               Claim("... and far beyond it (paper: trained <= 50, near-perfect to 1000); here: "
                     ">= 50 % at twice the training length", _length_gen_2x)),
-             after=("ngram_heads",)),
+             after=("ngram_heads", "copy_bounds"),
+             slots=TRANSFORMER_SLOTS),
         Step("copy_efficiency", "Copy accuracy vs samples seen", "Copy paper Figs. 1a, 9",
              _train_args,
              (Claim("transformers learn to copy from far fewer samples than GSSMs",
@@ -332,7 +344,8 @@ def plan() -> list[Step]:
         Step("ngram_lookup", "n-gram lookup, suffix and prefix keys", "Copy paper Figs. 5, 6",
              _train_args,
              (Claim("transformers beat GSSMs at n-gram lookup, suffix and prefix keys",
-                    _lookup),)),
+                    _lookup),),
+             slots=TRANSFORMER_SLOTS),
         Step("markov_laplace", "Mamba vs the add-β estimator", "Markov paper Figs. 1, 7, 8, 10",
              _train_args,
              (Claim("a 1-layer Mamba learns the add-β (Laplacian) estimator in context",

@@ -103,3 +103,27 @@ def test_a_step_over_its_timeout_is_stopped(monkeypatch, tmp_path):
     (o,) = reproduce.run_plan([_timed("slow")], "quick", tmp_path, tmp_path, timeout=0.5,
                               poll=0.05)
     assert not o.ok and "timed out" in o.log_tail and time.time() - t0 < 10
+
+
+def test_a_two_slot_step_runs_alone(monkeypatch, tmp_path):
+    code = ("import json, time; t0 = time.time(); time.sleep(0.4); "
+            "json.dump({{'t0': t0, 't1': time.time()}}, open(OUT + '/{}.json', 'w'))")
+    monkeypatch.setattr(reproduce, "step_argv",
+                        lambda step, *a: _script(code.format(step.name))(step, *a))
+    steps = [Step("big", "big", "", lambda *a: [], slots=2), _timed("x"), _timed("y")]
+    reproduce.run_plan(steps, "quick", tmp_path, tmp_path, jobs=2, poll=0.05)
+    t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in ("big", "x", "y")}
+    assert t["x"]["t0"] >= t["big"]["t1"] and t["y"]["t0"] >= t["big"]["t1"]  # both cores
+    assert t["y"]["t0"] < t["x"]["t1"]  # the two one-core steps then share the machine
+
+
+def test_the_longest_expected_step_starts_first(monkeypatch, tmp_path):
+    code = ("import json, time; json.dump({{'t0': time.time()}}, open(OUT + '/{}.json', 'w')); "
+            "time.sleep(0.3)")
+    monkeypatch.setattr(reproduce, "step_argv",
+                        lambda step, *a: _script(code.format(step.name))(step, *a))
+    steps = [_timed("short"), _timed("long")]
+    reproduce.run_plan(steps, "quick", tmp_path, tmp_path, jobs=1, poll=0.05,
+                       expected={"short": 10.0, "long": 500.0})
+    t = {s: json.loads((tmp_path / f"{s}.json").read_text())["t0"] for s in ("short", "long")}
+    assert t["long"] < t["short"]

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.length_generalization import PRESETS as LENGTH_GEN
+from analyses.length_generalization import train_overrides as length_gen_train
 from analyses.ngram_heads import _ints
 from figures.style import COLORS, new_figure
 from models.constructions import (
@@ -243,7 +243,7 @@ def train_gssms(preset: str, cache_dir: str, device: str, archs=None) -> list[st
             # the training budget of length_generalization: its LSTM is shared, and the
             # quick figure stays within 10 minutes (GSSMs fail to copy long strings either way)
             paths.append(str(train_cached(arch, "copy", preset, cache_dir, device=device,
-                                          train_overrides=LENGTH_GEN[preset]["train"])))
+                                          train_overrides=length_gen_train(preset, arch))))
         except (TaskError, ImportError, AttributeError, NotImplementedError) as e:
             print(f"note: skipping {arch}: it does not build here ({str(e).splitlines()[0]})")
     return paths

@@ -46,7 +46,7 @@ class Step:
     # steps whose cached checkpoints this one reuses: with --jobs > 1 it starts after them
     # (else both would train the same checkpoint at once)
     after: tuple[str, ...] = ()
-    slots: int = 1  # cores it keeps busy (memorization's worker processes: 2)
+    slots: int = 1  # cores it keeps busy (2: copy transformers, memorization's workers)
 
     @property
     def stems(self) -> tuple[str, ...]:
@@ -194,13 +194,15 @@ def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int =
                 on_start([r.step.name for r in running])
             time.sleep(poll)
             for r in list(running):
-                over = time.time() - r.t0 > timeout
-                if r.proc.poll() is None and not over:
-                    continue
-                if over and r.proc.poll() is None:
+                if r.proc.poll() is None:
+                    timed_out = time.time() - r.t0 > timeout
+                    if not timed_out:
+                        continue
                     _kill(r)
+                else:  # finished, even if the poll came after the deadline
+                    timed_out = False
                 running.remove(r)
-                done[r.step.name] = o = _finish(r, out, timeout if over else None)
+                done[r.step.name] = o = _finish(r, out, timeout if timed_out else None)
                 on_done(o)
     finally:  # Ctrl-C: no orphaned analyses left training in the background
         for r in running:
@@ -305,6 +307,7 @@ def body(argv: list[str] | None) -> int:
         print(f"index: {out / 'index.html'}")
         return 0
     jobs = args.jobs or default_jobs(args.preset)
+    last = {s.name: float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps}
     bar = tqdm(total=len(steps), desc="reproduce", unit="figure", dynamic_ncols=True)
     t_start, finished = time.time(), []
 
@@ -312,8 +315,7 @@ def body(argv: list[str] | None) -> int:
         # the previous run's per-step times where known, else this run's mean; / jobs: rough
         left = [s for s in steps if s.name not in {o.step.name for o in finished}]
         mean = (time.time() - t_start) * jobs / len(finished) if finished else 0.0
-        total = sum(float(_get(timings, s.name, "seconds", default=0) or 0) or mean
-                    for s in left) / jobs
+        total = sum(last[s.name] or mean for s in left) / jobs
         return f", ETA {total / 60:.0f} min" if total else ""
 
     running: list[str] = []
@@ -345,7 +347,6 @@ def body(argv: list[str] | None) -> int:
                     f"This run: {len(finished)} of {len(steps)} analyses finished in "
                     f"{wall / 60:.1f} min wall, {jobs} at a time.")
 
-    last = {s.name: float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps}
     outcomes = run_plan(steps, args.preset, out, cache, jobs, args.timeout, on_start, on_done,
                         expected=last)
     bar.close()

@@ -32,7 +32,7 @@ class Claim:
     """A paper's claim and how to read whether it holds from the analysis' JSON."""
 
     paper: str  # what the paper says (short)
-    measure: Callable[[dict], tuple[str, bool]]  # JSON -> (what we measured, holds?)
+    measure: Callable[[dict], tuple[str, bool | None]]  # JSON -> (measured, holds? None: n/a)
 
 
 @dataclass(frozen=True)

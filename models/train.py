@@ -64,6 +64,10 @@ class TrainConfig:
     greedy_eval: bool = True  # False: string accuracy from one teacher-forced pass (exact)
     save_every: int = 0  # > 0: also checkpoint every this many steps (needs an output path)
     seed: int = 0
+    # a checkpoint of the same arch and model config whose weights start the run (fine-tuning,
+    # e.g. lookup from a copy model); "" = random init. The run's cache hash covers the file's
+    # bytes, not its path, so a retrained init file gives a new run.
+    init_from: str = ""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):
@@ -188,10 +192,24 @@ class RunSpec:
     train: TrainConfig
 
     def hash(self) -> str:
+        train = config_to_dict(self.train)
+        if self.train.init_from:
+            train["init_from"] = file_digest(self.train.init_from)
+        else:  # left out, so runs from random init keep the hashes they had before the field
+            del train["init_from"]
         blob = json.dumps({"arch": self.arch, "task": self.task, "model": self.model,
-                           "task_config": self.task_config, "train": config_to_dict(self.train)},
+                           "task_config": self.task_config, "train": train},
                           sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (first 16 hex digits)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
 
 
 def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
@@ -228,11 +246,28 @@ def validate_spec(spec: RunSpec) -> None:
         check(vocab >= task.vocab.size,
               f"vocab_size {vocab} is smaller than the {spec.task} task's vocabulary "
               f"({task.vocab.size} tokens)")
+    if spec.train.init_from:
+        _init_checkpoint(spec)
     if spec.train.context:
         check(spec.train.context >= task.max_example_len(),
               f"context {spec.train.context} is shorter than the longest {spec.task} example "
               f"({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
               f"{task.max_example_len()}")
+
+
+def _init_checkpoint(spec: RunSpec) -> dict:
+    """The ``init_from`` checkpoint, checked to hold this run's arch and model config."""
+    path = spec.train.init_from
+    ck = read_checkpoint(path)
+    arch = ck["model"]["arch"]
+    check(arch == spec.arch, f"init_from {path} holds a {arch} model, not {spec.arch}")
+    cls = model_class(arch).config_cls  # full configs: a default left out is not a difference
+    config = config_to_dict(config_from_dict(cls, ck["model"]["config"]))
+    ours = config_to_dict(config_from_dict(cls, spec.model))
+    differ = sorted(k for k in set(config) | set(ours) if config.get(k) != ours.get(k))
+    check(not differ, f"init_from {path}: its model config differs from this run's in "
+          + ", ".join(f"{k} ({config.get(k)!r} vs {ours.get(k)!r})" for k in differ[:4]))
+    return ck
 
 
 def model_fields_for(task, arch: str) -> dict[str, Any]:
@@ -284,7 +319,10 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
-    model = build_model(spec.arch, spec.model).to(dev)
+    model = build_model(spec.arch, spec.model)
+    if cfg.init_from and resume is None:
+        model.load_state_dict(_init_checkpoint(spec)["state_dict"])
+    model = model.to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},

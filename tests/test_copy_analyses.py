@@ -130,6 +130,34 @@ def test_length_generalization_and_lookup_run_end_to_end(ckpts, tmp_path):
     assert list(r["curves"]["suffix"]) == ["hard_alibi"] and r["curves"]["prefix"] == {}
 
 
+def test_quick_lookup_fine_tunes_the_copy_checkpoint(tmp_path, monkeypatch):
+    from models.checkpoint import read_checkpoint
+
+    tiny = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "eval_batch_size": 4,
+            "warmup_steps": 1}
+    monkeypatch.setitem(length_generalization.PRESETS, "quick",
+                        {**length_generalization.PRESETS["quick"], "train": tiny,
+                         "train_by_label": {}, "task": {"max_len": 8}})
+    monkeypatch.setitem(ngram_lookup.PRESETS, "quick", {**ngram_lookup.PRESETS["quick"],
+                                                        "train": tiny})
+    paths = ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
+                                             progress=False)
+    copy = [p for p in tmp_path.glob("transformer-copy-*.pt")]
+    assert len(paths) == 2 and len(copy) == 1
+    for path, key in zip(paths, ngram_lookup.KEYS, strict=True):
+        ck = read_checkpoint(path)
+        assert ck["task"]["config"]["key"] == key
+        assert ck["train"]["config"]["init_from"] == str(copy[0])
+        assert ck["model"]["config"] == read_checkpoint(copy[0])["model"]["config"]
+    # a second call reuses every checkpoint; --init none trains from random init elsewhere
+    assert ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
+                                            progress=False) == paths
+    scratch = ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
+                                               progress=False, init="none")
+    assert set(scratch).isdisjoint(paths)
+    assert not read_checkpoint(scratch[0])["train"]["config"]["init_from"]
+
+
 def test_copy_efficiency_reads_histories(ckpts, tmp_path):
     assert copy_efficiency.main([ckpts["copy_tiny"], "--out", str(tmp_path)]) == 0
     r = json.loads((tmp_path / "copy_efficiency.json").read_text())

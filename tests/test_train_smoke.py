@@ -30,6 +30,53 @@ def test_train_save_load_gives_identical_logits(tmp_path):
     assert cache["blocks.0.attn.hook_pattern"].shape == (2, 2, 9, 9)
 
 
+def test_init_from_starts_from_the_weights_and_keys_the_cache_on_the_file(tmp_path):
+    from models.train import train_cached
+
+    copy = make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
+                     train=dict(steps=3, eval_every=0, eval_batches=1, eval_batch_size=8,
+                                batch_size=4, seed=1))  # seed 1: not the seed-0 init below
+    init = train(copy, out=tmp_path / "copy.pt", device="cpu", progress=False)
+    quick = dict(eval_every=0, eval_batches=1, eval_batch_size=8, batch_size=4)
+    # zero steps would be refused: one step at a tiny lr moves the weights only a little
+    ft = make_spec("transformer", "lookup", "quick", model=TINY,
+                   train=dict(steps=1, lr=1e-9, init_from=str(tmp_path / "copy.pt"), **quick))
+    got = train(ft, device="cpu", progress=False)["state_dict"]
+    for k, v in init["state_dict"].items():
+        torch.testing.assert_close(got[k], v, rtol=0, atol=1e-6)
+    # a random-init run of the same config is elsewhere
+    fresh = train(make_spec("transformer", "lookup", "quick", model=TINY,
+                            train=dict(steps=1, lr=1e-9, **quick)), device="cpu", progress=False)
+    assert any((fresh["state_dict"][k] - v).abs().max() > 1e-3 for k, v in got.items())
+    # the cache entry depends on the init file's bytes, not on its name
+    a = train_cached("transformer", "lookup", "quick", tmp_path / "c", model=TINY,
+                     train_overrides=dict(steps=1, init_from=str(tmp_path / "copy.pt"), **quick),
+                     device="cpu", progress=False)
+    train(make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
+                    train=dict(steps=4, eval_every=0, batch_size=4)),
+          out=tmp_path / "copy.pt", device="cpu", progress=False)  # retrained: new bytes, same name
+    b = train_cached("transformer", "lookup", "quick", tmp_path / "c", model=TINY,
+                     train_overrides=dict(steps=1, init_from=str(tmp_path / "copy.pt"), **quick),
+                     device="cpu", progress=False)
+    assert a != b and a.exists() and b.exists()
+
+
+def test_init_from_refuses_another_model(tmp_path):
+    from tasks.base import TaskError
+
+    copy = make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
+                     train=dict(steps=1, eval_every=0, batch_size=4))
+    train(copy, out=tmp_path / "copy.pt", device="cpu", progress=False)
+    with pytest.raises(TaskError, match="model config differs from this run's in d_model"):
+        make_spec("transformer", "lookup", "quick", model={**TINY, "d_model": 32},
+                  train=dict(init_from=str(tmp_path / "copy.pt")))
+    with pytest.raises(TaskError, match="holds a transformer model, not lstm"):
+        make_spec("lstm", "lookup", "quick", train=dict(init_from=str(tmp_path / "copy.pt")))
+    with pytest.raises(TaskError, match="no such file"):
+        make_spec("transformer", "lookup", "quick", model=TINY,
+                  train=dict(init_from=str(tmp_path / "none.pt")))
+
+
 def test_lr_schedule_warmup_then_linear_decay():
     cfg = TrainConfig(steps=10, lr=1.0, warmup_steps=2, schedule="linear")
     assert [round(lr_at(cfg, s), 3) for s in range(4)] == [0.5, 1.0, 1.0, 0.875]

@@ -214,7 +214,9 @@ def file_digest(path: str | Path) -> str:
 
 def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
               task_config: dict | None = None, train: dict | None = None) -> RunSpec:
-    """Preset rows, then the task's derived model fields (vocab size…), then user overrides."""
+    """Preset rows, then the task's derived model fields (vocab size…), then user overrides.
+    With ``init_from``, the model config starts from that checkpoint's instead of the preset's
+    (fine-tuning a checkpoint needs no model flags)."""
     if arch not in ARCHS:
         raise TaskError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
     if task not in TASKS:
@@ -222,8 +224,12 @@ def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = 
     rows = preset_overrides(preset, task, arch)
     task_cfg = {**rows["task"], **(task_config or {})}
     task_obj = make_task(task, task_cfg)  # validates the task config
-    model_cfg = {**rows["model"], **model_fields_for(task_obj, arch), **(model or {})}
     train_cfg = config_from_dict(TrainConfig, {**rows["train"], **(train or {})})
+    base = rows["model"]
+    if train_cfg.init_from:
+        init = read_checkpoint(train_cfg.init_from)
+        base = init["model"]["config"] if init["model"]["arch"] == arch else base
+    model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
     spec = RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
     validate_spec(spec)  # every config checked before any compute
     return spec

@@ -142,7 +142,7 @@ def test_quick_lookup_fine_tunes_the_copy_checkpoint(tmp_path, monkeypatch):
                                                         "train": tiny})
     paths = ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
                                              progress=False)
-    copy = [p for p in tmp_path.glob("transformer-copy-*.pt")]
+    copy = list(tmp_path.glob("transformer-copy-*.pt"))
     assert len(paths) == 2 and len(copy) == 1
     for path, key in zip(paths, ngram_lookup.KEYS, strict=True):
         ck = read_checkpoint(path)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import models
-from models.train import lr_at, make_spec, train, TrainConfig
+from models.train import TrainConfig, lr_at, make_spec, train
 from tasks import make_generator, make_task
 
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
@@ -70,6 +70,9 @@ def test_init_from_refuses_another_model(tmp_path):
     with pytest.raises(TaskError, match="model config differs from this run's in d_model"):
         make_spec("transformer", "lookup", "quick", model={**TINY, "d_model": 32},
                   train=dict(init_from=str(tmp_path / "copy.pt")))
+    # with no model flags the run takes the init checkpoint's model config
+    assert make_spec("transformer", "lookup", "quick",
+                     train=dict(init_from=str(tmp_path / "copy.pt"))).model["d_model"] == 16
     with pytest.raises(TaskError, match="holds a transformer model, not lstm"):
         make_spec("lstm", "lookup", "quick", train=dict(init_from=str(tmp_path / "copy.pt")))
     with pytest.raises(TaskError, match="no such file"):

@@ -58,7 +58,6 @@ def train_lookup_models(preset: str, cache_dir: str, device: str,
     models whose arch does not build here are skipped with a printed note. ``init="copy"``
     (default: the preset's) fine-tunes the label's copy checkpoint of
     :mod:`analyses.length_generalization` (trained, or reused from the cache, first)."""
-    from models.checkpoint import read_checkpoint
     from models.train import train_cached
 
     p = PRESETS[preset]
@@ -77,8 +76,7 @@ def train_lookup_models(preset: str, cache_dir: str, device: str,
                 copy = train_models(preset, cache_dir, device, labels=[label], progress=progress)
                 if label not in copy:
                     continue  # its arch does not build here (train_models said so)
-                model_cfg = read_checkpoint(copy[label])["model"]["config"]
-                train["init_from"] = copy[label]
+                train["init_from"] = copy[label]  # its model config comes with it
             try:
                 got = [str(train_cached(arch, "lookup", preset, cache_dir, model=model_cfg,
                                         task_config={**p["task"], "key": key},

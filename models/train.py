@@ -326,8 +326,8 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     model = build_model(spec.arch, spec.model)
-    if cfg.init_from and resume is None:
-        model.load_state_dict(_init_checkpoint(spec)["state_dict"])
+    if cfg.init_from and resume is None:  # validate_spec checked its arch and config
+        model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
     model = model.to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

@@ -313,7 +313,8 @@ def body(argv: list[str] | None) -> int:
 
     def eta() -> str:
         # the previous run's per-step times where known, else this run's mean; / jobs: rough
-        left = [s for s in steps if s.name not in {o.step.name for o in finished}]
+        done = {o.step.name for o in finished}
+        left = [s for s in steps if s.name not in done]
         mean = (time.time() - t_start) * jobs / len(finished) if finished else 0.0
         total = sum(last[s.name] or mean for s in left) / jobs
         return f", ETA {total / 60:.0f} min" if total else ""

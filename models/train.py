@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -227,8 +228,8 @@ def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = 
     train_cfg = config_from_dict(TrainConfig, {**rows["train"], **(train or {})})
     base = rows["model"]
     if train_cfg.init_from:
-        init = read_checkpoint(train_cfg.init_from)
-        base = init["model"]["config"] if init["model"]["arch"] == arch else base
+        init = _init_model_entry(train_cfg.init_from)
+        base = init["config"] if init["arch"] == arch else base
     model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
     spec = RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
     validate_spec(spec)  # every config checked before any compute
@@ -253,7 +254,7 @@ def validate_spec(spec: RunSpec) -> None:
               f"vocab_size {vocab} is smaller than the {spec.task} task's vocabulary "
               f"({task.vocab.size} tokens)")
     if spec.train.init_from:
-        _init_checkpoint(spec)
+        _check_init(spec)
     if spec.train.context:
         check(spec.train.context >= task.max_example_len(),
               f"context {spec.train.context} is shorter than the longest {spec.task} example "
@@ -261,19 +262,35 @@ def validate_spec(spec: RunSpec) -> None:
               f"{task.max_example_len()}")
 
 
-def _init_checkpoint(spec: RunSpec) -> dict:
-    """The ``init_from`` checkpoint, checked to hold this run's arch and model config."""
+def _init_model_entry(path: str) -> dict:
+    """The ``model`` entry (arch, config) of an ``init_from`` checkpoint. make_spec and
+    validate_spec both ask: the file is read once per version of it (a paper-scale checkpoint
+    is hundreds of MB), not once per question."""
+    p = Path(path)
+    if not p.is_file():
+        return read_checkpoint(p)["model"]  # raises the clear error
+    st = p.stat()
+    return _model_entry(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _model_entry(path: str, mtime_ns: int, size: int) -> dict:
+    # mtime and size only key the cache: a rewritten file is read again
+    return read_checkpoint(path)["model"]
+
+
+def _check_init(spec: RunSpec) -> None:
+    """The ``init_from`` checkpoint must hold this run's arch and model config."""
     path = spec.train.init_from
-    ck = read_checkpoint(path)
-    arch = ck["model"]["arch"]
+    entry = _init_model_entry(path)
+    arch = entry["arch"]
     check(arch == spec.arch, f"init_from {path} holds a {arch} model, not {spec.arch}")
     cls = model_class(arch).config_cls  # full configs: a default left out is not a difference
-    config = config_to_dict(config_from_dict(cls, ck["model"]["config"]))
+    config = config_to_dict(config_from_dict(cls, entry["config"]))
     ours = config_to_dict(config_from_dict(cls, spec.model))
     differ = sorted(k for k in set(config) | set(ours) if config.get(k) != ours.get(k))
     check(not differ, f"init_from {path}: its model config differs from this run's in "
           + ", ".join(f"{k} ({config.get(k)!r} vs {ours.get(k)!r})" for k in differ[:4]))
-    return ck
 
 
 def model_fields_for(task, arch: str) -> dict[str, Any]:

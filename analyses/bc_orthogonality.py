@@ -106,7 +106,8 @@ def readout_ratio(model, S: int, k: int) -> dict | None:
     for every u) and the linear maps W_o, W_ℓ carry it to the logits. So the effective logit
     coefficient of the count of u at readout v is, up to that common scalar,
     κ(u, v) = W_ℓ diag(w_f) W_o diag(w_n) [(Δ(u) x(u) (b(u)·c(v))) ⊙ g(v)], centred over the
-    symbols (softmax ignores a shift). In full Mamba-2 the gate can select the current
+    symbols for a softmax model (softmax ignores a shift; MambaZero's L1 normalisation does not,
+    so its κ is left whole). In full Mamba-2 the gate can select the current
     context's counts that b·c lets through, so κ, not b·c, is what must vanish off the
     diagonal. Ratio: mean ‖κ‖ over i ≠ c pairs / mean ‖κ‖ over i = c pairs. (With
     ``n_groups > 1`` the mixer norm's scale differs per group; it is ignored here.)"""
@@ -139,7 +140,9 @@ def readout_ratio(model, S: int, k: int) -> dict | None:
     if cfg.final_norm:
         o = o * model.ln_final.weight.double().cpu()
     logits = (o @ model.unembed.weight.double().cpu().T)[..., :S]  # [n_u, n_v, S]
-    kappa = (logits - logits.mean(-1, keepdim=True)).norm(dim=-1)  # [n_u, n_v]
+    if getattr(cfg, "prediction", "softmax") != "l1":
+        logits = logits - logits.mean(-1, keepdim=True)  # softmax ignores a shift; L1 does not
+    kappa = logits.norm(dim=-1)  # [n_u, n_v]
     i_u = _ctx(windows[:, w - k - 1 : w - 1], S)
     diag = i_u[:, None] == _ctx(windows[:, w - k :], S)[None, :]
     return {"ratio_readout": float(kappa[~diag].mean() / kappa[diag].mean())}

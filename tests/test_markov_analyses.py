@@ -71,6 +71,24 @@ def test_bc_table_of_a_random_model_is_not_orthogonal():
     assert row["table"] is None and "w=1" in row["note"]
 
 
+def test_readout_ratio_keeps_the_shift_of_an_l1_model():
+    """Counts that move both outputs alike are invisible to softmax but not to L1 normalisation:
+    with equal unembedding rows every count coefficient is (a, a)."""
+    import dataclasses
+
+    from models.mamba2 import MambaZeroConfig, MambaZeroLM
+
+    torch.manual_seed(0)
+    l1 = MambaZeroLM(MambaZeroConfig(vocab_size=2, d_model=8, d_state=4)).double()
+    with torch.no_grad():
+        l1.unembed.weight[1] = l1.unembed.weight[0]
+    soft = MambaZeroLM(dataclasses.replace(l1.cfg, prediction="softmax")).double()
+    soft.load_state_dict(l1.state_dict())
+    r_l1 = bc_orthogonality.readout_ratio(l1, 2, 1)["ratio_readout"]
+    r_soft = bc_orthogonality.readout_ratio(soft, 2, 1)["ratio_readout"]
+    assert 0 < r_l1 < float("inf") and r_soft != r_soft  # softmax: 0 / 0, nothing to read
+
+
 def test_decay_hook_matches_the_parameters():
     torch.manual_seed(0)
     m = Mamba2LM(Mamba2Config(vocab_size=3, d_model=16, n_heads=2, n_layers=2)).double()

@@ -47,6 +47,21 @@ def test_state_probe_rejects_other_archs():
         state_probe.compute(m, progress=False)
 
 
+def test_a_random_conv_ssm_with_unit_decay_already_holds_the_counts():
+    """Eq. (4) at random weights: with a_t = 1 and w = 2 the state is linear in the transition
+    counts, so the count probe cannot tell a random model from a trained one; the readout
+    probe (what y_t = H_t c_t carries) can."""
+    torch.manual_seed(0)
+    m = Mamba2LM(Mamba2Config(vocab_size=2, d_model=8, d_conv=2, d_state=4, decay=False))
+    m = m.double()
+    m.checkpoint = {"task": {"name": "markov",
+                             "config": {"S": 2, "order": 1, "beta": 1.0, "seq_len": 64}}}
+    tr = state_probe.compute(m, n_seqs=16, max_rows=600, control=False,
+                             progress=False)["trained"][0]
+    assert min(tr["r2"]) > 0.9999
+    assert tr["readout_r2_mean"] < 0.5
+
+
 def test_bc_table_of_the_construction_is_exactly_orthogonal(construction3):
     r = bc_orthogonality.compute([("thm1", construction3)], n_seqs=16, progress=False)
     row = r["models"][0]

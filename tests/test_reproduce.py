@@ -127,3 +127,20 @@ def test_the_longest_expected_step_starts_first(monkeypatch, tmp_path):
                        expected={"short": 10.0, "long": 500.0})
     t = {s: json.loads((tmp_path / f"{s}.json").read_text())["t0"] for s in ("short", "long")}
     assert t["long"] < t["short"]
+
+
+def test_bc_claim_is_decided_by_the_mambazero_pinned_ratio():
+    from analyses.reproduce_plan import _bc
+
+    def row(arch, pairs, pinned, step=100):
+        return {"label": f"{arch}-x", "series": f"{arch} d=16", "step": step,
+                "ratio_pairs": pairs, "ratio_pinned": pinned, "ratio_free": 1.0,
+                "beta_fit": 1.1}
+
+    # a MambaZero that reads the transitions into the current symbol: all-pairs 1.0
+    text, ok = _bc({"models": [row("mamba2", 0.8, 0.5), row("mambazero", 1.0, 0.01)]})
+    assert ok and "0.010" in text and "mamba2" in text
+    assert not _bc({"models": [row("mambazero", 0.05, 0.2)]})[1]
+    assert not _bc({"models": [row("mamba2", 0.01, 0.01)]})[1]  # no MambaZero: no verdict
+    later = [row("mambazero", 1.0, 0.01, step=100), row("mambazero", 1.0, 0.3, step=200)]
+    assert not _bc({"models": later})[1]  # the last checkpoint of a trajectory decides

@@ -24,10 +24,11 @@ Which off-diagonal entries the loss pins (``ratio_pinned``) and which it leaves 
 of c) − (transitions into c) = 1[first context = c] − 1[current context = c]: at readout c the
 counts of the transitions *into* c from another context i ≠ c equal those out of c up to a
 term of the first token. A logit that adds u·n_{i→c} and takes u off the out-of-c counts is
-therefore the add-β estimator too, once the first-token term absorbs the difference: at the
-optimum b^(ij)·c^(c) for i ≠ c need only vanish where the transition does not enter c (for
-S = 2, k = 1: 0→0 at current 1 and 1→1 at current 0), the others (1→0 at current 0,
-0→1 at current 1) are free. Measured (``tests/test_markov_analyses.py``, slow): fine-tuning a
+therefore the add-β estimator too, once the first-token term absorbs the difference. So at
+the optimum b^(ij)·c^(c), i ≠ c, must vanish where the transition does not enter c (its count
+is read at its own context, so its x̃ is not 0) and need not where it does: for S = 2, k = 1,
+0→0 at current 1 and 1→1 at current 0 are pinned, 1→0 at current 0 and 0→1 at current 1
+are free. Measured (``tests/test_markov_analyses.py``, slow): fine-tuning a
 padded Thm 1 construction (d 8, N 4, float64, Adam 3e-3, 1000 steps) towards add-β while a
 penalty holds one entry at half its row's diagonal b^(ij)·c^(i), a free entry (1→0 at 0) ends
 at KL 1.9e-5 from add-β (and falling), a pinned one (1→1 at 0) at 2.9e-3. Fig. 5a shows all
@@ -335,8 +336,8 @@ def table(result: dict) -> list[list]:
 # ---------------------------------------------------------------------------- training
 # Fig. 5 is about MambaZero *at convergence*. The 2000-step quick MambaZero of markov_ablations
 # is not there (seeds 0-4: fitted β 4.7-1000, two of them collapsed to the uniform prediction;
-# a_t ≈ 0.98; pinned ratio 0.18-0.49). This recipe is (measured, d 16, N 8, w 2, batch 32, seeds 0/1/2): KL at the fitted β
-# 0.0065 / 0.0010 / 0.0010, β 1.59 / 1.11 / 1.11, pinned ratio 0.049 / 0.013 / 0.012 (all-pairs
+# a_t ≈ 0.98; pinned ratio 0.18-0.49). This recipe is (measured, d 16, N 8, w 2, batch 32,
+# seeds 0/1/2): KL at the fitted β 0.0065 / 0.0010 / 0.0010, β 1.59 / 1.11 / 1.11, pinned ratio 0.049 / 0.013 / 0.012 (all-pairs
 # 0.15 / 1.0 / 0.84: seeds 1 and 2 read n_{j→k} through the free entries); the plan's step takes
 # 422 s alone with it. Shorter sequences buy the 10 000 steps (the paper's count) on a CPU.
 FIG5_RECIPE = {"quick": {"task": {"seq_len": 128}, "train": {"lr": 3e-3, "steps": 10000}}}

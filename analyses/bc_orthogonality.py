@@ -31,7 +31,7 @@ is read at its own context, so its x̃ is not 0) and need not where it does: for
 are free. Measured (``tests/test_markov_analyses.py``, slow): fine-tuning a
 padded Thm 1 construction (d 8, N 4, float64, Adam 3e-3, 1000 steps) towards add-β while a
 penalty holds one entry at half its row's diagonal b^(ij)·c^(i), a free entry (1→0 at 0) ends
-at KL 1.9e-5 from add-β (and falling), a pinned one (1→1 at 0) at 2.9e-3. Fig. 5a shows all
+at KL 1.9e-5 from add-β, a pinned one (1→1 at 0) at 2.9e-3. Fig. 5a shows all
 four vanish; trained quick MambaZeros take either side: some keep n_{k→j} as the paper's,
 others read n_{j→k} through the free entries and leave the out-of-k diagonal near 0 (for
 S = 2, n_01 and n_10 differ by at most one, the paper's Thm 4 remark). So ``ratio_pinned``,
@@ -84,6 +84,26 @@ def window_vectors(model, S: int, layer: int = 0) -> tuple[torch.Tensor, torch.T
     return windows, b, c
 
 
+def pair_masks(windows: torch.Tensor, S: int, k: int) -> dict[str, torch.Tensor]:
+    """[n_u, n_v] masks over window pairs (u writes a transition, v reads): ``diag`` (u's
+    transition leaves v's current context), ``free`` (off-diagonal, u's transition *enters*
+    it) and ``pinned`` (the other off-diagonal pairs); see the module docstring."""
+    w = windows.shape[1]
+    i_u = _ctx(windows[:, w - k - 1 : w - 1], S)  # context u's transition leaves
+    c = _ctx(windows[:, w - k :], S)  # v's current context = the one u's transition enters
+    diag = i_u[:, None] == c[None, :]
+    free = ~diag & (c[:, None] == c[None, :])
+    return {"diag": diag, "free": free, "pinned": ~diag & ~free}
+
+
+def _ratios(mag: torch.Tensor, masks: dict[str, torch.Tensor], prefix: str) -> dict:
+    """Mean magnitude off the diagonal (all, pinned, free) over the mean on it."""
+    on = mag[masks["diag"]].mean()
+    sel = {"": ~masks["diag"], "_pinned": masks["pinned"], "_free": masks["free"]}
+    return {prefix + name: float(mag[m].mean() / on) if m.any() else None
+            for name, m in sel.items()}
+
+
 def bc_table(windows: torch.Tensor, b: torch.Tensor, c: torch.Tensor, S: int, k: int) -> dict:
     """T[i, j, c] and the off/diagonal ratios (see the module docstring)."""
     n, w = windows.shape
@@ -105,17 +125,15 @@ def bc_table(windows: torch.Tensor, b: torch.Tensor, c: torch.Tensor, S: int, k:
             rows = (i_u == i) & (j_u == j)
             for cc in range(C):
                 table[i, j, cc] = ip[rows][:, c_v == cc].mean()
-    diag = i_u[:, None] == c_v[None, :]  # [n_u, n_v]
-    free = ~diag & (_ctx(windows[:, w - k :], S)[:, None] == c_v[None, :])  # u enters c_v
+    masks = pair_masks(windows, S, k)
+    diag = masks["diag"]  # [n_u, n_v]
     eye = torch.eye(C, dtype=torch.bool)[:, None, :].expand(C, S, C)
     absip = ip.abs()
-    on = absip[diag].mean()
+    r = _ratios(absip, masks, "ratio")
     out.update({
         "table": table,
-        "ratio_pairs": float(absip[~diag].mean() / on),
-        "ratio_pinned": float(absip[~diag & ~free].mean() / on) if (~diag & ~free).any()
-        else None,
-        "ratio_free": float(absip[free].mean() / on) if free.any() else None,
+        "ratio_pairs": r["ratio"], "ratio_pinned": r["ratio_pinned"],
+        "ratio_free": r["ratio_free"],
         "ratio_table": float(table.abs()[~eye].mean() / table.abs()[eye].mean()),
         "diag_mean": float(ip[diag].mean()), "off_mean": float(ip[~diag].mean()),
         "max_abs_off": float(absip[~diag].max()), "min_abs_diag": float(absip[diag].min()),
@@ -169,15 +187,7 @@ def readout_ratio(model, S: int, k: int) -> dict | None:
     if getattr(cfg, "prediction", "softmax") != "l1":
         logits = logits - logits.mean(-1, keepdim=True)  # softmax ignores a shift; L1 does not
     kappa = logits.norm(dim=-1)  # [n_u, n_v]
-    i_u = _ctx(windows[:, w - k - 1 : w - 1], S)
-    c_v = _ctx(windows[:, w - k :], S)
-    diag = i_u[:, None] == c_v[None, :]
-    free = ~diag & (c_v[:, None] == c_v[None, :])  # u's transition enters v's context
-    pinned = ~diag & ~free
-    on = kappa[diag].mean()
-    return {"ratio_readout": float(kappa[~diag].mean() / on),
-            "ratio_readout_pinned": float(kappa[pinned].mean() / on) if pinned.any() else None,
-            "ratio_readout_free": float(kappa[free].mean() / on) if free.any() else None}
+    return _ratios(kappa, pair_masks(windows, S, k), "ratio_readout")
 
 
 def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) -> dict:

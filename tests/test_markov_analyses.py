@@ -288,5 +288,5 @@ def test_the_loss_pins_only_the_bc_entries_of_transitions_not_entering_the_conte
         opt.step()
     final = float(kl())
     assert abs(float(held) - 0.5) < 0.1
-    # measured: free 1.9e-5 (and falling with more steps), pinned 2.9e-3
+    # measured: free 1.9e-5, pinned 2.9e-3
     assert (final < 2e-4) if stays_optimal else (final > 1e-3)

@@ -37,7 +37,8 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p = OneLineParser(prog=f"python -m analyses.{name}", description=description)
     if checkpoints:
         p.add_argument("checkpoints", nargs="*", help="suite checkpoint file(s) (.pt)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: figures/out)")
+    p.add_argument("--out", default=str(DEFAULT_OUT),
+                   help="output directory (default: figures/out)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto (default: cpu)")
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
     if training:
@@ -126,7 +127,7 @@ def print_table(rows: Sequence[Sequence[Any]]) -> None:
     cells = [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells if i < len(r)) for i in range(max(map(len, cells)))]
     for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
 def run_main(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:

@@ -29,7 +29,8 @@ def hf_neox():
 
     cfg = GPTNeoXConfig(vocab_size=SHAPE["vocab_size"], hidden_size=SHAPE["d_model"],
                         num_hidden_layers=SHAPE["n_layers"], num_attention_heads=SHAPE["n_heads"],
-                        intermediate_size=SHAPE["d_mlp"], rotary_pct=1.0, use_parallel_residual=False,
+                        intermediate_size=SHAPE["d_mlp"], rotary_pct=1.0,
+                        use_parallel_residual=False,
                         max_position_embeddings=2048, hidden_dropout=0.0, attention_dropout=0.0)
     return GPTNeoXForCausalLM(cfg)
 
@@ -40,7 +41,8 @@ def train_step_fn(model, tokens, hf: bool):
 
     def step():
         logits = model(tokens).logits if hf else model(tokens)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                               tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

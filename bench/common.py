@@ -9,8 +9,8 @@ import platform
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 

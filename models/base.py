@@ -25,7 +25,8 @@ class SuiteModel(HookedRootModule):
     def __init__(self, cfg):
         super().__init__()
         if not isinstance(cfg, self.config_cls):
-            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}, got {cfg!r}")
+            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}, "
+                            f"got {cfg!r}")
         self.cfg = cfg
 
     # ------------------------------------------------------------------ conveniences
@@ -51,7 +52,8 @@ class SuiteModel(HookedRootModule):
         return_cache_object = kwargs.pop("return_cache_object", True)
         out, cache = super().run_with_cache(*args, **kwargs)
         if return_cache_object and not isinstance(cache, ActivationCache):
-            cache = ActivationCache(cache, self, has_batch_dim=not kwargs.get("remove_batch_dim", False))
+            cache = ActivationCache(cache, self,
+                                    has_batch_dim=not kwargs.get("remove_batch_dim", False))
         return out, cache
 
     def log_probs(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ from torch import Tensor
 
 
 @torch.no_grad()
-def greedy_decode(model, prompts: Int[Tensor, "batch prompt"], n_new: int) -> Int[Tensor, "batch n_new"]:
+def greedy_decode(model, prompts: Int[Tensor, "batch prompt"], n_new: int
+                  ) -> Int[Tensor, "batch n_new"]:
     """Generate ``n_new`` tokens by argmax (temperature 0, paper A.2), feeding each back in.
 
     No KV cache: every step re-runs the model on the whole sequence, so hooks see ordinary

@@ -32,5 +32,6 @@ def model_class(arch: str):
 def build_model(arch: str, config: dict | object):
     """Instantiate ``arch`` from a config dict (unknown keys rejected) or config object."""
     cls = model_class(arch)
-    cfg = config if isinstance(config, cls.config_cls) else config_from_dict(cls.config_cls, dict(config))
+    cfg = (config if isinstance(config, cls.config_cls)
+           else config_from_dict(cls.config_cls, dict(config)))
     return cls(cfg)

@@ -85,7 +85,8 @@ class TransformerConfig:
             check(len(self.hard_alibi_windows) == M,
                   f"hard_alibi_windows needs M={M} values, got {len(self.hard_alibi_windows)}")
             check(all(w >= 1 for w in self.hard_alibi_windows), "hard_alibi_windows must be >= 1")
-        check(0.0 < self.rotary_frac <= 1.0, f"rotary_frac must be in (0, 1], got {self.rotary_frac}")
+        check(0.0 < self.rotary_frac <= 1.0,
+              f"rotary_frac must be in (0, 1], got {self.rotary_frac}")
 
     @property
     def d_head(self) -> int:
@@ -275,7 +276,8 @@ class TransformerBlock(nn.Module):
         self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
-    def forward(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+    def forward(self, resid: Float[Tensor, "batch pos d_model"]
+                ) -> Float[Tensor, "batch pos d_model"]:
         resid_pre = self.hook_resid_pre(resid)
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre)))
         if self.cfg.parallel_residual:

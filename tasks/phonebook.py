@@ -70,9 +70,10 @@ class PhoneBookTask(Task):
         picks = torch.randperm(len(first) * len(last), generator=g)[: self.cfg.n_entries]
         digits = torch.randint(0, 10, (self.cfg.n_entries, 10), generator=g).tolist()
         out = []
-        for p, d in zip(picks.tolist(), digits):
+        for p, d in zip(picks.tolist(), digits, strict=True):
             s = "".join(map(str, d))
-            out.append((f"{first[p // len(last)]} {last[p % len(last)]}", f"{s[:3]}-{s[3:6]}-{s[6:]}"))
+            out.append((f"{first[p // len(last)]} {last[p % len(last)]}",
+                        f"{s[:3]}-{s[3:6]}-{s[6:]}"))
         return out
 
     def prompt_answer(self, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,7 +84,8 @@ class PhoneBookTask(Task):
         shot_text = "".join(f"{entries[i][0]}: {entries[i][1]}\n" for i in shots)
         prompt = torch.cat([
             torch.tensor([self.vocab.id("BOS")]), self.encode(book),
-            torch.tensor([self.vocab.id("COPY")]), self.encode(shot_text + entries[query][0] + ": "),
+            torch.tensor([self.vocab.id("COPY")]),
+            self.encode(shot_text + entries[query][0] + ": "),
         ])
         return prompt, self.encode(entries[query][1])
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import IGNORE, Batch, PromptBatch, TaskError, Vocab, check, config_from_dict
+from tasks.base import IGNORE, Batch, TaskError, Vocab, check, config_from_dict
 
 TASKS: dict[str, str] = {
     "copy": "tasks.copy:CopyTask",

@@ -88,7 +88,8 @@ def test_lookup_answer_is_the_true_successor():
 
 def test_unique_key_positions():
     x = torch.tensor([1, 2, 1, 2, 3, 4])
-    assert unique_key_positions(x, 2, 1) == [1, 3]  # (1,2) repeats; (2,1),(2,3) unique; (3,4) has no successor
+    # (1,2) repeats; (2,1), (2,3) unique; (3,4) has no successor
+    assert unique_key_positions(x, 2, 1) == [1, 3]
 
 
 def test_phonebook_query_answer_is_in_the_book():

@@ -27,7 +27,8 @@ def test_shapes_and_hook_names(pe):
     assert cache["blocks.0.hook_resid_post"].shape == (3, 9, 16)
     assert cache["blocks.0.mlp.hook_post"].shape == (3, 9, 32)
     for name in ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid",
-                 "blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_z", "ln_final.hook_normalized"):
+                 "blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_z",
+                 "ln_final.hook_normalized"):
         assert name in cache.keys()
     # patterns are distributions over keys, causal
     pat = cache["pattern", 0]
@@ -45,7 +46,8 @@ def test_identity_hooks_and_cache_leave_logits_unchanged(pe):
     torch.testing.assert_close(hooked, ref, atol=1e-5, rtol=1e-5)
     assert not any(hp._forward_hooks for hp in m.hook_dict.values()), "hooks left attached"
     # per-head results sum back to the attention output
-    _, cache = m.run_with_cache(tokens, names_filter=lambda n: n.endswith(("hook_result", "attn_out")))
+    _, cache = m.run_with_cache(tokens,
+                                names_filter=lambda n: n.endswith(("hook_result", "attn_out")))
     torch.testing.assert_close(cache["blocks.0.attn.hook_result"].sum(2) + m.blocks[0].attn.b_O,
                                cache["blocks.0.hook_attn_out"], atol=1e-5, rtol=1e-5)
 
@@ -72,7 +74,7 @@ def test_sdpa_fast_path_equals_plain_path():
         fast.zero_grad(), plain.zero_grad()
         fast(tokens).square().mean().backward()
         plain(tokens).square().mean().backward()
-        for (n, a), (_, b) in zip(fast.named_parameters(), plain.named_parameters()):
+        for (n, a), (_, b) in zip(fast.named_parameters(), plain.named_parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-3, msg=n)
 
 
@@ -87,7 +89,7 @@ def test_hard_alibi_heads_see_only_their_window():
         assert pat[:, h][:, outside].abs().max() == 0, f"head {h} leaks outside window {w}"
         assert (pat[:, h][:, ~outside] > 0).all()
     assert torch.allclose(pat[:, 0], torch.eye(10).expand(2, 10, 10))  # window 1: own token only
-    assert (pat[:, 3][:, dist >= 0] > 0).all()  # the unmasked head is NoPE: sees every earlier token
+    assert (pat[:, 3][:, dist >= 0] > 0).all()  # the unmasked head is NoPE: every earlier token
 
 
 def test_alibi_scores_differ_from_nope_by_slope_times_distance():

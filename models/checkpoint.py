@@ -27,7 +27,10 @@ from typing import Any
 
 import torch
 
-from tasks.base import TaskError
+from models.registry import ARCHS, build_model, model_class
+from models.train.config import TrainConfig
+from tasks.base import TaskError, config_from_dict
+from tasks.registry import TASKS, task_class
 
 FORMAT = 1
 REQUIRED = ("format", "model", "task", "train", "state_dict", "history")
@@ -208,8 +211,6 @@ def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> 
     The model, task and train configs are checked against their dataclasses (no weights are
     allocated); whether the weights fit the model is checked by :func:`model_from_checkpoint`.
     """
-    from tasks.base import config_from_dict
-
     _need(isinstance(ckpt, dict) and "format" in ckpt, path,
           "not a probe-suite checkpoint (no 'format' field)")
     fmt = ckpt["format"]
@@ -235,9 +236,6 @@ def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> 
     _need(isinstance(ckpt["history"], list) and all(isinstance(h, dict) for h in ckpt["history"]),
           path, "'history' must be a list of dicts")
     _need(isinstance(ckpt.get("optimizer", {}), dict), path, "'optimizer' must be a dict")
-    from models.registry import ARCHS, model_class
-    from tasks.registry import TASKS, task_class
-
     _need(model["arch"] in ARCHS, path,
           f"unknown arch {model['arch']!r}; allowed: {', '.join(sorted(ARCHS))}")
     _need(task["name"] in TASKS, path,
@@ -247,8 +245,6 @@ def validate_checkpoint(ckpt: Any, path: str | os.PathLike = "<checkpoint>") -> 
         config_from_dict(model_class(model["arch"]).config_cls, model["config"])
         config_from_dict(task_class(task["name"]).config_cls, task["config"])
         if "config" in train:
-            from models.train import TrainConfig
-
             _need(isinstance(train["config"], dict), path, "train.config must be a dict")
             config_from_dict(TrainConfig, train["config"])
     except TaskError as e:
@@ -279,7 +275,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return validate_checkpoint(_torch_load(path, map_location), path)
 
 
-def _state_dict_mismatch(model, sd: dict) -> str:
+def state_dict_mismatch(model, sd: dict) -> str:
     """One line naming the first differences between a model's weights and a state dict."""
     own = model.state_dict()
     missing = [k for k in own if k not in sd]
@@ -298,8 +294,6 @@ def _state_dict_mismatch(model, sd: dict) -> str:
 
 def model_from_checkpoint(ckpt: dict, path: str | os.PathLike = "<checkpoint>"):
     """Rebuild the model described by a checkpoint dict and load its weights (strict)."""
-    from models.registry import build_model
-
     try:
         model = build_model(ckpt["model"]["arch"], ckpt["model"]["config"])
     except TaskError as e:
@@ -308,7 +302,7 @@ def model_from_checkpoint(ckpt: dict, path: str | os.PathLike = "<checkpoint>"):
         raise CheckpointError(f"{path}: invalid model config ({type(e).__name__}: "
                               f"{_first_sentence(e)})") from None
     sd = ckpt["state_dict"]
-    mismatch = _state_dict_mismatch(model, sd) if isinstance(sd, dict) else "not a dict"
+    mismatch = state_dict_mismatch(model, sd) if isinstance(sd, dict) else "not a dict"
     if mismatch:
         raise CheckpointError(f"{path}: weights do not match the config: {mismatch}")
     try:

@@ -139,25 +139,6 @@ class MarkovTask(Task):
         c = self.cfg
         return add_beta_probs(tokens, c.S, c.order, c.beta)
 
-    @torch.no_grad()
-    def extra_metrics(self, model, batch: Batch) -> dict[str, float]:
-        """``lbeta``: the add-β estimator's loss L_β on this batch; ``loss_gap``: the model's
-        loss minus L_β (the paper's |L(θ) − L_β| without the bars, §3); ``kl_beta``: mean
-        KL(P_β ‖ P_θ) over positions (the per-position penalty of Thm 1's remark)."""
-        from probes.estimators import cross_entropy
-
-        probs = self.optimal_probs(batch.tokens.cpu()).to(batch.tokens.device)
-        lbeta = cross_entropy(probs, batch.targets)
-        logp = model.log_probs(batch.tokens).double()  # [batch, pos, vocab]
-        V = probs.shape[-1]
-        model_loss = -logp.gather(-1, batch.targets.clamp(min=0)[..., None]).squeeze(-1)
-        mask = batch.targets >= 0
-        model_loss = (model_loss * mask).sum() / mask.sum()
-        logq = logp[..., :V]
-        kl = (probs * (probs.clamp_min(1e-300).log() - logq)).sum(-1)  # [batch, pos]
-        return {"lbeta": float(lbeta), "loss_gap": float(model_loss - lbeta),
-                "kl_beta": float(kl.mean())}
-
 
 class SwitchingMarkovTask(MarkovTask):
     """Binary (or S-ary) order-k chains interrupted by SWITCH tokens that resample the kernel."""

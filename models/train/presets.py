@@ -2,7 +2,8 @@
 
 A preset is looked up for a (task, arch) pair; rows keyed ``"*"`` apply to every task or arch
 and more specific rows win. Each row may set ``model``, ``task`` and ``train`` overrides; every
-field can still be overridden on the command line.
+field can still be overridden on the command line. Why each quick setting was chosen is said
+beside it; what a run of it measured is in the reproduce index and the README, not here.
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     ("quick", "*", "*"): {"train": {"steps": 1000, "batch_size": 32, "lr": 1e-3}},
     ("paper", "*", "*"): {"train": {"steps": 10000, "batch_size": 64}},
     # ---------------------------------------------------------------- copy paper (Jelassi et al.)
-    # Quick: strings of length <= 20, a 2-layer model. lr 3e-3 (not the paper's 5e-5, tuned
-    # for a 12-layer model): measured 97 % string accuracy after 1500 steps and 99.6 % after
-    # 4000 with lr 3e-3, vs 93 % after 5000 steps with lr 1e-3 (2 CPU cores). 3000 steps, not
-    # 1500: the n-gram match heads come late. The 1500-step Hard-ALiBi model (96 % string
-    # accuracy) has no head with match score above 0.07 and copies 61 % of length-30 strings;
-    # the 3000-step one has a 0.99 match head and copies 96 % (analyses.ngram_heads,
-    # 2026-11-23). The in-training eval is teacher forced (``greedy_eval`` False): the same
+    # Quick: strings of length <= 20, a 2-layer model. lr 3e-3, not the paper's 5e-5 (tuned
+    # for a 12-layer model): the small model learns far faster with it. 3000 steps, not 1500:
+    # the n-gram match heads (analyses.ngram_heads) form only in the second half, and they are
+    # what copies beyond the training length. The in-training eval is teacher forced
+    # (``greedy_eval`` False): the same
     # string accuracy as greedy decoding at one pass instead of one per answer token, so an
     # eval every 100 steps (the resolution of analyses.copy_efficiency) stays cheap.
     ("quick", "copy", "*"): {
@@ -49,8 +48,8 @@ PRESETS: dict[tuple[str, str, str], Row] = {
         "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "hard_alibi_heads": 6},
     },
     # ---------------------------------------------------------------- Markov (Bondaschi et al.)
-    # Quick: binary first-order chains, T = 256; a 1-layer Mamba-2 with the Fig. 2 MLP measured
-    # a test-loss gap to L_beta of 0.0014 nats after 500 steps, 0.0004 after 1500 (104 s).
+    # Quick: binary first-order chains, T = 256; 1500 steps bring a 1-layer Mamba-2 with the
+    # Fig. 2 MLP close to L_beta (analyses.markov_laplace reports the gap).
     ("quick", "markov", "*"): {
         "task": {"S": 2, "order": 1, "beta": 1.0, "seq_len": 256},
         "train": {"steps": 1500, "batch_size": 32, "lr": 2e-3, "beta2": 0.95,
@@ -73,14 +72,12 @@ PRESETS: dict[tuple[str, str, str], Row] = {
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 1, "d_state": 16, "d_conv": 4,
                   "d_mlp": 64},
     },
-    # MambaZero (§4.1, Thm 1 sizes for S = 2: d = 4, N = 2, w = 2, L1 prediction): measured gap
-    # to L_beta 0.063 / 0.039 / 0.035 nats after 500 / 1000 / 1500 steps with lr 1e-2.
+    # MambaZero (§4.1, Thm 1 sizes for S = 2: d = 4, N = 2, w = 2, L1 prediction) learns only
+    # with a larger step size than the Mamba-2.
     ("quick", "markov", "mambazero"): {"train": {"lr": 1e-2}},
     # ---------------------------------------------------------------- SSM / LSTM on copy
-    # Quick GSSMs do not learn to copy on CPU (reproduce run of 2026-11-23, 2 cores, in-training
-    # eval on lengths <= 20): after 3000 steps Mamba 9 % string / 21 % char accuracy (405 s),
-    # LSTM 13 % / 29 % (454 s); after 1500 steps LSTM 10 % / 24 % (274 s). An earlier session
-    # noted LSTM 87 % / 97 % after 3000 steps; that did not reproduce.
+    # Quick GSSMs learn copying far more slowly than the transformers at this budget (the
+    # copy paper's Fig. 1a contrast; analyses.copy_efficiency measures it).
     ("quick", "copy", "mamba"): {"model": {"d_model": 64, "n_layers": 2, "d_state": 16}},
     ("quick", "copy", "lstm"): {"model": {"d_model": 256, "n_layers": 2}},
     # Copy paper App. A.2: Mamba 24 layers, hidden 1024, state size 32; LSTM 4 layers, 1024.
@@ -89,9 +86,8 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     # ---------------------------------------------------------------- memorization (Kim et al.)
     # Encoder classifiers, d_mlp = 4m (q/m = 4), k = m/h; RoPE gives positions with no extra
     # parameters (analyses/memorization.py says why). analyses.memorization varies d_model.
-    # Quick: lr 1e-2 with linear decay, no weight decay (it works against memorising). Measured
-    # (2 CPU cores): 256 x 8 random 4-class token labels, m = 12 memorises (error 0.004) and
-    # m = 8 does not (0.17) within 2000 steps; lr 3e-3 / batch 128 needed ~2x more steps.
+    # Quick: lr 1e-2 with linear decay, no weight decay (it works against memorising); a
+    # smaller step size needed about twice the steps to memorise the quick grid.
     ("quick", "memorization", "*"): {
         "train": {"steps": 2000, "batch_size": 256, "lr": 1e-2, "warmup_steps": 100,
                   "schedule": "linear", "weight_decay": 0.0, "grad_clip": 1.0, "eval_every": 50},
@@ -110,8 +106,8 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     },
     # ---------------------------------------------------------------- induction heads (spectral
     # filtering paper §4.2, Fig. 5): vocabulary 4, STU filters of length T = 256, trained at
-    # length T^q. Quick: ~22-29k-parameter models; 400 steps reach 100 % recall at the training
-    # length 16 or 64 for STU, Hard-ALiBi transformer and Mamba-2 (measured, 2 CPU cores).
+    # length T^q. Quick: small models and 400 steps, enough for STU, Hard-ALiBi transformer and
+    # Mamba-2 to recall at their training length.
     ("quick", "induction", "*"): {
         "task": {"D": 4, "length": 16},
         "train": {"steps": 400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 50,

@@ -1,0 +1,55 @@
+"""Command-line pieces shared by ``python -m models.train``, ``python -m models.zoo`` and every
+``python -m analyses.NAME``: one parser class, the common flags, one way to exit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from tasks.base import TaskError
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_INTERRUPTED = 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one stderr line (what is wrong, where to look) and exit 2,
+    not the whole usage block."""
+
+    def error(self, message: str):
+        raise TaskError(f"{message}; see `{self.prog} --help`")
+
+
+def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> None:
+    p.add_argument("--device", default=default, help=f"cpu | cuda | cuda:N | auto "
+                   f"(default: {default})")
+
+
+def add_preset_arguments(p: argparse.ArgumentParser) -> None:
+    """``--quick`` / ``--paper`` (the scale), ``--train`` (train what is needed, cached) and
+    ``--cache-dir``."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help="CPU-sized preset (default)")
+    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   help="paper-scale preset (for a GPU)")
+    p.add_argument("--train", choices=["quick", "paper"], default=None,
+                   help="train the checkpoints this command needs (cached, reused)")
+    p.add_argument("--cache-dir", default="checkpoints",
+                   help="where trained checkpoints are kept (default: checkpoints/)")
+    p.set_defaults(preset="quick")
+
+
+def run_cli(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
+    """Run a command's body: suite errors become one stderr line and exit code 2, Ctrl-C 130."""
+    try:
+        code = body(argv)
+    except TaskError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0 if code is None else int(code)

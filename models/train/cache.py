@@ -1,0 +1,52 @@
+"""The checkpoint cache: train once per distinct run spec, reuse ever after.
+
+Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunSpec.hash`). A lock file beside
+each entry makes a second process that asks for the same checkpoint (two analyses run side by
+side) wait for the first and reuse it instead of training it again; a broken entry is
+retrained, never trusted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from filelock import FileLock
+
+from models.checkpoint import CheckpointError, read_checkpoint
+from models.train.loop import train
+from models.train.spec import RunSpec, make_spec
+
+
+def cache_path(spec: RunSpec, cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / f"{spec.arch}-{spec.task}-{spec.hash()}.pt"
+
+
+def is_cached(path: Path) -> bool:
+    """A readable, valid checkpoint is at ``path``."""
+    if not path.exists():
+        return False
+    try:
+        read_checkpoint(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", device: str = "auto",
+                      progress: bool = True) -> Path:
+    """The cached checkpoint of ``spec``, trained first if it is not there (under a lock)."""
+    path = cache_path(spec, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not is_cached(path):
+            train(spec, out=path, device=device, progress=progress)
+    return path
+
+
+def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+                 model: dict | None = None, task_config: dict | None = None,
+                 train_overrides: dict | None = None, device: str = "auto",
+                 progress: bool = True) -> Path:
+    """:func:`make_spec` then :func:`train_spec_cached`."""
+    spec = make_spec(arch, task, preset, model, task_config, train_overrides)
+    return train_spec_cached(spec, cache_dir, device, progress)

@@ -1,0 +1,166 @@
+"""``python -m models.train --task T --arch A --out ckpt.pt``: every field of the model, task and
+training configs is a flag (``--help`` lists them once ``--arch`` and ``--task`` are given).
+
+Exit codes: 0 done, 2 bad input (one line on stderr, nothing computed), 3 training diverged,
+130 interrupted (Ctrl-C or SIGTERM; the checkpoint was saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from typing import Any
+
+from models.checkpoint import check_writable, read_checkpoint
+from models.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_DIVERGED,
+    EXIT_INTERRUPTED,
+    OneLineParser,
+    add_device_argument,
+)
+from models.device import resolve_device
+from models.registry import ARCHS, build_model, model_class
+from models.train.config import TrainConfig
+from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
+from models.train.spec import check_names, make_spec, spec_of_checkpoint
+from tasks.base import TaskError
+from tasks.registry import TASKS, task_class
+
+ALIASES = {"layers": "n_layers", "heads": "n_heads"}
+RESERVED = ("task", "arch", "preset", "out", "device", "resume")
+
+
+def parse_value(text: str, tp, flag: str):
+    """A flag's text as the config field's type (bool, int, float, str, tuple[int, ...])."""
+    origin = typing.get_origin(tp)
+    try:
+        if tp is bool:
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if origin is tuple:
+            inner = typing.get_args(tp)[0]
+            return tuple(inner(v) for v in text.split(",") if v.strip() != "")
+        if tp in (int, float, str):
+            return tp(text)
+    except ValueError:
+        pass
+    else:
+        return text
+    raise TaskError(f"{flag}: cannot read {text!r} as {getattr(tp, '__name__', tp)}")
+
+
+def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentParser, dict]:
+    p = OneLineParser(
+        prog="python -m models.train",
+        description="Train a suite model on a synthetic task and write a checkpoint. Every field "
+        "of the model, task and training configs is a flag (shown below once --arch and --task "
+        "are given).")
+    p.add_argument("--task", default="copy", help=f"one of: {', '.join(sorted(TASKS))}")
+    p.add_argument("--arch", default="transformer", help=f"one of: {', '.join(sorted(ARCHS))}")
+    p.add_argument("--preset", default="quick", choices=["quick", "paper"])
+    p.add_argument("--out", default=None, help="checkpoint path (.pt)")
+    add_device_argument(p, default="auto")
+    p.add_argument("--resume", default=None, help="continue the run saved in this checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    owners: dict[str, tuple[str, str, Any]] = {}  # dest -> (part, field, type)
+    parts: list[tuple[str, type]] = [("train", TrainConfig)]
+    if arch in ARCHS:
+        parts.append(("model", model_class(arch).config_cls))
+    if task in TASKS:
+        parts.append(("task", task_class(task).config_cls))
+    seen: dict[str, int] = {}
+    for _, cls in parts:
+        for f in dataclasses.fields(cls):
+            seen[f.name] = seen.get(f.name, 0) + 1
+    for part, cls in parts:
+        group = p.add_argument_group(f"{part} config ({cls.__name__})")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            tp = hints[f.name]
+            flags = [f"--{part}.{f.name}"]
+            if seen[f.name] == 1 and f.name not in RESERVED:
+                flags = [f"--{f.name}", f"--{f.name.replace('_', '-')}", *flags]
+                flags += [f"--{a}" for a, target in ALIASES.items() if target == f.name]
+            dest = f"{part}__{f.name}"
+            owners[dest] = (part, f.name, tp)
+            group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
+                               help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})")
+    return p, owners
+
+
+def _names(argv: list[str]) -> tuple[str, str, dict | None, str | None]:
+    """(arch, task, the resumed checkpoint or None, its path) from the flags that pick them."""
+    pre = OneLineParser(prog="python -m models.train", add_help=False)
+    pre.add_argument("--task", default=None)
+    pre.add_argument("--arch", default=None)
+    pre.add_argument("--resume", default=None)
+    known, _ = pre.parse_known_args(argv)
+    arch, task, ck = known.arch or "transformer", known.task or "copy", None
+    if known.resume:  # the checkpoint says what is being trained
+        ck = read_checkpoint(known.resume)
+        arch, task = ck["model"]["arch"], ck["task"]["name"]
+        for flag, given, saved in (("--arch", known.arch, arch), ("--task", known.task, task)):
+            if given is not None and given != saved:
+                raise TaskError(f"{flag} {given} conflicts with {known.resume}, which holds "
+                                f"a {arch} model trained on {task}; drop {flag} to resume")
+    # names first, so an unknown one is reported as such (not as unknown per-field flags)
+    check_names(arch, task)
+    return arch, task, ck, known.resume
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``python -m models.train`` command (exit codes in the module docstring)."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        arch, task, ck, resume = _names(argv)
+        parser, owners = build_parser(arch, task)
+        args = parser.parse_args(argv)
+        given: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
+        for dest, (part, name, tp) in owners.items():
+            value = getattr(args, dest)
+            if value is not None:
+                given[part][name] = parse_value(value, tp, f"--{name}")
+        resolve_device(args.device)
+        if ck is not None:
+            spec = spec_of_checkpoint(ck, given["model"], given["task"], given["train"])
+            out = args.out or resume
+        else:
+            spec = make_spec(arch, task, args.preset, given["model"], given["task"], given["train"])
+            out = args.out
+        if out is None:
+            raise TaskError("--out is required (where to write the checkpoint)")
+        check_writable(out)
+        model = build_model(spec.arch, spec.model)
+        if ck is not None:
+            check_resumable(ck, model, resume)
+        n_params = model.n_params()
+        del model
+        print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
+              f"{spec.train.steps} steps -> {out}", file=sys.stderr)
+        ck = train(spec, out=out, device=args.device, resume=resume,
+                   progress=not args.no_progress)
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except TrainingInterrupted:
+        return EXIT_INTERRUPTED  # train() said where the checkpoint is
+    except KeyboardInterrupt:
+        print("interrupted; no checkpoint was saved by this run (any earlier file is intact)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except TaskError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    last = ck["history"][-1] if ck["history"] else {}
+    summary = ", ".join(f"{k}={v:.4g}" for k, v in last.items() if isinstance(v, float))
+    print(f"done: step {ck['train']['step']}, samples {ck['train']['samples_seen']}: {summary}")
+    return 0

@@ -1,0 +1,372 @@
+"""The one training loop of the suite.
+
+Deliberately plain: AdamW (no weight decay on biases and gains), the schedule of
+:func:`~models.train.config.lr_at`, gradient clipping, periodic evaluation, and checkpoints in
+the format of :mod:`models.checkpoint`. What varies between uses goes through arguments, not
+copies of the loop: ``evaluate`` (what an evaluation measures) and ``callbacks`` (early stop,
+per-step metrics; see :class:`Callback`). Every RNG the run touches is saved, so ``--resume``
+continues a run bit-identically on the CPU. Ctrl-C and SIGTERM (what ``timeout``, Docker,
+Kubernetes and SLURM send before a kill) stop between two steps and save.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from models.checkpoint import FORMAT, CheckpointError, check_writable, read_checkpoint, \
+    save_checkpoint, state_dict_mismatch
+from models.device import resolve_device
+from models.generation import evaluate_prompts
+from models.registry import build_model
+from models.train.config import TrainConfig, lr_at
+from models.train.spec import RunSpec, validate_spec
+from tasks.base import IGNORE, Batch, config_to_dict, make_generator
+from tasks.registry import make_task, packed_batch
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation data never shares a stream with training data
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or the gradient norm) became NaN or infinite."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped training between two steps; a checkpoint was saved (if there
+    is an output)."""
+
+
+@dataclass
+class Run:
+    """The state of a run that callbacks see (and may read the model of)."""
+
+    spec: RunSpec
+    model: torch.nn.Module
+    task: Any
+    device: torch.device
+    step: int = 0
+    samples_seen: int = 0
+    loss: float = math.nan
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str = ""  # set by a callback that ends the run early
+
+
+class Callback:
+    """Hooks of the loop; each returns True to end the run (after this step), else None.
+
+    ``on_step`` runs after every optimiser step, ``on_eval`` after each evaluation with the
+    record just appended to ``run.history``.
+    """
+
+    def on_step(self, run: Run) -> bool | None:
+        return None
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
+        return None
+
+
+# ---------------------------------------------------------------------------- RNG state
+def rng_state(data_gen: torch.Generator) -> dict[str, Any]:
+    """Every RNG the run reads, as tensors / plain data (torch.load weights_only-safe)."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    return {
+        "data": data_gen.get_state(),
+        "torch": torch.get_rng_state(),
+        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64),
+                   "gauss": py_gauss},
+        # CUDA generators (dropout-like randomness on a GPU); only when this run started CUDA
+        "cuda": (torch.cuda.get_rng_state_all()
+                 if torch.cuda.is_available() and torch.cuda.is_initialized() else []),
+    }
+
+
+def set_rng_state(state: dict[str, Any], data_gen: torch.Generator) -> None:
+    data_gen.set_state(state["data"])
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+# ---------------------------------------------------------------------------- loss and eval
+def loss_of(model, batch: Batch) -> torch.Tensor:
+    """Mean NLL over the target positions that are not ``IGNORE`` (the paper's loss mask)."""
+    logp = model.log_probs(batch.tokens)
+    return F.nll_loss(logp.reshape(-1, logp.shape[-1]), batch.targets.reshape(-1),
+                      ignore_index=IGNORE)
+
+
+def reference_metrics(model, task, batch: Batch) -> dict[str, float]:
+    """Against a task's Bayes-optimal predictor (``task.optimal_probs``, e.g. add-β for Markov
+    chains): ``lbeta`` its loss, ``loss_gap`` the model's loss minus it (the Markov paper's
+    |L(θ) − L_β| without the bars, §3), ``kl_beta`` the mean KL(P_opt ‖ P_θ) per position."""
+    probs = task.optimal_probs(batch.tokens.cpu()).to(batch.tokens.device)  # [batch, pos, V]
+    mask = batch.targets != IGNORE
+    idx = batch.targets.clamp(min=0)[..., None]
+    lbeta = -(probs.gather(-1, idx).squeeze(-1).clamp_min(1e-300).log() * mask).sum() / mask.sum()
+    logp = model.log_probs(batch.tokens).double()  # [batch, pos, vocab]
+    model_loss = -(logp.gather(-1, idx).squeeze(-1) * mask).sum() / mask.sum()
+    logq = logp[..., : probs.shape[-1]]
+    kl = (probs * (probs.clamp_min(1e-300).log() - logq)).sum(-1)  # [batch, pos]
+    return {"lbeta": float(lbeta), "loss_gap": float(model_loss - lbeta),
+            "kl_beta": float(kl.mean())}
+
+
+@torch.no_grad()
+def evaluate(model, task, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+    """Loss on fresh batches; for generation tasks greedy string / char accuracy; for tasks
+    with a Bayes-optimal predictor the gap to it; and a task's own ``extra_metrics``."""
+    was_training = model.training
+    model.eval()
+    g = make_generator(cfg.seed + EVAL_SEED_OFFSET)  # the same fresh examples at every eval
+    losses, strings, chars = [], [], []
+    extra: dict[str, list[float]] = {}
+    try:
+        for _ in range(cfg.eval_batches):
+            batch = task.batch(cfg.eval_batch_size, g).to(device)
+            losses.append(loss_of(model, batch).item())
+            metrics = {}
+            if hasattr(task, "optimal_probs"):
+                metrics.update(reference_metrics(model, task, batch))
+            if hasattr(task, "extra_metrics"):
+                metrics.update(task.extra_metrics(model, batch))
+            for k, v in metrics.items():
+                extra.setdefault(k, []).append(float(v))
+            prompts = task.eval_batch(cfg.eval_batch_size, g)
+            if prompts is not None:
+                acc = evaluate_prompts(model, prompts.to(device), greedy=cfg.greedy_eval)
+                strings.append(acc["string_acc"])
+                chars.append(acc["char_acc"])
+    finally:
+        model.train(was_training)
+    out = {"eval_loss": float(np.mean(losses))}
+    if strings:
+        out["string_acc"] = float(np.mean(strings))
+        out["char_acc"] = float(np.mean(chars))
+    out.update({k: float(np.mean(v)) for k, v in extra.items()})
+    return out
+
+
+Evaluator = Callable[[torch.nn.Module, Any, TrainConfig, torch.device], dict[str, float]]
+
+
+def batches(task, cfg: TrainConfig, g: torch.Generator, device) -> Iterator[Batch]:
+    """The training data: packed contexts (``cfg.context``), epochs over a fixed set (tasks
+    with ``epoch``, e.g. memorization: every example once per pass), or fresh i.i.d. batches."""
+    while True:
+        if cfg.context:
+            yield packed_batch(task, cfg.batch_size, cfg.context, g).to(device)
+        elif hasattr(task, "epoch"):
+            for batch in task.epoch(cfg.batch_size, g):
+                yield batch.to(device)
+        else:
+            yield task.batch(cfg.batch_size, g).to(device)
+
+
+class _StopSignals:
+    """Ctrl-C and SIGTERM set a flag that the loop checks between steps, so a save is never
+    half a step; a second signal gives up at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.stop = False
+        self.signal_name = ""
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.stop:
+            raise KeyboardInterrupt
+        self.stop = True
+        self.signal_name = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+
+# ---------------------------------------------------------------------------- the run
+def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]  # biases and norm gains
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
+          resume: str | Path | None = None, progress: bool = True,
+          callbacks: Sequence[Callback] = (), evaluator: Evaluator = evaluate) -> dict[str, Any]:
+    """Run (or continue) training; returns the final checkpoint dict (also saved to ``out``).
+
+    Everything is validated before the first step (configs, device, that ``out`` is writable,
+    that ``resume`` holds this run). Ctrl-C or SIGTERM stops between two steps, saves and
+    raises :class:`TrainingInterrupted`. Raises :class:`TrainingDiverged` on a non-finite loss
+    or gradient norm without saving, so the last good checkpoint on disk is kept.
+    """
+    validate_spec(spec)
+    dev = resolve_device(device)
+    if out is not None:
+        check_writable(out)
+    cfg = spec.train
+    task = make_task(spec.task, spec.task_config)
+    data_gen = make_generator(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed % 2**32)
+    model = build_model(spec.arch, spec.model)
+    if cfg.init_from and resume is None:  # validate_spec checked its arch and config
+        model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
+    model = model.to(dev)
+    opt = _optimizer(model, cfg)
+    run = Run(spec, model, task, dev)
+    elapsed = 0.0
+    last_good: tuple[Path, int] | None = None  # (file, step) of the newest sound checkpoint
+    if resume is not None:
+        run.step, run.samples_seen, run.history, elapsed = _restore(spec, resume, model, opt,
+                                                                    data_gen)
+        last_good = (Path(resume), run.step)
+    t0 = time.time()
+
+    def checkpoint() -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "model": {"arch": spec.arch, "config": dict(spec.model)},
+            "task": {"name": spec.task, "config": dict(spec.task_config)},
+            "train": {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
+                      "samples_seen": run.samples_seen, "rng": rng_state(data_gen),
+                      "time_s": round(elapsed + time.time() - t0, 2),
+                      **({"stop": run.stop_reason} if run.stop_reason else {})},
+            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "optimizer": opt.state_dict(),
+            "history": run.history,
+        }
+
+    def save():
+        nonlocal last_good
+        if out is not None:
+            save_checkpoint(checkpoint(), out)
+            last_good = (Path(out), run.step)
+
+    def diverged(what: str, value: float) -> TrainingDiverged:
+        kept = (f"last good checkpoint: {last_good[0]} (step {last_good[1]})" if last_good else
+                "no checkpoint was written by this run (--save-every N keeps intermediate ones)")
+        return TrainingDiverged(f"{what} is {value} at step {run.step + 1} "
+                                f"(lr {lr_at(cfg, run.step):.3g}); training stopped and nothing "
+                                f"was saved; {kept}")
+
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress,
+               desc=f"{spec.arch}/{spec.task}", dynamic_ncols=True, leave=False)
+    # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
+    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+    data = batches(task, cfg, data_gen, dev)
+    try:
+        with _StopSignals() as signals:
+            while run.step < cfg.steps and not run.stop_reason:
+                batch = next(data)
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(cfg, run.step)
+                loss = loss_of(model, batch)
+                if not torch.isfinite(loss):
+                    raise diverged("loss", loss.item())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                # a finite loss can still give inf gradients; stepping on them would write NaN
+                # weights that the next save would keep as "good"
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                if not torch.isfinite(norm):
+                    raise diverged("gradient norm", norm.item())
+                opt.step()
+                run.step += 1
+                run.samples_seen += len(batch.tokens)
+                run.loss = loss.item()
+                bar.update(1)
+                if any([cb.on_step(run) for cb in callbacks]):
+                    run.stop_reason = run.stop_reason or "callback"
+                if (cfg.eval_every and run.step % cfg.eval_every == 0) or run.step == cfg.steps:
+                    record = {"step": run.step, "samples_seen": run.samples_seen,
+                              "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
+                              "time_s": round(elapsed + time.time() - t0, 2),
+                              **evaluator(model, task, cfg, dev)}
+                    run.history.append(record)
+                    bar.set_postfix({k: round(v, 4) for k, v in record.items()
+                                     if k in ("loss", "eval_loss", "string_acc", "char_acc")})
+                    if any([cb.on_eval(run, record) for cb in callbacks]):
+                        run.stop_reason = run.stop_reason or "callback"
+                if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
+                    save()
+                if signals.stop and run.step < cfg.steps and not run.stop_reason:
+                    bar.close()
+                    save()
+                    where = (f"; checkpoint saved to {out} (continue with --resume {out})"
+                             if out is not None else "; no output path, nothing saved")
+                    print(f"{signals.signal_name}: interrupted at step {run.step}/{cfg.steps}"
+                          f"{where}", file=sys.stderr)
+                    raise TrainingInterrupted(f"interrupted at step {run.step}")
+    finally:
+        bar.close()
+    ck = checkpoint()
+    if out is not None:
+        save_checkpoint(ck, out)
+    return ck
+
+
+def check_resumable(ck: dict, model, path) -> None:
+    """Raise :class:`CheckpointError` unless ``ck`` holds a run state that ``model`` can take."""
+    missing = [k for k in ("config", "step", "samples_seen", "rng") if k not in ck["train"]]
+    if missing:
+        raise CheckpointError(f"{path}: cannot resume: the train entry lacks {missing} "
+                              "(not saved by models.train)")
+    mismatch = state_dict_mismatch(model, ck["state_dict"])
+    if mismatch:
+        raise CheckpointError(f"{path}: weights do not match the model config: {mismatch}")
+
+
+def _restore(spec: RunSpec, resume, model, opt, data_gen) -> tuple[int, int, list, float]:
+    """Load a run's state from ``resume`` into the model, optimizer and every RNG."""
+    ck = read_checkpoint(resume)
+    if (ck["model"]["arch"], ck["task"]["name"]) != (spec.arch, spec.task):
+        raise CheckpointError(
+            f"{resume}: holds a {ck['model']['arch']} model trained on {ck['task']['name']}, "
+            f"not {spec.arch} on {spec.task}")
+    tr = ck["train"]
+    check_resumable(ck, model, resume)
+    try:
+        model.load_state_dict(ck["state_dict"])
+        if "optimizer" in ck:
+            opt.load_state_dict(ck["optimizer"])  # torch moves the state to the params' device
+        set_rng_state(tr["rng"], data_gen)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        detail = str(e).splitlines()[0][:160] if str(e) else ""
+        raise CheckpointError(f"{resume}: cannot resume from this file "
+                              f"({type(e).__name__}: {detail})") from None
+    time_s = tr.get("time_s", ck["history"][-1].get("time_s", 0.0) if ck["history"] else 0.0)
+    return tr["step"], tr["samples_seen"], list(ck["history"]), float(time_s or 0.0)

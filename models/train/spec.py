@@ -1,0 +1,160 @@
+"""A run spec: everything that defines a training run, as plain data, and its cache hash.
+
+:func:`make_spec` merges a preset's rows, the task's derived model fields (vocabulary size,
+classification head …) and the caller's overrides, then :func:`validate_spec` checks every
+config and their fit before any compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from models.checkpoint import read_checkpoint
+from models.registry import ARCHS, build_model, model_class
+from models.train.config import TrainConfig
+from models.train.presets import preset_overrides
+from tasks.base import TaskError, check, config_from_dict, config_to_dict
+from tasks.registry import TASKS, make_task
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines a run (all plain data)."""
+
+    arch: str
+    task: str
+    model: dict[str, Any]
+    task_config: dict[str, Any]
+    train: TrainConfig
+
+    def hash(self) -> str:
+        train = config_to_dict(self.train)
+        if self.train.init_from:
+            train["init_from"] = file_digest(self.train.init_from)
+        else:  # left out, so runs from random init keep the hashes they had before the field
+            del train["init_from"]
+        blob = json.dumps({"arch": self.arch, "task": self.task, "model": self.model,
+                           "task_config": self.task_config, "train": train},
+                          sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def record(self) -> dict[str, Any]:
+        """The spec as it is stored in a checkpoint (``model``, ``task``, ``train.config``)."""
+        return {"model": {"arch": self.arch, "config": dict(self.model)},
+                "task": {"name": self.task, "config": dict(self.task_config)},
+                "train_config": config_to_dict(self.train)}
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (first 16 hex digits)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def check_names(arch: str, task: str) -> None:
+    if arch not in ARCHS:
+        raise TaskError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
+    if task not in TASKS:
+        raise TaskError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
+
+
+def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
+              task_config: dict | None = None, train: dict | None = None) -> RunSpec:
+    """Preset rows, then the task's derived model fields (vocab size…), then user overrides.
+    With ``init_from``, the model config starts from that checkpoint's instead of the preset's
+    (fine-tuning a checkpoint needs no model flags)."""
+    check_names(arch, task)
+    rows = preset_overrides(preset, task, arch)
+    task_cfg = {**rows["task"], **(task_config or {})}
+    task_obj = make_task(task, task_cfg)  # validates the task config
+    train_cfg = config_from_dict(TrainConfig, {**rows["train"], **(train or {})})
+    base = rows["model"]
+    if train_cfg.init_from:
+        init = _init_model_entry(train_cfg.init_from)
+        base = init["config"] if init["arch"] == arch else base
+    model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
+    spec = RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
+    validate_spec(spec)  # every config checked before any compute
+    return spec
+
+
+def spec_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,
+                       train: dict | None = None) -> RunSpec:
+    """The spec a checkpoint was trained with (``--resume``), with overrides on top."""
+    spec = RunSpec(ck["model"]["arch"], ck["task"]["name"],
+                   {**ck["model"]["config"], **(model or {})},
+                   {**ck["task"]["config"], **(task_config or {})},
+                   config_from_dict(TrainConfig, {**ck["train"].get("config", {}),
+                                                  **(train or {})}))
+    validate_spec(spec)
+    return spec
+
+
+def validate_spec(spec: RunSpec) -> None:
+    """Raise :class:`TaskError` unless the run can start: names, configs and their fit.
+
+    Cheap (no training step); called by :func:`make_spec`, by ``--resume`` and by the loop.
+    """
+    check_names(spec.arch, spec.task)
+    check(isinstance(spec.train, TrainConfig), "spec.train must be a TrainConfig")
+    task = make_task(spec.task, spec.task_config)
+    build_model(spec.arch, spec.model)
+    vocab = spec.model.get("vocab_size")
+    if vocab is not None and hasattr(task, "vocab") and spec.model.get("head", "lm") == "lm":
+        check(vocab >= task.vocab.size,
+              f"vocab_size {vocab} is smaller than the {spec.task} task's vocabulary "
+              f"({task.vocab.size} tokens)")
+    if spec.train.init_from:
+        _check_init(spec)
+    if spec.train.context:
+        check(spec.train.context >= task.max_example_len(),
+              f"context {spec.train.context} is shorter than the longest {spec.task} example "
+              f"({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
+              f"{task.max_example_len()}")
+
+
+def _init_model_entry(path: str) -> dict:
+    """The ``model`` entry (arch, config) of an ``init_from`` checkpoint, read once per version
+    of the file (a paper-scale checkpoint is hundreds of MB), not once per question."""
+    p = Path(path)
+    if not p.is_file():
+        return read_checkpoint(p)["model"]  # raises the clear error
+    st = p.stat()
+    return _model_entry(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _model_entry(path: str, mtime_ns: int, size: int) -> dict:
+    # mtime and size only key the cache: a rewritten file is read again
+    return read_checkpoint(path)["model"]
+
+
+def _check_init(spec: RunSpec) -> None:
+    """The ``init_from`` checkpoint must hold this run's arch and model config."""
+    path = spec.train.init_from
+    entry = _init_model_entry(path)
+    arch = entry["arch"]
+    check(arch == spec.arch, f"init_from {path} holds a {arch} model, not {spec.arch}")
+    cls = model_class(arch).config_cls  # full configs: a default left out is not a difference
+    config = config_to_dict(config_from_dict(cls, entry["config"]))
+    ours = config_to_dict(config_from_dict(cls, spec.model))
+    differ = sorted(k for k in set(config) | set(ours) if config.get(k) != ours.get(k))
+    check(not differ, f"init_from {path}: its model config differs from this run's in "
+          + ", ".join(f"{k} ({config.get(k)!r} vs {ours.get(k)!r})" for k in differ[:4]))
+
+
+def model_fields_for(task, arch: str) -> dict[str, Any]:
+    """Model config fields the task decides (vocabulary size, classification head…)."""
+    fields = {f.name for f in dataclasses.fields(model_class(arch).config_cls)}
+    wanted = (task.model_fields() if hasattr(task, "model_fields")
+              else {"vocab_size": task.vocab.size})
+    return {k: v for k, v in wanted.items() if k in fields}

@@ -1,0 +1,334 @@
+"""The checkpoint zoo: every trained model an analysis uses, as a named recipe.
+
+A recipe is (task, arch, model / task / training overrides for each preset, and optionally
+another recipe whose checkpoint starts it). :func:`checkpoint` serves a recipe through the one
+locked, hashed cache of :mod:`models.train.cache`: trained once, reused by every analysis and
+by ``python -m analyses.reproduce``, which trains what its plan needs from here.
+
+    python -m models.zoo --list [--paper] [--cache-dir DIR]   # every recipe, cached or not
+    python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
+
+Why a setting was chosen is said beside it; what a run of it measured is in the reproduce index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from models.cli import OneLineParser, add_device_argument, run_cli
+from models.train.cache import cache_path, is_cached, train_spec_cached
+from models.train.presets import preset_overrides
+from models.train.spec import RunSpec, make_spec
+from tasks.base import TaskError, check
+
+PRESETS = ("quick", "paper")
+Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
+
+
+def _frozen(parts: Mapping | None) -> Parts:
+    parts = parts or {}
+    check(set(parts) <= {"model", "task", "train"},
+          f"recipe overrides take model / task / train, got {sorted(parts)}")
+    return MappingProxyType({k: MappingProxyType(dict(parts.get(k, {})))
+                             for k in ("model", "task", "train")})
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One named checkpoint: ``task`` × ``arch`` with overrides on top of the preset rows of
+    :mod:`models.train.presets`. ``by_preset[p]`` adds to (or ``None`` leaves out) preset p;
+    ``init_from`` names the recipe whose checkpoint starts this one (fine-tuning); ``slots``
+    is how many cores its training keeps busy (the reproduce scheduler reads it)."""
+
+    name: str
+    task: str
+    arch: str
+    common: Parts = field(default_factory=dict)
+    by_preset: Mapping[str, Parts | None] = field(default_factory=dict)
+    init_from: Mapping[str, str] = field(default_factory=dict)  # preset -> recipe name
+    slots: int = 1
+    doc: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "common", _frozen(self.common))
+        object.__setattr__(self, "by_preset", MappingProxyType(
+            {p: (None if v is None else _frozen(v)) for p, v in self.by_preset.items()}))
+        object.__setattr__(self, "init_from", MappingProxyType(dict(self.init_from)))
+
+    def available(self, preset: str) -> bool:
+        return self.by_preset.get(preset, {}) is not None
+
+    def parts(self, preset: str) -> dict[str, dict[str, Any]]:
+        check(preset in PRESETS, f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+        check(self.available(preset), f"recipe {self.name} has no {preset} version")
+        extra = self.by_preset.get(preset) or _frozen({})
+        return {k: {**self.common[k], **extra[k]} for k in ("model", "task", "train")}
+
+
+# ---------------------------------------------------------------------------- the table
+RECIPES: dict[str, Recipe] = {}
+
+
+def _add(*recipes: Recipe) -> None:
+    for r in recipes:
+        check(r.name not in RECIPES, f"recipe {r.name} defined twice")
+        RECIPES[r.name] = r
+
+
+# Copy paper (Jelassi et al.). Quick: strings <= 20 (models.train.presets). Paper: Fig. 1b's
+# setting, strings <= 50 in contexts of C = 420 (App. A.2), tested up to 1000.
+COPY_MODELS: dict[str, tuple[str, dict]] = {
+    "hard_alibi": ("transformer", {"pe": "hard_alibi"}),
+    "nope": ("transformer", {"pe": "nope"}),
+    "alibi": ("transformer", {"pe": "alibi"}),
+    "rope": ("transformer", {"pe": "rope"}),
+    "mamba": ("mamba", {}),
+    "mamba2": ("mamba2", {}),
+    "lstm": ("lstm", {}),
+}
+COPY_PAPER = {"task": {"min_len": 1, "max_len": 50}, "train": {"context": 420}}
+# The quick Hard-ALiBi keeps the preset's 3000 steps: its n-gram match heads, which
+# analyses.ngram_heads finds and which copy beyond the training length, form late. The other
+# quick copy models get 1500: NoPE and RoPE are near-perfect in distribution by then, and
+# more steps do not teach positions never seen; the GSSMs stay far behind either way.
+COPY_QUICK_STEPS = {"hard_alibi": None}
+for _label, (_arch, _model) in COPY_MODELS.items():
+    _steps = COPY_QUICK_STEPS.get(_label, 1500)
+    _add(Recipe(f"copy/{_label}", "copy", _arch, {"model": _model},
+                {"quick": {"train": {"steps": _steps}} if _steps else {}, "paper": COPY_PAPER},
+                slots=2, doc=f"{_label} trained to copy (copy paper §3, Figs. 1a-b)"))
+
+# n-gram lookup (copy paper §3.3, Figs. 5-6). Quick fine-tunes each copy checkpoint (its
+# n-gram match head is the lookup the task asks for; from random init neither the transformer
+# nor the LSTM learns lookup at this budget). Paper: from scratch with the paper's settings.
+LOOKUP_TASK = {"min_len": 10, "max_len": 30, "n": 3, "k": 1}
+LOOKUP_QUICK_TRAIN = {"steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,
+                      "weight_decay": 0.1, "schedule": "linear", "eval_every": 250,
+                      "greedy_eval": False}
+LOOKUP_PAPER_TRAIN = {"lr": 5e-5, "warmup_steps": 300, "weight_decay": 0.1, "schedule": "linear",
+                      "batch_size": 64, "steps": 20000, "context": 420, "eval_every": 1000}
+for _key in ("suffix", "prefix"):
+    for _label, (_arch, _model) in COPY_MODELS.items():
+        _add(Recipe(f"lookup_{_key}/{_label}", "lookup", _arch,
+                    {"model": _model, "task": {**LOOKUP_TASK, "key": _key}},
+                    {"quick": {"train": LOOKUP_QUICK_TRAIN},
+                     "paper": {"train": LOOKUP_PAPER_TRAIN}},
+                    init_from={"quick": f"copy/{_label}"}, slots=2,
+                    doc=f"{_label}, {_key}-key n-gram lookup (copy paper Figs. 5-6)"))
+
+# Markov chains (Bondaschi et al.): the preset rows of (markov, mamba2) are the paper's model.
+MARKOV_TRANSFORMER = {"d_model": 32, "n_heads": 1, "pe": "rope"}
+# the quick transformer baselines are several times slower a step than the Mamba-2: fewer
+# steps keep markov_laplace's figure within its budget; their gap to add-β stays far larger
+MARKOV_TF_QUICK = {"train": {"steps": 750}}
+_add(
+    Recipe("markov/mamba2", "markov", "mamba2",
+           doc="1-layer Mamba-2 on binary first-order chains (Markov paper Figs. 1-5)"),
+    Recipe("markov/transformer_1L", "markov", "transformer",
+           {"model": {**MARKOV_TRANSFORMER, "n_layers": 1}}, {"quick": MARKOV_TF_QUICK},
+           doc="1-layer transformer baseline (Markov paper Fig. 1)"),
+    Recipe("markov/transformer_2L", "markov", "transformer",
+           {"model": {**MARKOV_TRANSFORMER, "n_layers": 2}}, {"quick": MARKOV_TF_QUICK},
+           doc="2-layer transformer baseline (Markov paper Fig. 1)"),
+    Recipe("markov/mamba2_S3", "markov", "mamba2", {"task": {"S": 3}}, doc="Fig. 8: S = 3"),
+    Recipe("markov/mamba2_S4", "markov", "mamba2", {"task": {"S": 4}}, doc="Fig. 8: S = 4"),
+    Recipe("markov/mamba2_k2", "markov", "mamba2", {"task": {"order": 2}},
+           doc="Fig. 10: order 2 (the preset's window w = 4 >= k + 1)"),
+    Recipe("markov/transformer_2L_k2", "markov", "transformer",
+           {"model": {**MARKOV_TRANSFORMER, "n_layers": 2}, "task": {"order": 2}},
+           {"quick": MARKOV_TF_QUICK}, doc="Fig. 10: 2-layer transformer, order 2"),
+)
+
+
+def _markov_rows(preset: str, parts: Iterable[str] = ("model", "train")) -> dict:
+    """The (markov, mamba2) preset rows, for Markov variants that are other tasks."""
+    rows = preset_overrides(preset, "markov", "mamba2")
+    return {k: rows[k] for k in parts}
+
+
+_add(
+    # a_t must drop at a switch to forget the old kernel's counts: a larger step size than the
+    # stationary chains' lets the quick run learn the reset (Markov paper Fig. 13)
+    Recipe("switching_markov/mamba2", "switching_markov", "mamba2",
+           {"task": {"p_switch": 0.01}},
+           {"quick": {"model": _markov_rows("quick")["model"],
+                      "train": {**_markov_rows("quick")["train"], "lr": 3e-3, "steps": 2000}},
+            "paper": _markov_rows("paper")},
+           doc="Mamba-2 on switching Markov data (Markov paper Figs. 4, 13)"),
+    Recipe("markov_holdout/mamba2", "markov_holdout", "mamba2", {"task": {"p_lo": 0.0,
+                                                                         "p_hi": 0.5}},
+           {p: _markov_rows(p, ("model", "task", "train")) for p in PRESETS},
+           doc="Mamba-2 trained on P(1|·) in [0, 0.5] (Markov paper App. E.5)"),
+)
+
+# MambaZero (§4.1) with its L1 prediction. Thm 1's exact size (d = 4, N = 2) stalls at quick
+# budgets, hence d = 16, N = 8. Its unembedding bias starts at 1: with the default init every
+# output is ≈ 0, the L1 prediction clamps the negative ones (no gradient) and training falls
+# into the uniform predictor; the add-β logits β + n are positive too.
+MAMBAZERO_MODEL = {"d_model": 16, "d_state": 8, "unembed_bias": True, "unembed_bias_init": 1.0}
+_add(
+    Recipe("markov/mambazero", "markov", "mambazero", {"model": MAMBAZERO_MODEL},
+           {"quick": {"train": {"lr": 1e-2, "steps": 2000}}},
+           doc="L1 MambaZero for the conv ablation (Markov paper Fig. 3a)"),
+    # Fig. 5 is a statement at convergence: shorter sequences buy the paper's 10 000 steps on
+    # a CPU, and a step size between the Mamba-2's and the quick MambaZero's converges
+    Recipe("markov/mambazero_fig5", "markov", "mambazero", {"model": MAMBAZERO_MODEL},
+           {"quick": {"task": {"seq_len": 128}, "train": {"lr": 3e-3, "steps": 10000}}},
+           doc="L1 MambaZero trained to convergence (Markov paper Fig. 5)"),
+)
+
+# Markov ablations (Figs. 3, 6, 11, 12, Table 3): group -> [(label, arch, model, task)].
+# Quick sweeps beyond Fig. 3a are shorter runs on shorter sequences; the conv group keeps the
+# preset, so its full model is markov/mamba2.
+ABLATION_GROUPS: dict[str, list[tuple[str, str, dict, dict]]] = {
+    "conv": [("no_conv", "mamba2", {"conv": False}, {})],
+    "window": [(f"k{k}_w{w}", "mamba2", {"d_conv": w}, {"order": k})
+               for k in (1, 2) for w in (1, 2, 3)],
+    "width": [(f"k{k}_d{d}", "mamba2", {"d_model": d, "d_conv": k + 1}, {"order": k})
+              for k in (1, 2, 3) for d in (2, 4, 8)],
+    "depth": [("1L", "mamba2", {}, {}), ("1L_no_conv", "mamba2", {"conv": False}, {}),
+              ("2L_no_conv", "mamba2", {"conv": False, "n_layers": 2}, {})],
+    "noconv_width": [(f"no_conv_d{d}", "mamba2", {"conv": False, "d_model": d}, {})
+                     for d in (10, 100, 1000)],
+}
+ABLATION_QUICK_SWEEP = {"train": {"steps": 600}, "task": {"seq_len": 128}}
+for _group, _runs in ABLATION_GROUPS.items():
+    for _label, _arch, _model, _task in _runs:
+        _quick = None if _label == "no_conv_d1000" else (
+            {} if _group == "conv" else ABLATION_QUICK_SWEEP)
+        _add(Recipe(f"markov_ablation/{_group}/{_label}", "markov", _arch,
+                    {"model": _model, "task": _task}, {"quick": _quick},
+                    doc=f"Markov ablation, {_group}: {_label}"))
+
+# Induction heads (spectral paper §4.2, Fig. 5): trained at length T^q for filters of length
+# T = 256, several seeds; the preset rows give the model sizes.
+INDUCTION_T = 256
+INDUCTION_RUNS = {"quick": {"qs": (1 / 2, 3 / 4), "seeds": 3},
+                  "paper": {"qs": (1 / 2, 5 / 8, 3 / 4, 7 / 8), "seeds": 5}}
+
+
+def induction_length(q: float, T: int = INDUCTION_T) -> int:
+    return max(3, round(T**q))
+
+
+def induction_name(arch: str, length: int, seed: int) -> str:
+    return f"induction/{arch}_L{length}_s{seed}"
+
+
+for _arch in ("stu", "transformer", "mamba2"):
+    _lengths = {induction_length(q): p for p in PRESETS[::-1] for q in INDUCTION_RUNS[p]["qs"]}
+    for _L in sorted(_lengths):
+        for _s in range(max(r["seeds"] for r in INDUCTION_RUNS.values())):
+            _in = {p for p in PRESETS if _s < INDUCTION_RUNS[p]["seeds"] and any(
+                induction_length(q) == _L for q in INDUCTION_RUNS[p]["qs"])}
+            _add(Recipe(induction_name(_arch, _L, _s), "induction", _arch,
+                        {"task": {"length": _L}, "train": {"seed": _s}},
+                        {p: ({} if p in _in else None) for p in PRESETS},
+                        doc=f"{_arch} on induction heads at length {_L}, seed {_s} "
+                            "(spectral paper Fig. 5)"))
+
+
+# ---------------------------------------------------------------------------- serving
+def recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        close = [n for n in RECIPES if n.split("/")[0] == name.split("/")[0]][:6]
+        hint = f"; e.g. {', '.join(close)}" if close else "; see `python -m models.zoo --list`"
+        raise TaskError(f"unknown recipe {name!r}{hint}")
+    return RECIPES[name]
+
+
+def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
+         train: Mapping[str, Any] | None = None) -> RunSpec:
+    """The run spec of a recipe at a preset; an ``init_from`` recipe must be cached already
+    (:func:`checkpoint` trains it first). ``train`` overrides training fields on top."""
+    r = recipe(name)
+    parts = r.parts(preset)
+    tr = {**parts["train"], **(train or {})}
+    if preset in r.init_from:
+        init = cache_path(spec(r.init_from[preset], preset, cache_dir), cache_dir)
+        check(init.exists(), f"recipe {name} starts from {r.init_from[preset]}, which is not "
+              f"trained yet in {cache_dir}")
+        tr["init_from"] = str(init)
+    return make_spec(r.arch, r.task, preset, parts["model"], parts["task"], tr)
+
+
+def dependencies(name: str, preset: str) -> list[str]:
+    """The recipes ``name`` needs trained first (its init chain), nearest last."""
+    r = recipe(name)
+    if preset not in r.init_from:
+        return []
+    parent = r.init_from[preset]
+    return [*dependencies(parent, preset), parent]
+
+
+def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+               device: str = "auto", progress: bool = True,
+               train: Mapping[str, Any] | None = None) -> Path:
+    """The path of recipe ``name``'s checkpoint at ``preset``, trained (and its init chain
+    first) if it is not cached. ``train`` overrides training fields (another cache entry)."""
+    for dep in dependencies(name, preset):
+        train_spec_cached(spec(dep, preset, cache_dir), cache_dir, device, progress)
+    return train_spec_cached(spec(name, preset, cache_dir, train), cache_dir, device, progress)
+
+
+def checkpoints(names: Iterable[str], preset: str = "quick",
+                cache_dir: str | Path = "checkpoints", device: str = "auto",
+                progress: bool = True) -> dict[str, Path]:
+    """:func:`checkpoint` of each name: ``{name: path}``."""
+    return {n: checkpoint(n, preset, cache_dir, device, progress) for n in names}
+
+
+def status(name: str, preset: str, cache_dir: str | Path) -> str:
+    """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet)."""
+    try:
+        path = cache_path(spec(name, preset, cache_dir), cache_dir)
+    except TaskError as e:
+        if "not trained" in str(e):
+            return f"needs {recipe(name).init_from[preset]}"
+        return "invalid: " + str(e).splitlines()[0][:60]
+    return "cached" if is_cached(path) else "missing"
+
+
+# ---------------------------------------------------------------------------- command line
+def _main(argv: list[str] | None) -> int:
+    p = OneLineParser(prog="python -m models.zoo", description=__doc__.splitlines()[0])
+    p.add_argument("command", nargs="?", default="list", choices=["list", "train"])
+    p.add_argument("names", nargs="*", help="recipes to train (train), or prefixes to list")
+    p.add_argument("--list", dest="command", action="store_const", const="list")
+    p.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   default="quick")
+    p.add_argument("--quick", dest="preset", action="store_const", const="quick")
+    p.add_argument("--cache-dir", default="checkpoints")
+    p.add_argument("--no-progress", action="store_true")
+    add_device_argument(p, default="auto")
+    args = p.parse_args(argv)
+    if args.command == "train":
+        check(bool(args.names), "name the recipes to train (see --list)")
+        for n in args.names:
+            recipe(n).parts(args.preset)  # every name checked before any training
+        for n, path in checkpoints(args.names, args.preset, args.cache_dir, args.device,
+                                   not args.no_progress).items():
+            print(f"{n}: {path}")
+        return 0
+    names = [n for n in RECIPES if not args.names or n.startswith(tuple(args.names))]
+    rows = [(n, RECIPES[n].task, RECIPES[n].arch,
+             status(n, args.preset, args.cache_dir) if RECIPES[n].available(args.preset)
+             else f"(no {args.preset} version)", RECIPES[n].doc) for n in names]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

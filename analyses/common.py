@@ -1,8 +1,12 @@
-"""The parts every analysis shares: argument parsing, checkpoint loading, writing outputs.
+"""What every analysis shares: its description for the reproduce plan (:class:`Figure`, with
+the paper's :class:`Claim` readers), the one ``main`` skeleton (:func:`run_analysis`), loading
+checkpoints, and writing outputs.
 
-Each analysis module has ``compute(...) -> dict`` (JSON-serialisable numbers),
-``plot(result) -> Figure`` and ``main(argv)``; ``main`` ends with :func:`write_outputs`, which
-writes ``DIR/NAME.png`` and ``DIR/NAME.json`` and prints a short table.
+An analysis module has ``compute(...) -> dict`` (JSON-serialisable numbers), ``plot(result) ->
+Figure``, ``table(result) -> rows``, a ``FIGURE`` (title, paper, claims, the zoo recipes it
+trains) and ``main(argv)``, which is :func:`run_analysis`: parse the flags, check the output
+directory, get the checkpoints (given, or the recipes from :mod:`models.zoo` with ``--train``),
+compute, write ``DIR/NAME.png`` and ``DIR/NAME.json`` and print the table.
 """
 
 from __future__ import annotations
@@ -10,25 +14,56 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
+import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from figures.style import DEFAULT_OUT, save_figure
-from tasks.base import TaskError
+from models import zoo
+from models.checkpoint import load
+from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
+from models.device import resolve_device
+from tasks.base import TaskError, check
 
-EXIT_BAD_INPUT = 2
+Measure = Callable[[dict], tuple[str, "bool | None"]]
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag gives one stderr line (what is wrong, where to look) and exit 2,
-    not the whole usage block."""
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim and how to read whether it holds from the analysis' JSON:
+    ``measure(json) -> (what we measured, holds?)``; ``None`` means not applicable."""
 
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"error: {message}; see `{self.prog} --help`\n")
+    paper: str
+    measure: Measure
+
+
+@dataclass(frozen=True)
+class Figure:
+    """What the reproduce plan needs to know about an analysis."""
+
+    title: str
+    paper: str  # which paper / figure
+    claims: tuple[Claim, ...] = ()
+    # preset -> the zoo recipes ``--train PRESET`` uses (reproduce trains them first)
+    recipes: Callable[[str], Sequence[str]] = lambda preset: ()
+    # preset -> extra flags reproduce passes (beyond --PRESET, --out, and --train/--cache-dir
+    # when it has recipes)
+    extra_args: Callable[[str], Sequence[str]] = lambda preset: ()
+    outputs: tuple[str, ...] = ()  # output stems (default: the analysis name)
+    slots: int = 1  # cores its own compute keeps busy
+    trains: bool = True  # takes --train / --cache-dir
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint an analysis was given: ``label`` is the zoo recipe's name or the file's."""
+
+    label: str
+    path: str
 
 
 def base_parser(name: str, description: str, checkpoints: bool = True,
@@ -39,57 +74,113 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
         p.add_argument("checkpoints", nargs="*", help="suite checkpoint file(s) (.pt)")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default: figures/out)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | auto (default: cpu)")
+    add_device_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
     if training:
-        g = p.add_mutually_exclusive_group()
-        g.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                       help="CPU-sized preset (default)")
-        g.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                       help="paper-scale preset (for a GPU)")
-        p.add_argument("--train", choices=["quick", "paper"], default=None,
-                       help="train the checkpoints this analysis needs (cached, reused)")
-        p.add_argument("--cache-dir", default="checkpoints",
-                       help="where --train keeps its checkpoints (default: checkpoints/)")
-        p.set_defaults(preset="quick")
+        add_preset_arguments(p)
     return p
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda if available; a device that does not exist is a clear error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise TaskError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise TaskError(f"unsupported device {name!r}; allowed: cpu, cuda, cuda:N, auto")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TaskError(f"device {name!r} asked for, but CUDA is not available here; "
-                        "use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise TaskError(f"device {name!r} does not exist: this machine has "
-                        f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise TaskError(f"device {name!r} asked for, but MPS is not available here; "
-                        "use --device cpu")
-    return dev
+def check_output_dir(out: str | Path) -> Path:
+    """Fail before any compute if ``out`` cannot take the outputs."""
+    out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists():
+            check(p.is_dir(), f"--out {out}: {p} is a file, not a directory")
+            check(os.access(p, os.W_OK | os.X_OK), f"--out {out}: {p} is not writable")
+            break
+    return out
 
 
-def load_model(path: str, archs: Iterable[str] | None = None, device: str | torch.device = "cpu"):
-    """``models.load`` plus a check that the checkpoint's arch suits this analysis."""
-    from models import load
+def run_analysis(name: str, doc: str, argv: list[str] | None, *,
+                 compute: Callable[[argparse.Namespace, list[Checkpoint]], dict],
+                 plot: Callable[[dict], Any], table: Callable[[dict], list] | None = None,
+                 figure: Figure | None = None,
+                 add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 recipes: Callable[[argparse.Namespace], Sequence[str]] | None = None,
+                 output_name: Callable[[argparse.Namespace, dict], str] | None = None,
+                 threads: int | None = None, checkpoints: bool = True) -> int:
+    """The ``main`` of an analysis. ``compute(args, checkpoints)`` gets the checkpoints given
+    on the command line and, with ``--train PRESET``, those of ``recipes(args)`` (default:
+    ``figure.recipes(PRESET)``) from the zoo, trained first where not cached."""
+    training = figure is not None and figure.trains
 
-    if isinstance(device, str):  # "cuda" on a CPU machine: one clear line, not a torch assert
-        device = resolve_device(device)
-    model = load(path, device=device, archs=archs)  # the arch is checked before building
-    if archs is not None and model.arch not in set(archs):
-        raise TaskError(
-            f"{path}: this analysis needs a {' or '.join(sorted(set(archs)))} checkpoint, "
-            f"but the file holds a {model.arch!r} model"
-        )
+    def body(argv):
+        p = base_parser(name, doc.strip().splitlines()[0], checkpoints=checkpoints,
+                        training=training)
+        if add_arguments is not None:
+            add_arguments(p)
+        args = p.parse_args(argv)
+        check_output_dir(args.out)
+        resolve_device(args.device)
+        if threads is not None:  # tiny models: more threads only contend on shared cores
+            torch.set_num_threads(max(1, min(torch.get_num_threads(), threads)))
+        given = [Checkpoint(Path(c).stem, str(c)) for c in getattr(args, "checkpoints", [])]
+        if training and args.train:
+            names = list(recipes(args) if recipes else figure.recipes(args.train))
+            for n in names:  # every name checked before any training
+                zoo.recipe(n).parts(args.train)
+            given += [Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir,
+                                                       args.device, progress=False)))
+                      for n in names]
+        result = compute(args, given)
+        out_name = output_name(args, result) if output_name else name
+        write_outputs(out_name, result, plot(result), args.out,
+                      table(result) if table else None)
+        return 0
+
+    return run_cli(body, argv)
+
+
+def load_model(path: str, archs: Iterable[str] | None = None, device: str | torch.device = "cpu",
+               tasks: Iterable[str] | None = None):
+    """``models.load`` plus checks that the checkpoint's arch (and task) suit this analysis."""
+    model = load(path, device=resolve_device(device), archs=archs)
+    if tasks is not None:
+        task = model.checkpoint["task"]["name"]
+        check(task in set(tasks), f"{path}: this analysis needs a checkpoint trained on "
+              f"{' or '.join(sorted(set(tasks)))}, but the file's task is {task!r}")
     return model
+
+
+def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None:
+    check(len(checkpoints) >= 1, f"give {what} (or --train quick)")
+
+
+def get(d: dict, *path, default=None):
+    """``d[p0][p1]…``, or ``default`` where a key is missing (claim readers use it)."""
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return default
+        d = d[p]
+    return d
+
+
+def fmt(x, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def ints(text: str) -> list[int]:
+    """``"5,10,20"`` -> [5, 10, 20], with one clear error for anything else."""
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise TaskError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def numbers(text: str) -> list[float]:
+    """``"0.5,3/4"`` -> [0.5, 0.75] (fractions allowed)."""
+    out = []
+    for v in text.split(","):
+        v = v.strip()
+        if not v:
+            continue
+        try:
+            a, _, b = v.partition("/")
+            out.append(float(a) / float(b) if b else float(a))
+        except (ValueError, ZeroDivisionError):
+            raise TaskError(f"expected comma-separated numbers, got {text!r}") from None
+    return out
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -127,17 +218,6 @@ def print_table(rows: Sequence[Sequence[Any]]) -> None:
     cells = [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells if i < len(r)) for i in range(max(map(len, cells)))]
     for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))  # noqa: B905 - ragged rows
 
 
-def run_main(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run an analysis ``main`` body: suite errors become one stderr line and exit code 2."""
-    try:
-        code = body(argv)
-    except TaskError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return 0 if code is None else int(code)

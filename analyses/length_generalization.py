@@ -7,56 +7,44 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset (2 CPU cores): NoPE and RoPE transformers and an LSTM, 1500 steps each on the
-quick copy task (strings ≤ 20), and the quick copy preset's 3000-step Hard-ALiBi (the
-checkpoint analyses.ngram_heads trains; the legend gives each model's steps); add Mamba with
-``--models``. ``--paper``
-trains all six on strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
+Quick preset: the zoo's quick copy models (``models.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM; the
+legend gives each model's steps); add others with ``--models``. ``--paper`` trains all six on
+strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 """
 
 from __future__ import annotations
 
 import argparse
 
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.ngram_heads import _ints
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    fmt,
+    ints,
+    load_model,
+    need,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
-from models.generation import copy_accuracy, teacher_forced_argmax
-from tasks.base import TaskError, check, make_generator
+from models import zoo
+from probes.copying import accuracy_at
+from tasks.base import check
+from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"
 ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 COPY_TASKS = ("copy", "dup_ngram_copy")
-
-# label -> (arch, model overrides). Labels double as colour keys of figures.style.COLORS.
-MODEL_SPECS: dict[str, tuple[str, dict]] = {
-    "hard_alibi": ("transformer", {"pe": "hard_alibi"}),
-    "nope": ("transformer", {"pe": "nope"}),
-    "alibi": ("transformer", {"pe": "alibi"}),
-    "rope": ("transformer", {"pe": "rope"}),
-    "mamba": ("mamba", {}),
-    "lstm": ("lstm", {}),
-}
 PRESETS = {
-    # quick Mamba needs far more than 1500 steps on 2 CPU cores (presets.py: 9 % string
-    # accuracy after 3000): it is left to --paper / --models mamba.
-    # Hard-ALiBi keeps the quick copy preset's 3000 steps (``train_by_label``): it is the
-    # checkpoint analyses.ngram_heads and duplicated_ngrams train, shared rather than trained
-    # twice, and the n-gram match head it generalises with only forms between 1500 and 3000
-    # steps (presets.py). NoPE and RoPE are at >= 97 % in distribution after 1500 steps; more
-    # steps do not teach them positions they never saw.
     "quick": {"labels": ["hard_alibi", "nope", "rope", "lstm"],
-              "task": {}, "train": {"steps": 1500}, "train_by_label": {"hard_alibi": {}},
               "lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
     "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],
-              "task": {"min_len": 1, "max_len": 50}, "train": {"context": 420},
               "lengths": [10, 20, 50, 100, 200, 300, 500, 750, 1000], "n_examples": 1280},
 }
-ATTN_BUDGET = 6e7  # attention entries (batch·T²) per forward pass: bounds eval memory
 
 
 def label_for(model) -> str:
@@ -68,64 +56,9 @@ def label_for(model) -> str:
     return model.cfg.pe if model.arch == "transformer" else model.arch
 
 
-def train_overrides(preset: str, label: str) -> dict:
-    """The training overrides of ``label`` in ``preset`` (on top of models/presets.py)."""
-    p = PRESETS[preset]
-    return p.get("train_by_label", {}).get(label, p["train"])
-
-
-def train_models(preset: str, cache_dir: str, device: str, task: str = "copy",
-                 labels: list[str] | None = None, task_config: dict | None = None,
-                 train: dict | None = None, progress: bool = True) -> dict[str, str]:
-    """Train (or reuse from ``cache_dir``) one checkpoint per label; labels whose arch does not
-    build here are skipped with a printed note. Returns {label: checkpoint path}."""
-    from models.train import train_cached
-
-    p = PRESETS[preset]
-    labels = labels or p["labels"]
-    out = {}
-    for label in labels:
-        check(label in MODEL_SPECS, f"unknown model {label!r}; allowed: {', '.join(MODEL_SPECS)}")
-        arch, model_cfg = MODEL_SPECS[label]
-        try:
-            out[label] = str(train_cached(
-                arch, task, preset, cache_dir, model=model_cfg,
-                task_config={**p["task"], **(task_config or {})},
-                train_overrides={**train_overrides(preset, label), **(train or {})}, device=device,
-                progress=progress))
-        except (TaskError, ImportError, AttributeError, NotImplementedError) as e:
-            print(f"note: skipping {label} ({arch}): it does not build here "
-                  f"({str(e).strip().splitlines()[0][:160]})")
-    return out
-
-
-def eval_batch_size(T: int, batch_size: int) -> int:
-    """Rows per forward pass so that batch·T² stays under ATTN_BUDGET."""
-    return max(1, min(batch_size, int(ATTN_BUDGET // (T * T))))
-
-
-@torch.no_grad()
-def accuracy_at(model, task, L: int, n_examples: int, seed: int,
-                batch_size: int = 128) -> dict[str, float]:
-    """String / char accuracy (teacher forced, exact for strings) on n_examples of length L."""
-    g = make_generator(seed)
-    bs = eval_batch_size(2 * L + 3, batch_size)
-    s = c = 0.0
-    done = 0
-    while done < n_examples:
-        b = min(bs, n_examples - done)
-        batch = task.eval_batch(b, g, length=L).to(model.device)
-        acc = copy_accuracy(teacher_forced_argmax(model, batch.prompts, batch.answers),
-                            batch.answers)
-        s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
-    return {"string_acc": s / done, "char_acc": c / done}
-
-
 def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examples: int = 128,
             seed: int = 0, train_info: dict | None = None, progress: bool = True) -> dict:
     """Accuracy vs length for {label: model}; ``train_info`` = {label: {max_len, context}}."""
-    from tasks.copy import CopyConfig, CopyTask
-
     lengths = lengths or PRESETS["quick"]["lengths"]
     check(all(L >= 1 for L in lengths), f"lengths must be >= 1, got {lengths}")
     task = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
@@ -135,7 +68,8 @@ def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examp
         model.eval()
         rows = []
         for L in lengths:
-            rows.append({"L": L, **accuracy_at(model, task, L, n_examples, seed + L)})
+            rows.append({"L": L, **accuracy_at(model, task, L, n_examples, seed + L,
+                                               example_len=2 * L + 3)})
             bar.update(1)
         curves[label] = rows
     bar.close()
@@ -198,33 +132,81 @@ def load_copy_models(paths: list[str], device, archs=ARCHS, tasks=COPY_TASKS,
     return models, info, D if D is not None else 26
 
 
-def add_training_arguments(p: argparse.ArgumentParser) -> None:
+def copy_recipes(preset: str, labels: list[str] | None = None) -> list[str]:
+    """The zoo's copy recipes of ``labels`` (default: the preset's)."""
+    labels = labels or PRESETS[preset]["labels"]
+    for label in labels:
+        check(label in zoo.COPY_MODELS,
+              f"unknown model {label!r}; allowed: {', '.join(zoo.COPY_MODELS)}")
+    return [f"copy/{label}" for label in labels]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(MODEL_SPECS)} (default: preset's)")
-
-
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_training_arguments(p)
+                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
     p.add_argument("--lengths", default=None, help="test lengths (default: preset's)")
     p.add_argument("--n-examples", type=int, default=None)
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        labels = args.models.split(",") if args.models else None
-        ckpts = list(train_models(args.train, args.cache_dir, args.device, "copy", labels).values())
-    check(len(ckpts) >= 1, "give copy checkpoints (or --train quick)")
-    models, info, D = load_copy_models(ckpts, args.device)
+
+
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints, "copy checkpoints")
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
     pr = PRESETS[args.preset]
-    result = compute(models, D, _ints(args.lengths) if args.lengths else pr["lengths"],
-                     args.n_examples or pr["n_examples"], args.seed, info)
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    return compute(models, D, ints(args.lengths) if args.lengths else pr["lengths"],
+                   args.n_examples or pr["n_examples"], args.seed, info)
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def _longest_ok(rows: list[dict], level: float = 0.5) -> int | None:
+    """The longest test length up to which string accuracy stays >= level."""
+    best = None
+    for r in sorted(rows, key=lambda r: r["L"]):
+        if r["string_acc"] is None or r["string_acc"] < level:
+            break
+        best = r["L"]
+    return best
+
+
+def train_max(d: dict) -> int:
+    """The longest training string of the models in a result."""
+    return max((i.get("max_len") or 0) for i in d["train"].values()) or 20
+
+
+def claim_beyond(d: dict) -> tuple[str, bool]:
+    """Qualitative: only Hard-ALiBi stays >= 50 % beyond the training length."""
+    top = train_max(d)
+    reach = {k: _longest_ok(v) for k, v in d["curves"].items()}
+    text = f"longest length with >= 50 % string accuracy (trained <= {top}): " + ", ".join(
+        f"{k} {v if v is not None else 'none'}" for k, v in reach.items())
+    ha = reach.get("hard_alibi") or 0
+    return text, ha > top and all((v or 0) <= top for k, v in reach.items() if k != "hard_alibi")
+
+
+def claim_twice(d: dict) -> tuple[str, bool]:
+    top = train_max(d)
+    rows = d["curves"]["hard_alibi"]
+    L = max((r["L"] for r in rows if r["L"] <= 2 * top), default=None)
+    acc = {k: next((r["string_acc"] for r in v if r["L"] == L), None)
+           for k, v in d["curves"].items()}
+    text = f"string accuracy at L = {L}: " + ", ".join(f"{k} {fmt(a, '.2f')}"
+                                                       for k, a in acc.items())
+    return text, (acc.get("hard_alibi") or 0.0) >= 0.5
+
+
+FIGURE = Figure(
+    "Length generalisation on copy", "Copy paper Fig. 1b",
+    (Claim("Hard-ALiBi copies beyond its training length; NoPE, RoPE and GSSMs do not",
+           claim_beyond),
+     Claim("... and far beyond it (paper: trained <= 50, near-perfect to 1000); here: "
+           ">= 50 % at twice the training length", claim_twice)),
+    recipes=copy_recipes, slots=2)
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(
+        NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
+        add_arguments=add_arguments, threads=4,
+        recipes=lambda a: copy_recipes(a.train, a.models.split(",") if a.models else None))
 
 
 if __name__ == "__main__":

@@ -143,7 +143,8 @@ def test_induction_config_checks(bad):
 
 
 def test_trainer_reports_recall_accuracy():
-    from models.train import make_spec, train
+    from models.train.loop import train
+    from models.train.spec import make_spec
 
     spec = make_spec("stu", "induction", "quick",
                      model=dict(d_model=8, filter_len=16, num_filters=4, d_mlp=16),

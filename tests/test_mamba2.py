@@ -318,7 +318,8 @@ def test_kernel_path_matches_chunked_on_cuda():
 def test_quick_mamba2_learns_the_add_beta_estimator():
     """Markov paper Fig. 1a at quick scale: a 1-layer Mamba-2 trained on binary first-order
     chains gets within 0.01 nats of L_beta (measured 0.0014 after 500 steps)."""
-    from models.train import make_spec, train
+    from models.train.loop import train
+    from models.train.spec import make_spec
 
     torch.set_num_threads(1)
     spec = make_spec("mamba2", "markov", "quick", train={"steps": 600, "eval_every": 600})

@@ -8,7 +8,8 @@ from models.lstm import LSTMLM, LSTMConfig
 from models.mamba import MambaConfig, MambaLM, linear_scan_parallel, linear_scan_plain
 from models.mamba2 import from_hf_state_dict, to_hf_state_dict
 from models.registry import build_model
-from models.train import make_spec, train
+from models.train.loop import train
+from models.train.spec import make_spec
 from tasks.base import TaskError
 
 MAMBA_HOOKS = ["hook_in_proj", "hook_conv", "hook_x", "hook_B", "hook_C", "hook_ssm_dt",

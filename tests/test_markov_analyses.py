@@ -210,7 +210,7 @@ def test_cli_wrong_checkpoint_kind_exits_2(tmp_path, capsys):
 def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
     """The issue's done-when numbers on the quick preset (minutes on a CPU)."""
     from analyses.common import load_model
-    from models.train import train_cached
+    from models.train.cache import train_cached
 
     path = train_cached("mamba2", "markov", "quick", tmp_path, device="cpu", progress=False)
     m = load_model(str(path))

@@ -10,7 +10,8 @@ import torch
 
 from analyses import memorization as am
 from models.registry import build_model
-from models.train import loss_of, make_spec, train
+from models.train.loop import loss_of, train
+from models.train.spec import make_spec
 from tasks import IGNORE, TaskError, make_generator, make_task
 from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
 

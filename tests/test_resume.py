@@ -24,7 +24,8 @@ import torch
 import models.train as T
 from models import checkpoint as ckmod
 from models.checkpoint import CheckpointError, read_checkpoint
-from models.train import TrainingDiverged, TrainingInterrupted, make_spec, train
+from models.train.loop import TrainingDiverged, TrainingInterrupted, train
+from models.train.spec import make_spec
 from tasks import make_generator, make_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -138,7 +138,8 @@ def test_config_checks(bad):
 
 # ---------------------------------------------------------------------------- analysis
 def _train_tiny(tmp_path, name, arch="stu", length=8, seed=0, task="induction", **model):
-    from models.train import make_spec, train
+    from models.train.loop import train
+    from models.train.spec import make_spec
 
     cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else {}
     cfg.update(model)
@@ -206,7 +207,8 @@ def test_stu_induction_skips_an_arch_that_does_not_build(tmp_path, monkeypatch, 
 @pytest.mark.slow
 def test_stu_learns_induction_at_its_training_length(tmp_path):
     from analyses.stu_induction import recall_accuracy
-    from models.train import make_spec, train
+    from models.train.loop import train
+    from models.train.spec import make_spec
     from tasks.registry import make_task
 
     spec = make_spec("stu", "induction", "quick", task_config=dict(length=16))

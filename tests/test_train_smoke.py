@@ -4,7 +4,9 @@ import pytest
 import torch
 
 import models
-from models.train import TrainConfig, lr_at, make_spec, train
+from models.train.config import TrainConfig, lr_at
+from models.train.loop import train
+from models.train.spec import make_spec
 from tasks import make_generator, make_task
 
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
@@ -31,7 +33,7 @@ def test_train_save_load_gives_identical_logits(tmp_path):
 
 
 def test_init_from_starts_from_the_weights_and_keys_the_cache_on_the_file(tmp_path):
-    from models.train import train_cached
+    from models.train.cache import train_cached
 
     copy = make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
                      train=dict(steps=3, eval_every=0, eval_batches=1, eval_batch_size=8,

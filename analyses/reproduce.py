@@ -1,144 +1,162 @@
 """Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` on a GPU).
 
-Trains the checkpoints the analyses need (cached by config hash, so a second call only
-re-plots), runs every analysis in its own process (a failure is reported and the rest still
-run), and writes ``figures/out/index.md`` and ``index.html``: figure by figure, the paper's
-claim beside the number measured here and whether it holds. Exit code 1 if any step failed.
+The plan is the ordered list :data:`PLAN` of analysis names; each analysis module says what
+it needs in its ``FIGURE`` (title, paper, claims, the zoo recipes it trains). The runner turns
+the plan into tasks — one per zoo recipe not yet cached (``python -m models.zoo train NAME``),
+one per analysis, each analysis after the recipes it reads, each recipe after the one it is
+fine-tuned from — and runs them on a small scheduler, each in its own process (a failure is
+reported, the rest still run). It writes ``figures/out/index.md`` and ``index.html``: figure
+by figure, the paper's claim beside the number measured here and whether it holds. Exit code 1
+if any analysis failed.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from analyses.common import run_main
+from analyses.common import Figure, check_output_dir, get
 from figures.style import DEFAULT_OUT
-from tasks.base import check
+from models import zoo
+from models.cli import OneLineParser, run_cli
+from tasks.base import TaskError, check
+
+PLAN: tuple[str, ...] = (
+    "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
+    "copy_efficiency", "ngram_lookup",
+    "markov_laplace", "state_probe", "bc_orthogonality", "mamba_decay", "markov_ablations",
+    "markov_holdout",
+    "memorization",
+    "spectral_lds", "stu_induction",
+)
+TRAIN = "train:"  # prefix of the tasks that train a zoo recipe
+
+
+def figure_of(name: str) -> Figure:
+    return importlib.import_module(f"analyses.{name}").FIGURE
 
 
 @dataclass(frozen=True)
-class Claim:
-    """A paper's claim and how to read whether it holds from the analysis' JSON."""
+class Task:
+    """One process of the run: training a zoo recipe, or one analysis."""
 
-    paper: str  # what the paper says (short)
-    measure: Callable[[dict], tuple[str, bool | None]]  # JSON -> (measured, holds? None: n/a)
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str  # analysis module under analyses/ and the stem of its outputs
-    title: str
-    paper: str  # which paper / figure
-    args: Callable[[str, Path, Path], list[str]]  # (preset, out_dir, cache_dir) -> argv
-    claims: tuple[Claim, ...] = field(default_factory=tuple)
-    outputs: tuple[str, ...] = ()  # output stems (default: (name,))
-    # steps whose cached checkpoints this one reuses: with --jobs > 1 it starts after them
-    # (else both would train the same checkpoint at once)
-    after: tuple[str, ...] = ()
-    slots: int = 1  # cores it keeps busy (2: copy transformers, memorization's workers)
+    name: str  # the analysis name, or "train:" + recipe name
+    argv: tuple[str, ...]
+    slots: int = 1  # cores it keeps busy
+    after: tuple[str, ...] = ()  # tasks that must have succeeded first
+    figure: Figure | None = None  # analyses only
 
     @property
     def stems(self) -> tuple[str, ...]:
-        return self.outputs or (self.name,)
+        if self.figure is None:
+            return ()
+        return self.figure.outputs or (self.name,)
 
     def missing(self, out: Path) -> list[str]:
-        """The step's JSON files not (yet) in ``out``."""
+        """The analysis' JSON files not (yet) in ``out``."""
         return [f"{s}.json" for s in self.stems if not (out / f"{s}.json").exists()]
 
 
-def _get(d: dict, *path, default=None):
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return default
-        d = d[p]
-    return d
+def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -> list[str]:
+    train = ["--train", preset, "--cache-dir", str(cache)] if fig.trains else []
+    return [sys.executable, "-m", f"analyses.{name}", f"--{preset}", "--out", str(out), *train,
+            *fig.extra_args(preset)]
 
 
-def _train_args(preset: str, out: Path, cache: Path) -> list[str]:
-    return ["--train", preset, f"--{preset}", "--cache-dir", str(cache), "--out", str(out)]
+def build_tasks(names: Sequence[str], preset: str, out: Path, cache: Path) -> list[Task]:
+    """Training tasks for the recipes the analyses need that are not cached yet (each after
+    its ``init_from`` recipe), then one task per analysis, after its recipes' training."""
+    tasks: dict[str, Task] = {}
 
+    def need(recipe: str) -> str:
+        name = TRAIN + recipe
+        if name not in tasks:
+            parent = zoo.dependencies(recipe, preset)[-1:]
+            after = tuple(need(p) for p in parent if zoo.status(p, preset, cache) != "cached")
+            tasks[name] = Task(name, (sys.executable, "-m", "models.zoo", "train", recipe,
+                                      f"--{preset}", "--cache-dir", str(cache), "--no-progress"),
+                               zoo.recipe(recipe).slots, after)
+        return name
 
-def _no_train_args(preset: str, out: Path, cache: Path) -> list[str]:
-    return [f"--{preset}", "--out", str(out)]
-
-
+    analyses = []
+    for n in names:
+        fig = figure_of(n)
+        recipes = list(fig.recipes(preset)) if fig.trains else []
+        after = []
+        for r in recipes:
+            if zoo.status(r, preset, cache) != "cached":
+                after.append(need(r))
+        analyses.append(Task(n, tuple(analysis_argv(n, fig, preset, out, cache)), fig.slots,
+                             tuple(dict.fromkeys(after)), fig))
+    return [*tasks.values(), *analyses]
 
 
 def default_jobs(preset: str) -> int:
-    """Quick: two cores' worth at once. The Markov, STU and spectral analyses train tiny
-    single-threaded models, so alone they leave the second core idle; they run two at a time,
-    while the copy transformers (``slots=2``) get both cores. Paper: one at a time, each with
-    the whole GPU."""
+    """Quick: two cores' worth at once (most models are too small to use a second thread, the
+    copy models take both). Paper: one at a time, each with the whole GPU."""
     return min(2, os.cpu_count() or 1) if preset == "quick" else 1
-
-
-def load_plan() -> list[Step]:
-    from analyses.reproduce_plan import plan
-
-    return plan()
 
 
 @dataclass
 class Outcome:
-    step: Step
+    task: Task
     ok: bool
     seconds: float
     log_tail: str
     claims: list[tuple[str, str, bool | None]]  # (paper claim, measured, holds)
 
 
-def read_claims(step: Step, out: Path) -> list[tuple[str, str, bool | None]]:
-    """Each claim of ``step`` read from its JSON in ``out``: (paper claim, measured, holds)."""
-    stems = step.stems
+def read_claims(task: Task, out: Path) -> list[tuple[str, str, bool | None]]:
+    """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured, holds)."""
+    stems = task.stems
     data = {s: json.loads((out / f"{s}.json").read_text()) for s in stems}
     claims: list[tuple[str, str, bool | None]] = []
-    for c in step.claims:
+    for c in task.figure.claims:
         try:
             measured, holds = c.measure(data if len(data) > 1 else data[stems[0]])
-        except Exception as e:  # a claim that cannot be read is reported, not fatal
+        except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
         claims.append((c.paper, measured, holds))
     return claims
 
 
-def step_argv(step: Step, preset: str, out: Path, cache: Path) -> list[str]:
-    return [sys.executable, "-m", f"analyses.{step.name}", *step.args(preset, out, cache)]
-
-
 @dataclass
 class _Running:
-    step: Step
+    task: Task
     proc: subprocess.Popen
     log: Path
     t0: float
     slots: int
 
 
-def _start(step: Step, preset: str, out: Path, cache: Path, slots: int,
-           threads_per_slot: int) -> _Running:
-    """Start the step's analysis in its own process (and process group, so a timeout also
-    stops its workers); its output goes to ``out/logs/NAME.log``."""
-    log = out / "logs" / f"{step.name}.log"
+def _log_name(task: Task) -> str:
+    return task.name.replace(TRAIN, "train-").replace("/", "_")
+
+
+def _start(task: Task, out: Path, slots: int, threads_per_slot: int) -> _Running:
+    """Start a task in its own process (and process group, so a timeout also stops its
+    workers); its output goes to ``out/logs/NAME.log``."""
+    log = out / "logs" / f"{_log_name(task)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
     n = str(slots * threads_per_slot)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "TQDM_MININTERVAL": "30"}  # a progress line every 30 s in the log, not every 0.1 s
     with open(log, "w") as f:
-        proc = subprocess.Popen(step_argv(step, preset, out, cache), stdout=f,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return _Running(step, proc, log, time.time(), slots)
+        proc = subprocess.Popen(list(task.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    return _Running(task, proc, log, time.time(), slots)
 
 
 def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
@@ -150,11 +168,11 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
         ok = r.proc.returncode == 0
         if not ok:
             log += f"\n(exit code {r.proc.returncode})"
-    missing = r.step.missing(out)
+    missing = r.task.missing(out)
     if ok and missing:
         ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
-    claims = read_claims(r.step, out) if ok else []
-    return Outcome(r.step, ok, seconds, log[-3000:], claims)
+    claims = read_claims(r.task, out) if ok and r.task.figure else []
+    return Outcome(r.task, ok, seconds, log[-3000:], claims)
 
 
 def _kill(r: _Running) -> None:
@@ -165,33 +183,58 @@ def _kill(r: _Running) -> None:
     r.proc.wait()
 
 
-def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int = 1,
-             timeout: float = 3600.0, on_start: Callable[[list[str]], None] = lambda names: None,
-             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
-             expected: dict[str, float] | None = None) -> list[Outcome]:
-    """Run every step, at most ``jobs`` cores' worth at once, each after the steps it names in
-    ``after`` (those in this run). Of the steps ready to start, the longest ``expected``
-    (seconds, e.g. the last run's) goes first, so that no long step is left to run alone at
-    the end; plan order breaks ties. A step that fails or times out is reported through
-    ``on_done`` like any other; the rest still run. Outcomes come back in plan order."""
+def run_tasks(tasks: list[Task], out: Path, jobs: int = 1, timeout: float = 3600.0,
+              on_start: Callable[[list[str]], None] = lambda names: None,
+              on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
+              expected: dict[str, float] | None = None) -> list[Outcome]:
+    """Run every task, at most ``jobs`` cores' worth at once, each after the tasks it names in
+    ``after``. Of the tasks ready to start, the one with the longest ``expected`` time (the
+    last run's) together with everything that waits on it goes first, so that no long chain is
+    left to run alone at the end; list order breaks ties. A task that fails or times out is
+    reported through ``on_done``, and so are the tasks that needed it (not run); the rest
+    still run. Outcomes come back in list order."""
     check(jobs >= 1, f"--jobs must be >= 1, got {jobs}")
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    names = {s.name for s in steps}
-    pending, running, done = list(steps), [], {}
+    expected = expected or {}
+    by_name = {t.name: t for t in tasks}
+    waiting_on: dict[str, list[str]] = {t.name: [] for t in tasks}
+    for t in tasks:
+        for a in t.after:
+            if a in waiting_on:
+                waiting_on[a].append(t.name)
+
+    def chain(name: str) -> float:  # its own time plus the longest chain that waits on it
+        return expected.get(name, 0.0) + max((chain(n) for n in waiting_on[name]), default=0.0)
+
+    priority = {t.name: chain(t.name) for t in tasks}
+    pending, running, done = list(tasks), [], {}
+
+    def fail_dependents(name: str) -> None:
+        for n in waiting_on[name]:
+            t = by_name[n]
+            if t in pending:
+                pending.remove(t)
+                done[n] = o = Outcome(t, False, 0.0, f"not run: {name} failed", [])
+                on_done(o)
+                fail_dependents(n)
+
     try:
         while pending or running:
             free = jobs - sum(r.slots for r in running)
             started = False
-            # longest first; a shorter step may fill cores a longer one cannot use
-            for s in sorted(pending, key=lambda s: -(expected or {}).get(s.name, 0.0)):
-                need = min(s.slots, jobs)
-                if need <= free and all(a not in names or a in done for a in s.after):
-                    running.append(_start(s, preset, out, cache, need, threads))
-                    pending.remove(s)
+            for t in sorted(pending, key=lambda t: -priority[t.name]):
+                need = min(t.slots, jobs)
+                ready = all(a not in by_name or (a in done and done[a].ok) for a in t.after)
+                if need <= free and ready:
+                    running.append(_start(t, out, need, threads))
+                    pending.remove(t)
                     free -= need
                     started = True
             if started:
-                on_start([r.step.name for r in running])
+                on_start([r.task.name for r in running])
+            if not running and pending:  # nothing can start: a bug in the task graph
+                raise TaskError(f"tasks wait on nothing that runs: "
+                                f"{', '.join(t.name for t in pending)}")
             time.sleep(poll)
             for r in list(running):
                 if r.proc.poll() is None:
@@ -202,22 +245,24 @@ def run_plan(steps: list[Step], preset: str, out: Path, cache: Path, jobs: int =
                 else:  # finished, even if the poll came after the deadline
                     timed_out = False
                 running.remove(r)
-                done[r.step.name] = o = _finish(r, out, timeout if timed_out else None)
+                done[r.task.name] = o = _finish(r, out, timeout if timed_out else None)
                 on_done(o)
-    finally:  # Ctrl-C: no orphaned analyses left training in the background
+                if not o.ok:
+                    fail_dependents(r.task.name)
+    finally:  # Ctrl-C: no orphaned processes left training in the background
         for r in running:
             _kill(r)
-    return [done[s.name] for s in steps]
+    return [done[t.name] for t in tasks]
 
 
-def index_outcome(step: Step, out: Path, timing: dict) -> Outcome:
+def index_outcome(task: Task, out: Path, timing: dict) -> Outcome:
     """An outcome read back from ``out`` (for ``--index-only``): ok when every JSON is there
     and the last run did not record a failure."""
-    missing = step.missing(out)
+    missing = task.missing(out)
     ok = not missing and timing.get("ok", True)
     log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
-    return Outcome(step, ok, float(timing.get("seconds", 0.0)), log,
-                   read_claims(step, out) if not missing else [])
+    return Outcome(task, ok, float(timing.get("seconds", 0.0)), log,
+                   read_claims(task, out) if not missing else [])
 
 
 def _cell(text: str) -> str:
@@ -232,10 +277,10 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
           "paper's, the measured column is ours." + (f" {note}" if note else ""), ""]
     rows_html = []
     for o in outcomes:
-        s = o.step
-        md += [f"## {s.title}", f"*{s.paper}* — `python -m analyses.{s.name}` — "
+        t, fig = o.task, o.task.figure
+        md += [f"## {fig.title}", f"*{fig.paper}* — `python -m analyses.{t.name}` — "
                f"{'ok' if o.ok else '**FAILED**'} in {o.seconds:.0f} s", ""]
-        for stem in s.stems:
+        for stem in t.stems:
             if (out / f"{stem}.png").exists():
                 md.append(f"![{stem}]({stem}.png)")
         if o.claims:
@@ -245,14 +290,14 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
             md += ["", "```", o.log_tail.strip()[-1500:], "```"]
         md.append("")
         imgs = "".join(f'<img src="{stem}.png" style="max-width:100%">'
-                       for stem in s.stems if (out / f"{stem}.png").exists())
+                       for stem in t.stems if (out / f"{stem}.png").exists())
         claims = "".join(
             f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
             f"<td class='{'ok' if h else 'bad' if h is False else ''}'>{mark[h]}</td></tr>"
             for p, m, h in o.claims)
         rows_html.append(
-            f"<section><h2>{html.escape(s.title)}</h2><p><i>{html.escape(s.paper)}</i> — "
-            f"<code>python -m analyses.{s.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'} in "
+            f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
+            f"<code>python -m analyses.{t.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'} in "
             f"{o.seconds:.0f} s</p>{imgs}"
             + (f"<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th></tr>"
                f"{claims}</table>" if claims else "")
@@ -266,8 +311,8 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
         f"{''.join(rows_html)}")
 
 
-def body(argv: list[str] | None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analyses.reproduce", description=__doc__)
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m analyses.reproduce", description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="preset", action="store_const", const="quick")
     g.add_argument("--paper", dest="preset", action="store_const", const="paper")
@@ -276,25 +321,39 @@ def body(argv: list[str] | None) -> int:
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--cache-dir", default="checkpoints")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per analysis")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per task")
     p.add_argument("--jobs", type=int, default=None,
-                   help="analyses run at once, the cores shared between them (default: 2 on a "
-                        "machine with >= 2 cores for --quick, 1 for --paper: one GPU)")
+                   help="cores' worth of tasks at once (default: 2 on a machine with >= 2 "
+                        "cores for --quick, 1 for --paper: one GPU)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     p.add_argument("--index-only", action="store_true",
                    help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
-    args = p.parse_args(argv)
-    plan = load_plan()
-    names = [s.name for s in plan]
+    return p
+
+
+def _check_dirs(out: Path, cache: Path) -> None:
+    """Both must be (or become) directories: checked before any task starts."""
+    check_output_dir(out)
+    for p in (cache, *cache.parents):
+        if p.exists():
+            check(p.is_dir(), f"--cache-dir {cache}: {p} is a file, not a directory")
+            check(os.access(p, os.W_OK | os.X_OK), f"--cache-dir {cache}: {p} is not writable")
+            break
+
+
+def body(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
     for n in args.only + args.skip:
-        if n not in names:
-            p.error(f"unknown analysis {n!r}; the plan has: {', '.join(names)}")
-    steps = [s for s in plan if (not args.only or s.name in args.only) and s.name not in args.skip]
+        check(n in PLAN, f"unknown analysis {n!r}; the plan has: {', '.join(PLAN)}")
+    names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip]
     if args.list:
-        for s in steps:
-            print(f"{s.name:24s} {s.paper}")
+        for n in names:
+            fig = figure_of(n)
+            recipes = ", ".join(fig.recipes(args.preset)) if fig.trains else ""
+            print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
         return 0
     out, cache = Path(args.out), Path(args.cache_dir)
+    _check_dirs(out, cache)
     out.mkdir(parents=True, exist_ok=True)
     timings_path = out / "reproduce_timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
@@ -302,21 +361,23 @@ def body(argv: list[str] | None) -> int:
         timings = {}  # timings of the other scale are not this run's
     timings["preset"] = args.preset
     if args.index_only:
-        outcomes = [index_outcome(s, out, timings.get(s.name, {})) for s in steps]
+        outcomes = [index_outcome(Task(n, (), figure=figure_of(n)), out, timings.get(n, {}))
+                    for n in names]
         write_index(outcomes, out, args.preset)
         print(f"index: {out / 'index.html'}")
         return 0
+    tasks = build_tasks(names, args.preset, out, cache)
     jobs = args.jobs or default_jobs(args.preset)
-    last = {s.name: float(_get(timings, s.name, "seconds", default=0) or 0) for s in steps}
-    bar = tqdm(total=len(steps), desc="reproduce", unit="figure", dynamic_ncols=True)
+    last = {t.name: float(get(timings, t.name, "seconds", default=0) or 0) for t in tasks}
+    bar = tqdm(total=len(tasks), desc="reproduce", unit="task", dynamic_ncols=True)
     t_start, finished = time.time(), []
 
     def eta() -> str:
-        # the previous run's per-step times where known, else this run's mean; / jobs: rough
-        done = {o.step.name for o in finished}
-        left = [s for s in steps if s.name not in done]
+        # the previous run's per-task times where known, else this run's mean; / jobs: rough
+        done = {o.task.name for o in finished}
+        left = [t for t in tasks if t.name not in done]
         mean = (time.time() - t_start) * jobs / len(finished) if finished else 0.0
-        total = sum(last[s.name] or mean for s in left) / jobs
+        total = sum(last[t.name] or mean for t in left) / jobs
         return f", ETA {total / 60:.0f} min" if total else ""
 
     running: list[str] = []
@@ -330,30 +391,33 @@ def body(argv: list[str] | None) -> int:
 
     def on_done(o: Outcome) -> None:
         finished.append(o)
-        running.remove(o.step.name)
+        if o.task.name in running:
+            running.remove(o.task.name)
         bar.update(1)
         show()
-        tqdm.write(f"{o.step.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
+        tqdm.write(f"{o.task.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
                    + "".join(f"\n   {p} | {m} | {h}" for p, m, h in o.claims))
         if not o.ok and o.log_tail.strip():
             tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
-                       + f"  (log: {out / 'logs' / (o.step.name + '.log')})")
-        timings[o.step.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
-        timings["last_run"] = {"steps": [f.step.name for f in finished], "jobs": jobs,
+                       + f"  (log: {out / 'logs' / (_log_name(o.task) + '.log')})")
+        timings[o.task.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
+        timings["last_run"] = {"tasks": [f.task.name for f in finished], "jobs": jobs,
                                "wall_s": round(time.time() - t_start, 1)}
         timings_path.write_text(json.dumps(timings, indent=1))
-        order = [s.name for s in steps]  # the index grows as steps finish, in plan order
-        wall = time.time() - t_start
-        write_index(sorted(finished, key=lambda f: order.index(f.step.name)), out, args.preset,
-                    f"This run: {len(finished)} of {len(steps)} analyses finished in "
-                    f"{wall / 60:.1f} min wall, {jobs} at a time.")
+        shown = [f for f in finished if f.task.figure is not None]
+        shown.sort(key=lambda f: names.index(f.task.name))  # the index grows in plan order
+        write_index(shown, out, args.preset,
+                    f"This run: {len(shown)} of {len(names)} analyses finished in "
+                    f"{(time.time() - t_start) / 60:.1f} min wall, {jobs} cores' worth at a "
+                    "time.")
 
-    outcomes = run_plan(steps, args.preset, out, cache, jobs, args.timeout, on_start, on_done,
-                        expected=last)
+    outcomes = run_tasks(tasks, out, jobs, args.timeout, on_start, on_done, expected=last)
     bar.close()
-    failed = [o.step.name for o in outcomes if not o.ok]
-    n_ok = len(outcomes) - len(failed)
-    print(f"\n{n_ok}/{len(outcomes)} analyses ok; index: {out / 'index.html'}")
+    figures = [o for o in outcomes if o.task.figure is not None]
+    failed = [o.task.name for o in outcomes if not o.ok]
+    n_ok = sum(o.ok for o in figures)
+    print(f"\n{n_ok}/{len(figures)} analyses ok in {(time.time() - t_start) / 60:.1f} min; "
+          f"index: {out / 'index.html'}")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -361,7 +425,7 @@ def body(argv: list[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(body, argv)
+    return run_cli(body, argv)
 
 
 if __name__ == "__main__":

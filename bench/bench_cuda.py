@@ -17,6 +17,8 @@ import torch
 
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, train_step_fn
 from bench.common import interleaved_times, write_results
+from models import zoo
+from models.registry import build_model
 
 
 def _kernels_available() -> dict[str, bool]:
@@ -57,12 +59,8 @@ def ssm_paths(repeats: int) -> dict:
 
 
 def paper_transformer(repeats: int) -> dict:
-    from models.registry import build_model
-    from models.train import make_spec
-
-    # the Fig. 1b setting: strings <= 50 packed into a context of 420 tokens
-    spec = make_spec("transformer", "copy", "paper", model={"pe": "hard_alibi"},
-                     task_config={"min_len": 1, "max_len": 50}, train={"context": 420})
+    # the zoo's paper copy model: Fig. 1b's strings <= 50 packed into contexts of 420 tokens
+    spec = zoo.spec("copy/hard_alibi", "paper")
     model = build_model("transformer", spec.model).cuda()
     batch, context = spec.train.batch_size, spec.train.context
     x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")

@@ -1,3 +1,4 @@
+# ENGINEERS CONVERTING ANALYSES (redesign, issue 17): read /tmp/context.md FIRST: the layout, the rules for commits (only your own files; never git add -A / stash / reset), what each module needs. This line is removed when the redesign lands.
 """The checkpoint zoo: every trained model an analysis uses, as a named recipe.
 
 A recipe is (task, arch, model / task / training overrides for each preset, and optionally
@@ -13,7 +14,6 @@ Why a setting was chosen is said beside it; what a run of it measured is in the 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-import models.train as T
+import models.train.loop as L
 from models import checkpoint as ckmod
 from models.checkpoint import CheckpointError, read_checkpoint
+from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from models.train.spec import make_spec
 from tasks import make_generator, make_task
@@ -42,7 +43,7 @@ def spec_for(steps=12, **train_kw):
 def sigint_after(monkeypatch, n_steps: int) -> None:
     """Send a real SIGINT to this process while step ``n_steps`` runs (the trainer's handler
     turns it into a stop after that step). ``lr_at`` is called at the start of every step."""
-    orig, fired = T.lr_at, []
+    orig, fired = L.lr_at, []
 
     def lr_at(cfg, step):
         if step == n_steps - 1 and not fired:
@@ -50,7 +51,7 @@ def sigint_after(monkeypatch, n_steps: int) -> None:
             os.kill(os.getpid(), signal.SIGINT)
         return orig(cfg, step)
 
-    monkeypatch.setattr(T, "lr_at", lr_at)
+    monkeypatch.setattr(L, "lr_at", lr_at)
 
 
 def without_time(history):
@@ -108,13 +109,13 @@ def test_resume_through_the_cli(tmp_path, monkeypatch, capsys):
             "--max-len", "6", "--steps", "10", "--eval-every", "5", "--eval-batches", "1",
             "--eval-batch-size", "8", "--batch-size", "4", "--seed", "3", "--no-progress",
             "--device", "cpu"]
-    assert T.main([*argv, "--out", str(tmp_path / "full.pt")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "full.pt")]) == 0
     sigint_after(monkeypatch, 4)
-    assert T.main([*argv, "--out", str(tmp_path / "part.pt")]) == 130
+    assert main([*argv, "--out", str(tmp_path / "part.pt")]) == 130
     monkeypatch.undo()
     err = capsys.readouterr().err
     assert f"continue with --resume {tmp_path / 'part.pt'}" in err and "Traceback" not in err
-    assert T.main(["--resume", str(tmp_path / "part.pt"), "--no-progress"]) == 0
+    assert main(["--resume", str(tmp_path / "part.pt"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("done: step 10, samples 40")
     assert_same_run(read_checkpoint(tmp_path / "full.pt"), read_checkpoint(tmp_path / "part.pt"))
@@ -124,10 +125,10 @@ def test_ctrl_c_before_the_first_step_says_nothing_was_saved(tmp_path, monkeypat
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(T, "make_generator", interrupted)  # Ctrl-C while the run is set up
+    monkeypatch.setattr(L, "make_generator", interrupted)  # Ctrl-C while the run is set up
     argv = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--steps", "3",
             "--no-progress", "--device", "cpu", "--out", str(tmp_path / "c.pt")]
-    assert T.main(argv) == 130
+    assert main(argv) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("interrupted; no checkpoint was saved by this run "
                        "(any earlier file is intact)")
@@ -151,7 +152,7 @@ def test_rng_state_round_trip_restores_every_stream():
     np.random.seed(1)
     random.seed(1)
     np.random.normal()  # leaves a cached gaussian in numpy's state
-    state = T.rng_state(g)
+    state = L.rng_state(g)
     draws = (torch.rand(3, generator=g), torch.rand(3), np.random.rand(3), np.random.normal(),
              random.random(), random.gauss(0, 1))
     g2 = make_generator(77)
@@ -164,7 +165,7 @@ def test_rng_state_round_trip_restores_every_stream():
     buf = io.BytesIO()
     torch.save(state, buf)
     buf.seek(0)
-    T.set_rng_state(torch.load(buf, weights_only=True), g2)
+    L.set_rng_state(torch.load(buf, weights_only=True), g2)
     again = (torch.rand(3, generator=g2), torch.rand(3), np.random.rand(3), np.random.normal(),
              random.random(), random.gauss(0, 1))
     for a, b in zip(draws, again, strict=True):
@@ -174,11 +175,11 @@ def test_rng_state_round_trip_restores_every_stream():
 def test_evaluation_does_not_disturb_any_rng_stream():
     spec = spec_for()
     task = make_task(spec.task, spec.task_config)
-    model = T.build_model(spec.arch, spec.model)
+    model = L.build_model(spec.arch, spec.model)
     g = make_generator(4)
-    before = T.rng_state(g)
-    T.evaluate(model, task, spec.train, torch.device("cpu"))
-    after = T.rng_state(g)
+    before = L.rng_state(g)
+    L.evaluate(model, task, spec.train, torch.device("cpu"))
+    after = L.rng_state(g)
     assert torch.equal(before["data"], after["data"])
     assert torch.equal(before["torch"], after["torch"])
     assert torch.equal(before["numpy"]["key"], after["numpy"]["key"])
@@ -210,11 +211,11 @@ def test_ctrl_c_in_a_real_process_saves_and_exits_130(tmp_path):
     assert "Traceback" not in stderr and stdout == ""
     last = stderr.strip().splitlines()[-1]
     step = read_checkpoint(out)["train"]["step"]
-    assert last == (f"interrupted at step {step}/100000; checkpoint saved to {out} "
+    assert last == (f"SIGINT: interrupted at step {step}/100000; checkpoint saved to {out} "
                     f"(continue with --resume {out})")
     assert step >= 10  # saved at the interruption, after at least one periodic save
     # and the saved run continues
-    assert T.main(["--resume", str(out), "--steps", str(step + 2), "--no-progress"]) == 0
+    assert main(["--resume", str(out), "--steps", str(step + 2), "--no-progress"]) == 0
     assert read_checkpoint(out)["train"]["step"] == step + 2
 
 
@@ -222,7 +223,7 @@ def test_ctrl_c_in_a_real_process_saves_and_exits_130(tmp_path):
 def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     spec = spec_for(steps=10, save_every=2)
     out = tmp_path / "c.pt"
-    orig, calls = T.loss_of, []
+    orig, calls = L.loss_of, []
 
     def loss_of(model, batch):  # the 5th training step's loss is NaN (evaluations excluded)
         loss = orig(model, batch)
@@ -232,7 +233,7 @@ def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, mo
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(T, "loss_of", loss_of)
+    monkeypatch.setattr(L, "loss_of", loss_of)
     with pytest.raises(TrainingDiverged) as e:
         train(spec, out=out, device="cpu", progress=False)
     msg = str(e.value)
@@ -245,7 +246,7 @@ def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, mo
 def test_infinite_gradient_stops_before_the_weights_are_spoiled(tmp_path, monkeypatch):
     spec = spec_for(steps=10, save_every=1)
     out = tmp_path / "c.pt"
-    orig, calls = T.loss_of, []
+    orig, calls = L.loss_of, []
 
     def loss_of(model, batch):  # finite loss, infinite gradient at the 3rd step
         loss = orig(model, batch)
@@ -256,7 +257,7 @@ def test_infinite_gradient_stops_before_the_weights_are_spoiled(tmp_path, monkey
                 loss = loss + torch.sqrt((w - w.detach()).sum())  # value 0, d/dw = inf
         return loss
 
-    monkeypatch.setattr(T, "loss_of", loss_of)
+    monkeypatch.setattr(L, "loss_of", loss_of)
     with pytest.raises(TrainingDiverged, match=r"gradient norm is (inf|nan) at step 3"):
         train(spec, out=out, device="cpu", progress=False)
     ck = read_checkpoint(out)
@@ -269,10 +270,10 @@ def test_divergence_through_the_cli_exits_3_and_keeps_the_file(tmp_path, capsys)
     base = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--max-len", "5",
             "--batch-size", "4", "--eval-batches", "1", "--eval-batch-size", "4",
             "--no-progress", "--device", "cpu"]
-    assert T.main([*base, "--steps", "3", "--out", str(out)]) == 0
+    assert main([*base, "--steps", "3", "--out", str(out)]) == 0
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     capsys.readouterr()
-    code = T.main(["--resume", str(out), "--steps", "40", "--lr", "1e30", "--warmup-steps", "0",
+    code = main(["--resume", str(out), "--steps", "40", "--lr", "1e30", "--warmup-steps", "0",
                    "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3

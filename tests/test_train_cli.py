@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import models.train as T
+import models.train.cli as C
 from models.checkpoint import save_checkpoint
+from models.train.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-mlp", "32"]
@@ -87,7 +88,7 @@ if torch.backends.mps.is_available():
 
 def run_main(argv, capsys) -> tuple[int, str, str]:
     try:
-        code = T.main(argv)
+        code = main(argv)
     except SystemExit as e:  # argparse would exit; the trainer's parser must not
         code = f"SystemExit({e.code})"
     out, err = capsys.readouterr()
@@ -101,7 +102,7 @@ def no_compute(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("train() was called although the input is invalid")
 
-    monkeypatch.setattr(T, "train", forbidden)
+    monkeypatch.setattr(C, "train", forbidden)
 
 
 @pytest.mark.parametrize("name,extra,phrases", BAD, ids=[b[0] for b in BAD])
@@ -124,7 +125,7 @@ def test_bad_input_gives_one_line_and_exit_2(name, extra, phrases, tmp_path, cap
 
 def test_help_lists_the_fields_of_the_chosen_arch_and_task(capsys):
     with pytest.raises(SystemExit) as e:
-        T.main(["--arch", "transformer", "--task", "lookup", "--help"])
+        main(["--arch", "transformer", "--task", "lookup", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "--pe" in out and "--key" in out and "--steps" in out
@@ -148,7 +149,7 @@ def test_resume_flags_that_contradict_the_checkpoint(tmp_path, capsys, no_comput
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("trained") / "c.pt"
-    assert T.main([*QUICK, "--max-len", "5", "--out", str(path)]) == 0
+    assert main([*QUICK, "--max-len", "5", "--out", str(path)]) == 0
     return path
 
 

@@ -152,7 +152,7 @@ def _start(task: Task, out: Path, slots: int, threads_per_slot: int) -> _Running
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
     n = str(slots * threads_per_slot)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-           "TQDM_MININTERVAL": "30"}  # a progress line every 30 s in the log, not every 0.1 s
+           "TQDM_MININTERVAL": "30"}  # a progress line every half minute in the log
     with open(log, "w") as f:
         proc = subprocess.Popen(list(task.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)

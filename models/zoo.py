@@ -171,7 +171,8 @@ _add(
 # budgets, hence d = 16, N = 8. Its unembedding bias starts at 1: with the default init every
 # output is ≈ 0, the L1 prediction clamps the negative ones (no gradient) and training falls
 # into the uniform predictor; the add-β logits β + n are positive too.
-MAMBAZERO_MODEL = {"d_model": 16, "d_state": 8, "unembed_bias": True, "unembed_bias_init": 1.0}
+MAMBAZERO_MODEL = {"d_model": 16, "d_state": 8, "unembed_bias": True,
+                   "unembed_bias_init": 1.0}
 _add(
     Recipe("markov/mambazero", "markov", "mambazero", {"model": MAMBAZERO_MODEL},
            {"quick": {"train": {"lr": 1e-2, "steps": 2000}}},
@@ -298,9 +299,9 @@ def status(name: str, preset: str, cache_dir: str | Path) -> str:
 # ---------------------------------------------------------------------------- command line
 def _main(argv: list[str] | None) -> int:
     p = OneLineParser(prog="python -m models.zoo", description=__doc__.splitlines()[0])
-    p.add_argument("command", nargs="?", default="list", choices=["list", "train"])
-    p.add_argument("names", nargs="*", help="recipes to train (train), or prefixes to list")
-    p.add_argument("--list", dest="command", action="store_const", const="list")
+    p.add_argument("names", nargs="*", help="`train NAME...`: recipes to train; else name "
+                   "prefixes to list (default: all)")
+    p.add_argument("--list", action="store_true", help="list the recipes (the default)")
     p.add_argument("--paper", dest="preset", action="store_const", const="paper",
                    default="quick")
     p.add_argument("--quick", dest="preset", action="store_const", const="quick")
@@ -308,7 +309,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--no-progress", action="store_true")
     add_device_argument(p, default="auto")
     args = p.parse_args(argv)
-    if args.command == "train":
+    if args.names[:1] == ["train"] and not args.list:
+        args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
             recipe(n).parts(args.preset)  # every name checked before any training

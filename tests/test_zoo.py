@@ -1,0 +1,64 @@
+"""The checkpoint zoo: every recipe is a valid run, recipes are served through the one cache,
+and a fine-tuned recipe trains its init recipe first."""
+
+import pytest
+
+from models import zoo
+from models.checkpoint import read_checkpoint
+from tasks.base import TaskError
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "task": {"min_len": 1, "max_len": 6},
+        "train": {"steps": 3, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+                  "eval_batch_size": 4, "warmup_steps": 1}}
+
+
+@pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
+                                  if r.available("quick") and "quick" not in r.init_from])
+def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
+    spec = zoo.spec(name, "quick", tmp_path)
+    r = zoo.recipe(name)
+    assert (spec.arch, spec.task) == (r.arch, r.task)
+    for key, value in r.parts("quick")["model"].items():
+        assert spec.model[key] == value  # the recipe's overrides reach the run
+
+
+def test_unknown_recipe_and_missing_preset_are_clear_errors():
+    with pytest.raises(TaskError, match="unknown recipe 'copy/nothing'.*copy/hard_alibi"):
+        zoo.recipe("copy/nothing")
+    with pytest.raises(TaskError, match="no quick version"):
+        zoo.recipe("markov_ablation/noconv_width/no_conv_d1000").parts("quick")
+
+
+@pytest.fixture
+def tiny_recipes(monkeypatch):
+    parent = zoo.Recipe("test/copy", "copy", "transformer", TINY)
+    child = zoo.Recipe("test/lookup", "lookup", "transformer",
+                       {"task": {"min_len": 4, "max_len": 6, "n": 2, "k": 1},
+                        "train": TINY["train"]},
+                       init_from={"quick": "test/copy"})
+    for r in (parent, child):
+        monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    return parent, child
+
+
+def test_a_recipe_is_trained_once_and_its_init_recipe_first(tiny_recipes, tmp_path):
+    assert zoo.status("test/lookup", "quick", tmp_path) == "needs test/copy"
+    path = zoo.checkpoint("test/lookup", "quick", tmp_path, "cpu", progress=False)
+    ck = read_checkpoint(path)
+    assert ck["task"]["name"] == "lookup" and ck["train"]["config"]["init_from"]
+    assert zoo.status("test/copy", "quick", tmp_path) == "cached"
+    assert zoo.status("test/lookup", "quick", tmp_path) == "cached"
+    mtime = path.stat().st_mtime_ns
+    assert zoo.checkpoint("test/lookup", "quick", tmp_path, "cpu", progress=False) == path
+    assert path.stat().st_mtime_ns == mtime  # reused, not retrained
+
+
+def test_the_zoo_cli_lists_and_trains(tiny_recipes, tmp_path, capsys):
+    assert zoo.main(["--list", "test/", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "test/copy" in out and "missing" in out and "needs test/copy" in out
+    assert zoo.main(["train", "test/copy", "--cache-dir", str(tmp_path), "--device", "cpu",
+                     "--no-progress"]) == 0
+    assert zoo.status("test/copy", "quick", tmp_path) == "cached"
+    assert zoo.main(["train", "test/nothing", "--cache-dir", str(tmp_path)]) == 2

@@ -148,6 +148,68 @@ def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None
     check(len(checkpoints) >= 1, f"give {what} (or --train quick)")
 
 
+# ---------------------------------------------------------------------------- copy-paper models
+COPY_TASKS = ("copy", "dup_ngram_copy")
+# The copy models of Fig. 1 (length_generalization, copy_efficiency), as zoo labels
+# (``copy/{label}``); the quick GSSMs learn far too slowly at CPU budgets to add Mamba there.
+COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm"),
+               "paper": ("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm")}
+
+
+def copy_recipes(preset: str, labels: Sequence[str] | None = None) -> list[str]:
+    """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the preset)."""
+    labels = labels or COPY_LABELS[preset]
+    for label in labels:
+        check(label in zoo.COPY_MODELS,
+              f"unknown model {label!r}; allowed: {', '.join(zoo.COPY_MODELS)}")
+    return [f"copy/{label}" for label in labels]
+
+
+def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
+    """``--models a,b``: with ``--train``, which of the zoo's copy models (see
+    :func:`copy_models_recipes`)."""
+    p.add_argument("--models", default=None,
+                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
+
+
+def copy_models_recipes(args: argparse.Namespace) -> list[str]:
+    """The copy recipes of ``--train PRESET [--models ...]``."""
+    return copy_recipes(args.train, args.models.split(",") if args.models else None)
+
+
+def label_for(model) -> str:
+    """``hard_alibi`` / ``nope`` / … for transformers, the arch name otherwise (the zoo's copy
+    labels, which are also colour keys of figures.style); hand-set constructions
+    (models/constructions.py) are labelled as such."""
+    train = getattr(model, "checkpoint", {}).get("train", {})
+    if train.get("construction"):
+        return f"construction {train['construction']} n={train.get('n')}"
+    return model.cfg.pe if model.arch == "transformer" else model.arch
+
+
+def load_copy_models(paths: Sequence[str], device, archs: Iterable[str],
+                     tasks: Iterable[str] = COPY_TASKS) -> tuple[dict, dict, int]:
+    """Load copy-style checkpoints that share one alphabet: ``({label: model}, {label: train
+    info}, D)``; a repeated label gets a ``'``."""
+    models, info, D = {}, {}, None
+    for path in paths:
+        m = load_model(path, archs=archs, device=device, tasks=tasks)
+        task = m.checkpoint["task"]
+        d = int(task["config"].get("D", 26))
+        check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
+        D = d
+        label = label_for(m)
+        while label in models:
+            label += "'"
+        models[label] = m
+        tc = m.checkpoint["train"].get("config", {}) or {}
+        info[label] = {"path": path, "max_len": task["config"].get("max_len"),
+                       "context": tc.get("context", 0), "steps": tc.get("steps"),
+                       "greedy_eval": tc.get("greedy_eval", True),
+                       "samples_seen": m.checkpoint["train"].get("samples_seen")}
+    return models, info, D if D is not None else 26
+
+
 def get(d: dict, *path, default=None):
     """``d[p0][p1]…``, or ``default`` where a key is missing (claim readers use it)."""
     for p in path:

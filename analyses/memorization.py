@@ -12,7 +12,8 @@ evaluations (App. F: "the training error does not improve"), or the step budget 
 * Fig. 2 (``NAME_params.png``): for each N, the parameter count of the smallest width with
   training error < 0.005 (App. F), with a least-squares linear trend and the theory's shape
   Õ(d + n + √(nN)) (Thm 3.1, token level) or Õ(d + n + √N) (Thm 4.1, sequence level), fitted
-  as a + b·√(nN) (resp. a + b·√N): the constant a stands for d + n, the log factors are dropped.
+  as a + b·√(nN) (resp. a + b·√N): the constant a stands for d + n, the log factors are dropped
+  (:mod:`probes.fits`).
 * ``NAME.png`` (both panels), ``NAME.json`` (every number), ``NAME_cells.csv`` (one row per
   cell) and ``NAME_cells/*.json`` (one file per finished cell, so a stopped sweep resumes).
   NAME is ``memorization_{data}_{task}``, so token and sequence grids share an output folder.
@@ -31,13 +32,11 @@ extra parameters (the counts of Fig. 2 stay those of the blocks). ``--pe nope`` 
 permutation-equivariant model of Thm 3.1.1 / 4.1.1; the synthetic data are generated with
 distinct contexts and consistent labels (Def. 3.2) so that they satisfy its premises too.
 
-Training loop: the cells are trained by :func:`train_cell`, not ``models.train.train``: the
-suite trainer runs a fixed number of steps and evaluates on sampled batches, while a
-memorization cell needs the error on the *whole* training set and stops at convergence (most
-cells converge long before the step budget, which keeps the grid within minutes on a CPU).
-It reuses the trainer's pieces: ``make_spec`` (preset rows, the task's model fields, checks),
-``TrainConfig`` (AdamW, ``lr_at`` warm-up and decay, clipping) and ``loss_of``; minibatches are
-seeded epochs over the fixed set.
+Training: each cell is a run of the suite's one loop (``models.train.loop.train``, no
+checkpoint file) with two changes that a memorization cell needs: the evaluation measures the
+error on the *whole* training set (:func:`train_error_evaluator`, not sampled batches), and a
+callback (:class:`StopRule`) ends the run at convergence, so most cells stop long before the
+step budget. Minibatches are seeded epochs over the fixed set (the task's ``epoch``).
 """
 
 from __future__ import annotations
@@ -54,13 +53,29 @@ from typing import Any
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
+from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
-from analyses.common import OneLineParser, resolve_device, run_main, to_jsonable, write_outputs
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    fmt,
+    get,
+    ints,
+    numbers,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import new_figure, save_figure
+from models.device import resolve_device
 from models.registry import build_model
-from models.train import RunSpec, loss_of, lr_at, make_spec
-from tasks.base import TaskError, check, config_to_dict, make_generator
+from models.train.config import TrainConfig
+from models.train.loop import Callback, Run, TrainingDiverged, train
+from models.train.spec import RunSpec, make_spec
+from probes.fits import fit_trends
+from tasks.base import check, config_to_dict
 from tasks.memorization import REAL_LEVEL
 from tasks.registry import make_task
 
@@ -70,10 +85,10 @@ THRESHOLD = 0.005  # App. F: "the smallest model that reaches the training error
 FRACTIONS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # App. F: p = 10, 20, …, 100 %
 
 # The grid of each (preset, data, level): the task config (on top of the preset rows of
-# models/presets.py), the widths m, and overrides of the training rows. Model shape (L, h,
-# q = 4m) comes from models/presets.py; only the width varies here.
-# Quick sizes were chosen by measurement on 2 shared CPU cores so that both synthetic grids
-# together finish within 15 minutes and the widths straddle the memorization boundary.
+# models/train/presets.py), the widths m, and overrides of the training rows. Model shape
+# (L, h, q = 4m) comes from the preset rows; only the width varies here. Quick sizes keep the
+# synthetic grids CPU-sized, with widths chosen to straddle the memorization boundary (the
+# narrowest models fail to memorise the full set at the quick step budget, the widest do not).
 GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
     # 256 sequences of 8 tokens, 4 classes: 2048 labels of 2 bits at 100 %.
     ("quick", "synthetic", "token"): {
@@ -90,7 +105,7 @@ GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
         "task": {"n_examples": 400, "max_len": 48}, "widths": (8, 16, 24, 32, 48),
         "patience": 10},
     # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
-    # m = 96, 192, …; 1,500 / 7,500 steps. Unverified here (needs a GPU).
+    # m = 96, 192, …; 1,500 / 7,500 steps. Sized for a GPU.
     ("paper", "conll", "token"): {
         "task": {"n_examples": 14000, "max_len": 128}, "widths": tuple(range(12, 121, 12)),
         "train": {"steps": 1500}, "patience": 6},
@@ -129,57 +144,63 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_
     return total
 
 
+
+
 # ---------------------------------------------------------------------------- one cell
+def train_error_evaluator(model, task, cfg: TrainConfig, device) -> dict[str, float]:
+    """The loop's evaluation for a cell: the training error on the whole fixed set."""
+    return {"train_error": task.train_error(model)}
+
+
+class StopRule(Callback):
+    """Ends a cell's run when the training error is below ``threshold`` ("memorized") or has
+    not improved for ``patience`` evaluations ("plateau"; 0 disables). Keeps the run, so the
+    cell can be read after the loop returns."""
+
+    def __init__(self, threshold: float, patience: int):
+        self.threshold, self.patience = threshold, patience
+        self.best, self.since_best, self.error = math.inf, 0, math.nan
+        self.run: Run | None = None
+
+    def on_step(self, run: Run) -> None:
+        self.run = run
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> bool:
+        self.error = record["train_error"]
+        if self.error < self.best:
+            self.best, self.since_best = self.error, 0
+        else:
+            self.since_best += 1
+        if self.error < self.threshold:
+            run.stop_reason = "memorized"
+        elif self.patience and self.since_best >= self.patience:
+            run.stop_reason = "plateau"
+        return bool(run.stop_reason)
+
+
 def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
                device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train one grid cell to convergence; return its numbers (JSON-able).
 
     Stops when the training error (whole set) is below ``threshold`` ("memorized"), when it
     has not improved for ``patience`` evaluations ("plateau", 0 disables), on a non-finite
-    loss ("diverged"), or after ``spec.train.steps`` steps ("max_steps").
+    loss or gradient ("diverged"), or after ``spec.train.steps`` steps ("max_steps").
     """
-    cfg = spec.train
-    dev = torch.device(device)
-    task = make_task(spec.task, spec.task_config)
-    torch.manual_seed(cfg.seed)
-    model = build_model(spec.arch, spec.model).to(dev)
-    decay = [p for p in model.parameters() if p.dim() >= 2]  # as models.train: no decay on
-    no_decay = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    g = make_generator(cfg.seed)
-    step, best, since_best, stop, loss_value = 0, math.inf, 0, "max_steps", math.nan
-    err = math.nan
+    rule = StopRule(threshold, patience)
     t0 = time.time()
-    model.train()
-    while stop == "max_steps" and step < cfg.steps:
-        for batch in task.epoch(cfg.batch_size, g):
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            loss = loss_of(model, batch.to(dev))
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):
-                stop = "diverged"
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            step += 1
-            if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
-                err = task.train_error(model)
-                if err < best:
-                    best, since_best = err, 0
-                else:
-                    since_best += 1
-                if err < threshold:
-                    stop = "memorized"
-                elif patience and since_best >= patience:
-                    stop = "plateau"
-            if stop != "max_steps" or step >= cfg.steps:
-                break
+    try:
+        train(spec, out=None, device=device, progress=False, callbacks=[rule],
+              evaluator=train_error_evaluator)
+        stop = rule.run.stop_reason or "max_steps"
+    except TrainingDiverged:
+        stop = "diverged"
+    if rule.run is not None:
+        model, task, step, loss = rule.run.model, rule.run.task, rule.run.step, rule.run.loss
+    else:  # diverged on the first step: the weights are still the initial ones
+        torch.manual_seed(spec.train.seed)
+        model = build_model(spec.arch, spec.model).to(resolve_device(device))
+        task, step, loss = make_task(spec.task, spec.task_config), 0, math.nan
+    err, best = rule.error, rule.best
     if stop in ("diverged", "max_steps") or math.isnan(err):
         err = task.train_error(model)
         best = min(best, err)
@@ -189,7 +210,8 @@ def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
         "n_classes": task.cfg.C, "d_model": model.cfg.d_model, "n_layers": model.cfg.n_layers,
         "n_heads": model.cfg.n_heads, "d_mlp": model.cfg.d_mlp_, "pe": model.cfg.pe,
         "params_total": model.n_params(), "params_non_embedding": model.n_params(embeddings=False),
-        "train_error": err, "best_error": best, "memorized": err < threshold, "loss": loss_value,
+        "train_error": err, "best_error": best, "memorized": err < threshold,
+        "loss": math.nan if stop == "diverged" else loss,
         "steps": step, "stop": stop, "time_s": round(time.time() - t0, 2),
     }
 
@@ -246,8 +268,6 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     ``out_dir/memorization_{data}_{level}_cells/`` and reused by the next call unless
     ``fresh``.
     """
-    from joblib import Parallel, delayed
-
     grid = grid_settings(preset, data, level)
     widths = tuple(widths or grid["widths"])
     fractions = tuple(fractions or FRACTIONS)
@@ -318,8 +338,6 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
 def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],
               threshold: float, level: str) -> dict[str, Any]:
     """Heatmap matrix, smallest memorising model per N, fits and trend statistics."""
-    from scipy.stats import spearmanr
-
     err = np.array([[cells[(f, m)]["train_error"] for m in widths] for f in fractions])
     first = [cells[(f, widths[0])] for f in fractions]
     n_ex = [c["n_examples"] for c in first]
@@ -372,33 +390,6 @@ def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widt
 
 def _finite(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
-
-
-def fit_trends(n_examples: list[int], min_params: list[int | None], seq_len: int,
-               level: str) -> dict[str, Any]:
-    """Least-squares fits of the minimal parameter counts against N.
-
-    ``linear``: P = a + b·N (the paper's observed trend, §5.2). ``theory``: P = a + b·√(nN)
-    (Thm 3.1, token level) or a + b·√N (Thm 4.1, sequence level), a standing for d + n.
-    Each with its coefficients and R²; None where fewer than two N were memorised.
-    """
-    pts = [(n, p) for n, p in zip(n_examples, min_params, strict=True) if p is not None]
-    out: dict[str, Any] = {"points": len(pts)}
-    if len(pts) < 2 or len({n for n, _ in pts}) < 2:
-        return {**out, "linear": None, "theory": None}
-    N = np.array([n for n, _ in pts], dtype=float)
-    P = np.array([p for _, p in pts], dtype=float)
-    scale = seq_len if level == "token" else 1
-    for name, x in (("linear", N), ("theory", np.sqrt(scale * N))):
-        A = np.stack([np.ones_like(x), x], axis=1)
-        (a, b), *_ = np.linalg.lstsq(A, P, rcond=None)
-        resid = P - A @ np.array([a, b])
-        ss_tot = float(((P - P.mean()) ** 2).sum())
-        r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else None
-        out[name] = {"a": float(a), "b": float(b), "r2": r2}
-    out["theory"]["form"] = "a + b*sqrt(n*N)" if level == "token" else "a + b*sqrt(N)"
-    out["linear"]["form"] = "a + b*N"
-    return out
 
 
 # ---------------------------------------------------------------------------- figures
@@ -504,29 +495,52 @@ def table(result: dict) -> list[list[Any]]:
     return rows
 
 
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_trends(d: dict) -> tuple[str, bool]:
+    """Fig. 1: the error does not rise with width nor fall with N in >= 80 % of neighbour
+    pairs (within the trend tolerance)."""
+    t = d["trends"]
+    w, n = t["width_pairs_error_not_rising"], t["n_pairs_error_not_falling"]
+    return (f"error not rising with width in {100 * w:.0f} % of neighbour pairs; not falling "
+            f"with N in {100 * n:.0f} % (Spearman vs width "
+            f"{fmt(t['spearman_error_vs_width'], '.2f')}, "
+            f"vs N {fmt(t['spearman_error_vs_n'], '.2f')})"), w >= 0.8 and n >= 0.8
+
+
+def claim_params(d: dict) -> tuple[str, bool]:
+    """Fig. 2: the smallest memorising model never shrinks as N grows (two N at least)."""
+    t = d["trends"]
+    fit = get(d, "fits", "non_embedding", "linear")
+    text = (f"{t['n_memorized']}/{len(d['n_examples'])} dataset sizes memorised; smallest "
+            f"memorising model (non-embedding params): {d['min_params_non_embedding']}")
+    if fit:
+        text += f"; linear fit R² {fmt(fit['r2'], '.2f')}"
+    return text, bool(t["min_params_nondecreasing"]) and t["n_memorized"] >= 2
+
+
+def plan_args(preset: str) -> list[str]:
+    """The flags the reproduce plan passes: the synthetic token-level grid. Quick runs half of
+    the ten dataset sizes, which keeps the figure within one analysis' time budget; the
+    trends are read the same way from five sizes."""
+    quick = ["--fractions", "0.2,0.4,0.6,0.8,1.0"] if preset == "quick" else []
+    return ["--data", "synthetic", "--task", "token", "--no-progress", *quick]
+
+
+FIGURE = Figure(
+    "Memorization vs parameter count (token level)", "Memorization paper Figs. 1, 2",
+    (Claim("training error falls with width and rises with dataset size (Fig. 1)",
+           claim_trends),
+     Claim("the smallest memorising model grows with N (Fig. 2)", claim_params)),
+    recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
+    extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2)
+
+
 # ---------------------------------------------------------------------------- main
-def _numbers(text: str, kind):
-    try:
-        return tuple(kind(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise TaskError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=f"python -m analyses.{NAME}", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=["synthetic", "conll", "mnli"], default="synthetic")
     p.add_argument("--task", choices=["token", "sequence"], default=None,
                    help="label level (default: token for synthetic and conll, sequence for mnli)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                   help="CPU-sized grid (default)")
-    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                   help="the paper's sizes (App. F; for a GPU)")
-    p.set_defaults(preset="quick")
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
-    p.add_argument("--out", default="figures/out", help="output directory (default: figures/out)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | auto (default: cpu)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and of the training")
     p.add_argument("--jobs", type=int, default=2, help="parallel worker processes (default 2)")
     p.add_argument("--widths", default=None, help="embedding sizes m, e.g. 8,16,32")
     p.add_argument("--fractions", default=None, help="dataset fractions (default 0.1,…,1.0)")
@@ -539,41 +553,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluations without improvement before a cell stops")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
-    return p
 
 
-def _main(argv):
-    args = build_parser().parse_args(argv)
+def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
+    """The grid of the flags (``--seed`` seeds the data and the training), and the outputs
+    beyond NAME.png / NAME.json: each panel alone and the per-cell CSV. No checkpoints: the
+    grid trains its own cells."""
     level = args.task or REAL_LEVEL.get(args.data, "token")
     task_cfg: dict[str, Any] = {"seed": args.seed}
     if args.data_path:
         task_cfg["data_path"] = args.data_path
     if args.n_examples is not None:
         task_cfg["n_examples"] = args.n_examples
-    train = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
+    train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
     result = compute(args.data, level, args.preset, args.out,
-                     widths=_numbers(args.widths, int) if args.widths else None,
-                     fractions=_numbers(args.fractions, float) if args.fractions else None,
+                     widths=tuple(ints(args.widths)) if args.widths else None,
+                     fractions=tuple(numbers(args.fractions)) if args.fractions else None,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
-                     train=train, patience=args.patience, threshold=args.threshold,
+                     train=train_cfg, patience=args.patience, threshold=args.threshold,
                      n_jobs=args.jobs, device=args.device, fresh=args.fresh,
                      progress=not args.no_progress)
     name, out = result["name"], Path(args.out)
     save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
     save_figure(plot_params(result), out / f"{name}_params.png")
     csv_path = write_csv(result, out / f"{name}_cells.csv")
-    write_outputs(name, result, plot(result), out, table(result))
     t = result["trends"]
     print(f"wrote {out / (name + '_heatmap.png')}, {out / (name + '_params.png')}, {csv_path}")
     print(f"{result['cells_trained']} cells trained, {result['cells_reused']} reused, "
           f"{result['wall_time_s']} s wall ({result['n_jobs']} jobs); Spearman(error, width) "
           f"{t['spearman_error_vs_width']}, Spearman(error, N) {t['spearman_error_vs_n']}, "
           f"Spearman(min params, N) {t['spearman_min_params_vs_n']}")
-    return 0
+    return result
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
+                        output_name=lambda args, result: result["name"])
 
 
 if __name__ == "__main__":

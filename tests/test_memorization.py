@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from analyses import memorization as am
 from models.registry import build_model
 from models.train.loop import loss_of, train
 from models.train.spec import make_spec
+from probes.fits import fit_trends, line_fit
 from tasks import IGNORE, TaskError, make_generator, make_task
 from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
 
@@ -121,11 +123,18 @@ def test_parameter_count_matches_a_hand_count():
 
 def test_fits_recover_exact_trends():
     n = [10, 20, 40, 80]
-    lin = am.fit_trends(n, [100 + 3 * x for x in n], 4, "token")
+    lin = fit_trends(n, [100 + 3 * x for x in n], 4, "token")
     assert lin["linear"]["b"] == pytest.approx(3) and lin["linear"]["r2"] == pytest.approx(1)
-    sq = am.fit_trends(n, [50 + 2 * (4 * x) ** 0.5 for x in n], 4, "token")
+    assert lin["linear"]["form"] == "a + b*N" and lin["points"] == 4
+    sq = fit_trends(n, [50 + 2 * (4 * x) ** 0.5 for x in n], 4, "token")
     assert sq["theory"]["b"] == pytest.approx(2) and sq["theory"]["r2"] == pytest.approx(1)
-    assert am.fit_trends(n, [None, None, 5, None], 4, "sequence")["linear"] is None
+    assert sq["theory"]["form"] == "a + b*sqrt(n*N)"
+    assert sq["linear"]["r2"] < 1  # a square root is not a line
+    seq = fit_trends(n, [7 + 5 * x**0.5 for x in n], 4, "sequence")  # √N, no n
+    assert seq["theory"]["b"] == pytest.approx(5) and seq["theory"]["form"] == "a + b*sqrt(N)"
+    assert fit_trends(n, [None, None, 5, None], 4, "sequence")["linear"] is None
+    flat = line_fit(np.array([1.0, 2.0, 3.0]), np.array([4.0, 4.0, 4.0]))
+    assert flat["b"] == pytest.approx(0) and flat["r2"] is None  # constant y: R² undefined
 
 
 # ---------------------------------------------------------------------------- real data
@@ -251,7 +260,40 @@ def test_train_cell_memorises_a_tiny_set():
                      train={"steps": 300, "warmup_steps": 10, "eval_every": 10})
     cell = am.train_cell(spec, patience=0)
     assert cell["stop"] == "memorized" and cell["train_error"] < 0.005 and cell["steps"] < 300
+    assert cell["steps"] % 10 == 0  # stopped right after the evaluation that saw it memorised
     assert cell["n_labels"] == 32 and cell["params_total"] == am.param_count(16, 2, 17, 2)
+
+
+def test_train_cell_stops_on_a_plateau_and_reports_divergence():
+    """The stop rule's other two ends: no improvement for ``patience`` evaluations, and a
+    non-finite loss (the loop's TrainingDiverged) as a cell, not an error."""
+    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 4},
+                     task_config={"n_examples": 64, "seq_len": 8},
+                     train={"steps": 300, "warmup_steps": 0, "eval_every": 2, "lr": 1e-4})
+    cell = am.train_cell(spec, patience=1)
+    assert cell["stop"] == "plateau" and cell["steps"] < 300 and not cell["memorized"]
+    assert cell["best_error"] <= cell["train_error"]
+    wild = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
+                     task_config={"n_examples": 8, "seq_len": 4},
+                     train={"steps": 50, "warmup_steps": 0, "eval_every": 5, "lr": 1e8,
+                            "grad_clip": 0})
+    cell = am.train_cell(wild, patience=0)
+    assert cell["stop"] == "diverged" and cell["steps"] < 50 and cell["loss"] != cell["loss"]
+    assert 0 <= cell["train_error"] <= 1  # measured on the last finite weights
+
+
+def test_stop_rule_counts_evaluations_without_improvement():
+    class FakeRun:
+        stop_reason = ""
+
+    rule, run = am.StopRule(threshold=0.1, patience=2), FakeRun()
+    assert not rule.on_eval(run, {"train_error": 0.5})
+    assert not rule.on_eval(run, {"train_error": 0.4})  # improved: the count restarts
+    assert not rule.on_eval(run, {"train_error": 0.4})
+    assert rule.on_eval(run, {"train_error": 0.45}) and run.stop_reason == "plateau"
+    run = FakeRun()
+    assert am.StopRule(0.1, 0).on_eval(run, {"train_error": 0.05})
+    assert run.stop_reason == "memorized"
 
 
 def test_suite_trainer_runs_the_task_and_reports_train_error():
@@ -325,3 +367,58 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
     assert am.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
+
+
+def test_cli_refuses_checkpoints_it_would_ignore(tmp_path, capsys):
+    assert am.main(["ckpt.pt", "--out", str(tmp_path)]) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
+    """What the reproduce plan passes (``--quick --out DIR`` + FIGURE.extra_args) reaches
+    compute as the synthetic token grid with five fractions, and names the outputs after it."""
+    seen, real = {}, am.compute
+
+    def small(data, level, preset, out_dir, **kw):
+        seen.update(data=data, level=level, preset=preset, fractions=kw["fractions"])
+        return real(data, level, preset, out_dir, widths=(4,), fractions=(1.0,),
+                    task_config={"n_examples": 4, "seq_len": 4},
+                    train={"steps": 2, "warmup_steps": 0}, n_jobs=1, progress=False)
+
+    monkeypatch.setattr(am, "compute", small)
+    argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
+    assert am.main(argv) == 0
+    assert seen == {"data": "synthetic", "level": "token", "preset": "quick",
+                    "fractions": (0.2, 0.4, 0.6, 0.8, 1.0)}
+    assert am.FIGURE.outputs == ("memorization_synthetic_token",)
+    assert (tmp_path / "memorization_synthetic_token.json").is_file()
+    assert "--fractions" not in am.FIGURE.extra_args("paper")
+    assert tuple(am.FIGURE.recipes("quick")) == ()
+
+
+# ---------------------------------------------------------------------------- claims
+def mem_json(w=1.0, n=1.0, mins=(100, 100, 200), nondecreasing=True):
+    return {"trends": {"width_pairs_error_not_rising": w, "n_pairs_error_not_falling": n,
+                       "spearman_error_vs_width": -0.9, "spearman_error_vs_n": None,
+                       "min_params_nondecreasing": nondecreasing,
+                       "n_memorized": sum(m is not None for m in mins)},
+            "n_examples": [10, 20, 30], "min_params_non_embedding": list(mins),
+            "fits": {"non_embedding": {"linear": {"r2": 0.75}}}}
+
+
+def test_claim_trends_both_ways():
+    text, ok = am.claim_trends(mem_json())
+    assert ok and "100 %" in text and "-0.90" in text and "n/a" in text
+    assert not am.claim_trends(mem_json(w=0.7))[1]  # error rises with width too often
+    assert not am.claim_trends(mem_json(n=0.5))[1]
+    assert am.claim_trends(mem_json(w=0.8, n=0.8))[1]  # the threshold itself holds
+
+
+def test_claim_params_both_ways():
+    text, ok = am.claim_params(mem_json())
+    assert ok and "3/3 dataset sizes" in text and "R² 0.75" in text
+    assert not am.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False))[1]
+    assert not am.claim_params(mem_json(mins=(None, None, 200)))[1]  # one N is no trend
+    d = mem_json()
+    d["fits"]["non_embedding"]["linear"] = None
+    assert "R²" not in am.claim_params(d)[0]

@@ -191,21 +191,3 @@ def test_context_length_and_checks():
     with pytest.raises(TaskError):
         predictor_features(torch.zeros(8, 1), 3, 8, 2, 8)
 
-
-def test_spectral_lds_analysis_smoke(tmp_path):
-    from analyses import spectral_lds as A
-
-    res = A.compute(T=256, k=8, d_hidden=8, d_in=2, d_out=2, qs=(0.5, 1.0), regions=("B",),
-                    seeds=2, progress=False)
-    rows = {(r["algorithm"], r["q"]): r for r in res["rows"]}
-    assert set(rows) == {(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)}
-    assert rows[(1, 1.0)]["ratio_to_full"] == 1.0 and rows[(1, 1.0)]["L"] == 256
-    assert rows[(2, 0.5)]["L"] == 16
-    # the best full-context predictor in hindsight has lower total loss than any online run
-    assert all(r["asym_regret"] > 0 for r in rows.values())
-    assert len(res["curves"]["B1"]["loss"]) == 2
-    A.plot(res)
-    code = A.main(["--T", "256", "--k", "6", "--d-hidden", "4", "--seeds", "1", "--qs",
-                   "1/2,1", "--out", str(tmp_path)])
-    assert code == 0 and (tmp_path / "spectral_lds.png").exists()
-    assert A.main(["--qs", "1/2", "--T", "256", "--out", str(tmp_path)]) == 2  # q = 1 needed

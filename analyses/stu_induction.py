@@ -2,67 +2,47 @@
 
 ``python -m analyses.stu_induction --train quick`` trains (cached) a two-layer STU with
 filters of length T = 256 — and, beside it, a Hard-ALiBi transformer and a Mamba-2 of
-similar size — on the induction-heads task at lengths T^q, several seeds each, then measures
-greedy recall accuracy at lengths up to T. ``python -m analyses.stu_induction CKPT...``
-evaluates given induction checkpoints instead.
+similar size — on the induction-heads task at lengths T^q, several seeds each (the zoo's
+``induction/{arch}_L{length}_s{seed}`` recipes; ``--archs``, ``--qs`` and ``--seeds`` pick among
+them), then measures greedy recall accuracy at lengths up to T.
+``python -m analyses.stu_induction CKPT...`` evaluates given induction checkpoints instead
+(any language-model architecture).
 
 Outputs: accuracy vs evaluation length per architecture and training length (mean over seeds,
 min–max band), chance 1/D, a table, and for each (arch, training length) the pooled accuracy
-at the longest length with a one-sided binomial p-value against chance.
+at the longest length with a one-sided binomial p-value against chance
+(:mod:`probes.induction`).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
-import time
 from collections import defaultdict
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    ints,
+    load_model,
+    need,
+    numbers,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
-from models.generation import evaluate_prompts
-from tasks.base import TaskError, check, make_generator
+from models import zoo
+from probes.induction import binomial_sf, recall_accuracy
+from tasks.base import check
 from tasks.registry import make_task
 
 NAME = "stu_induction"
 ARCHS = ("stu", "transformer", "mamba2", "mamba", "lstm")  # any language model can be probed
 DEFAULT_ARCHS = ("stu", "transformer", "mamba2")
-T_FILTER = 256  # paper §4.2: filters of length T = 256
-PRESET_RUNS = {"quick": {"qs": (1 / 2, 3 / 4), "seeds": 3},
-               "paper": {"qs": (1 / 2, 5 / 8, 3 / 4, 7 / 8), "seeds": 5}}
-
-
-# ---------------------------------------------------------------------------- evaluation
-def binomial_sf(k: int, n: int, p: float) -> float:
-    """P[X >= k] for X ~ Binomial(n, p) (exact, in log space)."""
-    if k <= 0:
-        return 1.0
-    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-            + i * math.log(p) + (n - i) * math.log1p(-p) for i in range(k, n + 1)]
-    m = max(logs)
-    return float(min(1.0, math.exp(m) * sum(math.exp(v - m) for v in logs)))
-
-
-@torch.no_grad()
-def recall_accuracy(model, task, lengths: list[int], n_eval: int, seed: int,
-                    batch_size: int = 256) -> list[int]:
-    """Number of correctly recalled tokens (greedy, out of ``n_eval``) at each length; the
-    same evaluation sequences for every model (seeded by ``seed`` and the length)."""
-    out = []
-    for L in lengths:
-        g = make_generator(seed * 1_000_003 + L)
-        right = 0
-        for start in range(0, n_eval, batch_size):
-            b = task.eval_batch(min(batch_size, n_eval - start), g, length=L)
-            acc = evaluate_prompts(model, b.to(model.device), greedy=True)["string_acc"]
-            right += round(acc * b.prompts.shape[0])
-        out.append(right)
-    return out
 
 
 def describe(model) -> str:
@@ -92,7 +72,7 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
         D = task.cfg.D
         groups[(describe(m), task.cfg.length)].append(m)
     if lengths is None:
-        top = max(T_FILTER, max(L for _, L in groups))
+        top = max(zoo.INDUCTION_T, max(L for _, L in groups))
         lengths = sorted({2**i for i in range(4, int(math.log2(top)) + 1)} | {L for _, L in groups})
     check(all(L >= 3 for L in lengths), f"evaluation lengths must be >= 3, got {lengths}")
     task = make_task("induction", {"D": D, "length": 3})
@@ -165,103 +145,85 @@ def table(result: dict) -> list[list]:
     return rows
 
 
-# ---------------------------------------------------------------------------- training
-def train_runs(preset: str, cache_dir: str, archs: tuple[str, ...], qs: tuple[float, ...],
-               seeds: int, device: str, T: int = T_FILTER) -> tuple[list[str], list[dict]]:
-    """Train (or reuse) every (arch, q, seed) checkpoint; an arch that fails to build (e.g.
-    not importable yet) is skipped with a printed note and retried once at the end."""
-    from models.registry import build_model
-    from models.train import make_spec, train_cached
+# ---------------------------------------------------------------------------- recipes
+def induction_recipes(preset: str, archs: tuple[str, ...] = DEFAULT_ARCHS,
+                      qs: tuple[float, ...] | None = None, seeds: int | None = None) -> list[str]:
+    """The zoo recipes of every (arch, q, seed): training lengths T^q and seeds 0..seeds-1
+    (default: the preset's ``zoo.INDUCTION_RUNS``). A run the zoo has no recipe for is a
+    clear error that names the runs it has."""
+    runs = zoo.INDUCTION_RUNS[preset]
+    qs = tuple(qs or runs["qs"])
+    seeds = runs["seeds"] if seeds is None else seeds
+    check(seeds >= 1 and len(qs) >= 1 and all(0 < q <= 1 for q in qs),
+          f"need seeds >= 1 and q in (0, 1], got seeds={seeds}, qs={qs}")
+    zoo_archs = sorted({r.arch for r in zoo.RECIPES.values() if r.task == "induction"})
+    for arch in archs:
+        check(arch in zoo_archs, f"the zoo has no induction recipes for arch {arch!r} (it has "
+              f"{', '.join(zoo_archs)}); give such checkpoints as paths instead")
+    lengths = sorted({zoo.induction_length(q) for q in qs})
+    names = [zoo.induction_name(a, L, s) for a in archs for L in lengths for s in range(seeds)]
+    for n in names:
+        check(n in zoo.RECIPES and zoo.RECIPES[n].available(preset),
+              f"no {preset} recipe {n} in the zoo: its {preset} induction runs are q in "
+              f"{', '.join(f'{q:.4g}' for q in runs['qs'])} (lengths "
+              f"{', '.join(str(zoo.induction_length(q)) for q in runs['qs'])}) and seeds "
+              f"0..{runs['seeds'] - 1} (models/zoo.py INDUCTION_RUNS)")
+    return names
 
-    lengths = sorted({max(3, round(T**q)) for q in qs})
-    paths, skipped = [], []
 
-    def runs(arch):
-        return [(L, s) for L in lengths for s in range(seeds)]
+def _selected_recipes(args: argparse.Namespace) -> list[str]:
+    return induction_recipes(args.train, tuple(a.strip() for a in args.archs.split(",")
+                                               if a.strip()),
+                             tuple(numbers(args.qs)) if args.qs else None, args.seeds)
 
-    def try_arch(arch, last_try: bool) -> bool:
-        try:
-            spec = make_spec(arch, "induction", preset, task_config={"length": lengths[0]})
-            build_model(arch, spec.model)
-        except Exception as e:  # noqa: BLE001 - any failure to build: skip the arch, say why
-            why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-            print(f"note: skipping arch {arch!r} ({'again, ' if last_try else ''}it fails to "
-                  f"build: {why}){'' if last_try else '; will retry at the end'}",
-                  file=sys.stderr)
-            if last_try:
-                skipped.append({"arch": arch, "reason": why})
-            return False
-        for L, s in tqdm(runs(arch), desc=f"train {arch}", leave=False):
-            paths.append(str(train_cached(arch, "induction", preset, cache_dir,
-                                          task_config={"length": L},
-                                          train_overrides={"seed": s}, device=device,
-                                          progress=False)))
-        return True
 
-    deferred = [a for a in archs if not try_arch(a, last_try=False)]
-    for arch in deferred:
-        try_arch(arch, last_try=True)
-    return paths, skipped
+# ---------------------------------------------------------------------------- the paper's claim
+def claim_recall(d: dict) -> tuple[str, bool]:
+    """Fig. 5: some STU trained short recalls above chance at the longest length (pooled over
+    seeds, one-sided binomial p < 0.01)."""
+    rows = [r for r in d["rows"] if r["arch"] == "stu"]
+    parts = [f"trained at {r['train_length']}: {r['longest']['acc']:.2f} at "
+             f"{r['longest']['length']}"
+             f" (best seed {max(a[-1] for a in r['acc_per_model']):.2f}, p = "
+             f"{r['longest']['p_value_vs_chance']:.1e})" for r in rows]
+    ok = any(r["longest"]["p_value_vs_chance"] < 0.01 for r in rows)
+    return f"STU (chance {d['chance']:.2f}): " + "; ".join(parts), ok
+
+
+FIGURE = Figure(
+    "STU on induction heads, trained short", "Spectral paper Fig. 5",
+    (Claim("STU trained short sometimes generalises to length T (above chance)",
+           claim_recall),),
+    recipes=induction_recipes)
 
 
 # ---------------------------------------------------------------------------- main
-def _numbers(text: str, kind=float) -> tuple:
-    try:
-        out = []
-        for v in text.split(","):
-            v = v.strip()
-            if "/" in v:
-                a, b = v.split("/")
-                out.append(kind(float(a) / float(b)))
-            elif v:
-                out.append(kind(v))
-        return tuple(out)
-    except ValueError:
-        raise TaskError(f"cannot read {text!r} as comma-separated numbers") from None
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default=",".join(DEFAULT_ARCHS),
                    help="architectures trained by --train (default: stu,transformer,mamba2)")
-    p.add_argument("--qs", default=None, help="training lengths T^q with T = 256 "
-                   "(default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per (arch, q) (quick 3)")
+    p.add_argument("--qs", default=None, help="training lengths T^q with T = 256, from the "
+                   "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds per (arch, q), from the zoo's runs (default quick 3, paper 5)")
     p.add_argument("--lengths", default=None, help="evaluation lengths (default 16..256)")
     p.add_argument("--n-eval", type=int, default=512, help="sequences per evaluation length")
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)  # shared CPUs; the models are tiny
-    t0 = time.time()
-    skipped: list[dict] = []
-    paths = list(args.checkpoints)
-    if not paths:
-        check(args.train is not None, "give induction checkpoints, or --train quick|paper to "
-              "train them")
-        runs = PRESET_RUNS[args.train]
-        qs = _numbers(args.qs) if args.qs else runs["qs"]
-        seeds = args.seeds if args.seeds is not None else runs["seeds"]
-        check(seeds >= 1 and all(0 < q <= 1 for q in qs), "need seeds >= 1 and q in (0, 1]")
-        archs = tuple(a.strip() for a in args.archs.split(",") if a.strip())
-        paths, skipped = train_runs(args.train, args.cache_dir, archs, qs, seeds, args.device)
-        check(len(paths) > 0, "no architecture could be trained")
-    models = [load_model(path, archs=ARCHS, device=args.device) for path in paths]
-    lengths = list(_numbers(args.lengths, int)) if args.lengths else None
-    result = compute(models, lengths=lengths, n_eval=args.n_eval, seed=args.seed)
-    result.update({"checkpoints": paths, "skipped": skipped, "time_s": round(time.time() - t0, 1),
-                   "preset": args.train})
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    for s in skipped:
-        print(f"note: {s['arch']} was skipped: {s['reason']}")
-    print(f"done in {result['time_s']} s")
-    return 0
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints, "induction checkpoints")
+    models = [load_model(c.path, archs=ARCHS, device=args.device, tasks=("induction",))
+              for c in checkpoints]
+    result = compute(models, lengths=ints(args.lengths) if args.lengths else None,
+                     n_eval=args.n_eval, seed=args.seed)
+    result.update({"checkpoints": [c.path for c in checkpoints],
+                   "labels": [c.label for c in checkpoints], "preset": args.train})
+    return result
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, recipes=_selected_recipes,
+                        threads=1)
 
 
 if __name__ == "__main__":

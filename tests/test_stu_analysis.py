@@ -1,0 +1,144 @@
+"""analyses.stu_induction (spectral paper Fig. 5): recall of induction-heads checkpoints vs
+length, the zoo recipes its --train picks, its command line and its claim reader; and the
+recall / binomial probes of probes.induction."""
+
+import json
+from math import comb
+
+import pytest
+
+import models
+from analyses import stu_induction as A
+from models import zoo
+from models.train.loop import train
+from models.train.spec import make_spec
+from probes.induction import binomial_sf, recall_accuracy
+from tasks.base import TaskError
+from tasks.registry import make_task
+
+
+def _train_tiny(tmp_path, name, arch="stu", length=8, seed=0, task="induction", **model):
+    cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else {}
+    cfg.update(model)
+    spec = make_spec(arch, task, "quick", model=cfg,
+                     task_config=dict(length=length) if task == "induction" else None,
+                     train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=4,
+                                warmup_steps=1, seed=seed))
+    path = tmp_path / f"{name}.pt"
+    train(spec, out=path, progress=False)
+    return path
+
+
+def test_binomial_tail_matches_brute_force():
+    for n, k, p in [(10, 3, 0.25), (40, 20, 0.25), (5, 0, 0.5), (7, 7, 0.3)]:
+        ref = sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+        assert binomial_sf(k, n, p) == pytest.approx(ref, rel=1e-9)
+    # large n stays finite (log space): 300 of 1000 at chance 1/4 is unlikely, 250 is not
+    assert 0 < binomial_sf(300, 1000, 0.25) < 1e-3 < 0.4 < binomial_sf(250, 1000, 0.25) < 0.6
+
+
+def test_stu_induction_analysis_on_checkpoints(tmp_path):
+    paths = [_train_tiny(tmp_path, f"s{s}", seed=s) for s in range(2)]
+    paths.append(_train_tiny(tmp_path, "long", length=12))
+    ms = [models.load(p) for p in paths]
+    res = A.compute(ms, lengths=[8, 12, 32], n_eval=20, progress=False)
+    assert res["chance"] == 0.25 and res["lengths"] == [8, 12, 32]
+    by = {(r["arch"], r["train_length"]): r for r in res["rows"]}
+    assert set(by) == {("stu", 8), ("stu", 12)} and by[("stu", 8)]["n_models"] == 2
+    r = by[("stu", 8)]
+    assert len(r["acc_mean"]) == 3 and all(0 <= a <= 1 for a in r["acc_mean"])
+    assert r["longest"]["n"] == 40 and 0 <= r["longest"]["p_value_vs_chance"] <= 1
+    # the same evaluation sequences for every model: a model evaluated twice agrees
+    again = A.compute([ms[0]], lengths=[8, 12, 32], n_eval=20, progress=False)
+    assert again["rows"][0]["acc_mean"] == r["acc_per_model"][0]
+    right = recall_accuracy(ms[0], make_task("induction", length=8), [8, 12, 32], 20, seed=0)
+    assert [c / 20 for c in right] == r["acc_per_model"][0]
+    A.plot(res)
+    out = tmp_path / "out"
+    assert A.main([str(p) for p in paths] + ["--lengths", "8,16", "--n-eval", "8",
+                                             "--out", str(out)]) == 0
+    assert (out / "stu_induction.png").exists()
+    data = json.loads((out / "stu_induction.json").read_text())
+    assert data["labels"] == ["s0", "s1", "long"] and data["lengths"] == [8, 16]
+    # a checkpoint of another task: one stderr line, exit 2
+    other = _train_tiny(tmp_path, "copy", arch="transformer", task="copy", d_model=8,
+                        n_heads=2, n_layers=1)
+    assert A.main([str(other), "--out", str(out)]) == 2
+    assert A.main(["--out", str(out)]) == 2  # neither checkpoints nor --train
+
+
+def test_recipes_are_the_zoos_induction_runs():
+    quick = A.induction_recipes("quick")
+    runs = zoo.INDUCTION_RUNS["quick"]
+    assert len(quick) == 3 * len(runs["qs"]) * runs["seeds"]
+    assert quick[0] == "induction/stu_L16_s0" and "induction/mamba2_L64_s2" in quick
+    assert A.FIGURE.recipes("quick") == quick
+    paper = A.induction_recipes("paper", ("stu",))
+    assert {n.split("_s")[0] for n in paper} == {
+        f"induction/stu_L{L}" for L in (16, 32, 64, 128)} and len(paper) == 4 * 5
+    assert A.induction_recipes("quick", ("transformer",), (1 / 2,), 1) == [
+        "induction/transformer_L16_s0"]
+
+
+@pytest.mark.parametrize("archs, qs, seeds, match", [
+    (("stu",), (5 / 8,), 1, "no quick recipe induction/stu_L32_s0"),  # a paper-only length
+    (("stu",), None, 4, "seeds 0..2"),  # more seeds than the quick table has
+    (("lstm",), None, None, "no induction recipes for arch 'lstm'"),
+    (("stu",), (1.5,), 1, "q in \\(0, 1\\]"),
+    (("stu",), None, 0, "seeds >= 1"),
+])
+def test_a_run_outside_the_table_is_a_clear_error(archs, qs, seeds, match):
+    with pytest.raises(TaskError, match=match):
+        A.induction_recipes("quick", archs, qs, seeds)
+
+
+def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch, capsys):
+    asked = []
+
+    def fake_checkpoint(name, preset, cache_dir, device, progress=True, train=None):
+        asked.append((name, preset, str(cache_dir)))
+        seed = int(name.rsplit("_s", 1)[1])
+        return _train_tiny(tmp_path, name.replace("/", "_"), seed=seed)
+
+    monkeypatch.setattr(zoo, "checkpoint", fake_checkpoint)
+    out = tmp_path / "out"
+    argv = ["--train", "quick", "--archs", "stu", "--qs", "1/2", "--seeds", "2",
+            "--cache-dir", str(tmp_path / "cache"), "--lengths", "8", "--n-eval", "4",
+            "--out", str(out)]
+    assert A.main(argv) == 0
+    assert asked == [(f"induction/stu_L16_s{s}", "quick", str(tmp_path / "cache"))
+                     for s in range(2)]
+    data = json.loads((out / "stu_induction.json").read_text())
+    assert data["preset"] == "quick" and data["labels"] == ["induction/stu_L16_s0",
+                                                            "induction/stu_L16_s1"]
+    asked.clear()
+    assert A.main([*argv[:5], "5/8", *argv[6:]]) == 2  # checked before any training
+    assert asked == [] and "no quick recipe" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- claim
+def stu_json(p_values, archs=None):
+    archs = archs or ["stu"] * len(p_values)
+    return {"chance": 0.25, "rows": [
+        {"arch": a, "train_length": 16 * (i + 1), "acc_per_model": [[0.9, 0.4], [0.8, 0.3]],
+         "longest": {"acc": 0.35, "length": 256, "p_value_vs_chance": p}}
+        for i, (a, p) in enumerate(zip(archs, p_values, strict=True))]}
+
+
+def test_claim_recall_both_ways():
+    text, ok = A.claim_recall(stu_json([0.5, 1e-4]))
+    assert ok and "chance 0.25" in text and "best seed 0.40" in text and "1.0e-04" in text
+    assert not A.claim_recall(stu_json([0.5, 0.02]))[1]  # not significant at 1 %
+    # another architecture above chance does not make the STU claim hold
+    assert not A.claim_recall(stu_json([1e-9, 0.5], archs=["transformer (hard_alibi)",
+                                                           "stu"]))[1]
+    assert not A.claim_recall(stu_json([]))[1]  # no STU rows at all
+
+
+@pytest.mark.slow
+def test_stu_learns_induction_at_its_training_length(tmp_path):
+    spec = make_spec("stu", "induction", "quick", task_config=dict(length=16))
+    ck = train(spec, out=tmp_path / "stu.pt", progress=False)
+    m = models.load(tmp_path / "stu.pt")
+    right = recall_accuracy(m, make_task("induction", length=16), [16], 256, seed=0)[0]
+    assert right / 256 > 0.95, ck["history"][-1]

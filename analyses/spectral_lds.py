@@ -271,16 +271,13 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     for key in ("T", "k", "d_hidden", "d_in", "d_out", "seeds"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
-    result = compute(**cfg, qs=tuple(numbers(args.qs)), seed=args.seed, lr=args.lr,
-                     radius=args.radius)
-    result["preset"] = args.preset
-    return result
+    return {**compute(**cfg, qs=tuple(numbers(args.qs)), seed=args.seed, lr=args.lr,
+                      radius=args.radius), "preset": args.preset}
 
 
 def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
-                        threads=1)
+                        figure=FIGURE, add_arguments=add_arguments, checkpoints=False, threads=1)
 
 
 if __name__ == "__main__":

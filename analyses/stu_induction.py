@@ -222,8 +222,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE, add_arguments=add_arguments, recipes=_selected_recipes,
-                        threads=1)
+                        figure=FIGURE, add_arguments=add_arguments, threads=1,
+                        recipes=_selected_recipes)
 
 
 if __name__ == "__main__":

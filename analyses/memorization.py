@@ -144,8 +144,6 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_
     return total
 
 
-
-
 # ---------------------------------------------------------------------------- one cell
 def train_error_evaluator(model, task, cfg: TrainConfig, device) -> dict[str, float]:
     """The loop's evaluation for a cell: the training error on the whole fixed set."""

@@ -16,15 +16,22 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.length_generalization import train_overrides as length_gen_train
-from analyses.ngram_heads import _ints
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    ints,
+    load_copy_models,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
 from models.constructions import (
     build_hash_copy_transformer,
@@ -32,14 +39,17 @@ from models.constructions import (
     has_repeated_ngram,
     lemma_2_4_bound,
 )
-from models.generation import teacher_forced_argmax
-from tasks.base import TaskError, check, make_generator
+from probes.copying import state_floats, string_errors
+from tasks.base import check, make_generator
+from tasks.copy import CopyConfig, CopyTask
 
 NAME = "copy_bounds"
 GSSM_ARCHS = ("mamba", "mamba2", "lstm")
 ARCHS = (*GSSM_ARCHS, "transformer")
 PRESETS = {
-    # quick: 2 CPU cores, a few minutes; paper: tighter estimates and longer strings (GPU)
+    # quick: CPU-sized estimates; paper: tighter estimates and longer strings (GPU). Quick
+    # measures the LSTM only: the quick Mamba does not learn to copy at CPU budgets and its
+    # reference scan is slow; ``--archs mamba,lstm`` adds it.
     "quick": {"n_values": [3, 4, 5], "lengths": [20, 50, 100, 200, 500, 1000],
               "count_samples": 4000, "model_samples": 16, "gssm_lengths": [10, 20, 40, 80, 160],
               "gssm_samples": 64, "gssm_archs": ["lstm"]},
@@ -50,20 +60,13 @@ PRESETS = {
 }
 
 
-def _prompts(x: torch.Tensor, D: int) -> torch.Tensor:
+def copy_errors(model, x: torch.Tensor, D: int, batch_size: int = 8) -> torch.Tensor:
+    """[batch] bool: the model's copy of each row of x (``<BOS> x <COPY>``) is wrong."""
+    vocab = CopyTask(CopyConfig(D=D)).vocab
     B = x.shape[0]
-    return torch.cat([torch.full((B, 1), D), x, torch.full((B, 1), D + 2)], dim=1)  # BOS, COPY
-
-
-@torch.no_grad()
-def string_errors(model, x: torch.Tensor, D: int, batch_size: int = 8) -> torch.Tensor:
-    """[batch] bool: the model's copy of each row of x is wrong (exact, teacher forced)."""
-    out = []
-    for i in range(0, x.shape[0], batch_size):
-        xb = x[i : i + batch_size].to(model.device)
-        pred = teacher_forced_argmax(model, _prompts(xb, D).to(model.device), xb)
-        out.append((pred != xb).any(dim=1).cpu())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+    prompts = torch.cat([torch.full((B, 1), vocab.id("BOS")), x,
+                         torch.full((B, 1), vocab.id("COPY"))], dim=1)  # [batch, L + 2]
+    return string_errors(model, prompts, x, batch_size)
 
 
 def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
@@ -94,10 +97,8 @@ def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
             p_hat = n_rep / done
             rep = torch.cat(rep_x)[:model_samples]
             norep = torch.cat(norep_x)[:model_samples]
-            e_rep = string_errors(model, rep, D) if len(rep) else torch.zeros(0, dtype=torch.bool)
-            e_norep = string_errors(model, norep, D) if len(norep) else torch.zeros(0)
-            err_rep = float(e_rep.float().mean()) if len(rep) else 0.0
-            err_norep = float(e_norep.float().mean()) if len(norep) else 0.0
+            err_rep = float(copy_errors(model, rep, D).float().mean()) if len(rep) else 0.0
+            err_norep = float(copy_errors(model, norep, D).float().mean()) if len(norep) else 0.0
             err = p_hat * err_rep + (1 - p_hat) * err_norep
             # standard error: counting noise on p̂ plus model-sample noise in both strata
             se = math.sqrt((err_rep - err_norep) ** 2 * p_hat * (1 - p_hat) / done
@@ -114,33 +115,13 @@ def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
     return rows
 
 
-@torch.no_grad()
-def state_floats(model) -> int:
-    """Floats a GSSM carries from one token to the next (per sequence), read off its hooks:
-    SSM states H_t, the d_conv − 1 inputs the causal convolution keeps, LSTM (h, c)."""
-    tokens = torch.zeros(1, 2, dtype=torch.long, device=model.device)
-    _, cache = model.run_with_cache(tokens)
-    d_conv = int(getattr(model.cfg, "d_conv", 0) or 0)
-    total = 0
-    for name in cache.keys():
-        t = cache[name]
-        per_pos = int(np.prod(t.shape[2:])) if t.dim() >= 2 else 0
-        if name.endswith("hook_ssm_state") or name.endswith(("hook_h", "hook_c")):
-            total += per_pos
-        elif name.endswith("mixer.hook_conv") and d_conv > 1:
-            total += (d_conv - 1) * per_pos
-    if total == 0:
-        raise TaskError(f"cannot find the recurrent state of a {model.arch!r} model in its hooks")
-    return total
-
-
 def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int,
                       progress: bool = True) -> list[dict]:
     """Measured string-level copy error of a checkpoint on uniform strings of each length."""
     rows = []
     for L in tqdm(lengths, desc=f"{NAME}: {model.arch}", disable=not progress, leave=False):
         x = torch.randint(0, D, (samples, L), generator=make_generator(seed + L))
-        err = string_errors(model, x, D, batch_size=32)
+        err = copy_errors(model, x, D, batch_size=32)
         rows.append({"L": L, "error": float(err.float().mean()), "samples": samples})
     return rows
 
@@ -187,7 +168,7 @@ def plot(result: dict):
         ax[0].errorbar(L, [r["error"] for r in rows], yerr=[r["error_se"] for r in rows],
                        marker="o", ls="none", color=c, capsize=2,
                        label="construction error" if k == 0 else None)
-    # log y: the n = 5 curves live between 1e-4 and 0.1 (zero errors are not drawn)
+    # log y: the larger n are orders of magnitude rarer (zero errors are not drawn)
     ax[0].set(xscale="log", yscale="log", xlabel="string length L", ylabel="probability",
               ylim=(1e-4, 1.5), title=f"hash-copy construction (D={D}): error ≤ p ≤ bound")
     ax[0].legend(fontsize=6)
@@ -230,27 +211,7 @@ def table(result: dict) -> list[list]:
     return rows
 
 
-def train_gssms(preset: str, cache_dir: str, device: str, archs=None) -> list[str]:
-    """Copy checkpoints of the GSSMs that build (default: the preset's ``gssm_archs``); a clear
-    note for those that do not. Quick trains the LSTM only: quick Mamba does not learn to copy
-    on CPU either (9 % string accuracy after 3000 steps, presets.py) and its reference scan
-    costs 0.2 s a step; ``--archs mamba,lstm`` adds it."""
-    from models.train import train_cached
-
-    paths = []
-    for arch in archs or PRESETS[preset]["gssm_archs"]:
-        try:
-            # the training budget of length_generalization: its LSTM is shared, and the
-            # quick figure stays within 10 minutes (GSSMs fail to copy long strings either way)
-            paths.append(str(train_cached(arch, "copy", preset, cache_dir, device=device,
-                                          train_overrides=length_gen_train(preset, arch))))
-        except (TaskError, ImportError, AttributeError, NotImplementedError) as e:
-            print(f"note: skipping {arch}: it does not build here ({str(e).splitlines()[0]})")
-    return paths
-
-
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--D", type=int, default=26, help="alphabet size of the construction part")
     p.add_argument("--n", default=None, help="n-gram lengths of the construction")
     p.add_argument("--lengths", default=None, help="string lengths of the construction")
@@ -259,37 +220,83 @@ def _main(argv):
     p.add_argument("--count-samples", type=int, default=None,
                    help="uniform strings counted for p_n-gram")
     p.add_argument("--archs", default=None,
-                   help=f"with --train: GSSMs to train, of {', '.join(GSSM_ARCHS)} "
+                   help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "
                         "(default: the preset's)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        archs = args.archs.split(",") if args.archs else None
-        for a in archs or ():
-            check(a in GSSM_ARCHS, f"unknown GSSM {a!r}; allowed: {', '.join(GSSM_ARCHS)}")
-        ckpts = train_gssms(args.train, args.cache_dir, args.device, archs)
-    models, D = {}, args.D
-    for path in ckpts:
-        m = load_model(path, archs=ARCHS, device=args.device)
-        task = m.checkpoint["task"]
-        check(task["name"] in ("copy", "dup_ngram_copy"),
-              f"{path}: copy_bounds needs copy checkpoints, got task {task['name']!r}")
-        d = int(task["config"].get("D", 26))
-        check(d == D, f"{path}: checkpoint alphabet D={d} differs from --D {D}")
-        label = m.arch if m.arch != "transformer" else f"transformer/{m.cfg.pe}"
-        models[label] = m
-    result = compute(models, D, args.preset, args.seed, args.device,
-                     n_values=_ints(args.n) if args.n else None,
-                     lengths=_ints(args.lengths) if args.lengths else None,
+
+
+def gssm_recipes(preset: str, archs: list[str] | None = None) -> list[str]:
+    """The zoo's copy recipes of the GSSMs (default: the preset's ``gssm_archs``)."""
+    archs = archs or PRESETS[preset]["gssm_archs"]
+    for a in archs:
+        check(a in GSSM_ARCHS, f"unknown GSSM {a!r}; allowed: {', '.join(GSSM_ARCHS)}")
+    return [f"copy/{a}" for a in archs]
+
+
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    paths = [c.path for c in checkpoints]
+    models, _, D = load_copy_models(paths, args.device, ARCHS)
+    check(not models or D == args.D,
+          f"the checkpoints' alphabet D={D} differs from --D {args.D}")
+    result = compute(models, args.D, args.preset, args.seed, args.device,
+                     n_values=ints(args.n) if args.n else None,
+                     lengths=ints(args.lengths) if args.lengths else None,
                      model_samples=args.model_samples, count_samples=args.count_samples)
-    result["checkpoint_paths"] = ckpts
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoint_paths"] = paths
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_no_repeat(d: dict) -> tuple[str, bool]:
+    """Thm 2.3: the construction never errs on a string with no repeated n-gram."""
+    errs = [r["error_given_no_repeat"] for r in d["construction"]
+            if r["error_given_no_repeat"] is not None]
+    return (f"error on strings with no repeated n-gram: max {max(errs):.3f} over "
+            f"{len(errs)} (n, L) cells", max(errs) == 0.0)
+
+
+def claim_lemma_2_4(d: dict) -> tuple[str, bool]:
+    """Lemma 2.4: at the longest length, every n's error is within L²·D^(−n)."""
+    rows = [r for r in d["construction"] if r["L"] == max(r2["L"] for r2 in d["construction"])]
+    parts = [f"n = {r['n']}: error {r['error']:.3f} (bound {min(r['bound'], 1):.3f}, "
+             f"repeat prob {r['p_ngram']:.3f})" for r in rows]
+    return f"L = {rows[0]['L']}: " + "; ".join(parts), all(r["within_bound"] for r in rows)
+
+
+def claim_gssm_bound(d: dict) -> tuple[str, bool | None]:
+    """Error >= the bound everywhere; n/a when the bound is 0 at every tested length (a state
+    of that many bits could copy them all, so the check says nothing)."""
+    parts, ok, vacuous = [], True, True
+    for e in d["checkpoints"]:
+        if "bounds" not in e:
+            continue
+        b32 = e["bounds"]["32"]
+        last = e["measured"][-1]
+        parts.append(f"{e['label']}: error {last['error']:.2f} at L = {last['L']}; bound > 0 "
+                     f"only beyond L* = {b32['L_star']:.0f} ({e['state_floats']} floats x 32 bits)")
+        for m, b in zip(e["measured"], b32["by_L"], strict=True):
+            ok &= m["error"] >= b["bound"] - 1e-9
+            vacuous &= b["bound"] <= 0
+    if not parts:
+        return "no GSSM checkpoint", None
+    return "; ".join(parts), None if vacuous else ok
+
+
+FIGURE = Figure(
+    "Hash-copy construction vs the bounds", "Copy paper Thm 2.3, Lemma 2.4, Thm 2.7",
+    (Claim("the construction copies any string with no repeated n-gram (Thm 2.3)",
+           claim_no_repeat),
+     Claim("its error on uniform strings of length 1000 is within L²·D^(−n) (Lemma 2.4)",
+           claim_lemma_2_4),
+     Claim("a GSSM with a fixed-size state fails on long strings: error >= 1 − 2^bits/D^L "
+           "(Thm 2.7)", claim_gssm_bound)),
+    recipes=gssm_recipes, slots=2)
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(
+        NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
+        add_arguments=add_arguments, threads=4,
+        recipes=lambda a: gssm_recipes(a.train, a.archs.split(",") if a.archs else None))
 
 
 if __name__ == "__main__":

@@ -8,27 +8,33 @@ each model: the samples needed to first reach 50 % and 90 % string accuracy, and
 the fastest model (paper: transformers need ~100× fewer samples than GSSMs on length-300
 strings, ~10× fewer on length ≤ 30, Fig. 9b).
 
-With ``--train`` it trains the same checkpoints as ``length_generalization`` (shared cache:
-running one after the other trains once); the quick preset evaluates every 100 steps.
+With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints as
+``length_generalization`` (``analyses.common.COPY_LABELS``; trained once, cached); the quick
+preset evaluates every 100 steps.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from analyses.common import base_parser, run_main, to_jsonable, write_outputs
-from analyses.length_generalization import (
-    ARCHS,
-    COPY_TASKS,
-    add_training_arguments,
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    add_copy_models_argument,
+    copy_models_recipes,
+    copy_recipes,
     load_copy_models,
-    train_models,
+    need,
+    run_analysis,
+    to_jsonable,
 )
 from figures.style import COLORS, new_figure
 from tasks.base import check
 
 NAME = "copy_efficiency"
+ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
+GSSMS = ("mamba", "mamba2", "lstm")
 LEVELS = (0.5, 0.9)
 
 
@@ -95,28 +101,42 @@ def table(result: dict) -> list[list]:
     return rows
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_training_arguments(p)
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        labels = args.models.split(",") if args.models else None
-        ckpts = list(train_models(args.train, args.cache_dir, args.device, "copy", labels).values())
-    check(len(ckpts) >= 1, "give copy checkpoints (or --train quick)")
-    models, info, _ = load_copy_models(ckpts, args.device, ARCHS, COPY_TASKS, NAME)
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints, "copy checkpoints")
+    models, info, _ = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
     histories = {label: m.checkpoint["history"] for label, m in models.items()}
     for label, h in histories.items():
         check(any("string_acc" in r for r in h),
               f"{info[label]['path']}: the checkpoint has no accuracy history (was it trained?)")
-    result = compute(histories, info)
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    return compute(histories, info)
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_fewer_samples(d: dict) -> tuple[str, bool | None]:
+    """Every GSSM needs more samples to reach 90 % string accuracy than the fastest
+    transformer (or never reaches it); n/a without a GSSM."""
+    key = "string_0.9"
+    reach = {k: v.get(key) for k, v in d["samples_to_reach"].items()}
+    text = "samples to 90 % string accuracy: " + ", ".join(
+        f"{k} {v:,}" if v is not None else f"{k} never" for k, v in reach.items())
+    gssm = [v for k, v in reach.items() if k.split("'")[0] in GSSMS]
+    tf = [v for k, v in reach.items() if k.split("'")[0] not in GSSMS and v is not None]
+    if not tf or not gssm:
+        return text, None if not gssm else False
+    best = min(tf)
+    return text, all(v is None or v > best for v in gssm)
+
+
+FIGURE = Figure(
+    "Copy accuracy vs samples seen", "Copy paper Figs. 1a, 9",
+    (Claim("transformers learn to copy from far fewer samples than GSSMs", claim_fewer_samples),),
+    recipes=copy_recipes)
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(
+        NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
+        add_arguments=add_copy_models_argument, recipes=copy_models_recipes)
 
 
 if __name__ == "__main__":

@@ -19,37 +19,30 @@ greedy decoding's); ``--greedy`` decodes, which also makes the character accurac
 
 from __future__ import annotations
 
+import argparse
 import math
 
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.ngram_heads import _ints, quick_checkpoint
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    ints,
+    load_copy_models,
+    need,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
-from models.generation import evaluate_prompts
-from tasks.base import check, make_generator
+from models.constructions import build_hash_copy_transformer
+from probes.copying import accuracy_at
+from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 NAME = "duplicated_ngrams"
 ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
-COPY_TASKS = ("copy", "dup_ngram_copy")
 REF_STYLES = (("#555555", "s"), ("#999999", "^"), ("#bbbbbb", "v"))
-
-
-def copy_accuracy(model, task, L: int, n_examples: int, batch_size: int, seed: int,
-                  greedy: bool = False) -> dict[str, float]:
-    """Mean string / char accuracy on ``n_examples`` prompts of length L (seeded, so every
-    model sees the same strings)."""
-    g = make_generator(seed)
-    s = c = 0.0
-    done = 0
-    while done < n_examples:
-        b = min(batch_size, n_examples - done)
-        batch = task.eval_batch(b, g, length=L).to(model.device)
-        acc = evaluate_prompts(model, batch, greedy=greedy)
-        s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
-    return {"string_acc": s / done, "char_acc": c / done}
 
 
 def first_clear_drop(baseline: float, accs: list[float | None], ns: list[int], n_examples: int,
@@ -85,7 +78,8 @@ def compute(models: dict, D: int, n_values: list[int] | None = None,
         model.eval()
         per_len = []
         for L in lengths:
-            base = copy_accuracy(model, plain, L, n_examples, batch_size, seed + L, greedy)
+            base = accuracy_at(model, plain, L, n_examples, seed + L, 2 * L + 3, batch_size,
+                               greedy)
             bar.update(1)
             rows = []
             for n in n_values:
@@ -94,8 +88,8 @@ def compute(models: dict, D: int, n_values: list[int] | None = None,
                     bar.update(1)
                     continue
                 task = DuplicatedNgramCopyTask(DupNgramConfig(D=D, min_len=L, max_len=L, n=n))
-                acc = copy_accuracy(model, task, L, n_examples, batch_size,
-                                    seed + 1000 * n + L, greedy)
+                acc = accuracy_at(model, task, L, n_examples, seed + 1000 * n + L, 2 * L + 3,
+                                  batch_size, greedy)
                 rows.append({"n": n, **acc})
                 bar.update(1)
             accs = [r["string_acc"] for r in rows]
@@ -151,8 +145,7 @@ def table(result: dict) -> list[list]:
     return rows
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
     p.add_argument("--lengths", default=None,
                    help="test string lengths (default: max(train max_len, 2·max n + 1))")
@@ -161,40 +154,49 @@ def _main(argv):
     p.add_argument("--greedy", action="store_true", help="decode greedily (slower)")
     p.add_argument("--reference-n", default="3,5",
                    help="hash-copy constructions to evaluate alongside ('' for none)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]
-    check(len(ckpts) >= 1, "give at least one copy checkpoint (or --train quick)")
-    models, D, max_len = {}, None, 0
-    for path in ckpts:
-        m = load_model(path, archs=ARCHS, device=args.device)
-        task = m.checkpoint["task"]
-        check(task["name"] in COPY_TASKS,
-              f"{path}: duplicated_ngrams needs a copy checkpoint, got task {task['name']!r}")
-        d = int(task["config"].get("D", 26))
-        check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
-        D, max_len = d, max(max_len, int(task["config"].get("max_len", 0)))
-        label = m.arch if m.arch != "transformer" else f"transformer/{m.cfg.pe}"
-        while label in models:
-            label += "'"
-        models[label] = m
-    if args.reference_n:
-        from models.constructions import build_hash_copy_transformer
 
-        for n in _ints(args.reference_n):
-            models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
-    result = compute(models, D, _ints(args.n), _ints(args.lengths) if args.lengths else None,
+
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints, "copy checkpoints")
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
+    max_len = max(int(i["max_len"] or 0) for i in info.values())
+    for n in ints(args.reference_n):
+        models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
+    result = compute(models, D, ints(args.n), ints(args.lengths) if args.lengths else None,
                      n_examples=args.n_examples, batch_size=args.batch_size, seed=args.seed,
                      train_max_len=max_len, greedy=args.greedy)
-    result["checkpoints"] = ckpts
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoints"] = [c.path for c in checkpoints]
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_flat_then_falls(d: dict) -> tuple[str, bool]:
+    """Fig. 4: flat for small n, falling for larger n (first curve, longest length)."""
+    label, per_len = next(iter(d["curves"].items()))
+    e = per_len[-1]
+    accs = {r["n"]: r["string_acc"] for r in e["by_n"] if r["string_acc"] is not None}
+    base = e["baseline"]["string_acc"]
+    small = accs.get(min(accs))
+    large = accs.get(max(accs))
+    drop_n = e["first_drop_n"]
+    text = (f"{label}, L = {e['length']}: no-duplicate {base:.2f}; n = {min(accs)}: "
+            f"{small:.2f}; n = {max(accs)}: {large:.2f}; first clear drop at n = {drop_n}")
+    flat = small is not None and small >= base - 0.1
+    falls = large is not None and large < base - 0.1 and drop_n is not None and drop_n > min(accs)
+    return text, flat and falls
+
+
+FIGURE = Figure(
+    "Copying with a duplicated n-gram", "Copy paper §3.4, Fig. 4",
+    (Claim("accuracy is flat for short duplicated n-grams and falls once n reaches the "
+           "length of the n-grams the model matches", claim_flat_then_falls),),
+    # the copy model whose match heads analyses.ngram_heads finds: Fig. 4 asks how long they are
+    recipes=lambda preset: ["copy/hard_alibi"], slots=2)
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, threads=4)
 
 
 if __name__ == "__main__":

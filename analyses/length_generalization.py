@@ -23,37 +23,27 @@ from analyses.common import (
     Claim,
     Figure,
     fmt,
+    add_copy_models_argument,
+    copy_models_recipes,
+    copy_recipes,
     ints,
-    load_model,
+    load_copy_models,
     need,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
 from probes.copying import accuracy_at
 from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"
 ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
-COPY_TASKS = ("copy", "dup_ngram_copy")
-PRESETS = {
-    "quick": {"labels": ["hard_alibi", "nope", "rope", "lstm"],
-              "lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
+PRESETS = {  # the models: analyses.common.COPY_LABELS
+    "quick": {"lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
-    "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],
-              "lengths": [10, 20, 50, 100, 200, 300, 500, 750, 1000], "n_examples": 1280},
+    "paper": {"lengths": [10, 20, 50, 100, 200, 300, 500, 750, 1000], "n_examples": 1280},
 }
-
-
-def label_for(model) -> str:
-    """``hard_alibi`` / ``nope`` / … for transformers, the arch name otherwise; hand-set
-    constructions (models/constructions.py) are labelled as such."""
-    train = getattr(model, "checkpoint", {}).get("train", {})
-    if train.get("construction"):
-        return f"construction {train['construction']} n={train.get('n')}"
-    return model.cfg.pe if model.arch == "transformer" else model.arch
 
 
 def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examples: int = 128,
@@ -108,49 +98,15 @@ def table(result: dict) -> list[list]:
     return rows
 
 
-def load_copy_models(paths: list[str], device, archs=ARCHS, tasks=COPY_TASKS,
-                     name: str = NAME) -> tuple[dict, dict, int]:
-    """Load checkpoints, check their kind; ({label: model}, {label: train info}, D)."""
-    models, info, D = {}, {}, None
-    for path in paths:
-        m = load_model(path, archs=archs, device=device)
-        task = m.checkpoint["task"]
-        check(task["name"] in tasks,
-              f"{path}: {name} needs a {' or '.join(tasks)} checkpoint, got task {task['name']!r}")
-        d = int(task["config"].get("D", 26))
-        check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
-        D = d
-        label = label_for(m)
-        while label in models:
-            label += "'"
-        models[label] = m
-        tc = m.checkpoint["train"].get("config", {}) or {}
-        info[label] = {"path": path, "max_len": task["config"].get("max_len"),
-                       "context": tc.get("context", 0), "steps": tc.get("steps"),
-                       "greedy_eval": tc.get("greedy_eval", True),
-                       "samples_seen": m.checkpoint["train"].get("samples_seen")}
-    return models, info, D if D is not None else 26
-
-
-def copy_recipes(preset: str, labels: list[str] | None = None) -> list[str]:
-    """The zoo's copy recipes of ``labels`` (default: the preset's)."""
-    labels = labels or PRESETS[preset]["labels"]
-    for label in labels:
-        check(label in zoo.COPY_MODELS,
-              f"unknown model {label!r}; allowed: {', '.join(zoo.COPY_MODELS)}")
-    return [f"copy/{label}" for label in labels]
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
+    add_copy_models_argument(p)
     p.add_argument("--lengths", default=None, help="test lengths (default: preset's)")
     p.add_argument("--n-examples", type=int, default=None)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
     pr = PRESETS[args.preset]
     return compute(models, D, ints(args.lengths) if args.lengths else pr["lengths"],
                    args.n_examples or pr["n_examples"], args.seed, info)
@@ -205,8 +161,7 @@ FIGURE = Figure(
 def main(argv=None) -> int:
     return run_analysis(
         NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
-        add_arguments=add_arguments, threads=4,
-        recipes=lambda a: copy_recipes(a.train, a.models.split(",") if a.models else None))
+        add_arguments=add_arguments, recipes=copy_models_recipes, threads=4)
 
 
 if __name__ == "__main__":

@@ -8,111 +8,77 @@ kept the whole string — transformers generalise to long strings, GSSMs do not.
 (Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
 Accuracy is string-level over the k answer tokens (one teacher-forced pass, exact).
 
-Quick preset (2 CPU cores, ≤ 10 minutes with training): a Hard-ALiBi transformer and an LSTM,
-each fine-tuned on both key kinds (strings of length 10..30) from the quick *copy* checkpoints that
-the copy analyses train (``--init copy``, the default here), tested up to length 100. Why not from
-scratch as in the paper: lookup supervises one answer token per example, and at quick scale neither
-model learns it from random init (measured, 2 CPU cores: 1500 steps each, Hard-ALiBi and Mamba,
-string accuracy 0.02–0.29, mostly chance). The paper introduces lookup to probe "the mechanisms that
-the models use to copy"; starting from the copy models asks exactly that. ``--paper``: NoPE,
-ALiBi, Hard-ALiBi, RoPE, Mamba, LSTM from scratch with the paper's settings (GPU);
-``--init none`` trains from scratch at any preset.
+Quick preset: a Hard-ALiBi transformer and an LSTM, each fine-tuned on both key kinds (strings
+of length 10..30) from the zoo's quick *copy* models (recipes ``lookup_{suffix,prefix}/{label}``,
+which start from ``copy/{label}``), tested up to length 100. Why not from scratch as in the
+paper: lookup supervises one answer token per example, and at quick budgets neither model
+learns it from random init (``--init none`` trains the ``lookup_scratch_*`` recipes to see
+it). The paper introduces lookup to probe "the mechanisms that the models use to copy";
+starting from the copy models asks exactly that. ``--paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
+Mamba, LSTM from scratch with the paper's settings (GPU).
 """
 
 from __future__ import annotations
 
-import torch
+import argparse
+
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.length_generalization import MODEL_SPECS, eval_batch_size, label_for
-from analyses.ngram_heads import _ints
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    ints,
+    label_for,
+    load_model,
+    need,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
-from models.generation import copy_accuracy, teacher_forced_argmax
-from tasks.base import TaskError, check, make_generator
+from models import zoo
+from probes.copying import accuracy_at
+from tasks.base import check
+from tasks.lookup import LookupConfig, NgramLookupTask
 
 NAME = "ngram_lookup"
 ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 KEYS = ("suffix", "prefix")
-INITS = ("copy", "none")  # start from the label's copy checkpoint, or from random init
-PRESETS = {
-    "quick": {"labels": ["hard_alibi", "lstm"], "init": "copy",
-              "task": {"min_len": 10, "max_len": 30, "n": 3, "k": 1},
-              "train": {"steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,
-                        "weight_decay": 0.1, "schedule": "linear", "eval_every": 250,
-                        "greedy_eval": False},
-              "lengths": [10, 20, 30, 40, 60, 80, 100], "n_examples": 256},
-    "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"], "init": "none",
-              "task": {"min_len": 10, "max_len": 30, "n": 3, "k": 1},
-              "train": {"lr": 5e-5, "warmup_steps": 300, "weight_decay": 0.1,
-                        "schedule": "linear", "batch_size": 64, "steps": 20000,
-                        "context": 420, "eval_every": 1000},
+GSSMS = ("mamba", "mamba2", "lstm")
+# the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
+# copy model), "none" = from random init at any preset
+INITS = ("copy", "none")
+PRESETS = {  # task and training settings: the zoo's lookup_* recipes
+    "quick": {"labels": ["hard_alibi", "lstm"], "lengths": [10, 20, 30, 40, 60, 80, 100],
+              "n_examples": 256},
+    "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],
               "lengths": [10, 20, 30, 50, 75, 100, 150], "n_examples": 1280},
 }
 
 
-def train_lookup_models(preset: str, cache_dir: str, device: str,
-                        labels: list[str] | None = None, progress: bool = True,
-                        init: str | None = None) -> list[str]:
-    """Train (cached) each label on both key kinds. ``"a|b"`` takes the first that builds;
-    models whose arch does not build here are skipped with a printed note. ``init="copy"``
-    (default: the preset's) fine-tunes the label's copy checkpoint of
-    :mod:`analyses.length_generalization` (trained, or reused from the cache, first)."""
-    from models.train import train_cached
-
-    p = PRESETS[preset]
-    init = init or p["init"]
-    check(init in INITS, f"init must be one of {', '.join(INITS)}, got {init!r}")
-    paths = []
-    for spec in labels or p["labels"]:
-        for label in spec.split("|"):
-            check(label in MODEL_SPECS,
-                  f"unknown model {label!r}; allowed: {', '.join(MODEL_SPECS)}")
-            arch, model_cfg = MODEL_SPECS[label]
-            train = dict(p["train"])
-            if init == "copy":
-                from analyses.length_generalization import train_models
-
-                copy = train_models(preset, cache_dir, device, labels=[label], progress=progress)
-                if label not in copy:
-                    continue  # its arch does not build here (train_models said so)
-                train["init_from"] = copy[label]  # its model config comes with it
-            try:
-                got = [str(train_cached(arch, "lookup", preset, cache_dir, model=model_cfg,
-                                        task_config={**p["task"], "key": key},
-                                        train_overrides=train, device=device,
-                                        progress=progress)) for key in KEYS]
-            except (TaskError, ImportError, AttributeError, NotImplementedError) as e:
-                print(f"note: skipping {label} ({arch}): it does not build here "
-                      f"({str(e).strip().splitlines()[0][:160]})")
-                continue
-            paths += got
-            break
-    return paths
-
-
-@torch.no_grad()
-def lookup_accuracy(model, task, L: int, n_examples: int, seed: int,
-                    batch_size: int = 128) -> dict[str, float]:
-    """String accuracy over the k answer tokens (teacher forced = greedy, exact)."""
-    g = make_generator(seed)
-    bs = eval_batch_size(L + 2 * task.cfg.n + 4, batch_size)
-    s = c = 0.0
-    done = 0
-    while done < n_examples:
-        b = min(bs, n_examples - done)
-        batch = task.eval_batch(b, g, length=L).to(model.device)
-        acc = copy_accuracy(teacher_forced_argmax(model, batch.prompts, batch.answers),
-                            batch.answers)
-        s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
-    return {"acc": s / done, "char_acc": c / done}
+def lookup_recipes(preset: str, labels: list[str] | None = None,
+                   init: str | None = None) -> list[str]:
+    """The zoo's lookup recipes of ``labels`` (default: the preset's), both key kinds each:
+    ``lookup_{key}/{label}`` (``init`` None or "copy"), ``lookup_scratch_{key}/{label}``
+    ("none")."""
+    check(init in (None, *INITS), f"init must be one of {', '.join(INITS)}, got {init!r}")
+    labels = labels or PRESETS[preset]["labels"]
+    for label in labels:
+        check(label in zoo.COPY_MODELS,
+              f"unknown model {label!r}; allowed: {', '.join(zoo.COPY_MODELS)}")
+    stem = "lookup_scratch" if init == "none" else "lookup"
+    names = [f"{stem}_{key}/{label}" for label in labels for key in KEYS]
+    if init == "copy":
+        check(all(preset in zoo.recipe(n).init_from for n in names),
+              f"--init copy: the {preset} lookup models train from random init (the paper's "
+              "setting); the copy models start them at --quick only")
+    return names
 
 
 def compute(models: list[tuple[str, object, dict]], lengths: list[int], n_examples: int = 256,
             seed: int = 0, progress: bool = True) -> dict:
-    """``models`` = [(label, model, lookup task config)]; accuracy vs length per key kind."""
-    from tasks.lookup import LookupConfig, NgramLookupTask
-
+    """``models`` = [(label, model, lookup task config)]; accuracy vs length per key kind
+    (string-level over the k answer tokens)."""
     check(all(L >= 2 for L in lengths), f"lengths must be >= 2, got {lengths}")
     curves: dict[str, dict] = {k: {} for k in KEYS}
     info: dict[str, dict] = {k: {} for k in KEYS}
@@ -127,7 +93,8 @@ def compute(models: list[tuple[str, object, dict]], lengths: list[int], n_exampl
             if L < cfg["n"] + cfg["k"]:
                 bar.update(1)
                 continue
-            rows.append({"L": L, **lookup_accuracy(model, task, L, n_examples, seed + L)})
+            rows.append({"L": L, **accuracy_at(model, task, L, n_examples, seed + L,
+                                               example_len=L + 2 * cfg["n"] + 4)})
             bar.update(1)
         key = cfg["key"]
         while label in curves[key]:
@@ -149,7 +116,7 @@ def plot(result: dict):
             t = result["train"][key][label]
             how = (f"copy model + {t['steps']} steps" if t.get("init_from")
                    else f"{t['steps']} steps" if t.get("steps") else "")
-            ax.plot([r["L"] for r in rows], [r["acc"] for r in rows], marker="o",
+            ax.plot([r["L"] for r in rows], [r["string_acc"] for r in rows], marker="o",
                     color=COLORS.get(label.split("'")[0]),
                     label=f"{label} ({how})" if how else label)
         for v in {i["max_len"] for i in result["train"][key].values()}:
@@ -165,46 +132,88 @@ def table(result: dict) -> list[list]:
     rows = [["key", "model"] + [f"L={L}" for L in result["lengths"]]]
     for key in KEYS:
         for label, r in result["curves"][key].items():
-            by_L = {x["L"]: x["acc"] for x in r}
+            by_L = {x["L"]: x["string_acc"] for x in r}
             rows.append([key, label] + [by_L.get(L, "-") for L in result["lengths"]])
     return rows
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(MODEL_SPECS)} ('a|b': first that "
-                   "builds; default: preset's)")
+                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
     p.add_argument("--init", choices=INITS, default=None,
-                   help="with --train: fine-tune each model's copy checkpoint, or train from "
-                   "random init (default: quick copy, paper none)")
+                   help="with --train: fine-tune each model's copy checkpoint (quick's "
+                   "default), or train from random init (paper's default)")
     p.add_argument("--lengths", default=None, help="test lengths (default: preset's)")
     p.add_argument("--n-examples", type=int, default=None)
-    args = p.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        labels = args.models.split(",") if args.models else None
-        ckpts = train_lookup_models(args.train, args.cache_dir, args.device, labels,
-                                    init=args.init)
-    check(len(ckpts) >= 1, "give lookup checkpoints (or --train quick)")
+
+
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints, "lookup checkpoints")
     models = []
-    for path in ckpts:
-        m = load_model(path, archs=ARCHS, device=args.device)
-        task = m.checkpoint["task"]
-        check(task["name"] == "lookup",
-              f"{path}: ngram_lookup needs a lookup checkpoint, got task {task['name']!r}")
-        models.append((label_for(m), m, dict(task["config"])))
+    for c in checkpoints:
+        m = load_model(c.path, archs=ARCHS, device=args.device, tasks=("lookup",))
+        models.append((label_for(m), m, dict(m.checkpoint["task"]["config"])))
     pr = PRESETS[args.preset]
-    result = compute(models, _ints(args.lengths) if args.lengths else pr["lengths"],
+    result = compute(models, ints(args.lengths) if args.lengths else pr["lengths"],
                      args.n_examples or pr["n_examples"], args.seed)
-    result["checkpoints"] = ckpts
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoints"] = [c.path for c in checkpoints]
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def _lookup_means(d: dict, key: str, beyond: bool) -> dict[str, float]:
+    """Mean string accuracy per model for one key kind, over the test lengths (``beyond``:
+    only those longer than the longest training string)."""
+    out = {}
+    for label, rows in d["curves"][key].items():
+        top = d["train"][key][label]["max_len"]
+        rows = [r for r in rows if r["L"] > top] if beyond else rows
+        if rows:
+            out[label] = sum(r["string_acc"] for r in rows) / len(rows)
+    return out
+
+
+def _split(means: dict[str, float]) -> tuple[list[float], list[float]]:
+    """(transformers', GSSMs') mean accuracies; the GSSM labels are the arch names."""
+    return ([v for k, v in means.items() if k.split("'")[0] not in GSSMS],
+            [v for k, v in means.items() if k.split("'")[0] in GSSMS])
+
+
+def claim_suffix(d: dict) -> tuple[str, bool | None]:
+    """Fig. 5: the best transformer beats the best GSSM by > 10 points beyond the training
+    length; n/a without both kinds."""
+    means = _lookup_means(d, "suffix", beyond=True)
+    tf, ss = _split(means)
+    text = ("suffix key, mean accuracy beyond the training length: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
+    return text, (max(tf) > max(ss) + 0.1) if tf and ss else None
+
+
+def claim_prefix(d: dict) -> tuple[str, bool | None]:
+    """Fig. 6: "GSSMs perform as well as the Hard-Alibi transformer" — the best GSSM within 10
+    points of the best transformer over all lengths, and learnt (>= 50 %, not chance)."""
+    means = _lookup_means(d, "prefix", beyond=False)
+    tf, ss = _split(means)
+    text = ("prefix key, mean accuracy over all lengths: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
+    return text, (max(ss) >= max(tf) - 0.1 and max(ss) >= 0.5) if tf and ss else None
+
+
+FIGURE = Figure(
+    "n-gram lookup, suffix and prefix keys", "Copy paper Figs. 5, 6",
+    (Claim("suffix key: transformers beat GSSMs on strings longer than trained on (Fig. 5)",
+           claim_suffix),
+     Claim("prefix key: GSSMs do as well as the Hard-ALiBi transformer (Fig. 6)",
+           claim_prefix)),
+    recipes=lookup_recipes, slots=2)
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(
+        NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
+        add_arguments=add_arguments, threads=4,
+        recipes=lambda a: lookup_recipes(a.train, a.models.split(",") if a.models else None,
+                                         a.init))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ for _label, (_arch, _model) in COPY_MODELS.items():
 # n-gram lookup (copy paper §3.3, Figs. 5-6). Quick fine-tunes each copy checkpoint (its
 # n-gram match head is the lookup the task asks for; from random init neither the transformer
 # nor the LSTM learns lookup at this budget). Paper: from scratch with the paper's settings.
+# lookup_scratch_*: from random init at both presets (at paper the same run as lookup_*), to
+# show what the quick fine-tuning buys (analyses.ngram_lookup --init none).
 LOOKUP_TASK = {"min_len": 10, "max_len": 30, "n": 3, "k": 1}
 LOOKUP_QUICK_TRAIN = {"steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,
                       "weight_decay": 0.1, "schedule": "linear", "eval_every": 250,
@@ -115,12 +117,14 @@ LOOKUP_PAPER_TRAIN = {"lr": 5e-5, "warmup_steps": 300, "weight_decay": 0.1, "sch
                       "batch_size": 64, "steps": 20000, "context": 420, "eval_every": 1000}
 for _key in ("suffix", "prefix"):
     for _label, (_arch, _model) in COPY_MODELS.items():
-        _add(Recipe(f"lookup_{_key}/{_label}", "lookup", _arch,
-                    {"model": _model, "task": {**LOOKUP_TASK, "key": _key}},
-                    {"quick": {"train": LOOKUP_QUICK_TRAIN},
-                     "paper": {"train": LOOKUP_PAPER_TRAIN}},
-                    init_from={"quick": f"copy/{_label}"}, slots=2,
-                    doc=f"{_label}, {_key}-key n-gram lookup (copy paper Figs. 5-6)"))
+        for _stem, _init in (("lookup", {"quick": f"copy/{_label}"}), ("lookup_scratch", {})):
+            _add(Recipe(f"{_stem}_{_key}/{_label}", "lookup", _arch,
+                        {"model": _model, "task": {**LOOKUP_TASK, "key": _key}},
+                        {"quick": {"train": LOOKUP_QUICK_TRAIN},
+                         "paper": {"train": LOOKUP_PAPER_TRAIN}},
+                        init_from=_init, slots=2,
+                        doc=f"{_label}, {_key}-key n-gram lookup (copy paper Figs. 5-6)"
+                            + ("" if _init else ", from random init")))
 
 # Markov chains (Bondaschi et al.): the preset rows of (markov, mamba2) are the paper's model.
 MARKOV_TRANSFORMER = {"d_model": 32, "n_heads": 1, "pe": "rope"}

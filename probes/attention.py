@@ -12,6 +12,8 @@
 
 All scores are means over the query positions selected by ``query_mask`` ([batch, q_pos] bool,
 ``None`` = every position); queries with no matching key are left out of the n-gram score.
+:func:`pattern_scores` runs a transformer over copy-style batches and gathers all three per
+layer and head at the answer-phase queries.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+
+from tasks.base import PromptBatch
 
 
 def ngram_match_mask(tokens: Int[Tensor, "batch pos"], n: int) -> Bool[Tensor, "batch q k"]:
@@ -101,3 +105,55 @@ def previous_token_profile(pattern: Float[Tensor, "batch head q k"], max_offset:
         mass[..., o:] = diag
         out.append((mass * sel[:, None]).sum((0, 2)) / count)
     return torch.stack(out, dim=-1)  # [head, offset]
+
+
+def answer_queries(batch: PromptBatch, period: int) -> tuple[Int[Tensor, "batch pos"],
+                                                             Bool[Tensor, "batch pos"],
+                                                             Int[Tensor, "batch pos"]]:
+    """``(tokens, query_mask, target)`` of a copy-style batch: the full sequences, the queries
+    that predict an answer token, and the position each copies from (−1 elsewhere): the answer
+    token at position i was seen before at i − ``period``."""
+    tokens = torch.cat([batch.prompts, batch.answers], dim=1)  # [batch, pos]
+    B, T = tokens.shape
+    P, A = batch.prompts.shape[1], batch.answers.shape[1]
+    qmask = torch.zeros(B, T, dtype=torch.bool)
+    qmask[:, P - 1 : P - 1 + A] = True  # queries that predict an answer token
+    pos = torch.arange(T)
+    target = torch.where(qmask, (pos + 1 - period).expand(B, T), torch.full((B, T), -1))
+    return tokens, qmask, target
+
+
+@torch.no_grad()
+def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int) -> dict[str, Tensor]:
+    """Over the answer-phase queries of ``data`` (``[(batch, period)]``, see
+    :func:`answer_queries`), weighted by query counts: ``match`` [layer, head, n] (n = 1..n_max;
+    NaN where no query has an earlier n-gram), ``counts`` [n] (queries with a match),
+    ``target`` [layer, head] and ``profile`` [layer, head, offset 0..n_max]."""
+    Lh, H = model.cfg.n_layers, model.cfg.n_heads
+    s_sum = torch.zeros(Lh, H, n_max)
+    s_cnt = torch.zeros(n_max)
+    t_sum, t_cnt = torch.zeros(Lh, H), 0
+    prof_sum, q_cnt = torch.zeros(Lh, H, n_max + 1), 0
+    names = {f"blocks.{i}.attn.hook_pattern" for i in range(Lh)}
+    for batch, period in data:
+        tokens, qmask, target = answer_queries(batch, period)
+        _, cache = model.run_with_cache(tokens.to(model.device),
+                                        names_filter=lambda n: n in names)
+        nq = int(qmask.sum())
+        nt = int((target >= 0).sum())
+        for i in range(Lh):
+            pat = cache["pattern", i].float().cpu()  # [batch, head, q, k]
+            for n in range(1, n_max + 1):
+                score, count = ngram_match_score(pat, tokens, n, qmask)
+                if count:
+                    s_sum[i, :, n - 1] += score * count
+                if i == 0:
+                    s_cnt[n - 1] += count  # queries with a match: the same for every head
+            t_sum[i] += target_score(pat, target) * nt
+            prof_sum[i] += previous_token_profile(pat, n_max, qmask) * nq
+        t_cnt += nt
+        q_cnt += nq
+    match = s_sum / s_cnt.clamp(min=1)
+    match[:, :, s_cnt == 0] = float("nan")
+    return {"match": match, "counts": s_cnt, "target": t_sum / max(t_cnt, 1),
+            "profile": prof_sum / max(q_cnt, 1)}

@@ -1,5 +1,6 @@
 """Copy-paper analyses: end-to-end on hand-set constructions and tiny untrained models (no
-training), and every CLI refusing a checkpoint of the wrong kind with exit code 2."""
+training), every CLI refusing a checkpoint of the wrong kind with exit code 2, and the zoo
+recipes each one trains with ``--train``."""
 
 import json
 
@@ -14,24 +15,32 @@ from analyses import (
     ngram_heads,
     ngram_lookup,
 )
+from models import zoo
 from models.checkpoint import FORMAT, save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
+from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
+from tasks.base import TaskError
 
 CLIS = {"ngram_heads": ngram_heads, "duplicated_ngrams": duplicated_ngrams,
         "length_generalization": length_generalization, "copy_efficiency": copy_efficiency,
         "copy_bounds": copy_bounds, "ngram_lookup": ngram_lookup}
 
 
-def save_tiny(path, task_name="copy", task_config=None, history=(), **model_kw):
-    cfg = dict(vocab_size=30, d_model=16, n_layers=2, n_heads=4, d_mlp=32, pe="hard_alibi")
-    cfg.update(model_kw)
-    model = HookedTransformerLM(TransformerConfig(**cfg))
+def save_model(path, model, task_name="copy", task_config=None, history=()):
+    """An untrained model as a suite checkpoint of ``task_name``."""
     ck = {"format": FORMAT, "model": model.to_checkpoint_dict(),
           "task": {"name": task_name, "config": task_config or {"D": 26, "max_len": 12}},
           "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0},
           "state_dict": model.state_dict(), "history": list(history)}
     return str(save_checkpoint(ck, path))
+
+
+def save_tiny(path, task_name="copy", task_config=None, history=(), **model_kw):
+    cfg = dict(vocab_size=30, d_model=16, n_layers=2, n_heads=4, d_mlp=32, pe="hard_alibi")
+    cfg.update(model_kw)
+    return save_model(path, HookedTransformerLM(TransformerConfig(**cfg)), task_name,
+                      task_config, history)
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +54,19 @@ def ckpts(tmp_path_factory):
             {"step": 2, "samples_seen": 64, "string_acc": 0.6, "char_acc": 0.9}]),
         "lookup": save_tiny(d / "lookup.pt", "lookup", lookup_cfg),
         "classifier": save_tiny(d / "cls.pt", head="seq_cls", n_classes=3),
+        "markov": save_tiny(d / "markov.pt", "markov", {"S": 2, "seq_len": 32}, vocab_size=2),
+        "lstm": save_model(d / "lstm.pt", build_model("lstm", {"d_model": 4, "n_layers": 2})),
         "missing": str(d / "nope.pt"),
     }
 
 
 WRONG = {  # analysis -> checkpoints of a kind it must refuse
-    "ngram_heads": ["classifier", "missing"],
-    "duplicated_ngrams": ["lookup", "missing"],
+    "ngram_heads": ["classifier", "markov", "lstm", "missing"],
+    "duplicated_ngrams": ["lookup", "markov", "missing"],
     "length_generalization": ["lookup"],
     "copy_efficiency": ["lookup", "hash"],  # hash: a construction has no training history
-    "copy_bounds": ["lookup"],
-    "ngram_lookup": ["copy_tiny", "hash"],
+    "copy_bounds": ["lookup", "markov"],
+    "ngram_lookup": ["copy_tiny", "hash", "markov"],
 }
 
 
@@ -69,19 +80,15 @@ def test_cli_rejects_wrong_checkpoint_kind(name, ckpts, tmp_path, capsys):
     assert not list(tmp_path.glob("*.png"))
 
 
-def test_cli_rejects_a_non_transformer_for_ngram_heads(tmp_path, capsys):
-    try:
-        from models.registry import build_model
+def test_ngram_heads_refuses_a_markov_checkpoint_by_its_task(ckpts, tmp_path, capsys):
+    assert ngram_heads.main([ckpts["markov"], "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "task is 'markov'" in err and "copy" in err, err
+    assert not (tmp_path / "ngram_heads.json").exists()
 
-        m = build_model("mamba2", {"vocab_size": 30})
-    except Exception as e:  # noqa: BLE001 - another engineer's model may not build yet
-        pytest.skip(f"mamba2 does not build: {e}")
-    ck = {"format": FORMAT, "model": m.to_checkpoint_dict(),
-          "task": {"name": "copy", "config": {"D": 26}},
-          "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0},
-          "state_dict": m.state_dict(), "history": []}
-    path = save_checkpoint(ck, tmp_path / "m.pt")
-    assert ngram_heads.main([str(path), "--out", str(tmp_path)]) == 2
+
+def test_ngram_heads_refuses_a_non_transformer(ckpts, tmp_path, capsys):
+    assert ngram_heads.main([ckpts["lstm"], "--out", str(tmp_path)]) == 2
     assert "transformer" in capsys.readouterr().err
 
 
@@ -97,6 +104,8 @@ def test_ngram_heads_finds_the_construction_copy_head(ckpts, tmp_path):
     assert r["ablated"]["drop"]["string_acc"] >= 0.5
     # the hashing heads of the construction are its Hard-ALiBi heads in layer 0
     assert all(h["layer"] == 0 for h in r["hashing_heads"])
+    # both of the paper's claims read off this JSON hold for the construction
+    assert [c.measure(r)[1] for c in ngram_heads.FIGURE.claims] == [True, True]
 
 
 def test_duplicated_ngrams_of_a_construction_drop_exactly_at_its_n():
@@ -109,6 +118,15 @@ def test_duplicated_ngrams_of_a_construction_drop_exactly_at_its_n():
     assert entry["first_drop_n"] == 3
 
 
+def test_duplicated_ngrams_cli_labels_models_and_adds_the_reference(ckpts, tmp_path):
+    assert duplicated_ngrams.main([ckpts["copy_tiny"], "--out", str(tmp_path), "--n", "1,2",
+                                   "--lengths", "6", "--n-examples", "8",
+                                   "--reference-n", "2"]) == 0
+    r = json.loads((tmp_path / "duplicated_ngrams.json").read_text())
+    assert list(r["curves"]) == ["hard_alibi", "construction n=2"]
+    assert r["train_max_len"] == 12 and r["checkpoints"] == [ckpts["copy_tiny"]]
+
+
 def test_copy_bounds_construction_error_is_within_the_bounds():
     rows = copy_bounds.construction_errors([2], [10, 30], D=5, count_samples=400,
                                            model_samples=8, progress=False)
@@ -116,6 +134,18 @@ def test_copy_bounds_construction_error_is_within_the_bounds():
         assert r["error_given_no_repeat"] in (0.0, None)
         assert r["error"] <= r["p_ngram"] + 1e-9 <= r["bound"] + 1e-9 or r["bound"] >= 1
     assert rows[1]["p_ngram"] > rows[0]["p_ngram"]
+
+
+def test_copy_bounds_cli_bounds_a_gssm_checkpoint(ckpts, tmp_path):
+    assert copy_bounds.main([ckpts["lstm"], "--out", str(tmp_path), "--n", "3", "--lengths",
+                             "20", "--count-samples", "100", "--model-samples", "4"]) == 0
+    r = json.loads((tmp_path / "copy_bounds.json").read_text())
+    (e,) = r["checkpoints"]
+    assert e["label"] == "lstm" and e["state_floats"] == 2 * 2 * 4  # (h, c) per layer
+    assert e["bounds"]["32"]["state_bits"] == 32 * e["state_floats"]
+    # 512 bits: the bound is positive beyond L* = 512 / log2 26 ≈ 109 < 160, the longest test
+    assert copy_bounds.FIGURE.claims[2].measure(r)[1] is not None
+    assert copy_bounds.main([ckpts["lstm"], "--out", str(tmp_path), "--D", "10"]) == 2
 
 
 def test_length_generalization_and_lookup_run_end_to_end(ckpts, tmp_path):
@@ -128,34 +158,8 @@ def test_length_generalization_and_lookup_run_end_to_end(ckpts, tmp_path):
                               "--n-examples", "8"]) == 0
     r = json.loads((tmp_path / "ngram_lookup.json").read_text())
     assert list(r["curves"]["suffix"]) == ["hard_alibi"] and r["curves"]["prefix"] == {}
-
-
-def test_quick_lookup_fine_tunes_the_copy_checkpoint(tmp_path, monkeypatch):
-    from models.checkpoint import read_checkpoint
-
-    tiny = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1, "eval_batch_size": 4,
-            "warmup_steps": 1}
-    monkeypatch.setitem(length_generalization.PRESETS, "quick",
-                        {**length_generalization.PRESETS["quick"], "train": tiny,
-                         "train_by_label": {}, "task": {"max_len": 8}})
-    monkeypatch.setitem(ngram_lookup.PRESETS, "quick", {**ngram_lookup.PRESETS["quick"],
-                                                        "train": tiny})
-    paths = ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
-                                             progress=False)
-    copy = list(tmp_path.glob("transformer-copy-*.pt"))
-    assert len(paths) == 2 and len(copy) == 1
-    for path, key in zip(paths, ngram_lookup.KEYS, strict=True):
-        ck = read_checkpoint(path)
-        assert ck["task"]["config"]["key"] == key
-        assert ck["train"]["config"]["init_from"] == str(copy[0])
-        assert ck["model"]["config"] == read_checkpoint(copy[0])["model"]["config"]
-    # a second call reuses every checkpoint; --init none trains from random init elsewhere
-    assert ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
-                                            progress=False) == paths
-    scratch = ngram_lookup.train_lookup_models("quick", str(tmp_path), "cpu", ["hard_alibi"],
-                                               progress=False, init="none")
-    assert set(scratch).isdisjoint(paths)
-    assert not read_checkpoint(scratch[0])["train"]["config"]["init_from"]
+    rows = r["curves"]["suffix"]["hard_alibi"]
+    assert [x["L"] for x in rows] == [12, 40] and all("string_acc" in x for x in rows)
 
 
 def test_copy_efficiency_reads_histories(ckpts, tmp_path):
@@ -171,3 +175,50 @@ def test_probe_batches_for_non_copy_tasks_repeat_random_tokens():
     (batch, period), = data
     tokens = torch.cat([batch.prompts, batch.answers], 1)
     assert period == 6 and torch.equal(tokens[:, :6], tokens[:, 6:12])
+    assert int(tokens.max()) < 4  # the induction task's letters, not its special tokens
+
+
+# ---------------------------------------------------------------------------- recipes
+def test_each_analysis_trains_the_recipes_it_trained_before():
+    def recipes(mod, preset):
+        return list(mod.FIGURE.recipes(preset))
+
+    for mod in (ngram_heads, duplicated_ngrams):
+        assert recipes(mod, "quick") == ["copy/hard_alibi"]
+    assert recipes(copy_bounds, "quick") == ["copy/lstm"]
+    assert recipes(copy_bounds, "paper") == ["copy/mamba", "copy/lstm"]
+    assert recipes(length_generalization, "quick") == [
+        "copy/hard_alibi", "copy/nope", "copy/rope", "copy/lstm"]
+    for preset in ("quick", "paper"):  # copy_efficiency reads length_generalization's models
+        assert recipes(copy_efficiency, preset) == recipes(length_generalization, preset)
+    assert recipes(ngram_lookup, "quick") == [
+        "lookup_suffix/hard_alibi", "lookup_prefix/hard_alibi",
+        "lookup_suffix/lstm", "lookup_prefix/lstm"]
+    assert len(recipes(ngram_lookup, "paper")) == 12
+
+
+def test_lookup_recipes_fine_tune_the_copy_models_or_start_from_scratch(tmp_path):
+    quick = ngram_lookup.lookup_recipes("quick", ["hard_alibi"])
+    assert quick == ngram_lookup.lookup_recipes("quick", ["hard_alibi"], "copy")
+    assert all(zoo.dependencies(n, "quick") == ["copy/hard_alibi"] for n in quick)
+    scratch = ngram_lookup.lookup_recipes("quick", ["hard_alibi"], "none")
+    assert scratch == ["lookup_scratch_suffix/hard_alibi", "lookup_scratch_prefix/hard_alibi"]
+    assert all(zoo.dependencies(n, "quick") == [] for n in scratch)
+    for a, b in zip(quick, scratch, strict=True):  # same task and training, other start
+        assert zoo.recipe(a).parts("quick") == zoo.recipe(b).parts("quick")
+        # at paper both train from random init: one run, one cache entry
+        assert zoo.spec(a, "paper", tmp_path).hash() == zoo.spec(b, "paper", tmp_path).hash()
+    with pytest.raises(TaskError, match="--init copy"):
+        ngram_lookup.lookup_recipes("paper", ["lstm"], "copy")
+    with pytest.raises(TaskError, match="unknown model 'gpt'"):
+        ngram_lookup.lookup_recipes("quick", ["gpt"])
+
+
+def test_analyses_refuse_unknown_models_before_training(tmp_path, capsys):
+    for argv in ([ngram_lookup, "--models", "gpt"], [length_generalization, "--models", "gpt"],
+                 [copy_efficiency, "--models", "gpt"], [copy_bounds, "--archs", "rope"]):
+        mod, *flags = argv
+        assert mod.main(["--train", "quick", "--cache-dir", str(tmp_path / "ck"),
+                         "--out", str(tmp_path), *flags]) == 2
+        assert capsys.readouterr().err.startswith("error:")
+    assert not (tmp_path / "ck").exists()  # nothing trained

@@ -1,18 +1,25 @@
-"""Attention-pattern scores (probes/attention.py) and head ablation (probes/ablation.py)."""
+"""The copy paper's probes: attention-pattern scores (probes/attention.py), head ablation
+(probes/ablation.py), copy accuracy and recurrent state size (probes/copying.py)."""
 
 import pytest
 import torch
 
+from models.constructions import build_hash_copy_transformer
+from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
 from probes.ablation import ablated_heads, head_means
 from probes.attention import (
+    answer_queries,
     induction_score,
     ngram_match_mask,
     ngram_match_score,
+    pattern_scores,
     previous_token_profile,
     target_score,
 )
-from tasks.base import TaskError
+from probes.copying import accuracy_at, accuracy_on, state_floats, string_errors
+from tasks.base import TaskError, make_generator
+from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 
 def brute_match(tokens, n):
@@ -133,3 +140,54 @@ def test_mean_ablation_writes_the_mean_and_survives_run_with_cache():
     with pytest.raises(TaskError):
         with ablated_heads(m, [(2, 0)], mode="zero"):
             pass
+
+
+# ---------------------------------------------------------------------------- over copy batches
+def test_answer_queries_point_at_the_token_each_answer_copies():
+    task = CopyTask(CopyConfig(D=5, min_len=1, max_len=9))
+    batch = task.eval_batch(4, make_generator(0), length=9)
+    tokens, qmask, target = answer_queries(batch, period=10)
+    assert qmask.sum(1).tolist() == [9] * 4 and ((target >= 0) == qmask).all()
+    b, q = qmask.nonzero(as_tuple=True)
+    # the query at q predicts token q + 1, which appeared before at the target position
+    assert torch.equal(tokens[b, target[b, q]], tokens[b, q + 1])
+    assert int(target[qmask].min()) == 1  # the first letter, right after <BOS>
+
+
+def test_pattern_scores_find_the_construction_match_head():
+    model = build_hash_copy_transformer(3, 26).eval()
+    task = CopyTask(CopyConfig(D=26, min_len=1, max_len=12))
+    data = [(task.eval_batch(8, make_generator(0), length=12), 13)]
+    sc = pattern_scores(model, data, n_max=3)
+    assert sc["match"].shape == (2, model.cfg.n_heads, 3) and sc["profile"].shape[-1] == 4
+    assert sc["match"][1, 4, 2] > 0.99 and sc["target"][1, 4] > 0.99  # layer 1, its NoPE head
+    assert sc["match"][0].nan_to_num(0).max() < 0.9  # the hashing heads do not copy
+    # answer queries whose 3-gram occurred before: all but the 3 that still hold <COPY>
+    assert sc["counts"].tolist() == [8 * 11, 8 * 10, 8 * 9]
+
+
+# ---------------------------------------------------------------------------- copy accuracy
+def test_accuracy_and_string_errors_agree_and_see_the_duplicate():
+    model = build_hash_copy_transformer(2, 6).eval()
+    dup = DuplicatedNgramCopyTask(DupNgramConfig(D=6, min_len=10, max_len=10, n=2))
+    acc = accuracy_at(model, dup, 10, 32, seed=1, example_len=23)
+    batch = dup.eval_batch(32, make_generator(1), length=10)  # the same strings
+    errors = string_errors(model, batch.prompts, batch.answers, batch_size=5)
+    assert errors.shape == (32,) and errors.any()  # a duplicated 2-gram confuses the n = 2 copy
+    assert acc["string_acc"] == pytest.approx(1 - errors.float().mean().item())
+    assert acc["string_acc"] <= acc["char_acc"] < 1
+    greedy = accuracy_on(model, [batch], greedy=True)  # decoding: the same string accuracy
+    assert greedy["string_acc"] == pytest.approx(acc["string_acc"])
+    with pytest.raises(TaskError):
+        accuracy_on(model, [])
+
+
+def test_state_floats_count_the_recurrent_state():
+    lstm = build_model("lstm", {"vocab_size": 8, "d_model": 6, "n_layers": 3})
+    assert state_floats(lstm) == 3 * 2 * 6  # (h, c) per layer
+    m2 = build_model("mamba2", {"vocab_size": 8})
+    c = m2.cfg
+    per_layer = c.n_heads * (c.d_inner // c.n_heads) * c.d_state  # H_t
+    assert state_floats(m2) > c.n_layers * per_layer  # plus the convolution's window
+    with pytest.raises(TaskError, match="recurrent state"):
+        state_floats(tiny())

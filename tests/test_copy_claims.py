@@ -1,0 +1,172 @@
+"""The copy paper's claim readers (each analysis' ``FIGURE.claims``) on small hand-made JSON:
+each verdict both ways, and n/a where the claim cannot be checked."""
+
+import pytest
+
+from analyses import (
+    copy_bounds,
+    copy_efficiency,
+    duplicated_ngrams,
+    length_generalization,
+    ngram_heads,
+    ngram_lookup,
+)
+
+
+def verdict(claim, d):
+    text, holds = claim(d)
+    assert isinstance(text, str) and text
+    return holds
+
+
+# ---------------------------------------------------------------------------- ngram_heads
+def heads_json(threshold_met=True, drop=0.9, random=0.1):
+    return {"threshold": 0.5, "threshold_met": threshold_met,
+            "match_heads": [{"layer": 1, "head": 4, "match_score": 0.98 if threshold_met else 0.3}],
+            "ablated": {"drop": {"string_acc": drop}}, "random": {"string_drop_mean": random}}
+
+
+def test_match_head_claim():
+    assert verdict(ngram_heads.claim_match_heads, heads_json()) is True
+    assert verdict(ngram_heads.claim_match_heads, heads_json(threshold_met=False)) is False
+    assert verdict(ngram_heads.claim_match_heads, {**heads_json(), "match_heads": []}) is False
+
+
+def test_ablation_claim():
+    assert verdict(ngram_heads.claim_ablation, heads_json()) is True
+    assert verdict(ngram_heads.claim_ablation, heads_json(drop=0.3)) is False  # too small
+    assert verdict(ngram_heads.claim_ablation, heads_json(random=0.5)) is False  # random as bad
+    assert verdict(ngram_heads.claim_ablation, heads_json(random=None)) is True
+    assert verdict(ngram_heads.claim_ablation, {}) is False
+
+
+# ---------------------------------------------------------------------------- duplicated_ngrams
+def dup_json(accs, first_drop_n, base=1.0):
+    by_n = [{"n": n, "string_acc": a} for n, a in enumerate(accs, start=1)]
+    entry = {"length": 30, "baseline": {"string_acc": base}, "by_n": by_n,
+             "first_drop_n": first_drop_n}
+    return {"curves": {"hard_alibi": [{"length": 20}, entry]}}  # the longest length is read
+
+
+def test_duplicated_ngram_claim():
+    claim = duplicated_ngrams.claim_flat_then_falls
+    assert verdict(claim, dup_json([1.0, 0.98, 0.5, 0.2], 3)) is True
+    assert verdict(claim, dup_json([1.0, 1.0, 1.0, 0.97], None)) is False  # never falls
+    assert verdict(claim, dup_json([0.5, 0.4, 0.3, 0.2], 1)) is False  # not flat at small n
+    assert verdict(claim, dup_json([1.0, None, 0.5, None], 3)) is True  # untestable n skipped
+
+
+# ---------------------------------------------------------------------------- copy_bounds
+def construction_row(n, L, error, no_repeat=0.0, bound=0.5):
+    return {"n": n, "L": L, "error": error, "bound": bound, "p_ngram": error,
+            "error_given_no_repeat": no_repeat, "within_bound": error <= bound}
+
+
+def test_construction_claims():
+    good = {"construction": [construction_row(3, 100, 0.3), construction_row(3, 1000, 0.4),
+                             construction_row(4, 1000, 0.01, no_repeat=None)]}
+    assert verdict(copy_bounds.claim_no_repeat, good) is True
+    assert verdict(copy_bounds.claim_lemma_2_4, good) is True
+    bad = {"construction": [construction_row(3, 100, 0.3, no_repeat=0.1),
+                            construction_row(3, 1000, 0.6), construction_row(4, 1000, 0.01)]}
+    assert verdict(copy_bounds.claim_no_repeat, bad) is False
+    assert verdict(copy_bounds.claim_lemma_2_4, bad) is False
+    # only the longest length counts for Lemma 2.4
+    assert "L = 1000" in copy_bounds.claim_lemma_2_4(bad)[0]
+
+
+def gssm_json(errors, bounds):
+    measured = [{"L": L, "error": e} for L, e in zip((10, 100, 1000), errors, strict=True)]
+    b = [{"L": m["L"], "bound": v} for m, v in zip(measured, bounds, strict=True)]
+    return {"checkpoints": [
+        {"label": "rope", "arch": "transformer", "measured": measured},  # no bound: skipped
+        {"label": "lstm", "arch": "lstm", "state_floats": 16, "measured": measured,
+         "bounds": {"32": {"state_bits": 512, "L_star": 109.0, "by_L": b}}}]}
+
+
+def test_gssm_bound_claim():
+    claim = copy_bounds.claim_gssm_bound
+    assert verdict(claim, gssm_json([0.1, 0.9, 1.0], [0.0, 0.5, 1.0])) is True
+    assert verdict(claim, gssm_json([0.1, 0.2, 1.0], [0.0, 0.5, 1.0])) is False  # below it
+    assert verdict(claim, gssm_json([0.1, 0.2, 0.3], [0.0, 0.0, 0.0])) is None  # vacuous
+    assert verdict(claim, {"checkpoints": gssm_json([0, 0, 0], [0, 0, 0])["checkpoints"][:1]}
+                   ) is None  # no GSSM
+
+
+# ---------------------------------------------------------------------------- length_generalization
+def curves_json(curves, max_len=20):
+    return {"train": {k: {"max_len": max_len} for k in curves},
+            "curves": {k: [{"L": L, "string_acc": a} for L, a in zip((10, 20, 40, 80), v,
+                                                                     strict=True)]
+                       for k, v in curves.items()}}
+
+
+def test_length_generalization_claims():
+    ok = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "nope": [1.0, 1.0, 0.0, 0.0],
+                      "lstm": [0.2, 0.0, 0.0, 0.0]})
+    assert verdict(length_generalization.claim_beyond, ok) is True
+    assert verdict(length_generalization.claim_twice, ok) is True
+    rope_too = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "rope": [1.0, 1.0, 0.7, 0.0]})
+    assert verdict(length_generalization.claim_beyond, rope_too) is False
+    short = curves_json({"hard_alibi": [1.0, 1.0, 0.3, 0.0], "nope": [1.0, 1.0, 0.0, 0.0]})
+    assert verdict(length_generalization.claim_beyond, short) is False
+    assert verdict(length_generalization.claim_twice, short) is False
+
+
+# ---------------------------------------------------------------------------- copy_efficiency
+def reach_json(**samples):
+    return {"samples_to_reach": {k: {"string_0.9": v} for k, v in samples.items()}}
+
+
+def test_efficiency_claim():
+    claim = copy_efficiency.claim_fewer_samples
+    assert verdict(claim, reach_json(hard_alibi=3200, nope=6400, lstm=None)) is True
+    assert verdict(claim, reach_json(hard_alibi=3200, mamba=64000, lstm=None)) is True
+    assert verdict(claim, reach_json(hard_alibi=3200, lstm=1600)) is False  # the GSSM is faster
+    assert verdict(claim, reach_json(hard_alibi=None, lstm=None)) is False  # no transformer learnt
+    assert verdict(claim, reach_json(hard_alibi=3200, nope=6400)) is None  # no GSSM
+
+
+# ---------------------------------------------------------------------------- ngram_lookup
+def lookup_json(suffix, prefix, max_len=30):
+    def rows(accs):
+        return [{"L": L, "string_acc": a} for L, a in zip((20, 60, 100), accs, strict=True)]
+
+    return {"curves": {"suffix": {k: rows(v) for k, v in suffix.items()},
+                       "prefix": {k: rows(v) for k, v in prefix.items()}},
+            "train": {key: {k: {"max_len": max_len} for k in d}
+                      for key, d in (("suffix", suffix), ("prefix", prefix))}}
+
+
+def test_lookup_suffix_claim_reads_beyond_the_training_length():
+    claim = ngram_lookup.claim_suffix
+    # the LSTM is perfect in distribution (L = 20) and fails beyond: only L > 30 counts
+    d = lookup_json({"hard_alibi": [1.0, 0.9, 0.8], "lstm": [1.0, 0.1, 0.0]}, {})
+    assert verdict(claim, d) is True
+    d = lookup_json({"hard_alibi": [1.0, 0.2, 0.1], "lstm": [1.0, 0.2, 0.1]}, {})
+    assert verdict(claim, d) is False
+    assert verdict(claim, lookup_json({"hard_alibi": [1.0, 1.0, 1.0]}, {})) is None
+
+
+def test_lookup_prefix_claim():
+    claim = ngram_lookup.claim_prefix
+    d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.9, 0.9, 0.8]})
+    assert verdict(claim, d) is True
+    d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
+    assert verdict(claim, d) is False
+    d = lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1], "lstm": [0.2, 0.1, 0.1]})
+    assert verdict(claim, d) is False  # as good, but neither learnt it
+    assert verdict(claim, lookup_json({}, {"lstm": [0.9, 0.9, 0.9]})) is None
+
+
+@pytest.mark.parametrize("mod", [ngram_heads, duplicated_ngrams, copy_bounds,
+                                 length_generalization, copy_efficiency, ngram_lookup])
+def test_every_claim_of_the_figure_is_tested_here(mod):
+    tested = {c.__name__ for c in (
+        ngram_heads.claim_match_heads, ngram_heads.claim_ablation,
+        duplicated_ngrams.claim_flat_then_falls, copy_bounds.claim_no_repeat,
+        copy_bounds.claim_lemma_2_4, copy_bounds.claim_gssm_bound,
+        length_generalization.claim_beyond, length_generalization.claim_twice,
+        copy_efficiency.claim_fewer_samples, ngram_lookup.claim_suffix,
+        ngram_lookup.claim_prefix)}
+    assert {c.measure.__name__ for c in mod.FIGURE.claims} <= tested

@@ -210,8 +210,8 @@ def test_lookup_recipes_fine_tune_the_copy_models_or_start_from_scratch(tmp_path
         assert zoo.spec(a, "paper", tmp_path).hash() == zoo.spec(b, "paper", tmp_path).hash()
     with pytest.raises(TaskError, match="--init copy"):
         ngram_lookup.lookup_recipes("paper", ["lstm"], "copy")
-    with pytest.raises(TaskError, match="unknown model 'gpt'"):
-        ngram_lookup.lookup_recipes("quick", ["gpt"])
+    with pytest.raises(TaskError, match="unknown recipe 'lookup_suffix/gpt'"):
+        zoo.recipe(ngram_lookup.lookup_recipes("quick", ["gpt"])[0])
 
 
 def test_analyses_refuse_unknown_models_before_training(tmp_path, capsys):
@@ -222,3 +222,36 @@ def test_analyses_refuse_unknown_models_before_training(tmp_path, capsys):
                          "--out", str(tmp_path), *flags]) == 2
         assert capsys.readouterr().err.startswith("error:")
     assert not (tmp_path / "ck").exists()  # nothing trained
+
+
+TINY_TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+              "eval_batch_size": 4, "warmup_steps": 1}
+
+
+def test_train_quick_fine_tunes_the_zoo_copy_model_for_lookup(tmp_path, monkeypatch):
+    """``--train quick`` serves the analysis its recipes: here tiny stand-ins for
+    copy/hard_alibi and the two lookup recipes that start from it."""
+    copy = zoo.Recipe("copy/hard_alibi", "copy", "transformer",
+                      {"model": {"pe": "hard_alibi", "d_model": 16, "n_layers": 2, "n_heads": 4},
+                       "task": {"min_len": 1, "max_len": 6}, "train": TINY_TRAIN})
+    monkeypatch.setitem(zoo.RECIPES, copy.name, copy)
+    for key in ngram_lookup.KEYS:
+        r = zoo.Recipe(f"lookup_{key}/hard_alibi", "lookup", "transformer",
+                       {"task": {"min_len": 6, "max_len": 8, "n": 2, "k": 1, "key": key},
+                        "train": TINY_TRAIN}, init_from={"quick": copy.name})
+        monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    cache = tmp_path / "ck"
+    assert ngram_lookup.main(["--train", "quick", "--models", "hard_alibi", "--cache-dir",
+                              str(cache), "--out", str(tmp_path), "--lengths", "8,12",
+                              "--n-examples", "4"]) == 0
+    r = json.loads((tmp_path / "ngram_lookup.json").read_text())
+    copy_path = str(zoo.checkpoint(copy.name, "quick", cache, "cpu", progress=False))
+    for key in ngram_lookup.KEYS:
+        assert list(r["curves"][key]) == ["hard_alibi"]
+        assert r["train"][key]["hard_alibi"]["init_from"] == copy_path
+    # the copy analyses read the same cached copy model
+    assert duplicated_ngrams.main(["--train", "quick", "--cache-dir", str(cache), "--out",
+                                   str(tmp_path), "--n", "1", "--lengths", "6",
+                                   "--n-examples", "4", "--reference-n", ""]) == 0
+    d = json.loads((tmp_path / "duplicated_ngrams.json").read_text())
+    assert d["checkpoints"] == [copy_path]

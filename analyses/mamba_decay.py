@@ -1,6 +1,7 @@
 """The state-transition factor a_t on Markov and switching Markov data (Markov paper Figs 4, 13).
 
-``python -m analyses.mamba_decay markov.pt [switching.pt]``
+``python -m analyses.mamba_decay markov.pt [switching.pt]`` (or ``--train quick``: the zoo's
+``markov/mamba2`` and ``switching_markov/mamba2``)
 
 a_t = exp(−exp(A_log)·Δ_t) (``blocks.{i}.mixer.hook_decay``, [batch, pos, heads]) decides how
 much of H_{t−1} survives into H_t. The add-β estimator needs every past count, so on random
@@ -11,62 +12,26 @@ switch tokens and ≈ 1 elsewhere (§5.1, Fig. 13).
 For each checkpoint (kind read from its task): a_t per position (mean over test sequences),
 per layer and head; for switching data the mean at switch tokens vs elsewhere and one
 sequence's a_t trace with its switch positions; the model's loss gap to the optimal predictor
-(which shows whether it learned the task at all). :func:`decay_from_parameters` recomputes a_t
-from the parameters (RMSNorm, in_proj's Δ row, dt_bias, A_log) as a check on the hook.
+(which shows whether it learned the task at all). The readers are :mod:`probes.ssm`'s
+(``decay_from_parameters`` recomputes a_t from the weights as a check on the hook).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.markov_laplace import evaluate_markov, markov_batch, markov_task_of
+from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
+from probes.markov import evaluate_markov, markov_batch, markov_task_of
+from probes.ssm import read_decay
 from tasks.base import check
 
 NAME = "mamba_decay"
 ARCHS = ("mamba2", "mambazero")
-
-
-@torch.no_grad()
-def read_decay(model, tokens: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """a_t from ``hook_decay`` of every layer: [layers, batch, pos, heads] (float64)."""
-    L = model.cfg.n_layers
-    names = {f"blocks.{i}.mixer.hook_decay" for i in range(L)}
-    parts = []
-    model.eval()
-    for s in range(0, tokens.shape[0], chunk):
-        _, cache = model.run_with_cache(tokens[s : s + chunk].to(model.device),
-                                        names_filter=lambda n: n in names)
-        parts.append(torch.stack([cache[f"blocks.{i}.mixer.hook_decay"] for i in range(L)])
-                     .double().cpu())
-    return torch.cat(parts, dim=1)
-
-
-@torch.no_grad()
-def decay_from_parameters(model, tokens: torch.Tensor, layer: int = 0) -> torch.Tensor:
-    """a_t = exp(−exp(A_log)·softplus(⟨w_Δ, norm(u_t)⟩ + dt_bias)) computed from the weights
-    and the block's input u_t (``hook_resid_pre``), not from the mixer's hooks:
-    [batch, pos, heads]."""
-    block = model.blocks[layer]
-    mixer = block.mixer
-    _, cache = model.run_with_cache(tokens.to(model.device),
-                                    names_filter=lambda n: n == f"blocks.{layer}.hook_resid_pre")
-    u = block.norm(cache[f"blocks.{layer}.hook_resid_pre"])  # [batch, pos, d_model]
-    H = model.cfg.n_heads
-    w_dt = mixer.in_proj.weight[-H:]  # [heads, d_model]: the Δ rows are the last H
-    dt = u @ w_dt.T  # [batch, pos, heads]
-    if mixer.in_proj.bias is not None:
-        dt = dt + mixer.in_proj.bias[-H:]
-    delta = F.softplus(dt + mixer.dt_bias)
-    if not model.cfg.decay:
-        return torch.ones_like(delta)
-    return torch.exp(-torch.exp(mixer.A_log) * delta)
+RECIPES = ("markov/mamba2", "switching_markov/mamba2")
 
 
 def _summary(a: torch.Tensor) -> dict:
@@ -158,53 +123,45 @@ def table(result: dict) -> list[list]:
 
 
 # ---------------------------------------------------------------------------- main
-# Switching Markov at quick scale: the Markov preset's model, p_switch = 0.01 (App. E.7), and a
-# longer, faster run than the Markov preset. Measured (quick, 2 shared CPU cores): with the
-# Markov preset's training (1500 steps, lr 2e-3) / the default one (1000 steps, lr 1e-3) the
-# model does not learn to reset (a_t at switch tokens stays ≈ 1); with lr 3e-3 for 2000 steps
-# a_t drops to ≈ 0.19 at switch tokens and stays ≈ 0.97 elsewhere.
-SWITCH_TRAIN = {"lr": 3e-3, "steps": 2000}
-
-
-def switching_checkpoint(preset: str, cache_dir: str, device: str) -> str:
-    """A Mamba-2 trained on switching Markov data (cached)."""
-    from models.presets import preset_overrides
-    from models.train import train_cached
-
-    rows = preset_overrides(preset, "markov", "mamba2")
-    train = SWITCH_TRAIN if preset == "quick" else None
-    return str(train_cached("mamba2", "switching_markov", preset, cache_dir,
-                            model=rows["model"], task_config={"p_switch": 0.01},
-                            train_overrides={**rows["train"], **(train or {})}, device=device))
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-seqs", type=int, default=64, help="test sequences")
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
-    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
-    torch.set_num_threads(1)
-    ckpts = list(args.checkpoints)
-    if args.train:
-        from analyses.state_probe import quick_checkpoint
-
-        ckpts.append(quick_checkpoint(args.train, args.cache_dir, args.device))
-        ckpts.append(switching_checkpoint(args.train, args.cache_dir, args.device))
-    check(len(ckpts) >= 1, "give checkpoint(s) or --train quick")
-    models = [(Path(c).stem, load_model(c, archs=ARCHS, device=args.device)) for c in ckpts]
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints)
+    models = [(c.label, load_model(c.path, archs=ARCHS, device=args.device))
+              for c in checkpoints]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed)
-    result["checkpoints"] = ckpts
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoints"] = [c.path for c in checkpoints]
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_markov(d: dict) -> tuple[str, bool]:
+    """Fig. 4: on Markov data the first non-switching model keeps a_t ≈ 1 (mean >= 0.95)."""
+    r = next(x for x in d["models"] if "p_switch" not in x)
+    return f"mean a_t on Markov data {r['mean']:.3f} ({r['label']})", r["mean"] >= 0.95
+
+
+def claim_switch(d: dict) -> tuple[str, bool]:
+    """Fig. 13: a_t drops at switch tokens (mean < 0.2) so the counts restart."""
+    r = next((x for x in d["models"] if x.get("mean_at_switch") is not None), None)
+    if r is None:
+        return "no switching model", False
+    return (f"a_t at switch tokens {r['mean_at_switch']:.3f}, elsewhere "
+            f"{r['mean_elsewhere']:.3f}"), r["mean_at_switch"] < 0.2
+
+
+FIGURE = Figure(
+    "a_t on Markov and switching Markov data", "Markov paper Figs. 4, 13",
+    (Claim("a_t ≈ 1 on Markov data (no forgetting; mean >= 0.95)", claim_markov),
+     Claim("a_t ≈ 0 at switch tokens (counts reset; mean < 0.2)", claim_switch)),
+    recipes=lambda preset: list(RECIPES))
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, threads=1)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Which parts of Mamba does in-context Markov learning need? (Markov paper Figs 3a, 3b, 6, 12,
 Table 3)
 
-``python -m analyses.markov_ablations --train quick [--groups conv,window,...]`` trains (cached)
-small sweeps and compares each model's test loss with the add-β estimator's, |L(θ) − L_β| (§3):
+``python -m analyses.markov_ablations --train quick [--groups conv,window,...]`` takes the zoo's
+ablation recipes (trained and cached on first use) and compares each model's test loss with
+the add-β estimator's, |L(θ) − L_β| (§3):
 
 * ``conv``   (Fig. 3a) full Mamba-2 vs Mamba-2 without the convolution vs MambaZero;
 * ``window`` (Fig. 3b) convolution window w vs Markov order k: w ≥ k + 1 is needed (App. C.1);
@@ -10,149 +11,76 @@ small sweeps and compares each model's test loss with the add-β estimator's, |L
 * ``depth``  (Fig. 12) two layers without convolution vs one with it;
 * ``noconv_width`` (Table 3) one layer without convolution at several widths: never enough.
 
+MambaZero keeps its L1 prediction (§4.1): with softmax its logits are linear in the counts and
+cannot be log((n_1 + β)/(n_0 + β)). Its size and start (``markov/mambazero`` in
+:mod:`models.zoo`) say why they were chosen.
+
 Checkpoints given on the command line are evaluated the same way (one row each, labelled by
 file). Every model is scored on the same fresh test sequences of its own task; the learning
-curve (``loss_gap`` of the trainer's periodic evaluations) is kept for the Fig. 3a panel.
-Transformers ± convolution (Fig. 11) need a conv option in the transformer, which the suite
-does not have yet.
+curve (``loss_gap`` of the training loop's periodic evaluations against the task's optimal
+predictor) is kept for the Fig. 3a panel. Transformers ± convolution (Fig. 11) need a conv
+option in the transformer, which the suite does not have yet.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import re
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.markov_laplace import evaluate_markov, markov_task_of
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    fmt,
+    get,
+    load_model,
+    need,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
+from models import zoo
+from probes.markov import evaluate_markov, markov_task_of
 from tasks.base import TaskError, check
 
 NAME = "markov_ablations"
-
-# group -> [(label, arch, model overrides, task overrides)]. Quick sizes; "paper" widens them.
-GROUPS: dict[str, list[tuple[str, str, dict, dict]]] = {
-    "conv": [
-        ("mamba2", "mamba2", {}, {}),
-        ("mamba2 no conv", "mamba2", {"conv": False}, {}),
-        # MambaZero keeps its L1 prediction (§4.1): with softmax its logits are linear in the
-        # counts and cannot be log((n_1 + β)/(n_0 + β)) (measured gap 0.056 at quick scale).
-        # Its size and training: see MAMBAZERO_MODEL / MAMBAZERO_TRAIN.
-        ("mambazero", "mambazero", {}, {}),
-    ],
-    "window": [(f"k={k} w={w}", "mamba2", {"d_conv": w}, {"order": k})
-               for k in (1, 2) for w in (1, 2, 3)],
-    "width": [(f"k={k} d={d}", "mamba2", {"d_model": d, "d_conv": k + 1}, {"order": k})
-              for k in (1, 2, 3) for d in (2, 4, 8)],
-    "depth": [
-        ("1 layer", "mamba2", {}, {}),
-        ("1 layer no conv", "mamba2", {"conv": False}, {}),
-        ("2 layers no conv", "mamba2", {"conv": False, "n_layers": 2}, {}),
-    ],
-    "noconv_width": [(f"no conv d={d}", "mamba2", {"conv": False, "d_model": d}, {})
-                     for d in (10, 100)],
-}
-PAPER_EXTRA = {"noconv_width": [("no conv d=1000", "mamba2", {"conv": False, "d_model": 1000},
-                                 {})]}
+ARCHS = ("mamba2", "mambazero", "transformer")
 QUICK_GROUPS = ("conv",)
-# quick sweeps beyond Fig. 3a: shorter runs on shorter sequences (~30-60 s each on 2 CPU cores);
-# the conv group keeps the preset, so its full model is the checkpoint the other analyses use
-QUICK_SWEEP = {"train": {"steps": 600}, "task": {"seq_len": 128}}
+# Fig. 3a's three models; the full one is the checkpoint the other Markov analyses use
+CONV_GROUP = {"markov/mamba2": "mamba2", "markov_ablation/conv/no_conv": "mamba2 no conv",
+              "markov/mambazero": "mambazero"}
+DEPTH_LABELS = {"1L": "1 layer", "1L_no_conv": "1 layer no conv",
+                "2L_no_conv": "2 layers no conv"}
 
 
-def runs_for(groups: list[str], preset: str) -> list[tuple[str, str, str, dict, dict, dict]]:
-    """``[(group, label, arch, model, task, train)]`` overrides for the chosen groups."""
-    out = []
+def figure_label(label: str) -> str:
+    """The zoo's ``k1_w2`` / ``no_conv_d10`` / ``1L`` as the figure writes them: ``k=1 w=2`` /
+    ``no conv d=10`` / ``1 layer``."""
+    if label in DEPTH_LABELS:
+        return DEPTH_LABELS[label]
+    return " ".join(re.sub(r"^([kwd])(\d+)$", r"\1=\2", part) for part in label.split("_"))
+
+
+# group -> {zoo recipe: label in the figure, the JSON and the claims}
+GROUPS: dict[str, dict[str, str]] = {"conv": CONV_GROUP, **{
+    g: {f"markov_ablation/{g}/{label}": figure_label(label) for label, *_ in runs}
+    for g, runs in zoo.ABLATION_GROUPS.items() if g != "conv"}}
+LABELS = {recipe: (g, label) for g, recipes in GROUPS.items() for recipe, label in recipes.items()}
+
+
+def recipes_for(groups: list[str], preset: str) -> list[str]:
+    """The zoo recipes of ``groups`` that exist at ``preset``."""
     for g in groups:
         if g not in GROUPS:
             raise TaskError(f"unknown group {g!r}; allowed: {', '.join(GROUPS)}")
-        extra = PAPER_EXTRA.get(g, []) if preset == "paper" else []
-        sweep = QUICK_SWEEP if preset == "quick" and g != "conv" else {"train": {}, "task": {}}
-        out += [(g, label, arch, model, {**sweep["task"], **task}, dict(sweep["train"]))
-                for label, arch, model, task in GROUPS[g] + extra]
-    return out
+    return [r for g in groups for r in GROUPS[g] if zoo.recipe(r).available(preset)]
 
 
-L1_INIT_BIAS = 1.0  # outputs start ≈ 1 > l1_eps: every output gets a gradient from step 1
-# Fig. 3a's L1 MambaZero at quick scale (seed 0, the 2026-11-23 clean run): loss gap 0.029 nats
-# to L_β (full model 0.0002, no conv 0.073), all-pairs b·c ratio 0.20. Thm 1's exact size
-# d = 4, N = 2 stalled at gap 0.055-0.087 in earlier runs, hence d = 16, N = 8. This run is not
-# at convergence (seeds 0-4: fitted β 4.7-1000); Fig. 5's converged MambaZero is trained with
-# analyses.bc_orthogonality.FIG5_RECIPE (10 000 steps on T = 128).
-MAMBAZERO_MODEL = {"d_model": 16, "d_state": 8}
-MAMBAZERO_TRAIN = {"quick": {"lr": 1e-2, "steps": 2000}, "paper": {}}
-
-
-def train_l1_mambazero(preset: str, cache_dir: str, device: str, model: dict | None = None,
-                       task: dict | None = None, train_over: dict | None = None,
-                       resume: str | Path | None = None) -> Path:
-    """Train an L1-prediction MambaZero from an init whose outputs are all positive.
-
-    With the default init every output is ≈ 0 ± 1e-3, the L1 prediction clamps the negative
-    ones at ``l1_eps`` (no gradient), and training falls into the uniform predictor (measured:
-    the loss gap never moved from ln 2 − L_β). So the unembedding gets a bias of
-    ``L1_INIT_BIAS`` (the add-β logits β + n are positive too): the step-0 weights are written
-    as a resumable checkpoint and the trainer continues from it (same data, same seed).
-    ``model`` / ``train_over`` default to MAMBAZERO_MODEL / MAMBAZERO_TRAIN; ``resume``
-    continues another run of this function instead (segments of one run, Fig. 5a).
-    """
-    from models.checkpoint import FORMAT, read_checkpoint, save_checkpoint
-    from models.registry import build_model
-    from models.train import make_spec, rng_state, train
-    from tasks.base import config_to_dict, make_generator
-
-    model = {**MAMBAZERO_MODEL, **(model or {}), "unembed_bias": True}
-    train_over = {**MAMBAZERO_TRAIN.get(preset, {}), **(train_over or {})}
-    spec = make_spec("mambazero", "markov", preset, model=model, task_config=task,
-                     train=train_over)
-    path = Path(cache_dir) / f"mambazero-l1init-markov-{spec.hash()}.pt"
-    if path.exists():
-        try:
-            read_checkpoint(path)
-            return path
-        except TaskError:
-            pass
-    if resume is not None:
-        train(spec, out=path, device=device, resume=resume, progress=False)
-        return path
-    torch.manual_seed(spec.train.seed)
-    net = build_model("mambazero", spec.model)
-    with torch.no_grad():
-        net.unembed.bias.fill_(L1_INIT_BIAS)
-    init = path.with_name(path.stem + ".init.pt")
-    save_checkpoint({
-        "format": FORMAT, "model": {"arch": "mambazero", "config": dict(spec.model)},
-        "task": {"name": "markov", "config": dict(spec.task_config)},
-        "train": {"config": config_to_dict(spec.train), "seed": spec.train.seed, "step": 0,
-                  "samples_seen": 0, "rng": rng_state(make_generator(spec.train.seed))},
-        "state_dict": net.state_dict(), "history": [],
-    }, init)
-    try:
-        train(spec, out=path, device=device, resume=init, progress=False)
-    finally:
-        init.unlink(missing_ok=True)
-    return path
-
-
-def train_group_runs(runs, preset: str, cache_dir: str, device: str,
-                     steps: int | None = None) -> list[tuple[str, str, str]]:
-    """Train (cached) every run: ``[(group, label, checkpoint path)]``."""
-    from models.train import train_cached
-
-    out = []
-    for group, label, arch, model, task, train in tqdm(runs, desc=f"{NAME} training",
-                                                       leave=False):
-        over = {**train, **({"steps": steps} if steps else {})} or None
-        if arch == "mambazero" and model.get("prediction", "l1") == "l1":
-            path = train_l1_mambazero(preset, cache_dir, device, model, task, over)
-        else:
-            path = train_cached(arch, "markov", preset, cache_dir, model=model, task_config=task,
-                                train_overrides=over, device=device, progress=False)
-        out.append((group, label, str(path)))
-    return out
+def default_groups(preset: str) -> tuple[str, ...]:
+    return QUICK_GROUPS if preset == "quick" else tuple(GROUPS)
 
 
 def compute(models: list[tuple[str, str, object]], n_seqs: int = 256, seed: int = 0) -> dict:
@@ -240,35 +168,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
                    help=f"comma-separated: {', '.join(GROUPS)} (default with --train quick: "
                         f"{','.join(QUICK_GROUPS)}; --train paper: all)")
-    p.add_argument("--steps", type=int, default=None, help="training steps of every sweep run "
-                   "(default: the preset's)")
+    p.add_argument("--steps", type=int, default=None, help="training steps of every run "
+                   "(default: the recipe's; another cache entry)")
     p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
-    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
-    torch.set_num_threads(1)
-    items = [("given", Path(c).stem, str(c)) for c in args.checkpoints]
-    if args.train:
-        default = QUICK_GROUPS if args.train == "quick" else tuple(GROUPS)
-        groups = [g.strip() for g in args.groups.split(",")] if args.groups else list(default)
-        runs = runs_for(groups, args.train)
-        items += train_group_runs(runs, args.train, args.cache_dir, args.device, args.steps)
-    check(len(items) >= 1, "give checkpoint(s) or --train quick")
-    models = [(g, label, load_model(path, archs=("mamba2", "mambazero", "transformer"),
-                                    device=args.device)) for g, label, path in items]
+def _recipes(args) -> list[str]:
+    groups = [g.strip() for g in args.groups.split(",")] if args.groups else None
+    return recipes_for(groups or list(default_groups(args.train)), args.train)
+
+
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    if args.train and args.steps:  # the recipes with another step count (run_analysis got none)
+        checkpoints = checkpoints + [
+            Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir, args.device,
+                                             progress=False, train={"steps": args.steps})))
+            for n in _recipes(args)]
+    need(checkpoints)
+    items = [(*LABELS.get(c.label, ("given", c.label)), c.path) for c in checkpoints]
+    models = [(g, label, load_model(path, archs=ARCHS, device=args.device))
+              for g, label, path in items]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = [path for *_, path in items]
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def _row(d: dict, label: str) -> dict | None:
+    return next((r for r in d["models"] if r.get("label") == label), None)
+
+
+def claim_noconv(d: dict) -> tuple[str, bool]:
+    """Fig. 3a: without the convolution the gap is at least 5x the full model's."""
+    v = get(d, "summary", "conv_noconv_over_full_gap")
+    full, nc = _row(d, "mamba2"), _row(d, "mamba2 no conv")
+    text = (f"loss gap: full {full['abs_gap']:.4f}, no conv {nc['abs_gap']:.4f} nats "
+            f"(ratio {fmt(v, '.1f')})")
+    return text, v is not None and v >= 5
+
+
+def claim_mambazero(d: dict) -> tuple[str, bool]:
+    """Fig. 3a: MambaZero (convolution, no gate or MLP) has under half the no-conv gap."""
+    full, z, nc = _row(d, "mamba2"), _row(d, "mambazero"), _row(d, "mamba2 no conv")
+    if z is None:
+        return "no MambaZero run", False
+    text = (f"MambaZero gap {z['abs_gap']:.4f} vs full {full['abs_gap']:.4f}, "
+            f"no conv {nc['abs_gap']:.4f}")
+    return text, z["abs_gap"] < nc["abs_gap"] / 2
+
+
+FIGURE = Figure(
+    "Ablations: conv, window, width", "Markov paper Figs. 3, 6, 11, 12",
+    (Claim("without the convolution the model fails (gap >= 5x the full model's)",
+           claim_noconv),
+     Claim("MambaZero (conv-only) recovers what no-conv loses", claim_mambazero)),
+    recipes=lambda preset: recipes_for(list(default_groups(preset)), preset))
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, threads=1,
+                        recipes=lambda a: [] if a.steps else _recipes(a))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Does the model predict like the add-β estimator? (Markov paper Figs 1, 7, 8, 10)
 
 ``python -m analyses.markov_laplace ckpt.pt [ckpt2.pt ...]`` — for every checkpoint trained on
-random Markov chains (``markov`` or ``switching_markov``):
+random Markov chains (``markov``, ``switching_markov`` or ``markov_holdout``):
 
 1. the predicted next-token probability P_θ(x_{t+1} = 1 | x_1^t) against the add-β estimator's
    on one fixed test sequence (Fig. 1);
@@ -10,116 +10,39 @@ random Markov chains (``markov`` or ``switching_markov``):
 3. the test loss L(θ) and its gap to the add-β estimator's L_β on the same sequences (§3;
    Fig. 8 also gives the relative gap (L − L_β)/L_β).
 
-``--train quick`` trains (cached) a 1-layer Mamba-2 and 1- and 2-layer transformers on binary
-first-order chains (Figs 1a, 7); ``--sweep`` adds larger state spaces S and orders k for Mamba
-and the 2-layer transformer (Figs 1b, 8, 10). Linear attention (Fig. 7) is not a suite
-architecture yet and is left out.
-
-The helpers at the top (``markov_task_of``, ``markov_batch``, ``model_probs``, ``l1_deviation``,
-``evaluate_markov``) are shared by the other Markov analyses (state_probe, bc_orthogonality,
-mamba_decay, markov_ablations, markov_holdout).
+``--train quick`` uses the zoo's 1-layer Mamba-2 and 1- and 2-layer transformers on binary
+first-order chains (Figs 1a, 7: ``markov/mamba2``, ``markov/transformer_1L``, ``_2L``);
+``--sweep`` adds larger state spaces S and orders k for Mamba and the 2-layer transformer
+(Figs 1b, 8, 10). Linear attention (Fig. 7) is not a suite architecture yet and is left out.
+The comparisons themselves are :mod:`probes.markov`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
+from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
-from tasks.base import Batch, check, make_generator
-from tasks.registry import make_task
+from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
+from tasks.base import check
 
 NAME = "markov_laplace"
-MARKOV_TASKS = ("markov", "switching_markov", "markov_holdout")
-
-
-# ---------------------------------------------------------------------------- shared helpers
-def markov_task_of(model, task_name: str | None = None, task_config: dict | None = None,
-                   **overrides):
-    """The Markov task a model was trained on (from its checkpoint), or the one given.
-
-    ``overrides`` replace config fields (e.g. a longer ``seq_len`` for evaluation)."""
-    ck = getattr(model, "checkpoint", None) or {}
-    if task_name is None:
-        task_name = ck.get("task", {}).get("name", "markov")
-        if task_config is None:
-            task_config = ck.get("task", {}).get("config", {})
-    check(task_name in MARKOV_TASKS,
-          f"this analysis needs a Markov-chain checkpoint ({', '.join(MARKOV_TASKS)}), "
-          f"got one trained on {task_name!r}")
-    task = make_task(task_name, dict(task_config or {}), **overrides)
-    vocab = getattr(model.cfg, "vocab_size", None)
-    if vocab is not None:
-        check(vocab >= task.vocab.size, f"the model's vocabulary ({vocab}) is smaller than the "
-              f"{task_name} task's ({task.vocab.size} tokens)")
-    return task
-
-
-def markov_batch(task, n_seqs: int, seed: int) -> Batch:
-    """``n_seqs`` fresh test sequences (tokens x_1..x_T, targets x_2..x_{T+1})."""
-    check(n_seqs >= 1, f"n_seqs must be >= 1, got {n_seqs}")
-    return task.batch(n_seqs, make_generator(seed))
-
-
-@torch.no_grad()
-def model_probs(model, tokens: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """Next-token probabilities ``[batch, pos, vocab]`` (float64) from ``model.log_probs``
-    (softmax, or MambaZero's L1-normalised prediction), in chunks of sequences."""
-    model.eval()
-    out = []
-    for i in range(0, tokens.shape[0], chunk):
-        lp = model.log_probs(tokens[i : i + chunk].to(model.device))
-        out.append(lp.double().exp().cpu())
-    return torch.cat(out)
-
-
-def l1_deviation(p_model: torch.Tensor, p_opt: torch.Tensor) -> torch.Tensor:
-    """Σ_j |P_θ(j) − P*(j)| per position ``[batch, pos]``; the model's mass on tokens outside
-    the optimal predictor's support (padding ids beyond its vocabulary) counts as error."""
-    V = p_opt.shape[-1]
-    return ((p_model[..., :V] - p_opt).abs().sum(-1) + p_model[..., V:].sum(-1))
-
-
-def cross_entropy_on(probs: torch.Tensor, targets: torch.Tensor) -> float:
-    from probes.estimators import cross_entropy
-
-    return float(cross_entropy(probs, targets))
-
-
-def evaluate_markov(model, task, n_seqs: int = 256, seed: int = 0, t_min: int = 50) -> dict:
-    """Loss, add-β loss, their gap, and the L1 deviation curve of ``model`` on ``task`` data."""
-    batch = markov_batch(task, n_seqs, seed)
-    p = model_probs(model, batch.tokens)  # [batch, pos, vocab]
-    q = task.optimal_probs(batch.tokens).double()  # [batch, pos, S(+1)]
-    check(p.shape[-1] >= q.shape[-1], "the model predicts fewer tokens than the task has")
-    l1 = l1_deviation(p, q)  # [batch, pos]
-    curve = l1.mean(0)
-    T = curve.shape[0]
-    lm = cross_entropy_on(p, batch.targets)
-    lb = cross_entropy_on(q, batch.targets)
-    kl = (q * (q.clamp_min(1e-300).log() - p[..., : q.shape[-1]].clamp_min(1e-300).log())
-          ).sum(-1)
-    return {
-        "n_seqs": n_seqs, "seq_len": T, "t_min": t_min,
-        "loss": lm, "lbeta": lb, "loss_gap": lm - lb, "rel_gap": (lm - lb) / lb,
-        "kl_mean": float(kl.mean()),
-        "l1_curve": curve, "l1_mean": float(l1.mean()),
-        # positions are 0-based here; the paper's t = position + 1
-        "l1_mean_t_min": float(l1[:, t_min - 1 :].mean()) if T >= t_min else None,
-    }
-
-
-def fixed_sequence_curve(model, task, seed: int) -> dict:
-    """Fig. 1: P_θ(next = 1) and P_β(next = 1) along one fixed test sequence."""
-    batch = markov_batch(task, 1, seed)
-    p = model_probs(model, batch.tokens)[0]
-    q = task.optimal_probs(batch.tokens).double()[0]
-    return {"tokens": batch.tokens[0], "p_model": p[:, 1], "p_beta": q[:, 1]}
+# zoo recipe -> the label the figure, the JSON and the claims use (Figs 1a, 7)
+QUICK_RECIPES = {
+    "markov/mamba2": "mamba2 1L",
+    "markov/transformer_1L": "transformer 1L",
+    "markov/transformer_2L": "transformer 2L",
+}
+SWEEP_RECIPES = {  # Figs 1b, 8, 10: more states and higher orders
+    "markov/mamba2_S3": "mamba2 1L S=3",
+    "markov/mamba2_S4": "mamba2 1L S=4",
+    "markov/mamba2_k2": "mamba2 1L k=2",
+    "markov/transformer_2L_k2": "transformer 2L k=2",
+}
+LABELS = {**QUICK_RECIPES, **SWEEP_RECIPES}
 
 
 # ---------------------------------------------------------------------------- compute
@@ -187,41 +110,6 @@ def table(result: dict) -> list[list]:
     return out
 
 
-# ---------------------------------------------------------------------------- training
-# (label, arch, model overrides, task overrides) of the quick comparison (Figs 1a, 7).
-# Transformers: GPT-2-like single-head blocks (App. F, Table 9) with RoPE positions.
-TRANSFORMER = {"d_model": 32, "n_heads": 1, "pe": "rope"}
-QUICK_RUNS = [
-    ("mamba2 1L", "mamba2", {}, {}),
-    ("transformer 1L", "transformer", {**TRANSFORMER, "n_layers": 1}, {}),
-    ("transformer 2L", "transformer", {**TRANSFORMER, "n_layers": 2}, {}),
-]
-# The quick transformer baselines are 2-4x slower a step than the Mamba-2 (1000 steps: 1 layer
-# 130 s, 2 layers 255 s beside another analysis on 2 CPU cores, loss gaps 0.069 / 0.0071 nats
-# vs Mamba-2's 0.0002 at 1500 steps; the figure took 614 s in all). 750 steps keep the figure
-# within 10 minutes with a margin.
-QUICK_TRANSFORMER_TRAIN = {"steps": 750}
-SWEEP_RUNS = [  # Figs 1b, 8, 10: more states and higher orders
-    ("mamba2 1L S=3", "mamba2", {}, {"S": 3}),
-    ("mamba2 1L S=4", "mamba2", {}, {"S": 4}),
-    ("mamba2 1L k=2", "mamba2", {}, {"order": 2}),  # the preset's w = 4 >= k + 1
-    ("transformer 2L k=2", "transformer", {**TRANSFORMER, "n_layers": 2}, {"order": 2}),
-]
-
-
-def train_runs(runs, preset: str, cache_dir: str, device: str) -> list[tuple[str, str]]:
-    """Train (or reuse) every run; ``[(label, checkpoint path)]``."""
-    from models.train import train_cached
-
-    out = []
-    for label, arch, model, task in runs:
-        train = QUICK_TRANSFORMER_TRAIN if preset == "quick" and arch == "transformer" else None
-        out.append((label, str(train_cached(arch, "markov", preset, cache_dir, model=model,
-                                            task_config=task, train_overrides=train,
-                                            device=device))))
-    return out
-
-
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
@@ -231,28 +119,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --train: also larger S and order k (Figs 1b, 8, 10)")
 
 
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
-    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
-    torch.set_num_threads(1)
-    ckpts = [(Path(c).stem, str(c)) for c in args.checkpoints]
-    if args.train:
-        runs = QUICK_RUNS + (SWEEP_RUNS if args.sweep else [])
-        ckpts += train_runs(runs, args.train, args.cache_dir, args.device)
-    check(len(ckpts) >= 1, "give checkpoint(s) or --train quick")
-    models = [(label, load_model(path, device=args.device)) for label, path in ckpts]
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    need(checkpoints)
+    models = [(LABELS.get(c.label, c.label), load_model(c.path, device=args.device))
+              for c in checkpoints]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed, t_min=args.t_min,
                      seq_len=args.seq_len)
-    result["checkpoints"] = [path for _, path in ckpts]
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoints"] = [c.path for c in checkpoints]
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def _row(d: dict, label: str) -> dict | None:
+    return next((r for r in d["models"] if r.get("label") == label), None)
+
+
+def claim_l1(d: dict) -> tuple[str, bool]:
+    """Fig. 1: the 1-layer Mamba-2 follows add-β (mean L1 deviation < 0.05 after t_min)."""
+    r = _row(d, "mamba2 1L")
+    v = r["l1_mean_t_min"]
+    return (f"1-layer Mamba-2: mean L1 deviation {v:.4f} over t >= {d['t_min']}, loss gap "
+            f"{r['loss_gap']:.4f} nats"), v < 0.05
+
+
+def claim_vs_transformers(d: dict) -> tuple[str, bool]:
+    """Fig. 7: Mamba-2's gap is below both transformers', and one transformer layer is worse
+    than two."""
+    m, t1, t2 = (_row(d, lab) for lab in QUICK_RECIPES.values())
+    text = (f"loss gap: Mamba-2 1L {m['loss_gap']:.4f}, transformer 1L {t1['loss_gap']:.4f}, "
+            f"2L {t2['loss_gap']:.4f} nats")
+    gaps = m["loss_gap"], t1["loss_gap"], t2["loss_gap"]
+    return text, gaps[0] < min(gaps[1:]) and gaps[1] > gaps[2]
+
+
+FIGURE = Figure(
+    "Mamba vs the add-β estimator", "Markov paper Figs. 1, 7, 8, 10",
+    (Claim("a 1-layer Mamba learns the add-β (Laplacian) estimator in context", claim_l1),
+     Claim("1-layer transformers cannot; Mamba's gap is smaller than transformers'",
+           claim_vs_transformers)),
+    recipes=lambda preset: list(QUICK_RECIPES))
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(
+        NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
+        add_arguments=add_arguments, threads=1,
+        recipes=lambda a: list(QUICK_RECIPES) + (list(SWEEP_RECIPES) if a.sweep else []))
 
 
 if __name__ == "__main__":

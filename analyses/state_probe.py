@@ -1,16 +1,17 @@
 """Can the transition counts be read linearly from the Mamba state H_t? (Markov paper §4.2, Eq. 4)
 
-``python -m analyses.state_probe ckpt.pt`` — on fresh random Markov sequences, collect H_t from
-``blocks.{i}.mixer.hook_ssm_state`` ([batch, pos, heads, d_head, d_state], flattened) and fit
-ridge probes (held-out sequences) that read
+``python -m analyses.state_probe ckpt.pt`` (or ``--train quick``: the zoo's ``markov/mamba2``)
+— on fresh random Markov sequences, collect H_t from ``blocks.{i}.mixer.hook_ssm_state``
+([batch, pos, heads, d_head, d_state], flattened) and fit ridge probes (held-out sequences)
+that read
 
 * the transition counts n_ij(t) (for order k: context c -> symbol j, S^k·S targets), and
 * the context counts n_c(t) = Σ_j n_cj(t).
 
 Reported per layer: held-out R² per (i, j), their mean, the R² *within positions* (against the
 per-position mean, so a state that only knows t scores ≈ 0 although counts grow with t), R²
-per position bucket. Controls: the same probes on shuffled targets and on a randomly
-initialised model of the same config. The converse that the construction predicts (H_t is a
+per position bucket. Controls: the same probes on shuffled targets and on randomly
+initialised models of the same config. The converse that the construction predicts (H_t is a
 linear function of the counts, Eq. 4): the fraction of the state's variance the counts explain
 linearly (pooled R² of the reverse probe counts -> H_t).
 
@@ -18,12 +19,11 @@ Why a readout probe too: Eq. (4) holds at *any* weights. With a window of w toke
 and b_t are functions of the last w tokens, so with a_t = 1 the state is
 H_t = Σ_u n_u(t) Δ(u) x̃(u) b(u)ᵀ + (first-token term), linear in the window counts n_u(t); for
 w = 2 those are the transition counts. A randomly initialised conv SSM therefore already holds
-them linearly (test: a random Mamba-2 with a_t = 1 gives R² = 1 to 1e-8; with its random decay
-0.993), and the quick model's random-init twins score 0.96-0.97 against 0.997 trained. Counting
-is the architecture's (the convolution's, Fig. 3a); what training adds is the selection of
-Eq. (5): the readout y_t = H_t c_t (``hook_y``) must carry the counts of the *current* context,
-n_{c_t, j}(t). That probe (y_t -> n_{c_t, ·}) separates trained from random models (quick model:
-0.96 vs ≤ 0.43 over three random inits).
+them linearly (a test checks it on a random Mamba-2 with a_t = 1), so the count probe scores a
+random-init twin nearly as high as the trained model. Counting is the architecture's (the
+convolution's, Fig. 3a); what training adds is the selection of Eq. (5): the readout
+y_t = H_t c_t (``hook_y``) must carry the counts of the *current* context, n_{c_t, j}(t). That
+probe (y_t -> n_{c_t, ·}) is the one that separates trained from random models.
 
 On switching Markov data the counts restart at every switch token (the optimal statistic, §5.1).
 """
@@ -33,58 +33,27 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
-from analyses.common import base_parser, load_model, run_main, to_jsonable, write_outputs
-from analyses.markov_laplace import markov_batch, markov_task_of
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    fmt,
+    get,
+    load_model,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
-from probes.counts import context_counts, count_names, current_counts, transition_counts
+from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
+from probes.markov import markov_batch, markov_task_of
+from probes.ssm import READOUT_HOOK, collect_states, random_init_like
 from tasks.base import check
 
 NAME = "state_probe"
 ARCHS = ("mamba2", "mambazero")
-STATE_HOOK = "blocks.{}.mixer.hook_ssm_state"
-READOUT_HOOK = "blocks.{}.mixer.hook_y"
-
-
-@torch.no_grad()
-def collect_states(model, tokens: torch.Tensor, layers: list[int], chunk: int = 32,
-                   hook: str = STATE_HOOK) -> dict[int, np.ndarray]:
-    """``{layer: [batch, pos, features]}`` float64 of ``hook`` (default H_t, flattened over
-    heads, d_head, d_state; ``READOUT_HOOK``: y_t = H_t c_t + D·x_t over heads, d_head)."""
-    names = {hook.format(i) for i in layers}
-    out: dict[int, list[np.ndarray]] = {i: [] for i in layers}
-    model.eval()
-    for s in range(0, tokens.shape[0], chunk):
-        _, cache = model.run_with_cache(tokens[s : s + chunk].to(model.device),
-                                        names_filter=lambda n: n in names)
-        for i in layers:
-            H = cache[hook.format(i)]  # [batch, pos, heads, d_head(, d_state)]
-            out[i].append(H.flatten(2).double().cpu().numpy())  # [batch, pos, features]
-    return {i: np.concatenate(v) for i, v in out.items()}
-
-
-def count_targets(task, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                       list[str], list[str]]:
-    """(transition counts [batch, pos, S^k·S], context counts [batch, pos, S^k], the current
-    context's counts n_{c_t, ·} [batch, pos, S], names)."""
-    S, k = task.cfg.S, task.cfg.order
-    reset = getattr(task, "switch_id", None)
-    n = transition_counts(tokens, S, k, reset_token=reset)  # [batch, pos, ctx, S]
-    nc = context_counts(tokens, S, k, reset_token=reset)  # [batch, pos, ctx]
-    cur = current_counts(tokens, S, k, reset_token=reset)  # [batch, pos, S]
-    ctx_names = [name.split("->")[0] for name in count_names(S, k)[::S]]
-    return (n.flatten(2).double().numpy(), nc.double().numpy(), cur.double().numpy(),
-            count_names(S, k), [f"n({c})" for c in ctx_names])
-
-
-def random_init_like(model, seed: int):
-    """A freshly initialised model with the same architecture and config (the control)."""
-    torch.manual_seed(seed)
-    fresh = type(model)(model.cfg).to(model.device)
-    return fresh.eval()
 
 
 def probe_layer(X: np.ndarray, Y: np.ndarray, Yc: np.ndarray, groups: np.ndarray,
@@ -136,7 +105,9 @@ def compute(model, n_seqs: int = 64, seed: int = 0, layers: list[int] | None = N
     task = markov_task_of(model, task_name, task_config)
     tokens = markov_batch(task, n_seqs, seed).tokens  # [batch, pos]
     B, T = tokens.shape
-    Y, Yc, Ycur, names, ctx_names = count_targets(task, tokens)
+    counts = count_targets(tokens, task.cfg.S, task.cfg.order, getattr(task, "switch_id", None))
+    Y, Yc, Ycur = counts["transitions"], counts["contexts"], counts["current"]
+    names, ctx_names = counts["names"], counts["context_names"]
     rng = np.random.default_rng(seed)
     rows = np.arange(B * T)
     if len(rows) > max_rows:  # positions sampled uniformly; whole sequences still split
@@ -265,34 +236,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-control", action="store_true", help="skip the random-init control")
 
 
-def quick_checkpoint(preset: str, cache_dir: str, device: str, task: str = "markov") -> str:
-    """The 1-layer Mamba-2 of the preset on binary first-order chains (cached)."""
-    from models.train import train_cached
-
-    return str(train_cached("mamba2", task, preset, cache_dir, device=device))
-
-
-def _main(argv):
-    p = base_parser(NAME, __doc__.splitlines()[0], training=True)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    # the models are tiny: one thread avoids oversubscribing shared cores (an L1 MambaZero
-    # run: 65 s single-threaded; a 1.5x longer one took 1281 s with 2 threads on busy cores)
-    torch.set_num_threads(1)
-    ckpts = list(args.checkpoints)
-    if not ckpts and args.train:
-        ckpts = [quick_checkpoint(args.train, args.cache_dir, args.device)]
-    check(len(ckpts) == 1, f"state_probe takes exactly one checkpoint, got {len(ckpts)}")
-    model = load_model(ckpts[0], archs=ARCHS, device=args.device)
+def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    check(len(checkpoints) == 1,
+          f"state_probe takes exactly one checkpoint (or --train quick), got {len(checkpoints)}")
+    model = load_model(checkpoints[0].path, archs=ARCHS, device=args.device)
     result = compute(model, n_seqs=args.n_seqs, seed=args.seed, max_rows=args.max_rows,
                      n_buckets=args.buckets, alpha=args.alpha, control=not args.no_control)
-    result["checkpoint"] = ckpts[0]
-    write_outputs(NAME, result, plot(result), args.out, table(result))
-    return 0
+    result["checkpoint"] = checkpoints[0].path
+    return result
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def claim_counts(d: dict) -> tuple[str, bool]:
+    """Thm 1: the counts are linear in H_t (R² >= 0.9, above every random-init twin)."""
+    tr = d["trained"][0]
+    rnd = get(d, "random_init_max", "r2_mean")
+    shuf = tr.get("shuffled_r2_mean")
+    text = (f"count probe R² {tr['r2_mean']:.3f} (random-init max {fmt(rnd)}, shuffled "
+            f"{fmt(shuf)}); readout probe {fmt(tr.get('readout_r2_mean'))} (random-init max "
+            f"{fmt(get(d, 'random_init_max', 'readout_r2_mean'))})")
+    return text, tr["r2_mean"] >= 0.9 and (rnd is None or rnd < tr["r2_mean"])
+
+
+def claim_readout(d: dict) -> tuple[str, bool]:
+    """Eq. 5: what y_t carries (the current context's counts) is learned: every random-init
+    twin's readout probe scores under half the trained one's."""
+    tr = d["trained"][0]
+    rnd = get(d, "random_init_max", "readout_r2_mean")
+    return (f"what the model reads out: trained {tr.get('readout_r2_mean', 0):.3f} vs random "
+            f"init {fmt(rnd)}"), rnd is not None and rnd < 0.5 * tr.get("readout_r2_mean", 0)
+
+
+FIGURE = Figure(
+    "Linear probes of the Mamba state for transition counts", "Markov paper Thm 1, App. C.2",
+    (Claim("the state H_t holds the transition counts (linear probe R² >= 0.9)", claim_counts),
+     Claim("a random-init model's state does not carry what the trained one reads out",
+           claim_readout)),
+    recipes=lambda preset: ["markov/mamba2"])
 
 
 def main(argv=None) -> int:
-    return run_main(_main, argv)
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, threads=1)
 
 
 if __name__ == "__main__":

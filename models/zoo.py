@@ -274,12 +274,14 @@ def dependencies(name: str, preset: str) -> list[str]:
 
 def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
                device: str = "auto", progress: bool = True,
-               train: Mapping[str, Any] | None = None) -> Path:
+               train: Mapping[str, Any] | None = None, resume: str | Path | None = None) -> Path:
     """The path of recipe ``name``'s checkpoint at ``preset``, trained (and its init chain
-    first) if it is not cached. ``train`` overrides training fields (another cache entry)."""
+    first) if it is not cached. ``train`` overrides training fields (another cache entry);
+    ``resume`` continues the same run stopped earlier (see ``train_spec_cached``)."""
     for dep in dependencies(name, preset):
         train_spec_cached(spec(dep, preset, cache_dir), cache_dir, device, progress)
-    return train_spec_cached(spec(name, preset, cache_dir, train), cache_dir, device, progress)
+    return train_spec_cached(spec(name, preset, cache_dir, train), cache_dir, device, progress,
+                             resume)
 
 
 def checkpoints(names: Iterable[str], preset: str = "quick",

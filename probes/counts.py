@@ -3,7 +3,8 @@
 These are the sufficient statistics of the add-β (Laplacian) estimator (Markov paper §2.4):
 for the current length-k context c = x_{t−k+1..t}, P_β(x_{t+1} = j | x_1^t) = (n_{c,j} + β) /
 (n_c + Sβ). The Markov paper's Thm 1 construction stores n_{ij}(t) in the Mamba state H_t
-(Eq. 4); :mod:`analyses.state_probe` reads them back with linear probes.
+(Eq. 4); :mod:`analyses.state_probe` reads them back with linear probes. The context
+indexing is the add-β estimator's (:mod:`tasks.add_beta`, re-exported here: ``context_index``).
 
 Conventions (0-based positions t = 0..T−1; the paper's time is t + 1):
 
@@ -20,43 +21,14 @@ Conventions (0-based positions t = 0..T−1; the paper's time is t + 1):
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tasks.add_beta import context_index, last_reset
 from tasks.base import check
-
-
-def context_index(tokens: Int[Tensor, "batch pos"], S: int, k: int) -> Int[Tensor, "batch pos"]:
-    """Index (base S) of the length-k context *ending* at each position; −1 where the window
-    starts before position 0 or holds a non-symbol token (≥ S or < 0)."""
-    check(S >= 1 and k >= 1, f"S and k must be >= 1, got S={S}, k={k}")
-    B, T = tokens.shape
-    tokens = tokens.long()
-    valid = (tokens >= 0) & (tokens < S)
-    idx = torch.zeros(B, T, dtype=torch.long, device=tokens.device)
-    ok = torch.ones(B, T, dtype=torch.bool, device=tokens.device)
-    for m in range(k):  # symbol m of the window sits k − 1 − m positions back
-        back = k - 1 - m
-        shifted = torch.full_like(tokens, -1)
-        sv = torch.zeros_like(valid)
-        if back < T:
-            shifted[:, back:] = tokens[:, : T - back]
-            sv[:, back:] = valid[:, : T - back]
-        idx = idx * S + shifted.clamp(min=0)
-        ok &= sv
-    return torch.where(ok, idx, torch.full_like(idx, -1))
-
-
-def _last_reset(tokens: Tensor, reset_token: int | None) -> Tensor:
-    """[batch, pos]: position of the latest ``reset_token`` at or before t (−1 if none)."""
-    B, T = tokens.shape
-    pos = torch.arange(T, device=tokens.device).expand(B, T)
-    if reset_token is None:
-        return torch.full((B, T), -1, dtype=torch.long, device=tokens.device)
-    marks = torch.where(tokens == reset_token, pos, torch.full_like(pos, -1))
-    return torch.cummax(marks, dim=1).values
 
 
 def transition_counts(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1,
@@ -77,7 +49,7 @@ def transition_counts(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1,
     onehot = F.one_hot(event, S**k * S).float() * event_ok[..., None]  # [batch, pos, ctx*S]
     cum = onehot.cumsum(dim=1)  # [batch, pos, ctx*S]
     if reset_token is not None:
-        r = _last_reset(tokens, reset_token)  # [batch, pos]
+        r = last_reset(tokens, reset_token)  # [batch, pos]
         base = torch.where((r >= 0)[..., None],
                            cum.gather(1, r.clamp(min=0)[..., None].expand_as(cum)),
                            torch.zeros_like(cum))
@@ -99,7 +71,7 @@ def current_counts(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1,
     c = context_index(tokens, S, k)  # [batch, pos]
     if reset_token is not None:  # a context reaching back over the reset is not in the counts
         pos = torch.arange(tokens.shape[1], device=tokens.device)
-        c = torch.where(pos - _last_reset(tokens, reset_token) >= k, c, torch.full_like(c, -1))
+        c = torch.where(pos - last_reset(tokens, reset_token) >= k, c, torch.full_like(c, -1))
     got = n.gather(2, c.clamp(min=0)[..., None, None].expand(-1, -1, 1, S)).squeeze(2)
     return got * (c >= 0)[..., None]
 
@@ -123,3 +95,17 @@ def count_names(S: int, k: int = 1) -> list[str]:
         ctx = "".join(str(d) if S <= 10 else f"{d}," for d in reversed(digits)).rstrip(",")
         out += [f"{ctx}->{j}" for j in range(S)]
     return out
+
+
+def count_targets(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1,
+                  reset_token: int | None = None) -> dict[str, np.ndarray | list[str]]:
+    """Everything a probe of the counts reads, as float64 arrays: ``transitions`` [batch, pos,
+    S^k·S], ``contexts`` [batch, pos, S^k], ``current`` (the current context's counts
+    n_{c_t, ·}) [batch, pos, S], and the names of the first two (``names``, ``context_names``)."""
+    n = transition_counts(tokens, S, k, reset_token)  # [batch, pos, ctx, S]
+    names = count_names(S, k)
+    return {"transitions": n.flatten(2).double().numpy(),
+            "contexts": n.sum(-1).double().numpy(),
+            "current": current_counts(tokens, S, k, reset_token).double().numpy(),
+            "names": names,
+            "context_names": [f"n({name.split('->')[0]})" for name in names[::S]]}

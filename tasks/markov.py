@@ -5,7 +5,7 @@ Random Markov chains (§2.1, "Data generation"): every *sequence* gets its own o
 P = (P_c)_{c ∈ X^k}, each row P_c ~ Dir(β·1) drawn independently; the first k symbols are
 uniform on X = {0, …, S−1}; then x_{t+1} ~ P_{x_{t−k+1..t}}. A model trained on such data has
 to estimate the kernel in context for every test sequence, and the Bayes-optimal predictor is
-the add-β (Laplacian) estimator of :mod:`probes.estimators` (§2.4, App. A).
+the add-β (Laplacian) estimator of :mod:`tasks.add_beta` (§2.4, App. A).
 
 Switching Markov (§5.1, App. E.7): a SWITCH token (id S) is added; at every position the token
 is SWITCH with probability ``p_switch`` (i.i.d., "a parallel Bernoulli process"); after every
@@ -13,6 +13,10 @@ switch a fresh kernel is drawn and the chain restarts. Restarting means the firs
 after a switch are uniform again (as at the start of a sequence, §2.1) — the paper leaves
 this detail open; with this choice the optimal predictor is exactly "add-β on the counts since
 the last switch" (the strategy §5.1 describes), times 1 − p_switch, plus p_switch on SWITCH.
+
+Hold-out chains (App. E.5, Table 2): binary chains whose P(1 | context) are drawn from the
+Beta(β, β) prior *conditioned* on [p_lo, p_hi] (inverse-CDF sampling): train on part of the
+simplex, test on the rest.
 
 Batches: ``tokens = x_1..x_T`` and ``targets = x_2..x_{T+1}`` (the next token at every
 position, Eq. (3): the loss covers all T positions). Sequences are generated vectorised over
@@ -27,8 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from jaxtyping import Float, Int
+from scipy.stats import beta as beta_dist
 from torch import Tensor
 
+from tasks.add_beta import add_beta_probs, switching_probs, window_index
 from tasks.base import Batch, TaskError, Vocab, check
 from tasks.registry import Task
 
@@ -70,20 +76,13 @@ def sample_kernels(n: int, S: int, k: int, beta: float, g: torch.Generator
     """``n`` order-k kernels: ``P[i, c, :] ~ Dir(β·1)`` for each of the S**k contexts c (§2.1).
 
     Contexts are indexed base S with the oldest symbol most significant (as in
-    :mod:`probes.counts`): ``c = Σ_m x_{t−k+1+m}·S^(k−1−m)``.
+    :mod:`tasks.add_beta`): ``c = Σ_m x_{t−k+1+m}·S^(k−1−m)``.
     """
     rng = _numpy_rng(g)
     rows = rng.dirichlet(np.full(S, beta), size=(n, S**k))  # [n, S^k, S]
     # numpy's sampler can return exact zeros for tiny β; those transitions then never occur,
     # which is still a valid draw from the (discretised) prior
     return torch.from_numpy(rows).to(torch.float64)
-
-
-def _context(window: Int[Tensor, "batch k"], S: int) -> Int[Tensor, " batch"]:
-    idx = torch.zeros(window.shape[0], dtype=torch.long)
-    for m in range(window.shape[1]):
-        idx = idx * S + window[:, m]
-    return idx
 
 
 class MarkovTask(Task):
@@ -98,13 +97,18 @@ class MarkovTask(Task):
                            else tuple(f"s{i}" for i in range(cfg.S)))
 
     # ------------------------------------------------------------------ data
+    def kernels(self, n: int, g: torch.Generator) -> Float[Tensor, "n ctx S"]:
+        """``n`` kernels from the prior of this task (Dir(β·1) per row, §2.1)."""
+        cfg = self.cfg
+        return sample_kernels(n, cfg.S, cfg.order, cfg.beta, g)
+
     def sample(self, batch_size: int, g: torch.Generator
                ) -> tuple[Int[Tensor, "batch T1"], Float[Tensor, "batch ctx S"]]:
         """``(x, P)``: ``batch_size`` sequences of T + 1 symbols and the kernels that made them."""
         check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
         cfg = self.cfg
         S, k, T1 = cfg.S, cfg.order, cfg.seq_len + 1
-        P = sample_kernels(batch_size, S, k, cfg.beta, g)  # [batch, S^k, S]
+        P = self.kernels(batch_size, g)  # [batch, S^k, S]
         cdf = P.cumsum(-1)  # [batch, S^k, S]
         u = torch.rand(batch_size, T1, generator=g, dtype=torch.float64)  # inverse-CDF draws
         x = torch.empty(batch_size, T1, dtype=torch.long)
@@ -112,7 +116,7 @@ class MarkovTask(Task):
         x[:, :first] = torch.randint(0, S, (batch_size, first), generator=g)  # x_1..x_k uniform
         rows = torch.arange(batch_size)
         for t in range(k, T1):
-            c = _context(x[:, t - k : t], S)  # [batch]
+            c = window_index(x[:, t - k : t], S)  # [batch]
             x[:, t] = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
         return x, P
 
@@ -134,8 +138,6 @@ class MarkovTask(Task):
     # ------------------------------------------------------------------ reference
     def optimal_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos V"]:
         """The Bayes-optimal next-token distribution for this data: add-β (§2.4)."""
-        from probes.estimators import add_beta_probs
-
         c = self.cfg
         return add_beta_probs(tokens, c.S, c.order, c.beta)
 
@@ -170,7 +172,7 @@ class SwitchingMarkovTask(MarkovTask):
         rows = torch.arange(batch_size)
         for t in range(T1):
             if t >= k:
-                c = _context(x[:, t - k : t].clamp(max=S - 1), S)
+                c = window_index(x[:, t - k : t].clamp(max=S - 1), S)
                 drawn = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
             else:
                 drawn = uniform[:, t]
@@ -186,7 +188,38 @@ class SwitchingMarkovTask(MarkovTask):
 
     def optimal_probs(self, tokens):
         """(1 − p_switch)·add-β since the last SWITCH, and p_switch on SWITCH (§5.1)."""
-        from probes.estimators import switching_probs
-
         c = self.cfg
         return switching_probs(tokens, c.S, c.order, c.beta, c.p_switch, self.switch_id)
+
+
+@dataclass(frozen=True)
+class HoldoutMarkovConfig(MarkovConfig):
+    p_lo: float = 0.0  # every P(1 | context) is drawn from Beta(β, β) restricted to [p_lo, p_hi]
+    p_hi: float = 0.5
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(self.S == 2, f"the hold-out task is binary (App. E.5), got S={self.S}")
+        check(0.0 <= self.p_lo < self.p_hi <= 1.0,
+              f"need 0 <= p_lo < p_hi <= 1, got [{self.p_lo}, {self.p_hi}]")
+
+
+class HoldoutMarkovTask(MarkovTask):
+    """Binary order-k chains with P(1 | context) ~ Beta(β, β) conditioned on [p_lo, p_hi]
+    (Markov paper App. E.5: train on part of the simplex, test on the rest).
+
+    ``optimal_probs`` stays the add-β estimator of the *full* prior: the paper compares the
+    model with it on held-out kernels (it is minimax optimal as t → ∞), not with the
+    restricted prior's posterior mean."""
+
+    name = "markov_holdout"
+    config_cls = HoldoutMarkovConfig
+
+    def kernels(self, n: int, g: torch.Generator) -> Float[Tensor, "n ctx 2"]:
+        """Inverse CDF of Beta(β, β) on uniform draws in [F(p_lo), F(p_hi)]."""
+        cfg = self.cfg
+        rng = _numpy_rng(g)
+        lo, hi = beta_dist.cdf([cfg.p_lo, cfg.p_hi], cfg.beta, cfg.beta)
+        u = lo + (hi - lo) * rng.random((n, 2**cfg.order))
+        p1 = torch.from_numpy(np.clip(beta_dist.ppf(u, cfg.beta, cfg.beta), cfg.p_lo, cfg.p_hi))
+        return torch.stack([1 - p1, p1], dim=-1)  # [n, ctx, 2]

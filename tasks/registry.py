@@ -18,7 +18,7 @@ TASKS: dict[str, str] = {
     "markov": "tasks.markov:MarkovTask",
     "switching_markov": "tasks.markov:SwitchingMarkovTask",
     # binary chains with P(1|·) restricted to a sub-interval (Markov paper App. E.5 hold-out)
-    "markov_holdout": "analyses.markov_holdout:HoldoutMarkovTask",
+    "markov_holdout": "tasks.markov:HoldoutMarkovTask",
     "memorization": "tasks.memorization:MemorizationTask",
 }
 

@@ -1,4 +1,5 @@
-"""Markov tasks (tasks/markov.py) and the add-β estimator (probes/estimators.py)."""
+"""Markov tasks (tasks/markov.py) and the add-β estimator (tasks/add_beta.py, re-exported by
+probes/estimators.py and probes/counts.py)."""
 
 import math
 
@@ -14,7 +15,7 @@ from probes.estimators import (
     cross_entropy,
     switching_probs,
 )
-from tasks.base import TaskError, make_generator
+from tasks.base import Batch, TaskError, make_generator
 from tasks.registry import make_task
 
 
@@ -151,7 +152,7 @@ def test_switching_markov_tokens_and_optimal_predictor():
 
 
 class _Uniform(torch.nn.Module):
-    """A 'model' that predicts the uniform distribution (for extra_metrics)."""
+    """A 'model' that predicts the uniform distribution."""
 
     def __init__(self, V):
         super().__init__()
@@ -161,11 +162,54 @@ class _Uniform(torch.nn.Module):
         return torch.full((*tokens.shape, self.V), -math.log(self.V))
 
 
-def test_extra_metrics_report_lbeta_and_gap():
+def test_reference_metrics_report_lbeta_and_gap():
+    """The training loop's evaluation compares a model with ``task.optimal_probs``: for Markov
+    data that is add-β, so ``lbeta`` is L_β and ``loss_gap`` the Markov paper's L(θ) − L_β."""
+    from models.train.loop import reference_metrics
+
     task = make_task("markov", S=2, order=1, seq_len=64)
     b = task.batch(16, make_generator(0))
-    m = task.extra_metrics(_Uniform(2), b)
+    m = reference_metrics(_Uniform(2), task, b)
     lbeta = add_beta_loss(b.tokens, b.targets, 2, 1, 1.0)
     assert m["lbeta"] == pytest.approx(lbeta)
     assert m["loss_gap"] == pytest.approx(math.log(2) - lbeta)
     assert m["kl_beta"] > 0
+
+
+def test_the_estimator_lives_with_the_tasks_and_probes_reexport_it():
+    """One implementation: probes.estimators / probes.counts hand out tasks.add_beta's."""
+    import probes.counts
+    import probes.estimators
+    from tasks import add_beta
+
+    for name in ("add_beta_counts", "add_beta_probs", "switching_probs"):
+        assert getattr(probes.estimators, name) is getattr(add_beta, name)
+    assert probes.counts.context_index is add_beta.context_index
+    x = torch.tensor([[1, 0, 1], [0, 0, 1]])
+    assert add_beta.window_index(x, 2).tolist() == [5, 1]  # oldest symbol most significant
+    assert add_beta.window_index(x[:, 1:], 3).tolist() == [1, 1]
+
+
+# ---------------------------------------------------------------------------- hold-out task
+def test_holdout_task_kernels_stay_in_range():
+    task = make_task("markov_holdout", {"seq_len": 20, "p_lo": 0.0, "p_hi": 0.5})
+    assert type(task).__module__ == "tasks.markov"
+    x, P = task.sample(64, make_generator(0))
+    assert P[..., 1].max() <= 0.5 and x.shape == (64, 21)
+    hi = make_task("markov_holdout", {"seq_len": 20, "p_lo": 0.5, "p_hi": 1.0})
+    assert hi.sample(64, make_generator(0))[1][..., 1].min() >= 0.5
+    for bad in ({"S": 3}, {"p_lo": 0.6, "p_hi": 0.5}, {"p_hi": 1.5}):
+        with pytest.raises(TaskError):
+            make_task("markov_holdout", bad)
+
+
+def test_holdout_task_is_scored_against_the_full_prior():
+    """App. E.5 compares the model with add-β under the *full* prior, not the posterior mean
+    of the restricted one; its chains follow their own kernels."""
+    task = make_task("markov_holdout", {"seq_len": 4000, "order": 1, "p_lo": 0.7, "p_hi": 0.9})
+    x, P = task.sample(2, make_generator(1))
+    b = Batch(x[:, :-1], x[:, 1:])
+    assert torch.equal(task.optimal_probs(b.tokens), add_beta_probs(b.tokens, 2, 1, 1.0))
+    for row in range(2):
+        after1 = x[row, 1:][x[row, :-1] == 1]
+        assert abs(after1.double().mean().item() - P[row, 1, 1].item()) < 0.05

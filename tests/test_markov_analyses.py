@@ -1,4 +1,5 @@
-"""Markov-paper analyses on the Thm 1 construction (exact answers) and on random models."""
+"""Markov-paper analyses and their probes (probes/markov.py, probes/bc.py, probes/ssm.py) on
+the Thm 1 construction (exact answers) and on random models."""
 
 import json
 
@@ -13,8 +14,12 @@ from analyses import (
     markov_laplace,
     state_probe,
 )
+from models import zoo
 from models.constructions import mambazero_add_beta, save_mambazero
 from models.mamba2 import Mamba2Config, Mamba2LM
+from probes.bc import bc_table, readout_ratio
+from probes.markov import evaluate_markov, markov_batch, markov_task_of
+from probes.ssm import decay_from_parameters, read_decay
 from tasks.base import TaskError
 
 
@@ -83,7 +88,7 @@ def test_bc_table_splits_pinned_from_free_entries():
     windows = torch.tensor(list(itertools.product(range(2), repeat=2)))  # u = (i, j)
     e = torch.eye(2, dtype=torch.float64)
     b = e[windows[:, -1]][:, None]  # [window, group, N]
-    row = bc_orthogonality.bc_table(windows, b, b.clone(), 2, 1)
+    row = bc_table(windows, b, b.clone(), 2, 1)
     T = row["table"]  # [i, j, c]
     assert T[1, 0, 0] == 1.0 and T[0, 1, 1] == 1.0  # free: into the current symbol
     assert T[1, 1, 0] == 0.0 and T[0, 0, 1] == 0.0  # pinned
@@ -116,8 +121,8 @@ def test_readout_ratio_keeps_the_shift_of_an_l1_model():
         l1.unembed.weight[1] = l1.unembed.weight[0]
     soft = MambaZeroLM(dataclasses.replace(l1.cfg, prediction="softmax")).double()
     soft.load_state_dict(l1.state_dict())
-    r_l1 = bc_orthogonality.readout_ratio(l1, 2, 1)["ratio_readout"]
-    r_soft = bc_orthogonality.readout_ratio(soft, 2, 1)["ratio_readout"]
+    r_l1 = readout_ratio(l1, 2, 1)["ratio_readout"]
+    r_soft = readout_ratio(soft, 2, 1)["ratio_readout"]
     assert 0 < r_l1 < float("inf") and r_soft != r_soft  # softmax: 0 / 0, nothing to read
 
 
@@ -129,7 +134,7 @@ def test_decay_hook_matches_the_parameters():
             b.mixer.in_proj.weight[-2:].normal_()
             b.mixer.dt_bias.fill_(0.3)
     x = torch.randint(0, 3, (4, 25))
-    a = mamba_decay.read_decay(m, x)  # [layers, batch, pos, heads]
+    a = read_decay(m, x)  # [layers, batch, pos, heads]
     for layer in range(2):
         ref = torch.exp(-torch.exp(m.blocks[layer].mixer.A_log) *
                         torch.nn.functional.softplus(
@@ -137,7 +142,7 @@ def test_decay_hook_matches_the_parameters():
                                 m.run_with_cache(x)[1][f"blocks.{layer}.hook_resid_pre"]))[..., -2:]
                             + m.blocks[layer].mixer.dt_bias))
         assert torch.allclose(a[layer], ref, atol=1e-12)
-        assert torch.allclose(a[layer], mamba_decay.decay_from_parameters(m, x, layer),
+        assert torch.allclose(a[layer], decay_from_parameters(m, x, layer),
                               atol=1e-12)
         assert a[layer].std() > 1e-3  # really input-dependent
 
@@ -165,17 +170,6 @@ def test_construction_matches_add_beta_in_markov_laplace_and_holdout(constructio
     assert h["held_out"]["range"] == [0.5, 1.0]
 
 
-def test_holdout_task_kernels_stay_in_range():
-    from tasks.base import make_generator
-    from tasks.registry import make_task
-
-    t = make_task("markov_holdout", {"seq_len": 20, "p_lo": 0.0, "p_hi": 0.5})
-    x, P = t.sample(64, make_generator(0))
-    assert P[..., 1].max() <= 0.5 and x.shape == (64, 21)
-    with pytest.raises(TaskError):
-        make_task("markov_holdout", {"S": 3})
-
-
 def test_ablation_summary(construction3):
     torch.manual_seed(0)
     rand = Mamba2LM(Mamba2Config(vocab_size=3, d_model=8, conv=False))
@@ -184,7 +178,7 @@ def test_ablation_summary(construction3):
                                   ("conv", "mamba2 no conv", rand)], n_seqs=8)
     assert r["summary"]["conv_noconv_over_full_gap"] > 1e3
     with pytest.raises(TaskError):
-        markov_ablations.runs_for(["nope"], "quick")
+        markov_ablations.recipes_for(["nope"], "quick")
 
 
 def test_cli_on_a_construction_checkpoint(tmp_path):
@@ -210,11 +204,9 @@ def test_cli_wrong_checkpoint_kind_exits_2(tmp_path, capsys):
 def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
     """The issue's done-when numbers on the quick preset (minutes on a CPU)."""
     from analyses.common import load_model
-    from models.train.cache import train_cached
 
-    path = train_cached("mamba2", "markov", "quick", tmp_path, device="cpu", progress=False)
-    m = load_model(str(path))
-    ev = markov_laplace.evaluate_markov(m, markov_laplace.markov_task_of(m), 128, 0)
+    m = load_model(str(zoo.checkpoint("markov/mamba2", "quick", tmp_path, "cpu", False)))
+    ev = evaluate_markov(m, markov_task_of(m), 128, 0)
     assert ev["l1_mean_t_min"] < 0.05
     probe = state_probe.compute(m, n_seqs=32, max_rows=6000, progress=False)
     assert probe["trained"][0]["r2_mean"] >= 0.9
@@ -263,8 +255,7 @@ def test_the_loss_pins_only_the_bc_entries_of_transitions_not_entering_the_conte
     from tasks.registry import make_task
 
     m = _padded_construction()
-    x = markov_laplace.markov_batch(make_task("markov", {"S": 2, "order": 1, "seq_len": 64}),
-                                    128, 0).tokens
+    x = markov_batch(make_task("markov", {"S": 2, "order": 1, "seq_len": 64}), 128, 0).tokens
     q = add_beta_probs(x, 2, 1, 1.0)
     windows = torch.tensor(list(itertools.product(range(2), repeat=2)))  # u = (i, j)
     i, j, cur = entry
@@ -288,5 +279,103 @@ def test_the_loss_pins_only_the_bc_entries_of_transitions_not_entering_the_conte
         opt.step()
     final = float(kl())
     assert abs(float(held) - 0.5) < 0.1
-    # measured: free 1.9e-5, pinned 2.9e-3
     assert (final < 2e-4) if stays_optimal else (final > 1e-3)
+
+
+# ---------------------------------------------------------------------------- zoo recipes, CLI
+MY_ANALYSES = (markov_laplace, state_probe, bc_orthogonality, mamba_decay, markov_ablations,
+               markov_holdout)
+
+
+@pytest.mark.parametrize("preset", ["quick", "paper"])
+def test_every_recipe_the_markov_analyses_name_is_a_valid_zoo_run(preset):
+    names = {n for a in MY_ANALYSES for n in a.FIGURE.recipes(preset)}
+    names |= set(markov_laplace.LABELS) | set(markov_ablations.LABELS)
+    for n in sorted(names):
+        if zoo.recipe(n).available(preset):
+            zoo.spec(n, preset)  # every config validated (MambaZero's start bias too)
+    mz = zoo.spec("markov/mambazero", preset).model
+    assert mz["prediction"] == "l1" and mz["unembed_bias_init"] == 1.0
+
+
+def test_recipe_labels_are_the_ones_the_claims_read():
+    assert [markov_laplace.LABELS[n] for n in markov_laplace.FIGURE.recipes("quick")] == [
+        "mamba2 1L", "transformer 1L", "transformer 2L"]
+    assert [markov_ablations.LABELS[n] for n in markov_ablations.FIGURE.recipes("quick")] == [
+        ("conv", "mamba2"), ("conv", "mamba2 no conv"), ("conv", "mambazero")]
+    assert markov_ablations.LABELS["markov_ablation/window/k2_w3"] == ("window", "k=2 w=3")
+    assert markov_ablations.LABELS["markov_ablation/depth/2L_no_conv"] == ("depth",
+                                                                           "2 layers no conv")
+    quick = markov_ablations.recipes_for(["noconv_width"], "quick")
+    assert quick == ["markov_ablation/noconv_width/no_conv_d10",
+                     "markov_ablation/noconv_width/no_conv_d100"]  # d 1000: paper only
+    assert len(markov_ablations.FIGURE.recipes("paper")) == len(markov_ablations.LABELS)
+
+
+@pytest.fixture
+def fake_zoo(tmp_path):
+    """A cache where every recipe of the Markov analyses is the S = 2 Thm 1 construction, so
+    ``--train quick`` runs the whole command line without training anything."""
+    from models.train.cache import cache_path
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    ck = save_mambazero(tmp_path / "mz.pt", S=2, beta=1.0, seq_len=40)
+    names = {n for a in MY_ANALYSES for n in a.FIGURE.recipes("quick")}
+    for n in names:
+        cache_path(zoo.spec(n, "quick"), cache).write_bytes(ck.read_bytes())
+    return cache
+
+
+def test_train_quick_reads_the_zoo_and_labels_its_rows(fake_zoo, tmp_path):
+    out = tmp_path / "out"
+    common = ["--train", "quick", "--cache-dir", str(fake_zoo), "--out", str(out),
+              "--n-seqs", "8"]
+    assert markov_laplace.main([*common, "--t-min", "10"]) == 0
+    res = json.loads((out / "markov_laplace.json").read_text())
+    assert [r["label"] for r in res["models"]] == ["mamba2 1L", "transformer 1L",
+                                                   "transformer 2L"]
+    text, holds = markov_laplace.claim_l1(res)
+    assert holds and "mamba2" in text.lower()
+    assert markov_ablations.main(common) == 0
+    res = json.loads((out / "markov_ablations.json").read_text())
+    assert [(r["group"], r["label"]) for r in res["models"]] == [
+        ("conv", "mamba2"), ("conv", "mamba2 no conv"), ("conv", "mambazero")]
+    assert mamba_decay.main(common) == 0
+    res = json.loads((out / "mamba_decay.json").read_text())
+    assert [r["label"] for r in res["models"]] == list(mamba_decay.RECIPES)
+    assert markov_holdout.main([*common, "--seq-len", "60"]) == 0
+    assert state_probe.main([*common, "--no-control"]) == 0
+    assert bc_orthogonality.main(common) == 0
+    res = json.loads((out / "bc_orthogonality.json").read_text())
+    assert [r["label"] for r in res["models"]] == list(bc_orthogonality.RECIPES)
+
+
+def test_given_checkpoints_keep_their_file_name_as_label(tmp_path):
+    ck = save_mambazero(tmp_path / "thm1.pt", S=2, beta=1.0, seq_len=40)
+    out = tmp_path / "out"
+    assert markov_ablations.main([str(ck), "--out", str(out), "--n-seqs", "8"]) == 0
+    row = json.loads((out / "markov_ablations.json").read_text())["models"][0]
+    assert (row["group"], row["label"]) == ("given", "thm1") and row["abs_gap"] < 1e-5
+    assert markov_holdout.main([str(ck), str(ck), "--out", str(out)]) == 2  # exactly one
+
+
+def test_a_run_continued_from_an_earlier_checkpoint_is_the_same_run(tmp_path):
+    """``zoo.checkpoint(..., resume=)`` (bc_orthogonality --trajectory): at a constant
+    schedule, steps 0-4 then 4-8 give the weights of one 8-step run; anything else is
+    refused."""
+    train = {"schedule": "constant", "warmup_steps": 2, "eval_every": 0, "batch_size": 4}
+    short = {**train, "steps": 4}
+    first = zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False, short)
+    two = zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
+                         {**train, "steps": 8}, resume=first)
+    one = zoo.checkpoint("markov/mamba2", "quick", tmp_path / "b", "cpu", False,
+                         {**train, "steps": 8})
+    sa, sb = (torch.load(p, weights_only=True)["state_dict"] for p in (two, one))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    with pytest.raises(TaskError, match="not this run"):
+        zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
+                       {**train, "steps": 8, "schedule": "cosine"}, resume=first)
+    with pytest.raises(TaskError, match="not this run"):
+        zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
+                       {**train, "steps": 8, "lr": 1e-2}, resume=first)

@@ -130,3 +130,18 @@ def test_r2_within_positions_ignores_the_trend():
     assert only_pos.r2_mean > 0.9 and r2_within(only_pos, pos) < 0.1
     full = fit_probe(np.c_[pos, y], y, groups, alpha=1e-6)
     assert r2_within(full, pos) > 0.999
+
+
+def test_count_targets_bundle_the_counts_a_probe_reads():
+    from probes.counts import count_targets
+
+    x = torch.tensor([[0, 1, 1, 2, 0, 0, 1], [1, 1, 0, 1, 2, 1, 0]])
+    got = count_targets(x, 2, 1, reset_token=2)
+    n = transition_counts(x, 2, 1, reset_token=2)
+    assert np.array_equal(got["transitions"], n.flatten(2).numpy())
+    assert np.array_equal(got["contexts"], context_counts(x, 2, 1, reset_token=2).numpy())
+    assert np.array_equal(got["current"], current_counts(x, 2, 1, reset_token=2).numpy())
+    assert got["names"] == count_names(2, 1) and got["context_names"] == ["n(0)", "n(1)"]
+    # after the reset 0, 0, 1: at the second 0 its row holds 0->0 once; 1 has no row yet
+    assert got["current"][0, -2].tolist() == [1.0, 0.0]
+    assert got["current"][0, -1].tolist() == [0.0, 0.0]

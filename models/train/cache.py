@@ -8,13 +8,15 @@ retrained, never trusted.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
 
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.train.loop import train
-from models.train.spec import RunSpec, make_spec
+from models.train.spec import RunSpec, make_spec, spec_of_checkpoint
+from tasks.base import check
 
 
 def cache_path(spec: RunSpec, cache_dir: str | Path) -> Path:
@@ -33,14 +35,31 @@ def is_cached(path: Path) -> bool:
 
 
 def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", device: str = "auto",
-                      progress: bool = True) -> Path:
-    """The cached checkpoint of ``spec``, trained first if it is not there (under a lock)."""
+                      progress: bool = True, resume: str | Path | None = None) -> Path:
+    """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
+
+    ``resume``: a checkpoint of this same run stopped earlier, to continue instead of starting
+    at step 0 (checkpoints along one run). Only where that is the same run: the spec may differ
+    in ``steps`` alone and the schedule must be ``constant``, so the learning rate of a step
+    does not depend on where the run ends."""
     path = cache_path(spec, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if not is_cached(path):
-            train(spec, out=path, device=device, progress=progress)
+            if resume is not None:
+                _check_continues(spec, resume)
+            train(spec, out=path, device=device, progress=progress, resume=resume)
     return path
+
+
+def _check_continues(spec: RunSpec, resume: str | Path) -> None:
+    ck = read_checkpoint(resume)
+    earlier = spec_of_checkpoint(ck)
+    same = replace(earlier, train=replace(earlier.train, steps=spec.train.steps))
+    check(spec.train.schedule == "constant" and same.hash() == spec.hash()
+          and ck["train"]["step"] <= spec.train.steps,
+          f"resume {resume}: not this run stopped earlier (it must differ in steps alone, "
+          "at a constant schedule)")
 
 
 def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",

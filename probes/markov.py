@@ -1,0 +1,149 @@
+"""A model against the add-β estimator on Markov data (Markov paper §3, Figs. 1, 5b, 7, 8, 10,
+App. E.5).
+
+The Bayes-optimal predictor of each Markov task is its ``optimal_probs`` (add-β, or add-β
+since the last switch, :mod:`tasks.add_beta`). The instruments here run a trained model and
+that predictor on the same fresh test sequences and compare them:
+
+* :func:`evaluate_markov`: the test loss L(θ), L_β, their gap (§3; Fig. 8 also gives the
+  relative gap), the mean KL(P_β ‖ P_θ), and the L1 deviation Σ_j |P_θ(j) − P_β(j)| per
+  position (mass the model puts outside the optimal support counts too);
+* :func:`fixed_sequence_curve`: P_θ(next = 1) and P_β(next = 1) along one test sequence (Fig. 1);
+* :func:`deviation_table`: |P_θ(1) − P_β(1)| after t tokens on chains drawn from part of the
+  simplex (the hold-out experiment, App. E.5, Table 2);
+* :func:`fitted_beta`: the β whose add-β estimator is closest to the model's predictions
+  (Fig. 5b's count-independent part, for any model).
+
+:func:`markov_task_of` rebuilds the task a checkpoint was trained on (or another one), and
+:func:`markov_batch` draws the test sequences, so every analysis scores the same data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from jaxtyping import Float, Int
+from scipy.optimize import minimize_scalar
+from torch import Tensor
+
+from probes.estimators import add_beta_probs, cross_entropy
+from tasks.base import Batch, check, make_generator
+from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
+from tasks.registry import make_task
+
+MARKOV_TASKS = ("markov", "switching_markov", "markov_holdout")
+TABLE_T = (1, 50, 100, 300)  # Table 2's t (tokens seen)
+
+
+def markov_task_of(model, task_name: str | None = None, task_config: dict | None = None,
+                   **overrides):
+    """The Markov task a model was trained on (from its checkpoint), or the one given.
+
+    ``overrides`` replace config fields (e.g. a longer ``seq_len`` for evaluation)."""
+    ck = getattr(model, "checkpoint", None) or {}
+    if task_name is None:
+        task_name = ck.get("task", {}).get("name", "markov")
+        if task_config is None:
+            task_config = ck.get("task", {}).get("config", {})
+    check(task_name in MARKOV_TASKS,
+          f"this analysis needs a Markov-chain checkpoint ({', '.join(MARKOV_TASKS)}), "
+          f"got one trained on {task_name!r}")
+    task = make_task(task_name, dict(task_config or {}), **overrides)
+    vocab = getattr(model.cfg, "vocab_size", None)
+    if vocab is not None:
+        check(vocab >= task.vocab.size, f"the model's vocabulary ({vocab}) is smaller than the "
+              f"{task_name} task's ({task.vocab.size} tokens)")
+    return task
+
+
+def markov_batch(task, n_seqs: int, seed: int) -> Batch:
+    """``n_seqs`` fresh test sequences (tokens x_1..x_T, targets x_2..x_{T+1})."""
+    check(n_seqs >= 1, f"n_seqs must be >= 1, got {n_seqs}")
+    return task.batch(n_seqs, make_generator(seed))
+
+
+@torch.no_grad()
+def model_probs(model, tokens: Int[Tensor, "batch pos"], chunk: int = 64
+                ) -> Float[Tensor, "batch pos vocab"]:
+    """Next-token probabilities (float64, on the CPU) from ``model.log_probs`` (softmax, or
+    MambaZero's L1-normalised prediction), in chunks of sequences."""
+    model.eval()
+    out = []
+    for i in range(0, tokens.shape[0], chunk):
+        lp = model.log_probs(tokens[i : i + chunk].to(model.device))
+        out.append(lp.double().exp().cpu())
+    return torch.cat(out)
+
+
+def l1_deviation(p_model: Float[Tensor, "batch pos vocab"], p_opt: Float[Tensor, "batch pos V"]
+                 ) -> Float[Tensor, "batch pos"]:
+    """Σ_j |P_θ(j) − P*(j)| per position; the model's mass on tokens outside the optimal
+    predictor's support (padding ids beyond its vocabulary) counts as error."""
+    V = p_opt.shape[-1]
+    return (p_model[..., :V] - p_opt).abs().sum(-1) + p_model[..., V:].sum(-1)
+
+
+def evaluate_markov(model, task, n_seqs: int = 256, seed: int = 0, t_min: int = 50) -> dict:
+    """Loss, add-β loss, their gap, KL and the L1 deviation curve of ``model`` on ``task``."""
+    batch = markov_batch(task, n_seqs, seed)
+    p = model_probs(model, batch.tokens)  # [batch, pos, vocab]
+    q = task.optimal_probs(batch.tokens).double()  # [batch, pos, S(+1)]
+    check(p.shape[-1] >= q.shape[-1], "the model predicts fewer tokens than the task has")
+    l1 = l1_deviation(p, q)  # [batch, pos]
+    curve = l1.mean(0)
+    T = curve.shape[0]
+    lm = float(cross_entropy(p, batch.targets))
+    lb = float(cross_entropy(q, batch.targets))
+    kl = (q * (q.clamp_min(1e-300).log() - p[..., : q.shape[-1]].clamp_min(1e-300).log())
+          ).sum(-1)  # [batch, pos]
+    return {
+        "n_seqs": n_seqs, "seq_len": T, "t_min": t_min,
+        "loss": lm, "lbeta": lb, "loss_gap": lm - lb, "rel_gap": (lm - lb) / lb,
+        "kl_mean": float(kl.mean()),
+        "l1_curve": curve, "l1_mean": float(l1.mean()),
+        # positions are 0-based here; the paper's t = position + 1
+        "l1_mean_t_min": float(l1[:, t_min - 1 :].mean()) if T >= t_min else None,
+    }
+
+
+def fixed_sequence_curve(model, task, seed: int) -> dict:
+    """Fig. 1: P_θ(next = 1) and P_β(next = 1) along one fixed test sequence."""
+    batch = markov_batch(task, 1, seed)
+    p = model_probs(model, batch.tokens)[0]
+    q = task.optimal_probs(batch.tokens).double()[0]
+    return {"tokens": batch.tokens[0], "p_model": p[:, 1], "p_beta": q[:, 1]}
+
+
+def deviation_table(model, order: int, beta: float, p_range: tuple[float, float],
+                    n_seqs: int, seed: int, seq_len: int, ts=TABLE_T) -> dict:
+    """|P_θ(1) − P_β(1)| after t tokens, t in ``ts`` (mean and std over sequences), and its
+    mean per position, on binary chains with every P(1 | ·) in ``p_range`` (App. E.5)."""
+    task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
+                                                 p_lo=p_range[0], p_hi=p_range[1]))
+    x = markov_batch(task, n_seqs, seed).tokens
+    p = model_probs(model, x)[..., 1]  # [batch, pos]
+    q = task.optimal_probs(x)[..., 1]  # add-β under the full prior (the paper's optimum)
+    d = (p - q).abs()  # position t − 1 holds the prediction after t tokens
+    rows = {int(t): {"mean": float(d[:, t - 1].mean()), "std": float(d[:, t - 1].std())}
+            for t in ts if t <= seq_len}
+    return {"range": list(p_range), "by_t": rows, "curve": d.mean(0)}
+
+
+def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) -> dict:
+    """The β whose add-β estimator is closest in mean KL(P_β ‖ P_θ) to the model's
+    predictions at positions ≥ t_min (Fig. 5b's "count-independent part", for any model)."""
+    cfg = task.cfg
+    check(not hasattr(task, "switch_id"), "fitted_beta needs plain Markov data")
+    x = markov_batch(task, n_seqs, seed).tokens
+    p = model_probs(model, x)[:, t_min:, : cfg.S]
+    logp = p.clamp_min(1e-300).log()
+
+    def loss(logb: float) -> float:
+        q = add_beta_probs(x, cfg.S, cfg.order, math.exp(logb))[:, t_min:]
+        return float((q * (q.log() - logp)).sum(-1).mean())
+
+    res = minimize_scalar(loss, bounds=(math.log(1e-3), math.log(1e3)), method="bounded",
+                          options={"xatol": 1e-6})
+    return {"beta_fit": math.exp(res.x), "kl_at_fit": float(res.fun),
+            "kl_at_true_beta": loss(math.log(cfg.beta)), "beta_true": cfg.beta}

@@ -35,16 +35,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    fmt,
-    get,
-    load_model,
-    run_analysis,
-    to_jsonable,
-)
+from analyses.common import Checkpoint, Claim, Figure, fmt, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
@@ -249,12 +240,12 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 # ---------------------------------------------------------------------------- the paper's claims
 def claim_counts(d: dict) -> tuple[str, bool]:
     """Thm 1: the counts are linear in H_t (R² >= 0.9, above every random-init twin)."""
-    tr = d["trained"][0]
-    rnd = get(d, "random_init_max", "r2_mean")
+    tr, rnd_max = d["trained"][0], d.get("random_init_max", {})
+    rnd = rnd_max.get("r2_mean")
     shuf = tr.get("shuffled_r2_mean")
     text = (f"count probe R² {tr['r2_mean']:.3f} (random-init max {fmt(rnd)}, shuffled "
             f"{fmt(shuf)}); readout probe {fmt(tr.get('readout_r2_mean'))} (random-init max "
-            f"{fmt(get(d, 'random_init_max', 'readout_r2_mean'))})")
+            f"{fmt(rnd_max.get('readout_r2_mean'))})")
     return text, tr["r2_mean"] >= 0.9 and (rnd is None or rnd < tr["r2_mean"])
 
 
@@ -262,7 +253,7 @@ def claim_readout(d: dict) -> tuple[str, bool]:
     """Eq. 5: what y_t carries (the current context's counts) is learned: every random-init
     twin's readout probe scores under half the trained one's."""
     tr = d["trained"][0]
-    rnd = get(d, "random_init_max", "readout_r2_mean")
+    rnd = d.get("random_init_max", {}).get("readout_r2_mean")
     return (f"what the model reads out: trained {tr.get('readout_r2_mean', 0):.3f} vs random "
             f"init {fmt(rnd)}"), rnd is not None and rnd < 0.5 * tr.get("readout_r2_mean", 0)
 

@@ -51,6 +51,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from models.checkpoint import FORMAT, save_checkpoint
+from models.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
 from tasks.base import TaskError, Vocab, check, config_to_dict, letters
 from tasks.copy import COPY_SPECIALS
@@ -330,7 +331,8 @@ def gssm_error_bound(state_bits: float, L: int, D: int) -> float:
 #     W_B, conv_B       W_B picks e_i's coordinate 2i; D_B^(0) = I, D_B^(1) = 0: b_t = e_{x_{t−1}}
 #                       (b = 0 at t = 1: the causal conv pads with zeros, so b^(x_1) = 0)
 #     W_C, conv_C       c_t = e_{x_t} (C^(0) = 0, C^(1) = I)
-#     a_t = 1           A_log = −inf (a = 0 in the paper's a_t = exp(−a·Δ_t))
+#     a_t = 1           A_log = A_LOG_NO_DECAY, so a = exp(A_log) = 0 exactly in the paper's
+#                       a_t = exp(−a·Δ_t)
 #     Δ_t               softplus(dt_bias), a constant; W_o = I/Δ cancels it exactly
 #     state             H_t[2j+1, i] = Δ·n_ij(t): the transition counts (Eq. 4)
 #     unembed W_ℓ       β on every embedding coordinate 2i, 1 from coordinate 2j+1 to logit j
@@ -338,12 +340,15 @@ def gssm_error_bound(state_bits: float, L: int, D: int) -> float:
 # P(x_{t+1} = j) = (n_{x_t j} + β) / (n_{x_t} + Sβ), the add-β estimator for k = 1.
 
 
+# exp() of this underflows to exactly 0 in every float dtype, so a_t = 1 exactly, while the
+# weight stays finite (checkpoints refuse non-finite weights)
+A_LOG_NO_DECAY = -1000.0
+
+
 def mambazero_add_beta(S: int = 2, beta: float = 1.0, dtype: torch.dtype = torch.float32):
     """MambaZero with Thm 1's hand-set weights (N = S, d = 2S, e = 1, w = 2, one head, L1
     prediction): its next-token distribution equals the add-β estimator for first-order
     chains over S symbols, at every position of every sequence (App. C.2)."""
-    from models.mamba2 import MambaZeroConfig, MambaZeroLM
-
     check(S >= 2, f"S must be >= 2, got {S}")
     check(math.isfinite(beta) and beta > 0, f"beta must be > 0, got {beta}")
     cfg = MambaZeroConfig(vocab_size=S, d_model=2 * S, expand=1, d_state=S, d_conv=2,
@@ -365,7 +370,7 @@ def mambazero_add_beta(S: int = 2, beta: float = 1.0, dtype: torch.dtype = torch
         conv[:d, 0, 1] = 1.0  # conv_X: current
         conv[d : d + N, 0, 0] = 1.0  # conv_B: previous token
         conv[d + N :, 0, 1] = 1.0  # conv_C: current
-        mixer.A_log.fill_(-math.inf)  # exp(A_log) = 0: a_t = 1, the state keeps every count
+        mixer.A_log.fill_(A_LOG_NO_DECAY)  # exp(A_log) = 0: a_t = 1, the state keeps every count
         mixer.dt_bias.fill_(math.log(math.e - 1.0))  # softplus(δ) = 1 (up to rounding)
         delta = torch.nn.functional.softplus(mixer.dt_bias)[0]
         mixer.out_proj.weight.copy_(torch.eye(d, dtype=dtype) / delta)  # W_o = I/Δ

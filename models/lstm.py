@@ -26,13 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel
-from models.mamba2 import RMSNorm, has_hooks
+from models.layers import RMSNorm, has_hooks
 from tasks.base import check
+
+SCANS = ("auto", "plain", "fused")
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,14 @@ class LSTMConfig:
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        check(self.scan in ("auto", "plain", "fused"),
-              f"scan must be auto, plain or fused, got {self.scan!r}")
+        check(self.scan in SCANS, f"scan must be auto, plain or fused, got {self.scan!r}")
         check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
 
 
 class LSTMBlock(nn.Module):
+    """One LSTM layer with h_t, c_t and the gates hooked (the plain loop computes c_t and the
+    gates, which the fused call keeps inside cuDNN)."""
+
     def __init__(self, cfg: LSTMConfig):
         super().__init__()
         self.cfg = cfg
@@ -95,11 +99,13 @@ class LSTMBlock(nn.Module):
 class LSTMLM(SuiteModel):
     """LSTM language model: embedding -> n LSTM layers -> ln_final -> unembedding.
 
-    forward(tokens [batch, pos]) -> logits [batch, pos, vocab].
+    forward(tokens [batch, pos]) -> logits [batch, pos, vocab]. Paths: auto | plain | fused.
     """
 
     arch = "lstm"
     config_cls = LSTMConfig
+    scans = SCANS
+    fast_scans = ("fused",)
 
     def __init__(self, cfg: LSTMConfig):
         super().__init__(cfg)
@@ -110,17 +116,3 @@ class LSTMLM(SuiteModel):
         self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.final_norm)
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size)
         self.setup()
-
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-        h = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
-        for block in self.blocks:
-            h = block(h)
-        return self.unembed(self.ln_final(h))
-
-    def set_scan(self, scan: str) -> None:
-        """Force the path of every layer: auto | plain | fused (does not change cfg)."""
-        check(scan in ("auto", "plain", "fused"), f"unknown scan {scan!r}")
-        for block in self.blocks:
-            block.scan = scan

@@ -30,122 +30,79 @@ hook_ssm_state changes y at the patched positions only; patch hook_decay / hook_
 change what the recurrence carries.
 
 Paths (same numbers; tests compare outputs and gradients in float64):
-    plain   a loop over positions — the reference, and the default on CPU: measured 4-8x
-            faster there than the parallel scan (bench/bench_ssm.py), whose log2(T) passes
-            over the whole [batch, pos, d_inner, d_state] tensor cost more memory traffic
-            than T small steps;
-    scan    a log-depth (Hillis–Steele) parallel scan of the same linear recurrence (few,
-            large operations: the default on CUDA without mamba-ssm);
+    plain   :func:`~models.recurrent.linear_scan_plain`, a loop over positions — the
+            reference, and the default on CPU: the parallel scan's log2(T) passes over the
+            whole [batch, pos, d_inner, d_state] tensor cost more memory traffic there than T
+            small steps (timings in bench/bench_ssm.py's results);
+    scan    :func:`~models.recurrent.linear_scan_parallel`, a log-depth (Hillis–Steele) scan
+            of the same linear recurrence (few, large operations: the default on CUDA
+            without mamba-ssm);
     kernel  mamba-ssm's ``selective_scan_fn`` on CUDA, imported lazily, taken only when no
             hook is attached to hook_decay, hook_ssm_write or hook_ssm_state.
 The plain and scan paths materialise every h_t, so every hook fires on them.
 
 Parameter names equal mamba-ssm / HF ``MambaForCausalLM`` inside the mixer; the LM wrapper
-(embedding, pre-norm blocks, ln_final, unembed) is models.mamba2's, and
-:func:`models.mamba2.to_hf_state_dict` / ``from_hf_state_dict`` rename its parameters.
+(embedding, pre-norm blocks, ln_final, unembed) is :mod:`models.recurrent`'s, and
+:func:`models.recurrent.to_hf_state_dict` / ``from_hf_state_dict`` rename its parameters.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import einops
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
 
-from models.mamba2 import ACTIVATIONS, SSMLanguageModel, SSMLMConfig, activation, has_hooks
+from models.layers import activation
+from models.recurrent import (
+    SSMLanguageModel,
+    SSMLMConfig,
+    SSMMixer,
+    init_dt_bias,
+    linear_scan_parallel,
+    linear_scan_plain,
+    optional_kernel,
+)
 from tasks.base import check
 
 
 @dataclass(frozen=True)
 class MambaConfig(SSMLMConfig):
+    """Mamba LM config: the shared SSM fields (:class:`~models.recurrent.SSMLMConfig`) plus
+    the rank and scale of the Δ projection."""
+
+    SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "scan", "kernel")
     vocab_size: int = 30
     d_model: int = 64
     n_layers: int = 2
-    expand: int = 2
-    d_state: int = 16  # N; the copy paper sweeps 16..256 and keeps 32
-    d_conv: int = 4
     dt_rank: int = 0  # 0: ⌈d_model / 16⌉
-    conv: bool = True
-    conv_bias: bool = True
-    activation: str = "silu"
-    gated: bool = True
-    use_D: bool = True
-    proj_bias: bool = False
-    dt_min: float = 0.001
-    dt_max: float = 0.1
-    dt_init_floor: float = 1e-4
     dt_scale: float = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("expand", "d_state", "d_conv"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         check(self.dt_rank >= 0, f"dt_rank must be >= 0, got {self.dt_rank}")
-        check(self.activation in ACTIVATIONS,
-              f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        check(0 < self.dt_min <= self.dt_max, "need 0 < dt_min <= dt_max")
-        check(self.scan in ("auto", "plain", "scan", "kernel"),
-              f"scan must be auto, plain, scan or kernel for mamba, got {self.scan!r}")
-
-    @property
-    def d_inner(self) -> int:
-        return self.expand * self.d_model
 
     @property
     def dt_rank_(self) -> int:
         return self.dt_rank or math.ceil(self.d_model / 16)
 
 
-def linear_scan_plain(a: Tensor, w: Tensor) -> Tensor:
-    """h_t = a_t·h_{t−1} + w_t (h_0 = 0) along dim 1, by a loop (the reference)."""
-    h = torch.zeros_like(w[:, 0])
-    out = []
-    # unbind, not a[:, t]: the backward of each indexing op would write a zero tensor of the
-    # full [batch, pos, ...] size (quadratic in the length); unbind's backward is one stack
-    for a_t, w_t in zip(a.unbind(1), w.unbind(1), strict=True):
-        h = a_t * h + w_t
-        out.append(h)
-    return torch.stack(out, dim=1)
-
-
-def linear_scan_parallel(a: Tensor, w: Tensor) -> Tensor:
-    """The same recurrence by a Hillis–Steele scan: log2(T) steps of whole-tensor operations.
-
-    Each step composes every affine map h -> a_t h + w_t with the one ``off`` steps earlier,
-    (a, w)_t ∘ (a, w)_{t−off} = (a_t a_{t−off}, a_t w_{t−off} + w_t), so after the step with
-    offset 2^j position t holds the composition of the last 2^(j+1) maps.
-    """
-    T = w.shape[1]
-    off = 1
-    while off < T:
-        w = torch.cat([w[:, :off], w[:, off:] + a[:, off:] * w[:, :-off]], dim=1)
-        if 2 * off < T:  # the last step's a is never read again
-            a = torch.cat([a[:, :off], a[:, off:] * a[:, :-off]], dim=1)
-        off *= 2
-    return w
-
-
-@functools.lru_cache(maxsize=1)
 def mamba_ssm_selective_scan():
     """mamba-ssm's ``selective_scan_fn`` or None (imported lazily, only on demand)."""
-    try:
-        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception:  # noqa: BLE001 - not installed, or a broken CUDA build
-        return None
-    return selective_scan_fn
+    return optional_kernel("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
 
 
-class MambaMixer(nn.Module):
+class MambaMixer(SSMMixer):
+    """The S6 mixer of the module docstring, hooks as in :class:`~models.recurrent.SSMMixer`
+    (a channel is a head of width one)."""
+
     def __init__(self, cfg: MambaConfig, layer: int = 0):
-        super().__init__()
-        self.cfg = cfg
-        self.scan = cfg.scan
+        super().__init__(cfg)
         D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank_
         self.in_proj = nn.Linear(cfg.d_model, (2 if cfg.gated else 1) * D, bias=cfg.proj_bias)
         if cfg.conv:
@@ -158,19 +115,6 @@ class MambaMixer(nn.Module):
             self.D = nn.Parameter(torch.ones(D))
         self.out_proj = nn.Linear(D, cfg.d_model, bias=cfg.proj_bias)
         self.act = activation(cfg.activation)
-
-        self.hook_in_proj = HookPoint()  # [batch, pos, 2·d_inner]
-        self.hook_conv = HookPoint()  # [batch, pos, d_inner] before act
-        self.hook_x = HookPoint()  # [batch, pos, d_inner]
-        self.hook_B = HookPoint()  # [batch, pos, d_state]
-        self.hook_C = HookPoint()  # [batch, pos, d_state]
-        self.hook_ssm_dt = HookPoint()  # [batch, pos, d_inner]  Δ_t
-        self.hook_decay = HookPoint()  # [batch, pos, d_inner, d_state]  exp(Δ_t·A)
-        self.hook_ssm_write = HookPoint()  # [batch, pos, d_inner, 1, d_state]  Δ_t·x_t⊗b_t
-        self.hook_ssm_state = HookPoint()  # [batch, pos, d_inner, 1, d_state]  h_t
-        self.hook_y = HookPoint()  # [batch, pos, d_inner]
-        self.hook_gate = HookPoint()  # [batch, pos, d_inner]
-        self.hook_ssm_out = HookPoint()  # [batch, pos, d_model]
         self.reset_ssm_parameters()
 
     @torch.no_grad()
@@ -179,17 +123,14 @@ class MambaMixer(nn.Module):
         cfg = self.cfg
         std = cfg.dt_rank_ ** -0.5 * cfg.dt_scale
         nn.init.uniform_(self.dt_proj.weight, -std, std)
-        dt = torch.exp(torch.rand(cfg.d_inner) * (math.log(cfg.dt_max) - math.log(cfg.dt_min))
-                       + math.log(cfg.dt_min)).clamp(min=cfg.dt_init_floor)
-        self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        self.dt_proj.bias.copy_(init_dt_bias(cfg.d_inner, cfg))
         A = torch.arange(1, cfg.d_state + 1, dtype=torch.float32)
         self.A_log.copy_(torch.log(einops.repeat(A, "n -> d n", d=cfg.d_inner)))
         if cfg.use_D:
             self.D.fill_(1.0)
 
     def _path(self, x: Tensor) -> str:
-        needs_state = any(has_hooks(h) for h in (self.hook_decay, self.hook_ssm_write,
-                                                 self.hook_ssm_state))
+        needs_state = self.state_hooked()
         if self.scan in ("plain", "scan"):
             return self.scan
         if not needs_state and x.is_cuda and (self.scan == "kernel" or self.cfg.use_kernels):
@@ -235,16 +176,13 @@ class MambaMixer(nn.Module):
 
 
 class MambaLM(SSMLanguageModel):
-    """Mamba (S6) language model; same wrapper, trainer and checkpoints as Mamba-2."""
+    """Mamba (S6) language model; same wrapper, trainer and checkpoints as Mamba-2.
+
+    Paths (``scans``, :meth:`set_scan`): auto | plain | scan | kernel.
+    """
 
     arch = "mamba"
     config_cls = MambaConfig
-
-    def make_mixer(self, cfg, layer):
-        return MambaMixer(cfg, layer)
-
-    def set_scan(self, scan: str) -> None:
-        """Force every mixer's path: auto | plain | scan | kernel (does not change cfg)."""
-        check(scan in ("auto", "plain", "scan", "kernel"), f"unknown scan {scan!r}")
-        for block in self.blocks:
-            block.mixer.scan = scan
+    mixer_cls = MambaMixer
+    scans = MambaConfig.SCANS
+    fast_scans = ("scan",)

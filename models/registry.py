@@ -11,7 +11,7 @@ from tasks.base import TaskError, config_from_dict
 ARCHS: dict[str, str] = {
     "transformer": "models.transformer:HookedTransformerLM",
     "mamba2": "models.mamba2:Mamba2LM",
-    "mambazero": "models.mamba2:MambaZeroLM",
+    "mambazero": "models.mambazero:MambaZeroLM",
     "mamba": "models.mamba:MambaLM",
     "lstm": "models.lstm:LSTMLM",
     "stu": "models.stu:STULM",

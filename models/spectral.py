@@ -91,9 +91,10 @@ def _eigenpairs(kind: str, T: int, k: int) -> tuple[Tensor, Tensor]:
         sigma, phi = torch.linalg.eigh(hankel_matrix(kind, T))  # ascending
         sigma, phi = sigma.flip(0)[:k], phi.flip(1)[:, :k]
     else:
-        # Randomised subspace iteration + Rayleigh–Ritz: the spectrum decays geometrically
-        # (σ_{i+1}/σ_i ≈ e^{-1.2} at T = 4096), so a block of k + 20 vectors and two
-        # iterations resolve the top k to the same eps·‖H‖/gap accuracy as a dense eigh.
+        # Randomised subspace iteration + Rayleigh–Ritz: the spectrum of a positive Hankel
+        # matrix decays geometrically (the premise of spectral filtering, §2.2), so a block of
+        # k + 20 vectors and a few power iterations resolve the top k to the accuracy of a
+        # dense eigh (tests/test_spectral.py compares the two).
         h = hankel_entries(kind, 2 * T - 1)
         p = min(T, k + 20)
         g = torch.Generator().manual_seed(0)  # deterministic filters

@@ -38,14 +38,13 @@ from dataclasses import dataclass
 
 import einops
 import torch
-import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel
+from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
-from models.transformer import LayerNorm
 from tasks.base import check
 
 PARAMS = ("tensordot", "full")
@@ -145,23 +144,6 @@ class STULayer(nn.Module):
         return self.hook_out(out)
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: STUConfig):
-        super().__init__()
-        self.W_in = nn.Parameter(torch.randn(cfg.d_model, cfg.d_mlp_) / math.sqrt(cfg.d_model))
-        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp_))
-        self.W_out = nn.Parameter(torch.randn(cfg.d_mlp_, cfg.d_model)
-                                  / math.sqrt(cfg.d_mlp_ * 2 * cfg.n_layers))
-        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
-        self.act = F.relu if cfg.act_fn == "relu" else F.gelu
-        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
-        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
-
-    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        pre = self.hook_pre(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
-
-
 class STUBlock(nn.Module):
     def __init__(self, cfg: STUConfig):
         super().__init__()
@@ -169,7 +151,11 @@ class STUBlock(nn.Module):
         self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps, on)
         self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps, on)
         self.stu = STULayer(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.d_model, cfg.d_mlp_, cfg.act_fn)
+        with torch.no_grad():  # N(0, 1/fan_in) in, and the residual write shrunk with depth
+            self.mlp.W_in.copy_(torch.randn(cfg.d_model, cfg.d_mlp_) / math.sqrt(cfg.d_model))
+            self.mlp.W_out.copy_(torch.randn(cfg.d_mlp_, cfg.d_model)
+                                 / math.sqrt(cfg.d_mlp_ * 2 * cfg.n_layers))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
@@ -197,11 +183,3 @@ class STULM(SuiteModel):
         nn.init.normal_(self.unembed.weight, std=1 / math.sqrt(cfg.d_model))
         nn.init.zeros_(self.unembed.bias)
         self.setup()
-
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-        resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
-        for block in self.blocks:
-            resid = block(resid)
-        return self.unembed(self.ln_final(resid))

@@ -16,6 +16,10 @@ Pre-LN blocks: resid_mid = resid_pre + attn(ln1(resid_pre)); resid_post = resid_
 mlp(ln2(resid_mid)); with ``parallel_residual`` (GPT-NeoX's option) both branches read
 resid_pre. ``causal=False`` gives an encoder; ``head`` switches the unembedding between
 next-token logits and token / sequence classification (memorization experiments).
+
+Two attention paths give the same numbers (tested, outputs and gradients): plain (scores and
+pattern materialised, every hook fires) and PyTorch's fused ``scaled_dot_product_attention``,
+taken (``use_sdpa``, or ``set_scan("sdpa")``) only while no hook reads the scores or pattern.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel
+from models.base import SuiteModel, check_tokens
+from models.layers import MLP, LayerNorm, has_hooks
 from tasks.base import check
 
 PES = ("nope", "alibi", "hard_alibi", "rope")
@@ -113,33 +118,9 @@ class TransformerConfig:
         return self.vocab_size if self.head == "lm" else self.n_classes
 
 
-def has_hooks(hp: HookPoint) -> bool:
-    """True when a user hook (forward or backward) is attached to ``hp``."""
-    return bool(hp._forward_hooks) or bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, d: int, eps: float, enabled: bool = True):
-        super().__init__()
-        self.eps = eps
-        self.enabled = enabled
-        self.w = nn.Parameter(torch.ones(d))
-        self.b = nn.Parameter(torch.zeros(d))
-        self.hook_scale = HookPoint()  # [batch, pos, 1]
-        self.hook_normalized = HookPoint()  # [batch, pos, d_model]
-
-    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
-        if not self.enabled:  # normalization="none": identity
-            return self.hook_normalized(x)
-        if not (has_hooks(self.hook_scale) or has_hooks(self.hook_normalized)):
-            return F.layer_norm(x, x.shape[-1:], self.w, self.b, self.eps)  # fused, same maths
-        x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w + self.b)
-
-
-def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device) -> Tensor | None:
-    """Additive bias ``b[head, q, k]`` (causal mask included) or None when nothing is added.
+def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device
+                    ) -> Float[Tensor, "head q_pos k_pos"]:
+    """Additive bias ``b[head, q, k]`` (causal mask included; zeros for NoPE / RoPE encoders).
 
     Queries are the last ``q_len`` of ``k_len`` positions. ``-inf`` marks forbidden keys.
     """
@@ -158,14 +139,18 @@ def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device) -> T
     return bias
 
 
-def rope_cos_sin(n_rot: int, positions: Tensor, base: float) -> tuple[Tensor, Tensor]:
+def rope_cos_sin(n_rot: int, positions: Int[Tensor, " pos"], base: float
+                 ) -> tuple[Float[Tensor, "pos rot"], Float[Tensor, "pos rot"]]:
+    """cos and sin of the rotation angles pos·θ_i, θ_i = base^(−2i / n_rot), NeoX layout."""
     inv_freq = 1.0 / base ** (torch.arange(0, n_rot, 2, device=positions.device).float() / n_rot)
     angles = positions.float()[:, None] * inv_freq[None, :]  # [pos, n_rot/2]
     angles = torch.cat([angles, angles], dim=-1)  # [pos, n_rot] (NeoX rotate-half layout)
     return angles.cos(), angles.sin()
 
 
-def apply_rope(x: Float[Tensor, "batch pos head d_head"], cos: Tensor, sin: Tensor, n_rot: int):
+def apply_rope(x: Float[Tensor, "batch pos head d_head"], cos: Float[Tensor, "pos rot"],
+               sin: Float[Tensor, "pos rot"], n_rot: int) -> Float[Tensor, "batch pos head d_head"]:
+    """Rotate the first ``n_rot`` channels of every head by the angles of its position."""
     rot, rest = x[..., :n_rot], x[..., n_rot:]
     x1, x2 = rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
@@ -194,6 +179,7 @@ class Attention(nn.Module):
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint()  # [batch, pos, head, d_model] per-head output
         self._cache: dict = {}
+        self.scan = "auto"  # auto | plain | sdpa (SuiteModel.set_scan)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         cfg = self.cfg
@@ -213,7 +199,7 @@ class Attention(nn.Module):
             q, k = apply_rope(q, cos, sin, n_rot), apply_rope(k, cos, sin, n_rot)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
-        if cfg.use_sdpa and not (has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern)):
+        if self._fast():
             # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
             # A plain causal mask goes in as is_causal (lets PyTorch pick its fastest kernel).
             mask = None if cfg.pe in ("nope", "rope") else self._bias(T, x.device)
@@ -233,6 +219,13 @@ class Attention(nn.Module):
             return result.sum(dim=2) + self.b_O
         return F.linear(z.reshape(B, T, H * dh), self.W_O.reshape(H * dh, -1).T, self.b_O)
 
+    def _fast(self) -> bool:
+        """SDPA unless the plain path is forced or a hook reads scores / pattern (which SDPA
+        never materialises)."""
+        if self.scan == "plain" or has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern):
+            return False
+        return self.scan == "sdpa" or self.cfg.use_sdpa
+
     def _bias(self, T: int, device) -> Tensor:
         """Positional bias + mask for T positions (depends on T alone, so cached)."""
         return self._cached("bias", T, device, lambda: positional_bias(self.cfg, T, T, device))
@@ -246,22 +239,6 @@ class Attention(nn.Module):
         return self._cache[key]
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp_))
-        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp_))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp_, cfg.d_model))
-        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
-        self.act = F.gelu if cfg.act_fn == "gelu" else F.relu
-        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
-        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
-
-    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        pre = self.hook_pre(x @ self.W_in + self.b_in)
-        return self.hook_post(self.act(pre)) @ self.W_out + self.b_out
-
-
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -269,7 +246,7 @@ class TransformerBlock(nn.Module):
         self.ln1 = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
         self.ln2 = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")
         self.attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.d_model, cfg.d_mlp_, cfg.act_fn)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
@@ -298,6 +275,8 @@ class HookedTransformerLM(SuiteModel):
 
     arch = "transformer"
     config_cls = TransformerConfig
+    scans = ("auto", "plain", "sdpa")
+    fast_scans = ("sdpa",)
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)
@@ -321,9 +300,9 @@ class HookedTransformerLM(SuiteModel):
             elif name.endswith("unembed.bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Tensor:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch ..."]:
+        """Logits [batch, pos, vocab | n_classes], or [batch, n_classes] for ``seq_cls``."""
+        check_tokens(tokens)
         resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
         for block in self.blocks:
             resid = block(resid)

@@ -1,0 +1,292 @@
+"""What the state-space language models (Mamba-2, MambaZero, Mamba) share.
+
+    embedding -> n × [resid + mixer(norm(resid)) (+ resid + mlp(norm2(resid)))] -> ln_final
+              -> unembed  (-> softmax, or MambaZero's L1 normalisation)
+
+Each model file supplies its mixer (:class:`SSMMixer` subclass) and config; this module holds
+the LM wrapper, the config fields every selective SSM has, the linear recurrence they all run
+(reference loop and log-depth scan, next to each other), Δ's initialisation, the lazy import of
+mamba-ssm kernels, and the renaming between our state dicts and HF / mamba-ssm's.
+
+Glossary (code name -> symbol, Markov paper §2.2 / Mamba papers):
+    d_model, expand   d and e: d_inner = e·d is the width of x_t
+    d_state           N, the state width
+    d_conv            w, the causal convolution window
+    dt_min, dt_max    range of the initial Δ = softplus(bias) (mamba-ssm's initialisation)
+    prediction        softmax, or "l1": p ∝ |logits| (MambaZero's Prediction layer, §4.1)
+    unembed_bias_init the unembedding bias at init (None: zero), set after every random draw
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from models.base import SuiteModel
+from models.layers import GatedMLP, RMSNorm, has_hooks
+from tasks.base import check
+
+SSM_ACTIVATIONS = ("silu", "relu", "identity")  # after the conv and on the gate
+PREDICTIONS = ("softmax", "l1")
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class SSMLMConfig:
+    """Fields shared by the state-space language models (Mamba-2, MambaZero, Mamba-1)."""
+
+    SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain")  # each model's paths (``scan``)
+    vocab_size: int = 2
+    d_model: int = 32
+    n_layers: int = 1
+    d_mlp: int = 0  # > 0: a gated MLP after each mixer (Markov paper Fig. 2 / App. B); 0: none
+    mlp_act: str = "relu"  # the paper's MLP: W_2[ReLU(W_1 u) ⊙ W_3 u]
+    block_norm: bool = True  # RMSNorm before the mixer (and before the MLP)
+    final_norm: bool = True  # RMSNorm before the unembedding (ln_final)
+    norm_eps: float = 1e-5
+    unembed_bias: bool = False
+    # the unembedding bias at init (needs unembed_bias). An L1-prediction model starts with
+    # every output ≈ 0, clamps the negative ones (no gradient) and falls into the uniform
+    # predictor; a positive start gives every output a gradient (the add-β logits β + n are
+    # positive too). Set after all random draws, so the rest of the init is unchanged.
+    unembed_bias_init: float | None = None
+    prediction: str = "softmax"  # softmax | l1 (MambaZero's L1-normalised prediction, §4.1)
+    l1_eps: float = 1e-6  # l1: p ∝ max(|logit|, l1_eps) (see SSMLanguageModel.log_probs)
+    init_std: float = 0.02  # embedding / unembedding init (mamba-ssm: 0.02)
+    use_kernels: bool = True  # on CUDA with mamba-ssm installed, its kernels when allowed
+    scan: str = "auto"  # force a path (see each model's docstring); auto picks the fastest
+    # the mixer (both Mamba generations)
+    expand: int = 2  # e
+    d_state: int = 16  # N (the copy paper's "state size S" sweeps 16..256 and keeps 32)
+    d_conv: int = 4  # w
+    conv: bool = True  # ablation: False removes the convolution (Markov paper §3, Fig. 3a)
+    conv_bias: bool = True
+    activation: str = "silu"  # after the conv and on the gate: silu | relu | identity
+    gated: bool = True  # ablation: False removes z and the gate y ⊙ act(z)
+    use_D: bool = True
+    proj_bias: bool = False  # bias of in_proj / out_proj (HF use_bias)
+    dt_min: float = 0.001  # Δ initialisation range (mamba-ssm / HF defaults)
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "expand", "d_state", "d_conv"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
+        check(self.mlp_act in SSM_ACTIVATIONS, f"mlp_act must be one of {SSM_ACTIVATIONS}")
+        check(self.activation in SSM_ACTIVATIONS,
+              f"activation must be one of {SSM_ACTIVATIONS}, got {self.activation!r}")
+        check(self.prediction in PREDICTIONS,
+              f"prediction must be one of {PREDICTIONS}, got {self.prediction!r}")
+        check(self.norm_eps > 0 and self.l1_eps > 0, "norm_eps and l1_eps must be > 0")
+        check(self.init_std > 0, f"init_std must be > 0, got {self.init_std}")
+        check(self.unembed_bias_init is None or self.unembed_bias,
+              "unembed_bias_init needs unembed_bias=True")
+        check(self.unembed_bias_init is None or math.isfinite(self.unembed_bias_init),
+              f"unembed_bias_init must be finite, got {self.unembed_bias_init}")
+        check(0 < self.dt_min <= self.dt_max, "need 0 < dt_min <= dt_max")
+        check(self.scan in self.SCANS, f"scan must be one of {self.SCANS}, got {self.scan!r}")
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+
+def init_dt_bias(n: int, cfg: SSMLMConfig) -> Float[Tensor, " n"]:
+    """mamba-ssm's Δ bias: Δ log-uniform in [dt_min, dt_max] (floored), then softplus⁻¹(Δ), so
+    the initial softplus(bias) is that Δ."""
+    dt = torch.exp(torch.rand(n) * (math.log(cfg.dt_max) - math.log(cfg.dt_min))
+                   + math.log(cfg.dt_min)).clamp(min=cfg.dt_init_floor)
+    return dt + torch.log(-torch.expm1(-dt))  # inverse softplus
+
+
+# ---------------------------------------------------------------------------- scans
+def linear_scan_plain(a: Float[Tensor, "batch pos *#state"], w: Float[Tensor, "batch pos *state"]
+                      ) -> Float[Tensor, "batch pos *state"]:
+    """h_t = a_t·h_{t−1} + w_t (h_0 = 0) along dim 1, by a loop: the reference every faster
+    path is tested against, and the path that materialises every h_t."""
+    h = torch.zeros_like(w[:, 0])
+    out = []
+    # unbind, not a[:, t]: the backward of each indexing op would write a zero tensor of the
+    # full [batch, pos, ...] size (quadratic in the length); unbind's backward is one stack
+    for a_t, w_t in zip(a.unbind(1), w.unbind(1), strict=True):
+        h = a_t * h + w_t
+        out.append(h)
+    return torch.stack(out, dim=1)
+
+
+def linear_scan_parallel(a: Float[Tensor, "batch pos *state"], w: Float[Tensor, "batch pos *state"]
+                         ) -> Float[Tensor, "batch pos *state"]:
+    """The same recurrence by a Hillis–Steele scan: log2(T) steps of whole-tensor operations.
+
+    Each step composes every affine map h -> a_t h + w_t with the one ``off`` steps earlier,
+    (a, w)_t ∘ (a, w)_{t−off} = (a_t a_{t−off}, a_t w_{t−off} + w_t), so after the step with
+    offset 2^j position t holds the composition of the last 2^(j+1) maps.
+    """
+    T = w.shape[1]
+    off = 1
+    while off < T:
+        w = torch.cat([w[:, :off], w[:, off:] + a[:, off:] * w[:, :-off]], dim=1)
+        if 2 * off < T:  # the last step's a is never read again
+            a = torch.cat([a[:, :off], a[:, off:] * a[:, :-off]], dim=1)
+        off *= 2
+    return w
+
+
+@functools.cache
+def optional_kernel(module: str, name: str) -> Any:
+    """``module.name`` from an optional CUDA package (mamba-ssm), or None. Imported on first
+    use only, so nothing CUDA-specific loads with the models."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - not installed, or a broken CUDA / Triton build
+        return None
+
+
+# ---------------------------------------------------------------------------- mixer base
+class SSMMixer(nn.Module):
+    """The hook points every selective-SSM mixer exposes (DESIGN.md's SSM vocabulary, shared
+    with TransformerLens' Mamba bridges). Shapes: Mamba-2 / Mamba (a channel of Mamba is a head
+    of width one, so state analyses run on both)."""
+
+    def __init__(self, cfg: SSMLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.scan = cfg.scan
+        self.hook_in_proj = HookPoint()  # [batch, pos, d_in_proj]
+        self.hook_conv = HookPoint()  # [batch, pos, conv channels], before the activation
+        self.hook_x = HookPoint()  # [batch, pos, heads, d_head] / [batch, pos, d_inner]
+        self.hook_B = HookPoint()  # [batch, pos, groups, d_state] / [batch, pos, d_state]
+        self.hook_C = HookPoint()  # [batch, pos, groups, d_state] / [batch, pos, d_state]
+        self.hook_ssm_dt = HookPoint()  # Δ_t [batch, pos, heads] / [batch, pos, d_inner]
+        self.hook_decay = HookPoint()  # a_t [batch, pos, heads] / [batch, pos, d_inner, d_state]
+        self.hook_ssm_write = HookPoint()  # Δ_t·x_t⊗b_t [batch, pos, heads, d_head, d_state]
+        self.hook_ssm_state = HookPoint()  # H_t [batch, pos, heads, d_head, d_state]
+        self.hook_y = HookPoint()  # H_t c_t + D·x_t, shaped as hook_x
+        self.hook_gate = HookPoint()  # act(z_t) [batch, pos, d_inner]
+        self.hook_ssm_out = HookPoint()  # [batch, pos, d_model], what the block adds
+
+    def state_hooked(self) -> bool:
+        """A hook reads a_t, the writes or H_t: only the paths that materialise H_t give them."""
+        return any(has_hooks(h) for h in (self.hook_decay, self.hook_ssm_write,
+                                          self.hook_ssm_state))
+
+
+# ---------------------------------------------------------------------------- LM
+class SSMBlock(nn.Module):
+    """resid_post = resid_pre + mixer(norm(resid_pre)) [+ mlp(norm2(resid_mid))] (pre-norm)."""
+
+    def __init__(self, cfg: SSMLMConfig, mixer: nn.Module):
+        super().__init__()
+        self.cfg = cfg
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.block_norm)
+        self.mixer = mixer
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        if cfg.d_mlp:
+            self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+            self.norm2 = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.block_norm)
+            self.mlp = GatedMLP(cfg.d_model, cfg.d_mlp, cfg.mlp_act)
+            self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, resid: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        resid = self.hook_resid_pre(resid)
+        resid = resid + self.mixer(self.norm(resid))
+        if self.cfg.d_mlp:
+            resid = self.hook_resid_mid(resid)
+            resid = resid + self.hook_mlp_out(self.mlp(self.norm2(resid)))
+        return self.hook_resid_post(resid)
+
+
+class SSMLanguageModel(SuiteModel):
+    """Embedding -> n blocks -> final norm -> unembedding, with ``mixer_cls`` in every block.
+
+    forward(tokens [batch, pos]) -> logits [batch, pos, vocab]. With ``prediction="l1"`` the
+    outputs are read as unnormalised probabilities (:meth:`log_probs` L1-normalises them).
+    """
+
+    mixer_cls: ClassVar[type[SSMMixer]] = SSMMixer
+
+    def __init__(self, cfg: SSMLMConfig):
+        super().__init__(cfg)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([SSMBlock(cfg, self.mixer_cls(cfg, i))
+                                     for i in range(cfg.n_layers)])
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.final_norm)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.unembed_bias)
+        self._init_weights()
+        self.setup()
+
+    @torch.no_grad()
+    def _init_weights(self):
+        """mamba-ssm's scheme: embeddings N(0, init_std); Linear / conv keep PyTorch's default;
+        out_proj / fc2 shrunk by √(residual writes per layer · n_layers) (prenorm rescale).
+        The unembedding bias is 0, or ``unembed_bias_init`` (no random draw either way)."""
+        cfg = self.cfg
+        nn.init.normal_(self.embed.weight, std=cfg.init_std)
+        nn.init.normal_(self.unembed.weight, std=cfg.init_std)
+        if cfg.unembed_bias:
+            nn.init.zeros_(self.unembed.bias)
+        writes = 2 if cfg.d_mlp else 1
+        for name, p in self.named_parameters():
+            if name.endswith(("out_proj.weight", "fc2.weight")):
+                p.div_(math.sqrt(writes * cfg.n_layers))
+            elif name.endswith(("in_proj.bias", "out_proj.bias")):
+                nn.init.zeros_(p)
+        if cfg.unembed_bias_init is not None:
+            self.unembed.bias.fill_(cfg.unembed_bias_init)
+
+    def log_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        """log softmax(logits), or with ``prediction="l1"`` log(v / ‖v‖₁) for v = max(|logits|,
+        l1_eps) (MambaZero's Prediction layer, §4.1).
+
+        Why |logits| and not max(logits, 0): both equal the logits wherever they are positive
+        (Thm 1's construction makes them β + counts > 0), but clamping negatives kills their
+        gradient, and a freshly initialised model then never leaves the uniform prediction;
+        |·| keeps every output trainable."""
+        out = self(tokens)
+        if self.cfg.prediction == "l1":
+            v = out.abs().clamp_min(self.cfg.l1_eps)
+            return v.log() - v.sum(-1, keepdim=True).log()
+        return torch.log_softmax(out.float() if out.dtype != torch.float64 else out, dim=-1)
+
+
+# ---------------------------------------------------------------------------- conversion
+# our prefix <-> HF Mamba2ForCausalLM / MambaForCausalLM's (mixer parameters keep their names)
+_HF_PREFIXES = (("blocks.", "backbone.layers."), ("ln_final.", "backbone.norm_f."),
+                ("unembed.", "lm_head."))
+
+
+def _rename(sd: dict[str, Tensor], prefixes) -> dict[str, Tensor]:
+    out = {}
+    for k, v in sd.items():
+        for old, new in prefixes:
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        out[k] = v
+    return out
+
+
+def to_hf_state_dict(sd: dict[str, Tensor], flavor: str = "hf") -> dict[str, Tensor]:
+    """Our state dict -> HF ``Mamba2ForCausalLM`` / ``MambaForCausalLM`` (``flavor="hf"``) or
+    mamba-ssm's ``MambaLMHeadModel`` (``"mamba_ssm"``) names. Mixer parameters keep theirs."""
+    check(flavor in ("hf", "mamba_ssm"), f"flavor must be hf or mamba_ssm, got {flavor!r}")
+    emb = "backbone.embeddings.weight" if flavor == "hf" else "backbone.embedding.weight"
+    return _rename(sd, (("embed.weight", emb), *_HF_PREFIXES))
+
+
+def from_hf_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """HF / mamba-ssm names -> ours (inverse of :func:`to_hf_state_dict`)."""
+    back = tuple((hf, ours) for ours, hf in _HF_PREFIXES)
+    return _rename(sd, (("backbone.embeddings.weight", "embed.weight"),
+                        ("backbone.embedding.weight", "embed.weight"), *back))

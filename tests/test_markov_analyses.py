@@ -294,8 +294,11 @@ def test_every_recipe_the_markov_analyses_name_is_a_valid_zoo_run(preset):
     for n in sorted(names):
         if zoo.recipe(n).available(preset):
             zoo.spec(n, preset)  # every config validated (MambaZero's start bias too)
-    mz = zoo.spec("markov/mambazero", preset).model
-    assert mz["prediction"] == "l1" and mz["unembed_bias_init"] == 1.0
+    from models.registry import build_model
+
+    for name in ("markov/mambazero", "markov/mambazero_fig5"):  # the L1 start bias (zoo)
+        mz = build_model("mambazero", zoo.spec(name, preset).model)
+        assert mz.cfg.prediction == "l1" and torch.all(mz.unembed.bias == 1.0)
 
 
 def test_recipe_labels_are_the_ones_the_claims_read():
@@ -336,7 +339,7 @@ def test_train_quick_reads_the_zoo_and_labels_its_rows(fake_zoo, tmp_path):
     assert [r["label"] for r in res["models"]] == ["mamba2 1L", "transformer 1L",
                                                    "transformer 2L"]
     text, holds = markov_laplace.claim_l1(res)
-    assert holds and "mamba2" in text.lower()
+    assert holds and "Mamba-2" in text
     assert markov_ablations.main(common) == 0
     res = json.loads((out / "markov_ablations.json").read_text())
     assert [(r["group"], r["label"]) for r in res["models"]] == [
@@ -379,3 +382,20 @@ def test_a_run_continued_from_an_earlier_checkpoint_is_the_same_run(tmp_path):
     with pytest.raises(TaskError, match="not this run"):
         zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
                        {**train, "steps": 8, "lr": 1e-2}, resume=first)
+
+
+def test_trajectory_checkpoints_chain_one_constant_lr_run(monkeypatch, tmp_path):
+    """--trajectory N: N evenly spaced steps of the Fig. 5 recipe, each continuing the last."""
+    assert bc_orthogonality.trajectory_steps("quick", 4) == [2500, 5000, 7500, 10000]
+    calls = []
+
+    def fake(name, preset, cache_dir, device, progress=True, train=None, resume=None):
+        calls.append((name, dict(train), resume))
+        return tmp_path / f"{train['steps']}.pt"
+
+    monkeypatch.setattr(zoo, "checkpoint", fake)
+    got = bc_orthogonality.trajectory_checkpoints("quick", str(tmp_path), "cpu", 2)
+    assert [c.label for c in got] == ["markov/mambazero_fig5@5000", "markov/mambazero_fig5@10000"]
+    assert calls == [("markov/mambazero_fig5", {"steps": 5000, "schedule": "constant"}, None),
+                     ("markov/mambazero_fig5", {"steps": 10000, "schedule": "constant"},
+                      tmp_path / "5000.pt")]

@@ -1,4 +1,3 @@
-# ENGINEERS CONVERTING ANALYSES (redesign, issue 17): read /tmp/context.md FIRST: the layout, the rules for commits (only your own files; never git add -A / stash / reset), what each module needs. This line is removed when the redesign lands.
 """What every analysis shares: its description for the reproduce plan (:class:`Figure`, with
 the paper's :class:`Claim` readers), the one ``main`` skeleton (:func:`run_analysis`), loading
 checkpoints, and writing outputs.

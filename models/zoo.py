@@ -1,4 +1,3 @@
-# ENGINEERS CONVERTING ANALYSES (redesign, issue 17): read /tmp/context.md FIRST: the layout, the rules for commits (only your own files; never git add -A / stash / reset), what each module needs. This line is removed when the redesign lands.
 """The checkpoint zoo: every trained model an analysis uses, as a named recipe.
 
 A recipe is (task, arch, model / task / training overrides for each preset, and optionally

@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from models.checkpoint import FORMAT, save_checkpoint
@@ -144,8 +144,8 @@ def hash_copy_model_config(hc: HashCopyConfig) -> TransformerConfig:
     )
 
 
-def letter_codes(hc: HashCopyConfig) -> Tensor:
-    """[D, b] codes in {±1/√b}^b: the binary digits of each letter index (Lemma C.2)."""
+def letter_codes(hc: HashCopyConfig) -> Float[Tensor, "D b"]:
+    """Codes in {±1/√b}^b: the binary digits of each letter index (Lemma C.2)."""
     b = hc.code_bits
     idx = torch.arange(hc.D)
     bits = (idx[:, None] >> torch.arange(b)[None, :]) & 1  # [D, b]
@@ -260,8 +260,8 @@ def save_hash_copy(path, n: int = 4, D: int = 26, max_len: int = 64, **kw):
 
 
 # ---- strings and n-gram repeats (Definition 2.2) ------------------------------------------
-def ngram_codes(x: Int[Tensor, "batch L"], n: int, D: int) -> Tensor:
-    """[batch, L−n+1] integer id of every n-gram (base-D number; exact while D^n < 2^62)."""
+def ngram_codes(x: Int[Tensor, "batch L"], n: int, D: int) -> Int[Tensor, "batch n_grams"]:
+    """The integer id of each of the L−n+1 n-grams (a base-D number; exact while D^n < 2^62)."""
     check(n >= 1 and x.shape[1] >= n, f"need 1 <= n <= L, got n={n}, L={x.shape[1]}")
     check(n * math.log2(max(D, 2)) < 62, f"D^n too large for int64 n-gram ids (D={D}, n={n})")
     windows = x.unfold(1, n, 1).long()  # [batch, L−n+1, n]
@@ -269,8 +269,8 @@ def ngram_codes(x: Int[Tensor, "batch L"], n: int, D: int) -> Tensor:
     return (windows * powers).sum(-1)
 
 
-def has_repeated_ngram(x: Int[Tensor, "batch L"], n: int, D: int) -> Tensor:
-    """[batch] bool: x contains the same n tokens at two different positions (Def. 2.2)."""
+def has_repeated_ngram(x: Int[Tensor, "batch L"], n: int, D: int) -> Bool[Tensor, " batch"]:
+    """Whether x contains the same n tokens at two different positions (Def. 2.2)."""
     if x.shape[1] < n + 1:
         return torch.zeros(x.shape[0], dtype=torch.bool)
     codes = ngram_codes(x, n, D).sort(dim=1).values

@@ -25,8 +25,9 @@ def greedy_decode(model, prompts: Int[Tensor, "batch prompt"], n_new: int
 
 
 @torch.no_grad()
-def teacher_forced_argmax(model, prompts: Tensor, answers: Tensor) -> Tensor:
-    """Argmax prediction at each answer position given the *true* prefix: [batch, answer_len].
+def teacher_forced_argmax(model, prompts: Int[Tensor, "batch prompt"],
+                          answers: Int[Tensor, "batch answer"]) -> Int[Tensor, "batch answer"]:
+    """Argmax prediction at each answer position given the *true* prefix.
 
     One forward pass. Row-wise, "all argmax predictions right" is exactly "greedy decoding
     reproduces the answer" (both see the same prefix until the first mistake), so string-level
@@ -37,7 +38,8 @@ def teacher_forced_argmax(model, prompts: Tensor, answers: Tensor) -> Tensor:
     return logits.argmax(dim=-1)
 
 
-def copy_accuracy(pred: Tensor, answers: Tensor) -> dict[str, float]:
+def copy_accuracy(pred: Int[Tensor, "batch answer"], answers: Int[Tensor, "batch answer"]
+                  ) -> dict[str, float]:
     """String-level (whole answer right) and character-level (fraction of tokens right)."""
     right = pred == answers  # [batch, answer_len]
     return {"string_acc": right.all(dim=1).float().mean().item(),

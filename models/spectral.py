@@ -166,7 +166,8 @@ def predictor_features(u: Float[Tensor, "*batch time d_in"], algorithm: int, T: 
     return torch.cat([*shifted, filt], dim=-2)  # [*batch, time, k, d_in]
 
 
-def autoregressive_base(y: Float[Tensor, "*batch time d_out"], algorithm: int) -> Tensor:
+def autoregressive_base(y: Float[Tensor, "*batch time d_out"], algorithm: int
+                        ) -> Float[Tensor, "*batch time d_out"]:
     """The closed-loop part of ŷ_t: ``y_{t−1}`` (Alg. 1) or ``2 y_{t−1} − y_{t−2}`` (Alg. 2)."""
     y = y.to(torch.float64)
     y1 = torch.zeros_like(y)
@@ -218,16 +219,16 @@ def online_gradient_descent(features: Float[Tensor, "runs time m d_in"],
 
 
 def predict(features: Float[Tensor, "*batch time m d_in"], M: Float[Tensor, "m d_out d_in"],
-            base: Tensor) -> Tensor:
+            base: Float[Tensor, "*batch time d_out"]) -> Float[Tensor, "*batch time d_out"]:
     """ŷ_t = base_t + Σ_i M_i X_t[i] for fixed matrices (no learning)."""
     return base + torch.einsum("...tmi,moi->...to", features.to(torch.float64),
                                M.to(torch.float64))
 
 
 def best_in_hindsight(features: Float[Tensor, "time m d_in"],
-                      targets: Float[Tensor, "time d_out"]) -> Tensor:
+                      targets: Float[Tensor, "time d_out"]) -> Float[Tensor, "m d_out d_in"]:
     """argmin_M Σ_t ‖Σ_i M_i X_t[i] − target_t‖² (unconstrained least squares): the best
-    fixed predictor of the class, the comparator of the (asymmetric) regret. [m, d_out, d_in]"""
+    fixed predictor of the class, the comparator of the (asymmetric) regret."""
     T, m, d_in = features.shape
     Z = features.reshape(T, m * d_in).to(torch.float64)  # [time, m·d_in]
     W = torch.linalg.lstsq(Z, targets.to(torch.float64), driver="gelsd").solution  # [m·d_in, o]

@@ -121,8 +121,8 @@ def ssd_plain(a: Float[Tensor, "batch pos heads"], write: Float[Tensor, "batch p
     return linear_scan_plain(a[..., None, None], write)
 
 
-def _segsum_exp(cs: Tensor) -> Tensor:
-    """exp(cs[..., i] − cs[..., j]) for i ≥ j, else 0: [..., L] -> [..., L, L].
+def _segsum_exp(cs: Float[Tensor, "*batch L"]) -> Float[Tensor, "*batch L L"]:
+    """exp(cs[..., i] − cs[..., j]) for i ≥ j, else 0.
 
     The decay from step j to step i is ∏_{j<s≤i} a_s = exp(cs_i − cs_j) for the cumulative
     sum cs of log a (mamba-ssm's chunk kernels use the same difference of cumsums).

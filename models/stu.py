@@ -90,8 +90,8 @@ def scaled_filters(T: int, K: int) -> Float[Tensor, "T K"]:
     return phi * sigma.clamp(min=0) ** 0.25
 
 
-def causal_conv(x: Float[Tensor, "batch pos *channels"], v: Float[Tensor, " taps *channels"],
-                ) -> Float[Tensor, "batch pos *channels"]:
+def causal_conv(x: Float[Tensor, "batch pos *#channels"], v: Float[Tensor, " taps *#channels"],
+                ) -> Float[Tensor, "batch pos *#channels"]:
     """``out[b, t] = Σ_{j=0}^{taps−1} v[j] ⊙ x[b, t − j]`` (channels broadcast), by FFT."""
     L, n = x.shape[1], v.shape[0]
     size = 1 << math.ceil(math.log2(max(2, L + n - 1)))

@@ -1,53 +1,36 @@
-"""Hooked Mamba-2 / MambaZero (models/mamba2.py): paths, hooks, HF parity, ablation switches."""
+"""Hooked Mamba-2 (models/mamba2.py, models/ssd.py) and MambaZero (models/mambazero.py):
+paths, hooks, HF parity, ablation switches. The shared contract (run_with_cache, patching,
+save / load, chunked == plain on the tiny config) is in test_model_contract.py."""
 
 import pytest
 import torch
 
-from models.mamba2 import (
-    Mamba2Config,
-    Mamba2LM,
-    MambaZeroConfig,
-    MambaZeroLM,
-    from_hf_state_dict,
-    mamba_ssm_chunk_scan,
-    ssd_chunked,
-    ssd_plain,
-    to_hf_state_dict,
-)
+from models.mamba2 import Mamba2Config, Mamba2LM
+from models.mambazero import MambaZeroConfig, MambaZeroLM
+from models.recurrent import from_hf_state_dict, to_hf_state_dict
 from models.registry import build_model
-from tasks.base import TaskError
+from models.ssd import mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
+from tasks.base import TaskError, config_to_dict
 
 MIXER_HOOKS = ["hook_in_proj", "hook_conv", "hook_x", "hook_B", "hook_C", "hook_ssm_dt",
                "hook_decay", "hook_ssm_write", "hook_ssm_state", "hook_y", "hook_gate",
                "hook_ssm_out"]
-TINY = dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2, d_state=4, d_conv=3, chunk_size=4)
 
 
-def randomize(model, seed=0):
-    """Move every parameter away from its init (norm weights ≠ 1, biases ≠ 0, a_t ∈ (0.3, 1))
-    so that a missing term anywhere shows up in the comparisons."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
-            if name.endswith("A_log"):
-                p.copy_(noise * 0.5 - 1.0)
-            elif name.endswith("dt_bias"):
-                p.copy_(noise * 0.5 - 1.0)
-            elif name.endswith(("norm.weight", "norm2.weight", "ln_final.weight")):
-                p.copy_(1 + 0.2 * noise)
-            else:
-                p.add_(0.1 * noise)
-    return model
+@pytest.fixture
+def tiny(tiny_model):
+    """tiny(random=False, **overrides): the shared tiny Mamba-2 (vocab 7, d_model 8, 2 layers,
+    2 heads, N = 4, w = 3, chunks of 4); random ones in float64."""
 
+    def make(random=False, **kw):
+        return tiny_model("mamba2", random=random, dtype=torch.float64 if random else None, **kw)
 
-def tokens(B=3, T=11, V=7, seed=0):
-    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+    return make
 
 
 # ---------------------------------------------------------------------------- hooks and shapes
-def test_shapes_and_hook_names():
-    m = Mamba2LM(Mamba2Config(**TINY, d_mlp=8))
+def test_shapes_and_hook_names(tiny, tokens):
+    m = tiny(d_mlp=8)
     x = tokens()
     logits, cache = m.run_with_cache(x)
     assert logits.shape == (3, 11, 7)
@@ -72,8 +55,8 @@ def test_shapes_and_hook_names():
     assert torch.allclose(logits, m(x), atol=1e-6)  # caching (plain path) changes nothing
 
 
-def test_patching_state_with_itself_changes_nothing_and_decay_patch_resets():
-    m = randomize(Mamba2LM(Mamba2Config(**TINY)).double())
+def test_patching_state_with_itself_changes_nothing_and_decay_patch_resets(tiny, tokens):
+    m = tiny(random=True)
     x = tokens()
     ref = m(x)
     out = m.run_with_hooks(x, fwd_hooks=[("blocks.0.mixer.hook_ssm_state", lambda v, hook: v)])
@@ -91,10 +74,10 @@ def test_patching_state_with_itself_changes_nothing_and_decay_patch_resets():
     assert not m.hook_dict["blocks.0.mixer.hook_decay"]._forward_hooks  # nothing left attached
 
 
-def test_state_recurrence_reproduces_y():
+def test_state_recurrence_reproduces_y(tiny, tokens):
     """Read H_t from hook_ssm_state, contract with c_t, add D·x_t: that is hook_y; and H_t is
     a_t H_{t−1} + Δ_t x_t b_tᵀ."""
-    m = randomize(Mamba2LM(Mamba2Config(**TINY, n_groups=2)).double())
+    m = tiny(random=True, n_groups=2)
     _, cache = m.run_with_cache(tokens())
     c = {k.replace("blocks.1.mixer.", ""): v for k, v in cache.items()}
     H, G = m.cfg.n_heads, m.cfg.n_groups
@@ -114,32 +97,17 @@ def test_state_recurrence_reproduces_y():
 
 
 # ---------------------------------------------------------------------------- paths
-CONFIGS = [
-    dict(TINY),
-    dict(TINY, n_heads=4, n_groups=2, chunk_size=3),  # groups, a partial last chunk
-    dict(TINY, chunk_size=64),  # one chunk
-    dict(TINY, conv=False, gated=False, activation="relu", d_mlp=6),
-    dict(TINY, decay=False, mixer_norm=False, use_D=False, activation="identity"),
+VARIANTS = [  # the tiny config itself is in test_model_contract.py
+    dict(n_heads=4, n_groups=2, chunk_size=3),  # groups, a partial last chunk
+    dict(chunk_size=64),  # one chunk
+    dict(conv=False, gated=False, activation="relu", d_mlp=6),
+    dict(decay=False, mixer_norm=False, use_D=False, activation="identity"),
 ]
 
 
-@pytest.mark.parametrize("kw", CONFIGS)
-def test_plain_equals_chunked_outputs_and_gradients(kw):
-    torch.manual_seed(1)
-    m = randomize(Mamba2LM(Mamba2Config(**kw)).double())
-    x = tokens(T=13)
-    results = []
-    for scan in ("plain", "chunked"):
-        m.set_scan(scan)
-        m.zero_grad()
-        out = m(x)
-        out.pow(2).mean().backward()
-        results.append((out.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
-    (o1, g1), (o2, g2) = results
-    assert torch.allclose(o1, o2, atol=1e-5, rtol=0)
-    assert (o1 - o2).abs().max() < 1e-10  # in float64 the two are far closer than 1e-5
-    for n in g1:
-        assert torch.allclose(g1[n], g2[n], atol=1e-5, rtol=0), n
+@pytest.mark.parametrize("kw", VARIANTS)
+def test_plain_equals_chunked_outputs_and_gradients(kw, tiny, tokens, assert_paths_agree):
+    assert_paths_agree(tiny(random=True, **kw), tokens(T=13), "chunked")
 
 
 def test_ssd_functions_agree_on_random_inputs():
@@ -156,10 +124,10 @@ def test_ssd_functions_agree_on_random_inputs():
         assert torch.allclose(ssd_chunked(x, dA, B, C, chunk), y_ref, atol=1e-10)
 
 
-def test_auto_path_uses_chunks_unless_a_state_hook_is_attached():
-    m = Mamba2LM(Mamba2Config(**TINY))
+def test_auto_path_uses_chunks_unless_a_state_hook_is_attached(tiny):
+    m = tiny()
     mixer = m.blocks[0].mixer
-    x = torch.zeros(1, 3, TINY["d_model"] * 2)
+    x = torch.zeros(1, 3, m.cfg.d_model * 2)
     assert mixer._path(x) == "chunked"
     with m.hooks(fwd_hooks=[("blocks.0.mixer.hook_ssm_state", lambda v, hook: v)]):
         assert mixer._path(x) == "plain"
@@ -167,7 +135,7 @@ def test_auto_path_uses_chunks_unless_a_state_hook_is_attached():
 
 
 # ---------------------------------------------------------------------------- HF parity
-def _hf_pair(n_groups=2, seed=0):
+def _hf_pair(randomize, n_groups=2, seed=0):
     transformers = pytest.importorskip("transformers")
     hc = transformers.Mamba2Config(
         vocab_size=11, hidden_size=16, state_size=8, num_heads=4, head_dim=8, expand=2,
@@ -183,8 +151,8 @@ def _hf_pair(n_groups=2, seed=0):
 
 
 @pytest.mark.parametrize("n_groups", [1, 2])
-def test_hf_mamba2_parity(n_groups):
-    hf, ours = _hf_pair(n_groups)
+def test_hf_mamba2_parity(n_groups, randomize, tokens):
+    hf, ours = _hf_pair(randomize, n_groups)
     sd = from_hf_state_dict(hf.state_dict())
     assert set(sd) == set(ours.state_dict())
     for k, v in ours.state_dict().items():
@@ -209,21 +177,20 @@ def _x_at(model, x, t):
     return cache["blocks.0.mixer.hook_x"][:, t]
 
 
-def test_no_conv_removes_dependence_on_previous_tokens_through_the_conv():
+def test_no_conv_removes_dependence_on_previous_tokens_through_the_conv(tiny, tokens):
     x = tokens(2, 9)
     x2 = x.clone()
     x2[:, 4] = (x2[:, 4] + 1) % 7  # change the token just before position 5
-    base = dict(TINY, n_layers=1)
-    with_conv = randomize(Mamba2LM(Mamba2Config(**base)).double())
-    no_conv = randomize(Mamba2LM(Mamba2Config(**base, conv=False)).double())
+    with_conv = tiny(random=True, n_layers=1)
+    no_conv = tiny(random=True, n_layers=1, conv=False)
     assert not hasattr(no_conv.blocks[0].mixer, "conv1d")
     assert not torch.allclose(_x_at(with_conv, x, 5), _x_at(with_conv, x2, 5))
     assert torch.allclose(_x_at(no_conv, x, 5), _x_at(no_conv, x2, 5))
 
 
 @pytest.mark.parametrize("w", [1, 2, 4])
-def test_conv_window_is_d_conv(w):
-    m = randomize(Mamba2LM(Mamba2Config(**dict(TINY, n_layers=1, d_conv=w))).double())
+def test_conv_window_is_d_conv(w, tiny, tokens):
+    m = tiny(random=True, n_layers=1, d_conv=w)
     x = tokens(2, 10)
     t = 7
     far, near = x.clone(), x.clone()
@@ -234,41 +201,43 @@ def test_conv_window_is_d_conv(w):
     assert m.blocks[0].mixer.conv1d.weight.shape == (m.cfg.conv_dim, 1, w)
 
 
-def test_gating_activation_and_decay_switches():
+def test_gating_activation_and_decay_switches(tiny, tokens):
     x = tokens()
-    no_gate = Mamba2LM(Mamba2Config(**TINY, gated=False))
+    no_gate = tiny(gated=False)
     cfg = no_gate.cfg
     assert no_gate.blocks[0].mixer.in_proj.weight.shape[0] == cfg.conv_dim + cfg.n_heads
     _, cache = no_gate.run_with_cache(x)
     assert "blocks.0.mixer.hook_gate" not in cache
-    gated = Mamba2LM(Mamba2Config(**TINY))
+    gated = tiny()
     assert gated.blocks[0].mixer.in_proj.weight.shape[0] == cfg.d_inner + cfg.conv_dim + 2
 
-    ident = Mamba2LM(Mamba2Config(**TINY, activation="identity"))
+    ident = tiny(activation="identity")
     _, c = ident.run_with_cache(x)
     conv = c["blocks.0.mixer.hook_conv"][..., : ident.cfg.d_inner]
     assert torch.equal(c["blocks.0.mixer.hook_x"].flatten(2), conv)
-    relu = Mamba2LM(Mamba2Config(**TINY, activation="relu"))
+    relu = tiny(activation="relu")
     _, c = relu.run_with_cache(x)
     assert c["blocks.0.mixer.hook_x"].min() >= 0 and c["blocks.0.mixer.hook_gate"].min() >= 0
 
-    keep = Mamba2LM(Mamba2Config(**TINY, decay=False))
+    keep = tiny(decay=False)
     _, c = keep.run_with_cache(x)
     a = c["blocks.0.mixer.hook_decay"]
     assert torch.equal(a, torch.ones_like(a))
 
 
-def test_config_checks():
+def test_config_checks(tiny_config):
     for bad in (dict(n_heads=3), dict(n_heads=2, n_groups=4), dict(activation="gelu"),
-                dict(prediction="sparsemax"), dict(d_conv=0), dict(scan="fast")):
+                dict(prediction="sparsemax"), dict(d_conv=0), dict(scan="fast"),
+                dict(unembed_bias_init=1.0),  # without the bias it would initialise
+                dict(unembed_bias=True, unembed_bias_init=float("nan"))):
         with pytest.raises(TaskError):
-            build_model("mamba2", {**TINY, **bad})
+            build_model("mamba2", tiny_config("mamba2", **bad))
     with pytest.raises(TaskError):
         build_model("mamba2", {"nonsense": 1})
 
 
 # ---------------------------------------------------------------------------- MambaZero
-def test_mambazero_layout_and_l1_prediction():
+def test_mambazero_layout_and_l1_prediction(tokens):
     m = MambaZeroLM(MambaZeroConfig())
     shapes = {k: tuple(v.shape) for k, v in m.state_dict().items()}
     d, N = 4, 2
@@ -292,20 +261,43 @@ def test_mambazero_layout_and_l1_prediction():
     assert isinstance(build_model("mambazero", {}), MambaZeroLM)
 
 
-def test_mambazero_with_a_t_one_counts():
+def test_mambazero_with_a_t_one_counts(tiny_model, tokens):
     """With a_t = 1 (decay off) the state is the plain sum of the writes (§4.2, fact (i))."""
-    m = randomize(MambaZeroLM(MambaZeroConfig(decay=False)).double())
+    m = tiny_model("mambazero", random=True, dtype=torch.float64, decay=False)
     _, c = m.run_with_cache(tokens(2, 9, 2))
     st, wr = c["blocks.0.mixer.hook_ssm_state"], c["blocks.0.mixer.hook_ssm_write"]
     assert torch.allclose(st, wr.cumsum(1), atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_mambazero_unembed_bias_init_is_the_hand_set_start(seed):
+    """unembed_bias_init builds what the L1 recipe once set by hand after build_model (the
+    bias filled under the same seed): same weights, same random stream afterwards."""
+    kw = dict(vocab_size=2, d_model=16, d_state=8, unembed_bias=True)
+    torch.manual_seed(seed)
+    by_hand = build_model("mambazero", kw)
+    with torch.no_grad():
+        by_hand.unembed.bias.fill_(1.0)
+    after_hand = torch.rand(4)
+    torch.manual_seed(seed)
+    built = build_model("mambazero", {**kw, "unembed_bias_init": 1.0})
+    assert torch.equal(torch.rand(4), after_hand)  # no random draw added or removed
+    assert built.state_dict().keys() == by_hand.state_dict().keys()
+    for k, v in by_hand.state_dict().items():
+        assert torch.equal(built.state_dict()[k], v), k
+    assert torch.equal(built.unembed.bias, torch.ones(2))
+    # a config written before the field existed still builds (and gets a zero bias)
+    old = {k: v for k, v in config_to_dict(built.cfg).items() if k != "unembed_bias_init"}
+    assert build_model("mambazero", old).cfg.unembed_bias_init is None
+    assert torch.equal(build_model("mambazero", old).unembed.bias, torch.zeros(2))
+
+
 # ---------------------------------------------------------------------------- mamba-ssm kernel
 @pytest.mark.gpu
-def test_kernel_path_matches_chunked_on_cuda():
+def test_kernel_path_matches_chunked_on_cuda(tiny_model, tokens):
     if not torch.cuda.is_available() or mamba_ssm_chunk_scan() is None:
         pytest.skip("needs CUDA and mamba-ssm")
-    m = randomize(Mamba2LM(Mamba2Config(**dict(TINY, d_model=64, n_heads=2, d_state=16)))).cuda()
+    m = tiny_model("mamba2", random=True, d_model=64, d_state=16).cuda()
     x = tokens(2, 100).cuda()
     m.set_scan("chunked")
     ref = m(x)
@@ -317,7 +309,7 @@ def test_kernel_path_matches_chunked_on_cuda():
 @pytest.mark.slow
 def test_quick_mamba2_learns_the_add_beta_estimator():
     """Markov paper Fig. 1a at quick scale: a 1-layer Mamba-2 trained on binary first-order
-    chains gets within 0.01 nats of L_beta (measured 0.0014 after 500 steps)."""
+    chains gets within 0.01 nats of L_beta."""
     from models.train.loop import train
     from models.train.spec import make_spec
 

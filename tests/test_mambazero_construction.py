@@ -3,8 +3,10 @@
 import pytest
 import torch
 
+from models import load
 from models.constructions import mambazero_add_beta, save_mambazero
-from models.mamba2 import Mamba2Config, Mamba2LM, MambaZeroConfig, MambaZeroLM
+from models.mamba2 import Mamba2Config, Mamba2LM
+from models.mambazero import MambaZeroConfig, MambaZeroLM
 from probes.counts import transition_counts
 from probes.estimators import add_beta_probs
 
@@ -44,8 +46,6 @@ def test_construction_state_holds_the_counts_and_a_t_is_one():
 
 
 def test_construction_checkpoint_round_trip(tmp_path):
-    from models import load
-
     path = save_mambazero(tmp_path / "mz.pt", S=2, beta=0.5, seq_len=64)
     m = load(path)
     assert m.arch == "mambazero" and m.checkpoint["task"]["config"]["beta"] == 0.5

@@ -1,6 +1,9 @@
-"""Device names -> ``torch.device``, with one clear error for a device this machine lacks."""
+"""Device names -> ``torch.device``, with one clear error for a device this machine lacks, and the
+memory a device has (size checks refuse a model that cannot fit before anything is allocated)."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -29,3 +32,36 @@ def resolve_device(name: str | torch.device) -> torch.device:
         raise TaskError(f"device {name!r} asked for, but MPS is not available here; "
                         "use --device cpu")
     return dev
+
+
+def memory_bytes(device: str | torch.device = "cpu") -> int:
+    """The memory of ``device``: physical RAM for the CPU, the GPU's total memory for CUDA.
+
+    Totals, not what is free now: a size check refuses only what cannot fit however the machine
+    is shared (what is free changes while the run waits for its turn)."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not POSIX: no check rather than a wrong one
+        return 1 << 62
+
+
+def human_bytes(n: float) -> str:
+    """``1.5 GB``-style size (powers of 1000, as disk and memory sizes are quoted)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"
+
+
+def check_fits(n_bytes: int, what: str, device: str | torch.device = "cpu") -> None:
+    """Raise :class:`TaskError` (one line) when ``n_bytes`` exceed the memory of ``device``."""
+    total = memory_bytes(device)
+    if n_bytes > total:
+        where = "this machine's memory" if torch.device(device).type == "cpu" else \
+            f"the memory of {device}"
+        raise TaskError(f"{what} needs at least {human_bytes(n_bytes)}, more than "
+                        f"{where} ({human_bytes(total)})")

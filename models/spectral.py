@@ -117,6 +117,9 @@ def spectral_filters(T: int, k: int, kind: str = "H") -> tuple[Float[Tensor, " k
     check(kind in KINDS, f"kind must be one of {KINDS}, got {kind!r}")
     check(T >= 1, f"T must be >= 1, got {T}")
     check(1 <= k <= T, f"k must be in [1, T={T}], got {k}")
+    if torch.get_default_device().type == "meta":  # a shape-only build (size checks): the
+        # eigenpairs are neither computed nor cached (a cached meta tensor would poison real builds)
+        return torch.empty(k, dtype=torch.float64), torch.empty(T, k, dtype=torch.float64)
     sigma, phi = _eigenpairs(kind, int(T), int(k))
     return sigma.clone(), phi.clone()
 

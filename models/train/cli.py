@@ -1,19 +1,31 @@
 """``python -m models.train --task T --arch A --out ckpt.pt``: every field of the model, task and
 training configs is a flag (``--help`` lists them once ``--arch`` and ``--task`` are given).
 
-Exit codes: 0 done, 2 bad input (one line on stderr, nothing computed), 3 training diverged,
-130 interrupted (Ctrl-C or SIGTERM; the checkpoint was saved).
+Exit codes: 0 done, 2 bad input (one line on stderr, nothing computed) or a save that failed
+(the line says where the weights went instead), 3 training diverged, 130 interrupted (Ctrl-C or
+SIGTERM; the checkpoint was saved once training had started).
+
+``--out`` never replaces a file that is not this run's own (the checkpoint it resumes) unless
+``--overwrite`` is given, and two live runs never write the same ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
+import threading
 import typing
 from typing import Any
 
-from models.checkpoint import check_writable, read_checkpoint
+from models.checkpoint import (
+    check_overwrite,
+    check_writable,
+    exclusive_writer,
+    meta_model,
+    read_checkpoint,
+)
 from models.cli import (
     EXIT_BAD_INPUT,
     EXIT_DIVERGED,
@@ -22,7 +34,7 @@ from models.cli import (
     add_device_argument,
 )
 from models.device import resolve_device
-from models.registry import ARCHS, build_model, model_class
+from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
 from models.train.spec import check_names, make_spec, spec_of_checkpoint
@@ -30,7 +42,7 @@ from tasks.base import TaskError
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
-RESERVED = ("task", "arch", "preset", "out", "device", "resume")
+RESERVED = ("task", "arch", "preset", "out", "device", "resume", "overwrite")
 
 
 def parse_value(text: str, tp, flag: str):
@@ -66,6 +78,8 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
     p.add_argument("--arch", default="transformer", help=f"one of: {', '.join(sorted(ARCHS))}")
     p.add_argument("--preset", default="quick", choices=["quick", "paper"])
     p.add_argument("--out", default=None, help="checkpoint path (.pt)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out even if it holds a checkpoint this run does not resume")
     add_device_argument(p, default="auto")
     p.add_argument("--resume", default=None, help="continue the run saved in this checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -117,9 +131,26 @@ def _names(argv: list[str]) -> tuple[str, str, dict | None, str | None]:
     return arch, task, ck, known.resume
 
 
+def _sigterm_as_ctrl_c(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``python -m models.train`` command (exit codes in the module docstring)."""
     argv = sys.argv[1:] if argv is None else argv
+    # SIGTERM (timeout, Docker, Kubernetes, SLURM) is Ctrl-C here too: before training starts it
+    # ends the command with one line and exit 130; during training the loop saves first
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+    try:
+        return _main(argv)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _main(argv: list[str]) -> int:
     try:
         arch, task, ck, resume = _names(argv)
         parser, owners = build_parser(arch, task)
@@ -139,15 +170,17 @@ def main(argv: list[str] | None = None) -> int:
         if out is None:
             raise TaskError("--out is required (where to write the checkpoint)")
         check_writable(out)
-        model = build_model(spec.arch, spec.model)
+        check_overwrite(out, resume, args.overwrite)
+        model = meta_model(spec.arch, spec.model)  # shapes only: nothing allocated
         if ck is not None:
             check_resumable(ck, model, resume)
         n_params = model.n_params()
         del model
-        print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
-              f"{spec.train.steps} steps -> {out}", file=sys.stderr)
-        ck = train(spec, out=out, device=args.device, resume=resume,
-                   progress=not args.no_progress)
+        with exclusive_writer(out):  # a second live writer is refused before it says anything
+            print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
+                  f"{spec.train.steps} steps -> {out}", file=sys.stderr)
+            ck = train(spec, out=out, device=args.device, resume=resume,
+                       progress=not args.no_progress)
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_DIVERGED

@@ -12,9 +12,11 @@ Kubernetes and SLURM send before a kill) stop between two steps and save.
 from __future__ import annotations
 
 import math
+import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,13 +29,21 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from models.checkpoint import FORMAT, CheckpointError, check_writable, read_checkpoint, \
-    save_checkpoint, state_dict_mismatch
+from models.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    SaveError,
+    check_writable,
+    exclusive_writer,
+    read_checkpoint,
+    save_checkpoint,
+    state_dict_mismatch,
+)
 from models.device import resolve_device
 from models.generation import evaluate_prompts
 from models.registry import build_model
 from models.train.config import TrainConfig, lr_at
-from models.train.spec import RunSpec, validate_spec
+from models.train.spec import RunSpec, check_run_size, validate_spec
 from tasks.base import IGNORE, Batch, config_to_dict, make_generator
 from tasks.registry import make_task, packed_batch
 
@@ -136,9 +146,14 @@ def reference_metrics(model, task, batch: Batch) -> dict[str, float]:
 @torch.no_grad()
 def evaluate(model, task, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
     """Loss on fresh batches; for generation tasks greedy string / char accuracy; for tasks
-    with a Bayes-optimal predictor the gap to it; and a task's own ``extra_metrics``."""
+    with a Bayes-optimal predictor the gap to it; and a task's own ``extra_metrics``.
+
+    The global RNGs (torch, numpy, python) are left as they were: evaluating must not change
+    the training run, whatever the code it calls draws (a runtime type checker such as beartype
+    draws from python's ``random`` to sample the items it checks)."""
     was_training = model.training
     model.eval()
+    states = torch.get_rng_state(), np.random.get_state(), random.getstate()
     g = make_generator(cfg.seed + EVAL_SEED_OFFSET)  # the same fresh examples at every eval
     losses, strings, chars = [], [], []
     extra: dict[str, list[float]] = {}
@@ -160,6 +175,9 @@ def evaluate(model, task, cfg: TrainConfig, device: torch.device) -> dict[str, f
                 chars.append(acc["char_acc"])
     finally:
         model.train(was_training)
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
     out = {"eval_loss": float(np.mean(losses))}
     if strings:
         out["string_acc"] = float(np.mean(strings))
@@ -221,22 +239,63 @@ def _optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
                              lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
 
+def rescue_dirs() -> list[Path]:
+    """Where a checkpoint goes when its own directory cannot take it (disk full, a directory
+    that went away): the system's temp directory, then the user's cache."""
+    dirs = [Path(tempfile.gettempdir())]
+    try:
+        dirs.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seqprobe")
+    except RuntimeError:  # no home directory
+        pass
+    return dirs
+
+
+def _rescue(ck: dict[str, Any], out: Path) -> Path | None:
+    """Save ``ck`` under ``out``'s name in the first :func:`rescue_dirs` entry that takes it
+    (never over an existing file); None when none does."""
+    for d in rescue_dirs():
+        try:
+            if d.resolve() == out.parent.resolve():
+                continue
+            target = d / out.name
+            if target.exists():
+                target = d / f"{out.stem}.{os.getpid()}{out.suffix}"
+            if target.exists():
+                continue
+            return save_checkpoint(ck, target)
+        except (CheckpointError, OSError):
+            continue
+    return None
+
+
 def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
           resume: str | Path | None = None, progress: bool = True,
           callbacks: Sequence[Callback] = (), evaluator: Evaluator = evaluate) -> dict[str, Any]:
     """Run (or continue) training; returns the final checkpoint dict (also saved to ``out``).
 
-    Everything is validated before the first step (configs, device, that ``out`` is writable,
-    that ``resume`` holds this run). Ctrl-C or SIGTERM stops between two steps, saves and
-    raises :class:`TrainingInterrupted`. Raises :class:`TrainingDiverged` on a non-finite loss
-    or gradient norm without saving, so the last good checkpoint on disk is kept.
+    Everything is validated before the first step (configs, sizes against the device's memory,
+    device, that ``out`` is writable, that ``resume`` holds this run). ``out`` is locked for the
+    whole run, so a second live writer of the same file is refused. Ctrl-C or SIGTERM stops
+    between two steps, saves and raises :class:`TrainingInterrupted`. Raises
+    :class:`TrainingDiverged` on a non-finite loss or gradient norm without saving, so the last
+    good checkpoint on disk is kept. A save that fails (disk full) puts the run's state in a
+    :func:`rescue_dirs` directory and raises :class:`~models.checkpoint.SaveError` saying where.
     """
     validate_spec(spec)
     dev = resolve_device(device)
-    if out is not None:
-        check_writable(out)
+    if out is None:
+        return _train(spec, None, dev, resume, progress, callbacks, evaluator)
+    out = check_writable(out)
+    with exclusive_writer(out):
+        return _train(spec, out, dev, resume, progress, callbacks, evaluator)
+
+
+def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress: bool,
+           callbacks: Sequence[Callback], evaluator: Evaluator) -> dict[str, Any]:
     cfg = spec.train
     task = make_task(spec.task, spec.task_config)
+    if dev.type != "cpu":  # validate_spec checked the host's memory
+        check_run_size(spec, task, dev)
     data_gen = make_generator(cfg.seed)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -269,18 +328,31 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
             "history": run.history,
         }
 
-    def save():
+    def kept() -> str:
+        return (f"last good checkpoint: {last_good[0]} (step {last_good[1]})" if last_good else
+                "no checkpoint was written by this run (--save-every N keeps intermediate ones)")
+
+    def save(ck: dict[str, Any] | None = None) -> dict[str, Any]:
         nonlocal last_good
-        if out is not None:
-            save_checkpoint(checkpoint(), out)
-            last_good = (Path(out), run.step)
+        ck = checkpoint() if ck is None else ck
+        if out is None:
+            return ck
+        try:
+            save_checkpoint(ck, out)
+        except CheckpointError as e:  # disk full, a directory gone: the weights are not lost
+            rescued = _rescue(ck, out)
+            where = (f"this run's state at step {run.step} was saved to {rescued} instead "
+                     f"(continue with --resume {rescued})" if rescued else
+                     f"no other place took it either ({', '.join(map(str, rescue_dirs()))}); "
+                     + kept())
+            raise SaveError(f"{e}; {where}", getattr(e, "reason", "")) from None
+        last_good = (out, run.step)
+        return ck
 
     def diverged(what: str, value: float) -> TrainingDiverged:
-        kept = (f"last good checkpoint: {last_good[0]} (step {last_good[1]})" if last_good else
-                "no checkpoint was written by this run (--save-every N keeps intermediate ones)")
         return TrainingDiverged(f"{what} is {value} at step {run.step + 1} "
                                 f"(lr {lr_at(cfg, run.step):.3g}); training stopped and nothing "
-                                f"was saved; {kept}")
+                                f"was saved; {kept()}")
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress,
@@ -331,12 +403,10 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
                     print(f"{signals.signal_name}: interrupted at step {run.step}/{cfg.steps}"
                           f"{where}", file=sys.stderr)
                     raise TrainingInterrupted(f"interrupted at step {run.step}")
+            # the final save is inside the handler too: a SIGTERM now lets it finish
+            return save()
     finally:
         bar.close()
-    ck = checkpoint()
-    if out is not None:
-        save_checkpoint(ck, out)
-    return ck
 
 
 def check_resumable(ck: dict, model, path) -> None:

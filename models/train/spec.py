@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.checkpoint import read_checkpoint
-from models.registry import ARCHS, build_model, model_class
+from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
+from models.device import check_fits
+from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.presets import preset_overrides
 from tasks.base import TaskError, check, config_from_dict, config_to_dict
@@ -102,12 +103,15 @@ def spec_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | 
 def validate_spec(spec: RunSpec) -> None:
     """Raise :class:`TaskError` unless the run can start: names, configs and their fit.
 
-    Cheap (no training step); called by :func:`make_spec`, by ``--resume`` and by the loop.
+    Cheap (no training step; the model is sized on the meta device, so a config too large for
+    this machine is one line, not an allocator failure); called by :func:`make_spec`, by
+    ``--resume`` and by the loop.
     """
     check_names(spec.arch, spec.task)
     check(isinstance(spec.train, TrainConfig), "spec.train must be a TrainConfig")
+    check_task_bounds(spec.task, spec.task_config)
     task = make_task(spec.task, spec.task_config)
-    build_model(spec.arch, spec.model)
+    check_run_size(spec, task)
     vocab = spec.model.get("vocab_size")
     if vocab is not None and hasattr(task, "vocab") and spec.model.get("head", "lm") == "lm":
         check(vocab >= task.vocab.size,
@@ -122,10 +126,41 @@ def validate_spec(spec: RunSpec) -> None:
               f"{task.max_example_len()}")
 
 
+BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
+
+
+def run_size(spec: RunSpec, task) -> tuple[int, int, str]:
+    """``(parameters, bytes, what)``: a lower bound on the memory this run needs (weights,
+    gradients, optimizer state, rebuilt buffers, and one batch's tokens and logits), from the
+    configs alone (meta-device builds: nothing is allocated)."""
+    n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model)
+    cfg = spec.train
+    try:
+        length = cfg.context or task.max_example_len()
+    except (TaskError, NotImplementedError):  # fixed-length tasks (Markov chains)
+        length = int(getattr(task.cfg, "seq_len", 0)) + 1
+    rows = max(cfg.batch_size, cfg.eval_batch_size)
+    vocab = int(spec.model.get("vocab_size") or 0)
+    # int64 tokens and targets; fp32 logits, their log-softmax and its gradient
+    batch_bytes = rows * length * (16 + 12 * vocab)
+    need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes
+    what = (f"training {spec.arch} with {n_params:,} parameters (weights, gradients and AdamW "
+            f"state) on batches of {rows} x {length:,} tokens")
+    return n_params, need, what
+
+
+def check_run_size(spec: RunSpec, task, device="cpu") -> int:
+    """Raise :class:`TaskError` (one line) when :func:`run_size` exceeds ``device``'s memory;
+    returns the parameter count."""
+    n_params, need, what = run_size(spec, task)
+    check_fits(need, what, device)
+    return n_params
+
+
 def _init_model_entry(path: str) -> dict:
     """The ``model`` entry (arch, config) of an ``init_from`` checkpoint, read once per version
     of the file (a paper-scale checkpoint is hundreds of MB), not once per question."""
-    p = Path(path)
+    p = check_path(path)
     if not p.is_file():
         return read_checkpoint(p)["model"]  # raises the clear error
     st = p.stat()

@@ -53,7 +53,7 @@ from torch import Tensor
 from models.checkpoint import FORMAT, save_checkpoint
 from models.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
-from tasks.base import TaskError, Vocab, check, config_to_dict, letters
+from tasks.base import TaskError, Vocab, check, letters
 from tasks.copy import COPY_SPECIALS
 
 # ------------------------------------------------------------------------------------------
@@ -237,20 +237,27 @@ def build_hash_copy_transformer(n: int = 4, D: int = 26, **kw) -> HookedTransfor
     return model.eval()
 
 
+def construction_checkpoint(model, task: str, task_config: dict, **construction) -> dict:
+    """A suite checkpoint dict for hand-set weights: the model, the task it solves, and in
+    ``train`` what was built instead of trained (no optimiser, no history)."""
+    return {
+        "format": FORMAT,
+        "model": model.to_checkpoint_dict(),
+        "task": {"name": task, "config": task_config},
+        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0, **construction},
+        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "history": [],
+    }
+
+
 def hash_copy_checkpoint(model: HookedTransformerLM, n: int, D: int, min_len: int | None = None,
                          max_len: int = 64) -> dict:
     """A suite checkpoint dict for a construction (task: copy over D letters, no training)."""
     min_len = 2 * n if min_len is None else min_len
     check(1 <= min_len <= max_len, f"need 1 <= min_len ({min_len}) <= max_len ({max_len})")
-    return {
-        "format": FORMAT,
-        "model": {"arch": model.arch, "config": config_to_dict(model.cfg)},
-        "task": {"name": "copy", "config": {"D": D, "min_len": min_len, "max_len": max_len}},
-        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0,
-                  "construction": "hash_copy", "n": n},
-        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "history": [],
-    }
+    return construction_checkpoint(model, "copy", {"D": D, "min_len": min_len,
+                                                   "max_len": max_len},
+                                   construction="hash_copy", n=n)
 
 
 def save_hash_copy(path, n: int = 4, D: int = 26, max_len: int = 64, **kw):
@@ -385,16 +392,9 @@ def mambazero_checkpoint(model, seq_len: int = 256) -> dict:
     """A suite checkpoint dict for the Thm 1 construction (task: binary/S-ary first-order
     Markov chains with the construction's β; no training)."""
     c = model.construction
-    return {
-        "format": FORMAT,
-        "model": {"arch": model.arch, "config": config_to_dict(model.cfg)},
-        "task": {"name": "markov", "config": {"S": c["S"], "order": 1, "beta": c["beta"],
-                                              "seq_len": seq_len}},
-        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0,
-                  "construction": c["name"]},
-        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "history": [],
-    }
+    return construction_checkpoint(model, "markov", {"S": c["S"], "order": 1, "beta": c["beta"],
+                                                     "seq_len": seq_len},
+                                   construction=c["name"])
 
 
 def save_mambazero(path, S: int = 2, beta: float = 1.0, seq_len: int = 256):

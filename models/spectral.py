@@ -221,8 +221,8 @@ def online_gradient_descent(features: Float[Tensor, "runs time m d_in"],
     return {"losses": losses, "M": M}
 
 
-def predict(features: Float[Tensor, "*batch time m d_in"], M: Float[Tensor, "m d_out d_in"],
-            base: Float[Tensor, "*batch time d_out"]) -> Float[Tensor, "*batch time d_out"]:
+def predict(features: Float[Tensor, "*#batch time m d_in"], M: Float[Tensor, "m d_out d_in"],
+            base: Float[Tensor, "*#batch time d_out"]) -> Float[Tensor, "*batch time d_out"]:
     """ŷ_t = base_t + Σ_i M_i X_t[i] for fixed matrices (no learning)."""
     return base + torch.einsum("...tmi,moi->...to", features.to(torch.float64),
                                M.to(torch.float64))

@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, train_step_fn
+from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
 from bench.common import interleaved_times, write_results
 from models import zoo
 from models.registry import build_model
@@ -37,7 +37,7 @@ def _time_paths(make_model, x, scans: tuple[str, ...], kernel: bool, repeats: in
     """Median training-step time of each scan path (plus ``kernel`` when available) and the
     ratio of every other path to the kernel's."""
     paths = scans + (("kernel",) if kernel else ())
-    t = interleaved_times({s: train_step_fn(make_model().to(x.device), x, scan=s) for s in paths},
+    t = interleaved_times({s: ssm_step_fn(make_model().to(x.device), x, scan=s) for s in paths},
                           repeats=repeats)
     out: dict = {"train_step_s": t}
     if kernel:
@@ -64,7 +64,7 @@ def paper_transformer(repeats: int) -> dict:
     model = build_model("transformer", spec.model).cuda()
     batch, context = spec.train.batch_size, spec.train.context
     x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")
-    t = interleaved_times({"train_step": train_step_fn(model, x)}, repeats=repeats)
+    t = interleaved_times({"train_step": ssm_step_fn(model, x)}, repeats=repeats)
     return {"model": dict(spec.model), "params": model.n_params(), "batch": batch,
             "context": context, "train_step_s": t["train_step"],
             "tokens_per_s": batch * context / t["train_step"]}

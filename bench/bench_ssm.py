@@ -17,9 +17,8 @@ import argparse
 import warnings
 
 import torch
-import torch.nn.functional as F
 
-from bench.common import interleaved_times, peak_memory_mb, write_results
+from bench.common import interleaved_times, peak_memory_mb, train_step_fn, write_results
 from models.lstm import LSTMLM, LSTMConfig
 from models.mamba import MambaConfig, MambaLM
 from models.mamba2 import Mamba2Config, Mamba2LM, ssd_chunked, ssd_plain
@@ -63,21 +62,11 @@ def hf_m1():
     return MambaForCausalLM(cfg)
 
 
-def train_step_fn(model, tokens, hf: bool = False, scan: str | None = None):
+def ssm_step_fn(model, tokens, hf: bool = False, scan: str | None = None):
+    """:func:`bench.common.train_step_fn` with our model's scan path chosen first."""
     if scan is not None:
         model.set_scan(scan)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train()
-
-    def step():
-        logits = model(tokens).logits if hf else model(tokens)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                               tokens[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
+    return train_step_fn(model, tokens, hf)
 
 
 def _tokens(T):
@@ -107,29 +96,29 @@ def _core_step(path: str):
 
 # module-level functions: peak_memory_mb runs them in a fresh (spawned) process
 def _peak_m2_chunked():
-    train_step_fn(ours_m2(), _tokens(LONG), scan="chunked")()
+    ssm_step_fn(ours_m2(), _tokens(LONG), scan="chunked")()
 
 
 def _peak_m2_plain():
-    train_step_fn(ours_m2(), _tokens(LONG), scan="plain")()
+    ssm_step_fn(ours_m2(), _tokens(LONG), scan="plain")()
 
 
 def _peak_m2_hf():
     warnings.filterwarnings("ignore")
-    train_step_fn(hf_m2(), _tokens(LONG), hf=True)()
+    ssm_step_fn(hf_m2(), _tokens(LONG), hf=True)()
 
 
 def _peak_m1_scan():
-    train_step_fn(MambaLM(MambaConfig(**M1)), _tokens(LONG), scan="scan")()
+    ssm_step_fn(MambaLM(MambaConfig(**M1)), _tokens(LONG), scan="scan")()
 
 
 def _peak_m1_plain():
-    train_step_fn(MambaLM(MambaConfig(**M1)), _tokens(LONG), scan="plain")()
+    ssm_step_fn(MambaLM(MambaConfig(**M1)), _tokens(LONG), scan="plain")()
 
 
 def _peak_m1_hf():
     warnings.filterwarnings("ignore")
-    train_step_fn(hf_m1(), _tokens(LONG), hf=True)()
+    ssm_step_fn(hf_m1(), _tokens(LONG), hf=True)()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,16 +136,16 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. our Mamba-2 (chunked SSD) vs HF Mamba2 torch path, same weights shape, T = SEQ
     x = _tokens(SEQ)
-    t = interleaved_times({"ours": train_step_fn(ours_m2(), x),
-                           "hf_torch": train_step_fn(hf_m2(), x, hf=True)}, repeats=r)
+    t = interleaved_times({"ours": ssm_step_fn(ours_m2(), x),
+                           "hf_torch": ssm_step_fn(hf_m2(), x, hf=True)}, repeats=r)
     out["mamba2_train_step_s"] = t
     out["mamba2_ratio_hf_over_ours"] = t["hf_torch"] / t["ours"]
 
     # 2. chunked vs plain recurrence at T = 512 (training step, and forward only)
     x = _tokens(LONG)
     m = ours_m2()
-    t = interleaved_times({"chunked": train_step_fn(m, x, scan="chunked"),
-                           "plain": train_step_fn(ours_m2(), x, scan="plain")}, repeats=r)
+    t = interleaved_times({"chunked": ssm_step_fn(m, x, scan="chunked"),
+                           "plain": ssm_step_fn(ours_m2(), x, scan="plain")}, repeats=r)
     out["mamba2_T512_train_step_s"] = t
     out["mamba2_T512_ratio_plain_over_chunked"] = t["plain"] / t["chunked"]
     mp, mc = ours_m2(), ours_m2()
@@ -177,21 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     xs = _tokens(SEQ)
     slow = min(r, 3)
     t = interleaved_times({
-        "scan": train_step_fn(MambaLM(MambaConfig(**M1)), xs, scan="scan"),
-        "plain": train_step_fn(MambaLM(MambaConfig(**M1)), xs, scan="plain")}, repeats=slow,
+        "scan": ssm_step_fn(MambaLM(MambaConfig(**M1)), xs, scan="scan"),
+        "plain": ssm_step_fn(MambaLM(MambaConfig(**M1)), xs, scan="plain")}, repeats=slow,
         warmup=1)
     out["mamba_train_step_s_by_path"] = t
     out["mamba_ratio_scan_over_plain"] = t["scan"] / t["plain"]
-    t = interleaved_times({"ours": train_step_fn(MambaLM(MambaConfig(**M1)), xs),
-                           "hf_torch": train_step_fn(hf_m1(), xs, hf=True)}, repeats=slow,
+    t = interleaved_times({"ours": ssm_step_fn(MambaLM(MambaConfig(**M1)), xs),
+                           "hf_torch": ssm_step_fn(hf_m1(), xs, hf=True)}, repeats=slow,
                           warmup=1)
     out["mamba_train_step_s"] = t
     out["mamba_ratio_hf_over_ours"] = t["hf_torch"] / t["ours"]
 
     # 4. LSTM: fused nn.LSTM vs the hookable loop, T = SEQ
     lcfg = LSTMConfig(vocab_size=VOCAB, d_model=128, n_layers=2)
-    t = interleaved_times({"fused": train_step_fn(LSTMLM(lcfg), xs, scan="fused"),
-                           "plain": train_step_fn(LSTMLM(lcfg), xs, scan="plain")}, repeats=r)
+    t = interleaved_times({"fused": ssm_step_fn(LSTMLM(lcfg), xs, scan="fused"),
+                           "plain": ssm_step_fn(LSTMLM(lcfg), xs, scan="plain")}, repeats=r)
     out["lstm_train_step_s"] = t
     out["lstm_ratio_plain_over_fused"] = t["plain"] / t["fused"]
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
-from bench.common import interleaved_times, peak_memory_mb, write_results
+from bench.common import interleaved_times, peak_memory_mb, train_step_fn, write_results
 from models.transformer import HookedTransformerLM, TransformerConfig
 
 # The quick copy preset's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
@@ -33,21 +32,6 @@ def hf_neox():
                         use_parallel_residual=False,
                         max_position_embeddings=2048, hidden_dropout=0.0, attention_dropout=0.0)
     return GPTNeoXForCausalLM(cfg)
-
-
-def train_step_fn(model, tokens, hf: bool):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train()
-
-    def step():
-        logits = model(tokens).logits if hf else model(tokens)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                               tokens[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
 
 
 def _peak_ours():

@@ -110,3 +110,19 @@ def write_results(name: str, results: dict) -> Path:
     print(f"wrote {path}")
     return path
 
+
+def train_step_fn(model, tokens: torch.Tensor, hf: bool = False):
+    """One AdamW step of next-token loss on ``tokens`` (our model or a HuggingFace one, whose
+    output carries ``.logits``), as a closure to time."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+
+    def step():
+        logits = model(tokens).logits if hf else model(tokens)
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step

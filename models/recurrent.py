@@ -155,12 +155,13 @@ def optional_kernel(module: str, name: str) -> Any:
 class SSMMixer(nn.Module):
     """The hook points every selective-SSM mixer exposes (DESIGN.md's SSM vocabulary, shared
     with TransformerLens' Mamba bridges). Shapes: Mamba-2 / Mamba (a channel of Mamba is a head
-    of width one, so state analyses run on both)."""
+    of width one, so state analyses run on both). ``layer`` is the block's index (HF's
+    ``layer_idx``), for mixers whose initialisation depends on depth."""
 
-    def __init__(self, cfg: SSMLMConfig):
+    def __init__(self, cfg: SSMLMConfig, layer: int = 0):
         super().__init__()
         self.cfg = cfg
-        self.scan = cfg.scan
+        self.scan = cfg.scan  # auto | plain | the mixer's fast paths (SuiteModel.set_scan)
         self.hook_in_proj = HookPoint()  # [batch, pos, d_in_proj]
         self.hook_conv = HookPoint()  # [batch, pos, conv channels], before the activation
         self.hook_x = HookPoint()  # [batch, pos, heads, d_head] / [batch, pos, d_inner]

@@ -55,10 +55,11 @@ NAME_MAX, PATH_MAX = 255, 4096  # POSIX defaults when the file system does not s
 STALE_EMPTY_S = 10.0  # an empty temp file younger than this may be a live writer's
 # Bounds on what a file may ask this process to allocate beyond its own bytes (a 1 kB file must
 # not make the loader build a 10^9-wide model): every int of a task config, every int of a model
-# config beyond the largest stored dimension, and buffers that are not stored (rebuilt from the
-# config, such as STU's filters) beyond the stored weights.
+# config that is not a stored dimension (STU's filter_len sizes an eigen-solve at build time whose
+# cost grows as filter_len x 1024), and buffers that are not stored (rebuilt from the config,
+# such as STU's filters) beyond the stored weights.
 MAX_TASK_INT = 2**24
-MAX_MODEL_INT = 2**16
+MAX_MODEL_INT = 4096
 MAX_REBUILT_BYTES = 64 * 2**20
 # tensors a checkpoint may hold (what torch.save writes for these models, and plain data)
 TENSOR_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
@@ -357,7 +358,7 @@ def exclusive_writer(path: str | os.PathLike) -> Iterator[Path]:
                 _HELD[key] = (me, _HELD[key][1] - 1)
         return
     if held:
-        raise CheckpointError(_busy(path, lock_path, str(os.getpid())))
+        raise CheckpointError(_busy(path, lock_path, "", "another run in this process"))
     with _HELD_LOCK:
         _HELD[key] = (me, 1)
     try:
@@ -393,8 +394,8 @@ def _exclusive_writer(path: Path, lock_path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _busy(path: Path, lock_path: Path, pid: str) -> str:
-    who = f"another process (pid {pid})" if pid else "another process"
+def _busy(path: Path, lock_path: Path, pid: str, who: str = "") -> str:
+    who = who or (f"another process (pid {pid})" if pid else "another process")
     return (f"{path}: {who} is writing this checkpoint now (it holds {lock_path.name}); wait "
             "for it to end or choose another --out")
 
@@ -453,7 +454,7 @@ def _zip_pickle_imports(path: Path) -> list[str]:
         with zipfile.ZipFile(path) as z:
             name = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
             data = z.read(name) if name else b""
-    except (zipfile.BadZipFile, OSError, KeyError):
+    except Exception:  # noqa: BLE001 - a hostile archive fails in many ways; nothing to report
         return []
     return [n for n in _pickle_imports(data)
             if not n.startswith(("torch.", "collections.OrderedDict", "<"))]
@@ -707,6 +708,10 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return ckpt
 
 
+def _kind(t: torch.Tensor) -> str:
+    return "float" if t.is_floating_point() else "bool" if t.dtype == torch.bool else "int"
+
+
 def state_dict_mismatch(model, sd: dict) -> str:
     """One line naming the first differences between a model's weights and a state dict."""
     own = model.state_dict()
@@ -714,6 +719,9 @@ def state_dict_mismatch(model, sd: dict) -> str:
     extra = [k for k in sd if k not in own]
     shapes = [f"{k} is {list(sd[k].shape)} in the file but {list(own[k].shape)} for the config"
               for k in own if k in sd and sd[k].shape != own[k].shape]
+    # a float weight stored as ints (or bools) would load truncated, silently
+    shapes += [f"{k} is {sd[k].dtype} in the file but {own[k].dtype} for the config"
+               for k in own if k in sd and _kind(sd[k]) != _kind(own[k])]
     parts = []
     if missing:
         parts.append(f"missing {missing[:3]}{'…' if len(missing) > 3 else ''}")
@@ -745,7 +753,18 @@ def model_footprint(arch: str, config: dict) -> tuple[int, int, int]:
     """``(parameters, parameter bytes, buffer bytes)`` of the model ``config`` describes,
     without allocating it (meta-device builds; a stack deeper than :data:`DEEP` is
     extrapolated from one and two layers, as every suite model is a stack of equal blocks).
-    Raises :class:`TaskError` for an invalid config."""
+    Raises :class:`TaskError` for an invalid config, or one whose tensors cannot even be
+    described (a size that overflows 64 bits)."""
+    try:
+        return _footprint(arch, config)
+    except TaskError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. "Storage size calculation overflowed"
+        raise TaskError(f"the {arch} model of this config cannot be built: "
+                        f"{_first_sentence(e)}") from None
+
+
+def _footprint(arch: str, config: dict) -> tuple[int, int, int]:
     n_layers = config.get("n_layers")
     if isinstance(n_layers, int) and not isinstance(n_layers, bool) and n_layers > DEEP:
         try:
@@ -759,17 +778,19 @@ def model_footprint(arch: str, config: dict) -> tuple[int, int, int]:
 
 
 def _check_config_fits_file(ckpt: dict, path) -> None:
-    """Before even a meta build: no int of the model config may exceed the largest stored
-    dimension (or :data:`MAX_MODEL_INT`), and the layers must each have a stored tensor."""
+    """Before even a meta build: every int of the model config is a dimension of the stored
+    weights or at most :data:`MAX_MODEL_INT` (an int that sizes nothing stored, such as STU's
+    ``filter_len``, still costs work at build time), and each layer has a stored tensor."""
     sd, config = ckpt["state_dict"], ckpt["model"]["config"]
-    largest = max((max(t.shape, default=1) for t in sd.values()), default=1)
-    bound = max(MAX_MODEL_INT, largest)
+    dims = {d for t in sd.values() for d in t.shape}
     for key, value in config.items():
-        if "seed" in key:
+        if "seed" in key or key == "n_layers":
             continue
         for v in _ints(value):
-            _need(abs(v) <= bound, path, f"model config {key} = {v} does not fit the stored "
-                  f"weights (their largest dimension is {largest:,})")
+            _need(abs(v) <= MAX_MODEL_INT or v in dims, path,
+                  f"model config {key} = {v} does not fit the stored weights (it is none of "
+                  f"their dimensions, and sizes that are not stored are bounded by "
+                  f"{MAX_MODEL_INT:,})")
     n_layers = config.get("n_layers")
     _need(not isinstance(n_layers, int) or n_layers <= len(sd), path,
           f"model config n_layers = {n_layers}, but the file stores only {len(sd)} tensors")

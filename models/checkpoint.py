@@ -133,6 +133,26 @@ def tensor_digest(state_dict: dict[str, torch.Tensor]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+def make_checkpoint(arch: str, model_config: dict[str, Any], task: str,
+                    task_config: dict[str, Any], train: dict[str, Any],
+                    state_dict: dict[str, torch.Tensor], history: list | None = None,
+                    optimizer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one place a checkpoint dict is assembled (DESIGN's layout): a trained run's and a
+    hand-set construction's alike. Tensors are detached and on the CPU (not cloned: a CPU
+    model's weights are shared, so save the dict before the next optimiser step)."""
+    ck = {
+        "format": FORMAT,
+        "model": {"arch": arch, "config": dict(model_config)},
+        "task": {"name": task, "config": dict(task_config)},
+        "train": dict(train),
+        "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+        "history": list(history or []),
+    }
+    if optimizer is not None:
+        ck["optimizer"] = optimizer
+    return ck
+
+
 def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write ``ckpt`` atomically to ``path`` (temp file + fsync + rename), with the digest of its
     weights.

@@ -50,7 +50,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from models.checkpoint import FORMAT, save_checkpoint
+from models.checkpoint import make_checkpoint, save_checkpoint
 from models.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
 from tasks.base import TaskError, Vocab, check, letters
@@ -240,14 +240,10 @@ def build_hash_copy_transformer(n: int = 4, D: int = 26, **kw) -> HookedTransfor
 def construction_checkpoint(model, task: str, task_config: dict, **construction) -> dict:
     """A suite checkpoint dict for hand-set weights: the model, the task it solves, and in
     ``train`` what was built instead of trained (no optimiser, no history)."""
-    return {
-        "format": FORMAT,
-        "model": model.to_checkpoint_dict(),
-        "task": {"name": task, "config": task_config},
-        "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0, **construction},
-        "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "history": [],
-    }
+    meta = model.to_checkpoint_dict()
+    return make_checkpoint(meta["arch"], meta["config"], task, task_config,
+                           {"config": {}, "seed": 0, "step": 0, "samples_seen": 0, **construction},
+                           model.state_dict())
 
 
 def hash_copy_checkpoint(model: HookedTransformerLM, n: int, D: int, min_len: int | None = None,

@@ -30,11 +30,11 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from models.checkpoint import (
-    FORMAT,
     CheckpointError,
     SaveError,
     check_writable,
     exclusive_writer,
+    make_checkpoint,
     read_checkpoint,
     save_checkpoint,
     state_dict_mismatch,
@@ -315,18 +315,12 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
     t0 = time.time()
 
     def checkpoint() -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "model": {"arch": spec.arch, "config": dict(spec.model)},
-            "task": {"name": spec.task, "config": dict(spec.task_config)},
-            "train": {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
+        train_meta = {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
                       "samples_seen": run.samples_seen, "rng": rng_state(data_gen),
                       "time_s": round(elapsed + time.time() - t0, 2),
-                      **({"stop": run.stop_reason} if run.stop_reason else {})},
-            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": opt.state_dict(),
-            "history": run.history,
-        }
+                      **({"stop": run.stop_reason} if run.stop_reason else {})}
+        return make_checkpoint(spec.arch, spec.model, spec.task, spec.task_config, train_meta,
+                               model.state_dict(), run.history, opt.state_dict())
 
     def kept() -> str:
         return (f"last good checkpoint: {last_good[0]} (step {last_good[1]})" if last_good else

@@ -149,6 +149,7 @@ def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None
 
 # ---------------------------------------------------------------------------- copy-paper models
 COPY_TASKS = ("copy", "dup_ngram_copy")
+COPY_ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")  # what the copy analyses open
 # The copy models of Fig. 1 (length_generalization, copy_efficiency), as zoo labels
 # (``copy/{label}``); the quick GSSMs learn far too slowly at CPU budgets to add Mamba there.
 COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm"),
@@ -186,7 +187,7 @@ def label_for(model) -> str:
     return model.cfg.pe if model.arch == "transformer" else model.arch
 
 
-def load_copy_models(paths: Sequence[str], device, archs: Iterable[str],
+def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_ARCHS,
                      tasks: Iterable[str] = COPY_TASKS) -> tuple[dict, dict, int]:
     """Load copy-style checkpoints that share one alphabet: ``({label: model}, {label: train
     info}, D)``; a repeated label gets a ``'``."""

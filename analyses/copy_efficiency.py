@@ -33,7 +33,6 @@ from figures.style import COLORS, new_figure
 from tasks.base import check
 
 NAME = "copy_efficiency"
-ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 GSSMS = ("mamba", "mamba2", "lstm")
 LEVELS = (0.5, 0.9)
 
@@ -103,7 +102,7 @@ def table(result: dict) -> list[list]:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, _ = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
+    models, info, _ = load_copy_models([c.path for c in checkpoints], args.device)
     histories = {label: m.checkpoint["history"] for label, m in models.items()}
     for label, h in histories.items():
         check(any("string_acc" in r for r in h),

@@ -41,7 +41,6 @@ from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 NAME = "duplicated_ngrams"
-ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 REF_STYLES = (("#555555", "s"), ("#999999", "^"), ("#bbbbbb", "v"))
 
 
@@ -158,7 +157,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, D = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
     max_len = max(int(i["max_len"] or 0) for i in info.values())
     for n in ints(args.reference_n):
         models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)

@@ -38,7 +38,6 @@ from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"
-ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 PRESETS = {  # the models: analyses.common.COPY_LABELS
     "quick": {"lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
@@ -106,7 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, D = load_copy_models([c.path for c in checkpoints], args.device, ARCHS)
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
     pr = PRESETS[args.preset]
     return compute(models, D, ints(args.lengths) if args.lengths else pr["lengths"],
                    args.n_examples or pr["n_examples"], args.seed, info)

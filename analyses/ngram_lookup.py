@@ -25,6 +25,7 @@ import argparse
 from tqdm.auto import tqdm
 
 from analyses.common import (
+    COPY_ARCHS,
     Checkpoint,
     Claim,
     Figure,
@@ -42,7 +43,6 @@ from tasks.base import check
 from tasks.lookup import LookupConfig, NgramLookupTask
 
 NAME = "ngram_lookup"
-ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")
 KEYS = ("suffix", "prefix")
 GSSMS = ("mamba", "mamba2", "lstm")
 # the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
@@ -148,7 +148,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "lookup checkpoints")
     models = []
     for c in checkpoints:
-        m = load_model(c.path, archs=ARCHS, device=args.device, tasks=("lookup",))
+        m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, dict(m.checkpoint["task"]["config"])))
     pr = PRESETS[args.preset]
     result = compute(models, ints(args.lengths) if args.lengths else pr["lengths"],

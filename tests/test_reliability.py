@@ -8,6 +8,7 @@ Each test drives the real entry points (``python -m models.train`` as a process 
 from __future__ import annotations
 
 import errno
+import importlib
 import io
 import os
 import re
@@ -629,3 +630,29 @@ def test_checkpoints_respect_the_umask(umask, mode, tmp_path):
     path.chmod(0o640)  # an existing file keeps its own mode when it is replaced
     save_checkpoint(good_checkpoint(step=1), path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+# ---------------------------------------------------------------- 10: analysis outputs, first
+@pytest.mark.parametrize("module", ["ngram_heads", "state_probe", "spectral_lds", "memorization"])
+@pytest.mark.parametrize("how", ["file", "unwritable"])
+def test_an_analysis_out_that_cannot_take_outputs_is_one_line_before_any_work(
+        module, how, tmp_path, capsys):
+    if how == "unwritable" and os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    if how == "file":
+        out = tmp_path / "out"
+        out.write_text("x")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        out = ro / "out"
+    # the checkpoint is garbage: had the analysis loaded it first, its error would name it
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    takes_checkpoints = module not in ("spectral_lds", "memorization")
+    argv = ["--out", str(out)] + ([str(garbage)] if takes_checkpoints else [])
+    mod = importlib.import_module(f"analyses.{module}")
+    assert mod.main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "--out" in err[0], err
+    assert ("is a file" if how == "file" else "not writable") in err[0]

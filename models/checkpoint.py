@@ -859,14 +859,40 @@ def model_from_checkpoint(ckpt: dict, path: str | os.PathLike = "<checkpoint>"):
     return model
 
 
+# "gpt2", "EleutherAI/pythia-410m": what a HuggingFace hub name looks like
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def is_hf_source(path: str | os.PathLike) -> bool:
+    """Is ``path`` a HuggingFace model rather than a suite checkpoint: a directory holding
+    ``config.json`` or, where no such file or directory exists, a hub name (not ``*.pt``)?"""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return (p / "config.json").is_file()
+    if p.exists() or p.suffix in (".pt", ".pth"):
+        return False
+    return bool(HUB_NAME.match(str(path)))
+
+
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
          archs: Iterable[str] | None = None):
-    """``models.load(path)``: rebuild a suite model from a checkpoint file alone.
+    """``models.load(path)``: a suite model rebuilt from a checkpoint file alone, or a
+    HuggingFace causal LM (a model directory or a hub name) booted through TransformerLens'
+    ``TransformerBridge`` (:func:`models.hf.load_hf`), with the same small interface.
 
     The model comes back on ``device`` in eval mode; ``model.checkpoint`` keeps the rest of the
     file (task, train config, history) for analyses. ``archs``: the architectures the caller
     can use; any other is refused before the model is built.
     """
+    if is_hf_source(path):
+        # deferred: transformers and the bridge take seconds to import, and a suite
+        # checkpoint (every training run, every test) never needs them
+        from models.hf import load_hf
+
+        return load_hf(path, device, archs=archs)
+    if Path(path).is_dir():
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "
+                              "HuggingFace model: it has no config.json)")
     ckpt = read_checkpoint(path)
     if archs is not None:
         allowed = sorted(set(archs))

@@ -9,6 +9,8 @@ Glossary (code name -> symbol):
     d_model                  width of the embedding, of h_t and of c_t (the paper's "width")
     blocks.{i}.lstm          a one-layer ``torch.nn.LSTM``; weight_ih_l0 / weight_hh_l0 are
                              [4·d_model, d_model] with the gate rows in PyTorch's order i, f, g, o
+    blocks.{i}.hook_resid_pre the layer's input [batch, pos, d_model]: the embedding, or h_t of
+                             the layer below (TransformerLens' name, so its residual patching runs)
     blocks.{i}.hook_h        h_t   [batch, pos, d_model] (the layer's output)
     blocks.{i}.hook_c        c_t   [batch, pos, d_model] (the cell state: the GSSM's memory)
     blocks.{i}.hook_gates    (i, f, g, o) pre-activations [batch, pos, 4, d_model]
@@ -30,7 +32,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel
+from models.base import SuiteModel, TLConfigFields
 from models.layers import RMSNorm, has_hooks
 from tasks.base import check
 
@@ -38,7 +40,7 @@ SCANS = ("auto", "plain", "fused")
 
 
 @dataclass(frozen=True)
-class LSTMConfig:
+class LSTMConfig(TLConfigFields):
     vocab_size: int = 30
     d_model: int = 256
     n_layers: int = 2
@@ -54,6 +56,13 @@ class LSTMConfig:
         check(self.scan in SCANS, f"scan must be auto, plain or fused, got {self.scan!r}")
         check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
 
+    @property
+    def n_heads(self) -> int:
+        """TransformerLens reads ``cfg.n_heads`` in every patching sweep, residual ones too.
+        This model has no attention heads; 1 lets TL's head tools reach the cache lookup, which
+        says so (:class:`models.base.ActivationNotFound`)."""
+        return 1
+
 
 class LSTMBlock(nn.Module):
     """One LSTM layer with h_t, c_t and the gates hooked (the plain loop computes c_t and the
@@ -67,11 +76,13 @@ class LSTMBlock(nn.Module):
         self.lstm = nn.LSTM(d, d, num_layers=1, batch_first=True)
         with torch.no_grad():
             self.lstm.bias_ih_l0[d : 2 * d].add_(cfg.forget_bias)
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model] the layer's input (TL's name)
         self.hook_gates = HookPoint()  # [batch, pos, 4, d_model]  i, f, g, o pre-activations
         self.hook_c = HookPoint()  # [batch, pos, d_model]
         self.hook_h = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        x = self.hook_resid_pre(x)
         plain = self.scan == "plain" or (
             self.scan == "auto" and (has_hooks(self.hook_c) or has_hooks(self.hook_gates)))
         if not plain:

@@ -91,6 +91,16 @@ class MambaConfig(SSMLMConfig):
     def dt_rank_(self) -> int:
         return self.dt_rank or math.ceil(self.d_model / 16)
 
+    @property
+    def n_heads(self) -> int:
+        """Heads as the state hooks lay them out (each channel a head of width one, with its own
+        Δ and row of A); TransformerLens reads ``cfg.n_heads`` in every patching sweep."""
+        return self.d_inner
+
+    @property
+    def d_head(self) -> int:
+        return 1
+
 
 def mamba_ssm_selective_scan():
     """mamba-ssm's ``selective_scan_fn`` or None (imported lazily, only on demand)."""

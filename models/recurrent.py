@@ -30,7 +30,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel
+from models.base import SuiteModel, TLConfigFields
 from models.layers import GatedMLP, RMSNorm, has_hooks
 from tasks.base import check
 
@@ -40,7 +40,7 @@ PREDICTIONS = ("softmax", "l1")
 
 # ---------------------------------------------------------------------------- config
 @dataclass(frozen=True)
-class SSMLMConfig:
+class SSMLMConfig(TLConfigFields):
     """Fields shared by the state-space language models (Mamba-2, MambaZero, Mamba-1)."""
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain")  # each model's paths (``scan``)

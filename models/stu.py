@@ -20,7 +20,7 @@ Glossary (code name -> paper symbol):
                       x̃ = x M_in, then each channel o is convolved with one learned mixture of
                       filters Σ_k M^±_filters[k, o] σ_k^{1/4} φ_k (K·d + d² parameters, not K·d²)
 
-Hooks (``blocks.{i}.``): ``hook_resid_pre / hook_resid_mid / hook_resid_post``,
+Hooks (``blocks.{i}.``): ``hook_resid_pre / hook_resid_mid / hook_mlp_out / hook_resid_post``,
 ``stu.hook_features`` (tensordot: [batch, pos, 2, d_model], the + and − branch outputs whose
 sum is the layer output; full: [batch, pos, 2, K, d_model], U⁺ and U⁻ per filter),
 ``stu.hook_out`` [batch, pos, d_model], ``mlp.hook_pre / hook_post`` [batch, pos, d_mlp];
@@ -42,7 +42,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel
+from models.base import SuiteModel, TLConfigFields
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
 from tasks.base import check
@@ -51,7 +51,7 @@ PARAMS = ("tensordot", "full")
 
 
 @dataclass(frozen=True)
-class STUConfig:
+class STUConfig(TLConfigFields):
     vocab_size: int = 6
     d_model: int = 64
     n_layers: int = 2
@@ -82,6 +82,13 @@ class STUConfig:
     @property
     def n_branches(self) -> int:
         return 2 if self.negative_branch else 1
+
+    @property
+    def n_heads(self) -> int:
+        """TransformerLens reads ``cfg.n_heads`` in every patching sweep, residual ones too.
+        This model has no attention heads; 1 lets TL's head tools reach the cache lookup, which
+        says so (:class:`models.base.ActivationNotFound`)."""
+        return 1
 
 
 def scaled_filters(T: int, K: int) -> Float[Tensor, "T K"]:
@@ -158,13 +165,14 @@ class STUBlock(nn.Module):
                                  / math.sqrt(cfg.d_mlp_ * 2 * cfg.n_layers))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, resid: Float[Tensor, "batch pos d_model"],
                 ) -> Float[Tensor, "batch pos d_model"]:
         resid = self.hook_resid_pre(resid)
         resid = self.hook_resid_mid(resid + self.stu(self.ln1(resid)))
-        return self.hook_resid_post(resid + self.mlp(self.ln2(resid)))
+        return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
 class STULM(SuiteModel):

@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, check_tokens
+from models.base import SuiteModel, TLConfigFields, check_tokens
 from models.layers import MLP, LayerNorm, has_hooks
 from tasks.base import check
 
@@ -43,7 +43,7 @@ HEADS = ("lm", "token_cls", "seq_cls")
 
 
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(TLConfigFields):
     vocab_size: int = 30
     d_model: int = 128
     n_layers: int = 2

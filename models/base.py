@@ -121,14 +121,16 @@ class SuiteActivationCache(ActivationCache):
             raise ActivationNotFound(
                 f"{name!r} is not in this cache: the hook exists but did not fire (the path "
                 "this config takes skips it) or names_filter left it out") from None
+        # the block-level hooks, the ones TL's residual / MLP sweeps address
         layer_hooks = sorted({n.split(".", 2)[2] for n in getattr(model, "hook_dict", {})
-                              if n.startswith("blocks.0.")})
+                              if n.startswith("blocks.0.hook_")})
         why = (f"this {arch} model has no attention heads, and TransformerLens' head tools "
                "(head patching, detect_head) need them"
                if ".attn." in name and not any(".attn." in n for n in model.hook_dict)
                else f"this {arch} model has no hook {name!r}")
-        raise ActivationNotFound(f"{why}; its per-layer hooks are blocks.{{i}}."
-                                 f"{{{', '.join(layer_hooks)}}}") from None
+        raise ActivationNotFound(f"{why}; its blocks have blocks.{{i}}."
+                                 f"{{{', '.join(layer_hooks)}}} (every hook: "
+                                 "model.hook_names())") from None
 
     def _name(self, key) -> str:
         """The hook name TL's ``__getitem__`` looks up for ``key`` (see ``get_act_name``)."""

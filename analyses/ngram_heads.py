@@ -18,6 +18,20 @@ On a checkpoint trained on another language-model task over letters (lookup, pho
 induction heads), the examples are random strings of its letters repeated twice (the answer is
 the second copy), the induction-head setting. ``--train PRESET`` uses the zoo's
 ``copy/hard_alibi``.
+
+SSMs (Mamba-2, Mamba) enter through their effective attention (probes.effective_attention):
+y_q = Σ_k M[q, k] x_k per head (a Mamba channel is a head), scored as the pattern of each key's
+share of |M| — so the same match and target scores, and the ablation replaces a head's scan
+output Σ_k M x_k (its D skip stays). The search for feeding heads runs over Mamba-2 heads but
+not over Mamba's channels (hundreds per layer; the conv, not a head, hashes there). A model
+with neither attention nor effective attention (LSTM, STU) is refused.
+
+Several checkpoints (``python -m analyses.ngram_heads hard_alibi.pt mamba2.pt``) are probed on
+the same data and drawn side by side: copy examples when all were trained on copy, else
+repeated random strings over the letters they share (``--data repeat`` forces that;
+``--data task`` gives each model its own task's examples: copy examples, or the flag-recall
+sequences of the induction task, whose query at the last flag should read the token after the
+first).
 """
 
 from __future__ import annotations
@@ -34,20 +48,23 @@ from analyses.common import (
     Figure,
     get,
     ints,
+    label_for,
     load_model,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from probes.ablation import ablated_heads, head_means
+from probes import effective_attention as ea
 from probes.attention import pattern_scores
 from probes.copying import accuracy_on
 from tasks.base import PromptBatch, check, make_generator
 from tasks.copy import CopyConfig, CopyTask
+from tasks.induction import InductionConfig, InductionHeadsTask
 from tasks.registry import make_task
 
 NAME = "ngram_heads"
-ARCHS = ("transformer",)
+ARCHS = ("transformer", *ea.SSM_ARCHS)
+DATA = ("auto", "repeat", "task")  # --data: which probe examples (module docstring)
 COPY_TASKS = ("copy", "dup_ngram_copy")
 # language-model tasks over letters, on which "the token to output next appeared before"
 # means something; a Markov or memorization checkpoint has no copy heads to find
@@ -57,19 +74,43 @@ RECIPE = "copy/hard_alibi"  # --train: Hard-ALiBi forms the match heads the pape
 
 # ---------------------------------------------------------------------------- probe data
 def probe_batches(model, task_name: str, task_config: dict, lengths: list[int],
-                  batch_size: int, seed: int) -> list[tuple[PromptBatch, int]]:
+                  batch_size: int, seed: int, data: str = "auto"
+                  ) -> list[tuple[PromptBatch, int | torch.Tensor]]:
     """``[(PromptBatch, period)]``: one batch per length; the answer token at sequence position
-    i was seen before at i − period (copy: period L + 1; repeated random tokens: L)."""
+    i was seen before at i − period (copy: period L + 1; repeated random tokens: L; the
+    induction task with ``data="task"``: one period per row, ``[batch, 1]``)."""
+    check(data in DATA, f"data must be one of {DATA}, got {data!r}")
     g = make_generator(seed)
     out = []
-    if task_name in COPY_TASKS:
+    if task_name in COPY_TASKS and data != "repeat":
         task = CopyTask(CopyConfig(D=int(task_config.get("D", 26))))
         check(task.vocab.size <= model.cfg.vocab_size, f"copy vocabulary ({task.vocab.size}) "
               f"does not fit the model ({model.cfg.vocab_size})")
         for L in lengths:
             out.append((task.eval_batch(batch_size, g, length=L), L + 1))
         return out
-    D = make_task(task_name, task_config).vocab.D  # its letters, not the special tokens
+    if task_name == "induction" and data == "task":
+        task = InductionHeadsTask(InductionConfig(**task_config))
+        flag = task.vocab.id("FLAG")
+        for L in lengths:
+            batch = task.eval_batch(batch_size, g, length=L)
+            first = (batch.prompts == flag).int().argmax(1, keepdim=True)  # [batch, 1]
+            # the query (last flag, position L − 1) copies from first + 1
+            out.append((batch, L - 1 - first))
+        return out
+    D = letters_of(task_name, task_config)
+    return repeated_batches(D, lengths, batch_size, g)
+
+
+def letters_of(task_name: str, task_config: dict) -> int:
+    """Size of a task's letter alphabet (its tokens 0..D − 1, before the special tokens)."""
+    return make_task(task_name, task_config).vocab.D
+
+
+def repeated_batches(D: int, lengths: list[int], batch_size: int, g: torch.Generator
+                     ) -> list[tuple[PromptBatch, int]]:
+    """Random strings of ``D`` letters repeated twice: the answer is the second copy."""
+    out = []
     for L in lengths:
         r = torch.randint(0, D, (batch_size, L), generator=g)
         out.append((PromptBatch(torch.cat([r, r[:, :1]], 1), r[:, 1:]), L))
@@ -88,30 +129,63 @@ def _nanmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- compute
+def data_name(task_name: str, data: str = "auto") -> str:
+    """Which examples :func:`probe_batches` gives: ``copy``, ``repeat`` or ``induction``."""
+    if data != "repeat" and task_name in COPY_TASKS:
+        return "copy"
+    return "induction" if data == "task" and task_name == "induction" else "repeat"
+
+
+def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> list[int]:
+    """The upper half of the training range (the induction task with ``data="task"``: its
+    training length)."""
+    if task_name == "induction" and data == "task":
+        return [int(task_config.get("length", InductionConfig.length))]
+    hi = int(task_config.get("max_len", 20))
+    lo = max(int(task_config.get("min_len", 1)), hi // 2, 1)
+    return sorted({int(round(v)) for v in np.linspace(lo, hi, 4)})
+
+
+def check_model(model) -> str:
+    """The model's kind of heads (probes.effective_attention.kind); one line if it has none
+    or is not a language model."""
+    if getattr(model, "arch", None) not in ARCHS:
+        ea.kind(model)  # the one-line refusal: no attention and no effective attention
+        check(False, f"ngram_heads takes {', '.join(ARCHS)} models, got {model.arch!r}")
+    head = getattr(model.cfg, "head", "lm")
+    check(head == "lm", f"ngram_heads needs a language-model head, got {head!r}")
+    return ea.kind(model)
+
+
 def compute(model, task_name: str = "copy", task_config: dict | None = None, n_max: int = 8,
             lengths: list[int] | None = None, batch_size: int = 64, seed: int = 0,
             mode: str = "mean", threshold: float = 0.5, draws: int = 10,
-            top_k: int | None = None, n_hashing: int = 4, progress: bool = True) -> dict:
-    """All numbers of the analysis (see the module docstring)."""
-    check(model.arch in ARCHS, f"ngram_heads needs a transformer, got a {model.arch!r} model")
-    check(model.cfg.head == "lm",
-          f"ngram_heads needs a language-model head, got {model.cfg.head!r}")
+            top_k: int | None = None, n_hashing: int = 4, progress: bool = True,
+            data: str = "auto", batches: list | None = None) -> dict:
+    """All numbers of the analysis (see the module docstring). ``batches`` (from
+    :func:`probe_batches`) replaces the probe data the task would give, so several models can
+    be scored on the same examples."""
+    kind = check_model(model)
+    data_mode = data
     check(n_max >= 1 and batch_size >= 1 and draws >= 1,
           "n_max, batch_size and draws must be >= 1")
     check(mode in ("mean", "zero"), f"mode must be mean or zero, got {mode!r}")
     task_config = dict(task_config or {})
     if lengths is None:
-        hi = int(task_config.get("max_len", 20))
-        lo = max(int(task_config.get("min_len", 1)), hi // 2, 1)
-        lengths = sorted({int(round(v)) for v in np.linspace(lo, hi, 4)})
+        lengths = default_lengths(task_name, task_config, data)
     check(all(L >= 2 for L in lengths), f"lengths must be >= 2, got {lengths}")
     model.eval()
-    Lh, H = model.cfg.n_layers, model.cfg.n_heads
-    data = probe_batches(model, task_name, task_config, lengths, batch_size, seed)
-    steps = 3 + 2 * draws + Lh * H
+    Lh, H = model.cfg.n_layers, ea.n_heads(model)
+    if batches is None:
+        batches = probe_batches(model, task_name, task_config, lengths, batch_size, seed, data)
+    data = batches
+    # Mamba's heads are its channels: ablating each in turn is hundreds of runs, and its
+    # conv, not a head, does the local hashing the feeding-head search looks for
+    feeding_on = kind != "s6"
+    steps = 3 + 2 * draws + (Lh * H if feeding_on else 0)
     bar = tqdm(total=steps, desc=NAME, disable=not progress, leave=False)
 
-    sc = pattern_scores(model, data, n_max)
+    sc = pattern_scores(model, data, n_max, patterns=ea.head_patterns)
     bar.update(1)
     match_score, best_n = _nanmax(sc["match"])  # [layer, head]
     order = sorted(((float(match_score[i, h]), i, h) for i in range(Lh) for h in range(H)),
@@ -126,11 +200,11 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
     all_tokens = [torch.cat([b.prompts, b.answers], 1) for b, _ in data]
     means = {}
     for tok in all_tokens:
-        for i, m in head_means(model, tok.to(model.device)).items():
+        for i, m in ea.head_means(model, tok.to(model.device)).items():
             means[i] = means.get(i, 0) + m / len(all_tokens)
     base = accuracy(model, data)
     bar.update(1)
-    with ablated_heads(model, top, mode, means):
+    with ea.ablated_heads(model, top, mode, means):
         abl = accuracy(model, data)
     bar.update(1)
     # two controls: as many random heads from anywhere, and from the match heads' own layers
@@ -144,7 +218,7 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
         k = min(len(top), len(pool))
         for _ in range(draws if k else 0):
             pick = [pool[j] for j in rng.choice(len(pool), size=k, replace=False)]
-            with ablated_heads(model, pick, mode, means):
+            with ea.ablated_heads(model, pick, mode, means):
                 acc = accuracy(model, data)
             runs.append({"heads": pick, **acc})
             bar.update(1)
@@ -154,10 +228,10 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
     top_layer = max(i for i, _ in top)
     ref = float(np.mean([float(sc["match"][i, h, best_n[i, h] - 1]) for i, h in top]))
     feeding = []
-    for i in range(top_layer):
+    for i in range(top_layer if feeding_on else 0):
         for h in range(H):
-            with ablated_heads(model, [(i, h)], mode, means):
-                s2 = pattern_scores(model, data, n_max)["match"]
+            with ea.ablated_heads(model, [(i, h)], mode, means):
+                s2 = pattern_scores(model, data, n_max, patterns=ea.head_patterns)["match"]
             after = float(np.mean([float(s2[a, b, best_n[a, b] - 1]) for a, b in top]))
             feeding.append({"layer": i, "head": h, "match_score_drop": ref - after})
             bar.update(1)
@@ -172,6 +246,8 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
         "task": task_name, "lengths": lengths, "batch_size": batch_size, "n_max": n_max,
         "mode": mode, "threshold": threshold, "seed": seed,
         "n_layers": Lh, "n_heads": H, "pe": getattr(model.cfg, "pe", None),
+        "arch": model.arch, "heads": kind, "data": data_name(task_name, data_mode),
+        "feeding_searched": feeding_on,
         "match_by_n": sc["match"], "queries_by_n": sc["counts"],
         "match_score": match_score, "best_n": best_n, "target_score": sc["target"],
         "match_heads": [{"layer": i, "head": h, "match_score": float(match_score[i, h]),
@@ -200,21 +276,37 @@ def _control_summary(runs: list[dict], base: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- plot
-def plot(result: dict):
-    fig, ax = new_figure(4, width_per_panel=3.9, height=3.4)
-    ms = np.array(result["match_score"], dtype=float)
-    im = ax[0].imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    for i in range(ms.shape[0]):
-        for h in range(ms.shape[1]):
-            ax[0].text(h, i, f"{ms[i, h]:.2f}", ha="center", va="center", fontsize=6,
-                       color="white" if ms[i, h] < 0.6 else "black")
-    ax[0].set(xlabel="head", ylabel="layer", title="n-gram match score (max over n)",
-              xticks=range(ms.shape[1]), yticks=range(ms.shape[0]))
-    ax[0].grid(False)
-    fig.colorbar(im, ax=ax[0], fraction=0.046)
+ANNOTATE_MAX_HEADS = 16  # write the scores into the heat map up to this many heads per layer
 
-    by_n = np.array([[[np.nan if v is None else v for v in row] for row in layer]
+
+def _heatmap(fig, ax, result: dict, title: str) -> None:
+    """Match score per layer and head, on the 0..1 scale every panel shares."""
+    ms = np.array(result["match_score"], dtype=float)
+    im = ax.imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+    if ms.shape[1] <= ANNOTATE_MAX_HEADS:
+        for i in range(ms.shape[0]):
+            for h in range(ms.shape[1]):
+                ax.text(h, i, f"{ms[i, h]:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if ms[i, h] < 0.6 else "black")
+        ax.set(xticks=range(ms.shape[1]))
+    ax.set(xlabel="channel" if result.get("heads") == "s6" else "head", ylabel="layer",
+           title=title, yticks=range(ms.shape[0]))
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+
+
+def _by_n(result: dict) -> np.ndarray:
+    return np.array([[[np.nan if v is None else v for v in row] for row in layer]
                      for layer in result["match_by_n"]], dtype=float)
+
+
+def plot(result: dict):
+    if "models" in result:
+        return plot_side_by_side(result)
+    fig, ax = new_figure(4, width_per_panel=3.9, height=3.4)
+    _heatmap(fig, ax[0], result, "n-gram match score (max over n)")
+
+    by_n = _by_n(result)
     ns = np.arange(1, by_n.shape[2] + 1)
     for r in result["match_heads"]:
         ax[1].plot(ns, by_n[r["layer"], r["head"]], marker="o", label=f"L{r['layer']}H{r['head']}")
@@ -227,7 +319,8 @@ def plot(result: dict):
         ax[2].plot(np.arange(len(prof)), prof, marker="s", label=f"L{r['layer']}H{r['head']}")
     ax[2].set(xlabel="offset back from the query (0 = own token)", ylabel="attention mass",
               ylim=(0, 1.05), title="hashing heads: previous-token profile")
-    ax[2].legend()
+    if result["hashing_heads"]:
+        ax[2].legend()
 
     base, abl = result["accuracy"], result["ablated"]
     x = np.arange(2)
@@ -253,10 +346,66 @@ def plot(result: dict):
     return fig
 
 
-def table(result: dict) -> list[list]:
-    rows = [["layer", "head", "match", "best n", "target"]]
+def plot_side_by_side(result: dict):
+    """Several models on the same data: a match-score map per model (attention heads and SSM
+    heads on one scale), the best head's score against n, and the ablation of each model's
+    match heads against random heads."""
+    runs = result["models"]
+    fig, ax = new_figure(len(runs) + 2, width_per_panel=3.6, height=3.4)
+    for a, r in zip(ax, runs, strict=False):
+        what = "effective attention" if r["heads"] != "attention" else "attention"
+        _heatmap(fig, a, r, f"{r['label']} ({what})")
+    a = ax[len(runs)]
+    for r in runs:
+        by_n = _by_n(r)
+        best = r["match_heads"][0]
+        a.plot(np.arange(1, by_n.shape[2] + 1), by_n[best["layer"], best["head"]], marker="o",
+               color=COLORS.get(r["label"]), label=f"{r['label']} L{best['layer']}H{best['head']}")
+    a.set(xlabel="n (length of the matched n-gram)", ylabel="mass on n-gram successors",
+          ylim=(0, 1.05), title="best head: score vs n")
+    a.legend(fontsize=6)
+    a = ax[len(runs) + 1]
+    x = np.arange(len(runs))
+    w = 0.27
+    base = [r["accuracy"]["string_acc"] for r in runs]
+    abl = [r["ablated"]["string_acc"] for r in runs]
+    a.bar(x - w, base, w, label="no ablation", color=COLORS["hard_alibi"])
+    a.bar(x, abl, w, label="match heads ablated", color=COLORS["rope"])
+    labelled = False
+    for j, r in enumerate(runs):
+        rs = np.array([d["string_acc"] for d in r["random"]["runs"]], dtype=float)
+        if rs.size:
+            a.bar(x[j] + w, rs.mean(), w, color=COLORS["lstm"], capsize=3,
+                  yerr=[[rs.mean() - rs.min()], [rs.max() - rs.mean()]],
+                  label=None if labelled else "as many random heads (range)")
+            labelled = True
+    a.set(xticks=x, xticklabels=[r["label"] for r in runs], ylabel="string accuracy",
+          ylim=(0, 1.05), title=f"{result['mode']}-ablation on {result['data']} data")
+    a.legend(loc="lower left", fontsize=6)
+    return fig
+
+
+def _head_rows(result: dict, prefix: list) -> list[list]:
+    rows = []
     for r in result["match_heads"]:
-        rows.append([r["layer"], r["head"], r["match_score"], r["best_n"], r["target_score"]])
+        rows.append([*prefix, r["layer"], r["head"], r["match_score"], r["best_n"],
+                     r["target_score"]])
+    return rows
+
+
+def table(result: dict) -> list[list]:
+    if "models" in result:
+        rows = [["model", "layer", "head", "match", "best n", "target"]]
+        for r in result["models"]:
+            rows += _head_rows(r, [r["label"]])
+        rows.append(["", "", "", "", "", ""])
+        rows.append(["model", "string acc", "match heads abl.", "random abl. mean", "", ""])
+        for r in result["models"]:
+            rnd = r["random"]["string_drop_mean"]
+            rows.append([r["label"], r["accuracy"]["string_acc"], r["ablated"]["string_acc"],
+                         "" if rnd is None else r["accuracy"]["string_acc"] - rnd, "", ""])
+        return rows
+    rows = [["layer", "head", "match", "best n", "target"], *_head_rows(result, [])]
     b, a = result["accuracy"], result["ablated"]
     rows.append(["", "", "", "", ""])
     rows.append(["accuracy", "string", "char", "", ""])
@@ -276,28 +425,84 @@ def table(result: dict) -> list[list]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-max", type=int, default=8, help="largest n of the match score")
     p.add_argument("--lengths", default=None, help="string lengths to probe (default: upper "
-                   "half of the training range)")
+                   "half of the (first) checkpoint's training range)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--mode", choices=["mean", "zero"], default="mean", help="ablation")
     p.add_argument("--threshold", type=float, default=0.5, help="match score of a match head")
     p.add_argument("--top-k", type=int, default=None, help="ablate the k best heads instead")
     p.add_argument("--draws", type=int, default=10, help="random ablations")
+    p.add_argument("--data", choices=DATA, default="auto",
+                   help="probe examples: auto (copy examples for copy models, else repeated "
+                   "random strings), repeat, or task (each model's own task)")
+
+
+def _kwargs(args) -> dict:
+    return dict(n_max=args.n_max, batch_size=args.batch_size, seed=args.seed, mode=args.mode,
+                threshold=args.threshold, draws=args.draws, top_k=args.top_k, data=args.data)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    check(len(checkpoints) == 1,
-          f"ngram_heads takes exactly one checkpoint (or --train quick), got {len(checkpoints)}")
-    path = checkpoints[0].path
-    model = load_model(path, archs=ARCHS, device=args.device, tasks=TASKS)
-    task = model.checkpoint["task"]
-    result = compute(model, task["name"], task["config"], n_max=args.n_max,
-                     lengths=ints(args.lengths) if args.lengths else None,
-                     batch_size=args.batch_size, seed=args.seed, mode=args.mode,
-                     threshold=args.threshold, draws=args.draws, top_k=args.top_k)
-    result["checkpoint"] = path
-    if not result["threshold_met"]:
-        print(f"note: no head reaches match score {args.threshold}; ablated the best one")
-    return result
+    check(len(checkpoints) >= 1, "give checkpoint(s) (or --train quick)")
+    lengths = ints(args.lengths) if args.lengths else None
+    models = []
+    for c in checkpoints:  # all loaded (and refused) before any compute
+        model = load_model(c.path, device=args.device, tasks=TASKS)
+        check_model(model)
+        models.append((c, model))
+    if len(models) == 1:
+        (c, model), = models
+        task = model.checkpoint["task"]
+        result = compute(model, task["name"], task["config"], lengths=lengths, **_kwargs(args))
+        result["checkpoint"] = c.path
+        if not result["threshold_met"]:
+            print(f"note: no head reaches match score {args.threshold}; ablated the best one")
+        return result
+    return compute_many([(label_for(m), c.path, m) for c, m in models], lengths, **_kwargs(args))
+
+
+def shared_data(models: list, lengths: list[int] | None, batch_size: int, seed: int,
+                data: str) -> tuple[str, dict, list[int], list | None]:
+    """``(task, config, lengths, batches)`` every model is probed on: copy examples when all
+    were trained on copy tasks over one alphabet, else repeated random strings over the
+    letters all of them know (``data="task"``: batches None, each model gets its own)."""
+    tasks = [m.checkpoint["task"] for _, _, m in models]
+    first = tasks[0]
+    if data == "task":
+        return first["name"], first["config"], lengths, None
+    if data == "auto" and all(t["name"] in COPY_TASKS for t in tasks):
+        Ds = {int(t["config"].get("D", 26)) for t in tasks}
+        check(len(Ds) == 1, f"the copy checkpoints use different alphabets (D = {sorted(Ds)}); "
+              "use --data repeat")
+        lengths = lengths or default_lengths(first["name"], first["config"])
+        return first["name"], first["config"], lengths, probe_batches(
+            models[0][2], first["name"], first["config"], lengths, batch_size, seed)
+    D = min(letters_of(t["name"], t["config"]) for t in tasks)
+    lengths = lengths or default_lengths(first["name"], first["config"])
+    return "repeat", {"D": D}, lengths, repeated_batches(D, lengths, batch_size,
+                                                         make_generator(seed))
+
+
+def compute_many(models: list[tuple[str, str, object]], lengths: list[int] | None = None,
+                 batch_size: int = 64, seed: int = 0, data: str = "auto", **kw) -> dict:
+    """:func:`compute` for each ``(label, checkpoint, model)`` on shared probe data."""
+    task, config, lengths, batches = shared_data(models, lengths, batch_size, seed, data)
+    out, seen = [], set()
+    for label, path, model in tqdm(models, desc=NAME, leave=False):
+        while label in seen:  # two checkpoints of one kind
+            label += "'"
+        seen.add(label)
+        t = model.checkpoint["task"]
+        if batches is None:
+            r = compute(model, t["name"], t["config"], lengths=lengths, batch_size=batch_size,
+                        seed=seed, data=data, progress=False, **kw)
+        else:
+            r = compute(model, task if task != "repeat" else t["name"], config, lengths=lengths,
+                        batch_size=batch_size, seed=seed, data="repeat" if task == "repeat"
+                        else data, batches=batches, progress=False, **kw)
+        out.append({"label": label, "checkpoint": path, "task": t["name"], **r})
+    names = {r["data"] for r in out}
+    return {"models": out, "data": names.pop() if len(names) == 1 else "task",
+            "mode": out[0]["mode"], "lengths": lengths, "seed": seed}
 
 
 # ---------------------------------------------------------------------------- the paper's claims

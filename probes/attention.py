@@ -18,6 +18,8 @@ layer and head at the answer-phase queries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
@@ -124,25 +126,37 @@ def answer_queries(batch: PromptBatch, period: int) -> tuple[Int[Tensor, "batch 
 
 
 @torch.no_grad()
-def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int) -> dict[str, Tensor]:
+def attention_patterns(model, tokens: Int[Tensor, "batch pos"]) -> list[Tensor]:
+    """Per layer, the ``[batch, head, q, k]`` hook_pattern of a transformer (float32, CPU)."""
+    names = {f"blocks.{i}.attn.hook_pattern" for i in range(model.cfg.n_layers)}
+    _, cache = model.run_with_cache(tokens.to(model.device), names_filter=lambda n: n in names)
+    return [cache["pattern", i].float().cpu() for i in range(model.cfg.n_layers)]
+
+
+@torch.no_grad()
+def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int,
+                   patterns: Callable[..., list[Tensor]] = attention_patterns,
+                   ) -> dict[str, Tensor]:
     """Over the answer-phase queries of ``data`` (``[(batch, period)]``, see
     :func:`answer_queries`), weighted by query counts: ``match`` [layer, head, n] (n = 1..n_max;
     NaN where no query has an earlier n-gram), ``counts`` [n] (queries with a match),
-    ``target`` [layer, head] and ``profile`` [layer, head, offset 0..n_max]."""
-    Lh, H = model.cfg.n_layers, model.cfg.n_heads
-    s_sum = torch.zeros(Lh, H, n_max)
-    s_cnt = torch.zeros(n_max)
-    t_sum, t_cnt = torch.zeros(Lh, H), 0
-    prof_sum, q_cnt = torch.zeros(Lh, H, n_max + 1), 0
-    names = {f"blocks.{i}.attn.hook_pattern" for i in range(Lh)}
+    ``target`` [layer, head] and ``profile`` [layer, head, offset 0..n_max].
+
+    ``patterns(model, tokens)`` gives the per-layer ``[batch, head, q, k]`` patterns scored
+    (default: attention patterns; SSM heads: probes.effective_attention.head_patterns)."""
+    s_sum = s_cnt = t_sum = prof_sum = None
+    t_cnt = q_cnt = 0
     for batch, period in data:
         tokens, qmask, target = answer_queries(batch, period)
-        _, cache = model.run_with_cache(tokens.to(model.device),
-                                        names_filter=lambda n: n in names)
+        pats = patterns(model, tokens)
+        if s_sum is None:  # sizes from the first batch: heads per layer differ by model kind
+            Lh, H = len(pats), pats[0].shape[1]
+            s_sum, s_cnt = torch.zeros(Lh, H, n_max), torch.zeros(n_max)
+            t_sum, prof_sum = torch.zeros(Lh, H), torch.zeros(Lh, H, n_max + 1)
         nq = int(qmask.sum())
         nt = int((target >= 0).sum())
         for i in range(Lh):
-            pat = cache["pattern", i].float().cpu()  # [batch, head, q, k]
+            pat = pats[i]  # [batch, head, q, k]
             for n in range(1, n_max + 1):
                 score, count = ngram_match_score(pat, tokens, n, qmask)
                 if count:

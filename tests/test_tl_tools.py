@@ -131,6 +131,22 @@ def test_attention_head_patching_by_position(tiny_model):
     torch.testing.assert_close(same, torch.full_like(same, clean_m), atol=ATOL, rtol=0)
 
 
+def test_every_patch_type_at_once(tiny_model):
+    """TL's combined sweeps (q, k, v, z, pattern per head; resid_pre, attn_out, mlp_out per
+    block) address our hooks with TL's axis layouts: the clean cache patched into the clean run
+    changes nothing, and the corrupted run's rows before P stay corrupted."""
+    m = _model(tiny_model, "transformer")
+    L, H = m.cfg.n_layers, m.cfg.n_heads
+    clean, corrupted, cache, clean_m, corrupt_m = _runs(m)
+    heads = patching.get_act_patch_attn_head_all_pos_every(m, clean, cache, _metric)
+    assert heads.shape == (5, L, H)  # z, q, k, v, pattern
+    torch.testing.assert_close(heads, torch.full_like(heads, clean_m), atol=ATOL, rtol=0)
+    blocks = patching.get_act_patch_block_every(m, corrupted, cache, _metric)
+    assert blocks.shape == (3, L, T)  # resid_pre, attn_out, mlp_out
+    torch.testing.assert_close(blocks[:, :, :P], torch.full_like(blocks[:, :, :P], corrupt_m),
+                               atol=ATOL, rtol=0)
+
+
 # ---------------------------------------------------------------------------- head detector
 def test_head_detector_scores_follow_the_hard_alibi_windows(tiny_model):
     m = _model(tiny_model, "transformer")  # heads 0, 1: windows 1, 2; heads 2, 3: NoPE

@@ -12,6 +12,7 @@ compute, write ``DIR/NAME.png`` and ``DIR/NAME.json`` and print the table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -24,10 +25,12 @@ import torch
 
 from figures.style import DEFAULT_OUT, save_figure
 from models import zoo
-from models.checkpoint import load
+from models.checkpoint import is_hf_source, load
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
+from models.registry import HF_ARCHS
 from tasks.base import TaskError, check
+from tasks.copy import CopyTask, TokenCopyPrompts
 
 Measure = Callable[[dict], tuple[str, "bool | None"]]
 
@@ -71,7 +74,9 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     """The flags every analysis takes: ``--out``, ``--device``, ``--seed`` (+ presets)."""
     p = OneLineParser(prog=f"python -m analyses.{name}", description=description)
     if checkpoints:
-        p.add_argument("checkpoints", nargs="*", help="suite checkpoint file(s) (.pt)")
+        p.add_argument("checkpoints", nargs="*",
+                       help="suite checkpoint file(s) (.pt), or HuggingFace causal LM(s) where "
+                       "the analysis takes them: a model directory or a hub name")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default: figures/out)")
     add_device_argument(p)
@@ -134,9 +139,19 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
 
 def load_model(path: str, archs: Iterable[str] | None = None, device: str | torch.device = "cpu",
                tasks: Iterable[str] | None = None):
-    """``models.load`` plus checks that the checkpoint's arch (and task) suit this analysis."""
+    """``models.load`` (a suite checkpoint or a HuggingFace model) plus checks that the model
+    suits this analysis: its arch is in ``archs`` and a suite checkpoint's task in ``tasks``.
+
+    A HuggingFace model (arch in ``models.registry.HF_ARCHS``) is taken only by an analysis
+    whose ``archs`` names its arch: it has no training task, so an analysis that reads one (or
+    a suite config) must say it can do without."""
+    if is_hf_source(path):
+        takes = sorted(set(archs or ()) & set(HF_ARCHS))
+        check(bool(takes), f"{path}: this analysis needs a suite checkpoint (.pt) "
+              f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
+              "trained on its task, not a HuggingFace model")
     model = load(path, device=resolve_device(device), archs=archs)
-    if tasks is not None:
+    if tasks is not None and model.checkpoint["task"] is not None:
         task = model.checkpoint["task"]["name"]
         check(task in set(tasks), f"{path}: this analysis needs a checkpoint trained on "
               f"{' or '.join(sorted(set(tasks)))}, but the file's task is {task!r}")
@@ -150,6 +165,9 @@ def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None
 # ---------------------------------------------------------------------------- copy-paper models
 COPY_TASKS = ("copy", "dup_ngram_copy")
 COPY_ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")  # what the copy analyses open
+# ... and those that also run on pretrained LMs (copy prompts built from the tokenizer)
+COPY_OR_HF_ARCHS = (*COPY_ARCHS, *HF_ARCHS)
+PRETRAINED_SEP = "\n\n"  # between the copies of a pretrained prompt (tasks.prompts' copy format)
 # The copy models of Fig. 1 (length_generalization, copy_efficiency), as zoo labels
 # (``copy/{label}``); the quick GSSMs learn far too slowly at CPU budgets to add Mamba there.
 COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm"),
@@ -180,7 +198,9 @@ def copy_models_recipes(args: argparse.Namespace) -> list[str]:
 def label_for(model) -> str:
     """``hard_alibi`` / ``nope`` / … for transformers, the arch name otherwise (the zoo's copy
     labels, which are also colour keys of figures.style); hand-set constructions
-    (models/constructions.py) are labelled as such."""
+    (models/constructions.py) are labelled as such, HuggingFace models by their name."""
+    if model.arch in HF_ARCHS:
+        return model.name
     train = getattr(model, "checkpoint", {}).get("train", {})
     if train.get("construction"):
         return f"construction {train['construction']} n={train.get('n')}"
@@ -190,17 +210,24 @@ def label_for(model) -> str:
 def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_ARCHS,
                      tasks: Iterable[str] = COPY_TASKS) -> tuple[dict, dict, int]:
     """Load copy-style checkpoints that share one alphabet: ``({label: model}, {label: train
-    info}, D)``; a repeated label gets a ``'``."""
+    info}, D)``; a repeated label gets a ``'``. Pretrained LMs (where ``archs`` admits
+    HF_ARCHS) bring their own tokens (:func:`copy_prompts`) and leave D alone."""
     models, info, D = {}, {}, None
     for path in paths:
         m = load_model(path, archs=archs, device=device, tasks=tasks)
+        label = label_for(m)
+        while label in models:
+            label += "'"
+        if m.arch in HF_ARCHS:  # a pretrained LM: no alphabet of ours (see copy_prompts)
+            models[label] = m
+            info[label] = {"path": path, "pretrained": m.checkpoint["model"]["source"],
+                           "max_len": None, "context": None, "steps": None,
+                           "greedy_eval": True, "samples_seen": None}
+            continue
         task = m.checkpoint["task"]
         d = int(task["config"].get("D", 26))
         check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
         D = d
-        label = label_for(m)
-        while label in models:
-            label += "'"
         models[label] = m
         tc = m.checkpoint["train"].get("config", {}) or {}
         info[label] = {"path": path, "max_len": task["config"].get("max_len"),
@@ -208,6 +235,28 @@ def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_A
                        "greedy_eval": tc.get("greedy_eval", True),
                        "samples_seen": m.checkpoint["train"].get("samples_seen")}
     return models, info, D if D is not None else 26
+
+
+def copy_prompts(model, task: CopyTask):
+    """``task`` as ``model`` reads it. A suite model speaks the task's vocabulary: the task
+    itself. A pretrained LM (HF_ARCHS) gets the same kind of strings, uniform over the ordinary
+    tokens of its tokenizer (``model.ordinary_token_ids()``), in the copy paper's prompt format
+    for pretrained models (:class:`tasks.copy.TokenCopyPrompts`).
+
+    Tokens rather than characters: the length L, the n of a duplicated n-gram and the
+    n-gram lookup the copy paper describes are all counted in the tokens the model reads; a
+    random character string would be cut into tokens differently in each copy by a BPE
+    tokenizer, so neither L nor the answer's tokens would be defined."""
+    if model.arch not in HF_ARCHS:
+        return task
+    alphabet = model.ordinary_token_ids()
+    sep = model.text_ids(PRETRAINED_SEP)
+    check(model.tokenizer.unk_token_id not in sep,
+          f"{model.name}: its tokenizer cannot write the separator {PRETRAINED_SEP!r}")
+    stateful = bool(getattr(model.cfg, "is_stateful", False))  # an SSM has no context limit
+    return TokenCopyPrompts(type(task)(dataclasses.replace(task.cfg, D=len(alphabet))),
+                            alphabet, sep, model.bos_ids(),
+                            n_ctx=None if stateful else int(model.cfg.n_ctx))
 
 
 def get(d: dict, *path, default=None):

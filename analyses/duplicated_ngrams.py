@@ -15,6 +15,12 @@ When L = 2n + 1 the later copy ends the string and confuses only the <EOS> step,
 scored, so large n need longer strings: the default lengths are the training max_len and
 max(max_len, 3·n_max). String accuracy comes from one teacher-forced pass (exact: equal to
 greedy decoding's); ``--greedy`` decodes, which also makes the character accuracy the paper's.
+
+A pretrained HuggingFace causal LM (a model directory or a hub name) gets the same strings
+drawn over the ordinary tokens of its tokenizer, n counted in tokens, in the copy paper's prompt
+format for pretrained models (§4.2, App. B.2: the string twice, then its first token;
+``analyses.common.copy_prompts``); with only such models the default length is max(2·n_max + 1,
+3·n_max).
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import math
 from tqdm.auto import tqdm
 
 from analyses.common import (
+    COPY_OR_HF_ARCHS,
     Checkpoint,
     Claim,
     Figure,
+    copy_prompts,
     ints,
     load_copy_models,
     need,
@@ -76,9 +84,10 @@ def compute(models: dict, D: int, n_values: list[int] | None = None,
     for label, model in models.items():
         model.eval()
         per_len = []
+        prompts = copy_prompts(model, plain)  # a pretrained LM: the strings in its own tokens
         for L in lengths:
-            base = accuracy_at(model, plain, L, n_examples, seed + L, 2 * L + 3, batch_size,
-                               greedy)
+            base = accuracy_at(model, prompts, L, n_examples, seed + L, prompts.example_len(L),
+                               batch_size, greedy)
             bar.update(1)
             rows = []
             for n in n_values:
@@ -86,9 +95,10 @@ def compute(models: dict, D: int, n_values: list[int] | None = None,
                     rows.append({"n": n, "string_acc": None, "char_acc": None})
                     bar.update(1)
                     continue
-                task = DuplicatedNgramCopyTask(DupNgramConfig(D=D, min_len=L, max_len=L, n=n))
-                acc = accuracy_at(model, task, L, n_examples, seed + 1000 * n + L, 2 * L + 3,
-                                  batch_size, greedy)
+                task = copy_prompts(model, DuplicatedNgramCopyTask(
+                    DupNgramConfig(D=D, min_len=L, max_len=L, n=n)))
+                acc = accuracy_at(model, task, L, n_examples, seed + 1000 * n + L,
+                                  task.example_len(L), batch_size, greedy)
                 rows.append({"n": n, **acc})
                 bar.update(1)
             accs = [r["string_acc"] for r in rows]
@@ -157,11 +167,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
+                                       COPY_OR_HF_ARCHS)
     max_len = max(int(i["max_len"] or 0) for i in info.values())
     for n in ints(args.reference_n):
         models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
-    result = compute(models, D, ints(args.n), ints(args.lengths) if args.lengths else None,
+    n_values = ints(args.n)
+    lengths = ints(args.lengths) if args.lengths else None
+    if lengths is None and not max_len and n_values:  # pretrained LMs only: no training length
+        lengths = [max(2 * max(n_values) + 1, 3 * max(n_values))]
+    result = compute(models, D, n_values, lengths,
                      n_examples=args.n_examples, batch_size=args.batch_size, seed=args.seed,
                      train_max_len=max_len, greedy=args.greedy)
     result["checkpoints"] = [c.path for c in checkpoints]

@@ -10,6 +10,11 @@ the character accuracy reported beside it is per token given the true prefix.
 Quick preset: the zoo's quick copy models (``models.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM; the
 legend gives each model's steps); add others with ``--models``. ``--paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
+
+A pretrained HuggingFace causal LM (a model directory or a hub name) is evaluated on the same
+uniform strings drawn over the ordinary tokens of its tokenizer, in the copy paper's prompt
+format for pretrained models (§4.2, App. B.2: the string twice, then its first token; L counts
+tokens; ``analyses.common.copy_prompts``).
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import argparse
 from tqdm.auto import tqdm
 
 from analyses.common import (
+    COPY_OR_HF_ARCHS,
     Checkpoint,
     Claim,
     Figure,
     add_copy_models_argument,
     copy_models_recipes,
+    copy_prompts,
     copy_recipes,
     fmt,
     ints,
@@ -55,10 +62,11 @@ def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examp
     bar = tqdm(total=len(models) * len(lengths), desc=NAME, disable=not progress, leave=False)
     for label, model in models.items():
         model.eval()
+        prompts = copy_prompts(model, task)  # a pretrained LM: the strings in its own tokens
         rows = []
         for L in lengths:
-            rows.append({"L": L, **accuracy_at(model, task, L, n_examples, seed + L,
-                                               example_len=2 * L + 3)})
+            rows.append({"L": L, **accuracy_at(model, prompts, L, n_examples, seed + L,
+                                               example_len=prompts.example_len(L))})
             bar.update(1)
         curves[label] = rows
     bar.close()
@@ -105,7 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    models, info, D = load_copy_models([c.path for c in checkpoints], args.device)
+    models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
+                                       COPY_OR_HF_ARCHS)
     pr = PRESETS[args.preset]
     return compute(models, D, ints(args.lengths) if args.lengths else pr["lengths"],
                    args.n_examples or pr["n_examples"], args.seed, info)

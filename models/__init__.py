@@ -1,9 +1,15 @@
 """Hooked sequence models (one architecture per file), checkpoints and training."""
 
-from models.checkpoint import CheckpointError, load, read_checkpoint, save_checkpoint
-from models.registry import ARCHS, ArchError, build_model, model_class
+from models.checkpoint import (
+    CheckpointError,
+    is_hf_source,
+    load,
+    read_checkpoint,
+    save_checkpoint,
+)
+from models.registry import ARCHS, HF_ARCHS, ArchError, build_model, model_class
 
 __all__ = [
-    "ARCHS", "ArchError", "CheckpointError", "build_model", "load", "model_class",
-    "read_checkpoint", "save_checkpoint",
+    "ARCHS", "HF_ARCHS", "ArchError", "CheckpointError", "build_model", "is_hf_source", "load",
+    "model_class", "read_checkpoint", "save_checkpoint",
 ]

@@ -45,13 +45,12 @@ from transformers.models.auto.modeling_auto import (
 from transformers.utils import logging as hf_logging
 
 from models.device import resolve_device
+from models.registry import HF_ARCHS
 from tasks.base import TaskError
 
-HF_TRANSFORMER = "hf_transformer"  # attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …)
-HF_MAMBA = "hf_mamba"  # MambaForCausalLM (selective scan, one "head" per layer)
-HF_MAMBA2 = "hf_mamba2"  # Mamba2ForCausalLM (SSD heads)
-HF_HYBRID = "hf_hybrid"  # attention and SSM layers in one stack
-HF_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2, HF_HYBRID)
+# attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one
+# "head" per layer); Mamba2ForCausalLM (SSD heads); attention and SSM layers in one stack
+HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2, HF_HYBRID = HF_ARCHS
 SSM_TYPES = {"mamba": HF_MAMBA, "falcon_mamba": HF_MAMBA, "mamba2": HF_MAMBA2}
 CAUSAL_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 HUB_PROBE_S = 5.0  # seconds to wait for the hub before calling the machine offline
@@ -84,6 +83,36 @@ class HFModel(TransformerBridge):
     def log_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
         """Log-probabilities of the next token, as on suite models."""
         return torch.log_softmax(self(tokens).float(), dim=-1)
+
+    def text_ids(self, text: str) -> list[int]:
+        """The token ids of ``text`` as a piece of a prompt (no BOS)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def bos_ids(self) -> list[int]:
+        """What starts a prompt: the BOS token where TransformerLens prepends one for this
+        model (``cfg.default_prepend_bos``), else nothing (Pythia's tokenizer adds none)."""
+        bos = self.tokenizer.bos_token_id
+        return [int(bos)] if bos is not None and self.cfg.default_prepend_bos else []
+
+    def ordinary_token_ids(self) -> Int[Tensor, " n"]:
+        """The tokens a random "string" is drawn from: every id of the tokenizer (within the
+        logits) that is not a special token and decodes on its own to printable text with a
+        non-space character and no newline (so it never looks like a separator, and no byte
+        fragment of a multi-byte character is drawn). Ascending; computed once."""
+        cached = self.__dict__.get("_ordinary_ids")
+        if cached is not None:
+            return cached
+        n = min(len(self.tokenizer), int(self.cfg.d_vocab))
+        special = set(self.tokenizer.all_special_ids)
+        texts = self.tokenizer.batch_decode([[i] for i in range(n)])
+        ids = [i for i, t in enumerate(texts)  # isprintable: no newline, no control char
+               if i not in special and t.strip() and t.isprintable() and "\ufffd" not in t]
+        if not ids:
+            raise HFError(f"{self.name}: its tokenizer has no ordinary text tokens to draw "
+                          "copy strings from")
+        out = torch.tensor(ids, dtype=torch.long)
+        self.__dict__["_ordinary_ids"] = out
+        return out
 
     def n_params(self, embeddings: bool = True) -> int:
         """Parameters of the HF model; ``embeddings=False`` leaves out the (un)embeddings."""

@@ -17,6 +17,11 @@ ARCHS: dict[str, str] = {
     "stu": "models.stu:STULM",
 }
 
+# The arch names models.hf gives HuggingFace causal LMs booted through TransformerBridge:
+# attention, Mamba, Mamba-2, hybrid. Never a suite arch name, so an analysis that reads a suite
+# config refuses them through its ``archs=`` list; one that can use them lists them.
+HF_ARCHS = ("hf_transformer", "hf_mamba", "hf_mamba2", "hf_hybrid")
+
 
 class ArchError(TaskError):
     """Unknown architecture or a config that does not fit it."""

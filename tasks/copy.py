@@ -66,6 +66,10 @@ class CopyTask(Task):
     def max_example_len(self) -> int:
         return 2 * self.cfg.max_len + 3
 
+    def example_len(self, L: int) -> int:
+        """Tokens of one evaluation example (prompt and answer) for a length-``L`` string."""
+        return 2 * L + 3
+
     def strings(self, batch_size: int, L: int, g: torch.Generator) -> torch.Tensor:
         """[batch, L] uniform strings (overridden by variants that plant structure)."""
         return torch.randint(0, self.cfg.D, (batch_size, L), generator=g)
@@ -128,3 +132,47 @@ class DuplicatedNgramCopyTask(CopyTask):
     def strings(self, batch_size, L, g):
         check(L >= 2 * self.cfg.n + 1, f"length {L} too short for a duplicated {self.cfg.n}-gram")
         return torch.stack([self.sample_string(L, g) for _ in range(batch_size)])
+
+
+class TokenCopyPrompts:
+    """A copy task's strings written in a pretrained language model's tokens, in the copy
+    paper's prompt format for pretrained models (§4.2, App. B.2): the string twice and its first
+    token, a separator after each copy, the model completing the third copy::
+
+        bos x_1 … x_L sep x_1 … x_L sep x_1   ->   answer x_2 … x_L
+
+    ``task`` (a :class:`CopyTask` or :class:`DuplicatedNgramCopyTask` whose D is
+    ``len(alphabet)``) draws the strings as indices into ``alphabet``, a 1-D tensor of token
+    ids, so whatever the task plants (a duplicated n-gram) holds token for token. The first
+    token is given as the paper gives the first word: it tells the model the copy has begun.
+    Same ``eval_batch`` / ``example_len`` as the task, so accuracy probes take either.
+    """
+
+    def __init__(self, task: CopyTask, alphabet: torch.Tensor, sep: list[int],
+                 bos: list[int] | tuple[int, ...] = (), n_ctx: int | None = None):
+        check(alphabet.dim() == 1 and len(alphabet) == task.cfg.D,
+              f"the alphabet must be 1-D with D={task.cfg.D} token ids, got shape "
+              f"{tuple(alphabet.shape)}")
+        check(len(sep) >= 1, "the separator must be at least one token")
+        self.task, self.alphabet = task, alphabet.long()
+        self.sep = torch.tensor(list(sep), dtype=torch.long)
+        self.bos = torch.tensor(list(bos), dtype=torch.long)
+        self.n_ctx = n_ctx
+
+    def example_len(self, L: int) -> int:
+        return len(self.bos) + 3 * L + 2 * len(self.sep)
+
+    def eval_batch(self, batch_size: int, g: torch.Generator,
+                   length: int | None = None) -> PromptBatch:
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+        L = self.task.sample_length(g) if length is None else int(length)
+        check(L >= 2, f"length must be >= 2 (the first token is given), got {L}")
+        fed = self.example_len(L) - 1  # the last answer token is never fed back in
+        check(self.n_ctx is None or fed <= self.n_ctx,
+              f"a copy prompt for a length-{L} string is {fed} tokens, more than the model's "
+              f"context ({self.n_ctx}); use shorter --lengths")
+        x = self.alphabet[self.task.strings(batch_size, L, g)]  # [batch, L] token ids
+        sep = self.sep.expand(batch_size, -1)  # [batch, len(sep)]
+        bos = self.bos.expand(batch_size, -1)  # [batch, 0 or 1]
+        prompts = torch.cat([bos, x, sep, x, sep, x[:, :1]], dim=1)  # [batch, 3 + 2L + …]
+        return PromptBatch(prompts, x[:, 1:])

@@ -34,7 +34,8 @@ def char_tokenizer():
     :data:`CHARS`, ``<|endoftext|>`` as BOS/EOS, ``<unk>`` and ``<pad>``."""
     vocab = {tok: i for i, tok in enumerate((*SPECIALS, *CHARS))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one per char
+    # one piece per character ("." would skip newlines)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()  # join characters back without separators
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>", unk_token="<unk>",

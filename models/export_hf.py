@@ -41,6 +41,7 @@ Exit codes: 0 written, 2 bad input (one line on stderr, nothing written).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -346,11 +347,31 @@ def to_hf(ckpt: dict) -> HFExport:
     return HFExport(config, {k: v.contiguous() for k, v in state.items()}, tokenizer, notes)
 
 
+def read_provenance(hf_dir: str | os.PathLike) -> dict | None:
+    """The ``seqprobe`` entry an export stored in ``hf_dir``'s config.json (arch, model config,
+    task, step, digest, notes), or None for a model this suite did not export."""
+    path = Path(hf_dir) / "config.json"
+    try:
+        entry = json.loads(path.read_text()).get("seqprobe")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ExportError(f"{short_path(path)}: not a readable HF config ({e})") from None
+    return entry if isinstance(entry, dict) else None
+
+
 # ---------------------------------------------------------------------------- writing
-def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse (one line) an OUT_DIR that is a file, a link, non-empty without ``overwrite``, or
-    whose parent cannot be written; nothing is created here."""
-    out = check_path(out_dir)
+def check_out_dir(out_dir: str | os.PathLike, overwrite: bool,
+                  keep: str | os.PathLike | None = None) -> Path:
+    """Refuse (one line) an OUT_DIR that is a file, a link, non-empty without ``overwrite``,
+    the working directory or one above it, one holding ``keep`` (the checkpoint: replacing the
+    directory would delete it), or whose parent cannot be written; nothing is created here."""
+    out = Path(os.path.abspath(check_path(out_dir)))  # "out/", "." and ".." by their names
+    cwd = Path.cwd().resolve()
+    check(out.resolve() not in (cwd, *cwd.parents), f"{short_path(out_dir)}: is the working "
+          "directory or above it; name a new directory")
+    if keep is not None:
+        kept = Path(os.path.abspath(keep)).resolve()
+        check(out.resolve() not in kept.parents, f"{short_path(out_dir)}: holds the checkpoint "
+              f"{short_path(keep)}, which replacing the directory would delete")
     try:
         st = os.lstat(out)
     except FileNotFoundError:
@@ -434,7 +455,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
     """Write checkpoint ``ckpt_path`` as an HF model directory ``out_dir`` (atomically: built in
     a temp directory beside it, checked, then renamed into place). Every refusal comes before
     anything is written."""
-    out = check_out_dir(out_dir, overwrite)
+    out = check_out_dir(out_dir, overwrite, keep=ckpt_path)
     ckpt = read_checkpoint(ckpt_path)
     exp = to_hf(ckpt)
     model = model_from_checkpoint(ckpt, ckpt_path).eval() if verify else None
@@ -455,7 +476,10 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
                     raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
                                       f"gives logits {diff:.3g} away from the checkpoint's "
                                       f"(largest |logit| {top:.3g}); nothing written")
-        os.chmod(tmp, 0o777 & ~_umask())
+        mask = _umask()  # mkdtemp's directory is private, and some writers' files are too
+        os.chmod(tmp, 0o777 & ~mask)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o666 & ~mask)
         if out.exists():  # an empty directory, or --overwrite: swap, then remove the old one
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
             os.replace(out, old)

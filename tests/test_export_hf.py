@@ -223,3 +223,32 @@ def test_cli_as_a_user_types_it(tiny_model, tmp_path):
                            timeout=300)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr.count("\n") == 1 and "--overwrite" in again.stderr
+
+
+def test_out_dir_holding_the_checkpoint_or_the_working_directory_is_refused(
+        tiny_model, tmp_path, capsys, monkeypatch):
+    """--overwrite must never delete its own input, nor the directory the user stands in."""
+    out = tmp_path / "out"
+    out.mkdir()
+    ck = write_checkpoint(tiny_model("mamba", random=True), out / "m.pt")
+    assert main([str(ck), str(out), "--overwrite"]) == 2
+    assert "holds the checkpoint" in capsys.readouterr().err
+    assert ck.exists()
+    monkeypatch.chdir(out)
+    for target in (".", ".."):
+        assert main([str(ck), target, "--overwrite"]) == 2
+        assert "working directory" in capsys.readouterr().err
+    assert ck.exists()
+
+
+def test_provenance_is_readable(tiny_model, tmp_path):
+    model = tiny_model("mamba", random=True)
+    ck = write_checkpoint(model, tmp_path / "m.pt")
+    export(ck, tmp_path / "hf", verify=False)
+    prov = export_hf.read_provenance(tmp_path / "hf")
+    assert prov["arch"] == "mamba" and prov["task"] == {"name": "copy",
+                                                        "config": copy_task_config(7)}
+    assert prov["digest"].startswith("sha256:")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text('{"model_type": "gpt2"}')
+    assert export_hf.read_provenance(tmp_path / "plain") is None

@@ -1,0 +1,451 @@
+"""Pretrained language models on the copy paper's lookup and copy prompts (§4, Fig. 1c and
+Fig. 7a/b): Pythia against Mamba, or any causal LMs given on the command line.
+
+``python -m analyses.pretrained_copy EleutherAI/pythia-410m state-spaces/mamba-370m-hf``
+(hub names need the internet; local HuggingFace model directories work offline). Each model is
+booted through the suite's one HuggingFace loader (``models.hf.load_hf``) and prompted with its
+own tokenizer, as in the authors' evaluation code:
+
+* **phone-book lookup** (Fig. 1c, §4.3): accuracy against L, the number of entries in the book
+  — synthetic "First Last: 609-323-7777" lines, two solved entries as shots, then a query name
+  (format in :mod:`tasks.prompts`); right when the first line the model writes is the number.
+* **copying a text** (Fig. 7a, §4.2): accuracy against the number of tokens copied — a window
+  of that many tokens of the text, given twice and then its first word; right when the model
+  writes the rest of the text before its first blank line. ``--shuffle`` shuffles the words of
+  each window first (Fig. 7b). The text comes from ``--text FILE`` (natural text: the paper
+  samples C4); without it, from sentences the suite generates offline from a small template
+  grammar (:func:`tasks.prompts.generated_text`) — NOT natural text, and the output says so.
+
+Decoding is greedy (temperature 0, App. A.2), scored as the paper scores: the decoded
+continuation, cut at the first newline (phone-book) or blank line (copy), stripped, must equal
+the answer. One teacher-forced pass per prompt gives the greedy continuation as long as it
+follows the expected tokens; from the first token it does not, decoding goes on step by step
+until the verdict is certain (a wrong character, or the end mark), within the authors' token
+budgets (50 new tokens for the phone-book, 1.5 × prompt + 50 in all for copying). A point whose
+prompt does not fit an attention model's context is reported as n/a.
+
+Defaults are small (20 prompts per point, three sizes per task, books up to the L = 70 of
+§4.3); ``--paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from analyses.common import Claim, Figure, fmt, get, ints, run_analysis, to_jsonable
+from figures.style import new_figure
+from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
+from tasks.base import TaskError, check, make_generator
+from tasks.prompts import (
+    COPY_END,
+    GENERATED_TEXT_NOTE,
+    PHONEBOOK_END,
+    copy_prompt,
+    generated_text,
+    phonebook_prompt,
+    score_continuation,
+    shuffle_words,
+    text_window,
+)
+
+NAME = "pretrained_copy"
+TASKS = ("phonebook", "copy")
+PRESETS = {
+    # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
+    "quick": {"entries": [5, 20, 70], "lengths": [10, 50, 100], "n_examples": 20},
+    # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
+    "paper": {"entries": [10, 20, 40, 70, 100, 140], "lengths": [25, 50, 100, 200, 300],
+              "n_examples": 640},
+}
+PHONEBOOK_NEW_TOKENS = 50  # authors' code: max_length = prompt + 50
+PAPER_LONG_BOOK = 70  # §4.3: "when the phone-book size is long enough (L >= 70)"
+SSM_ARCHS = (HF_MAMBA, HF_MAMBA2)  # no positional limit on the context
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ---------------------------------------------------------------------------- greedy verdicts
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: its text, the answer, the end mark and the tokens."""
+
+    text: str
+    answer: str
+    end: str  # PHONEBOOK_END or COPY_END
+    ids: list[int]  # the prompt's tokens (the tokenizer's defaults, as the authors call it)
+    expected: list[int]  # the tokens of " answer" + end: the continuation tried first
+    budget: int  # new tokens greedy decoding may write
+
+
+def make_prompt(tokenizer, text: str, answer: str, end: str) -> Prompt:
+    ids = list(tokenizer(text)["input_ids"])
+    expected = list(tokenizer((" " + answer if answer else "") + end,
+                              add_special_tokens=False)["input_ids"])
+    # authors' code: 50 new tokens for the phone-book, max_length = 1.5 * prompt + 50 to copy
+    budget = (PHONEBOOK_NEW_TOKENS if end == PHONEBOOK_END
+              else int(1.5 * len(ids)) + 50 - len(ids))
+    return Prompt(text, answer, end, ids, expected, budget)
+
+
+def decode(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@torch.no_grad()
+def greedy_verdicts(model, prompts: list[Prompt], batch_size: int = 4
+                    ) -> list[tuple[bool, str]]:
+    """``[(right, continuation)]``: greedy decoding of each prompt, scored as the paper does.
+
+    Rows are padded on the right, which a causal model never reads. The teacher-forced argmax
+    of a row equals greedy decoding up to the first token that differs from ``expected``; the
+    continuation is that agreed prefix plus the differing token, and decoding goes on one step
+    at a time only while the verdict is still open."""
+    tok = model.tokenizer
+    eos = {t for t in (tok.eos_token_id,) if t is not None}
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    out: list[tuple[bool, str] | None] = [None] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].ids) + len(
+        prompts[i].expected))  # similar lengths share a batch: less padding
+    for start in range(0, len(order), batch_size):
+        rows = [prompts[i] for i in order[start : start + batch_size]]
+        seqs = [p.ids + p.expected[:-1] for p in rows]
+        width = max(map(len, seqs))
+        tokens = torch.full((len(rows), width), pad, dtype=torch.long)  # [batch, pos]
+        for r, s in enumerate(seqs):
+            tokens[r, : len(s)] = torch.tensor(s)
+        logits = model(tokens.to(model.device))  # [batch, pos, vocab]
+        for r, p in enumerate(rows):
+            n = len(p.ids)
+            guess = logits[r, n - 1 : n - 1 + len(p.expected)].argmax(-1).tolist()
+            agree = next((j for j, (a, b) in enumerate(zip(guess, p.expected, strict=True))
+                          if a != b), len(p.expected))
+            generated = p.expected[:agree] + guess[agree : agree + 1]
+            out[order[start + r]] = _finish(model, p, generated, eos)
+    return out  # type: ignore[return-value]
+
+
+def _finish(model, p: Prompt, generated: list[int], eos: set[int]) -> tuple[bool, str]:
+    """Decode on from ``generated`` (greedy, no cache: rare and short) until decided."""
+    tok = model.tokenizer
+    while True:
+        stop = next((j for j, t in enumerate(generated) if t in eos), None)
+        final = stop is not None or len(generated) >= p.budget
+        generated = generated[: min(p.budget, stop if stop is not None else len(generated))]
+        text = decode(tok, generated)
+        verdict = score_continuation(text, p.answer, p.end, final=final)
+        if verdict is not None:
+            return verdict, text
+        seq = torch.tensor([p.ids + generated], device=model.device)  # [1, pos]
+        generated = generated + [int(model(seq)[0, -1].argmax())]
+
+
+# ---------------------------------------------------------------------------- prompts per point
+def phonebook_prompts(tokenizer, n_entries: int, n: int, seed: int) -> list[Prompt]:
+    """``n`` lookups in books of ``n_entries`` lines; the same books for every model."""
+    g = make_generator(seed * 100_003 + n_entries)
+    return [make_prompt(tokenizer, *phonebook_prompt(n_entries, g), PHONEBOOK_END)
+            for _ in range(n)]
+
+
+def copy_prompts(tokenizer, text_ids: list[int], n_tokens: int, n: int, seed: int,
+                 shuffle: bool = False) -> list[Prompt]:
+    """``n`` copy prompts of ``n_tokens``-token windows of the text (the same windows for
+    every model that shares a tokenizer)."""
+    g = make_generator(seed * 100_003 + 50_000 + n_tokens)
+    out = []
+    for _ in range(n):
+        window = text_window(text_ids, n_tokens, lambda ids: decode(tokenizer, ids), g)
+        if shuffle:
+            window = shuffle_words(window, g)
+        out.append(make_prompt(tokenizer, *copy_prompt(window), COPY_END))
+    return out
+
+
+def context_of(model) -> int | None:
+    """The longest sequence an attention model was built for; None for SSMs (no limit)."""
+    return None if model.arch in SSM_ARCHS else int(model.cfg.n_ctx)
+
+
+def evaluate(model, prompts: list[Prompt], batch_size: int) -> dict:
+    """Accuracy on one point; n/a when a prompt does not fit the model's context."""
+    longest = max(len(p.ids) + len(p.expected) for p in prompts)
+    limit = context_of(model)
+    base = {"n": len(prompts), "prompt_tokens": sum(len(p.ids) for p in prompts) / len(prompts)}
+    if limit is not None and longest > limit:
+        return {**base, "acc": None, "note": f"prompts of up to {longest} tokens exceed the "
+                f"model's context ({limit})"}
+    verdicts = greedy_verdicts(model, prompts, batch_size)
+    right = [v for v, _ in verdicts]
+    acc = sum(right) / len(right)
+    return {**base, "acc": acc, "stderr": math.sqrt(acc * (1 - acc) / len(right)),
+            "sample": {"answer": prompts[0].answer, "output": verdicts[0][1]}}
+
+
+# ---------------------------------------------------------------------------- compute
+def check_sizes(tasks, entries: list[int], lengths: list[int], n_examples: int,
+                batch_size: int) -> None:
+    check(bool(tasks) and set(tasks) <= set(TASKS),
+          f"--tasks must be among {','.join(TASKS)}, got {','.join(tasks) or 'none'}")
+    check(bool(entries) and all(L >= 3 for L in entries), f"--entries: phone books need >= 3 "
+          f"entries (two shots and the query), got {entries}")
+    check(bool(lengths) and all(n >= 1 for n in lengths),
+          f"--lengths must be >= 1 token, got {lengths}")
+    check(n_examples >= 1, f"--n-examples must be >= 1, got {n_examples}")
+    check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
+
+
+def model_info(model) -> dict:
+    m = model.checkpoint["model"]
+    return {"source": m["source"], "arch": model.arch, "hf_architecture": m["hf_architecture"],
+            "model_type": m["config"].get("model_type"), "n_params": model.n_params(),
+            "context": context_of(model)}
+
+
+def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | None = None,
+            lengths: list[int] | None = None, n_examples: int = 20, text: str | None = None,
+            text_source: str | None = None, shuffle: bool = False, seed: int = 0,
+            batch_size: int = 4, progress: bool = True) -> dict:
+    """Accuracies of {label: model} (``models.hf.HFModel``s) on the phone-book and copy
+    prompts. ``text``: the text copy windows are cut from (``text_source`` names where it came
+    from; default: the suite's generated sentences)."""
+    entries = entries or PRESETS["quick"]["entries"]
+    lengths = lengths or PRESETS["quick"]["lengths"]
+    check_sizes(tasks, entries, lengths, n_examples, batch_size)
+    natural = text is not None
+    if text is None:  # enough words for every window length to start anywhere
+        text = generated_text(20 * max(lengths) + 1000, make_generator(seed))
+    text_ids = {label: list(m.tokenizer(text, add_special_tokens=False)["input_ids"])
+                for label, m in models.items()} if "copy" in tasks else {}
+    for label, ids in text_ids.items():  # every model checked before any is run
+        check(len(ids) >= max(lengths), f"{text_source or 'the text'} has {len(ids)} tokens "
+              f"for {label}'s tokenizer, fewer than the longest copy length {max(lengths)}")
+    result = {"seed": seed, "n_examples": n_examples,
+              "models": {label: model_info(m) for label, m in models.items()}}
+    jobs = len(models) * (len(entries) * ("phonebook" in tasks) + len(lengths) * ("copy" in tasks))
+    bar = tqdm(total=jobs, desc=NAME, disable=not progress, leave=False)
+    if "phonebook" in tasks:
+        curves = {}
+        for label, m in models.items():
+            curves[label] = []
+            for L in entries:
+                prompts = phonebook_prompts(m.tokenizer, L, n_examples, seed)
+                curves[label].append({"entries": L, **evaluate(m, prompts, batch_size)})
+                bar.update(1)
+        result["phonebook"] = {"entries": entries, "shots": 2, "curves": curves}
+    if "copy" in tasks:
+        curves = {}
+        for label, m in models.items():
+            curves[label] = []
+            for n in lengths:
+                prompts = copy_prompts(m.tokenizer, text_ids[label], n, n_examples, seed, shuffle)
+                curves[label].append({"tokens": n, **evaluate(m, prompts, batch_size)})
+                bar.update(1)
+        result["copy"] = {
+            "lengths": lengths, "curves": curves,
+            "text": {"source": text_source or "generated", "natural": natural,
+                     "shuffled": shuffle, "note": None if natural else GENERATED_TEXT_NOTE}}
+    bar.close()
+    return to_jsonable(result)
+
+
+# ---------------------------------------------------------------------------- outputs
+def _style(info: dict, i: int) -> dict:
+    """One colour per model; SSMs dashed, so the two families read apart."""
+    return {"color": f"C{i % 10}", "marker": "o",
+            "ls": "--" if info.get("arch") in SSM_ARCHS else "-"}
+
+
+def _size(n: int | None) -> str:
+    """Parameters as the model names write them: 405M, 1.4B, 37k."""
+    if n is None:
+        return "?"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def plot(result: dict):
+    panels = [t for t in TASKS if t in result]
+    fig, axes = new_figure(max(1, len(panels)), width_per_panel=4.6, height=3.5)
+    for ax, task in zip(axes, panels, strict=False):
+        key = "entries" if task == "phonebook" else "tokens"
+        for i, (label, rows) in enumerate(result[task]["curves"].items()):
+            ax.plot([r[key] for r in rows], [r["acc"] if r["acc"] is not None else math.nan
+                                             for r in rows],
+                    label=f"{label} ({_size(result['models'][label].get('n_params'))})",
+                    **_style(result["models"][label], i))
+        ax.set(ylim=(-0.02, 1.02), ylabel="string-level accuracy")
+        ax.legend(fontsize=7)
+    if "phonebook" in result:
+        ax = axes[panels.index("phonebook")]
+        ax.set(xlabel="entries in the phone book (L)", title="phone-book lookup (Fig. 1c)")
+    if "copy" in result:
+        ax = axes[panels.index("copy")]
+        t = result["copy"]["text"]
+        what = ("natural text" if t["natural"] else "generated text: not natural") + (
+            ", words shuffled" if t["shuffled"] else "")
+        ax.set(xlabel="tokens copied", title=f"copy ({what}; Fig. 7)")
+    return fig
+
+
+def table(result: dict) -> list[list]:
+    rows = []
+    for task, key, unit in (("phonebook", "entries", "L="), ("copy", "lengths", "tokens=")):
+        if task not in result:
+            continue
+        sizes = result[task][key]
+        head = [task] + [f"{unit}{s}" for s in sizes]
+        if task == "copy" and not result["copy"]["text"]["natural"]:
+            head.append("(generated text, not natural: see the JSON's copy.text)")
+        rows.append(head)
+        for label, r in result[task]["curves"].items():
+            rows.append([f"  {label}"] + [fmt(x["acc"], ".2f") for x in r])
+    return rows
+
+
+# ---------------------------------------------------------------------------- CLI
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("models", nargs="*", help="HuggingFace causal LMs: local directories or hub "
+                   "names (e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf)")
+    p.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   default="quick", help="the paper's sizes and 640 prompts per point (a GPU)")
+    p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
+    p.add_argument("--entries", default=None, help="phone-book sizes L (default: "
+                   f"{','.join(map(str, PRESETS['quick']['entries']))})")
+    p.add_argument("--lengths", default=None, help="copy lengths in tokens (default: "
+                   f"{','.join(map(str, PRESETS['quick']['lengths']))})")
+    p.add_argument("--n-examples", type=int, default=None, help="prompts per point")
+    p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
+                   "(natural text; default: the suite's generated sentences, not natural)")
+    p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
+    p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+
+
+def read_text(path: str) -> str:
+    p = Path(path)
+    check(p.is_file(), f"--text {path}: no such file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"--text {path}: cannot read it as UTF-8 text ({e})") from None
+    check(bool(text.split()), f"--text {path}: the file holds no words")
+    return text
+
+
+TOKENIZER_PROBE = "Mary Jones: 201-555-0142\n\nThe old house."  # the prompts' characters
+
+
+def check_tokenizer(tokenizer, source: str) -> None:
+    """The prompts are text: the tokenizer must encode them and decode them back.
+    (``transformers`` builds an empty tokenizer for a directory without tokenizer files.)"""
+    ids = list(tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]) \
+        if tokenizer is not None else []
+    check(bool(ids), f"{source}: no usable tokenizer: it encodes text to no tokens (tokenizer "
+          "files missing?); the prompts are text")
+    back = decode(tokenizer, ids)
+    check(back == TOKENIZER_PROBE, f"{source}: its tokenizer does not give the prompts' text "
+          f"back: {TOKENIZER_PROBE!r} decodes back as {back!r}")
+
+
+def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
+    """{label: HFModel}; every source is checked to exist before any is loaded."""
+    check(len(sources) >= 1, "give one or more HuggingFace causal LMs (directories or hub "
+          "names), e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf")
+    for s in sources:
+        check(not str(s).endswith(".pt"), f"{s}: a suite checkpoint; this analysis prompts "
+              "pretrained HuggingFace language models with text")
+        resolve_source(s)
+    models = {}
+    for s in sources:
+        m = load_hf(s, device, dtype=dtype)
+        check_tokenizer(m.tokenizer, s)
+        label = m.name
+        while label in models:
+            label += "'"
+        models[label] = m
+    return models
+
+
+def _compute(args, _checkpoints) -> dict:
+    pr = PRESETS[args.preset]
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    entries = ints(args.entries) if args.entries else pr["entries"]
+    lengths = ints(args.lengths) if args.lengths else pr["lengths"]
+    n_examples = pr["n_examples"] if args.n_examples is None else args.n_examples
+    check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading
+    text = read_text(args.text) if args.text else None
+    models = load_models(args.models, args.device, DTYPES[args.dtype])
+    return compute(models, tasks, entries, lengths, n_examples, text, args.text, args.shuffle,
+                   args.seed, args.batch_size)
+
+
+# ---------------------------------------------------------------------------- the paper's claims
+def paper_pair(d: dict) -> tuple[list[str], list[str]]:
+    """The labels of the paper's two families in a result: Pythia (a GPT-NeoX transformer
+    named pythia…) and Mamba (a Mamba / Mamba-2 model named mamba…)."""
+    models = d.get("models", {})
+    pythia = [k for k, v in models.items()
+              if "pythia" in k.lower() and v.get("arch") == HF_TRANSFORMER]
+    mamba = [k for k, v in models.items() if "mamba" in k.lower() and v.get("arch") in SSM_ARCHS]
+    return pythia, mamba
+
+
+def _mean_acc(rows: list[dict], key: str, keep) -> float | None:
+    accs = [r["acc"] for r in rows if keep(r[key]) and r.get("acc") is not None]
+    return sum(accs) / len(accs) if accs else None
+
+
+def _compare(d: dict, task: str, key: str, keep, where: str) -> tuple[str, bool | None]:
+    """Each Pythia's mean accuracy over the kept sizes against each Mamba's."""
+    pythia, mamba = paper_pair(d)
+    curves = get(d, task, "curves", default={})
+    if not (pythia and mamba):
+        return ("n/a: needs a Pythia and a Mamba model (e.g. EleutherAI/pythia-410m "
+                "state-spaces/mamba-370m-hf); got " + (", ".join(d.get("models", {})) or "none"),
+                None)
+    acc = {k: _mean_acc(curves.get(k, []), key, keep) for k in pythia + mamba}
+    if any(v is None for v in acc.values()):
+        return f"n/a: no {where} evaluated for every model", None
+    text = f"mean accuracy {where}: " + ", ".join(f"{k} {fmt(acc[k], '.2f')}" for k in acc)
+    return text, min(acc[k] for k in pythia) > max(acc[k] for k in mamba)
+
+
+def claim_phonebook(d: dict) -> tuple[str, bool | None]:
+    if "phonebook" not in d:
+        return "n/a: the phone-book task was not run", None
+    return _compare(d, "phonebook", "entries", lambda L: L >= PAPER_LONG_BOOK,
+                    f"over books of >= {PAPER_LONG_BOOK} entries")
+
+
+def claim_copy(d: dict) -> tuple[str, bool | None]:
+    if "copy" not in d:
+        return "n/a: the copy task was not run", None
+    if not get(d, "copy", "text", "natural", default=False):
+        return "n/a: the copied text was the suite's generated sentences, not natural text " \
+               "(give --text FILE)", None
+    return _compare(d, "copy", "tokens", lambda n: True, "over all copy lengths")
+
+
+FIGURE = Figure(
+    "Pretrained LMs: phone-book lookup and copying text", "Copy paper Fig. 1c and Fig. 7a/b",
+    (Claim("Pythia beats Mamba on phone-book lookup once the book is long (L >= 70; there "
+           "even Pythia-410m beats Mamba-2.8B)", claim_phonebook),
+     Claim("Pythia copies natural text better than Mamba (even the smallest transformer beats "
+           "the largest GSSM)", claim_copy)),
+    trains=False)
+
+
+def main(argv=None) -> int:
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+                        figure=FIGURE, add_arguments=add_arguments, checkpoints=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -237,7 +237,7 @@ def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_A
     return models, info, D if D is not None else 26
 
 
-def copy_prompts(model, task: CopyTask):
+def copy_prompts(model, task: CopyTask, lengths: Iterable[int] = ()):
     """``task`` as ``model`` reads it. A suite model speaks the task's vocabulary: the task
     itself. A pretrained LM (HF_ARCHS) gets the same kind of strings, uniform over the ordinary
     tokens of its tokenizer (``model.ordinary_token_ids()``), in the copy paper's prompt format
@@ -246,7 +246,10 @@ def copy_prompts(model, task: CopyTask):
     Tokens rather than characters: the length L, the n of a duplicated n-gram and the
     n-gram lookup the copy paper describes are all counted in the tokens the model reads; a
     random character string would be cut into tokens differently in each copy by a BPE
-    tokenizer, so neither L nor the answer's tokens would be defined."""
+    tokenizer, so neither L nor the answer's tokens would be defined.
+
+    ``lengths``: the string lengths to be asked for, checked here so that a prompt longer than
+    a pretrained LM's context is one line before any work."""
     if model.arch not in HF_ARCHS:
         return task
     alphabet = model.ordinary_token_ids()
@@ -254,9 +257,12 @@ def copy_prompts(model, task: CopyTask):
     check(model.tokenizer.unk_token_id not in sep,
           f"{model.name}: its tokenizer cannot write the separator {PRETRAINED_SEP!r}")
     stateful = bool(getattr(model.cfg, "is_stateful", False))  # an SSM has no context limit
-    return TokenCopyPrompts(type(task)(dataclasses.replace(task.cfg, D=len(alphabet))),
-                            alphabet, sep, model.bos_ids(),
-                            n_ctx=None if stateful else int(model.cfg.n_ctx))
+    prompts = TokenCopyPrompts(type(task)(dataclasses.replace(task.cfg, D=len(alphabet))),
+                               alphabet, sep, model.bos_ids(),
+                               n_ctx=None if stateful else int(model.cfg.n_ctx))
+    for L in lengths:
+        prompts.check_length(L)
+    return prompts
 
 
 def get(d: dict, *path, default=None):

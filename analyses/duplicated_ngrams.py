@@ -78,13 +78,15 @@ def compute(models: dict, D: int, n_values: list[int] | None = None,
         lengths = sorted({max(train_max_len or 0, 3), max(top, 3 * max(n_values))})
     check(all(L >= 3 for L in lengths), f"lengths must be >= 3, got {lengths}")
     plain = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
+    # a pretrained LM reads the strings in its own tokens (checked before any work)
+    prompts_of = {label: copy_prompts(m, plain, lengths) for label, m in models.items()}
     jobs = len(models) * len(lengths) * (1 + len(n_values))
     bar = tqdm(total=jobs, desc=NAME, disable=not progress, leave=False)
     curves = {}
     for label, model in models.items():
         model.eval()
         per_len = []
-        prompts = copy_prompts(model, plain)  # a pretrained LM: the strings in its own tokens
+        prompts = prompts_of[label]
         for L in lengths:
             base = accuracy_at(model, prompts, L, n_examples, seed + L, prompts.example_len(L),
                                batch_size, greedy)

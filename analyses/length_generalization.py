@@ -58,11 +58,13 @@ def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examp
     lengths = lengths or PRESETS["quick"]["lengths"]
     check(all(L >= 1 for L in lengths), f"lengths must be >= 1, got {lengths}")
     task = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
+    # a pretrained LM reads the strings in its own tokens (checked before any work)
+    prompts_of = {label: copy_prompts(m, task, lengths) for label, m in models.items()}
     curves = {}
     bar = tqdm(total=len(models) * len(lengths), desc=NAME, disable=not progress, leave=False)
     for label, model in models.items():
         model.eval()
-        prompts = copy_prompts(model, task)  # a pretrained LM: the strings in its own tokens
+        prompts = prompts_of[label]
         rows = []
         for L in lengths:
             rows.append({"L": L, **accuracy_at(model, prompts, L, n_examples, seed + L,

@@ -162,15 +162,19 @@ class TokenCopyPrompts:
     def example_len(self, L: int) -> int:
         return len(self.bos) + 3 * L + 2 * len(self.sep)
 
-    def eval_batch(self, batch_size: int, g: torch.Generator,
-                   length: int | None = None) -> PromptBatch:
-        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
-        L = self.task.sample_length(g) if length is None else int(length)
+    def check_length(self, L: int) -> None:
+        """One line unless a length-``L`` string makes a prompt the model can read."""
         check(L >= 2, f"length must be >= 2 (the first token is given), got {L}")
         fed = self.example_len(L) - 1  # the last answer token is never fed back in
         check(self.n_ctx is None or fed <= self.n_ctx,
               f"a copy prompt for a length-{L} string is {fed} tokens, more than the model's "
               f"context ({self.n_ctx}); use shorter --lengths")
+
+    def eval_batch(self, batch_size: int, g: torch.Generator,
+                   length: int | None = None) -> PromptBatch:
+        check(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+        L = self.task.sample_length(g) if length is None else int(length)
+        self.check_length(L)
         x = self.alphabet[self.task.strings(batch_size, L, g)]  # [batch, L] token ids
         sep = self.sep.expand(batch_size, -1)  # [batch, len(sep)]
         bos = self.bos.expand(batch_size, -1)  # [batch, 0 or 1]

@@ -232,4 +232,5 @@ def test_length_generalization_cli_on_pretrained_models(hf_dirs, tmp_path):
     r = run_cli("analyses.length_generalization", str(hf_dirs["gpt2"]), "--lengths", "100",
                 "--n-examples", "2", "--out", str(tmp_path / "long"))
     assert r.returncode == 2 and "more than the model's context" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr  # no bar
+    assert not (tmp_path / "long").exists()

@@ -889,7 +889,8 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
         # checkpoint (every training run, every test) never needs them
         from models.hf import load_hf
 
-        return load_hf(path, device, archs=archs)
+        model = load_hf(path, device, archs=archs)
+        return model if eval_mode else model.train()
     if Path(path).is_dir():
         raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "
                               "HuggingFace model: it has no config.json)")

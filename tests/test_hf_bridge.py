@@ -31,14 +31,14 @@ from tests.hf_fixtures import CAUSAL_KINDS, CHARS, N_HEADS, N_LAYERS, save_tiny_
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ARCH = {"gpt_neox": HF_TRANSFORMER, "gpt2": HF_TRANSFORMER, "mamba": HF_MAMBA,
-        "mamba2": HF_MAMBA2}
+ARCH = {"gpt_neox": HF_TRANSFORMER, "gpt2": HF_TRANSFORMER, "llama": HF_TRANSFORMER,
+        "mamba": HF_MAMBA, "mamba2": HF_MAMBA2}
 
 
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return {kind: save_tiny_hf(kind, root) for kind in (*CAUSAL_KINDS, "bert")}
+    return {kind: save_tiny_hf(kind, root) for kind in (*ARCH, "bert")}
 
 
 def one_line(e: BaseException) -> str:
@@ -54,7 +54,7 @@ def run_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("kind", CAUSAL_KINDS)
+@pytest.mark.parametrize("kind", [*CAUSAL_KINDS, "llama"])
 def test_bridge_logits_equal_hf_and_interface(hf_dirs, kind):
     path = hf_dirs[kind]
     m = models.load(path)  # the dispatch: a directory with config.json is an HF model

@@ -1,5 +1,6 @@
-"""Pretrained language models on the copy paper's lookup and copy prompts (§4, Fig. 1c and
-Fig. 7a/b): Pythia against Mamba, or any causal LMs given on the command line.
+"""Pretrained LMs on the copy paper's phone-book and copy prompts (§4: Fig. 1c, Fig. 7a/b).
+
+Pythia against Mamba, or any HuggingFace causal LMs given on the command line.
 
 ``python -m analyses.pretrained_copy EleutherAI/pythia-410m state-spaces/mamba-370m-hf``
 (hub names need the internet; local HuggingFace model directories work offline). Each model is
@@ -97,7 +98,7 @@ def decode(tokenizer, ids: list[int]) -> str:
 
 
 @torch.no_grad()
-def greedy_verdicts(model, prompts: list[Prompt], batch_size: int = 4
+def greedy_verdicts(model, prompts: list[Prompt], batch_size: int = 4, on_batch=None
                     ) -> list[tuple[bool, str]]:
     """``[(right, continuation)]``: greedy decoding of each prompt, scored as the paper does.
 
@@ -126,6 +127,8 @@ def greedy_verdicts(model, prompts: list[Prompt], batch_size: int = 4
                           if a != b), len(p.expected))
             generated = p.expected[:agree] + guess[agree : agree + 1]
             out[order[start + r]] = _finish(model, p, generated, eos)
+        if on_batch is not None:
+            on_batch(len(rows))
     return out  # type: ignore[return-value]
 
 
@@ -171,15 +174,17 @@ def context_of(model) -> int | None:
     return None if model.arch in SSM_ARCHS else int(model.cfg.n_ctx)
 
 
-def evaluate(model, prompts: list[Prompt], batch_size: int) -> dict:
+def evaluate(model, prompts: list[Prompt], batch_size: int, on_batch=None) -> dict:
     """Accuracy on one point; n/a when a prompt does not fit the model's context."""
     longest = max(len(p.ids) + len(p.expected) for p in prompts)
     limit = context_of(model)
     base = {"n": len(prompts), "prompt_tokens": sum(len(p.ids) for p in prompts) / len(prompts)}
     if limit is not None and longest > limit:
+        if on_batch is not None:
+            on_batch(len(prompts))
         return {**base, "acc": None, "note": f"prompts of up to {longest} tokens exceed the "
                 f"model's context ({limit})"}
-    verdicts = greedy_verdicts(model, prompts, batch_size)
+    verdicts = greedy_verdicts(model, prompts, batch_size, on_batch)
     right = [v for v, _ in verdicts]
     acc = sum(right) / len(right)
     return {**base, "acc": acc, "stderr": math.sqrt(acc * (1 - acc) / len(right)),
@@ -226,27 +231,31 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
               f"for {label}'s tokenizer, fewer than the longest copy length {max(lengths)}")
     result = {"seed": seed, "n_examples": n_examples,
               "models": {label: model_info(m) for label, m in models.items()}}
-    jobs = len(models) * (len(entries) * ("phonebook" in tasks) + len(lengths) * ("copy" in tasks))
-    bar = tqdm(total=jobs, desc=NAME, disable=not progress, leave=False)
+    points = len(entries) * ("phonebook" in tasks) + len(lengths) * ("copy" in tasks)
+    bar = tqdm(total=len(models) * points * n_examples, desc=NAME, unit="prompt",
+               disable=not progress, leave=False)
     if "phonebook" in tasks:
-        curves = {}
+        curves, example = {}, None
         for label, m in models.items():
             curves[label] = []
             for L in entries:
                 prompts = phonebook_prompts(m.tokenizer, L, n_examples, seed)
-                curves[label].append({"entries": L, **evaluate(m, prompts, batch_size)})
-                bar.update(1)
-        result["phonebook"] = {"entries": entries, "shots": 2, "curves": curves}
+                example = example or {"prompt": prompts[0].text, "answer": prompts[0].answer}
+                curves[label].append({"entries": L, **evaluate(m, prompts, batch_size,
+                                                               bar.update)})
+        result["phonebook"] = {"entries": entries, "shots": 2, "curves": curves,
+                               "example": example}
     if "copy" in tasks:
-        curves = {}
+        curves, example = {}, None
         for label, m in models.items():
             curves[label] = []
             for n in lengths:
                 prompts = copy_prompts(m.tokenizer, text_ids[label], n, n_examples, seed, shuffle)
-                curves[label].append({"tokens": n, **evaluate(m, prompts, batch_size)})
-                bar.update(1)
+                example = example or {"prompt": prompts[0].text, "answer": prompts[0].answer}
+                curves[label].append({"tokens": n, **evaluate(m, prompts, batch_size,
+                                                              bar.update)})
         result["copy"] = {
-            "lengths": lengths, "curves": curves,
+            "lengths": lengths, "curves": curves, "example": example,
             "text": {"source": text_source or "generated", "natural": natural,
                      "shuffled": shuffle, "note": None if natural else GENERATED_TEXT_NOTE}}
     bar.close()
@@ -313,8 +322,12 @@ def table(result: dict) -> list[list]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", help="HuggingFace causal LMs: local directories or hub "
                    "names (e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf)")
-    p.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                   default="quick", help="the paper's sizes and 640 prompts per point (a GPU)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help="small sizes, 20 prompts per point (default)")
+    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+                   help="the paper's sizes and 640 prompts per point (a GPU)")
+    p.set_defaults(preset="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
     p.add_argument("--entries", default=None, help="phone-book sizes L (default: "
                    f"{','.join(map(str, PRESETS['quick']['entries']))})")

@@ -232,6 +232,12 @@ def test_cli_on_two_tiny_hf_models_offline(hf_dirs, tmp_path):
             assert [x[key] for x in rows] == sizes
             assert all(0.0 <= x["acc"] <= 1.0 and x["n"] == 3 for x in rows)
     assert d["copy"]["text"]["natural"] is False and "not natural" in d["copy"]["text"]["note"]
+    ex = d["phonebook"]["example"]  # the first prompt, for a reader to see the format
+    assert ex["prompt"].count("\n\n") == 2 and ex["prompt"].endswith(":")
+    assert re.fullmatch(r"\d{3}-\d{3}-\d{4}", ex["answer"])
+    ex = d["copy"]["example"]
+    text, again, first = ex["prompt"].split("\n\n")
+    assert text == again and text == " ".join(filter(None, (first, ex["answer"])))
     assert "not natural" in r.stdout and "phonebook" in r.stdout
     assert all(c.measure(d)[1] is None for c in pc.FIGURE.claims)  # not the paper's pair
 

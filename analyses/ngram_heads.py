@@ -27,11 +27,18 @@ not over Mamba's channels (hundreds per layer; the conv, not a head, hashes ther
 with neither attention nor effective attention (LSTM, STU) is refused.
 
 Several checkpoints (``python -m analyses.ngram_heads hard_alibi.pt mamba2.pt``) are probed on
-the same data and drawn side by side: copy examples when all were trained on copy, else
-repeated random strings over the letters they share (``--data repeat`` forces that;
-``--data task`` gives each model its own task's examples: copy examples, or the flag-recall
-sequences of the induction task, whose query at the last flag should read the token after the
-first).
+the same data and drawn side by side: copy examples when all were trained on copy; else each
+on its own task's examples (``--data task``: copy examples, or the flag-recall sequences of the
+induction task, whose query at the last flag should read the token after the first);
+``--data repeat``: repeated random strings over the letters they all know.
+
+HuggingFace models (a directory or hub name, booted by models.hf): a pretrained causal LM
+(GPT-NeoX / Pythia, GPT-2, Llama, Mamba, Mamba-2) is probed on ``[BOS] r r`` with r random
+tokens of its vocabulary (the induction setting) and r a window of natural text (``--text
+FILE``; default: text the suite generates offline, which the output says is not natural text),
+both by default, drawn side by side. The feeding-head search is off for them (hundreds of heads
+before the match heads). A model this suite exported (models.export_hf) keeps our token ids and
+its task, and is probed exactly like its .pt file. ``--per-head`` also ablates each head alone.
 """
 
 from __future__ import annotations
@@ -54,17 +61,24 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
+from models.checkpoint import is_hf_source
+from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
 from probes.attention import pattern_scores
 from probes.copying import accuracy_on
 from tasks.base import PromptBatch, check, make_generator
 from tasks.copy import CopyConfig, CopyTask
 from tasks.induction import InductionConfig, InductionHeadsTask
+from tasks.prompts import GENERATED_TEXT_NOTE, generated_text
 from tasks.registry import make_task
 
 NAME = "ngram_heads"
 ARCHS = ("transformer", *ea.SSM_ARCHS)
-DATA = ("auto", "repeat", "task")  # --data: which probe examples (module docstring)
+HF_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
+DATA = ("auto", "repeat", "task", "text")  # --data: which probe examples (module docstring)
+# a pretrained LM: tokens per repeated segment (a few n-grams' worth, short enough for a CPU)
+HF_LENGTHS = (10, 20, 40)
+GENERATED_WORDS = 4000  # words of the offline default text (windows at many starts)
 COPY_TASKS = ("copy", "dup_ngram_copy")
 # language-model tasks over letters, on which "the token to output next appeared before"
 # means something; a Markov or memorization checkpoint has no copy heads to find
@@ -117,6 +131,31 @@ def repeated_batches(D: int, lengths: list[int], batch_size: int, g: torch.Gener
     return out
 
 
+def hf_batches(model, lengths: list[int], batch_size: int, g: torch.Generator, data: str,
+               text: str | None = None) -> list[tuple[PromptBatch, int]]:
+    """A pretrained LM's probe data: ``[BOS] r r`` (the answer is the second copy of r) for
+    segments r of L tokens drawn uniformly from the tokenizer's ordinary tokens
+    (``data="repeat"``), or cut from ``text`` at random starts (``data="text"``)."""
+    bos = torch.tensor(model.bos_ids(), dtype=torch.long)
+    if data == "text":
+        check(text is not None, "data='text' needs a text")
+        ids = torch.tensor(model.text_ids(text), dtype=torch.long)
+        check(len(ids) >= max(lengths), f"the text has {len(ids)} tokens, fewer than the "
+              f"segment length {max(lengths)}")
+    else:
+        vocab = model.ordinary_token_ids()
+    out = []
+    for L in lengths:
+        if data == "text":
+            starts = torch.randint(0, len(ids) - L + 1, (batch_size,), generator=g)
+            r = torch.stack([ids[s : s + L] for s in starts.tolist()])
+        else:
+            r = vocab[torch.randint(0, len(vocab), (batch_size, L), generator=g)]
+        prefix = bos.expand(batch_size, -1)
+        out.append((PromptBatch(torch.cat([prefix, r, r[:, :1]], 1), r[:, 1:]), L))
+    return out
+
+
 def accuracy(model, data) -> dict[str, float]:
     """Greedy string- and character-level accuracy over the probe batches (paper §3.1)."""
     return accuracy_on(model, (batch for batch, _ in data), greedy=True)
@@ -129,8 +168,11 @@ def _nanmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------- compute
-def data_name(task_name: str, data: str = "auto") -> str:
-    """Which examples :func:`probe_batches` gives: ``copy``, ``repeat`` or ``induction``."""
+def data_name(task_name: str | None, data: str = "auto") -> str:
+    """Which examples :func:`probe_batches` gives: ``copy``, ``repeat``, ``induction`` or
+    ``text`` (a pretrained LM, ``task_name`` None: ``repeat`` or ``text``)."""
+    if task_name is None:
+        return "text" if data == "text" else "repeat"
     if data != "repeat" and task_name in COPY_TASKS:
         return "copy"
     return "induction" if data == "task" and task_name == "induction" else "repeat"
@@ -139,6 +181,8 @@ def data_name(task_name: str, data: str = "auto") -> str:
 def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> list[int]:
     """The upper half of the training range (the induction task with ``data="task"``: its
     training length)."""
+    if task_name is None:
+        return list(HF_LENGTHS)
     if task_name == "induction" and data == "task":
         return [int(task_config.get("length", InductionConfig.length))]
     hi = int(task_config.get("max_len", 20))
@@ -149,7 +193,7 @@ def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> li
 def check_model(model) -> str:
     """The model's kind of heads (probes.effective_attention.kind); one line if it has none
     or is not a language model."""
-    if getattr(model, "arch", None) not in ARCHS:
+    if getattr(model, "arch", None) not in (*ARCHS, *HF_ARCHS):
         ea.kind(model)  # the one-line refusal: no attention and no effective attention
         check(False, f"ngram_heads takes {', '.join(ARCHS)} models, got {model.arch!r}")
     head = getattr(model.cfg, "head", "lm")
@@ -161,11 +205,18 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
             lengths: list[int] | None = None, batch_size: int = 64, seed: int = 0,
             mode: str = "mean", threshold: float = 0.5, draws: int = 10,
             top_k: int | None = None, n_hashing: int = 4, progress: bool = True,
-            data: str = "auto", batches: list | None = None) -> dict:
+            data: str = "auto", batches: list | None = None, text: str | None = None,
+            feeding: bool | None = None, per_head: bool = False) -> dict:
     """All numbers of the analysis (see the module docstring). ``batches`` (from
     :func:`probe_batches`) replaces the probe data the task would give, so several models can
-    be scored on the same examples."""
+    be scored on the same examples. A pretrained LM (``task_name`` None) is probed on repeated
+    random tokens of its vocabulary, or with ``data="text"`` on repeated windows of ``text``.
+    ``feeding``: search the feeding heads (default: on suite transformers and Mamba-2).
+    ``per_head``: also ablate every head alone (``per_head_drop`` [layer, head]: the string
+    accuracy each costs), which finds the heads a copy needs even where no head's pattern
+    concentrates on the copied token."""
     kind = check_model(model)
+    hf = ea.is_hf(model)
     data_mode = data
     check(n_max >= 1 and batch_size >= 1 and draws >= 1,
           "n_max, batch_size and draws must be >= 1")
@@ -176,13 +227,17 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
     check(all(L >= 2 for L in lengths), f"lengths must be >= 2, got {lengths}")
     model.eval()
     Lh, H = model.cfg.n_layers, ea.n_heads(model)
-    if batches is None:
+    if batches is None and task_name is None:
+        batches = hf_batches(model, lengths, batch_size, make_generator(seed),
+                             data_name(None, data), text)
+    elif batches is None:
         batches = probe_batches(model, task_name, task_config, lengths, batch_size, seed, data)
     data = batches
     # Mamba's heads are its channels: ablating each in turn is hundreds of runs, and its
-    # conv, not a head, does the local hashing the feeding-head search looks for
-    feeding_on = kind != "s6"
-    steps = 3 + 2 * draws + (Lh * H if feeding_on else 0)
+    # conv, not a head, does the local hashing the feeding-head search looks for; a
+    # pretrained LM has hundreds of heads before its match heads
+    feeding_on = (kind != "s6" and not hf) if feeding is None else feeding
+    steps = 3 + 2 * draws + (Lh * H if feeding_on else 0) + (Lh * H if per_head else 0)
     bar = tqdm(total=steps, desc=NAME, disable=not progress, leave=False)
 
     sc = pattern_scores(model, data, n_max, patterns=ea.head_patterns)
@@ -224,6 +279,15 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
             bar.update(1)
         controls[name] = _control_summary(runs, base)
 
+    per_head_drop = None
+    if per_head:
+        per_head_drop = torch.zeros(Lh, H)
+        for i in range(Lh):
+            for h in range(H):
+                with ea.ablated_heads(model, [(i, h)], mode, means):
+                    per_head_drop[i, h] = base["string_acc"] - accuracy(model, data)["string_acc"]
+                bar.update(1)
+
     # ---- hashing heads: earlier-layer heads whose ablation lowers the match heads' score
     top_layer = max(i for i, _ in top)
     ref = float(np.mean([float(sc["match"][i, h, best_n[i, h] - 1]) for i, h in top]))
@@ -247,7 +311,7 @@ def compute(model, task_name: str = "copy", task_config: dict | None = None, n_m
         "mode": mode, "threshold": threshold, "seed": seed,
         "n_layers": Lh, "n_heads": H, "pe": getattr(model.cfg, "pe", None),
         "arch": model.arch, "heads": kind, "data": data_name(task_name, data_mode),
-        "feeding_searched": feeding_on,
+        "feeding_searched": feeding_on, "per_head_drop": per_head_drop,
         "match_by_n": sc["match"], "queries_by_n": sc["counts"],
         "match_score": match_score, "best_n": best_n, "target_score": sc["target"],
         "match_heads": [{"layer": i, "head": h, "match_score": float(match_score[i, h]),
@@ -369,8 +433,10 @@ def plot_side_by_side(result: dict):
     w = 0.27
     base = [r["accuracy"]["string_acc"] for r in runs]
     abl = [r["ablated"]["string_acc"] for r in runs]
-    a.bar(x - w, base, w, label="no ablation", color=COLORS["hard_alibi"])
-    a.bar(x, abl, w, label="match heads ablated", color=COLORS["rope"])
+    a.bar_label(a.bar(x - w, base, w, label="no ablation", color=COLORS["hard_alibi"]),
+                fmt="%.2f", fontsize=6)
+    a.bar_label(a.bar(x, abl, w, label="match heads ablated", color=COLORS["rope"]),
+                fmt="%.2f", fontsize=6)
     labelled = False
     for j, r in enumerate(runs):
         rs = np.array([d["string_acc"] for d in r["random"]["runs"]], dtype=float)
@@ -380,8 +446,9 @@ def plot_side_by_side(result: dict):
                   label=None if labelled else "as many random heads (range)")
             labelled = True
     a.set(xticks=x, xticklabels=[r["label"] for r in runs], ylabel="string accuracy",
-          ylim=(0, 1.05), title=f"{result['mode']}-ablation on {result['data']} data")
-    a.legend(loc="lower left", fontsize=6)
+          ylim=(0, 1.35), yticks=np.linspace(0, 1, 6),
+          title=f"{result['mode']}-ablation on {result['data']} data")
+    a.legend(loc="upper center", fontsize=6, ncol=2)
     return fig
 
 
@@ -393,11 +460,33 @@ def _head_rows(result: dict, prefix: list) -> list[list]:
     return rows
 
 
+PER_HEAD_ROWS = 5  # heads listed by the accuracy their ablation alone costs
+
+
+def _per_head_rows(result: dict, prefix: list) -> list[list]:
+    """The heads whose ablation alone costs the most string accuracy (with ``--per-head``),
+    with their match and target scores."""
+    drop = result.get("per_head_drop")
+    if drop is None:
+        return []
+    d = np.array(drop, dtype=float)
+    ms, ts = np.array(result["match_score"]), np.array(result["target_score"])
+    order = np.argsort(-d, axis=None)[:PER_HEAD_ROWS]
+    rows = []
+    for flat in order:
+        i, h = np.unravel_index(flat, d.shape)
+        rows.append([*prefix, f"L{i}H{h} alone", f"drop {d[i, h]:.3f}", float(ms[i, h]), "",
+                     float(ts[i, h])])
+    return rows
+
+
 def table(result: dict) -> list[list]:
     if "models" in result:
         rows = [["model", "layer", "head", "match", "best n", "target"]]
         for r in result["models"]:
             rows += _head_rows(r, [r["label"]])
+        for r in result["models"]:
+            rows += _per_head_rows(r, [r["label"]])
         rows.append(["", "", "", "", "", ""])
         rows.append(["model", "string acc", "match heads abl.", "random abl. mean", "", ""])
         for r in result["models"]:
@@ -405,7 +494,8 @@ def table(result: dict) -> list[list]:
             rows.append([r["label"], r["accuracy"]["string_acc"], r["ablated"]["string_acc"],
                          "" if rnd is None else r["accuracy"]["string_acc"] - rnd, "", ""])
         return rows
-    rows = [["layer", "head", "match", "best n", "target"], *_head_rows(result, [])]
+    rows = [["layer", "head", "match", "best n", "target"], *_head_rows(result, []),
+            *_per_head_rows(result, [])]
     b, a = result["accuracy"], result["ablated"]
     rows.append(["", "", "", "", ""])
     rows.append(["accuracy", "string", "char", "", ""])
@@ -433,12 +523,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draws", type=int, default=10, help="random ablations")
     p.add_argument("--data", choices=DATA, default="auto",
                    help="probe examples: auto (copy examples for copy models, else repeated "
-                   "random strings), repeat, or task (each model's own task)")
+                   "random strings; a pretrained LM: both repeat and text), repeat, task (each "
+                   "model's own task) or text (a pretrained LM: repeated windows of --text)")
+    p.add_argument("--per-head", action="store_true", help="also ablate each head alone "
+                   "(the string accuracy each costs)")
+    p.add_argument("--text", default=None, help="a pretrained LM's natural text (a UTF-8 "
+                   "file; default: text the suite generates offline, not natural text)")
 
 
 def _kwargs(args) -> dict:
     return dict(n_max=args.n_max, batch_size=args.batch_size, seed=args.seed, mode=args.mode,
-                threshold=args.threshold, draws=args.draws, top_k=args.top_k, data=args.data)
+                threshold=args.threshold, draws=args.draws, top_k=args.top_k,
+                per_head=args.per_head)
+
+
+def probe_text(path: str | None, seed: int) -> tuple[str, str]:
+    """``(text, source)``: the file's text, or the suite's offline generated text (and a note
+    that it is not natural text)."""
+    if path is None:
+        print(f"note: {GENERATED_TEXT_NOTE}")
+        return generated_text(GENERATED_WORDS, make_generator(seed)), "generated"
+    try:
+        return open(path, encoding="utf-8").read(), path
+    except (OSError, UnicodeDecodeError) as e:
+        check(False, f"--text {path}: cannot read it as UTF-8 text ({type(e).__name__})")
+
+
+def task_of(model) -> dict | None:
+    """The task a model was trained on: a suite checkpoint's, or the one ``models.export_hf``
+    stored in an exported model's config (``seqprobe``: its tokenizer keeps our token ids, so it
+    is probed on the same examples as its .pt file); None for a pretrained LM."""
+    task = model.checkpoint.get("task")
+    if task is None and ea.is_hf(model):
+        prov = model.checkpoint["model"].get("config", {}).get("seqprobe")
+        if isinstance(prov, dict) and isinstance(prov.get("task"), dict):
+            task = prov["task"]
+    return task
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
@@ -446,30 +566,58 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     lengths = ints(args.lengths) if args.lengths else None
     models = []
     for c in checkpoints:  # all loaded (and refused) before any compute
-        model = load_model(c.path, device=args.device, tasks=TASKS)
+        archs = HF_ARCHS if is_hf_source(c.path) else None
+        model = load_model(c.path, archs=archs, device=args.device, tasks=TASKS)
         check_model(model)
+        task = task_of(model)
+        check(task is None or task["name"] in TASKS, f"{c.path}: this analysis needs a model "
+              f"trained on {' or '.join(TASKS)}, but its task is {task and task['name']!r}")
         models.append((c, model))
-    if len(models) == 1:
-        (c, model), = models
-        task = model.checkpoint["task"]
-        result = compute(model, task["name"], task["config"], lengths=lengths, **_kwargs(args))
-        result["checkpoint"] = c.path
+    runs = []  # (label, checkpoint, model, data)
+    for c, m in models:
+        if task_of(m) is None:
+            kinds = ("repeat", "text") if args.data == "auto" else (args.data,)
+            check(set(kinds) <= {"repeat", "text"}, f"{c.path}: a pretrained LM has no task; "
+                  "probe it with --data repeat, text or auto (both)")
+            runs += [(f"{m.name} {k}" if len(kinds) > 1 else m.name, c.path, m, k)
+                     for k in kinds]
+        else:
+            check(args.data != "text", f"{c.path}: --data text is for pretrained LMs (a suite "
+                  "model knows only its task's tokens)")
+            runs.append((m.name if ea.is_hf(m) else label_for(m), c.path, m, args.data))
+    text, source = (probe_text(args.text, args.seed) if any(r[3] == "text" for r in runs)
+                    else (None, None))
+    if len(runs) == 1:
+        (_, path, model, data), = runs
+        task = task_of(model) or {"name": None, "config": {}}
+        result = compute(model, task["name"], task["config"], lengths=lengths, data=data,
+                         text=text, **_kwargs(args))
+        result["checkpoint"] = path
+        if source:
+            result["text_source"] = source
         if not result["threshold_met"]:
             print(f"note: no head reaches match score {args.threshold}; ablated the best one")
         return result
-    return compute_many([(label_for(m), c.path, m) for c, m in models], lengths, **_kwargs(args))
+    result = compute_many(runs, lengths, text=text, **_kwargs(args))
+    if source:
+        result["text_source"] = source
+    return result
 
 
 def shared_data(models: list, lengths: list[int] | None, batch_size: int, seed: int,
                 data: str) -> tuple[str, dict, list[int], list | None]:
     """``(task, config, lengths, batches)`` every model is probed on: copy examples when all
-    were trained on copy tasks over one alphabet, else repeated random strings over the
-    letters all of them know (``data="task"``: batches None, each model gets its own)."""
-    tasks = [m.checkpoint["task"] for _, _, m in models]
+    were trained on copy tasks over one alphabet; repeated random strings over the letters all
+    of them know with ``data="repeat"``; else (``task``, or ``auto`` over different tasks)
+    batches None: each model gets its own task's examples. (Repeats over the few letters an
+    induction model knows put chance-level n-gram matches everywhere, and are as foreign to a
+    copy model as to it; each model on its own task is the fairer side by side.)"""
+    tasks = [task_of(m) for _, _, m, _ in models]
     first = tasks[0]
-    if data == "task":
+    copy = all(t["name"] in COPY_TASKS for t in tasks)
+    if data == "task" or (data == "auto" and not copy):
         return first["name"], first["config"], lengths, None
-    if data == "auto" and all(t["name"] in COPY_TASKS for t in tasks):
+    if data == "auto":
         Ds = {int(t["config"].get("D", 26)) for t in tasks}
         check(len(Ds) == 1, f"the copy checkpoints use different alphabets (D = {sorted(Ds)}); "
               "use --data repeat")
@@ -482,19 +630,28 @@ def shared_data(models: list, lengths: list[int] | None, batch_size: int, seed: 
                                                          make_generator(seed))
 
 
-def compute_many(models: list[tuple[str, str, object]], lengths: list[int] | None = None,
-                 batch_size: int = 64, seed: int = 0, data: str = "auto", **kw) -> dict:
-    """:func:`compute` for each ``(label, checkpoint, model)`` on shared probe data."""
-    task, config, lengths, batches = shared_data(models, lengths, batch_size, seed, data)
+def compute_many(models: list[tuple[str, str, object, str]], lengths: list[int] | None = None,
+                 batch_size: int = 64, seed: int = 0, text: str | None = None, **kw) -> dict:
+    """:func:`compute` for each ``(label, checkpoint, model, data)``: suite models on shared
+    probe data (:func:`shared_data`); with a pretrained LM among them, each model on its own
+    (a pretrained LM's tokens are not a suite task's)."""
+    data = models[0][3]
+    if any(task_of(m) is None for _, _, m, _ in models):
+        task, config, batches = None, {}, None
+    else:
+        task, config, lengths, batches = shared_data(models, lengths, batch_size, seed, data)
     out, seen = [], set()
-    for label, path, model in tqdm(models, desc=NAME, leave=False):
+    for label, path, model, data in tqdm(models, desc=NAME, leave=False):
         while label in seen:  # two checkpoints of one kind
             label += "'"
         seen.add(label)
-        t = model.checkpoint["task"]
-        if batches is None:
+        t = task_of(model) or {"name": None, "config": {}}
+        if t["name"] is None:
+            r = compute(model, None, {}, lengths=lengths, batch_size=batch_size, seed=seed,
+                        data=data, text=text, progress=False, **kw)
+        elif batches is None:
             r = compute(model, t["name"], t["config"], lengths=lengths, batch_size=batch_size,
-                        seed=seed, data=data, progress=False, **kw)
+                        seed=seed, data="task", progress=False, **kw)
         else:
             r = compute(model, task if task != "repeat" else t["name"], config, lengths=lengths,
                         batch_size=batch_size, seed=seed, data="repeat" if task == "repeat"

@@ -35,6 +35,12 @@ mean; the D skip stays.
 Cache hooks read (``blocks.{i}.mixer.``): hook_x, hook_B, hook_C, hook_ssm_dt; A comes from the
 mixer's ``A_log``. Those hooks fire on the fast (chunked) path too, so a cache filtered to
 :func:`hook_names` does not force the per-position state loop that hook_decay would.
+
+HF Mamba-2 / Mamba booted by :mod:`models.hf` (TransformerBridge) get the same M from the
+bridge's cache (:func:`bridge_effective_attention`: in_proj / conv1d outputs, or x_proj /
+dt_proj outputs), equal to TransformerLens' ``compute_ssm_effective_attention(...,
+include_dt_scaling=True)``; their heads are ablated through the bridge's eager-scan
+hook_ssm_state (:func:`bridge_ablation_hooks`). HF transformers are read as attention heads.
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from models.hf import HF_HYBRID, HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from models.mamba import MambaMixer
+from models.registry import HF_ARCHS
 from models.ssd import Mamba2Mixer
 from probes import ablation
 from probes.attention import attention_patterns
@@ -115,22 +123,38 @@ def effective_pattern(M: Float[Tensor, "batch heads q k"]) -> Float[Tensor, "bat
 
 
 # ---------------------------------------------------------------------------- suite models
+KIND_OF = {"transformer": "attention", "mamba2": "ssd", "mamba": "s6",
+           HF_TRANSFORMER: "attention", HF_MAMBA2: "ssd", HF_MAMBA: "s6"}
+
+
 def kind(model) -> str:
-    """``attention`` (a transformer), ``ssd`` (Mamba-2) or ``s6`` (Mamba); one error line for
-    a model with neither attention nor effective attention."""
+    """``attention`` (a transformer), ``ssd`` (Mamba-2) or ``s6`` (Mamba), for suite models and
+    HF models booted by models.hf; one error line for a model with neither attention nor
+    effective attention."""
     arch = getattr(model, "arch", None)
-    if arch == "transformer":
-        return "attention"
-    if arch in SSM_ARCHS:
-        return "ssd" if arch == "mamba2" else "s6"
+    if arch in KIND_OF:
+        return KIND_OF[arch]
+    if arch == HF_HYBRID:
+        raise TaskError("a hybrid HF model (attention and SSM layers in one stack): its layers "
+                        "have heads of two kinds, which this probe does not mix")
     raise TaskError(f"a {arch!r} model has no attention heads (a transformer) and no effective "
                     f"attention (an SSM: {', '.join(SSM_ARCHS)}); nothing to read heads from")
+
+
+def is_hf(model) -> bool:
+    """A HuggingFace model booted by models.hf (a TransformerBridge), not a suite model."""
+    return getattr(model, "arch", "") in HF_ARCHS
 
 
 def n_heads(model) -> int:
     """Heads per layer: attention heads, Mamba-2 heads, or Mamba channels (d_inner)."""
     k = kind(model)
-    return model.cfg.d_inner if k == "s6" else model.cfg.n_heads
+    if not is_hf(model):
+        return model.cfg.d_inner if k == "s6" else model.cfg.n_heads
+    if k == "attention":
+        return model.cfg.n_heads
+    oc = model.blocks[0].mixer.original_component
+    return oc.num_heads if k == "ssd" else oc.intermediate_size
 
 
 def hook_names(layers: Iterable[int]) -> set[str]:
@@ -174,10 +198,18 @@ def mixer_x(model, cache, layer: int) -> Float[Tensor, "batch pos heads d_head"]
 def head_patterns(model, tokens: Int[Tensor, "batch pos"]) -> list[Tensor]:
     """Per layer, ``[batch, head, q, k]`` patterns of ``model``'s heads on ``tokens``: the
     attention pattern (hook_pattern) of a transformer, :func:`effective_pattern` of the
-    effective attention of a Mamba-2 / Mamba. Float32, on the CPU."""
-    if kind(model) == "attention":
+    effective attention of a Mamba-2 / Mamba (suite or HF). Float32, on the CPU."""
+    k = kind(model)
+    if k == "attention":
         return attention_patterns(model, tokens)
     Lh = model.cfg.n_layers
+    if is_hf(model):
+        names = {f"blocks.{i}.mixer.{h}" for i in range(Lh) for h in BRIDGE_READS[k]}
+        with eager_scan(model):
+            _, cache = model.run_with_cache(tokens.to(model.device),
+                                            names_filter=lambda n: n in names)
+        return [effective_pattern(bridge_effective_attention(model, cache, i)).float().cpu()
+                for i in range(Lh)]
     names = hook_names(range(Lh))
     _, cache = model.run_with_cache(tokens.to(model.device), names_filter=lambda n: n in names)
     return [effective_pattern(effective_attention(model, cache, i)).float().cpu()
@@ -255,9 +287,11 @@ def ssm_ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "mea
 @torch.no_grad()
 def head_means(model, tokens: Tensor) -> dict[int, Tensor]:
     """Mean head outputs for mean-ablation: z of attention heads (:mod:`probes.ablation`), the
-    scan output of SSM heads (:func:`ssm_head_means`)."""
+    scan output of SSM heads (:func:`ssm_head_means`, :func:`bridge_head_means`)."""
     if kind(model) == "attention":
         return ablation.head_means(model, tokens)
+    if is_hf(model):
+        return bridge_head_means(model, tokens)
     return ssm_head_means(model, tokens)
 
 
@@ -272,11 +306,156 @@ def ablated_heads(model, heads: Iterable[tuple[int, int]], mode: str = "mean",
             yield
         return
     _check_heads(model, heads)
+    if is_hf(model):
+        with eager_scan(model), model.hooks(fwd_hooks=bridge_ablation_hooks(
+                model, heads, mode, means)):
+            yield
+        return
     with model.hooks(fwd_hooks=ssm_ablation_hooks(model, heads, mode, means)):
         yield
 
 
-# ---------------------------------------------------------------------------- HF Mamba-2
+# ---------------------------------------------------------------------------- HF SSMs
+# A bridge's cache entries the effective attention of each kind reads (HF's mixers fuse B, C
+# and Δ into in_proj / conv1d (Mamba-2) or x_proj / dt_proj (Mamba) outputs)
+BRIDGE_READS = {"ssd": ("in_proj.hook_out", "conv1d.hook_out"),
+                "s6": ("x_proj.hook_out", "dt_proj.hook_out")}
+
+
+@contextmanager
+def eager_scan(model) -> Iterator[None]:
+    """TransformerLens' eager scan on every SSM mixer of a bridge inside the block: HF's fused
+    CPU path applies its conv functionally (conv1d.hook_out would not fire) and never
+    materialises the state (hook_ssm_state, which :func:`bridge_ablation_hooks` edits)."""
+    mixers = [b.mixer for b in model.blocks if hasattr(b.mixer, "eager_scan")]
+    before = [m.eager_scan for m in mixers]
+    for m in mixers:
+        m.eager_scan = True
+    try:
+        yield
+    finally:
+        for m, b in zip(mixers, before, strict=True):
+            m.eager_scan = b
+
+
+def _weightless_rms(x: Tensor, eps: float) -> Tensor:
+    """FalconMamba's parameter-free RMS norm of B, C (HF applies it after x_proj)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def bridge_s6_terms(mixer, cache, layer: int) -> dict[str, Tensor]:
+    """``dt`` [batch, pos, channels], ``A`` [channels, n], ``B``, ``C`` [batch, pos, n] of an
+    HF ``MambaMixer`` booted by TransformerBridge, from ``x_proj.hook_out`` (Δ's low-rank input,
+    B, C) and ``dt_proj.hook_out`` (Δ before its softplus)."""
+    oc = mixer.original_component
+    pre = f"blocks.{layer}.mixer."
+    for h in BRIDGE_READS["s6"]:
+        check(pre + h in cache, f"{pre + h} is not in the cache")
+    R, N = oc.time_step_rank, oc.ssm_state_size
+    _, B, C = cache[pre + "x_proj.hook_out"].float().split([R, N, N], dim=-1)
+    eps = getattr(oc, "rms_eps", None)
+    if eps is not None:
+        B, C = _weightless_rms(B, eps), _weightless_rms(C, eps)
+    dt = F.softplus(cache[pre + "dt_proj.hook_out"].float())
+    return {"dt": dt, "A": -torch.exp(oc.A_log.float()), "B": B, "C": C}
+
+
+def bridge_effective_attention(model, cache, layer: int) -> Float[Tensor, "batch heads q k"]:
+    """M of an HF Mamba-2 / Mamba layer from the bridge's cache (run with :func:`eager_scan`)."""
+    mixer = model.blocks[layer].mixer
+    if kind(model) == "ssd":
+        t = bridge_ssd_terms(mixer, cache, layer)
+        return ssd_effective_attention(t["dt"], t["A"], t["B"], t["C"])
+    t = bridge_s6_terms(mixer, cache, layer)
+    return s6_effective_attention(t["dt"], t["A"], t["B"], t["C"])
+
+
+def _bridge_C(model, layer: int, cache_or_act: Tensor) -> Tensor:
+    """c_t of an HF mixer per head, [batch, pos, heads, n], from conv1d.hook_out (Mamba-2,
+    [batch, conv_dim, pos + w − 1] before the activation) or x_proj.hook_out (Mamba)."""
+    oc = model.blocks[layer].mixer.original_component
+    if kind(model) == "ssd":
+        H, P, G, N = oc.num_heads, oc.head_dim, oc.n_groups, oc.ssm_state_size
+        xBC = oc.act(cache_or_act.float())
+        C = xBC[:, H * P + G * N :].transpose(1, 2)  # [batch, pos + w − 1, G·N]
+        C = einops.rearrange(C, "b t (g n) -> b t g n", g=G)
+        return einops.repeat(C, "b t g n -> b t (g r) n", r=H // G)
+    R, N = oc.time_step_rank, oc.ssm_state_size
+    C = cache_or_act.float()[..., R + N :]
+    eps = getattr(oc, "rms_eps", None)
+    if eps is not None:
+        C = _weightless_rms(C, eps)
+    return C[:, :, None, :]  # one c_t shared by every channel
+
+
+def _c_hook(model, layer: int) -> str:
+    return f"blocks.{layer}.mixer." + ("conv1d.hook_out" if kind(model) == "ssd"
+                                       else "x_proj.hook_out")
+
+
+def _state_per_head(model, S: Tensor) -> Tensor:
+    """hook_ssm_state as [batch, pos, heads, d_head, n] (Mamba's is [batch, channels, pos, n])."""
+    return S if kind(model) == "ssd" else einops.rearrange(S, "b c t n -> b t c 1 n")
+
+
+def _state_back(model, S: Tensor) -> Tensor:
+    return S if kind(model) == "ssd" else einops.rearrange(S, "b t c 1 n -> b c t n")
+
+
+@torch.no_grad()
+def bridge_head_means(model, tokens: Tensor) -> dict[int, Tensor]:
+    """``{layer: [heads, d_head]}``: mean scan output C_t·H_t of each head of an HF SSM."""
+    Lh = model.cfg.n_layers
+    names = {f"blocks.{i}.mixer.hook_ssm_state" for i in range(Lh)}
+    names |= {_c_hook(model, i) for i in range(Lh)}
+    with eager_scan(model):
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    out = {}
+    for i in range(Lh):
+        S = _state_per_head(model, cache[f"blocks.{i}.mixer.hook_ssm_state"].float())
+        C = _bridge_C(model, i, cache[_c_hook(model, i)])[:, : S.shape[1]]
+        out[i] = torch.einsum("bthpn,bthn->bthp", S, C.expand(-1, -1, S.shape[2], -1)
+                              ).mean(dim=(0, 1))
+    return out
+
+
+def bridge_ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "mean",
+                          means: dict[int, Tensor] | None = None) -> list[tuple[str, Callable]]:
+    """Ablation of HF SSM heads through the eager scan's hook_ssm_state, which feeds only the
+    output at its own position (y_t = c_t·H_t + D·x_t): H_t of an ablated head becomes 0
+    (``zero``), or m ⊗ c_t / ‖c_t‖² so that c_t·H_t is the head's mean scan output m
+    (``mean``). The skip D·x_t stays, as on suite models."""
+    check(mode in ablation.MODES, f"ablation mode must be one of {ablation.MODES}, got {mode!r}")
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(int(layer), []).append(int(head))
+    if mode == "mean":
+        check(means is not None, "mode='mean' needs means (see head_means)")
+    hooks = []
+    for layer, hs in sorted(by_layer.items()):
+        idx = torch.tensor(sorted(set(hs)))
+        seen: dict[str, Tensor] = {}
+
+        def keep_c(act, hook, seen=seen, layer=layer):
+            seen["C"] = _bridge_C(model, layer, act)
+            return act
+
+        def set_state(S, hook, idx=idx, layer=layer, seen=seen):
+            S4 = _state_per_head(model, S).clone()  # [batch, pos, heads, d_head, n]
+            C = seen.pop("C")[:, : S4.shape[1]].expand(-1, -1, S4.shape[2], -1)[:, :, idx]
+            if mode == "zero":
+                S4[:, :, idx] = 0.0
+            else:
+                unit = C / C.pow(2).sum(-1, keepdim=True).clamp_min(torch.finfo(C.dtype).tiny)
+                m = means[layer][idx].to(S4.dtype)  # [k, d_head]
+                S4[:, :, idx] = m[None, None, :, :, None] * unit[:, :, :, None, :]
+            return _state_back(model, S4)
+
+        hooks += [(_c_hook(model, layer), keep_c),
+                  (f"blocks.{layer}.mixer.hook_ssm_state", set_state)]
+    return hooks
+
+
 def bridge_ssd_terms(mixer, cache, layer: int) -> dict[str, Tensor]:
     """``dt``, ``A``, ``x``, ``B``, ``C`` of an HF ``Mamba2Mixer`` booted by TransformerLens'
     ``TransformerBridge`` (``mixer = bridge.blocks[layer].mixer``), read from the bridge's

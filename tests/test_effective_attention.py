@@ -8,8 +8,12 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import Mamba2Config, Mamba2ForCausalLM, PreTrainedTokenizerFast
 
+from models import load
+from models.checkpoint import FORMAT, save_checkpoint
 from probes import effective_attention as ea
 from tasks.base import TaskError
+from tests.conftest import randomize_parameters
+from tests.hf_fixtures import save_tiny_hf
 
 TOKENS = torch.tensor([[1, 2, 3, 1, 2, 3, 4, 0, 5, 1, 2], [0, 0, 1, 6, 5, 4, 3, 2, 1, 0, 6]])
 
@@ -140,3 +144,92 @@ def test_ssm_head_ablation(tiny_model, arch):
     with pytest.raises(TaskError, match="no head"):
         with ea.ablated_heads(model, [(0, H)], "zero"):
             pass
+
+
+def test_our_probe_on_our_mamba2_equals_transformer_lens_on_its_hf_export(tiny_model, randomize,
+                                                                           tmp_path):
+    """Export our Mamba-2 to HF (models.export_hf), boot the export through models.load (the
+    TransformerBridge loader): our effective attention on our cache equals TransformerLens'
+    compute_ssm_effective_attention on the bridge's cache."""
+    export_hf = pytest.importorskip("models.export_hf")  # helper EXPORT's module
+
+    model = randomize(tiny_model("mamba2", n_heads=4, n_groups=2, expand=4))
+    ck = {"format": FORMAT, "model": model.to_checkpoint_dict(),
+          "task": {"name": "copy", "config": {"D": 3, "max_len": 8}},
+          "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0},
+          "state_dict": model.state_dict(), "history": []}
+    path = save_checkpoint(ck, tmp_path / "m2.pt")
+    export_hf.export(path, tmp_path / "hf")
+    hf = load(str(tmp_path / "hf"))
+    for block in hf.blocks:
+        block.mixer.eager_scan = True
+    tokens = TOKENS.clamp(max=6)
+    with torch.no_grad():
+        _, ours = model.run_with_cache(tokens)
+        _, theirs = hf.run_with_cache(tokens)
+    for i in range(2):
+        torch.testing.assert_close(
+            ea.effective_attention(model, ours, i),
+            theirs.compute_ssm_effective_attention(layer=i, include_dt_scaling=True),
+            atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory):
+    """Tiny HF Mamba, Mamba-2 and GPT-NeoX (tests/hf_fixtures.py) through models.load."""
+    d = tmp_path_factory.mktemp("hf")
+    out = {}
+    for k in ("mamba", "mamba2", "gpt_neox"):
+        model = load(str(save_tiny_hf(k, d)))
+        randomize_parameters(model.original_model)
+        out[k] = model
+    return out
+
+
+@pytest.mark.parametrize("k", ["mamba", "mamba2"])
+def test_hf_ssm_patterns_equal_transformer_lens_effective_attention(hf_models, k):
+    model = hf_models[k]
+    pats = ea.head_patterns(model, TOKENS)
+    assert not any(b.mixer.eager_scan for b in model.blocks)  # switched back on exit
+    with ea.eager_scan(model), torch.no_grad():
+        _, cache = model.run_with_cache(TOKENS)
+    for i in range(model.cfg.n_layers):
+        tl = cache.compute_ssm_effective_attention(layer=i, include_dt_scaling=True)
+        assert tl.shape[1] == ea.n_heads(model)
+        torch.testing.assert_close(pats[i], ea.effective_pattern(tl), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("k", ["mamba", "mamba2"])
+def test_hf_ssm_head_ablation_sets_the_scan_output(hf_models, k):
+    """Zero: the ablated heads' scan output c_t·H_t is 0; mean: it is the head's mean; the
+    other heads are untouched (read back from the ablated run's own state and c_t)."""
+    model = hf_models[k]
+    heads = [(1, 0), (1, 2)]
+    means = ea.head_means(model, TOKENS)
+    names = {"blocks.1.mixer.hook_ssm_state", ea._c_hook(model, 1)}
+
+    def scan_out():
+        with torch.no_grad():
+            _, cache = model.run_with_cache(TOKENS, names_filter=lambda n: n in names)
+        S = ea._state_per_head(model, cache["blocks.1.mixer.hook_ssm_state"])
+        C = ea._bridge_C(model, 1, cache[ea._c_hook(model, 1)])[:, : S.shape[1]]
+        return torch.einsum("bthpn,bthn->bthp", S, C.expand(-1, -1, S.shape[2], -1))
+
+    with ea.eager_scan(model):
+        clean = scan_out()
+    for mode in ("zero", "mean"):
+        with ea.ablated_heads(model, heads, mode, means):
+            y = scan_out()
+        for h in (0, 2):
+            want = torch.zeros_like(y[:, :, h]) if mode == "zero" else means[1][h].expand_as(
+                y[:, :, h])
+            torch.testing.assert_close(y[:, :, h], want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(y[:, :, 1], clean[:, :, 1])
+
+
+def test_hf_transformer_heads_are_its_attention_patterns(hf_models):
+    model = hf_models["gpt_neox"]
+    assert ea.kind(model) == "attention" and ea.n_heads(model) == 4
+    pats = ea.head_patterns(model, TOKENS)
+    assert pats[0].shape == (2, 4, 11, 11)
+    torch.testing.assert_close(pats[0].sum(-1), torch.ones(2, 4, 11))

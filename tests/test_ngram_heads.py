@@ -1,5 +1,6 @@
-"""ngram_heads on SSMs through effective attention, and several checkpoints side by side
-(tiny untrained models and the hash-copy construction; no training)."""
+"""ngram_heads on SSMs through effective attention, several checkpoints side by side, and
+HuggingFace models (pretrained LMs on repeated random tokens and repeated text; our models
+exported to HF) — tiny untrained models and the hash-copy construction, no training."""
 
 import json
 
@@ -11,7 +12,10 @@ from analyses import ngram_heads
 from models import load
 from models.checkpoint import FORMAT, save_checkpoint
 from models.constructions import save_hash_copy
+from models.export_hf import export
 from models.registry import build_model
+from models.transformer import HookedTransformerLM, TransformerConfig
+from tests.hf_fixtures import save_tiny_hf
 
 COPY = {"D": 26, "max_len": 12}
 SMALL = ["--lengths", "6", "--batch-size", "4", "--draws", "2", "--n-max", "3"]
@@ -45,10 +49,11 @@ def ckpts(tmp_path_factory):
 @pytest.mark.parametrize("arch, kind, heads", [("mamba2", "ssd", 2), ("mamba", "s6", 16)])
 def test_ssm_checkpoint_gets_per_head_scores_from_effective_attention(ckpts, tmp_path, arch,
                                                                         kind, heads):
-    assert ngram_heads.main([ckpts[arch], "--out", str(tmp_path), *SMALL]) == 0
+    assert ngram_heads.main([ckpts[arch], "--out", str(tmp_path), "--per-head", *SMALL]) == 0
     r = json.loads((tmp_path / "ngram_heads.json").read_text())
     assert (tmp_path / "ngram_heads.png").exists()
     assert r["heads"] == kind and r["n_heads"] == heads and r["data"] == "copy"
+    assert np.array(r["per_head_drop"]).shape == (2, heads)
     ms = np.array(r["match_score"])
     assert ms.shape == (2, heads) and ((ms >= 0) & (ms <= 1)).all()
     assert r["ablated"]["heads"] and len(r["random"]["runs"]) == 2
@@ -81,13 +86,18 @@ def test_side_by_side_scores_transformer_and_ssm_heads_on_the_same_data(ckpts, t
     assert np.array(ssm["match_score"]).shape == (2, 2)
 
 
-def test_side_by_side_of_different_tasks_uses_repeated_strings_over_shared_letters(ckpts,
-                                                                                   tmp_path):
+def test_side_by_side_of_different_tasks_probes_each_on_its_task_or_on_shared_repeats(
+        ckpts, tmp_path):
     assert ngram_heads.main([ckpts["mamba2"], ckpts["induction"], "--out", str(tmp_path),
-                             *SMALL]) == 0
+                             "--batch-size", "4", "--draws", "1", "--n-max", "2"]) == 0
     r = json.loads((tmp_path / "ngram_heads.json").read_text())
-    assert r["data"] == "repeat" and len(r["models"]) == 2
+    assert [m["data"] for m in r["models"]] == ["copy", "induction"] and r["data"] == "task"
     assert [m["label"] for m in r["models"]] == ["mamba2", "mamba2'"]
+    assert r["models"][1]["lengths"] == [10]  # the induction model's training length
+    assert ngram_heads.main([ckpts["mamba2"], ckpts["induction"], "--out", str(tmp_path),
+                             "--data", "repeat", *SMALL]) == 0
+    r = json.loads((tmp_path / "ngram_heads.json").read_text())
+    assert r["data"] == "repeat" and [m["data"] for m in r["models"]] == ["repeat", "repeat"]
 
 
 def test_induction_task_data_targets_the_token_after_the_first_flag(ckpts):
@@ -105,3 +115,66 @@ def test_induction_task_data_targets_the_token_after_the_first_flag(ckpts):
     np.testing.assert_allclose(np.array(r["match_by_n"])[:, :, 0], np.array(r["target_score"]),
                                atol=1e-6)
     assert r["data"] == "induction"
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    return {k: str(save_tiny_hf(k, d)) for k in ("gpt_neox", "mamba2", "mamba")}
+
+
+HF_SMALL = ["--lengths", "5,7", "--batch-size", "3", "--draws", "1", "--n-max", "2"]
+
+
+def test_a_pretrained_lm_is_probed_on_repeated_random_tokens_and_on_repeated_text(
+        hf_dirs, tmp_path, capsys):
+    assert ngram_heads.main([hf_dirs["gpt_neox"], hf_dirs["mamba2"], "--out", str(tmp_path),
+                             *HF_SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "not natural text" in out  # the offline default text says what it is
+    r = json.loads((tmp_path / "ngram_heads.json").read_text())
+    assert (tmp_path / "ngram_heads.png").exists() and r["text_source"] == "generated"
+    assert [(m["label"], m["data"], m["heads"]) for m in r["models"]] == [
+        ("gpt_neox repeat", "repeat", "attention"), ("gpt_neox text", "text", "attention"),
+        ("mamba2 repeat", "repeat", "ssd"), ("mamba2 text", "text", "ssd")]
+    assert np.array(r["models"][2]["match_score"]).shape == (2, 4)
+    assert all(m["ablated"]["heads"] for m in r["models"])
+
+
+def test_a_pretrained_mamba_on_a_named_text_file(hf_dirs, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat and the dog sat on the log. " * 4)
+    assert ngram_heads.main([hf_dirs["mamba"], "--data", "text", "--text", str(text), "--out",
+                             str(tmp_path), *HF_SMALL]) == 0
+    r = json.loads((tmp_path / "ngram_heads.json").read_text())
+    assert r["data"] == "text" and r["heads"] == "s6" and r["text_source"] == str(text)
+    assert np.array(r["match_score"]).shape == (2, 64)  # channels: expand · d_model
+
+
+def test_a_pretrained_lm_has_no_task_data(hf_dirs, tmp_path, capsys):
+    assert ngram_heads.main([hf_dirs["gpt_neox"], "--data", "task", "--out",
+                             str(tmp_path)]) == 2
+    assert "no task" in capsys.readouterr().err
+
+
+def test_our_model_exported_to_hf_gives_the_same_scores_as_its_checkpoint(tmp_path):
+    """An export keeps our token ids and says which task it learned: ngram_heads probes it on
+    the same copy examples and finds the same heads and scores."""
+    model = HookedTransformerLM(TransformerConfig(vocab_size=30, d_model=32, n_layers=2,
+                                                  n_heads=4, d_mlp=64, pe="rope"))
+    path = save_checkpoint({"format": FORMAT, "model": model.to_checkpoint_dict(),
+                            "task": {"name": "copy", "config": COPY},
+                            "train": {"config": {}, "seed": 0, "step": 0, "samples_seen": 0},
+                            "state_dict": model.state_dict(), "history": []}, tmp_path / "r.pt")
+    export(path, tmp_path / "hf")
+    results = []
+    for src in (path, tmp_path / "hf"):
+        out = tmp_path / f"out_{len(results)}"
+        assert ngram_heads.main([str(src), "--out", str(out), "--threshold", "0.1",
+                                 *SMALL]) == 0
+        results.append(json.loads((out / "ngram_heads.json").read_text()))
+    ours, theirs = results
+    assert theirs["data"] == ours["data"] == "copy"
+    np.testing.assert_allclose(theirs["match_score"], ours["match_score"], atol=1e-4)
+    assert [(h["layer"], h["head"]) for h in theirs["match_heads"]] == [
+        (h["layer"], h["head"]) for h in ours["match_heads"]]

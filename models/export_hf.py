@@ -209,6 +209,9 @@ def _transformer(cfg, sd: dict[str, Tensor], ids: dict, n_ctx: int, notes: list[
         rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_base),
                          "partial_rotary_factor": frac},
         tie_word_embeddings=False, attention_dropout=0.0, hidden_dropout=0.0, **ids)
+    # transformers 4.x reads these two (and would default the fraction to 0.25, silently); 5.x
+    # reads rope_parameters and drops them
+    config.rotary_pct, config.rotary_emb_base = frac, float(cfg.rope_base)
     out = {"gpt_neox.embed_in.weight": sd["embed.weight"]}
     for i in range(cfg.n_layers):
         p, q = f"blocks.{i}.", f"gpt_neox.layers.{i}."
@@ -418,6 +421,19 @@ def _save(exp: HFExport, directory: Path) -> None:
     model.load_state_dict(exp.state_dict, strict=True, assign=True)
     model.save_pretrained(directory)
     exp.tokenizer.save_pretrained(directory)
+    _portable_tokenizer_config(directory / "tokenizer_config.json")
+
+
+def _portable_tokenizer_config(path: Path) -> None:
+    """The tokenizer config in the form transformers 4.x reads too: its class by the name both
+    versions know, and the extra specials as ``additional_special_tokens`` (5.x renames them
+    on load; 4.x expects a dict under ``extra_special_tokens``)."""
+    data = json.loads(path.read_text())
+    data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = data.pop("extra_special_tokens", [])
+    if extra:
+        data["additional_special_tokens"] = extra
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def verify_tokens(ckpt: dict, rows: int = 8, length: int = VERIFY_TOKENS) -> Tensor:

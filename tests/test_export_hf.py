@@ -5,6 +5,7 @@ writes nothing; OUT_DIR is replaced only with --overwrite; the command as a user
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,10 @@ def test_export_gives_our_logits(name, tiny_model, tokens, tmp_path):
     assert config.seqprobe["task"]["name"] == "copy" and config.seqprobe["step"] == 7
     assert config.tie_word_embeddings is False
     assert not list(tmp_path.glob(".hf.*")), "a temp directory was left beside OUT_DIR"
+    if arch == "transformer":  # what transformers 4.x reads (its default fraction is 0.25)
+        raw = json.loads((tmp_path / "hf" / "config.json").read_text())
+        frac = model.cfg.rotary_frac if model.cfg.pe == "rope" else 0.0
+        assert (raw["rotary_pct"], raw["rotary_emb_base"]) == (frac, model.cfg.rope_base)
 
 
 def test_a_wrong_map_is_caught_and_nothing_is_written(tiny_model, tmp_path, monkeypatch):
@@ -163,6 +168,10 @@ def test_exported_tokenizer_and_special_ids(tiny_model, tmp_path):
     assert tok(vocab.decode(ids), add_special_tokens=False).input_ids == ids
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<BOS>", "<EOS>", "<PAD>")
     assert "<COPY>" in tok.all_special_tokens
+    # the form transformers 4.x reads too: a class name it knows, extra specials as a list
+    raw = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert raw["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert raw["additional_special_tokens"] == ["<COPY>"] and "extra_special_tokens" not in raw
     config = tf.AutoConfig.from_pretrained(tmp_path / "hf")
     assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
         vocab.id("BOS"), vocab.id("EOS"), vocab.id("PAD"))

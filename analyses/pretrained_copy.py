@@ -13,17 +13,20 @@ own tokenizer, as in the authors' evaluation code:
 * **copying a text** (Fig. 7a, §4.2): accuracy against the number of tokens copied — a window
   of that many tokens of the text, given twice and then its first word; right when the model
   writes the rest of the text before its first blank line. ``--shuffle`` shuffles the words of
-  each window first (Fig. 7b). The text comes from ``--text FILE`` (natural text: the paper
-  samples C4); without it, from sentences the suite generates offline from a small template
-  grammar (:func:`tasks.prompts.generated_text`) — NOT natural text, and the output says so.
+  each window first (Fig. 7b). The windows start at random tokens of ``--text FILE`` (natural
+  text: the paper samples C4 documents); without it, of sentences the suite generates offline
+  from a small template grammar (:func:`tasks.prompts.generated_text`) — NOT natural text, and
+  the figure, the table and the JSON say so. Models that share a tokenizer (Pythia and Mamba
+  do) get the same windows; every model gets the same phone books.
 
 Decoding is greedy (temperature 0, App. A.2), scored as the paper scores: the decoded
 continuation, cut at the first newline (phone-book) or blank line (copy), stripped, must equal
 the answer. One teacher-forced pass per prompt gives the greedy continuation as long as it
 follows the expected tokens; from the first token it does not, decoding goes on step by step
 until the verdict is certain (a wrong character, or the end mark), within the authors' token
-budgets (50 new tokens for the phone-book, 1.5 × prompt + 50 in all for copying). A point whose
-prompt does not fit an attention model's context is reported as n/a.
+budgets (50 new tokens for the phone-book, 1.5 × prompt + 50 in all for copying); an EOS token
+ends the continuation, as in ``generate``. A point whose prompts do not fit an attention
+model's context is reported as n/a.
 
 Defaults are small (20 prompts per point, three sizes per task, books up to the L = 70 of
 §4.3); ``--paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
@@ -254,10 +257,14 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
                 example = example or {"prompt": prompts[0].text, "answer": prompts[0].answer}
                 curves[label].append({"tokens": n, **evaluate(m, prompts, batch_size,
                                                               bar.update)})
+        # characters a tokenizer cannot write (<unk>) drop out of its windows
+        unknown = {label: sum(t == m.tokenizer.unk_token_id for t in text_ids[label])
+                   for label, m in models.items() if m.tokenizer.unk_token_id is not None}
         result["copy"] = {
             "lengths": lengths, "curves": curves, "example": example,
             "text": {"source": text_source or "generated", "natural": natural,
-                     "shuffled": shuffle, "note": None if natural else GENERATED_TEXT_NOTE}}
+                     "shuffled": shuffle, "note": None if natural else GENERATED_TEXT_NOTE,
+                     "unknown_tokens": {k: v for k, v in unknown.items() if v}}}
     bar.close()
     return to_jsonable(result)
 

@@ -245,7 +245,7 @@ def test_cli_on_two_tiny_hf_models_offline(hf_dirs, tmp_path):
 def test_text_file_shuffle_and_context_limit(hf_dirs, tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("It was the best of times, it was the worst of times, it was the age of "
-                    "wisdom, it was the age of foolishness.\n" * 3)
+                    "wisdom, it was the age of foolishness (Dickens).\n" * 3)  # no ( ) in CHARS
     out = tmp_path / "out"
     argv = [str(hf_dirs["gpt_neox"]), str(hf_dirs["mamba2"]), "--entries", "3,20", "--tasks",
             "phonebook,copy", "--lengths", "6", "--n-examples", "2", "--text", str(text),
@@ -253,7 +253,7 @@ def test_text_file_shuffle_and_context_limit(hf_dirs, tmp_path, capsys):
     assert pc.main(argv) == 0
     d = json.loads((out / "pretrained_copy.json").read_text())
     assert d["copy"]["text"] == {"source": str(text), "natural": True, "shuffled": True,
-                                 "note": None}
+                                 "note": None, "unknown_tokens": {"gpt_neox": 6, "mamba2": 6}}
     neox, mamba = d["phonebook"]["curves"]["gpt_neox"], d["phonebook"]["curves"]["mamba2"]
     assert neox[1]["acc"] is None and "context (256)" in neox[1]["note"]  # 20 lines > 256 chars
     assert mamba[1]["acc"] is not None  # an SSM has no context limit

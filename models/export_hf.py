@@ -35,7 +35,8 @@ as ``seqprobe``. Before the directory is published the exported model is loaded 
 ``from_pretrained`` and its logits compared with ours on task data; a difference beyond rounding
 refuses the export.
 
-Exit codes: 0 written, 2 bad input (one line on stderr, nothing written).
+Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 interrupted
+(Ctrl-C or SIGTERM; the temp directory is removed and OUT_DIR is as it was).
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,7 +168,7 @@ def hf_tokenizer(vocab: Vocab, n_tokens: int, max_len: int = MIN_POSITIONS):
     specials = [f"<{s}>" for s in vocab.specials]
     unused = [f"<unused{i}>" for i in range(n_tokens - vocab.size)]
     symbols = [*vocab.alphabet, *specials, *unused]
-    dup = sorted({s for s in symbols if symbols.count(s) > 1})
+    dup = sorted(s for s, n in Counter(symbols).items() if n > 1)
     check(not dup, f"the task vocabulary repeats the symbol(s) {dup[:3]}: no tokenizer can "
           "give them distinct ids")
     ids = {s: i for i, s in enumerate(symbols)}
@@ -537,8 +541,20 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
+def _sigterm_as_ctrl_c(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv)
+    """The command; SIGTERM is Ctrl-C here (one line, exit 130, the temp directory removed)."""
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+    try:
+        return run_cli(_main, argv)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ writes nothing; OUT_DIR is replaced only with --overwrite; the command as a user
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +263,24 @@ def test_provenance_is_readable(tiny_model, tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "config.json").write_text('{"model_type": "gpt2"}')
     assert export_hf.read_provenance(tmp_path / "plain") is None
+
+
+def test_sigterm_while_writing_leaves_out_dir_as_it_was(tiny_model, tmp_path, monkeypatch,
+                                                         capsys):
+    """SIGTERM mid-write (a job scheduler's timeout) is Ctrl-C: exit 130, one line, the temp
+    directory removed, the old OUT_DIR still there even with --overwrite."""
+    ck = write_checkpoint(tiny_model("mamba", random=True), tmp_path / "m.pt")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    real_save = export_hf._save
+
+    def save_then_term(exp, directory):
+        real_save(exp, directory)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(export_hf, "_save", save_then_term)
+    assert main([str(ck), str(out), "--overwrite"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m.pt"]
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]

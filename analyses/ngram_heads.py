@@ -60,7 +60,7 @@ from analyses.common import (
     run_analysis,
     to_jsonable,
 )
-from figures.style import COLORS, new_figure
+from figures.style import COLORS, new_figure, plt
 from models.checkpoint import is_hf_source
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
@@ -343,9 +343,10 @@ def _control_summary(runs: list[dict], base: dict) -> dict:
 ANNOTATE_MAX_HEADS = 16  # write the scores into the heat map up to this many heads per layer
 
 
-def _heatmap(fig, ax, result: dict, title: str) -> None:
-    """Match score per layer and head, on the 0..1 scale every panel shares."""
-    ms = np.array(result["match_score"], dtype=float)
+def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> None:
+    """``key`` (match score, or the per-head ablation drop) per layer and head, on the 0..1
+    scale every panel shares."""
+    ms = np.array(result[key], dtype=float)
     im = ax.imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
     if ms.shape[1] <= ANNOTATE_MAX_HEADS:
         for i in range(ms.shape[0]):
@@ -415,10 +416,18 @@ def plot_side_by_side(result: dict):
     heads on one scale), the best head's score against n, and the ablation of each model's
     match heads against random heads."""
     runs = result["models"]
-    fig, ax = new_figure(len(runs) + 2, width_per_panel=3.6, height=3.4)
-    for a, r in zip(ax, runs, strict=False):
+    N = len(runs)
+    per_head = all(r.get("per_head_drop") is not None for r in runs)
+    # with --per-head a second row: what ablating each head alone costs, under its scores
+    rows, cols = (2, N + 1) if per_head else (1, N + 2)
+    fig, grid = plt.subplots(rows, cols, squeeze=False, figsize=(3.9 * cols, 3.4 * rows))
+    for j, r in enumerate(runs):
         what = "effective attention" if r["heads"] != "attention" else "attention"
-        _heatmap(fig, a, r, f"{r['label']} ({what})")
+        _heatmap(fig, grid[0][j], r, f"{r['label']}: match score ({what})")
+        if per_head:
+            _heatmap(fig, grid[1][j], r, f"{r['label']}: string acc. lost, head ablated alone",
+                     "per_head_drop")
+    ax = [*grid[0][:N], grid[0][N], grid[-1][-1]]
     a = ax[len(runs)]
     for r in runs:
         by_n = _by_n(r)

@@ -140,7 +140,8 @@ def refusal(arch: str, cfg) -> str | None:
     if arch in ("mamba2", "mamba"):
         name = HF_CLASSES[arch]
         if cfg.d_mlp:
-            return (f"d_mlp={cfg.d_mlp}: {name}'s blocks have no MLP after the mixer")
+            return (f"d_mlp={cfg.d_mlp}: {name}'s blocks have no MLP after the mixer (the HF "
+                    "hybrids that have one use another MLP or one activation for both)")
         if not cfg.block_norm:
             return f"block_norm=False: {name} always applies an RMSNorm before the mixer"
         if not cfg.final_norm:

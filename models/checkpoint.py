@@ -866,7 +866,7 @@ HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 def is_hf_source(path: str | os.PathLike) -> bool:
     """Is ``path`` a HuggingFace model rather than a suite checkpoint: a directory holding
     ``config.json`` or, where no such file or directory exists, a hub name (not ``*.pt``)?"""
-    p = Path(path).expanduser()
+    p = check_path(Path(path).expanduser())  # a name too long to stat is one line, not OSError
     if p.is_dir():
         return (p / "config.json").is_file()
     if p.exists() or p.suffix in (".pt", ".pth"):

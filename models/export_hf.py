@@ -111,6 +111,7 @@ class HFExport:
     state_dict: dict[str, Tensor]
     tokenizer: Any  # transformers.PreTrainedTokenizerFast
     notes: list[str] = field(default_factory=list)
+    rounding: float = 0.0  # largest logit change the rewrites make by rounding in the dtype
 
 
 # ---------------------------------------------------------------------------- refusals
@@ -239,34 +240,39 @@ def _transformer(cfg, sd: dict[str, Tensor], ids: dict, n_ctx: int, notes: list[
             q + "mlp.dense_4h_to_h.bias": sd[p + "mlp.b_out"],
         }
     W_U, c, b_f = sd["unembed.weight"], sd["unembed.bias"], sd["ln_final.b"]
+    rounding = 0.0
     if bool(c.any()):
-        b_f = fold_unembed_bias(W_U, c, b_f)
+        b_f, rounding = fold_unembed_bias(W_U, c, b_f)
         notes.append("the unembedding bias was moved into gpt_neox.final_layer_norm.bias "
-                     "(GPT-NeoX's lm_head has no bias; same logits)")
+                     "(GPT-NeoX's lm_head has no bias; same logits"
+                     + (f" up to {rounding:.2g}, the rounding of the moved bias in "
+                        f"{str(b_f.dtype).removeprefix('torch.')}"
+                        if b_f.dtype not in (torch.float32, torch.float64) else "") + ")")
     out |= {"gpt_neox.final_layer_norm.weight": sd["ln_final.w"],
             "gpt_neox.final_layer_norm.bias": b_f, "lm_head.weight": W_U}
-    return config, out
+    return config, out, rounding
 
 
-def fold_unembed_bias(W_U: Tensor, c: Tensor, b: Tensor) -> Tensor:
-    """b' with W_U·b' = W_U·b + c: the final LayerNorm's bias that makes an unembedding bias c
-    unnecessary (logits = W_U(LN(x)·w + b) + c = W_U(LN(x)·w + b')).
+def fold_unembed_bias(W_U: Tensor, c: Tensor, b: Tensor) -> tuple[Tensor, float]:
+    """(b', rounding): b' with W_U·b' = W_U·b + c, the final LayerNorm's bias that makes an
+    unembedding bias c unnecessary (logits = W_U(LN(x)·w + b) + c = W_U(LN(x)·w + b')), and
+    max |W_U·b' − W_U·b − c| once b' is stored in b's dtype (its rounding: negligible in
+    float32, a bfloat16 step in bfloat16).
 
     Solved in float64 by least squares (the minimum-norm change); refused when c is not in the
     span of W_U's columns, as then no b' reproduces the logits."""
     W, c64 = W_U.double(), c.double()
     delta = torch.linalg.lstsq(W, c64[:, None], driver="gelsd").solution[:, 0]
-    b_new = (b.double() + delta).to(b.dtype)
-    err = float((W @ (b_new.double() - b.double()) - c64).abs().max())
-    scale = 1.0 + float(c64.abs().max())
-    if err > 1e-6 * scale:
+    off = float((W @ delta - c64).abs().max())
+    if off > 1e-6 * (1.0 + float(c64.abs().max())):
         V, d = W_U.shape
-        why = (f"vocab {V} > d_model {d}" if V > d
-               else "W_U is rank-deficient")
+        why = f"vocab {V} > d_model {d}" if V > d else "W_U is rank-deficient"
         raise ExportError(f"the unembedding bias cannot be moved into the final LayerNorm "
                           f"(GPT-NeoX's lm_head has no bias): {why}, and the bias is off the "
-                          f"span of W_U's columns by {err:.2g}")
-    return b_new
+                          f"span of W_U's columns by {off:.2g}")
+    b_new = (b.double() + delta).to(b.dtype)
+    rounding = float((W @ (b_new.double() - b.double()) - c64).abs().max())
+    return b_new, rounding
 
 
 def _ssm_common(cfg, sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
@@ -310,13 +316,13 @@ def _mamba2(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
             out[f"backbone.layers.{i}.mixer.A_log"] = sd["embed.weight"].new_full(
                 (cfg.n_heads,), NO_DECAY_A_LOG)
         notes.append(f"decay=False is written as A_log = {NO_DECAY_A_LOG:g} (a_t = 1 exactly)")
-    return config, out
+    return config, out, 0.0
 
 
 def _mamba(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
     config = tf.MambaConfig(time_step_rank=cfg.dt_rank_, time_step_scale=cfg.dt_scale,
                             use_mambapy=False, **_ssm_config_kwargs(cfg, ids))
-    return config, _ssm_common(cfg, sd, "mamba")
+    return config, _ssm_common(cfg, sd, "mamba"), 0.0
 
 
 def to_hf(ckpt: dict) -> HFExport:
@@ -335,11 +341,11 @@ def to_hf(ckpt: dict) -> HFExport:
     sd, notes = ckpt["state_dict"], []
     try:
         if arch == "transformer":
-            config, state = _transformer(cfg, sd, ids, n_ctx, notes)
+            config, state, rounding = _transformer(cfg, sd, ids, n_ctx, notes)
         elif arch == "mamba2":
-            config, state = _mamba2(cfg, sd, ids, notes)
+            config, state, rounding = _mamba2(cfg, sd, ids, notes)
         else:
-            config, state = _mamba(cfg, sd, ids, notes)
+            config, state, rounding = _mamba(cfg, sd, ids, notes)
     except ExportError:
         raise
     except TaskError as e:
@@ -352,7 +358,8 @@ def to_hf(ckpt: dict) -> HFExport:
         "step": train.get("step"), "digest": ckpt.get("digest"), "notes": notes,
     }
     tokenizer = hf_tokenizer(task.vocab, cfg.vocab_size, n_ctx)
-    return HFExport(config, {k: v.contiguous() for k, v in state.items()}, tokenizer, notes)
+    return HFExport(config, {k: v.contiguous() for k, v in state.items()}, tokenizer, notes,
+                    rounding)
 
 
 def read_provenance(hf_dir: str | os.PathLike) -> dict | None:
@@ -450,10 +457,11 @@ def verify_tokens(ckpt: dict, rows: int = 8, length: int = VERIFY_TOKENS) -> Ten
 
 def compare_logits(model, hf_dir: str | os.PathLike, tokens: Tensor) -> float:
     """max |ours − HF's| over the logits of ``tokens`` ([batch, pos]), HF loaded from
-    ``hf_dir`` with eager attention in our model's dtype."""
-    dtype = next(model.parameters()).dtype
+    ``hf_dir`` with eager attention, both in float32: the check is of the mapping, so a
+    half-precision checkpoint is compared without HF's and our different upcasts in between."""
+    model = model.float()
     hf = tf.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager",
-                                                 dtype=dtype).eval()
+                                                 dtype=torch.float32).eval()
     with torch.no_grad():
         ours = model(tokens)  # [batch, pos, vocab]
         theirs = hf(tokens).logits  # [batch, pos, vocab]
@@ -469,6 +477,7 @@ class ExportReport:
     max_logit: float
     tokens_checked: int
     notes: list[str]
+    rounding: float  # HFExport.rounding
 
 
 def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
@@ -479,7 +488,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
     out = check_out_dir(out_dir, overwrite, keep=ckpt_path)
     ckpt = read_checkpoint(ckpt_path)
     exp = to_hf(ckpt)
-    model = model_from_checkpoint(ckpt, ckpt_path).eval() if verify else None
+    model = model_from_checkpoint(ckpt, ckpt_path).float().eval() if verify else None
     parent = out.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
@@ -493,7 +502,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
                     top = float(model(tokens).abs().max())
                 diff = compare_logits(model, tmp, tokens)
                 n = tokens.numel()
-                if not diff <= VERIFY_RTOL * max(1.0, top):
+                if not diff <= VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding:
                     raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
                                       f"gives logits {diff:.3g} away from the checkpoint's "
                                       f"(largest |logit| {top:.3g}); nothing written")
@@ -516,7 +525,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportReport(out, exp.config.architectures[0], len(exp.state_dict), diff, top, n,
-                        exp.notes)
+                        exp.notes, exp.rounding)
 
 
 # ---------------------------------------------------------------------------- command line

@@ -105,7 +105,7 @@ def test_a_wrong_map_is_caught_and_nothing_is_written(tiny_model, tmp_path, monk
     a term) is refused, and OUT_DIR is not created."""
     model = tiny_model("transformer", random=True, pe="rope")
     ck = write_checkpoint(model, tmp_path / "m.pt")
-    monkeypatch.setattr(export_hf, "fold_unembed_bias", lambda W, c, b: b)
+    monkeypatch.setattr(export_hf, "fold_unembed_bias", lambda W, c, b: (b, 0.0))
     assert main([str(ck), str(tmp_path / "hf")]) == 2
     assert not (tmp_path / "hf").exists()
     assert not list(tmp_path.glob(".hf.*"))
@@ -284,3 +284,24 @@ def test_sigterm_while_writing_leaves_out_dir_as_it_was(tiny_model, tmp_path, mo
     assert capsys.readouterr().err == "interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m.pt"]
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mamba2"])
+def test_bfloat16_checkpoint_keeps_its_dtype(arch, tiny_model, tokens, tmp_path):
+    """A half-precision checkpoint is written in its own dtype; the export's check (and this
+    test) compare both models upcast to float32, where only the mapping can differ."""
+    extra = {"pe": "rope"} if arch == "transformer" else {}
+    model = tiny_model(arch, random=True, dtype=torch.bfloat16, **extra)
+    ck = write_checkpoint(model, tmp_path / "m.pt")
+    report = export(ck, tmp_path / "hf")
+    # GPT-NeoX holds our unembedding bias in its final LayerNorm bias, rounded to bfloat16
+    atol = 1e-5 + 2 * report.rounding
+    assert (report.rounding > 0) == (arch == "transformer")
+    assert report.max_logit_diff < atol
+    assert tf.AutoConfig.from_pretrained(tmp_path / "hf").dtype in ("bfloat16", torch.bfloat16)
+    hf = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    assert next(hf.parameters()).dtype == torch.bfloat16
+    x = tokens(V=model.cfg.vocab_size)
+    with torch.no_grad():
+        ours = model.float()(x)
+    torch.testing.assert_close(hf_logits(tmp_path / "hf", x), ours, atol=atol, rtol=0)

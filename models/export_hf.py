@@ -31,9 +31,11 @@ where our tasks put one. A one-character alphabet reads text character by charac
 ``Vocab.decode`` prints.
 
 Provenance (arch, model config, task, training step, weights digest) is stored in the HF config
-as ``seqprobe``. Before the directory is published the exported model is loaded back with
-``from_pretrained`` and its logits compared with ours on task data; a difference beyond rounding
-refuses the export.
+as ``seqprobe`` (:func:`read_provenance`). Weights keep the checkpoint's dtype. Before the
+directory is published it is loaded back with ``from_pretrained`` and its logits compared with
+ours on a batch of the checkpoint's task, both in float32 (eager attention); a difference beyond
+rounding refuses the export. The configs also carry what transformers 4.x reads (``rotary_pct``,
+``rotary_emb_base``, the tokenizer class by its old name), so older versions load them too.
 
 Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 interrupted
 (Ctrl-C or SIGTERM; the temp directory is removed and OUT_DIR is as it was).

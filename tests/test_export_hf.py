@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as tf
+from transformer_lens.model_bridge import TransformerBridge
 
 from models import export_hf
 from models.checkpoint import make_checkpoint, save_checkpoint
@@ -305,3 +306,19 @@ def test_bfloat16_checkpoint_keeps_its_dtype(arch, tiny_model, tokens, tmp_path)
     with torch.no_grad():
         ours = model.float()(x)
     torch.testing.assert_close(hf_logits(tmp_path / "hf", x), ours, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("arch,overrides", [("transformer", {"pe": "rope"}), ("mamba2", {})])
+def test_export_boots_in_transformerlens(arch, overrides, tiny_model, tokens, tmp_path):
+    """What the export is for: TransformerLens' TransformerBridge opens the directory offline,
+    gives our logits, and a transformer's cache has the attention pattern under TL's name."""
+    model = tiny_model(arch, random=True, **overrides).eval()
+    export(write_checkpoint(model, tmp_path / "m.pt"), tmp_path / "hf", verify=False)
+    bridge = TransformerBridge.boot_transformers(str(tmp_path / "hf"), device="cpu")
+    x = tokens(V=model.cfg.vocab_size)
+    with torch.no_grad():
+        logits, cache = bridge.run_with_cache(x)
+        ours = model(x)
+    torch.testing.assert_close(logits, ours, atol=1e-5, rtol=0)
+    if arch == "transformer":
+        assert cache["blocks.1.attn.hook_pattern"].shape == (3, 4, 11, 11)

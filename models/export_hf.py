@@ -544,10 +544,10 @@ def _main(argv: list[str] | None) -> int:
     except OSError as e:  # disk full, permissions changed under us: nothing was published
         raise CheckpointError(f"{short_path(args.out_dir)}: cannot write ({e.strerror or e})"
                               ) from None
-    print(f"wrote {r.out_dir} ({r.hf_class}, {r.n_tensors} tensors, tokenizer)")
+    print(f"wrote {args.out_dir} ({r.hf_class}, {r.n_tensors} tensors, tokenizer)")
     for note in r.notes:
         print(f"note: {note}")
-    print(f"checked: logits of from_pretrained({r.out_dir}) equal the checkpoint's on "
+    print(f"checked: logits of from_pretrained({args.out_dir}) equal the checkpoint's on "
           f"{r.tokens_checked} task tokens: max |diff| = {r.max_logit_diff:.2e} "
           f"(largest |logit| {r.max_logit:.3g})")
     return 0

@@ -14,9 +14,10 @@
    level copy accuracy (greedy decoding, §3.1), against ablating as many randomly chosen other
    heads (several draws).
 
-On a checkpoint trained on another language-model task over letters (lookup, phone-book,
-induction heads), the examples are random strings of its letters repeated twice (the answer is
-the second copy), the induction-head setting. ``--train PRESET`` uses the zoo's
+On an induction-heads checkpoint the examples are its task's own rows (flag, token, query:
+repeated random letters would be out of its distribution); on one trained on another
+language-model task over letters (lookup, phone-book), random strings of its letters repeated
+twice (the answer is the second copy), the induction-head setting. ``--train PRESET`` uses the zoo's
 ``copy/hard_alibi``.
 
 SSMs (Mamba-2, Mamba) enter through their effective attention (probes.effective_attention):
@@ -103,7 +104,7 @@ def probe_batches(model, task_name: str, task_config: dict, lengths: list[int],
         for L in lengths:
             out.append((task.eval_batch(batch_size, g, length=L), L + 1))
         return out
-    if task_name == "induction" and data == "task":
+    if task_name == "induction" and data in ("task", "auto"):
         task = InductionHeadsTask(InductionConfig(**task_config))
         flag = task.vocab.id("FLAG")
         for L in lengths:
@@ -175,7 +176,7 @@ def data_name(task_name: str | None, data: str = "auto") -> str:
         return "text" if data == "text" else "repeat"
     if data != "repeat" and task_name in COPY_TASKS:
         return "copy"
-    return "induction" if data == "task" and task_name == "induction" else "repeat"
+    return "induction" if data in ("task", "auto") and task_name == "induction" else "repeat"
 
 
 def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> list[int]:
@@ -183,7 +184,7 @@ def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> li
     training length)."""
     if task_name is None:
         return list(HF_LENGTHS)
-    if task_name == "induction" and data == "task":
+    if task_name == "induction" and data in ("task", "auto"):
         return [int(task_config.get("length", InductionConfig.length))]
     hi = int(task_config.get("max_len", 20))
     lo = max(int(task_config.get("min_len", 1)), hi // 2, 1)
@@ -470,6 +471,16 @@ def _head_rows(result: dict, prefix: list) -> list[list]:
 
 
 PER_HEAD_ROWS = 5  # heads listed by the accuracy their ablation alone costs
+GRID_HEADS = 32  # per-head match scores are printed for layers this narrow (not Mamba channels)
+
+
+def _grid_rows(result: dict, prefix: list, width: int) -> list[list]:
+    """Every head's match score, a row per layer (the figure's heat map, as numbers)."""
+    scores = np.asarray(result["match_score"], dtype=float)  # [layer, head]
+    if scores.ndim != 2 or scores.shape[1] > GRID_HEADS:
+        return []
+    return [[*prefix, f"match L{layer}", " ".join(f"{v:.2f}" for v in row),
+             *[""] * (width - len(prefix) - 2)] for layer, row in enumerate(scores)]
 
 
 def _per_head_rows(result: dict, prefix: list) -> list[list]:
@@ -496,6 +507,8 @@ def table(result: dict) -> list[list]:
             rows += _head_rows(r, [r["label"]])
         for r in result["models"]:
             rows += _per_head_rows(r, [r["label"]])
+        for r in result["models"]:
+            rows += _grid_rows(r, [r["label"]], 6)
         rows.append(["", "", "", "", "", ""])
         rows.append(["model", "string acc", "match heads abl.", "random abl. mean", "", ""])
         for r in result["models"]:
@@ -504,7 +517,7 @@ def table(result: dict) -> list[list]:
                          "" if rnd is None else r["accuracy"]["string_acc"] - rnd, "", ""])
         return rows
     rows = [["layer", "head", "match", "best n", "target"], *_head_rows(result, []),
-            *_per_head_rows(result, [])]
+            *_per_head_rows(result, []), *_grid_rows(result, [], 5)]
     b, a = result["accuracy"], result["ablated"]
     rows.append(["", "", "", "", ""])
     rows.append(["accuracy", "string", "char", "", ""])
@@ -531,9 +544,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="ablate the k best heads instead")
     p.add_argument("--draws", type=int, default=10, help="random ablations")
     p.add_argument("--data", choices=DATA, default="auto",
-                   help="probe examples: auto (copy examples for copy models, else repeated "
-                   "random strings; a pretrained LM: both repeat and text), repeat, task (each "
-                   "model's own task) or text (a pretrained LM: repeated windows of --text)")
+                   help="probe examples: auto (copy examples for copy models, the task's own "
+                   "rows for induction models, else repeated random strings; a pretrained LM: "
+                   "both repeat and text), repeat, task (each model's own task) or text (a "
+                   "pretrained LM: repeated windows of --text)")
     p.add_argument("--per-head", action="store_true", help="also ablate each head alone "
                    "(the string accuracy each costs)")
     p.add_argument("--text", default=None, help="a pretrained LM's natural text (a UTF-8 "

@@ -171,11 +171,20 @@ def test_copy_efficiency_reads_histories(ckpts, tmp_path):
 
 def test_probe_batches_for_non_copy_tasks_repeat_random_tokens():
     model = HookedTransformerLM(TransformerConfig(vocab_size=12, d_model=16, n_heads=4))
-    data = ngram_heads.probe_batches(model, "induction", {}, [6], 3, seed=0)
+    data = ngram_heads.probe_batches(model, "induction", {}, [6], 3, seed=0, data="repeat")
     (batch, period), = data
     tokens = torch.cat([batch.prompts, batch.answers], 1)
     assert period == 6 and torch.equal(tokens[:, :6], tokens[:, 6:12])
     assert int(tokens.max()) < 4  # the induction task's letters, not its special tokens
+
+
+def test_an_induction_model_is_probed_on_its_own_task_by_default():
+    model = HookedTransformerLM(TransformerConfig(vocab_size=12, d_model=16, n_heads=4))
+    (batch, period), = ngram_heads.probe_batches(model, "induction", {"D": 4, "length": 16},
+                                                 [16], 3, seed=0)
+    assert period.shape == (3, 1)  # one flag-recall period per row, not a repeat of length L
+    assert ngram_heads.data_name("induction") == "induction"
+    assert ngram_heads.data_name("induction", "repeat") == "repeat"
 
 
 # ---------------------------------------------------------------------------- recipes

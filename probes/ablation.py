@@ -43,9 +43,10 @@ def head_means(model, tokens: Tensor, layers: Iterable[int] | None = None,
     return out
 
 
-def ablation_hooks(heads: Iterable[tuple[int, int]], mode: str = "mean",
-                   means: dict[int, Tensor] | None = None) -> list[tuple[str, object]]:
-    """Forward hooks (name, fn) that ablate ``heads``; empty list for no heads."""
+def heads_by_layer(heads: Iterable[tuple[int, int]], mode: str,
+                   means: dict[int, Tensor] | None) -> dict[int, list[int]]:
+    """``{layer: [head, ...]}`` of the heads to ablate, after checking ``mode`` and that a mean
+    ablation has the mean of every layer it touches (every ablation hook starts here)."""
     check(mode in MODES, f"ablation mode must be one of {MODES}, got {mode!r}")
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
@@ -54,6 +55,13 @@ def ablation_hooks(heads: Iterable[tuple[int, int]], mode: str = "mean",
         check(means is not None, "mode='mean' needs means (see head_means)")
         missing = sorted(set(by_layer) - set(means))
         check(not missing, f"no mean activations for layer(s) {missing}")
+    return by_layer
+
+
+def ablation_hooks(heads: Iterable[tuple[int, int]], mode: str = "mean",
+                   means: dict[int, Tensor] | None = None) -> list[tuple[str, object]]:
+    """Forward hooks (name, fn) that ablate ``heads``; empty list for no heads."""
+    by_layer = heads_by_layer(heads, mode, means)
     hooks = []
     for layer, hs in sorted(by_layer.items()):
         idx = torch.tensor(sorted(set(hs)))

@@ -252,14 +252,7 @@ def ssm_ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "mea
     """Forward hooks that replace the chosen SSM heads' scan output by zero or its mean: a
     hook on hook_x keeps x, the one on hook_y (which fires later in the same forward) sets
     y_h = D_h x_h (+ mean_h)."""
-    check(mode in ablation.MODES, f"ablation mode must be one of {ablation.MODES}, got {mode!r}")
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(int(layer), []).append(int(head))
-    if mode == "mean":
-        check(means is not None, "mode='mean' needs means (see head_means)")
-        missing = sorted(set(by_layer) - set(means))
-        check(not missing, f"no mean activations for layer(s) {missing}")
+    by_layer = ablation.heads_by_layer(heads, mode, means)
     hooks = []
     for layer, hs in sorted(by_layer.items()):
         idx = torch.tensor(sorted(set(hs)))
@@ -425,12 +418,7 @@ def bridge_ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "
     output at its own position (y_t = c_t·H_t + D·x_t): H_t of an ablated head becomes 0
     (``zero``), or m ⊗ c_t / ‖c_t‖² so that c_t·H_t is the head's mean scan output m
     (``mean``). The skip D·x_t stays, as on suite models."""
-    check(mode in ablation.MODES, f"ablation mode must be one of {ablation.MODES}, got {mode!r}")
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(int(layer), []).append(int(head))
-    if mode == "mean":
-        check(means is not None, "mode='mean' needs means (see head_means)")
+    by_layer = ablation.heads_by_layer(heads, mode, means)
     hooks = []
     for layer, hs in sorted(by_layer.items()):
         idx = torch.tensor(sorted(set(hs)))

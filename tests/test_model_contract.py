@@ -29,9 +29,9 @@ LAYER_HOOKS = {
                     "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores", "attn.hook_pattern",
                     "attn.hook_z", "attn.hook_result", "mlp.hook_pre", "mlp.hook_post"),
     "mamba2": SSM_HOOKS, "mambazero": SSM_HOOKS, "mamba": SSM_HOOKS,
-    "lstm": ("hook_h", "hook_c"),
+    "lstm": ("hook_resid_pre", "hook_h", "hook_c"),
     "stu": ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "stu.hook_features",
-            "stu.hook_out", "mlp.hook_pre", "mlp.hook_post"),
+            "stu.hook_out", "hook_mlp_out", "mlp.hook_pre", "mlp.hook_post"),
 }
 
 

@@ -151,11 +151,12 @@ def rope_cos_sin(n_rot: int, positions: Int[Tensor, " pos"], base: float
 def apply_rope(x: Float[Tensor, "batch pos head d_head"], cos: Float[Tensor, "pos rot"],
                sin: Float[Tensor, "pos rot"], n_rot: int) -> Float[Tensor, "batch pos head d_head"]:
     """Rotate the first ``n_rot`` channels of every head by the angles of its position."""
-    rot, rest = x[..., :n_rot], x[..., n_rot:]
+    whole = n_rot == x.shape[-1]  # the usual case: no unrotated rest to copy back in
+    rot = x if whole else x[..., :n_rot]
     x1, x2 = rot.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     rot = rot * cos[None, :, None, :] + rotated * sin[None, :, None, :]
-    return torch.cat([rot, rest], dim=-1)
+    return rot if whole else torch.cat([rot, x[..., n_rot:]], dim=-1)
 
 
 class Attention(nn.Module):
@@ -186,31 +187,39 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, dh = cfg.n_heads, cfg.d_head
         # One fused matmul for q, k, v (the per-head [head, d_model, d_head] layout is kept for
-        # users; flattening it per call costs a copy of the weights, far less than 3 matmuls).
+        # users and checkpoints; flattening it per call copies the weights, far less work than
+        # three matmuls).
         W = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0)  # [3·head, d_model, d_head]
-        W = einops.rearrange(W, "h d e -> d (h e)")
+        W = W.transpose(1, 2).reshape(3 * H * dh, -1)  # [3·head·d_head, d_model]
         b = torch.cat([self.b_Q, self.b_K, self.b_V], dim=0).flatten()
-        qkv = F.linear(x, W.T, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
-        q, k, v = qkv.split(H, dim=2)  # each [batch, pos, head, d_head]
+        qkv = F.linear(x, W, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
         if cfg.pe == "rope":
             n_rot = 2 * int(dh * cfg.rotary_frac / 2)
-            cos, sin = self._cached("rope", T, x.device, lambda: rope_cos_sin(
-                n_rot, torch.arange(T, device=x.device), cfg.rope_base))
-            q, k = apply_rope(q, cos, sin, n_rot), apply_rope(k, cos, sin, n_rot)
+            # float32 angles cast to qkv's dtype (a bf16 q must stay bf16 for SDPA)
+            cos, sin = self._cached("rope", T, x.device, qkv.dtype, lambda: tuple(
+                t.to(qkv.dtype) for t in rope_cos_sin(
+                    n_rot, torch.arange(T, device=x.device), cfg.rope_base)))
+            # q and k sit side by side in qkv: one rotation for both (elementwise, same numbers)
+            qk = apply_rope(qkv[:, :, :2 * H], cos, sin, n_rot)  # [batch, pos, 2·head, d_head]
+            q, k = qk.split(H, dim=2)
+            v = qkv[:, :, 2 * H:]
+        else:
+            q, k, v = qkv.split(H, dim=2)  # each [batch, pos, head, d_head]
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [batch, head, pos, d_head]
 
         if self._fast():
             # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
-            # A plain causal mask goes in as is_causal (lets PyTorch pick its fastest kernel).
-            mask = None if cfg.pe in ("nope", "rope") else self._bias(T, x.device)
+            # No positional bias (NoPE, RoPE) -> is_causal, which lets PyTorch pick its fastest
+            # kernel (flash on GPU); ALiBi / Hard-ALiBi -> the bias as a float mask in q's dtype
+            # (memory-efficient kernel on GPU), built once per length, device and dtype.
+            mask = None if cfg.pe in ("nope", "rope") else self._bias(T, qh)
             z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                is_causal=cfg.causal and mask is None,
+                qh, kh, vh, attn_mask=mask, is_causal=cfg.causal and mask is None,
             ).transpose(1, 2)  # [batch, pos, head, d_head]
         else:
-            qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [batch, head, pos, d_head]
             scores = qh @ kh.transpose(-1, -2) / math.sqrt(dh)  # [batch, head, q_pos, k_pos]
-            scores = self.hook_attn_scores(scores + self._bias(T, x.device))
+            scores = self.hook_attn_scores(scores + self._bias(T, scores))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
             z = (pattern @ vh).transpose(1, 2)  # [batch, pos, head, d_head]
         z = self.hook_z(z)
@@ -226,16 +235,21 @@ class Attention(nn.Module):
             return False
         return self.scan == "sdpa" or self.cfg.use_sdpa
 
-    def _bias(self, T: int, device) -> Tensor:
-        """Positional bias + mask for T positions (depends on T alone, so cached)."""
-        return self._cached("bias", T, device, lambda: positional_bias(self.cfg, T, T, device))
+    def _bias(self, T: int, like: Tensor) -> Float[Tensor, "head q_pos k_pos"]:
+        """Positional bias + mask for T positions in ``like``'s dtype and device (SDPA refuses a
+        float mask of another dtype, a bf16 matmul a float32 pattern), cached per length,
+        device and dtype. Built in float32 and cast, so float32 / float64 numbers stay those the
+        plain path has always added."""
+        return self._cached("bias", T, like.device, like.dtype, lambda: positional_bias(
+            self.cfg, T, T, like.device).to(like.dtype))
 
-    def _cached(self, name: str, T: int, device, make):
-        key = (name, T, str(device))
+    def _cached(self, name: str, T: int, device, dtype, make):
+        key = (name, T, str(device), dtype)
         if key not in self._cache:
             if len(self._cache) > 8:  # many lengths seen (length-generalisation sweeps)
                 self._cache.clear()
-            self._cache[key] = make()
+            with torch.inference_mode(False):  # a cached tensor must serve autograd later too
+                self._cache[key] = make()
         return self._cache[key]
 
 

@@ -1,8 +1,9 @@
 """Which parts of Mamba does in-context Markov learning need? (Markov paper Figs 3a, 3b, 6, 12,
 Table 3)
 
-``python -m analyses.markov_ablations --train quick [--groups conv,window,...]`` takes the zoo's
-ablation recipes (trained and cached on first use) and compares each model's test loss with
+``python -m analyses.markov_ablations --train quick [--groups conv,window,...] [--ray [ADDRESS]]``
+takes the zoo's ablation recipes (trained and cached on first use; with ``--ray`` as Ray
+tasks, :mod:`models.sweep`) and compares each model's test loss with
 the add-β estimator's, |L(θ) − L_β| (§3):
 
 * ``conv``   (Fig. 3a) full Mamba-2 vs Mamba-2 without the convolution vs MambaZero;
@@ -25,6 +26,7 @@ option in the transformer, which the suite does not have yet.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 import numpy as np
@@ -43,6 +45,7 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import zoo
+from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from probes.markov import evaluate_markov, markov_task_of
 from tasks.base import TaskError, check
 
@@ -171,6 +174,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
     p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="with --ray: the CPUs of the Ray instance started here (default: all)")
+    add_backend_arguments(p)
 
 
 def _recipes(args) -> list[str]:
@@ -178,18 +184,34 @@ def _recipes(args) -> list[str]:
     return recipes_for(groups or list(default_groups(args.train)), args.train)
 
 
+def _trained_here(args) -> bool:
+    """``--steps`` (another cache entry than run_analysis' recipes) and ``--ray`` (the recipes
+    as Ray tasks) train in :func:`_compute`; otherwise run_analysis has trained them."""
+    return bool(args.train and (args.steps or args.ray))
+
+
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    if args.train and args.steps:  # the recipes with another step count (run_analysis got none)
-        checkpoints = checkpoints + [
-            Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir, args.device,
-                                             progress=False, train={"steps": args.steps})))
-            for n in _recipes(args)]
+    failed = []
+    if _trained_here(args):
+        names = _recipes(args)
+        backend = (backend_of(args, args.jobs or os.cpu_count() or 1, args.device,
+                              num_cpus=max((zoo.recipe(n).slots for n in names), default=1))
+                   if args.ray else None)  # --steps alone: one after the other, as ever
+        done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,
+                                 train={"steps": args.steps} if args.steps else None)
+        checkpoints = checkpoints + [Checkpoint(n, str(p)) for n, p in done.items()
+                                     if not isinstance(p, Failed)]
+        failed = [{"recipe": n, "error": f.error, "attempts": f.attempts}
+                  for n, f in done.items() if isinstance(f, Failed)]
+        for f in failed:
+            print(f"{f['recipe']}: failed after {f['attempts']} attempt(s): {f['error']}")
     need(checkpoints)
     items = [(*LABELS.get(c.label, ("given", c.label)), c.path) for c in checkpoints]
     models = [(g, label, load_model(path, archs=ARCHS, device=args.device))
               for g, label, path in items]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = [path for *_, path in items]
+    result["failed"] = failed
     return result
 
 
@@ -226,9 +248,19 @@ FIGURE = Figure(
 
 
 def main(argv=None) -> int:
-    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+    """Exit 0, or 1 (``EXIT_SOME_FAILED``) when the outputs were written without the recipes
+    whose training failed on every attempt."""
+    failed: list[dict] = []
+
+    def compute_and_note(args, checkpoints):
+        result = _compute(args, checkpoints)
+        failed.extend(result["failed"])
+        return result
+
+    code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, threads=1,
-                        recipes=lambda a: [] if a.steps else _recipes(a))
+                        recipes=lambda a: [] if _trained_here(a) else _recipes(a))
+    return EXIT_SOME_FAILED if code == 0 and failed else code
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """Memorization capacity against parameter count (Kim et al., §5, Figs. 1 and 2, App. F).
 
 ``python -m analyses.memorization --data synthetic --task token --quick --out DIR``
+``[--jobs N] [--ray [ADDRESS]] [--retries R]``: the cells run in N local worker processes, or
+as Ray tasks (:mod:`models.sweep`) on a Ray instance started here or an existing cluster;
+finished cells are saved and never run again, a cell that fails on every attempt is marked in
+the JSON (``cells_failed``) and the exit code is 1 while the others land.
 
 A grid over dataset size (fractions 10 %, 20 %, …, 100 % of N, App. F) × model width (the
 embedding size m; L layers, h heads, head size k = m / h, feed-forward q = 4m, §5.1); every
@@ -53,9 +57,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from joblib import Parallel, delayed
 from scipy.stats import spearmanr
-from tqdm.auto import tqdm
 
 from analyses.common import (
     Checkpoint,
@@ -71,6 +73,15 @@ from analyses.common import (
 from figures.style import new_figure, save_figure
 from models.device import resolve_device
 from models.registry import build_model
+from models.sweep import (
+    EXIT_SOME_FAILED,
+    Backend,
+    Failed,
+    add_backend_arguments,
+    backend_of,
+    failures,
+    map_tasks,
+)
 from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, TrainingDiverged, train
 from models.train.spec import RunSpec, make_spec
@@ -220,16 +231,25 @@ def cell_key(spec: RunSpec, threshold: float, patience: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _run_cell(spec: RunSpec, threshold: float, patience: int, device: str, path: str,
-              key: str, threads: int) -> dict[str, Any]:
-    """Worker body: train one cell and save its JSON atomically (a finished cell is kept)."""
-    torch.set_num_threads(threads)  # one thread per worker: the cells are the parallelism
-    result = train_cell(spec, threshold, patience, device)
+def _run_cell(spec: RunSpec, threshold: float, patience: int, device: str, key: str,
+              threads: int) -> dict[str, Any]:
+    """Task body (a worker process, a Ray worker or this process): train one cell. The caller
+    saves it, so the cells of a cluster's workers land in the caller's output folder."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # one thread per task: the cells are the parallelism
+    try:
+        result = train_cell(spec, threshold, patience, device)
+    finally:
+        torch.set_num_threads(before)
     result["key"] = key
-    tmp = Path(path).with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(to_jsonable(result), indent=1))
-    tmp.replace(path)
     return result
+
+
+def _save_cell(cell: dict[str, Any], path: Path) -> None:
+    """Write a finished cell atomically: the next run reuses it."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(to_jsonable(cell), indent=1))
+    tmp.replace(path)
 
 
 def _load_cell(path: Path, key: str) -> dict[str, Any] | None:
@@ -238,6 +258,14 @@ def _load_cell(path: Path, key: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None  # missing or half-written: train it again
     return cell if isinstance(cell, dict) and cell.get("key") == key else None
+
+
+def failed_cell(spec: RunSpec, failure: Failed) -> dict[str, Any]:
+    """The row of a cell whose task failed on every attempt: no numbers, the error (never
+    saved, so the next run tries it again)."""
+    return {"fraction": spec.task_config["fraction"], "d_model": spec.model["d_model"],
+            "failed": True, "error": failure.error, "attempts": failure.attempts,
+            "train_error": math.nan, "memorized": False, "stop": "failed"}
 
 
 # ---------------------------------------------------------------------------- the grid
@@ -258,13 +286,15 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
             fractions: tuple[float, ...] | None = None, task_config: dict | None = None,
             model: dict | None = None, train: dict | None = None, patience: int | None = None,
             threshold: float = THRESHOLD, n_jobs: int = 2, device: str = "cpu",
-            fresh: bool = False, progress: bool = True) -> dict[str, Any]:
+            fresh: bool = False, progress: bool = True,
+            backend: Backend | None = None) -> dict[str, Any]:
     """Train the grid (resuming saved cells) and summarise it (Figs. 1 and 2).
 
-    ``task_config`` / ``model`` / ``train`` override the preset and grid rows; ``n_jobs``
-    worker processes (joblib) train the cells; each finished cell is saved under
-    ``out_dir/memorization_{data}_{level}_cells/`` and reused by the next call unless
-    ``fresh``.
+    ``task_config`` / ``model`` / ``train`` override the preset and grid rows. The cells run
+    on ``backend`` (:mod:`models.sweep`; default: ``n_jobs`` local worker processes); each
+    finished cell is saved under ``out_dir/memorization_{data}_{level}_cells/`` as it lands
+    and reused by the next call unless ``fresh``. A cell whose task fails on every attempt is
+    listed in ``cells_failed`` (and marked ``failed`` in ``cells``); the others still run.
     """
     grid = grid_settings(preset, data, level)
     widths = tuple(widths or grid["widths"])
@@ -275,6 +305,7 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
     check(patience >= 0, f"patience must be >= 0, got {patience}")
     check(n_jobs >= 1, f"n_jobs must be >= 1, got {n_jobs}")
+    backend = backend or Backend(jobs=n_jobs)
     dev = str(resolve_device(device))
     task_cfg = {**grid["task"], **(task_config or {}), "data": data, "level": level}
     train_cfg = {**grid.get("train", {}), **(train or {})}
@@ -299,29 +330,34 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
         else:
             todo.append(((f, m), spec, path, key))
     t0 = time.time()
-    bar = tqdm(total=len(specs), initial=len(done), desc=name, disable=not progress,
-               dynamic_ncols=True)
-    try:
-        # cells finish in any order; each is saved by its worker, so Ctrl-C loses only the
-        # cells in flight. Larger cells first: the slowest ones do not trail at the end.
-        todo.sort(key=lambda t: (-t[0][0] * t[0][1], t[0]))
-        jobs = (delayed(_run_cell)(spec, threshold, patience, dev, str(path), key, 1)
-                for _, spec, path, key in todo)
-        runner = Parallel(n_jobs=min(n_jobs, max(1, len(todo))),
-                          return_as="generator_unordered")
-        for cell in runner(jobs):
-            done[(cell["fraction"], cell["d_model"])] = cell
-            bar.update(1)
-            bar.set_postfix(m=cell["d_model"], f=cell["fraction"], err=f"{cell['train_error']:.3f}")
-    finally:
-        bar.close()
+    # cells finish in any order; each is saved as it lands, so Ctrl-C loses only the cells in
+    # flight. Larger cells first: the slowest ones do not trail at the end.
+    todo.sort(key=lambda t: (-t[0][0] * t[0][1], t[0]))
+
+    def landed(i: int, cell: dict | Failed) -> dict | None:
+        (f, m), spec, path, _ = todo[i]
+        if isinstance(cell, Failed):
+            done[(f, m)] = failed_cell(spec, cell)
+            return None
+        _save_cell(cell, path)
+        done[(f, m)] = cell
+        return {"m": m, "f": f, "err": f"{cell['train_error']:.3f}"}
+
+    results = map_tasks(_run_cell, [(spec, threshold, patience, dev, key, 1)
+                                    for _, spec, _, key in todo],
+                        backend, desc=name, progress=progress, done_before=len(done),
+                        on_done=landed)
     wall = time.time() - t0
     any_spec = next(iter(specs.values()))
     result = summarise(done, sorted(fractions), sorted(widths), threshold, level)
     result.update({
         "data": data, "level": level, "preset": preset, "threshold": threshold,
-        "patience": patience, "n_jobs": n_jobs, "device": dev,
-        "cells_trained": len(todo), "cells_reused": len(specs) - len(todo),
+        "patience": patience, "n_jobs": backend.jobs, "backend": backend.describe(),
+        "device": dev, "cells_trained": len(todo) - len(failures(results)),
+        "cells_reused": len(specs) - len(todo),
+        "cells_failed": [{"fraction": todo[i][0][0], "d_model": todo[i][0][1],
+                          "error": results[i].error, "attempts": results[i].attempts}
+                         for i in failures(results)],
         "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "param_counting": PARAM_COUNTING,
@@ -335,14 +371,22 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
 
 def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],
               threshold: float, level: str) -> dict[str, Any]:
-    """Heatmap matrix, smallest memorising model per N, fits and trend statistics."""
-    err = np.array([[cells[(f, m)]["train_error"] for m in widths] for f in fractions])
-    first = [cells[(f, widths[0])] for f in fractions]
-    n_ex = [c["n_examples"] for c in first]
-    n_lab = [c["n_labels"] for c in first]
-    seq_len = first[0]["seq_len"]
-    p_tot = [cells[(fractions[0], m)]["params_total"] for m in widths]
-    p_non = [cells[(fractions[0], m)]["params_non_embedding"] for m in widths]
+    """Heatmap matrix, smallest memorising model per N, fits and trend statistics. A failed
+    cell (``failed_cell``) has no error (NaN) and takes part in no trend pair; the sizes of a
+    row or column come from any cell of it that ran."""
+    err = np.array([[cells[(f, m)]["train_error"] for m in widths] for f in fractions],
+                   dtype=float)
+
+    def ran(of: list[dict], field: str):
+        return next((c[field] for c in of if not c.get("failed")), None)
+
+    rows = [[cells[(f, m)] for m in widths] for f in fractions]
+    cols = [[cells[(f, m)] for f in fractions] for m in widths]
+    n_ex = [ran(r, "n_examples") for r in rows]
+    n_lab = [ran(r, "n_labels") for r in rows]
+    seq_len = ran([c for r in rows for c in r], "seq_len")
+    p_tot = [ran(c, "params_total") for c in cols]
+    p_non = [ran(c, "params_non_embedding") for c in cols]
     min_width, min_tot, min_non = [], [], []
     for i in range(len(fractions)):
         ok = [j for j in range(len(widths)) if err[i, j] < threshold]
@@ -354,14 +398,20 @@ def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widt
             for which, mins in (("total", min_tot), ("non_embedding", min_non))}
     # Trend checks (the claims of Fig. 1): error falls with width, rises with N.
     tol = 0.01
+    finite = np.isfinite(err)
     w_pairs = [err[i, j + 1] <= err[i, j] + tol for i in range(len(fractions))
-               for j in range(len(widths) - 1)]
+               for j in range(len(widths) - 1) if finite[i, j] and finite[i, j + 1]]
     n_pairs = [err[i + 1, j] >= err[i, j] - tol for i in range(len(fractions) - 1)
-               for j in range(len(widths))]
-    W, F = np.meshgrid(widths, n_ex)
-    rho_w = spearmanr(W.ravel(), err.ravel()).statistic if len(widths) > 1 else None
-    rho_n = spearmanr(F.ravel(), err.ravel()).statistic if len(fractions) > 1 else None
-    found = [(n, p) for n, p in zip(n_ex, min_non, strict=True) if p is not None]
+               for j in range(len(widths)) if finite[i, j] and finite[i + 1, j]]
+    W, F = np.meshgrid(widths, [np.nan if n is None else n for n in n_ex])
+
+    def rho(x: np.ndarray) -> float | None:  # over the cells that ran; None if x is constant
+        x, y = x[finite], err[finite]
+        return spearmanr(x, y).statistic if len(set(x.tolist())) > 1 else None
+
+    rho_w, rho_n = rho(W), rho(F)
+    found = [(n, p) for n, p in zip(n_ex, min_non, strict=True)
+             if p is not None and n is not None]
     rho_p = (spearmanr([n for n, _ in found], [p for _, p in found]).statistic
              if len(found) > 1 and len({p for _, p in found}) > 1 else None)
     return {
@@ -406,7 +456,9 @@ def plot_heatmap(result: dict, ax=None):
     ax.grid(False)
     for i in range(err.shape[0]):
         for j in range(err.shape[1]):
-            ax.text(j, i, f"{err[i, j]:.3f}".lstrip("0") if err[i, j] < 1 else "1",
+            text = ("failed" if not np.isfinite(err[i, j]) else
+                    f"{err[i, j]:.3f}".lstrip("0") if err[i, j] < 1 else "1")
+            ax.text(j, i, text,
                     ha="center", va="center", fontsize=6,
                     color="white" if err[i, j] < 0.6 * im.get_clim()[1] else "black")
     ax.figure.colorbar(im, ax=ax, label="training error")
@@ -431,7 +483,7 @@ def plot_params(result: dict, ax=None):
             ax.plot([n for n, _ in pts], [p for _, p in pts], "o", color=color, label=label)
         missing = [n for n, p in zip(n_ex, mins, strict=True) if p is None]
         if missing:  # not memorised by the widest model: the count is above the largest one
-            top = max(result[f"params_{which}"])
+            top = max((p for p in result[f"params_{which}"] if p is not None), default=0)
             ax.plot(missing, [top] * len(missing), "^", mfc="none", color=color,
                     label=f"not memorised (> {top:,})")
         fit = result["fits"][which]
@@ -539,7 +591,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=["token", "sequence"], default=None,
                    help="label level (default: token for synthetic and conll, sequence for mnli)")
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
-    p.add_argument("--jobs", type=int, default=2, help="parallel worker processes (default 2)")
+    p.add_argument("--jobs", type=int, default=2, help="parallel worker processes, or the CPUs "
+                   "of the Ray instance --ray starts here (default 2)")
     p.add_argument("--widths", default=None, help="embedding sizes m, e.g. 8,16,32")
     p.add_argument("--fractions", default=None, help="dataset fractions (default 0.1,…,1.0)")
     p.add_argument("--n-examples", type=int, default=None, help="N, the full dataset size")
@@ -551,6 +604,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluations without improvement before a cell stops")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
+    add_backend_arguments(p)
 
 
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
@@ -570,7 +624,8 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
                      train=train_cfg, patience=args.patience, threshold=args.threshold,
                      n_jobs=args.jobs, device=args.device, fresh=args.fresh,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress,
+                     backend=backend_of(args, args.jobs, args.device))
     name, out = result["name"], Path(args.out)
     save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
     save_figure(plot_params(result), out / f"{name}_params.png")
@@ -578,16 +633,29 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     t = result["trends"]
     print(f"wrote {out / (name + '_heatmap.png')}, {out / (name + '_params.png')}, {csv_path}")
     print(f"{result['cells_trained']} cells trained, {result['cells_reused']} reused, "
-          f"{result['wall_time_s']} s wall ({result['n_jobs']} jobs); Spearman(error, width) "
+          f"{result['wall_time_s']} s wall ({result['backend']}); Spearman(error, width) "
           f"{t['spearman_error_vs_width']}, Spearman(error, N) {t['spearman_error_vs_n']}, "
           f"Spearman(min params, N) {t['spearman_min_params_vs_n']}")
+    for c in result["cells_failed"]:
+        print(f"cell m={c['d_model']} f={c['fraction']} failed after {c['attempts']} "
+              f"attempt(s): {c['error']}")
     return result
 
 
 def main(argv=None) -> int:
-    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+    """Exit 0, or 1 (``EXIT_SOME_FAILED``) when the outputs were written but some cells
+    failed on every attempt (rerun to retry just those)."""
+    failed: list[dict] = []
+
+    def compute_and_note(args, checkpoints):
+        result = _compute(args, checkpoints)
+        failed.extend(result["cells_failed"])
+        return result
+
+    code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         output_name=lambda args, result: result["name"])
+    return EXIT_SOME_FAILED if code == 0 and failed else code
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ by ``python -m analyses.reproduce``, which trains what its plan needs from here.
 
     python -m models.zoo --list [--paper] [--cache-dir DIR]   # every recipe, cached or not
     python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
+    python -m models.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
 
 Why a setting was chosen is said beside it; what a run of it measured is in the reproduce index.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +23,15 @@ from types import MappingProxyType
 from typing import Any
 
 from models.cli import OneLineParser, add_device_argument, run_cli
+from models.device import resolve_device
+from models.sweep import (
+    EXIT_SOME_FAILED,
+    Backend,
+    Failed,
+    add_backend_arguments,
+    backend_of,
+    map_tasks,
+)
 from models.train.cache import cache_path, is_cached, train_spec_cached
 from models.train.presets import preset_overrides
 from models.train.spec import RunSpec, make_spec
@@ -290,6 +301,51 @@ def checkpoints(names: Iterable[str], preset: str = "quick",
     return {n: checkpoint(n, preset, cache_dir, device, progress) for n in names}
 
 
+def _train_one(name: str, preset: str, cache_dir: str, device: str,
+               train: Mapping[str, Any] | None) -> str:
+    """Task body of :func:`train_recipes` (a worker process, a Ray worker or this one)."""
+    return str(checkpoint(name, preset, cache_dir, device, progress=False, train=train))
+
+
+def _cached(name: str, preset: str, cache_dir: str | Path,
+            train: Mapping[str, Any] | None) -> Path | None:
+    try:
+        path = cache_path(spec(name, preset, cache_dir, train), cache_dir)
+    except TaskError as e:
+        if "not trained" in str(e):
+            return None  # its init recipe is not trained yet: so neither is it
+        raise
+    return path if is_cached(path) else None
+
+
+def train_recipes(names: Iterable[str], preset: str = "quick",
+                  cache_dir: str | Path = "checkpoints", device: str = "auto",
+                  backend: Backend | None = None, train: Mapping[str, Any] | None = None,
+                  progress: bool = True) -> dict[str, Path | Failed]:
+    """:func:`checkpoint` of each name, the ones not cached yet run as tasks on ``backend``
+    (:mod:`models.sweep`; default: one after the other here). A recipe whose training fails
+    on every attempt maps to a :class:`Failed`; the others still train. The cache must be
+    one the workers share (a cluster: a shared file system)."""
+    names = list(dict.fromkeys(names))
+    for n in names:  # every name checked before any training
+        recipe(n).parts(preset)
+    out: dict[str, Path | Failed] = {}
+    todo = []
+    for n in names:
+        path = _cached(n, preset, cache_dir, train)
+        if path is None:
+            todo.append(n)
+        else:
+            out[n] = path
+    results = map_tasks(_train_one, [(n, preset, str(cache_dir), device,
+                                      dict(train) if train else None) for n in todo],
+                        backend or Backend(), desc="train", progress=progress,
+                        done_before=len(out), on_done=lambda i, _: {"recipe": todo[i]})
+    for n, r in zip(todo, results, strict=True):
+        out[n] = r if isinstance(r, Failed) else Path(r)
+    return {n: out[n] for n in names}
+
+
 def status(name: str, preset: str, cache_dir: str | Path) -> str:
     """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet)."""
     try:
@@ -312,17 +368,31 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--quick", dest="preset", action="store_const", const="quick")
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
+    add_backend_arguments(p)
     args = p.parse_args(argv)
     if args.names[:1] == ["train"] and not args.list:
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
             recipe(n).parts(args.preset)  # every name checked before any training
-        for n, path in checkpoints(args.names, args.preset, args.cache_dir, args.device,
-                                   not args.no_progress).items():
-            print(f"{n}: {path}")
-        return 0
+        if args.ray is None:  # as ever: one after the other, each with its own progress bar
+            for n, path in checkpoints(args.names, args.preset, args.cache_dir, args.device,
+                                       not args.no_progress).items():
+                print(f"{n}: {path}")
+            return 0
+        jobs = args.jobs or os.cpu_count() or 1
+        slots = max(recipe(n).slots for n in args.names)
+        device = str(resolve_device(args.device))  # auto: what this machine has
+        backend = backend_of(args, jobs, device, num_cpus=slots)
+        done = train_recipes(args.names, args.preset, args.cache_dir, device, backend,
+                             progress=not args.no_progress)
+        for n, path in done.items():
+            print(f"{n}: {path.error} (failed after {path.attempts} attempt(s))"
+                  if isinstance(path, Failed) else f"{n}: {path}")
+        return EXIT_SOME_FAILED if any(isinstance(r, Failed) for r in done.values()) else 0
     names = [n for n in RECIPES if not args.names or n.startswith(tuple(args.names))]
     rows = [(n, RECIPES[n].task, RECIPES[n].arch,
              status(n, args.preset, args.cache_dir) if RECIPES[n].available(args.preset)

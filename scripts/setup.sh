@@ -22,7 +22,8 @@ else
     || "$PY" -m pip install -q "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
 fi
 
-extras="dev"
-if [ "${WITH_CUDA_KERNELS:-0}" = 1 ]; then extras="dev,cuda"; fi  # mamba-ssm fast path (GPU only)
+# cluster = Ray: the sweeps' --ray backend, tested in the default suite (tests/test_ray.py)
+extras="dev,cluster"
+if [ "${WITH_CUDA_KERNELS:-0}" = 1 ]; then extras="dev,cluster,cuda"; fi  # mamba-ssm fast path (GPU only)
 "$PY" -m pip install -q -e ".[${extras}]"
-"$PY" -c "import torch, transformer_lens; print(f'setup: ok (torch {torch.__version__}, cuda={torch.cuda.is_available()})')"
+"$PY" -c "import torch, transformer_lens, ray; print(f'setup: ok (torch {torch.__version__}, cuda={torch.cuda.is_available()}, ray {ray.__version__})')"

@@ -1,0 +1,213 @@
+"""Run many independent tasks — the cells of a grid, the recipes of an ablation, the seeds of
+a sweep — here in a small process pool, or as Ray tasks (``--ray [ADDRESS]``).
+
+:func:`map_tasks` is the one entry point: ``fn(*args)`` for every ``args`` of ``items``, with
+a progress bar over the tasks as they finish, and a :class:`Failed` in place of the result of
+a task that raised on every one of its ``1 + retries`` attempts (bad input, a
+:class:`~tasks.base.TaskError`, is not retried: it would fail the same way); the other tasks
+still run.
+Callers keep their own cache (a finished cell, a trained checkpoint) and hand over only what
+is not done yet, so nothing finished runs twice.
+
+Backends (:class:`Backend`):
+
+* local (the default): ``jobs`` worker processes (joblib), or the calling process when
+  ``jobs`` is 1. Ray is not imported.
+* Ray: ``ray.init(num_cpus=jobs)`` on this machine (``--ray``), or an existing cluster
+  (``--ray ADDRESS``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``). Every task asks for
+  ``num_cpus`` CPUs and ``num_gpus`` GPUs (one when the run is on CUDA) and is retried by Ray
+  (``max_retries``, ``retry_exceptions``); a worker that dies is retried the same way. Ray is
+  an optional extra (``pip install -e .[cluster]``), imported only here and only then.
+
+The local pool stays joblib rather than Ray's local mode: it needs no extra package, starts
+in no time (a Ray instance takes seconds to start on a small machine), and a run without
+``--ray`` behaves exactly as before. Ray is used where it earns its start-up: placement of
+GPU tasks, several machines, worker failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from joblib import Parallel, delayed
+from tqdm.auto import tqdm
+
+from tasks.base import TaskError, check
+
+EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its tasks failed after every retry
+DEFAULT_RETRIES = 2
+_ADDRESS = re.compile(r"^(auto|local|(ray://)?[\w.\-]+:\d+)$")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where the tasks run: ``ray`` false = local processes; ``address`` None = a Ray instance
+    started here with ``jobs`` CPUs, else an existing cluster."""
+
+    ray: bool = False
+    address: str | None = None
+    jobs: int = 1  # local worker processes / CPUs of a Ray instance started here
+    num_cpus: float = 1.0  # per task (Ray's scheduling)
+    num_gpus: float = 0.0  # per task (Ray's scheduling)
+    retries: int = DEFAULT_RETRIES  # attempts after the first
+
+    def __post_init__(self):
+        check(self.jobs >= 1, f"jobs must be >= 1, got {self.jobs}")
+        check(self.retries >= 0, f"--retries must be >= 0, got {self.retries}")
+        check(self.num_cpus > 0 and self.num_gpus >= 0,
+              f"a task needs CPUs > 0 and GPUs >= 0, got {self.num_cpus}, {self.num_gpus}")
+
+    def describe(self) -> str:
+        if not self.ray:
+            return f"local ({self.jobs} process{'es' if self.jobs > 1 else ''})"
+        where = self.address or f"local Ray, {self.jobs} CPUs"
+        return f"ray ({where}; {self.num_cpus:g} CPU, {self.num_gpus:g} GPU per task)"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A task that raised on every attempt: its last error, one line."""
+
+    error: str
+    attempts: int
+
+
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]`` and ``--retries``."""
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the tasks on Ray: alone, a Ray instance started here (--jobs "
+                        "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
+                        "cluster (needs pip install -e .[cluster])")
+    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+                   help=f"attempts after the first for a task that fails (default "
+                        f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
+
+
+def backend_of(args: argparse.Namespace, jobs: int = 1, device: str = "cpu",
+               num_cpus: float = 1.0) -> Backend:
+    """The backend of ``--ray`` / ``--retries``; a task asks for one GPU when ``device`` is
+    CUDA."""
+    ray = getattr(args, "ray", None)
+    if ray is not None:
+        check(bool(_ADDRESS.match(ray)), f"--ray {ray!r}: not a Ray address (auto, HOST:PORT or "
+              "ray://HOST:PORT); write --ray=ADDRESS, or put --ray after the checkpoints")
+    gpus = 1.0 if str(device).startswith("cuda") else 0.0
+    return Backend(ray=ray is not None, address=None if ray in (None, "local") else ray,
+                   jobs=jobs, num_cpus=num_cpus, num_gpus=gpus,
+                   retries=getattr(args, "retries", DEFAULT_RETRIES))
+
+
+def _error_line(e: BaseException) -> str:
+    lines = [s for s in str(e).strip().splitlines() if s.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}".strip()
+
+
+def _call(fn: Callable, *args: Any) -> Any:
+    """One attempt of a task. Bad input (:class:`TaskError`) fails the same way every time:
+    reported at once, not retried."""
+    try:
+        return fn(*args)
+    except TaskError as e:
+        return Failed(_error_line(e), 1)
+
+
+def _attempts(fn: Callable, i: int, args: tuple, retries: int) -> tuple[int, Any]:
+    """Local worker body: ``fn(*args)``, tried up to ``1 + retries`` times."""
+    for attempt in range(1, retries + 2):
+        try:
+            return i, _call(fn, *args)
+        except Exception as e:  # noqa: BLE001 - any failure of one task is reported, not fatal
+            if attempt == retries + 1:
+                traceback.print_exc()
+                return i, Failed(_error_line(e), attempt)
+    raise AssertionError("unreachable")
+
+
+def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, *,
+              desc: str = "", progress: bool = True, done_before: int = 0,
+              on_done: Callable[[int, Any], dict | None] | None = None) -> list[Any]:
+    """``[fn(*args) for args in items]``, run on ``backend``; a :class:`Failed` stands for a
+    task that raised on every attempt. ``on_done(i, result)`` runs here, in the calling
+    process, as each task finishes (save it, so a stopped sweep loses only the tasks in
+    flight); a dict it returns is shown on the progress bar. ``done_before``: tasks finished
+    by an earlier run (the bar starts there). ``fn`` must be importable (a module-level
+    function): workers import it."""
+    results: list[Any] = [None] * len(items)
+    if not items:
+        return results
+    bar = tqdm(total=len(items) + done_before, initial=done_before, desc=desc,
+               disable=not progress, dynamic_ncols=True)
+
+    def finish(i: int, result: Any) -> None:
+        results[i] = result
+        post = on_done(i, result) if on_done else None
+        bar.update(1)
+        if isinstance(result, Failed):
+            bar.write(f"{desc}: task {i} failed after {result.attempts} attempt(s): "
+                      f"{result.error}")
+        elif post:
+            bar.set_postfix(post)
+
+    try:
+        if backend.ray:
+            _ray_map(fn, items, backend, finish)
+        elif backend.jobs == 1:
+            for i, args in enumerate(items):
+                finish(*_attempts(fn, i, args, backend.retries))
+        else:
+            runner = Parallel(n_jobs=min(backend.jobs, len(items)),
+                              return_as="generator_unordered")
+            for i, result in runner(delayed(_attempts)(fn, i, args, backend.retries)
+                                    for i, args in enumerate(items)):
+                finish(i, result)
+    finally:
+        bar.close()
+    return results
+
+
+def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
+             finish: Callable[[int, Any], None]) -> None:
+    try:
+        import ray  # optional extra: only a run with --ray needs it
+    except ImportError:
+        raise TaskError("--ray needs Ray: pip install -e .[cluster] (or pip install ray)") \
+            from None
+    started = not ray.is_initialized()
+    if started:
+        if b.address:
+            ray.init(address=b.address)
+        else:
+            ray.init(num_cpus=b.jobs, include_dashboard=False)
+    try:
+        remote = ray.remote(_call).options(num_cpus=b.num_cpus, num_gpus=b.num_gpus,
+                                           max_retries=b.retries, retry_exceptions=True)
+        index = {remote.remote(fn, *args): i for i, args in enumerate(items)}
+        pending = list(index)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as e:  # raised on its last attempt too
+                        cause = getattr(e, "cause", None)
+                        result = Failed(_error_line(cause if isinstance(cause, BaseException)
+                                                    else e), b.retries + 1)
+                    finish(index[ref], result)
+        except KeyboardInterrupt:  # stop what is in flight; finished tasks are saved
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def failures(results: Sequence[Any]) -> list[int]:
+    """Indices of the tasks that failed."""
+    return [i for i, r in enumerate(results) if isinstance(r, Failed)]

@@ -1,0 +1,186 @@
+"""Sweeps on Ray (models/sweep.py): a Ray instance on this machine (``ray.init(num_cpus=2)``)
+runs the memorization grid to the same cells as the local backend, reuses saved cells, and
+reports a cell that fails on every attempt without stopping the others. A run without
+``--ray`` never imports Ray.
+
+Ray is installed by scripts/setup.sh (the dev extra), so this module runs in CI: a missing
+Ray is an import error here, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+
+import analyses.markov_ablations as ma
+import analyses.memorization as am
+from models import zoo
+from models.sweep import Backend, Failed, backend_of, map_tasks
+from tasks.base import TaskError, check
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID_ARGV = ["--data", "synthetic", "--task", "token", "--widths", "4,8", "--fractions",
+             "0.5,1", "--n-examples", "12", "--steps", "30", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One Ray instance for the module (its start-up is most of these tests' time);
+    map_tasks uses it and leaves it running."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def tiny_grid(out, backend, **kw):
+    return am.compute("synthetic", "token", "quick", out, widths=(4, 8), fractions=(0.5, 1.0),
+                      task_config={"n_examples": 12, "seq_len": 4},
+                      train={"steps": 30, "warmup_steps": 0, "eval_every": 10},
+                      progress=False, backend=backend, **kw)
+
+
+def cell_differences(a: list[dict], b: list[dict]) -> list[str]:
+    """Where two runs' cells differ: every field but the wall time, floats to rounding (BLAS
+    reductions may round differently in another process)."""
+    if [sorted(c) for c in a] != [sorted(c) for c in b]:
+        return ["different fields"]
+    out = []
+    for ca, cb in zip(a, b, strict=True):
+        for k in ca:
+            x, y = ca[k], cb[k]
+            same = (math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-6) or x != x and y != y
+                    if isinstance(x, float) and isinstance(y, float) else x == y)
+            if k != "time_s" and not same:
+                out.append(f"m={ca['d_model']} f={ca['fraction']} {k}: {x} vs {y}")
+    return out
+
+
+def failing_cell(target: int, attempts_file: Path, real=am._run_cell):
+    """``_run_cell``, except that the cells of width ``target`` raise, each attempt noted in
+    ``attempts_file``. A closure, so Ray ships it by value to its workers."""
+
+    def run(spec, *args):
+        if spec.model["d_model"] == target:
+            with open(attempts_file, "a") as fh:
+                fh.write(f"{spec.task_config['fraction']}\n")
+            raise RuntimeError(f"cell m={target} cannot train")
+        return real(spec, *args)
+
+    return run
+
+
+def test_ray_grid_equals_local_and_a_second_run_trains_nothing(tmp_path, local_ray,
+                                                               monkeypatch):
+    local = tiny_grid(tmp_path / "local", Backend(jobs=1))
+    on_ray = tiny_grid(tmp_path / "ray", Backend(ray=True, jobs=2))
+    assert on_ray["cells_trained"] == 4 and on_ray["cells_failed"] == []
+    assert on_ray["backend"].startswith("ray") and local["backend"].startswith("local")
+    assert cell_differences(on_ray["cells"], local["cells"]) == []
+    saved = sorted(p.name for p in (tmp_path / "ray" / "memorization_synthetic_token_cells")
+                   .iterdir())
+    assert saved == ["m00004_f050.json", "m00004_f100.json", "m00008_f050.json",
+                     "m00008_f100.json"]
+    # every cell is cached: nothing is handed to Ray (the stub would fail any task)
+    monkeypatch.setattr(am, "_run_cell", lambda *a: pytest.fail("ran a cached cell"))
+    again = tiny_grid(tmp_path / "ray", Backend(ray=True, jobs=2))
+    assert again["cells_trained"] == 0 and again["cells_reused"] == 4
+    assert again["cells"] == on_ray["cells"]  # read back from the saved files
+
+
+def test_ray_retries_a_failing_cell_then_reports_it_and_the_others_land(tmp_path, local_ray,
+                                                                       monkeypatch):
+    attempts = tmp_path / "attempts.txt"
+    monkeypatch.setattr(am, "_run_cell", failing_cell(8, attempts))
+    result = tiny_grid(tmp_path, Backend(ray=True, jobs=2, retries=1))
+    # both m=8 cells: tried 1 + retries times each, then reported
+    assert sorted(attempts.read_text().split()) == ["0.5", "0.5", "1.0", "1.0"]
+    failed = {(c["d_model"], c["fraction"]): c for c in result["cells_failed"]}
+    assert set(failed) == {(8, 0.5), (8, 1.0)}
+    assert all(c["attempts"] == 2 and "cannot train" in c["error"] for c in failed.values())
+    assert result["cells_trained"] == 2
+    by_cell = {(c["d_model"], c["fraction"]): c for c in result["cells"]}
+    assert by_cell[(8, 0.5)]["failed"] and not by_cell[(4, 0.5)].get("failed")
+    assert 0 <= by_cell[(4, 1.0)]["train_error"] <= 1
+    cells = tmp_path / "memorization_synthetic_token_cells"
+    assert sorted(p.name for p in cells.iterdir()) == ["m00004_f050.json", "m00004_f100.json"]
+    json.dumps(am.to_jsonable(result))
+
+
+def test_a_failed_cell_is_marked_in_the_json_and_the_exit_code(tmp_path, monkeypatch,
+                                                               capsys):
+    """The local backend (no Ray) reports the same way: the JSON marks the cell, exit 1."""
+    attempts = tmp_path / "attempts.txt"
+    monkeypatch.setattr(am, "_run_cell", failing_cell(8, attempts))
+    out = tmp_path / "out"
+    assert am.main([*GRID_ARGV, "--jobs", "1", "--retries", "0", "--out", str(out)]) == 1
+    assert len(attempts.read_text().split()) == 2  # two m=8 cells, one attempt each
+    data = json.loads((out / "memorization_synthetic_token.json").read_text())
+    assert {(c["d_model"], c["fraction"]) for c in data["cells_failed"]} == {(8, 0.5),
+                                                                            (8, 1.0)}
+    assert data["error"][0][1] is None and data["error"][0][0] is not None
+    assert "failed after 1 attempt(s)" in capsys.readouterr().out
+
+
+def test_local_run_does_not_import_ray(tmp_path):
+    argv = [*GRID_ARGV, "--widths", "4", "--fractions", "1", "--steps", "5", "--out",
+            str(tmp_path)]
+    code = ("import sys, analyses.memorization as am; "
+            f"rc = am.main({argv!r}); "
+            "assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_map_tasks_local_pool_keeps_order_and_reports_failures():
+    # math.sqrt: a light function for the pool's workers to import
+    res = map_tasks(math.sqrt, [(4,), (-1,), (9,)], Backend(jobs=2, retries=1), progress=False)
+    assert res[0] == 2 and res[2] == 3
+    assert res[1] == Failed("ValueError: math domain error", 2)
+    # bad input fails the same way every time: reported at once, not retried
+    res = map_tasks(check, [(True, "fine"), (False, "bad cell")], Backend(retries=3),
+                    progress=False)
+    assert res == [None, Failed("TaskError: bad cell", 1)]
+
+
+@pytest.mark.parametrize("ray_flag, address", [("local", None), ("auto", "auto"),
+                                               ("ray://head:10001", "ray://head:10001"),
+                                               ("10.0.0.1:6379", "10.0.0.1:6379")])
+def test_backend_of_flags(ray_flag, address):
+    class Args:
+        ray, retries = ray_flag, 3
+
+    b = backend_of(Args(), jobs=4, device="cuda")
+    assert b.ray and b.address == address and b.num_gpus == 1 and b.retries == 3
+    assert not backend_of(type("A", (), {"ray": None})(), device="cpu").ray
+
+
+def test_bad_ray_address_is_one_line_exit_2(tmp_path, capsys):
+    assert am.main([*GRID_ARGV, "--out", str(tmp_path), "--ray", "ckpt.pt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a Ray address" in err and len(err.splitlines()) == 1
+    assert zoo.main(["train", "markov/mamba2", "--ray", "x.pt"]) == 2
+    assert "not a Ray address" in capsys.readouterr().err
+    with pytest.raises(TaskError, match="retries"):
+        Backend(retries=-1)
+
+
+def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, monkeypatch):
+    """The zoo's ablation recipes (here two steps each) train as Ray tasks; the analysis
+    scores them; a second run finds them cached and hands nothing to Ray."""
+    argv = ["--train", "quick", "--groups", "window", "--steps", "2", "--n-seqs", "4",
+            "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path / "out"), "--ray"]
+    assert ma.main(argv) == 0
+    data = json.loads((tmp_path / "out" / "markov_ablations.json").read_text())
+    assert len(data["models"]) == len(ma.GROUPS["window"]) and data["failed"] == []
+    assert len(list((tmp_path / "ck").glob("*.pt"))) == len(ma.GROUPS["window"])
+    monkeypatch.setattr(zoo, "_train_one", lambda *a: pytest.fail("retrained a recipe"))
+    again = zoo.train_recipes(list(ma.GROUPS["window"]), "quick", tmp_path / "ck", "cpu",
+                              Backend(ray=True), train={"steps": 2}, progress=False)
+    assert sorted(str(p) for p in again.values()) == sorted(data["checkpoints"])

@@ -4,6 +4,9 @@ Runs every ``bench/bench_*.py`` module (each measures its contenders side by sid
 ratios, and writes ``bench/results_NAME.json``), then merges them with the wall time of each
 quick figure from the last ``python -m analyses.reproduce --quick`` run
 (``figures/out/reproduce_timings.json``; ``--figures`` runs the reproduce plan first).
+
+``BENCH_CLOCK=cpu python -m bench ...`` times on one thread by its CPU time (steadier on a
+machine shared with other jobs; see bench/common.py); the default is wall time on every core.
 """
 
 from __future__ import annotations

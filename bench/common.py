@@ -15,6 +15,13 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).resolve().parent
+# BENCH_CLOCK=cpu: interleaved_times counts this thread's CPU time and torch runs on one thread,
+# the steadier measure on a machine shared with other jobs (waiting for a core does not count).
+CLOCK = os.environ.get("BENCH_CLOCK", "wall")
+if CLOCK not in ("wall", "cpu"):
+    raise SystemExit(f"BENCH_CLOCK must be wall or cpu, got {CLOCK!r}")
+if CLOCK == "cpu":
+    torch.set_num_threads(1)  # every op in this thread, or its CPU time would miss the workers
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
@@ -36,16 +43,20 @@ def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> 
 def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int = 7,
                       warmup: int = 2) -> dict[str, float]:
     """Median time of each function, measured round-robin so that drifting machine load hits
-    every contender alike (a side-by-side measurement, not one after the other)."""
+    every contender alike (a side-by-side measurement, not one after the other). Wall time,
+    or this thread's CPU time under ``BENCH_CLOCK=cpu`` (see :data:`CLOCK`)."""
+    if CLOCK == "cpu" and torch.cuda.is_available():
+        raise SystemExit("BENCH_CLOCK=cpu counts CPU work only: unset it where CUDA runs")
+    clock = time.thread_time if CLOCK == "cpu" else time.perf_counter
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            samples[name].append(time.perf_counter() - t0)
+            samples[name].append(clock() - t0)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -100,6 +111,7 @@ def _peak_memory_here(fn: Callable[[], object]) -> float:
 def machine() -> dict[str, object]:
     return {"python": platform.python_version(), "torch": torch.__version__,
             "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+            "clock": CLOCK, "load_avg_1m": round(os.getloadavg()[0], 2),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 

@@ -212,8 +212,10 @@ class Attention(nn.Module):
             # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
             # No positional bias (NoPE, RoPE) -> is_causal, which lets PyTorch pick its fastest
             # kernel (flash on GPU); ALiBi / Hard-ALiBi -> the bias as a float mask in q's dtype
-            # (memory-efficient kernel on GPU), built once per length, device and dtype.
-            mask = None if cfg.pe in ("nope", "rope") else self._bias(T, qh)
+            # (memory-efficient kernel on GPU), built once per length, device and dtype. 4-D:
+            # PyTorch's CPU flash kernel takes a 2-D or 4-D mask only (3-D falls back to the
+            # path that materialises the scores).
+            mask = None if cfg.pe in ("nope", "rope") else self._bias(T, qh)[None]
             z = F.scaled_dot_product_attention(
                 qh, kh, vh, attn_mask=mask, is_causal=cfg.causal and mask is None,
             ).transpose(1, 2)  # [batch, pos, head, d_head]

@@ -9,6 +9,7 @@ padding mask (``forward(tokens)`` only; the tasks pad with a token), so there is
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import models.transformer as transformer
 from models.transformer import PES
@@ -40,6 +41,15 @@ def test_sdpa_equals_explicit_in_float32(pe, causal, tiny_model, tokens, assert_
     assert len(sdpa_calls) == m.cfg.n_layers  # the sdpa run took the fused call, each layer
     # a bias-free encoding goes in as is_causal (no mask): PyTorch's fastest kernels need that
     assert all((mask is None) == (pe in ("nope", "rope")) for mask in sdpa_calls)
+
+
+@pytest.mark.parametrize("pe,causal", CASES, ids=IDS)
+def test_sdpa_call_fits_the_fused_kernel(pe, causal, tiny_model, tokens):
+    """Every encoding's SDPA call is one PyTorch's flash kernel takes (on CPU too): a 3-D
+    ALiBi mask was not, and fell back to the path that materialises the scores."""
+    m = tiny_model("transformer", pe=pe, causal=causal)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # only that kernel: no fallback
+        m(tokens(2, 9, m.cfg.vocab_size)).pow(2).mean().backward()
 
 
 def test_sdpa_equals_explicit_for_a_sequence_classifier(tiny_model, tokens, assert_paths_agree):

@@ -19,6 +19,10 @@ Backends (:class:`Backend`):
   (``max_retries``, ``retry_exceptions``); a worker that dies is retried the same way. Ray is
   an optional extra (``pip install -e .[cluster]``), imported only here and only then.
 
+:class:`RayCommand` runs a whole command (a task of the reproduce plan) as a Ray task behind
+``subprocess.Popen``'s polling interface, so a scheduler of local processes can place its
+tasks on Ray instead.
+
 The local pool stays joblib rather than Ray's local mode: it needs no extra package, starts
 in no time (a Ray instance takes seconds to start on a small machine), and a run without
 ``--ray`` behaves exactly as before. Ray is used where it earns its start-up: placement of
@@ -28,9 +32,11 @@ GPU tasks, several machines, worker failures.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +176,9 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
     return results
 
 
-def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
-             finish: Callable[[int, Any], None]) -> None:
+def _ray(b: Backend):
+    """The ``ray`` module, connected to ``b``'s Ray (started here when there is none yet), and
+    whether this call started it."""
     try:
         import ray  # optional extra: only a run with --ray needs it
     except ImportError:
@@ -183,6 +190,12 @@ def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
             ray.init(address=b.address)
         else:
             ray.init(num_cpus=b.jobs, include_dashboard=False)
+    return ray, started
+
+
+def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
+             finish: Callable[[int, Any], None]) -> None:
+    ray, started = _ray(b)
     try:
         remote = ray.remote(_call).options(num_cpus=b.num_cpus, num_gpus=b.num_gpus,
                                            max_retries=b.retries, retry_exceptions=True)
@@ -211,3 +224,62 @@ def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
 def failures(results: Sequence[Any]) -> list[int]:
     """Indices of the tasks that failed."""
     return [i for i, r in enumerate(results) if isinstance(r, Failed)]
+
+
+# ---------------------------------------------------------------------------- whole commands
+class CommandFailed(Exception):
+    """A command's non-zero exit, raised on the worker so that Ray retries it."""
+
+    def __init__(self, returncode: int, output: str):
+        super().__init__(f"exit code {returncode}")
+        self.returncode, self.output = returncode, output
+
+    def __reduce__(self):  # travels back from a Ray worker with its fields
+        return CommandFailed, (self.returncode, self.output)
+
+
+def run_command(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+    """Task body of :class:`RayCommand`: run ``argv`` in ``cwd`` on the worker (its
+    environment plus ``env``); its output, or :class:`CommandFailed`."""
+    proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env={**os.environ, **(env or {})}, cwd=cwd)
+    if proc.returncode != 0:
+        raise CommandFailed(proc.returncode, proc.stdout)
+    return proc.stdout
+
+
+class RayCommand:
+    """A command (one task of the reproduce plan) run as a Ray task, behind the part of
+    ``subprocess.Popen`` that a scheduler polls: ``poll()``, ``returncode``, ``kill()``,
+    ``wait()``; ``output`` is its stdout and stderr once it has finished. A non-zero exit is
+    retried ``backend.retries`` times. ``cwd`` (default: here) must exist on the worker, and
+    ``env`` holds only what the command needs beyond the worker's environment."""
+
+    def __init__(self, argv: Sequence[str], backend: Backend,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None):
+        self._ray, _ = _ray(backend)
+        task = self._ray.remote(run_command).options(
+            num_cpus=backend.num_cpus, num_gpus=backend.num_gpus, max_retries=backend.retries,
+            retry_exceptions=True)
+        self._ref = task.remote(list(argv), dict(env or {}), cwd or os.getcwd())
+        self.returncode: int | None = None
+        self.output = ""
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ray.wait([self._ref], timeout=0)[0]:
+            try:
+                self.output, self.returncode = self._ray.get(self._ref), 0
+            except self._ray.exceptions.RayError as e:
+                cause = getattr(e, "cause", None)
+                if isinstance(cause, CommandFailed):
+                    self.returncode, self.output = cause.returncode, cause.output
+                else:  # the worker died, or the task was cancelled
+                    self.returncode, self.output = 1, _error_line(e)
+        return self.returncode
+
+    def wait(self) -> int:
+        self._ray.wait([self._ref])
+        return self.poll()
+
+    def kill(self) -> None:
+        self._ray.cancel(self._ref, force=True)

@@ -21,7 +21,7 @@ import ray
 import analyses.markov_ablations as ma
 import analyses.memorization as am
 from models import zoo
-from models.sweep import Backend, Failed, backend_of, map_tasks
+from models.sweep import Backend, Failed, RayCommand, backend_of, map_tasks
 from tasks.base import TaskError, check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +136,18 @@ def test_local_run_does_not_import_ray(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_command_runs_as_a_ray_task_and_a_failing_one_is_retried(tmp_path, local_ray):
+    """RayCommand: what the reproduce plan's scheduler polls instead of a local process."""
+    ok = RayCommand([sys.executable, "-c", "import os; print('hi', os.environ['X'])"],
+                    Backend(ray=True), env={"X": "1"}, cwd=str(tmp_path))
+    assert ok.wait() == 0 and ok.output.strip() == "hi 1"
+    tries = tmp_path / "tries"
+    bad = RayCommand([sys.executable, "-c", f"open({str(tries)!r}, 'a').write('x'); "
+                      "print('boom'); raise SystemExit(3)"], Backend(ray=True, retries=1))
+    assert bad.wait() == 3 and bad.poll() == 3 and bad.output.strip() == "boom"
+    assert tries.read_text() == "xx"  # tried twice
 
 
 def test_map_tasks_local_pool_keeps_order_and_reports_failures():

@@ -78,6 +78,16 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
         return float(pool.apply(_peak_memory_here, (fn,)))
 
 
+def in_fresh_process(fn: Callable[..., object], *args: object) -> object:
+    """``fn(*args)`` in a new interpreter (``spawn``; ``fn`` module-level): a measurement that
+    what ran before in this process must not colour (the C allocator keeps or returns memory
+    depending on what was allocated earlier, and fresh memory costs page faults)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
 def _peak_memory_here(fn: Callable[[], object]) -> float:
     """Peak memory that ``fn()`` adds, in MiB.
 

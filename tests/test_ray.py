@@ -13,6 +13,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,28 @@ def test_a_command_runs_as_a_ray_task_and_a_failing_one_is_retried(tmp_path, loc
                       "print('boom'); raise SystemExit(3)"], Backend(ray=True, retries=1))
     assert bad.wait() == 3 and bad.poll() == 3 and bad.output.strip() == "boom"
     assert tries.read_text() == "xx"  # tried twice
+    pid_file = tmp_path / "pid"
+    slow = RayCommand([sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w')"
+                       ".write(str(os.getpid())); time.sleep(60)"], Backend(ray=True))
+    for _ in range(200):  # until the command has started
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    slow.kill()  # a timeout or Ctrl-C of the plan: the command goes with its worker
+    assert slow.wait() != 0
+    for _ in range(100):
+        if not Path(f"/proc/{pid}").exists() or "Z" in _state(pid):
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+    except OSError:
+        return "Z"
 
 
 def test_map_tasks_local_pool_keeps_order_and_reports_failures():

@@ -190,9 +190,9 @@ class Attention(nn.Module):
         # users and checkpoints; flattening it per call copies the weights, far less work than
         # three matmuls).
         W = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0)  # [3·head, d_model, d_head]
-        W = W.transpose(1, 2).reshape(3 * H * dh, -1)  # [3·head·d_head, d_model]
+        W = W.permute(1, 0, 2).reshape(cfg.d_model, 3 * H * dh)  # [d_model, 3·head·d_head]
         b = torch.cat([self.b_Q, self.b_K, self.b_V], dim=0).flatten()
-        qkv = F.linear(x, W, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
+        qkv = F.linear(x, W.T, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
         if cfg.pe == "rope":
             n_rot = 2 * int(dh * cfg.rotary_frac / 2)
             # float32 angles cast to qkv's dtype (a bf16 q must stay bf16 for SDPA)

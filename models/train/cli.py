@@ -7,6 +7,10 @@ SIGTERM; the checkpoint was saved once training had started).
 
 ``--out`` never replaces a file that is not this run's own (the checkpoint it resumes) unless
 ``--overwrite`` is given, and two live runs never write the same ``--out``.
+
+``torchrun --nproc_per_node N -m models.train …`` trains one DistributedDataParallel job over N
+processes (:mod:`models.train.distributed`): rank 0 speaks, holds ``--out`` and writes it;
+``--resume`` works as in one process. ``--precision bf16`` and ``--compile`` are config flags.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import signal
 import sys
 import threading
 import typing
+from contextlib import nullcontext
 from typing import Any
 
 from models.checkpoint import (
@@ -36,6 +41,7 @@ from models.cli import (
 from models.device import resolve_device
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
+from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
 from models.train.spec import check_names, make_spec, spec_of_checkpoint
 from tasks.base import TaskError
@@ -106,8 +112,11 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
                 flags += [f"--{a}" for a, target in ALIASES.items() if target == f.name]
             dest = f"{part}__{f.name}"
             owners[dest] = (part, f.name, tp)
+            # a bool flag alone means true (--compile), as well as --compile false
+            bare = {"nargs": "?", "const": "true"} if tp is bool else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
-                               help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})")
+                               help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})",
+                               **bare)
     return p, owners
 
 
@@ -151,7 +160,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    world = World()
+
+    def say(line: str) -> None:  # under torchrun rank 0 speaks for the job
+        if world.is_main:
+            print(line, file=sys.stderr)
+
+    def error(line: str) -> None:  # every rank's (one rank's own trouble must be seen)
+        print(line if world.is_main else f"rank {world.rank}: {line}", file=sys.stderr)
+
     try:
+        world = env_world()
         arch, task, ck, resume = _names(argv)
         parser, owners = build_parser(arch, task)
         args = parser.parse_args(argv)
@@ -176,24 +195,28 @@ def _main(argv: list[str]) -> int:
             check_resumable(ck, model, resume)
         n_params = model.n_params()
         del model
-        with exclusive_writer(out):  # a second live writer is refused before it says anything
-            print(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
-                  f"{spec.train.steps} steps -> {out}", file=sys.stderr)
+        # a second live writer is refused before it says anything; under torchrun rank 0 is
+        # the writer (the other ranks never write)
+        with exclusive_writer(out) if world.is_main else nullcontext():
+            ddp = f" (DDP over {world.size} processes)" if world.active else ""
+            say(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
+                f"{spec.train.steps} steps -> {out}{ddp}")
             ck = train(spec, out=out, device=args.device, resume=resume,
                        progress=not args.no_progress)
     except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         return EXIT_DIVERGED
     except TrainingInterrupted:
         return EXIT_INTERRUPTED  # train() said where the checkpoint is
     except KeyboardInterrupt:
-        print("interrupted; no checkpoint was saved by this run (any earlier file is intact)",
-              file=sys.stderr)
+        say("interrupted; no checkpoint was saved by this run (any earlier file is intact)")
         return EXIT_INTERRUPTED
     except TaskError as e:
-        print(f"error: {e}", file=sys.stderr)
+        error(f"error: {e}")
         return EXIT_BAD_INPUT
-    last = ck["history"][-1] if ck["history"] else {}
-    summary = ", ".join(f"{k}={v:.4g}" for k, v in last.items() if isinstance(v, float))
-    print(f"done: step {ck['train']['step']}, samples {ck['train']['samples_seen']}: {summary}")
+    if world.is_main:
+        last = ck["history"][-1] if ck["history"] else {}
+        summary = ", ".join(f"{k}={v:.4g}" for k, v in last.items() if isinstance(v, float))
+        print(f"done: step {ck['train']['step']}, samples {ck['train']['samples_seen']}: "
+              f"{summary}")
     return 0

@@ -31,6 +31,11 @@ class TrainConfig:
     # e.g. lookup from a copy model); "" = random init. The run's cache hash covers the file's
     # bytes, not its path, so a retrained init file gives a new run.
     init_from: str = ""
+    # how the training forward runs; both change the numbers (so they are in the checkpoint's
+    # record and the cache hash), neither the weights' or the optimizer's dtype (fp32):
+    # "bf16" runs it under torch.autocast (bfloat16 matmuls), "fp32" as it is
+    precision: str = "fp32"
+    compile: bool = False  # torch.compile the training forward (evaluation runs uncompiled)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):
@@ -43,6 +48,8 @@ class TrainConfig:
             check(math.isfinite(value), f"{name} must be finite, got {value}")
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
         check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
+        check(self.precision in ("fp32", "bf16"),
+              f"precision must be fp32 or bf16, got {self.precision!r}")
         check(self.schedule in ("linear", "cosine", "constant"),
               f"schedule must be linear, cosine or constant, got {self.schedule!r}")
 

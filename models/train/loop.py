@@ -7,6 +7,12 @@ copies of the loop: ``evaluate`` (what an evaluation measures) and ``callbacks``
 per-step metrics; see :class:`Callback`). Every RNG the run touches is saved, so ``--resume``
 continues a run bit-identically on the CPU. Ctrl-C and SIGTERM (what ``timeout``, Docker,
 Kubernetes and SLURM send before a kill) stop between two steps and save.
+
+Under ``torchrun`` the same loop runs DistributedDataParallel (:mod:`models.train.distributed`:
+how the global batch is split and why the weights equal a single process's): every rank agrees
+each step on whether to stop, evaluation is split over the ranks and gathered, and rank 0 alone
+writes checkpoints. ``precision="bf16"`` runs the training forward under ``torch.autocast`` and
+``compile=True`` through ``torch.compile``; weights, optimizer state and evaluation stay fp32.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from models.checkpoint import (
@@ -42,9 +50,11 @@ from models.checkpoint import (
 from models.device import resolve_device
 from models.generation import evaluate_prompts
 from models.registry import build_model
+from models.train import distributed
 from models.train.config import TrainConfig, lr_at
+from models.train.distributed import World
 from models.train.spec import RunSpec, check_run_size, validate_spec
-from tasks.base import IGNORE, Batch, config_to_dict, make_generator
+from tasks.base import IGNORE, Batch, TaskError, check, config_to_dict, make_generator
 from tasks.registry import make_task, packed_batch
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation data never shares a stream with training data
@@ -144,46 +154,61 @@ def reference_metrics(model, task, batch: Batch) -> dict[str, float]:
 
 
 @torch.no_grad()
-def evaluate(model, task, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+def evaluate(model, task, cfg: TrainConfig, device: torch.device,
+             world: World = distributed.SINGLE) -> dict[str, float]:
     """Loss on fresh batches; for generation tasks greedy string / char accuracy; for tasks
     with a Bayes-optimal predictor the gap to it; and a task's own ``extra_metrics``.
 
     The global RNGs (torch, numpy, python) are left as they were: evaluating must not change
     the training run, whatever the code it calls draws (a runtime type checker such as beartype
-    draws from python's ``random`` to sample the items it checks)."""
+    draws from python's ``random`` to sample the items it checks).
+
+    With the ``world`` of a DDP run (every rank calls it), every rank draws every evaluation
+    batch (one stream, as in a single process) and scores every ``size``-th one; the per-batch
+    scores are gathered and averaged in batch order, so the record is the single-process one
+    and every rank gets it."""
     was_training = model.training
     model.eval()
     states = torch.get_rng_state(), np.random.get_state(), random.getstate()
     g = make_generator(cfg.seed + EVAL_SEED_OFFSET)  # the same fresh examples at every eval
-    losses, strings, chars = [], [], []
-    extra: dict[str, list[float]] = {}
+    scored: list[tuple[int, dict[str, float]]] = []  # (batch index, its scores) of this rank
     try:
-        for _ in range(cfg.eval_batches):
-            batch = task.batch(cfg.eval_batch_size, g).to(device)
-            losses.append(loss_of(model, batch).item())
+        for i in range(cfg.eval_batches):
+            batch = task.batch(cfg.eval_batch_size, g)
+            prompts = task.eval_batch(cfg.eval_batch_size, g)
+            if i % world.size != world.rank:
+                continue
+            batch = batch.to(device)
+            scores = {"eval_loss": loss_of(model, batch).item()}
             metrics = {}
             if hasattr(task, "optimal_probs"):
                 metrics.update(reference_metrics(model, task, batch))
             if hasattr(task, "extra_metrics"):
                 metrics.update(task.extra_metrics(model, batch))
-            for k, v in metrics.items():
-                extra.setdefault(k, []).append(float(v))
-            prompts = task.eval_batch(cfg.eval_batch_size, g)
             if prompts is not None:
                 acc = evaluate_prompts(model, prompts.to(device), greedy=cfg.greedy_eval)
-                strings.append(acc["string_acc"])
-                chars.append(acc["char_acc"])
+                scores["string_acc"] = acc["string_acc"]
+                scores["char_acc"] = acc["char_acc"]
+            scores.update({k: float(v) for k, v in metrics.items()})
+            scored.append((i, scores))
     finally:
         model.train(was_training)
         torch.set_rng_state(states[0])
         np.random.set_state(states[1])
         random.setstate(states[2])
-    out = {"eval_loss": float(np.mean(losses))}
-    if strings:
-        out["string_acc"] = float(np.mean(strings))
-        out["char_acc"] = float(np.mean(chars))
-    out.update({k: float(np.mean(v)) for k, v in extra.items()})
+    if world.active:
+        scored = sorted(x for part in distributed.gather(scored) for x in part)
+    per_batch = [scores for _, scores in scored]
+    out = {"eval_loss": float(np.mean([s["eval_loss"] for s in per_batch]))}
+    if "string_acc" in per_batch[0]:
+        out["string_acc"] = float(np.mean([s["string_acc"] for s in per_batch]))
+        out["char_acc"] = float(np.mean([s["char_acc"] for s in per_batch]))
+    rest = [k for k in per_batch[0] if k not in out]
+    out.update({k: float(np.mean([s[k] for s in per_batch])) for k in rest})
     return out
+
+
+evaluate.shards_over_ranks = True  # the loop calls it on every rank with its world
 
 
 Evaluator = Callable[[torch.nn.Module, Any, TrainConfig, torch.device], dict[str, float]]
@@ -211,6 +236,7 @@ class _StopSignals:
     def __init__(self):
         self.stop = False
         self.signal_name = ""
+        self.signum = 0  # of the first signal (0: none), what DDP ranks agree on
         self._old: dict[int, Any] = {}
 
     def __enter__(self):
@@ -223,6 +249,7 @@ class _StopSignals:
         if self.stop:
             raise KeyboardInterrupt
         self.stop = True
+        self.signum = int(signum)
         self.signal_name = signal.Signals(signum).name
 
     def __exit__(self, *exc):
@@ -282,16 +309,61 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
     :func:`rescue_dirs` directory and raises :class:`~models.checkpoint.SaveError` saying where.
     """
     validate_spec(spec)
-    dev = resolve_device(device)
-    if out is None:
-        return _train(spec, None, dev, resume, progress, callbacks, evaluator)
+    dev = distributed.rank_device(resolve_device(device))
+    world = distributed.world()
+    check(spec.train.batch_size >= world.size,
+          f"batch_size {spec.train.batch_size} is smaller than the {world.size} processes of "
+          "this job: each process trains on a slice of the global batch")
+    _check_precision(spec.train, dev)
+    if out is None or not world.is_main:  # under DDP only rank 0 writes
+        world = distributed.process_group(dev)
+        return _train(spec, None, dev, resume, progress, callbacks, evaluator, world)
     out = check_writable(out)
     with exclusive_writer(out):
-        return _train(spec, out, dev, resume, progress, callbacks, evaluator)
+        world = distributed.process_group(dev)
+        return _train(spec, out, dev, resume, progress, callbacks, evaluator, world)
+
+
+def _check_precision(cfg: TrainConfig, dev: torch.device) -> None:
+    if cfg.precision == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise TaskError(f"precision bf16: {torch.cuda.get_device_name(dev)} has no bfloat16; "
+                        "use --precision fp32")
+
+
+class _LogProbs(torch.nn.Module):
+    """A model's ``log_probs`` as its ``forward``: DDP synchronises gradients, and
+    ``torch.compile`` traces, through a module's forward call only."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.log_probs(tokens)
+
+
+def _shard_loss(step_model, batch: Batch, world: World) -> tuple[torch.Tensor, float]:
+    """``(loss to backpropagate, the global batch's mean loss)`` of this rank's slice.
+
+    The slice's summed NLL over the global batch's target count, times the world size: DDP
+    averages the ranks' gradients, so the sum is the gradient of the single-process loss. A rank
+    left without rows (the last, short batch of an epoch) runs one row at weight 0, so every
+    parameter still gets its (zero) gradient from this rank."""
+    count = int((batch.targets != IGNORE).sum())
+    lo, hi = distributed.shard_bounds(len(batch.tokens), world)
+    weight = world.size / count if count else math.nan
+    if lo == hi:
+        lo, hi, weight = 0, 1, 0.0
+    logp = step_model(batch.tokens[lo:hi])  # [rows, pos, vocab]
+    nll = F.nll_loss(logp.reshape(-1, logp.shape[-1]), batch.targets[lo:hi].reshape(-1),
+                     ignore_index=IGNORE, reduction="sum")
+    (total,) = distributed.all_sum([nll.item() if weight else 0.0], batch.tokens.device)
+    return nll * weight, (total / count if count else math.nan)
 
 
 def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress: bool,
-           callbacks: Sequence[Callback], evaluator: Evaluator) -> dict[str, Any]:
+           callbacks: Sequence[Callback], evaluator: Evaluator,
+           world: World = distributed.SINGLE) -> dict[str, Any]:
     cfg = spec.train
     task = make_task(spec.task, spec.task_config)
     if dev.type != "cpu":  # validate_spec checked the host's memory
@@ -312,12 +384,24 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
         run.step, run.samples_seen, run.history, elapsed = _restore(spec, resume, model, opt,
                                                                     data_gen)
         last_good = (Path(resume), run.step)
+    # the module the training forward runs through: the model itself, or (DDP, compile) a
+    # wrapper whose forward is its log_probs; evaluation and checkpoints use the model
+    step_model: torch.nn.Module | None = None
+    if world.active:  # after the restore: DDP starts from rank 0's weights (all loaded one file)
+        step_model = DistributedDataParallel(
+            _LogProbs(model), device_ids=[dev.index] if dev.type == "cuda" else None)
+    elif cfg.compile:
+        step_model = _LogProbs(model)
+    if cfg.compile:
+        step_model = torch.compile(step_model)
+    autocast = (torch.autocast(dev.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
+                else nullcontext())
     t0 = time.time()
 
     def checkpoint() -> dict[str, Any]:
         train_meta = {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
                       "samples_seen": run.samples_seen, "rng": rng_state(data_gen),
-                      "time_s": round(elapsed + time.time() - t0, 2),
+                      "time_s": round(elapsed + time.time() - t0, 2), "world_size": world.size,
                       **({"stop": run.stop_reason} if run.stop_reason else {})}
         return make_checkpoint(spec.arch, spec.model, spec.task, spec.task_config, train_meta,
                                model.state_dict(), run.history, opt.state_dict())
@@ -343,13 +427,40 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
         last_good = (out, run.step)
         return ck
 
+    def save_all(final: bool = False) -> dict[str, Any] | None:
+        """:func:`save` on rank 0 (others build the dict only for the value ``train`` returns)
+        and, under DDP, every rank waits for it and learns whether it worked, so none leaves
+        while rank 0 writes (a launcher tears down the rest when one process exits)."""
+        if not world.active:
+            return save()
+        ck, failed = None, None
+        try:
+            ck = save() if world.is_main or final else None
+        except SaveError as e:
+            failed = e
+        word = distributed.broadcast(str(failed) if failed else "", world)
+        if failed is not None:
+            raise failed
+        if word:
+            raise SaveError(f"rank 0: {word}")
+        return ck
+
+    def run_evaluator() -> dict[str, float]:
+        if not world.active:
+            return evaluator(model, task, cfg, dev)
+        if getattr(evaluator, "shards_over_ranks", False):
+            return evaluator(model, task, cfg, dev, world=world)
+        # an evaluator that knows nothing of ranks runs once, on rank 0
+        return distributed.broadcast(evaluator(model, task, cfg, dev) if world.is_main else None,
+                                     world)
+
     def diverged(what: str, value: float) -> TrainingDiverged:
         return TrainingDiverged(f"{what} is {value} at step {run.step + 1} "
                                 f"(lr {lr_at(cfg, run.step):.3g}); training stopped and nothing "
                                 f"was saved; {kept()}")
 
     model.train()
-    bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress,
+    bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress or not world.is_main,
                desc=f"{spec.arch}/{spec.task}", dynamic_ncols=True, leave=False)
     # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
@@ -360,9 +471,19 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
                 batch = next(data)
                 for group in opt.param_groups:
                     group["lr"] = lr_at(cfg, run.step)
-                loss = loss_of(model, batch)
-                if not torch.isfinite(loss):
-                    raise diverged("loss", loss.item())
+                with autocast:
+                    if world.active:
+                        loss, loss_value = _shard_loss(step_model, batch, world)
+                    elif step_model is not None:
+                        logp = step_model(batch.tokens)
+                        loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]),
+                                          batch.targets.reshape(-1), ignore_index=IGNORE)
+                    else:
+                        loss = loss_of(model, batch)
+                if not world.active:
+                    loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    raise diverged("loss", loss_value)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 # a finite loss can still give inf gradients; stepping on them would write NaN
@@ -373,7 +494,7 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
                 opt.step()
                 run.step += 1
                 run.samples_seen += len(batch.tokens)
-                run.loss = loss.item()
+                run.loss = loss_value
                 bar.update(1)
                 if any([cb.on_step(run) for cb in callbacks]):
                     run.stop_reason = run.stop_reason or "callback"
@@ -381,24 +502,31 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
                     record = {"step": run.step, "samples_seen": run.samples_seen,
                               "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
                               "time_s": round(elapsed + time.time() - t0, 2),
-                              **evaluator(model, task, cfg, dev)}
+                              **run_evaluator()}
                     run.history.append(record)
                     bar.set_postfix({k: round(v, 4) for k, v in record.items()
                                      if k in ("loss", "eval_loss", "string_acc", "char_acc")})
                     if any([cb.on_eval(run, record) for cb in callbacks]):
                         run.stop_reason = run.stop_reason or "callback"
+                signal_name = signals.signal_name
+                if world.active:  # every rank stops at the same step, or none does
+                    signum, stop = distributed.all_max([signals.signum, bool(run.stop_reason)],
+                                                       dev)
+                    run.stop_reason = run.stop_reason or ("callback" if stop else "")
+                    signal_name = signal.Signals(signum).name if signum else ""
                 if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
-                    save()
-                if signals.stop and run.step < cfg.steps and not run.stop_reason:
+                    save_all()
+                if signal_name and run.step < cfg.steps and not run.stop_reason:
                     bar.close()
-                    save()
+                    save_all()
                     where = (f"; checkpoint saved to {out} (continue with --resume {out})"
                              if out is not None else "; no output path, nothing saved")
-                    print(f"{signals.signal_name}: interrupted at step {run.step}/{cfg.steps}"
-                          f"{where}", file=sys.stderr)
+                    if world.is_main:
+                        print(f"{signal_name}: interrupted at step {run.step}/{cfg.steps}"
+                              f"{where}", file=sys.stderr)
                     raise TrainingInterrupted(f"interrupted at step {run.step}")
             # the final save is inside the handler too: a SIGTERM now lets it finish
-            return save()
+            return save_all(final=True)
     finally:
         bar.close()
 

@@ -40,6 +40,9 @@ TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32, use_sdpa=False)
 # strings of random length), which a plain mean of the ranks' mean losses would get wrong
 TRAIN = dict(steps=6, batch_size=5, eval_every=3, eval_batches=3, eval_batch_size=8,
              warmup_steps=2, seed=7)
+# epochs over 7 examples in batches of 3: every third batch has one row, and rank 1 none
+MEM_TASK = dict(n_examples=7)
+MEM_TRAIN = dict(steps=6, batch_size=3, eval_every=0, eval_batches=1, eval_batch_size=4, seed=3)
 FLAGS = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-mlp", "32",
          "--max-len", "6", "--steps", "6", "--batch-size", "5", "--eval-every", "3",
          "--eval-batches", "3", "--eval-batch-size", "8", "--warmup-steps", "2", "--seed", "7",
@@ -62,6 +65,9 @@ WORKER = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGTERM)
 
     assert main([*a["flags"], "--out", a["full"]]) == 0
+    train(make_spec("transformer", "memorization", "quick", model=a["model"],
+                    task_config=a["mem_task"], train=a["mem_train"]),
+          out=a["mem"], device="cpu", progress=False)
     spec = make_spec("transformer", "copy", "quick", model=a["model"],
                      task_config={"max_len": 6}, train=a["train"])
     try:
@@ -103,7 +109,8 @@ def ddp_job(tmp_path_factory):
     script.write_text(WORKER)
     a = {"model": TINY, "train": TRAIN, "flags": ["--task", "copy", "--arch", "transformer",
                                                   "--pe", "hard_alibi", *FLAGS],
-         "full": str(d / "full.pt"), "part": str(d / "part.pt")}
+         "full": str(d / "full.pt"), "part": str(d / "part.pt"), "mem": str(d / "mem.pt"),
+         "mem_task": MEM_TASK, "mem_train": MEM_TRAIN}
     first = torchrun(str(script), json.dumps(a))
     assert (d / "part.pt").exists(), first.stderr[-3000:]
     part = read_checkpoint(d / "part.pt")  # as the interrupted job left it
@@ -134,6 +141,16 @@ def test_ddp_weights_equal_the_single_process_run(ddp_job):
             assert h_ddp[k] == pytest.approx(h_one[k], abs=1e-5), (h_ddp["step"], k)
     # the rng state rank 0 saved is the single-process one (every rank drew the global batch)
     assert torch.equal(full["train"]["rng"]["data"], single["train"]["rng"]["data"])
+
+
+def test_a_rank_without_rows_in_a_short_epoch_batch_still_agrees(ddp_job):
+    d = ddp_job[0]
+    ddp = read_checkpoint(d / "mem.pt")
+    single = train(make_spec("transformer", "memorization", "quick", model=TINY,
+                             task_config=MEM_TASK, train=MEM_TRAIN), device="cpu", progress=False)
+    assert ddp["train"]["samples_seen"] == single["train"]["samples_seen"] == 14  # 3+3+1, twice
+    for k, v in single["state_dict"].items():
+        assert (ddp["state_dict"][k] - v).abs().max().item() < 1e-6, k
 
 
 def test_a_signal_on_one_rank_stops_every_rank_and_rank_0_saves(ddp_job):

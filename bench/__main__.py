@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     out = RESULTS / "results.json"
     # --only updates those entries of the last results and keeps the others
     merged: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
-    merged.update({"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+    # the top-level machine is the full run's; an --only run's entries carry their own
+    if not args.only or "machine" not in merged:
+        merged["machine"] = machine()
+    merged["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.time()

@@ -29,6 +29,8 @@ from models.checkpoint import is_hf_source, load
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
 from models.registry import HF_ARCHS
+from models.train import dryrun
+from models.train.dryrun import Builder
 from tasks.base import TaskError, check
 from tasks.copy import CopyTask, TokenCopyPrompts
 
@@ -59,6 +61,9 @@ class Figure:
     outputs: tuple[str, ...] = ()  # output stems (default: the analysis name)
     slots: int = 1  # cores its own compute keeps busy
     trains: bool = True  # takes --train / --cache-dir
+    # preset -> (label, spec builder) of the models it trains itself, outside the zoo (the
+    # memorization grid's cells): what ``--dry-run`` runs beside the recipes
+    dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda preset: ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,11 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
     if training:
         add_preset_arguments(p)
+        p.add_argument("--dry-run", action="store_true",
+                       help="compute nothing: build each model --train PRESET (else the "
+                       "preset) would train at its real size, run two optimizer steps, print "
+                       "sizes, step times and projected H100 hours (models.train.dryrun); "
+                       "writes OUT/NAME_dry_run.json, exit 1 if any cannot run")
     return p
 
 
@@ -104,10 +114,16 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                  recipes: Callable[[argparse.Namespace], Sequence[str]] | None = None,
                  output_name: Callable[[argparse.Namespace, dict], str] | None = None,
-                 threads: int | None = None, checkpoints: bool = True) -> int:
+                 threads: int | None = None, checkpoints: bool = True,
+                 dry_run_specs: Callable[[argparse.Namespace], Sequence[tuple[str, Builder]]]
+                 | None = None) -> int:
     """The ``main`` of an analysis. ``compute(args, checkpoints)`` gets the checkpoints given
     on the command line and, with ``--train PRESET``, those of ``recipes(args)`` (default:
-    ``figure.recipes(PRESET)``) from the zoo, trained first where not cached."""
+    ``figure.recipes(PRESET)``) from the zoo, trained first where not cached.
+
+    With ``--dry-run`` nothing is computed: those recipes and the models of
+    ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(PRESET)``) take two steps each
+    (:func:`models.train.dryrun.report`); the exit code is the dry run's."""
     training = figure is not None and figure.trains
 
     def body(argv):
@@ -120,6 +136,13 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         resolve_device(args.device)
         if threads is not None:  # tiny models: more threads only contend on shared cores
             torch.set_num_threads(max(1, min(torch.get_num_threads(), threads)))
+        if training and args.dry_run:
+            args.train = args.train or args.preset  # what the recipe functions read
+            names = list(recipes(args) if recipes else figure.recipes(args.train))
+            own = (dry_run_specs(args) if dry_run_specs
+                   else figure.dry_run_specs(args.train))
+            return dryrun.report([*dryrun.recipe_builders(names, args.train), *own],
+                                 args.device, args.out, f"{name}_dry_run")
         given = [Checkpoint(Path(c).stem, str(c)) for c in getattr(args, "checkpoints", [])]
         if training and args.train:
             names = list(recipes(args) if recipes else figure.recipes(args.train))

@@ -369,6 +369,23 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     return result
 
 
+def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token"):
+    """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
+    (the widest model on all N examples, the narrowest on the fewest; every other cell's step
+    lies between theirs)."""
+    grid = grid_settings(preset, data, level)
+
+    def cell(m: int, f: float):
+        return lambda: make_spec(ARCH, "memorization", preset, model={"d_model": m},
+                                 task_config={**grid["task"], "data": data, "level": level,
+                                              "fraction": f},
+                                 train=grid.get("train", {}))
+
+    return [(f"{NAME}_{data}_{level}/m{m}_f{f:g}", cell(m, f))
+            for m, f in ((max(grid["widths"]), max(FRACTIONS)),
+                         (min(grid["widths"]), min(FRACTIONS)))]
+
+
 def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],
               threshold: float, level: str) -> dict[str, Any]:
     """Heatmap matrix, smallest memorising model per N, fits and trend statistics. A failed
@@ -582,7 +599,8 @@ FIGURE = Figure(
            claim_trends),
      Claim("the smallest memorising model grows with N (Fig. 2)", claim_params)),
     recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
-    extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2)
+    extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
+    dry_run_specs=dry_run_cells)  # the plan's grid: synthetic, token level
 
 
 # ---------------------------------------------------------------------------- main
@@ -654,6 +672,8 @@ def main(argv=None) -> int:
 
     code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
+                        dry_run_specs=lambda a: dry_run_cells(
+                            a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token")),
                         output_name=lambda args, result: result["name"])
     return EXIT_SOME_FAILED if code == 0 and failed else code
 

@@ -8,6 +8,12 @@ fine-tuned from — and runs them on a small scheduler, each in its own process 
 reported, the rest still run). It writes ``figures/out/index.md`` and ``index.html``: figure
 by figure, the paper's claim beside the number measured here and whether it holds. Exit code 1
 if any analysis failed.
+
+``--dry-run`` trains nothing and runs no analysis: every model the plan would train (the zoo
+recipes of its analyses and the models they train themselves) is built at its real size and
+takes two optimizer steps (:mod:`models.train.dryrun`); a table of sizes, step times and
+projected H100 hours is printed and written to ``OUT/dry_run.json``. Exit code 1 if any model
+cannot run.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from tqdm.auto import tqdm
 from analyses.common import Figure, check_output_dir, get
 from figures.style import DEFAULT_OUT
 from models import zoo
-from models.cli import OneLineParser, run_cli
+from models.cli import OneLineParser, add_device_argument, run_cli
+from models.train import dryrun
 from tasks.base import TaskError, check
 
 PLAN: tuple[str, ...] = (
@@ -100,6 +107,21 @@ def build_tasks(names: Sequence[str], preset: str, out: Path, cache: Path) -> li
         analyses.append(Task(n, tuple(analysis_argv(n, fig, preset, out, cache)), fig.slots,
                              tuple(dict.fromkeys(after)), fig))
     return [*tasks.values(), *analyses]
+
+
+def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Builder]]:
+    """Every model the analyses ``names`` train at ``preset``, each once, in plan order:
+    ``(label, spec builder)``."""
+    items: dict[str, dryrun.Builder] = {}
+    for n in names:
+        fig = figure_of(n)
+        if not fig.trains:
+            continue
+        for label, build in dryrun.recipe_builders(fig.recipes(preset), preset):
+            items.setdefault(label, build)
+        for label, build in fig.dry_run_specs(preset):
+            items.setdefault(label, build)
+    return list(items.items())
 
 
 def default_jobs(preset: str) -> int:
@@ -328,6 +350,11 @@ def _parser() -> OneLineParser:
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     p.add_argument("--index-only", action="store_true",
                    help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
+    p.add_argument("--dry-run", action="store_true",
+                   help="train nothing: two optimizer steps of every model the plan trains, "
+                        "at its real size; prints sizes, step times and projected H100 hours, "
+                        "writes OUT/dry_run.json; exit 1 if any cannot run")
+    add_device_argument(p, default="auto")  # --dry-run: batch 1 on a CPU, the real one on a GPU
     return p
 
 
@@ -353,6 +380,9 @@ def body(argv: list[str] | None) -> int:
             print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
         return 0
     out, cache = Path(args.out), Path(args.cache_dir)
+    if args.dry_run:
+        check_output_dir(out)
+        return dryrun.report(plan_models(names, args.preset), args.device, out)
     _check_dirs(out, cache)
     out.mkdir(parents=True, exist_ok=True)
     timings_path = out / "reproduce_timings.json"

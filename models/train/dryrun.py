@@ -1,0 +1,401 @@
+"""Dry run of training runs at their real size: does each one start, and what would it cost?
+
+Each model is built at its real size and takes :data:`DRY_STEPS` optimizer steps at its real
+sequence length through the one training loop (:func:`models.train.loop.train`, stopped by a
+callback, with no output file: nothing is written to the checkpoint cache), on batches of one
+row on the CPU and of the real batch on a GPU. Each run is a fresh process, so its peak memory
+is its own (the RSS it added on the CPU, ``torch.cuda.max_memory_allocated`` on a GPU) and a
+crash or an out-of-memory kill is one row of the table, not the end of the dry run. A model
+that cannot run (an invalid config, one too large for this machine by the meta-device size
+check of :func:`~models.train.spec.check_run_size`, an error in the first steps) is listed with
+its one-line reason; :func:`main` exits 1 after listing every model when any could not run.
+
+The projected cost of the full run on one H100 comes from its FLOPs, not from the time of a
+step here (a CPU step says nothing about a GPU's)::
+
+    FLOPs per token  = 6 N  (+ 12 n_layers d_model L  for transformers)
+    GPU-hours        = steps x tokens per step x FLOPs per token / (UTILISATION x H100_PEAK)
+
+N is every trainable parameter: a forward pass costs one multiply-add (2 FLOPs) per parameter
+and token, the backward pass twice that. The attention term is QK^T and the weighted sum over
+the L positions of a row (2 x 2 L d_model per layer and token in the forward, x 3 with the
+backward), counted over all L positions as dense kernels compute them. Recurrent and SSM
+scans, the STU's convolutions and the embedding lookup (counted in N as a matmul) are left at
+that: at these sizes they are small beside 6 N. Tokens per step are those of one real batch
+as the loop draws it, padding included (the model computes on it). The projection assumes
+bf16 autocast (``--precision bf16``); an fp32 run is slower.
+
+    python -m analyses.reproduce --paper --dry-run [--device cuda] [--out DIR]
+    python -m analyses.NAME --train paper --dry-run
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models import zoo
+from models.checkpoint import model_footprint
+from models.device import human_bytes, resolve_device
+from models.registry import model_class
+from models.train.config import TrainConfig
+from models.train.loop import Callback, Run, batches, train
+from models.train.spec import BYTES_PER_PARAM, RunSpec, make_spec, run_size, validate_spec
+from tasks.base import TaskError, config_from_dict, config_to_dict, make_generator
+from tasks.registry import make_task
+
+DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
+H100_PEAK = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak (datasheet, no sparsity)
+# A typical model-FLOPs utilisation of well-tuned dense transformer training in bf16; the
+# suite's small models, fp32 runs and recurrent scans reach less, so for them the projection
+# is a lower bound.
+UTILISATION = 0.40
+H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
+CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
+EXIT_SOME_FAILED = 1
+
+Builder = Callable[[], RunSpec]
+
+
+# ---------------------------------------------------------------------------- specs
+def recipe_spec(name: str, preset: str) -> RunSpec:
+    """The run spec of zoo recipe ``name`` at ``preset`` without its ``init_from`` (the
+    starting weights change no cost, and the recipe it starts from need not be trained)."""
+    r = zoo.recipe(name)
+    parts = r.parts(preset)
+    return make_spec(r.arch, r.task, preset, parts["model"], parts["task"], parts["train"])
+
+
+def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:
+    return [(n, lambda n=n: recipe_spec(n, preset)) for n in names]
+
+
+def dry_batch_size(spec: RunSpec, device: torch.device) -> int:
+    """One row on the CPU (the real batch is a GPU's job), the real batch elsewhere."""
+    return 1 if device.type == "cpu" else spec.train.batch_size
+
+
+def dry_spec(spec: RunSpec, device: torch.device) -> RunSpec:
+    """``spec`` as the dry run trains it: the dry batch, no evaluation, no checkpoint, no
+    init file; steps and schedule as they are (at least :data:`DRY_STEPS`)."""
+    b = dry_batch_size(spec, device)
+    cfg = dataclasses.replace(
+        spec.train, batch_size=b, eval_every=0, save_every=0, init_from="",
+        steps=max(spec.train.steps, DRY_STEPS),
+        eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size)
+    return dataclasses.replace(spec, train=cfg)
+
+
+def _key(spec: RunSpec, length: int) -> str:
+    """What a step's cost depends on: the model, the batch's shape and how the forward runs.
+    Runs that share it (seeds of one recipe, one model on two tasks of one length) are
+    measured once."""
+    cfg = spec.train
+    return json.dumps([spec.arch, spec.model, cfg.batch_size, length, cfg.precision,
+                       cfg.compile], sort_keys=True, default=list)
+
+
+def flops_per_token(spec: RunSpec, n_params: int, length: int) -> float:
+    """Training FLOPs per token (see the module docstring)."""
+    flops = 6.0 * n_params
+    if spec.arch == "transformer":
+        cfg = config_from_dict(model_class(spec.arch).config_cls, spec.model)
+        flops += 12.0 * cfg.n_layers * cfg.d_model * length
+    return flops
+
+
+def gpu_hours(flops: float) -> float:
+    """Hours of one H100 for ``flops`` at :data:`UTILISATION` of its bf16 peak."""
+    return flops / (UTILISATION * H100_PEAK) / 3600.0
+
+
+# ---------------------------------------------------------------------------- measuring
+class _StopAfter(Callback):
+    """Ends the run after ``steps`` optimizer steps and keeps the time each one ended."""
+
+    def __init__(self, steps: int, device: torch.device):
+        self.steps, self.device = steps, device
+        self.ends: list[float] = []
+        self.params = 0
+
+    def on_step(self, run: Run) -> bool:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the step's kernels, not their launch
+        self.ends.append(time.perf_counter())
+        self.params = sum(p.numel() for p in run.model.parameters())
+        return run.step >= self.steps
+
+
+def _max_rss() -> int:
+    """The process's peak resident set so far, in bytes (Linux reports kB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _rss() -> int:
+    """The resident set now, in bytes (the peak so far where /proc is missing: the imports'
+    transient peak then hides a small run's own)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return _max_rss()
+
+
+def _warm_up() -> None:
+    """A few ops of a tiny model: the library code torch pages in on first use is then in the
+    baseline, not in the run's RSS delta."""
+    model = torch.nn.Sequential(torch.nn.Embedding(8, 8), torch.nn.LayerNorm(8),
+                                torch.nn.Linear(8, 8))
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(2):
+        torch.log_softmax(model(torch.zeros(2, 4, dtype=torch.long)), -1).sum().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+
+def measure(spec: RunSpec, device: str | torch.device) -> dict[str, Any]:
+    """Train ``spec`` (already the dry spec) for :data:`DRY_STEPS` steps here: parameters,
+    seconds of the last step, seconds to the end of the first (build and start-up included)
+    and peak memory. Meant for a fresh process (:func:`run_isolated`): the RSS delta is the
+    run's own only there."""
+    dev = resolve_device(device)
+    validate_spec(spec)  # also imports what the checks import: in the baseline, not the run
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    else:
+        _warm_up()
+    rss0 = _rss()
+    stop = _StopAfter(DRY_STEPS, dev)
+    t0 = time.perf_counter()
+    train(spec, out=None, device=str(dev), progress=False, callbacks=[stop])
+    if len(stop.ends) < 2:
+        raise TaskError(f"the run stopped after {len(stop.ends)} step(s)")
+    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
+            else _max_rss() - rss0)
+    return {"params": stop.params, "seconds_per_step": stop.ends[-1] - stop.ends[-2],
+            "first_step_s": stop.ends[0] - t0, "peak_memory_bytes": int(peak),
+            "memory": "cuda_max_allocated" if dev.type == "cuda" else "rss_delta",
+            "device": str(dev)}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
+
+
+def _child(argv: list[str]) -> int:
+    """``python -m models.train.dryrun --child DEVICE`` with a spec's JSON on stdin: one JSON
+    line on stdout, the measurement or ``{"error": "one line"}``."""
+    device = argv[1]
+    try:
+        d = json.loads(sys.stdin.read())
+        spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
+                       config_from_dict(TrainConfig, d["train"]))
+        result = measure(spec, device)
+    except TaskError as e:
+        result = {"error": str(e).splitlines()[0]}
+    except Exception as e:  # noqa: BLE001 - any failure of a run is one row of the table
+        result = {"error": _one_line(e)}
+    print(json.dumps(result))
+    return 0
+
+
+def run_isolated(spec: RunSpec, device: torch.device,
+                 timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
+    """:func:`measure` in a fresh Python process: the result, or ``{"error": ...}`` for a run
+    that raised, was killed (the kernel's out-of-memory killer sends SIGKILL) or timed out."""
+    blob = json.dumps({"arch": spec.arch, "task": spec.task, "model": spec.model,
+                       "task_config": spec.task_config, "train": config_to_dict(spec.train)},
+                      default=list)
+    root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "models.train.dryrun", "--child",
+                               str(device)], input=blob, capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        why = " (out of memory?)" if -proc.returncode == signal.SIGKILL else ""
+        return {"error": f"killed by {name}{why}"}
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"exit code {proc.returncode}: {tail[:300]}"}
+
+
+# ---------------------------------------------------------------------------- the dry run
+def plan_row(name: str, spec: RunSpec) -> dict[str, Any]:
+    """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
+    the full run and its projected H100 hours, the memory it needs at its real batch."""
+    task = make_task(spec.task, spec.task_config)
+    n_params = model_footprint(spec.arch, spec.model)[0]
+    batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
+    tokens, length = batch.tokens.numel(), batch.tokens.shape[1]
+    fpt = flops_per_token(spec, n_params, length)
+    need = run_size(spec, task)[1]
+    total = fpt * tokens * spec.train.steps
+    return {"name": name, "arch": spec.arch, "task": spec.task, "params": n_params,
+            "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
+            "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
+            "gpu_hours_h100": gpu_hours(total), "need_bytes": need,
+            "fits_one_h100": need <= H100_MEMORY}
+
+
+def at_batch(row: dict[str, Any]) -> int:
+    """The peak memory of ``row``'s run at its real batch: measured when it ran at it, else
+    extrapolated (weights, gradients and AdamW state as they are; the rest, activations,
+    grows with the batch). Rough: what it is for is a run far beyond a GPU's memory."""
+    static = BYTES_PER_PARAM * row["params"]
+    peak = row["peak_memory_bytes"]
+    return int(static + max(peak - static, 0) * row["batch_size"] / row["dry_batch_size"])
+
+
+def dry_run(items: Sequence[tuple[str, Builder]], device: str | torch.device = "cpu",
+            timeout: float = CHILD_TIMEOUT, log=None) -> list[dict[str, Any]]:
+    """One row per ``(name, spec builder)``: :func:`plan_row`'s numbers and the measured ones
+    (``seconds_per_step``, ``peak_memory_bytes``…), or ``error`` (one line) for a run that
+    cannot start or fails. Runs that differ in their seed only are measured once
+    (``measured_as`` names the row measured). ``log(text)`` gets a line per model."""
+    dev = resolve_device(device)
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    measured: dict[str, tuple[str, dict]] = {}
+    rows = []
+    for i, (name, build) in enumerate(items, 1):
+        try:
+            spec = build()
+            row = plan_row(name, spec)
+        except TaskError as e:
+            row = {"name": name, "error": str(e).splitlines()[0]}
+        except Exception as e:  # noqa: BLE001 - a broken config is a row, never a traceback
+            row = {"name": name, "error": _one_line(e)}
+        if "error" not in row:
+            dry = dry_spec(spec, dev)
+            key = _key(dry, row["seq_len"])
+            if key in measured:
+                first, result = measured[key]
+                row["measured_as"] = first
+            else:
+                result = run_isolated(dry, dev, timeout)
+                measured[key] = (name, result)
+            row["dry_batch_size"] = dry.train.batch_size
+            row.update(result)
+            if "peak_memory_bytes" in row:
+                row["memory_at_batch"] = at_batch(row)
+            if "seconds_per_step" in row and dry.train.batch_size == spec.train.batch_size:
+                row["hours_at_measured_rate"] = row["seconds_per_step"] * row["steps"] / 3600
+        rows.append(row)
+        log(f"dry run {i}/{len(items)} {name}: " + (
+            f"FAILED: {row['error']}" if "error" in row else
+            f"{row['seconds_per_step']:.3g} s/step" + (
+                f" (as {row['measured_as']})" if "measured_as" in row else "")))
+    return rows
+
+
+def _fmt_count(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The printed table: a header and a row per model."""
+    gpu = any("hours_at_measured_rate" in r for r in rows)
+    head = ["model", "params", "tokens/step", "peak mem", "s/step here",
+            "H100-hours", *(["h at this rate"] if gpu else []), "note"]
+    out = [head]
+    for r in rows:
+        if "params" not in r:  # the config itself failed
+            out.append([r["name"], *["-"] * (len(head) - 2), r["error"]])
+            continue
+        notes = [r.get("error", ""), f"as {r['measured_as']}" if "measured_as" in r else ""]
+        if not r["fits_one_h100"]:
+            notes.append(f"needs {human_bytes(r['need_bytes'])} at batch {r['batch_size']} "
+                         "(weights, gradients, AdamW): more than one H100")
+        elif r.get("memory_at_batch", 0) > H100_MEMORY:
+            notes.append(f"~{human_bytes(r['memory_at_batch'])} at batch {r['batch_size']}"
+                         + (" (extrapolated)" if r["dry_batch_size"] != r["batch_size"] else "")
+                         + ": more than one H100")
+        note = "; ".join(n for n in notes if n)
+        out.append([
+            r["name"], _fmt_count(r["params"]),
+            f"{_fmt_count(r['tokens_per_step'])} ({r['batch_size']}x{r['seq_len']})",
+            human_bytes(r["peak_memory_bytes"]) if "peak_memory_bytes" in r else "-",
+            f"{r['seconds_per_step']:.3g}" if "seconds_per_step" in r else "-",
+            f"{r['gpu_hours_h100']:.3g}",
+            *([f"{r['hours_at_measured_rate']:.3g}" if "hours_at_measured_rate" in r else "-"]
+              if gpu else []),
+            note])
+    return out
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    cells = table(rows)
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
+                     + "  " + r[-1] for r in cells).rstrip()
+
+
+def summary(rows: Sequence[dict[str, Any]], device: str | torch.device,
+            wall_s: float) -> dict[str, Any]:
+    """The JSON document of a dry run."""
+    failed = [r["name"] for r in rows if "error" in r]
+    return {"device": str(resolve_device(device)), "dry_steps": DRY_STEPS,
+            "h100_peak_flops": H100_PEAK, "utilisation": UTILISATION,
+            "flops_per_token": "6 N (+ 12 n_layers d_model L for transformers)",
+            "total_gpu_hours_h100": sum(r.get("gpu_hours_h100", 0.0) for r in rows),
+            "wall_s": round(wall_s, 1), "failed": failed, "rows": rows}
+
+
+def report(items: Sequence[tuple[str, Builder]], device: str | torch.device = "cpu",
+           out: str | Path | None = None, name: str = "dry_run") -> int:
+    """Dry-run ``items``, print the table (and the total), write ``out/NAME.json``; 0 when
+    every model ran, :data:`EXIT_SOME_FAILED` otherwise."""
+    t0 = time.time()
+    rows = dry_run(items, device)
+    doc = summary(rows, device, time.time() - t0)
+    print(format_table(rows))
+    dev = resolve_device(device)
+    print(f"\n{len(rows)} models, {len(doc['failed'])} cannot run; {doc['dry_steps']} steps "
+          f"each at batch {'1' if dev.type == 'cpu' else 'of the recipe'} on {dev}; "
+          f"H100-hours: the full runs at {UTILISATION:.0%} of {H100_PEAK / 1e12:.0f} TFLOP/s "
+          f"(total {doc['total_gpu_hours_h100']:.3g}); {doc['wall_s']:.0f} s wall")
+    if out is not None:
+        path = Path(out) / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(path)
+        print(f"wrote {path}")
+    if doc["failed"]:
+        print(f"cannot run: {', '.join(doc['failed'])}", file=sys.stderr)
+        return EXIT_SOME_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(_child(sys.argv[1:]))
+    sys.exit("usage: python -m analyses.reproduce --paper --dry-run (this module's command "
+             "line is its own child processes')")

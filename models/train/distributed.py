@@ -8,7 +8,7 @@ loop is the single-process one.
 
 How the work is split, and why: every rank draws the whole global batch from the same seeded
 generator (one stream, exactly the single-process one) and trains on its own contiguous slice of
-the rows (:func:`shard`). The loss of a slice is its summed NLL over the target count of the
+the rows (:func:`shard_bounds`). The loss of a slice is its summed NLL over the target count of the
 *global* batch, times the world size, so that DDP's gradient average is the gradient of the
 single-process loss (a mean over the global batch's targets, whose count differs from slice to
 slice on variable-length tasks). A run therefore sees the same examples in the same order whatever
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tasks.base import Batch, TaskError
+from tasks.base import TaskError
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,6 @@ def shard_bounds(n: int, world: World) -> tuple[int, int]:
     base, extra = divmod(n, world.size)
     lo = world.rank * base + min(world.rank, extra)
     return lo, lo + base + (world.rank < extra)
-
-
-def shard(batch: Batch, world: World) -> Batch:
-    lo, hi = shard_bounds(len(batch.tokens), world)
-    return Batch(batch.tokens[lo:hi], batch.targets[lo:hi])
 
 
 def all_sum(values: Sequence[float], device: torch.device) -> list[float]:

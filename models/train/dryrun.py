@@ -138,7 +138,16 @@ class _StopAfter(Callback):
 
 
 def _max_rss() -> int:
-    """The process's peak resident set so far, in bytes (Linux reports kB, macOS bytes)."""
+    """The process's peak resident set so far, in bytes: Linux's VmHWM, which is this
+    program's own (``ru_maxrss`` keeps the parent's resident set at the fork that started
+    it), else ``ru_maxrss`` (Linux reports kB, macOS bytes)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

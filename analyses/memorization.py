@@ -369,16 +369,17 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     return result
 
 
-def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token"):
+def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
+                  task_config: dict | None = None):
     """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
     (the widest model on all N examples, the narrowest on the fewest; every other cell's step
-    lies between theirs)."""
+    lies between theirs). ``task_config`` overrides the grid's (a data file, N)."""
     grid = grid_settings(preset, data, level)
 
     def cell(m: int, f: float):
         return lambda: make_spec(ARCH, "memorization", preset, model={"d_model": m},
-                                 task_config={**grid["task"], "data": data, "level": level,
-                                              "fraction": f},
+                                 task_config={**grid["task"], **(task_config or {}),
+                                              "data": data, "level": level, "fraction": f},
                                  train=grid.get("train", {}))
 
     return [(f"{NAME}_{data}_{level}/m{m}_f{f:g}", cell(m, f))
@@ -673,7 +674,9 @@ def main(argv=None) -> int:
     code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         dry_run_specs=lambda a: dry_run_cells(
-                            a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token")),
+                            a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),
+                            {**({"data_path": a.data_path} if a.data_path else {}),
+                             **({"n_examples": a.n_examples} if a.n_examples else {})}),
                         output_name=lambda args, result: result["name"])
     return EXIT_SOME_FAILED if code == 0 and failed else code
 

@@ -134,10 +134,12 @@ def test_analysis_flag(tmp_path, monkeypatch):
     assert holdout.main(["--train", "paper", "--dry-run", "--out", str(tmp_path)]) == 0
     [(label, spec)] = seen["markov_holdout_dry_run"]
     assert label == "markov_holdout/mamba2" and spec.train.steps == 10000  # the paper preset
-    assert memorization.main(["--paper", "--dry-run", "--out", str(tmp_path)]) == 0
+    assert memorization.main(["--paper", "--dry-run", "--n-examples", "500", "--out",
+                              str(tmp_path)]) == 0
     cells = dict(seen["memorization_dry_run"])
     widest = cells["memorization_synthetic_token/m120_f1"]
     assert widest.model["d_model"] == 120 and widest.task_config["fraction"] == 1.0
+    assert widest.task_config["n_examples"] == 500  # the flags' task config, as a real run's
     assert list(tmp_path.iterdir()) == []  # nothing computed, nothing written
 
 

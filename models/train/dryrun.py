@@ -78,7 +78,11 @@ def recipe_spec(name: str, preset: str) -> RunSpec:
     starting weights change no cost, and the recipe it starts from need not be trained)."""
     r = zoo.recipe(name)
     parts = r.parts(preset)
-    return make_spec(r.arch, r.task, preset, parts["model"], parts["task"], parts["train"])
+    model = parts["model"]
+    if preset in r.init_from:  # fine-tuned: the model is the parent's (make_spec takes the init
+        # file's config), with this recipe's own model fields on top
+        model = {**recipe_spec(r.init_from[preset], preset).model, **model}
+    return make_spec(r.arch, r.task, preset, model, parts["task"], parts["train"])
 
 
 def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:

@@ -142,6 +142,11 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     },
 }
 
+# Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (same sizes); at quick
+# they are fine-tuned from the quick copy checkpoints (models.zoo), at paper trained from scratch.
+for _arch in ("transformer", "mamba", "lstm"):
+    PRESETS[("paper", "lookup", _arch)] = PRESETS[("paper", "copy", _arch)]
+
 
 def preset_overrides(preset: str, task: str, arch: str) -> Row:
     """Merge the rows that apply to (task, arch), general first, specific last."""

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -36,6 +36,7 @@ from analyses.common import Figure, check_output_dir, get
 from figures.style import DEFAULT_OUT
 from models import zoo
 from models.cli import OneLineParser, add_device_argument, run_cli
+from models.sweep import Backend, RayCommand, add_backend_arguments, backend_of
 from models.train import dryrun
 from tasks.base import TaskError, check
 
@@ -166,7 +167,8 @@ def _log_name(task: Task) -> str:
     return task.name.replace(TRAIN, "train-").replace("/", "_")
 
 
-def _start(task: Task, out: Path, slots: int, threads_per_slot: int) -> _Running:
+def _start(task: Task, out: Path, slots: int, threads_per_slot: int,
+           backend: Backend | None = None) -> _Running:
     """Start a task in its own process (and process group, so a timeout also stops its
     workers); its output goes to ``out/logs/NAME.log``."""
     log = out / "logs" / f"{_log_name(task)}.log"
@@ -175,6 +177,10 @@ def _start(task: Task, out: Path, slots: int, threads_per_slot: int) -> _Running
     n = str(slots * threads_per_slot)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "TQDM_MININTERVAL": "30"}  # a progress line every half minute in the log
+    if backend is not None and backend.ray:  # a Ray task with the task's cores (and a GPU)
+        own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
+        cmd = RayCommand(task.argv, replace(backend, num_cpus=slots), env=own)
+        return _Running(task, cmd, log, time.time(), slots)
     with open(log, "w") as f:
         proc = subprocess.Popen(list(task.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -183,6 +189,8 @@ def _start(task: Task, out: Path, slots: int, threads_per_slot: int) -> _Running
 
 def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
     seconds = time.time() - r.t0
+    if isinstance(r.proc, RayCommand):  # its output came back with the result
+        r.log.write_text(r.proc.output)
     log = r.log.read_text(errors="replace")
     if timed_out is not None:
         ok, log = False, log + f"\n(timed out after {timed_out:.0f} s)"
@@ -198,6 +206,9 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
 
 
 def _kill(r: _Running) -> None:
+    if isinstance(r.proc, RayCommand):
+        r.proc.kill()
+        return
     try:
         os.killpg(r.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -208,7 +219,8 @@ def _kill(r: _Running) -> None:
 def run_tasks(tasks: list[Task], out: Path, jobs: int = 1, timeout: float = 3600.0,
               on_start: Callable[[list[str]], None] = lambda names: None,
               on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
-              expected: dict[str, float] | None = None) -> list[Outcome]:
+              expected: dict[str, float] | None = None,
+              backend: Backend | None = None) -> list[Outcome]:
     """Run every task, at most ``jobs`` cores' worth at once, each after the tasks it names in
     ``after``. Of the tasks ready to start, the one with the longest ``expected`` time (the
     last run's) together with everything that waits on it goes first, so that no long chain is
@@ -248,7 +260,7 @@ def run_tasks(tasks: list[Task], out: Path, jobs: int = 1, timeout: float = 3600
                 need = min(t.slots, jobs)
                 ready = all(a not in by_name or (a in done and done[a].ok) for a in t.after)
                 if need <= free and ready:
-                    running.append(_start(t, out, need, threads))
+                    running.append(_start(t, out, need, threads, backend))
                     pending.remove(t)
                     free -= need
                     started = True
@@ -348,6 +360,7 @@ def _parser() -> OneLineParser:
                    help="cores' worth of tasks at once (default: 2 on a machine with >= 2 "
                         "cores for --quick, 1 for --paper: one GPU)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
+    add_backend_arguments(p)
     p.add_argument("--index-only", action="store_true",
                    help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
     p.add_argument("--dry-run", action="store_true",
@@ -398,6 +411,9 @@ def body(argv: list[str] | None) -> int:
         return 0
     tasks = build_tasks(names, args.preset, out, cache)
     jobs = args.jobs or default_jobs(args.preset)
+    backend = backend_of(args, jobs, "cuda" if args.preset == "paper" else "cpu")
+    if backend.ray and not args.jobs:  # every ready task goes to Ray, which queues them
+        jobs = sum(t.slots for t in tasks)
     last = {t.name: float(get(timings, t.name, "seconds", default=0) or 0) for t in tasks}
     bar = tqdm(total=len(tasks), desc="reproduce", unit="task", dynamic_ncols=True)
     t_start, finished = time.time(), []
@@ -441,7 +457,8 @@ def body(argv: list[str] | None) -> int:
                     f"{(time.time() - t_start) / 60:.1f} min wall, {jobs} cores' worth at a "
                     "time.")
 
-    outcomes = run_tasks(tasks, out, jobs, args.timeout, on_start, on_done, expected=last)
+    outcomes = run_tasks(tasks, out, jobs, args.timeout, on_start, on_done, expected=last,
+                         backend=backend)
     bar.close()
     figures = [o for o in outcomes if o.task.figure is not None]
     failed = [o.task.name for o in outcomes if not o.ok]

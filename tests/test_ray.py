@@ -219,3 +219,32 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
     again = zoo.train_recipes(list(ma.GROUPS["window"]), "quick", tmp_path / "ck", "cpu",
                               Backend(ray=True), train={"steps": 2}, progress=False)
     assert sorted(str(p) for p in again.values()) == sorted(data["checkpoints"])
+
+
+def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeypatch):
+    import analyses.reproduce as rp
+    from analyses.reproduce import Task, run_tasks
+
+    started = []
+
+    class Counted(RayCommand):
+        def __init__(self, argv, *a, **kw):
+            started.append(argv)
+            super().__init__(argv, *a, **kw)
+
+    monkeypatch.setattr(rp, "RayCommand", Counted)
+
+    def task(name, code, after=()):
+        return Task(name, (sys.executable, "-c", code), 1, after, None)
+
+    order = tmp_path / "order.txt"
+    write = f"open({str(order)!r}, 'a').write('{{}}\\n'.format"
+    tasks = [task("a", f"{write}('a'))"), task("b", "raise SystemExit('boom')"),
+             task("c", f"{write}('c'))", after=("a",)), task("d", "print(1)", after=("b",))]
+    outs = {o.task.name: o for o in run_tasks(tasks, tmp_path, jobs=4, poll=0.05,
+                                              backend=Backend(ray=True, retries=0))}
+    assert outs["a"].ok and outs["c"].ok and not outs["b"].ok
+    assert not outs["d"].ok  # needs the failed b: skipped, not run
+    assert order.read_text().split() == ["a", "c"]  # c waited for a
+    assert "boom" in (tmp_path / "logs" / "b.log").read_text()  # the Ray task's output came back
+    assert len(started) == 3  # a, b, c went to Ray; d never started

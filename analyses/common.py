@@ -29,6 +29,7 @@ from models.checkpoint import is_hf_source, load
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
 from models.registry import HF_ARCHS
+from models.sweep import Failed, add_backend_arguments, backend_of
 from models.train import dryrun
 from models.train.dryrun import Builder
 from tasks.base import TaskError, check
@@ -93,6 +94,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
                        "preset) would train at its real size, run two optimizer steps, print "
                        "sizes, step times and projected H100 hours (models.train.dryrun); "
                        "writes OUT/NAME_dry_run.json, exit 1 if any cannot run")
+        add_backend_arguments(p)  # --ray: the models to train (or cells) as Ray tasks
     return p
 
 
@@ -148,9 +150,19 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             for n in names:  # every name checked before any training
                 zoo.recipe(n).parts(args.train)
-            given += [Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir,
-                                                       args.device, progress=False)))
-                      for n in names]
+            if args.ray is not None and names:  # not cached yet: Ray tasks, retried
+                backend = backend_of(args, os.cpu_count() or 1, args.device, num_cpus=max(
+                    zoo.recipe(n).slots for n in names))
+                done = zoo.train_recipes(names, args.train, args.cache_dir, args.device,
+                                         backend, progress=False)
+                failed = [f"{n} ({f.error}; {f.attempts} attempts)" for n, f in done.items()
+                          if isinstance(f, Failed)]
+                check(not failed, f"training failed: {', '.join(failed)}")
+                given += [Checkpoint(n, str(done[n])) for n in names]
+            else:
+                given += [Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir,
+                                                           args.device, progress=False)))
+                          for n in names]
         result = compute(args, given)
         out_name = output_name(args, result) if output_name else name
         write_outputs(out_name, result, plot(result), args.out,

@@ -45,7 +45,7 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import zoo
-from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
+from models.sweep import EXIT_SOME_FAILED, Failed, backend_of
 from probes.markov import evaluate_markov, markov_task_of
 from tasks.base import TaskError, check
 
@@ -176,7 +176,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
     p.add_argument("--jobs", type=int, default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
-    add_backend_arguments(p)
 
 
 def _recipes(args) -> list[str]:

@@ -77,7 +77,6 @@ from models.sweep import (
     EXIT_SOME_FAILED,
     Backend,
     Failed,
-    add_backend_arguments,
     backend_of,
     failures,
     map_tasks,
@@ -623,7 +622,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluations without improvement before a cell stops")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
-    add_backend_arguments(p)
 
 
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:

@@ -248,3 +248,21 @@ def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeyp
     assert order.read_text().split() == ["a", "c"]  # c waited for a
     assert "boom" in (tmp_path / "logs" / "b.log").read_text()  # the Ray task's output came back
     assert len(started) == 3  # a, b, c went to Ray; d never started
+
+
+def test_an_analysis_trains_its_recipes_as_ray_tasks_and_a_failure_is_one_line(
+        tmp_path, monkeypatch, capsys):
+    import analyses.mamba_decay as md
+
+    calls = []
+
+    def fake_train_recipes(names, preset, cache_dir, device, backend, **kw):
+        calls.append((list(names), backend))
+        return {n: Failed("boom", 3) for n in names}
+
+    monkeypatch.setattr(zoo, "train_recipes", fake_train_recipes)
+    code = md.main(["--train", "quick", "--ray", "--out", str(tmp_path / "o"),
+                    "--cache-dir", str(tmp_path / "c")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert calls and calls[0][1].ray and calls[0][0] == list(md.FIGURE.recipes("quick"))
+    assert code == 2 and len(err) == 1 and "training failed" in err[0] and "boom" in err[0]

@@ -8,12 +8,15 @@ retrained, never trusted.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
 
 from models.checkpoint import CheckpointError, read_checkpoint
+from models.device import resolve_device
+from models.train import distributed
 from models.train.loop import train
 from models.train.spec import RunSpec, make_spec, spec_of_checkpoint
 from tasks.base import check
@@ -43,9 +46,18 @@ def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", devi
     in ``steps`` alone and the schedule must be ``constant``, so the learning rate of a step
     does not depend on where the run ends."""
     path = cache_path(spec, cache_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if not is_cached(path):
+    world = distributed.world()
+    if world.is_main:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    # Under torchrun only rank 0 takes the lock and looks at the cache, and tells the others;
+    # then every rank trains (DDP) and rank 0 writes. Every rank taking the lock would leave
+    # rank 1 waiting on it while rank 0 waits on rank 1 inside training.
+    with FileLock(str(path) + ".lock") if world.is_main else contextlib.nullcontext():
+        cached = is_cached(path) if world.is_main else None
+        if world.active:
+            distributed.process_group(distributed.rank_device(resolve_device(device)))
+            cached = distributed.broadcast(cached, world)
+        if not cached:
             if resume is not None:
                 _check_continues(spec, resume)
             train(spec, out=path, device=device, progress=progress, resume=resume)

@@ -253,3 +253,18 @@ def test_compile_flag_trains_like_eager(tmp_path):
     for k, v in eager["state_dict"].items():
         if k != "blocks.0.attn.b_K":  # rounding noise (test_ddp_weights_equal_…)
             assert torch.allclose(v, ck["state_dict"][k], atol=1e-5), k
+
+
+def test_a_zoo_recipe_trains_once_under_torchrun_and_is_reused(tmp_path):
+    """Only rank 0 holds the cache lock and looks at the cache; both ranks train (DDP), rank 0
+    writes; a second job finds the entry and trains nothing (every rank locking would
+    deadlock: rank 1 waiting on the lock while rank 0 waits on rank 1 in training)."""
+    args = ("-m", "models.zoo", "train", "induction/stu_L16_s0", "--cache-dir", str(tmp_path))
+    first = torchrun(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (path,) = tmp_path.glob("stu-induction-*.pt")
+    ck = models.read_checkpoint(path)
+    assert ck["train"]["world_size"] == 2 and ck["train"]["step"] == 400
+    mtime = path.stat().st_mtime_ns
+    again = torchrun(*args)
+    assert again.returncode == 0 and path.stat().st_mtime_ns == mtime  # reused, not retrained

@@ -29,7 +29,7 @@ from models.checkpoint import is_hf_source, load
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
 from models.registry import HF_ARCHS
-from models.sweep import Failed, add_backend_arguments, backend_of
+from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from models.train import dryrun
 from models.train.dryrun import Builder
 from tasks.base import TaskError, check
@@ -118,14 +118,18 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                  output_name: Callable[[argparse.Namespace, dict], str] | None = None,
                  threads: int | None = None, checkpoints: bool = True,
                  dry_run_specs: Callable[[argparse.Namespace], Sequence[tuple[str, Builder]]]
-                 | None = None) -> int:
+                 | None = None, failed_key: str | None = None) -> int:
     """The ``main`` of an analysis. ``compute(args, checkpoints)`` gets the checkpoints given
     on the command line and, with ``--train PRESET``, those of ``recipes(args)`` (default:
     ``figure.recipes(PRESET)``) from the zoo, trained first where not cached.
 
     With ``--dry-run`` nothing is computed: those recipes and the models of
     ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(PRESET)``) take two steps each
-    (:func:`models.train.dryrun.report`); the exit code is the dry run's."""
+    (:func:`models.train.dryrun.report`); the exit code is the dry run's.
+
+    ``failed_key``: the result's list of parts (cells, recipes) that failed on every attempt
+    of a sweep; when it is not empty the outputs are still written, and the exit code is
+    :data:`~models.sweep.EXIT_SOME_FAILED`."""
     training = figure is not None and figure.trains
 
     def body(argv):
@@ -167,7 +171,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         out_name = output_name(args, result) if output_name else name
         write_outputs(out_name, result, plot(result), args.out,
                       table(result) if table else None)
-        return 0
+        return EXIT_SOME_FAILED if failed_key and result.get(failed_key) else 0
 
     return run_cli(body, argv)
 

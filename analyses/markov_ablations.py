@@ -45,7 +45,7 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import zoo
-from models.sweep import EXIT_SOME_FAILED, Failed, backend_of
+from models.sweep import Failed, backend_of
 from probes.markov import evaluate_markov, markov_task_of
 from tasks.base import TaskError, check
 
@@ -247,20 +247,12 @@ FIGURE = Figure(
 
 
 def main(argv=None) -> int:
-    """Exit 0, or 1 (``EXIT_SOME_FAILED``) when the outputs were written without the recipes
-    whose training failed on every attempt."""
-    failed: list[dict] = []
-
-    def compute_and_note(args, checkpoints):
-        result = _compute(args, checkpoints)
-        failed.extend(result["failed"])
-        return result
-
-    code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
+    """Exit 0, or 1 when the outputs were written without the recipes whose training failed
+    on every attempt."""
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, threads=1,
-                        recipes=lambda a: [] if _trained_here(a) else _recipes(a))
-    return EXIT_SOME_FAILED if code == 0 and failed else code
-
+                        recipes=lambda a: [] if _trained_here(a) else _recipes(a),
+                        failed_key="failed")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -74,7 +74,6 @@ from figures.style import new_figure, save_figure
 from models.device import resolve_device
 from models.registry import build_model
 from models.sweep import (
-    EXIT_SOME_FAILED,
     Backend,
     Failed,
     backend_of,
@@ -660,24 +659,16 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
 
 
 def main(argv=None) -> int:
-    """Exit 0, or 1 (``EXIT_SOME_FAILED``) when the outputs were written but some cells
-    failed on every attempt (rerun to retry just those)."""
-    failed: list[dict] = []
-
-    def compute_and_note(args, checkpoints):
-        result = _compute(args, checkpoints)
-        failed.extend(result["cells_failed"])
-        return result
-
-    code = run_analysis(NAME, __doc__, argv, compute=compute_and_note, plot=plot, table=table,
+    """Exit 0, or 1 when the outputs were written but some cells failed on every attempt
+    (rerun to retry just those)."""
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         dry_run_specs=lambda a: dry_run_cells(
                             a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),
                             {**({"data_path": a.data_path} if a.data_path else {}),
                              **({"n_examples": a.n_examples} if a.n_examples else {})}),
-                        output_name=lambda args, result: result["name"])
-    return EXIT_SOME_FAILED if code == 0 and failed else code
-
+                        output_name=lambda args, result: result["name"],
+                        failed_key="cells_failed")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -30,7 +30,7 @@ from models.cli import OneLineParser, add_device_argument, add_preset_arguments,
 from models.device import resolve_device
 from models.registry import HF_ARCHS
 from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
-from models.train import dryrun
+from models.train import distributed, dryrun
 from models.train.dryrun import Builder
 from tasks.base import TaskError, check
 from tasks.copy import CopyTask, TokenCopyPrompts
@@ -138,6 +138,9 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if add_arguments is not None:
             add_arguments(p)
         args = p.parse_args(argv)
+        check(not distributed.launched(), f"analyses.{name} runs in one process, not under "
+              "torchrun: train its recipes with `torchrun -m models.zoo train NAME...`, then "
+              "run the analysis (it reads them from the cache)")
         check_output_dir(args.out)
         resolve_device(args.device)
         if threads is not None:  # tiny models: more threads only contend on shared cores

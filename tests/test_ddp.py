@@ -268,3 +268,14 @@ def test_a_zoo_recipe_trains_once_under_torchrun_and_is_reused(tmp_path):
     mtime = path.stat().st_mtime_ns
     again = torchrun(*args)
     assert again.returncode == 0 and path.stat().st_mtime_ns == mtime  # reused, not retrained
+
+
+def test_an_analysis_under_torchrun_is_one_line(tmp_path, monkeypatch, capsys):
+    import analyses.mamba_decay as md
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert md.main(["--train", "quick", "--out", str(tmp_path / "o")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "torchrun -m models.zoo train" in err[0]
+    assert not (tmp_path / "o").exists()

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             merged[name] = {"error": f"exit code {proc.returncode}"}
             continue
-        # each entry keeps the machine it was measured on: an --only run may time with another
+        # each entry keeps its own machine description: an --only run may time on another
         # clock or thread count than the entries it leaves in place
         data = json.loads(result.read_text())
         merged[name] = {**data, "bench_wall_s": round(time.time() - t0, 1)}

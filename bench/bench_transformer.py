@@ -87,7 +87,7 @@ def run(repeats: int = 15) -> dict:
         "hf_gpt_neox": train_step_fn(hf, tokens, hf=True),
     }, repeats=repeats)
 
-    # After the training steps (as this bench always measured it) and in a fresh process:
+    # Timed twice, after the training steps (as before) and in a fresh process:
     # run_with_cache keeps every activation, and whether that memory is fresh (page faults) or
     # reused depends on what the process allocated before.
     c = cache_cost(repeats * 2)

@@ -58,7 +58,7 @@ def test_dry_run_rows_failures_and_nothing_written(tmp_path, monkeypatch, capsys
     assert 0 <= first["peak_memory_bytes"] < 150e6 and first["memory"] == "rss_delta"
     assert first["dry_batch_size"] == 1 and first["batch_size"] == 4 and first["steps"] == 50
     assert first["tokens_per_step"] == 4 * first["seq_len"]
-    # a seed changes no cost: measured once
+    # a seed changes no cost: one run serves every seed
     assert second["measured_as"] == "tiny"
     assert second["seconds_per_step"] == first["seconds_per_step"]
     # the failures, each with its reason on one line

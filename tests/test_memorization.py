@@ -279,7 +279,7 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence():
                             "grad_clip": 0})
     cell = am.train_cell(wild, patience=0)
     assert cell["stop"] == "diverged" and cell["steps"] < 50 and cell["loss"] != cell["loss"]
-    assert 0 <= cell["train_error"] <= 1  # measured on the last finite weights
+    assert 0 <= cell["train_error"] <= 1  # scored with the last finite weights
 
 
 def test_stop_rule_counts_evaluations_without_improvement():

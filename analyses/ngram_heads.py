@@ -70,7 +70,7 @@ from probes.copying import accuracy_on
 from tasks.base import PromptBatch, check, make_generator
 from tasks.copy import CopyConfig, CopyTask
 from tasks.induction import InductionConfig, InductionHeadsTask
-from tasks.prompts import GENERATED_TEXT_NOTE, generated_text
+from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 from tasks.registry import make_task
 
 NAME = "ngram_heads"
@@ -566,10 +566,7 @@ def probe_text(path: str | None, seed: int) -> tuple[str, str]:
     if path is None:
         print(f"note: {GENERATED_TEXT_NOTE}")
         return generated_text(GENERATED_WORDS, make_generator(seed)), "generated"
-    try:
-        return open(path, encoding="utf-8").read(), path
-    except (OSError, UnicodeDecodeError) as e:
-        check(False, f"--text {path}: cannot read it as UTF-8 text ({type(e).__name__})")
+    return read_text(path), path
 
 
 def task_of(model) -> dict | None:

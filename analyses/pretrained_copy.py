@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -45,7 +44,7 @@ from tqdm.auto import tqdm
 from analyses.common import Claim, Figure, fmt, get, ints, run_analysis, to_jsonable
 from figures.style import new_figure
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
-from tasks.base import TaskError, check, make_generator
+from tasks.base import check, make_generator
 from tasks.prompts import (
     COPY_END,
     GENERATED_TEXT_NOTE,
@@ -53,6 +52,7 @@ from tasks.prompts import (
     copy_prompt,
     generated_text,
     phonebook_prompt,
+    read_text,
     score_continuation,
     shuffle_words,
     text_window,
@@ -346,17 +346,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
     p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
-
-
-def read_text(path: str) -> str:
-    p = Path(path)
-    check(p.is_file(), f"--text {path}: no such file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TaskError(f"--text {path}: cannot read it as UTF-8 text ({e})") from None
-    check(bool(text.split()), f"--text {path}: the file holds no words")
-    return text
 
 
 TOKENIZER_PROBE = "Mary Jones: 201-555-0142\n\nThe old house."  # the prompts' characters

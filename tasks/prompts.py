@@ -33,10 +33,11 @@ tokenizer's), so no model code lives here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
-from tasks.base import check
+from tasks.base import TaskError, check
 from tasks.phonebook import PhoneBookConfig, PhoneBookTask
 
 PHONEBOOK_SHOTS = 2  # §4.3: "two few-shot examples"
@@ -155,3 +156,15 @@ GENERATED_TEXT_NOTE = (f"not natural text: sentences the suite generates offline
                        f"template grammar over {len({w for v in _WORDS.values() for w in v})} "
                        f"common English words (tasks/prompts.py); give --text FILE for natural "
                        f"text")
+
+
+def read_text(path: str, flag: str = "--text") -> str:
+    """A user's natural-text file (UTF-8), or one line saying why it cannot serve."""
+    p = Path(path)
+    check(p.is_file(), f"{flag} {path}: no such file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"{flag} {path}: cannot read it as UTF-8 text ({e})") from None
+    check(bool(text.split()), f"{flag} {path}: the file holds no words")
+    return text

@@ -88,6 +88,12 @@ RECIPE = "copy/hard_alibi"  # --train: Hard-ALiBi forms the match heads the pape
 
 
 # ---------------------------------------------------------------------------- probe data
+def own_task_rows(task_name: str | None, data: str) -> bool:
+    """Probe on the induction task's own flag-recall rows: asked for (``task``), or by default
+    (repeated letters are out of an induction model's distribution)."""
+    return task_name == "induction" and data in ("task", "auto")
+
+
 def probe_batches(model, task_name: str, task_config: dict, lengths: list[int],
                   batch_size: int, seed: int, data: str = "auto"
                   ) -> list[tuple[PromptBatch, int | torch.Tensor]]:
@@ -104,7 +110,7 @@ def probe_batches(model, task_name: str, task_config: dict, lengths: list[int],
         for L in lengths:
             out.append((task.eval_batch(batch_size, g, length=L), L + 1))
         return out
-    if task_name == "induction" and data in ("task", "auto"):
+    if own_task_rows(task_name, data):
         task = InductionHeadsTask(InductionConfig(**task_config))
         flag = task.vocab.id("FLAG")
         for L in lengths:
@@ -176,7 +182,7 @@ def data_name(task_name: str | None, data: str = "auto") -> str:
         return "text" if data == "text" else "repeat"
     if data != "repeat" and task_name in COPY_TASKS:
         return "copy"
-    return "induction" if data in ("task", "auto") and task_name == "induction" else "repeat"
+    return "induction" if own_task_rows(task_name, data) else "repeat"
 
 
 def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> list[int]:
@@ -184,7 +190,7 @@ def default_lengths(task_name: str, task_config: dict, data: str = "auto") -> li
     training length)."""
     if task_name is None:
         return list(HF_LENGTHS)
-    if task_name == "induction" and data in ("task", "auto"):
+    if own_task_rows(task_name, data):
         return [int(task_config.get("length", InductionConfig.length))]
     hi = int(task_config.get("max_len", 20))
     lo = max(int(task_config.get("min_len", 1)), hi // 2, 1)

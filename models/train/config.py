@@ -22,6 +22,9 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping
     context: int = 0  # > 0: pack i.i.d. examples into contexts of this many tokens (App. A.2)
     eval_every: int = 250  # 0: evaluate only at the end
+    # > 0: early stop, once an evaluation's string accuracy reaches this (training "until
+    # convergence": ``steps`` is then the most the run may take); needs eval_every > 0
+    stop_at: float = 0.0
     eval_batches: int = 4
     eval_batch_size: int = 64
     greedy_eval: bool = True  # False: string accuracy from one teacher-forced pass (exact)
@@ -47,6 +50,9 @@ class TrainConfig:
             value = getattr(self, name)
             check(math.isfinite(value), f"{name} must be finite, got {value}")
         check(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        check(0 <= self.stop_at <= 1, f"stop_at must be in [0, 1], got {self.stop_at}")
+        check(not self.stop_at or self.eval_every,
+              "stop_at needs eval_every > 0 (it stops at an evaluation)")
         check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
         check(self.precision in ("fp32", "bf16"),
               f"precision must be fp32 or bf16, got {self.precision!r}")

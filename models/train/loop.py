@@ -4,9 +4,10 @@ Deliberately plain: AdamW (no weight decay on biases and gains), the schedule of
 :func:`~models.train.config.lr_at`, gradient clipping, periodic evaluation, and checkpoints in
 the format of :mod:`models.checkpoint`. What varies between uses goes through arguments, not
 copies of the loop: ``evaluate`` (what an evaluation measures) and ``callbacks`` (early stop,
-per-step metrics; see :class:`Callback`). Every RNG the run touches is saved, so ``--resume``
-continues a run bit-identically on the CPU. Ctrl-C and SIGTERM (what ``timeout``, Docker,
-Kubernetes and SLURM send before a kill) stop between two steps and save.
+per-step metrics; see :class:`Callback`; ``TrainConfig.stop_at`` is :class:`StopAt`). Every
+RNG the run touches is saved, so ``--resume`` continues a run bit-identically on the CPU.
+Ctrl-C and SIGTERM (what ``timeout``, Docker, Kubernetes and SLURM send before a kill) stop
+between two steps and save.
 
 Under ``torchrun`` the same loop runs DistributedDataParallel (:mod:`models.train.distributed`:
 how the global batch is split and why the weights equal a single process's): every rank agrees
@@ -95,6 +96,23 @@ class Callback:
         return None
 
     def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
+        return None
+
+
+class StopAt(Callback):
+    """``TrainConfig.stop_at``: end the run at the first evaluation whose string accuracy
+    reaches ``level``; the reason (and so the step it stopped at) goes in the checkpoint."""
+
+    def __init__(self, level: float):
+        self.level = level
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
+        check("string_acc" in record, f"stop_at: the {run.spec.task} task's evaluation has no "
+              "string accuracy to stop on")
+        if record["string_acc"] >= self.level:
+            run.stop_reason = (f"stop_at: string_acc {record['string_acc']:.4g} >= "
+                               f"{self.level:g} at step {run.step}")
+            return True
         return None
 
 
@@ -365,6 +383,8 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
            callbacks: Sequence[Callback], evaluator: Evaluator,
            world: World = distributed.SINGLE) -> dict[str, Any]:
     cfg = spec.train
+    if cfg.stop_at:
+        callbacks = [*callbacks, StopAt(cfg.stop_at)]
     task = make_task(spec.task, spec.task_config)
     if dev.type != "cpu":  # validate_spec checked the host's memory
         check_run_size(spec, task, dev)

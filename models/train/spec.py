@@ -40,7 +40,7 @@ class RunSpec:
             train["init_from"] = file_digest(self.train.init_from)
         else:  # left out, so runs from random init keep the hashes they had before the field
             del train["init_from"]
-        for name, default in (("precision", "fp32"), ("compile", False)):
+        for name, default in (("precision", "fp32"), ("compile", False), ("stop_at", 0.0)):
             if train[name] == default:  # left out at their defaults, as init_from
                 del train[name]
         blob = json.dumps({"arch": self.arch, "task": self.task, "model": self.model,

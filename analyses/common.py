@@ -54,6 +54,8 @@ class Figure:
     title: str
     paper: str  # which paper / figure
     claims: tuple[Claim, ...] = ()
+    # the presets it has (``python -m analyses.reproduce --medium`` runs those with medium)
+    presets: tuple[str, ...] = ("quick", "paper")
     # preset -> the zoo recipes ``--train PRESET`` uses (reproduce trains them first)
     recipes: Callable[[str], Sequence[str]] = lambda preset: ()
     # preset -> extra flags reproduce passes (beyond --PRESET, --out, and --train/--cache-dir
@@ -141,6 +143,10 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         check(not distributed.launched(), f"analyses.{name} runs in one process, not under "
               "torchrun: train its recipes with `torchrun -m models.zoo train NAME...`, then "
               "run the analysis (it reads them from the cache)")
+        if training:
+            for level in dict.fromkeys(x for x in (args.preset, args.train) if x):
+                check(level in figure.presets, f"analyses.{name} has no {level} level (it has "
+                      f"{', '.join(figure.presets)})")
         check_output_dir(args.out)
         resolve_device(args.device)
         if threads is not None:  # tiny models: more threads only contend on shared cores

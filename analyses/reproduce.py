@@ -1,5 +1,9 @@
 """Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` on a GPU).
 
+``--medium`` runs the analyses that have a medium level (``FIGURE.presets``): CPU-sized still,
+but large enough that both sides of each headline comparison learn; its outputs and index go
+to ``figures/out/medium`` unless ``--out`` says otherwise.
+
 The plan is the ordered list :data:`PLAN` of analysis names; each analysis module says what
 it needs in its ``FIGURE`` (title, paper, claims, the zoo recipes it trains). The runner turns
 the plan into tasks — one per zoo recipe not yet cached (``python -m models.zoo train NAME``),
@@ -35,7 +39,7 @@ from tqdm.auto import tqdm
 from analyses.common import Figure, check_output_dir, get
 from figures.style import DEFAULT_OUT
 from models import zoo
-from models.cli import OneLineParser, add_device_argument, run_cli
+from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.sweep import Backend, RayCommand, add_backend_arguments, backend_of
 from models.train import dryrun
 from tasks.base import TaskError, check
@@ -126,9 +130,9 @@ def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Bui
 
 
 def default_jobs(preset: str) -> int:
-    """Quick: two cores' worth at once (most models are too small to use a second thread, the
-    copy models take both). Paper: one at a time, each with the whole GPU."""
-    return min(2, os.cpu_count() or 1) if preset == "quick" else 1
+    """Quick and medium: two cores' worth at once (most models are too small to use a second
+    thread, the copy models take both). Paper: one at a time, each with the whole GPU."""
+    return 1 if preset == "paper" else min(2, os.cpu_count() or 1)
 
 
 @dataclass
@@ -347,18 +351,16 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
 
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m analyses.reproduce", description=__doc__.splitlines()[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="preset", action="store_const", const="quick")
-    g.add_argument("--paper", dest="preset", action="store_const", const="paper")
-    p.set_defaults(preset="quick")
+    add_scale_arguments(p)
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these")
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument("--out", default=None,
+                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium)")
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per task")
     p.add_argument("--jobs", type=int, default=None,
                    help="cores' worth of tasks at once (default: 2 on a machine with >= 2 "
-                        "cores for --quick, 1 for --paper: one GPU)")
+                        "cores for --quick / --medium, 1 for --paper: one GPU)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     add_backend_arguments(p)
     p.add_argument("--index-only", action="store_true",
@@ -385,7 +387,15 @@ def body(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     for n in args.only + args.skip:
         check(n in PLAN, f"unknown analysis {n!r}; the plan has: {', '.join(PLAN)}")
-    names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip]
+    for n in args.only:
+        check(args.preset in figure_of(n).presets, f"{n} has no {args.preset} level (it has "
+              f"{', '.join(figure_of(n).presets)})")
+    names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip
+             and args.preset in figure_of(n).presets]
+    check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.preset} "
+          "level")
+    if args.out is None:
+        args.out = str(DEFAULT_OUT / "medium" if args.preset == "medium" else DEFAULT_OUT)
     if args.list:
         for n in names:
             fig = figure_of(n)

@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from models.train.presets import NAMES as PRESET_NAMES
 from tasks.base import TaskError
 
 EXIT_BAD_INPUT = 2
@@ -27,15 +28,24 @@ def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> Non
                    f"(default: {default})")
 
 
-def add_preset_arguments(p: argparse.ArgumentParser) -> None:
-    """``--quick`` / ``--paper`` (the scale), ``--train`` (train what is needed, cached) and
-    ``--cache-dir``."""
+def add_scale_arguments(p: argparse.ArgumentParser) -> None:
+    """``--quick`` (the default) / ``--medium`` / ``--paper``: ``args.preset``."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="preset", action="store_const", const="quick",
                    help="CPU-sized preset (default)")
+    g.add_argument("--medium", dest="preset", action="store_const", const="medium",
+                   help="CPU-sized, large enough that both sides of a headline comparison "
+                   "learn (the analyses that have it; tens of minutes each)")
     g.add_argument("--paper", dest="preset", action="store_const", const="paper",
                    help="paper-scale preset (for a GPU)")
-    p.add_argument("--train", choices=["quick", "paper"], default=None,
+    p.set_defaults(preset="quick")
+
+
+def add_preset_arguments(p: argparse.ArgumentParser) -> None:
+    """``--quick`` / ``--medium`` / ``--paper`` (the scale), ``--train`` (train what is needed,
+    cached) and ``--cache-dir``."""
+    add_scale_arguments(p)
+    p.add_argument("--train", choices=PRESET_NAMES, default=None,
                    help="train the checkpoints this command needs (cached, reused)")
     p.add_argument("--cache-dir", default="checkpoints",
                    help="where trained checkpoints are kept (default: checkpoints/)")

@@ -5,7 +5,7 @@ another recipe whose checkpoint starts it). :func:`checkpoint` serves a recipe t
 locked, hashed cache of :mod:`models.train.cache`: trained once, reused by every analysis and
 by ``python -m analyses.reproduce``, which trains what its plan needs from here.
 
-    python -m models.zoo --list [--paper] [--cache-dir DIR]   # every recipe, cached or not
+    python -m models.zoo --list [--medium | --paper] [--cache-dir DIR]  # cached or not
     python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
     python -m models.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from models.cli import OneLineParser, add_device_argument, run_cli
+from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.device import resolve_device
 from models.sweep import (
     EXIT_SOME_FAILED,
@@ -33,11 +33,12 @@ from models.sweep import (
     map_tasks,
 )
 from models.train.cache import cache_path, is_cached, train_spec_cached
+from models.train.presets import NAMES as PRESETS
 from models.train.presets import preset_overrides
 from models.train.spec import RunSpec, make_spec
 from tasks.base import TaskError, check
 
-PRESETS = ("quick", "paper")
+OPT_IN = ("medium",)  # presets a recipe is in only where its by_preset names them
 Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
 
 
@@ -52,7 +53,8 @@ def _frozen(parts: Mapping | None) -> Parts:
 @dataclass(frozen=True)
 class Recipe:
     """One named checkpoint: ``task`` × ``arch`` with overrides on top of the preset rows of
-    :mod:`models.train.presets`. ``by_preset[p]`` adds to (or ``None`` leaves out) preset p;
+    :mod:`models.train.presets`. ``by_preset[p]`` adds to (or ``None`` leaves out) preset p; a
+    recipe is in an :data:`OPT_IN` preset (``medium``) only where ``by_preset`` names it;
     ``init_from`` names the recipe whose checkpoint starts this one (fine-tuning); ``slots``
     is how many cores its training keeps busy (the reproduce scheduler reads it)."""
 
@@ -72,6 +74,8 @@ class Recipe:
         object.__setattr__(self, "init_from", MappingProxyType(dict(self.init_from)))
 
     def available(self, preset: str) -> bool:
+        if preset in OPT_IN and preset not in self.by_preset:
+            return False
         return self.by_preset.get(preset, {}) is not None
 
     def parts(self, preset: str) -> dict[str, dict[str, Any]]:
@@ -177,7 +181,7 @@ _add(
            doc="Mamba-2 on switching Markov data (Markov paper Figs. 4, 13)"),
     Recipe("markov_holdout/mamba2", "markov_holdout", "mamba2", {"task": {"p_lo": 0.0,
                                                                          "p_hi": 0.5}},
-           {p: _markov_rows(p, ("model", "task", "train")) for p in PRESETS},
+           {p: _markov_rows(p, ("model", "task", "train")) for p in ("quick", "paper")},
            doc="Mamba-2 trained on P(1|·) in [0, 0.5] (Markov paper App. E.5)"),
 )
 
@@ -237,14 +241,14 @@ def induction_name(arch: str, length: int, seed: int) -> str:
 
 
 for _arch in ("stu", "transformer", "mamba2"):
-    _lengths = {induction_length(q): p for p in PRESETS[::-1] for q in INDUCTION_RUNS[p]["qs"]}
+    _lengths = {induction_length(q) for p in INDUCTION_RUNS for q in INDUCTION_RUNS[p]["qs"]}
     for _L in sorted(_lengths):
         for _s in range(max(r["seeds"] for r in INDUCTION_RUNS.values())):
-            _in = {p for p in PRESETS if _s < INDUCTION_RUNS[p]["seeds"] and any(
+            _in = {p for p in INDUCTION_RUNS if _s < INDUCTION_RUNS[p]["seeds"] and any(
                 induction_length(q) == _L for q in INDUCTION_RUNS[p]["qs"])}
             _add(Recipe(induction_name(_arch, _L, _s), "induction", _arch,
                         {"task": {"length": _L}, "train": {"seed": _s}},
-                        {p: ({} if p in _in else None) for p in PRESETS},
+                        {p: ({} if p in _in else None) for p in INDUCTION_RUNS},
                         doc=f"{_arch} on induction heads at length {_L}, seed {_s} "
                             "(spectral paper Fig. 5)"))
 
@@ -363,9 +367,7 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("names", nargs="*", help="`train NAME...`: recipes to train; else name "
                    "prefixes to list (default: all)")
     p.add_argument("--list", action="store_true", help="list the recipes (the default)")
-    p.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                   default="quick")
-    p.add_argument("--quick", dest="preset", action="store_const", const="quick")
+    add_scale_arguments(p)
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=int, default=None,

@@ -19,7 +19,7 @@ def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
     for n in PLAN:
         mod = importlib.import_module(f"analyses.{n}")
         assert callable(mod.main) and isinstance(mod.FIGURE, Figure) and mod.FIGURE.claims
-        for preset in ("quick", "paper"):
+        for preset in mod.FIGURE.presets:
             for r in mod.FIGURE.recipes(preset):
                 zoo.recipe(r).parts(preset)  # raises for an unknown recipe or preset
 
@@ -47,7 +47,8 @@ def test_index_shows_claims_and_failures(tmp_path):
     assert "Figure B" in (tmp_path / "index.html").read_text()
 
 
-@pytest.mark.parametrize("argv", [["--only", "no_such_figure", "--list"], ["--bogus"]])
+@pytest.mark.parametrize("argv", [["--only", "no_such_figure", "--list"], ["--bogus"],
+                                  ["--medium", "--only", "spectral_lds", "--list"]])
 def test_bad_flags_are_one_line(capsys, argv):
     assert reproduce.main(argv) == 2
     err = capsys.readouterr().err
@@ -124,3 +125,15 @@ def test_the_longest_expected_chain_starts_first(tmp_path):
 
 def tasks_names(tasks):
     return [t.name for t in tasks]
+
+
+def test_medium_runs_only_the_analyses_that_have_it(capsys):
+    assert reproduce.main(["--medium", "--list"]) in (0, 2)
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line]
+    assert listed == [n for n in PLAN if "medium" in reproduce.figure_of(n).presets]
+
+
+def test_an_analysis_without_the_level_refuses_it(capsys):
+    from analyses import ngram_heads
+    assert ngram_heads.main(["--medium", "--train", "medium"]) == 2
+    assert "has no medium level" in capsys.readouterr().err

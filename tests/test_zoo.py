@@ -30,6 +30,32 @@ def test_unknown_recipe_and_missing_preset_are_clear_errors():
         zoo.recipe("markov_ablation/noconv_width/no_conv_d1000").parts("quick")
 
 
+@pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
+                                  if r.available("medium") and "medium" not in r.init_from])
+def test_every_medium_recipe_is_a_valid_run(name, tmp_path):
+    spec = zoo.spec(name, "medium", tmp_path)
+    for key, value in zoo.recipe(name).parts("medium")["model"].items():
+        assert spec.model[key] == value
+
+
+def test_medium_is_opt_in_and_starts_from_the_quick_rows(monkeypatch):
+    from models.train import presets
+    quick_only = zoo.Recipe("test/q", "copy", "transformer")
+    medium = zoo.Recipe("test/m", "copy", "transformer", by_preset={"medium": {}})
+    assert quick_only.available("quick") and not quick_only.available("medium")
+    assert medium.available("medium") and medium.available("quick")
+    with pytest.raises(TaskError, match="no medium version"):
+        quick_only.parts("medium")
+    quick = presets.preset_overrides("quick", "copy", "transformer")
+    monkeypatch.setitem(presets.PRESETS, ("medium", "copy", "*"), {"train": {"steps": 7}})
+    rows = presets.preset_overrides("medium", "copy", "transformer")
+    assert rows["train"]["steps"] == 7  # the medium row on top
+    assert rows["model"] == quick["model"]  # the rest from quick
+    assert rows["train"]["lr"] == quick["train"]["lr"]
+    with pytest.raises(TaskError, match="unknown preset 'huge'.*quick, medium, paper"):
+        presets.preset_overrides("huge", "copy", "transformer")
+
+
 @pytest.fixture
 def tiny_recipes(monkeypatch):
     parent = zoo.Recipe("test/copy", "copy", "transformer", TINY)

@@ -1,9 +1,11 @@
-"""Named presets: ``quick`` (CPU-sized, minutes) and ``paper`` (the papers' settings, for a GPU).
+"""Named presets: ``quick`` (CPU-sized, minutes), ``medium`` (CPU-sized, each headline comparison
+learned by both sides: tens of minutes a figure) and ``paper`` (the papers' settings, for a GPU).
 
 A preset is looked up for a (task, arch) pair; rows keyed ``"*"`` apply to every task or arch
-and more specific rows win. Each row may set ``model``, ``task`` and ``train`` overrides; every
-field can still be overridden on the command line. Why each quick setting was chosen is said
-beside it; what a run of it measured is in the reproduce index and the README, not here.
+and more specific rows win. ``medium`` starts from the quick rows: its own rows go on top. Each
+row may set ``model``, ``task`` and ``train`` overrides; every field can still be overridden on
+the command line. Why each setting was chosen is said beside it; what a run of it measured is
+in the reproduce index and the README, not here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 from tasks.base import TaskError
 
 Row = dict[str, dict[str, Any]]
+NAMES = ("quick", "medium", "paper")  # the presets, smallest first
+BASE = {"medium": "quick"}  # a preset whose rows go on top of another's
 
 PRESETS: dict[tuple[str, str, str], Row] = {
     # ---------------------------------------------------------------- defaults
@@ -145,10 +149,12 @@ for _arch in ("transformer", "mamba", "lstm"):
 
 
 def preset_overrides(preset: str, task: str, arch: str) -> Row:
-    """Merge the rows that apply to (task, arch), general first, specific last."""
-    if preset not in {k[0] for k in PRESETS}:
-        raise TaskError(f"unknown preset {preset!r}; allowed: quick, paper")
-    merged: Row = {"model": {}, "task": {}, "train": {}}
+    """Merge the rows that apply to (task, arch), general first, specific last (a preset with
+    a :data:`BASE`: the base's merged rows first, then its own)."""
+    if preset not in NAMES:
+        raise TaskError(f"unknown preset {preset!r}; allowed: {', '.join(NAMES)}")
+    merged: Row = (preset_overrides(BASE[preset], task, arch) if preset in BASE
+                   else {"model": {}, "task": {}, "train": {}})
     for key in ((preset, "*", "*"), (preset, "*", arch), (preset, task, "*"), (preset, task, arch)):
         for part, values in PRESETS.get(key, {}).items():
             merged[part].update(values)

@@ -5,6 +5,7 @@ recall / binomial probes of probes.induction."""
 import json
 from math import comb
 
+import numpy as np
 import pytest
 
 import models
@@ -142,3 +143,76 @@ def test_stu_learns_induction_at_its_training_length(tmp_path):
     m = models.load(tmp_path / "stu.pt")
     right = recall_accuracy(m, make_task("induction", length=16), [16], 256, seed=0)[0]
     assert right / 256 > 0.95, ck["history"][-1]
+
+
+# ---------------------------------------------------------------------------- medium (issue 21)
+def test_medium_recipes_are_the_zoos_medium_block():
+    names = A.induction_recipes("medium")
+    table = zoo.INDUCTION_MEDIUM_MODELS
+    assert len(names) == len(zoo.INDUCTION_MEDIUM_QS) * sum(t[2] for t in table.values())
+    assert "induction_medium/stu_L128_s15" in names and "induction_medium/mamba2_L16_s3" in names
+    assert all(zoo.RECIPES[n].available("medium") and not zoo.RECIPES[n].available("quick")
+               for n in names)
+    spec = zoo.spec("induction_medium/stu_nonorm_L64_s2", "medium")
+    assert spec.model["normalization"] == "none" and spec.train.stop_at == 1.0
+    assert A.induction_recipes("medium", ("stu",), (1 / 2,), 2) == [
+        "induction_medium/stu_L16_s0", "induction_medium/stu_L16_s1"]
+    for archs, qs, seeds, match in [(("lstm",), None, None, "medium induction runs are"),
+                                    (("stu",), (5 / 8,), None, "q in"),
+                                    (("transformer",), None, 5, "seeds <= 4")]:
+        with pytest.raises(TaskError, match=match):
+            A.induction_recipes("medium", archs, qs, seeds)
+
+
+def test_padded_recall_is_recall_on_the_same_sequences(tmp_path):
+    m = models.load(_train_tiny(tmp_path, "p", length=12))
+    task = make_task("induction", length=12)
+    # padded to its own length, a sequence is itself: the counts agree with recall_accuracy
+    assert A.padded_recall(m, task, [8, 12], 12, 20, seed=0)[1] == recall_accuracy(
+        m, task, [12], 20, seed=0)[0]
+    res = A.compute([m], lengths=[8, 12, 32], n_eval=20, progress=False)
+    short = res["rows"][0]["shorter"]
+    assert short["lengths"] == [8] and len(short["acc"][0]) == len(short["acc_padded"][0]) == 1
+    assert short["acc_padded"][0][0] == A.padded_recall(m, task, [8], 12, 20, seed=0)[0] / 20
+    assert res["rows"][0]["longest"]["seen_lags_acc"] == A.seen_lags_accuracy(12, 32, 4)
+    # lags 1..10 of 1..30 seen: a third right, the rest at chance
+    assert A.seen_lags_accuracy(12, 32, 4) == pytest.approx(1 / 3 + 2 / 3 / 4)
+    assert A.seen_lags_accuracy(64, 16, 4) == 1.0
+
+
+def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="medium"):
+    """Rows trained at 64, evaluated up to 256: ``at_T`` {arch: accuracy at 256 per seed};
+    ``shorter`` (as is, left-padded) accuracy at 16."""
+    rows = []
+    for arch, accs in at_T.items():
+        rows.append({"arch": arch, "train_length": 64, "n_models": len(accs),
+                     "longest": {"length": 256, "median": float(np.median(accs)),
+                                 "frac_generalise": float(np.mean(np.array(accs) >= 0.9)),
+                                 "seen_lags_acc": 0.43},
+                     "shorter": {"lengths": [16], "acc": [[shorter[0]]] * len(accs),
+                                 "acc_padded": [[shorter[1]]] * len(accs)}})
+    return {"preset": preset, "lengths": [16, 64, 256], "chance": 0.25, "rows": rows}
+
+
+def test_claim_generalise_both_ways():
+    text, ok = A.claim_generalise(medium_json({"stu": [0.3, 0.95, 0.4, 0.35]}))
+    assert ok and "1/4 seeds >= 0.9 at 256" in text and "median 0.38" in text
+    assert not A.claim_generalise(medium_json({"stu": [0.3, 0.85]}))[1]
+    assert not A.claim_generalise(medium_json({"mamba2": [1.0]}))[1]  # no STU rows
+    assert A.claim_generalise(medium_json({"stu": [1.0]}, preset="quick"))[1] is None
+
+
+def test_claim_vs_baselines_both_ways():
+    base = {"transformer (hard_alibi)": [1.0, 1.0], "mamba2": [0.97, 1.0]}
+    text, ok = A.claim_vs_baselines(medium_json({"stu": [0.4, 0.5], **base}))
+    assert not ok and "STU 0.45" in text and "mamba2 0.98" in text
+    assert A.claim_vs_baselines(medium_json({"stu": [0.99, 0.95], **base}))[1]
+    assert not A.claim_vs_baselines(medium_json({"stu": [1.0]}))[1]  # no baseline to compare
+    assert A.claim_vs_baselines(medium_json({"stu": [1.0]}, preset=None))[1] is None
+
+
+def test_claim_padding_both_ways():
+    text, ok = A.claim_padding(medium_json({"stu": [0.4], "stu (no norm)": [0.5]}))
+    assert ok and "0.50 as is, 0.95 left-padded" in text and "no-norm STU at 64: 0.50" in text
+    assert not A.claim_padding(medium_json({"stu": [0.4]}, shorter=(0.5, 0.55)))[1]
+    assert not A.claim_padding(medium_json({"stu": [0.4]}, shorter=(0.95, 1.0)))[1]

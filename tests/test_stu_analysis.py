@@ -3,6 +3,7 @@ length, the zoo recipes its --train picks, its command line and its claim reader
 recall / binomial probes of probes.induction."""
 
 import json
+import math
 from math import comb
 
 import numpy as np
@@ -178,6 +179,11 @@ def test_padded_recall_is_recall_on_the_same_sequences(tmp_path):
     # lags 1..10 of 1..30 seen: a third right, the rest at chance
     assert A.seen_lags_accuracy(12, 32, 4) == pytest.approx(1 / 3 + 2 / 3 / 4)
     assert A.seen_lags_accuracy(64, 16, 4) == 1.0
+    seen, unseen = A.recall_by_lag(m, task, 32, 12, 40, seed=0)
+    assert 0 <= seen <= 1 and 0 <= unseen <= 1
+    assert res["rows"][0]["longest"]["acc_seen_lags"] == [
+        A.recall_by_lag(m, task, 32, 12, 20, seed=0)[0]]
+    assert math.isnan(A.recall_by_lag(m, task, 8, 12, 20, seed=0)[1])  # every lag seen
 
 
 def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="medium"):
@@ -188,7 +194,8 @@ def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="mediu
         rows.append({"arch": arch, "train_length": 64, "n_models": len(accs),
                      "longest": {"length": 256, "median": float(np.median(accs)),
                                  "frac_generalise": float(np.mean(np.array(accs) >= 0.9)),
-                                 "seen_lags_acc": 0.43},
+                                 "seen_lags_acc": 0.43, "acc_seen_lags": [0.8] * len(accs),
+                                 "acc_unseen_lags": [0.3] * len(accs)},
                      "shorter": {"lengths": [16], "acc": [[shorter[0]]] * len(accs),
                                  "acc_padded": [[shorter[1]]] * len(accs)}})
     return {"preset": preset, "lengths": [16, 64, 256], "chance": 0.25, "rows": rows}
@@ -197,6 +204,7 @@ def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="mediu
 def test_claim_generalise_both_ways():
     text, ok = A.claim_generalise(medium_json({"stu": [0.3, 0.95, 0.4, 0.35]}))
     assert ok and "1/4 seeds >= 0.9 at 256" in text and "median 0.38" in text
+    assert "by lag: seen 0.80, unseen 0.30" in text
     assert not A.claim_generalise(medium_json({"stu": [0.3, 0.85]}))[1]
     assert not A.claim_generalise(medium_json({"mamba2": [1.0]}))[1]  # no STU rows
     assert A.claim_generalise(medium_json({"stu": [1.0]}, preset="quick"))[1] is None

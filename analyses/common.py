@@ -35,13 +35,15 @@ from models.train.dryrun import Builder
 from tasks.base import TaskError, check
 from tasks.copy import CopyTask, TokenCopyPrompts
 
-Measure = Callable[[dict], tuple[str, "bool | None"]]
+Measure = Callable[[dict], "tuple[str, bool | None] | None"]
 
 
 @dataclass(frozen=True)
 class Claim:
     """A paper's claim and how to read whether it holds from the analysis' JSON:
-    ``measure(json) -> (what we measured, holds?)``; ``None`` means not applicable."""
+    ``measure(json) -> (what we measured, holds?)``; holds ``None``: not applicable. A reader
+    returns ``None`` instead of the pair for a claim measured at another level only (a medium
+    claim read from a quick run): the index leaves it out."""
 
     paper: str
     measure: Measure

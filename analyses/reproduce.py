@@ -151,7 +151,10 @@ def read_claims(task: Task, out: Path) -> list[tuple[str, str, bool | None]]:
     claims: list[tuple[str, str, bool | None]] = []
     for c in task.figure.claims:
         try:
-            measured, holds = c.measure(data if len(data) > 1 else data[stems[0]])
+            read = c.measure(data if len(data) > 1 else data[stems[0]])
+            if read is None:
+                continue  # a claim of another level (Claim says why)
+            measured, holds = read
         except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
         claims.append((c.paper, measured, holds))

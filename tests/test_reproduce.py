@@ -35,6 +35,14 @@ def test_recipes_become_training_tasks_before_their_analyses(tmp_path):
     assert names.index(TRAIN + "copy/hard_alibi") < names.index(lookup)
 
 
+def test_a_claim_of_another_level_is_left_out_of_the_index(tmp_path):
+    fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),
+                                       Claim("medium only", lambda d: None)))
+    (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
+    assert reproduce.read_claims(Task("f", (), figure=fig), tmp_path) == [
+        ("x is big", "x = 3", True)]
+
+
 def test_index_shows_claims_and_failures(tmp_path):
     fig_a = Figure("Figure A", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", True)),))
     fig_b = Figure("Figure B", "Paper Fig. 2")

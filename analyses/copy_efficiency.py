@@ -11,11 +11,20 @@ strings, ~10× fewer on length ≤ 30, Fig. 9b).
 With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints as
 ``length_generalization`` (``analyses.common.COPY_LABELS``; trained once, cached); the quick
 preset evaluates every 100 steps.
+
+``--medium`` (``--train medium``): the comparison as a number with an error bar. Every model is
+trained at a string length short enough that each of Hard-ALiBi, RoPE, NoPE, Mamba, Mamba-2
+and the LSTM reaches 90 % string accuracy, on several seeds (the zoo's ``copy_medium/*``
+recipes: strings of one length L, evaluated at L as in Fig. 1a; a run stops once it is past
+90 %). Per model and L: samples to 50 % and 90 % (mean ± sd over seeds); per GSSM the ratio of
+its samples to the fastest transformer's (ratio of the means, and the per-seed ratios, seeds
+paired); then the same ratio at longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from analyses.common import (
     Checkpoint,
@@ -30,6 +39,8 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
+from models import zoo
+from models.checkpoint import read_checkpoint
 from tasks.base import check
 
 NAME = "copy_efficiency"
@@ -68,6 +79,8 @@ def compute(histories: dict[str, list[dict]], info: dict | None = None) -> dict:
 
 
 def plot(result: dict):
+    if result.get("level") == "medium":
+        return plot_medium(result)
     fig, axes = new_figure(2, width_per_panel=4.6, height=3.5)
     for label, rows in result["curves"].items():
         color = COLORS.get(label.split("'")[0])
@@ -88,6 +101,8 @@ def plot(result: dict):
 
 
 def table(result: dict) -> list[list]:
+    if result.get("level") == "medium":
+        return table_medium(result)
     rows = [["model", "final string", "final char", "samples→50%", "samples→90%", "×fastest"]]
     ratio = result["ratio_to_fastest"].get(f"string_{LEVELS[-1]}", {})
     for label, r in result["curves"].items():
@@ -100,8 +115,184 @@ def table(result: dict) -> list[list]:
     return rows
 
 
+# ---------------------------------------------------------------------------- medium
+TRANSFORMERS = ("hard_alibi", "rope", "nope", "alibi")
+
+
+def _summary(values: list[int | None]) -> dict:
+    """Samples to a level over seeds (None: that seed never got there): mean ± sd of those
+    that did, min, max and how many did."""
+    got = [v for v in values if v is not None]
+    return {"per_seed": values, "reached": len(got), "seeds": len(values),
+            "mean": float(np.mean(got)) if got else None,
+            "sd": float(np.std(got, ddof=1)) if len(got) > 1 else 0.0 if got else None,
+            "min": min(got) if got else None, "max": max(got) if got else None}
+
+
+def compute_medium(runs: list[dict]) -> dict:
+    """Samples-to-accuracy over seeds and string lengths, and the GSSM / transformer ratios.
+
+    ``runs``: [{label, length, seed, history}], one per trained model. At each length the
+    reference is the transformer with the fewest mean samples to 90 % among those whose every
+    seed got there; a GSSM's ratio is its mean over the reference's mean (``ratio``), and per
+    seed, GSSM seed s over reference seed s (``per_seed``: their min and max are the spread). A
+    GSSM seed that never got there leaves its ratio None and the mean ratio a lower bound
+    (``all_reached`` False)."""
+    by_length: dict[int, dict] = {}
+    flat = []
+    for r in sorted(runs, key=lambda r: (r["length"], r["label"], r["seed"])):
+        rows = [{"samples_seen": int(h["samples_seen"]), "string_acc": h.get("string_acc"),
+                 "char_acc": h.get("char_acc")} for h in r["history"] if "samples_seen" in h]
+        reach = {f"string_{lv}": samples_to_reach(rows, "string_acc", lv) for lv in LEVELS}
+        flat.append({"label": r["label"], "length": int(r["length"]), "seed": int(r["seed"]),
+                     **reach, "final_string_acc": rows[-1]["string_acc"] if rows else None,
+                     "curve": rows})
+    for L in sorted({f["length"] for f in flat}):
+        at = [f for f in flat if f["length"] == L]
+        models = {}
+        for label in dict.fromkeys(f["label"] for f in at):
+            mine = sorted((f for f in at if f["label"] == label), key=lambda f: f["seed"])
+            models[label] = {"seeds": [f["seed"] for f in mine],
+                             **{f"string_{lv}": _summary([f[f"string_{lv}"] for f in mine])
+                                for lv in LEVELS}}
+        key = f"string_{LEVELS[-1]}"
+        done = {k: m[key]["mean"] for k, m in models.items()
+                if k in TRANSFORMERS and m[key]["reached"] == m[key]["seeds"]}
+        ref = min(done, key=done.get) if done else None
+        ratios = {}
+        for g in (k for k in models if k in GSSMS and ref is not None):
+            gm, tm = models[g], models[ref]
+            t_by_seed = dict(zip(tm["seeds"], tm[key]["per_seed"], strict=True))
+            per_seed = [None if v is None or s not in t_by_seed else v / t_by_seed[s]
+                        for s, v in zip(gm["seeds"], gm[key]["per_seed"], strict=True)]
+            got = [x for x in per_seed if x is not None]
+            ratios[g] = {"ratio": (gm[key]["mean"] / tm[key]["mean"]
+                                   if gm[key]["mean"] is not None else None),
+                         "per_seed": per_seed, "min": min(got) if got else None,
+                         "max": max(got) if got else None,
+                         "all_reached": gm[key]["reached"] == gm[key]["seeds"]}
+        full = {g: r["ratio"] for g, r in ratios.items() if r["all_reached"]}
+        by_length[L] = {"models": models, "reference": ref, "ratio_to_reference": ratios,
+                        "best_gssm": min(full, key=full.get) if full else None}
+    return to_jsonable({"level": "medium", "runs": flat, "by_length": by_length})
+
+
+def _run_of(path: str) -> dict:
+    """{label, length, seed, history} of a copy checkpoint trained on strings of one length."""
+    ck = read_checkpoint(path)
+    task, model = ck["task"], ck["model"]
+    check(task["name"] == "copy", f"{path}: not a copy checkpoint ({task['name']})")
+    cfg = task["config"]
+    check(cfg["min_len"] == cfg["max_len"], f"{path}: --medium reads models trained on strings "
+          f"of one length (min_len = max_len), got {cfg['min_len']}..{cfg['max_len']}")
+    check(any("string_acc" in h for h in ck["history"]),
+          f"{path}: the checkpoint has no accuracy history (was it trained?)")
+    label = model["config"]["pe"] if model["arch"] == "transformer" else model["arch"]
+    return {"label": label, "length": int(cfg["max_len"]),
+            "seed": int(ck["train"]["config"].get("seed", 0)), "history": ck["history"]}
+
+
+def _by_length(result: dict) -> dict[int, dict]:
+    """``result["by_length"]`` keyed by int length, shortest first (JSON keys are strings)."""
+    return {int(L): m for L, m in sorted(result["by_length"].items(), key=lambda x: int(x[0]))}
+
+
+def _ratio_text(r: dict) -> str:
+    if r["ratio"] is None:
+        return "never"
+    low = "" if r["all_reached"] else ">="
+    return f"{low}{r['ratio']:.1f}× ({r['min']:.1f}–{r['max']:.1f})"
+
+
+def plot_medium(result: dict):
+    fig, axes = new_figure(3, width_per_panel=4.4, height=3.5)
+    at = _by_length(result)
+    lengths = sorted(at)
+    base = lengths[0]
+    seen = set()
+    for run in result["runs"]:
+        if run["length"] != base:
+            continue
+        label = run["label"]
+        axes[0].plot([r["samples_seen"] for r in run["curve"]],
+                     [np.nan if r["string_acc"] is None else r["string_acc"] for r in run["curve"]],
+                     color=COLORS.get(label), lw=1, alpha=0.8,
+                     label=None if label in seen else label)
+        seen.add(label)
+    axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8)
+    axes[0].set(xscale="log", xlabel="training examples seen", ylabel="string-level accuracy",
+                ylim=(-0.02, 1.02), title=f"copy, strings of length {base} (each seed)")
+    key = f"string_{LEVELS[-1]}"
+    labels = list(dict.fromkeys(r["label"] for r in result["runs"]))
+    for i, label in enumerate(labels):
+        xs, means = [], []
+        for L in lengths:
+            s = at[L]["models"].get(label, {}).get(key)
+            if not s:
+                continue
+            got = [v for v in s["per_seed"] if v is not None]
+            x = L + 0.06 * (i - (len(labels) - 1) / 2)  # side by side, not on top
+            axes[1].scatter([x] * len(got), got, s=10, color=COLORS.get(label), alpha=0.6)
+            if s["reached"] == s["seeds"]:
+                xs.append(x)
+                means.append(s["mean"])
+        axes[1].plot(xs, means, marker="o", color=COLORS.get(label), label=label)
+    axes[1].set(yscale="log", xlabel="string length L", ylabel="training examples to 90 %",
+                title="samples to 90 % string accuracy", xticks=lengths)
+    for i, g in enumerate(GSSMS):
+        pts, bounds = [], []
+        for L in lengths:
+            r = at[L]["ratio_to_reference"].get(g)
+            x = L + 0.06 * (i - 1)
+            if r and r["all_reached"]:
+                pts.append((x, r["ratio"], r["min"], r["max"]))
+            elif r and r["ratio"] is not None:  # a seed never got there: a lower bound
+                bounds.append((x, r["ratio"]))
+        if pts:
+            L, y, lo, hi = (np.array(v, dtype=float) for v in zip(*pts, strict=True))
+            axes[2].errorbar(L, y, yerr=[y - lo, hi - y], marker="o", capsize=3,
+                             color=COLORS.get(g), label=g)
+        if bounds:
+            axes[2].scatter(*zip(*bounds, strict=True), marker="^", facecolors="none",
+                            edgecolors=COLORS.get(g), label=f"{g} >= (a seed never got there)")
+    axes[2].axhline(1, color="k", ls=":", lw=0.8)
+    axes[2].set(yscale="log", xlabel="string length L", xticks=lengths,
+                ylabel="samples to 90 %: GSSM / fastest transformer",
+                title="ratio (bars: per-seed min–max)")
+    axes[2].text(0.02, 0.98, "paper: Mamba ~10× at L <= 30 (Fig. 9b),\n~100× at L <= 300 "
+                 "(Fig. 1a)", transform=axes[2].transAxes, va="top", fontsize=7)
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=6, ncol=3, loc="upper center")
+    axes[1].set_ylim(top=axes[1].get_ylim()[1] * 4)  # room for the legend
+    axes[2].legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, 0.86))
+    for ax in axes[1:]:  # plain numbers on the log axes, at 1, 2, 5 × 10^k
+        ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10
+                                                   else f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    return fig
+
+
+def table_medium(result: dict) -> list[list]:
+    rows = [["L", "model", "reached 90%", "samples→50%", "samples→90%", "×fastest transformer"]]
+    for L, m in _by_length(result).items():
+        for label, s in m["models"].items():
+            cells = []
+            for lv in LEVELS:
+                x = s[f"string_{lv}"]
+                cells.append("never" if x["mean"] is None
+                             else f"{x['mean']:,.0f} ± {x['sd']:,.0f}")
+            r = m["ratio_to_reference"].get(label)
+            rows.append([L, label, f"{s[f'string_{LEVELS[-1]}']['reached']}/{len(s['seeds'])}",
+                         *cells, "reference" if label == m["reference"]
+                         else _ratio_text(r) if r else "-"])
+    return rows
+
+
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
+    if (args.train or args.preset) == "medium":
+        return compute_medium([_run_of(c.path) for c in checkpoints])
     models, info, _ = load_copy_models([c.path for c in checkpoints], args.device)
     histories = {label: m.checkpoint["history"] for label, m in models.items()}
     for label, h in histories.items():
@@ -113,7 +304,10 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 # ---------------------------------------------------------------------------- the paper's claims
 def claim_fewer_samples(d: dict) -> tuple[str, bool | None]:
     """Every GSSM needs more samples to reach 90 % string accuracy than the fastest
-    transformer (or never reaches it); n/a without a GSSM."""
+    transformer (or never reaches it); n/a without a GSSM. Medium: at every length, in every
+    seed pairing (each per-seed ratio > 1; a GSSM seed that never got there counts as slower)."""
+    if d.get("level") == "medium":
+        return _fewer_samples_medium(d)
     key = "string_0.9"
     reach = {k: v.get(key) for k, v in d["samples_to_reach"].items()}
     text = "samples to 90 % string accuracy: " + ", ".join(
@@ -126,16 +320,67 @@ def claim_fewer_samples(d: dict) -> tuple[str, bool | None]:
     return text, all(v is None or v > best for v in gssm)
 
 
+def _fewer_samples_medium(d: dict) -> tuple[str, bool | None]:
+    parts, holds, any_gssm = [], True, False
+    for L, m in _by_length(d).items():
+        ref = m["reference"]
+        if ref is None:
+            parts.append(f"L={L}: no transformer reached 90 % in every seed")
+            holds = False
+            continue
+        mean = m["models"][ref][f"string_{LEVELS[-1]}"]["mean"]
+        ratios = m["ratio_to_reference"]
+        any_gssm |= bool(ratios)
+        parts.append(f"L={L}: {ref} {mean:,.0f} samples; " + ", ".join(
+            f"{g} {_ratio_text(r)}" for g, r in ratios.items()))
+        holds &= all(x is None or x > 1 for r in ratios.values() for x in r["per_seed"])
+    text = ("samples to 90 % string accuracy, GSSM / fastest transformer (per-seed min–max): "
+            + "; ".join(parts))
+    return text, (holds if any_gssm or not holds else None)
+
+
+def claim_gap_grows(d: dict) -> tuple[str, bool | None] | None:
+    """Medium: each GSSM measured (every seed at 90 %) at two or more lengths needs more
+    samples relative to the fastest transformer as the strings get longer (its ratio rises
+    from each length to the next). None on a quick result (one length, the GSSMs never get
+    there): a medium claim, left out of the quick index."""
+    if d.get("level") != "medium":
+        return None
+    series: dict[str, list[tuple[int, float]]] = {}
+    for L, m in _by_length(d).items():
+        for g, r in m["ratio_to_reference"].items():
+            if r["all_reached"]:
+                series.setdefault(g, []).append((L, r["ratio"]))
+    series = {g: pts for g, pts in series.items() if len(pts) >= 2}
+    if not series:
+        return "no GSSM reached 90 % in every seed at two lengths", None
+    text = "; ".join(f"{g} " + " → ".join(f"{r:.1f}× (L={L})" for L, r in pts)
+                     for g, pts in series.items())
+    grows = all(b[1] > a[1] for pts in series.values() for a, b in zip(pts, pts[1:], strict=False))
+    return f"GSSM / fastest transformer, samples to 90 %: {text}", grows
+
+
 FIGURE = Figure(
     "Copy accuracy vs samples seen", "Copy paper Figs. 1a, 9",
-    (Claim("transformers learn to copy from far fewer samples than GSSMs", claim_fewer_samples),),
-    recipes=copy_recipes)
+    (Claim("transformers learn to copy from far fewer samples than GSSMs", claim_fewer_samples),
+     Claim("the gap grows with string length (Mamba ~10× at length <= 30, Fig. 9b; ~100× at "
+           "300, Fig. 1a)", claim_gap_grows)),
+    recipes=lambda preset: (zoo.copy_medium_recipes() if preset == "medium"
+                            else copy_recipes(preset)),
+    presets=("quick", "medium", "paper"))
+
+
+def _recipes(args) -> list[str]:
+    """``--train PRESET [--models a,b]``; at medium every length and seed of those models."""
+    if args.train != "medium":
+        return copy_models_recipes(args)
+    return zoo.copy_medium_recipes(args.models.split(",") if args.models else None)
 
 
 def main(argv=None) -> int:
     return run_analysis(
         NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
-        add_arguments=add_copy_models_argument, recipes=copy_models_recipes)
+        add_arguments=add_copy_models_argument, recipes=_recipes)
 
 
 if __name__ == "__main__":

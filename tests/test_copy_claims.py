@@ -127,6 +127,19 @@ def test_efficiency_claim():
     assert verdict(claim, reach_json(hard_alibi=3200, nope=6400)) is None  # no GSSM
 
 
+def test_efficiency_gap_claim():  # medium level; more in tests/test_copy_efficiency_medium.py
+    def medium(ratios):  # {L: mamba's mean ratio to the fastest transformer}
+        return {"level": "medium", "by_length": {str(L): {"ratio_to_reference": {"mamba": {
+            "ratio": r, "per_seed": [r], "min": r, "max": r, "all_reached": True}}}
+            for L, r in ratios.items()}}
+
+    claim = copy_efficiency.claim_gap_grows
+    assert verdict(claim, medium({5: 2.0, 8: 9.0})) is True
+    assert verdict(claim, medium({5: 9.0, 8: 2.0})) is False
+    assert verdict(claim, medium({5: 2.0})) is None  # one length
+    assert claim(reach_json(hard_alibi=3200, lstm=None)) is None  # quick: left out
+
+
 # ---------------------------------------------------------------------------- ngram_lookup
 def lookup_json(suffix, prefix, max_len=30):
     def rows(accs):
@@ -167,6 +180,7 @@ def test_every_claim_of_the_figure_is_tested_here(mod):
         duplicated_ngrams.claim_flat_then_falls, copy_bounds.claim_no_repeat,
         copy_bounds.claim_lemma_2_4, copy_bounds.claim_gssm_bound,
         length_generalization.claim_beyond, length_generalization.claim_twice,
-        copy_efficiency.claim_fewer_samples, ngram_lookup.claim_suffix,
+        copy_efficiency.claim_fewer_samples, copy_efficiency.claim_gap_grows,
+        ngram_lookup.claim_suffix,
         ngram_lookup.claim_prefix)}
     assert {c.measure.__name__ for c in mod.FIGURE.claims} <= tested

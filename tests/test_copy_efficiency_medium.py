@@ -1,0 +1,154 @@
+"""copy_efficiency at the medium level: samples-to-accuracy over seeds and lengths, the GSSM /
+transformer ratios, their claims (on hand-made histories and dicts), the zoo's medium recipes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from analyses import copy_efficiency as ce
+from models import zoo
+from tasks.base import TaskError
+
+
+def history(reach_at: int | None, steps: int = 10, batch: int = 100) -> list[dict]:
+    """String accuracy 0 until step ``reach_at`` (1.0 from there; None: never), 0.6 the step
+    before: samples to 50 % is one step earlier than to 90 %."""
+    rows = []
+    for step in range(1, steps + 1):
+        acc = 0.0 if reach_at is None or step < reach_at - 1 else 0.6 if step == reach_at - 1 \
+            else 1.0
+        rows.append({"step": step, "samples_seen": step * batch, "string_acc": acc,
+                     "char_acc": acc})
+    return rows
+
+
+def runs(spec: dict[tuple[str, int], list[int | None]]) -> list[dict]:
+    """{(label, L): [reach step per seed]} -> compute_medium's runs."""
+    return [{"label": label, "length": L, "seed": s, "history": history(r)}
+            for (label, L), reach in spec.items() for s, r in enumerate(reach)]
+
+
+def test_compute_medium_means_ratios_and_per_seed_pairs():
+    d = ce.compute_medium(runs({("rope", 5): [2, 2, 4], ("hard_alibi", 5): [3, 3, 3],
+                                ("mamba", 5): [4, 6, 8], ("lstm", 5): [6, None, 6]}))
+    d = json.loads(json.dumps(d))  # as reproduce reads it
+    m = d["by_length"]["5"]
+    assert m["models"]["rope"]["string_0.9"]["mean"] == pytest.approx(800 / 3)
+    assert m["models"]["rope"]["string_0.5"]["per_seed"] == [100, 100, 300]
+    assert m["reference"] == "rope"  # fewest mean samples among the transformers
+    mamba = m["ratio_to_reference"]["mamba"]
+    assert mamba["ratio"] == pytest.approx(600 / (800 / 3))
+    assert mamba["per_seed"] == [2.0, 3.0, 2.0]  # seed s over the reference's seed s
+    assert (mamba["min"], mamba["max"], mamba["all_reached"]) == (2.0, 3.0, True)
+    lstm = m["ratio_to_reference"]["lstm"]
+    assert lstm["per_seed"] == [3.0, None, 1.5] and lstm["all_reached"] is False
+    assert m["best_gssm"] == "mamba"  # the LSTM's mean is only a lower bound
+    assert m["models"]["lstm"]["string_0.9"]["reached"] == 2
+    rows = ce.table(d)
+    assert rows[0][0] == "L" and any(r[1] == "rope" and r[-1] == "reference" for r in rows)
+    ce.plot(d)  # draws
+    holds = ce.claim_fewer_samples(d)[1]
+    assert holds is True  # every per-seed ratio > 1; the LSTM seed that never got there too
+
+
+def test_claims_read_compute_medium():
+    spec = {("rope", 5): [2, 2], ("mamba", 5): [4, 4], ("rope", 8): [2, 2], ("mamba", 8): [8, 9]}
+    d = json.loads(json.dumps(ce.compute_medium(runs(spec))))
+    assert ce.claim_gap_grows(d)[1] is True
+    spec[("mamba", 8)] = [3, 3]
+    d = json.loads(json.dumps(ce.compute_medium(runs(spec))))
+    assert ce.claim_gap_grows(d)[1] is False
+
+
+def test_reference_must_reach_in_every_seed():
+    d = ce.compute_medium(runs({("rope", 5): [2, None], ("nope", 5): [5, 5],
+                                ("mamba", 5): [8, 8]}))
+    assert d["by_length"]["5"]["reference"] == "nope"
+    d = ce.compute_medium(runs({("rope", 5): [2, None], ("mamba", 5): [8, 8]}))
+    assert d["by_length"]["5"]["reference"] is None
+    assert d["by_length"]["5"]["ratio_to_reference"] == {}
+
+
+def verdict(claim, d):
+    text, holds = claim(d)
+    assert isinstance(text, str) and text
+    return holds
+
+
+def medium_json(ratios: dict[int, dict[str, list[float | None]]]) -> dict:
+    """Hand-made medium result: at each L, per-seed GSSM / rope ratios (rope: 1000 samples)."""
+    by_length = {}
+    for L, per in ratios.items():
+        rr = {}
+        for g, xs in per.items():
+            got = [x for x in xs if x is not None]
+            rr[g] = {"ratio": sum(got) / len(got) if got else None, "per_seed": xs,
+                     "min": min(got) if got else None, "max": max(got) if got else None,
+                     "all_reached": len(got) == len(xs)}
+        by_length[str(L)] = {"models": {"rope": {"string_0.9": {"mean": 1000.0}}},
+                             "reference": "rope", "ratio_to_reference": rr}
+    return {"level": "medium", "by_length": by_length}
+
+
+def test_fewer_samples_claim_at_medium():
+    claim = ce.claim_fewer_samples
+    assert verdict(claim, medium_json({5: {"mamba": [2.0, 3.0], "lstm": [1.5, None]},
+                                       8: {"mamba": [9.0, 12.0]}})) is True
+    # one seed pairing where the GSSM was faster
+    assert verdict(claim, medium_json({5: {"mamba": [2.0, 0.8]}})) is False
+    no_ref = medium_json({5: {"mamba": [2.0, 3.0]}})
+    no_ref["by_length"]["5"]["reference"] = None
+    assert verdict(claim, no_ref) is False  # no transformer got there
+    assert verdict(claim, medium_json({5: {}})) is None  # no GSSM
+
+
+def test_gap_grows_claim():
+    claim = ce.claim_gap_grows
+    grows = medium_json({5: {"mamba": [2.0, 2.0], "lstm": [1.0, 2.0]},
+                         8: {"mamba": [9.0, 12.0], "lstm": [5.0, 6.0]}})
+    assert verdict(claim, grows) is True
+    shrinks = medium_json({5: {"mamba": [2.0, 2.0], "lstm": [6.0, 6.0]},
+                           8: {"mamba": [9.0, 12.0], "lstm": [5.0, 6.0]}})
+    assert verdict(claim, shrinks) is False
+    # a length where a seed never got there leaves that GSSM's point out
+    partial = medium_json({5: {"mamba": [2.0, 2.0]}, 8: {"mamba": [9.0, None]}})
+    assert verdict(claim, partial) is None
+    assert claim({"samples_to_reach": {}}) is None  # quick: not a claim of that level
+
+
+def test_medium_recipes_in_the_zoo():
+    names = zoo.copy_medium_recipes()
+    n = len(zoo.COPY_MEDIUM["lengths"]) * len(zoo.COPY_MEDIUM_LABELS) * zoo.COPY_MEDIUM["seeds"]
+    assert len(names) == len(set(names)) == n
+    assert ce.FIGURE.recipes("medium") == names
+    assert "medium" in ce.FIGURE.presets
+    for name in names:
+        r = zoo.recipe(name)
+        assert r.available("medium") and not r.available("quick") and not r.available("paper")
+    spec = zoo.spec(zoo.copy_medium_name("mamba2", 8, 2), "medium")
+    assert spec.task_config["min_len"] == spec.task_config["max_len"] == 8
+    assert spec.train.seed == 2 and spec.train.stop_at == 0.9
+    seeds = {zoo.spec(zoo.copy_medium_name("rope", 5, s), "medium").hash()
+             for s in range(zoo.COPY_MEDIUM["seeds"])}
+    assert len(seeds) == zoo.COPY_MEDIUM["seeds"]  # one cache entry per seed
+    assert zoo.copy_medium_recipes(["lstm"])[0] == zoo.copy_medium_name(
+        "lstm", zoo.COPY_MEDIUM["lengths"][0], 0)
+    with pytest.raises(TaskError, match="unknown model 'gpt'"):
+        zoo.copy_medium_recipes(["gpt"])
+
+
+def test_run_of_reads_label_length_and_seed(tmp_path):
+    from models.train.loop import train
+
+    spec = zoo.spec(zoo.copy_medium_name("lstm", 5, 1), "medium",
+                    train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
+    spec = type(spec)(spec.arch, spec.task, {**spec.model, "d_model": 8, "n_layers": 1},
+                      spec.task_config, spec.train)
+    torch.manual_seed(0)
+    train(spec, tmp_path / "m.pt", "cpu", progress=False)
+    run = ce._run_of(str(tmp_path / "m.pt"))
+    assert (run["label"], run["length"], run["seed"]) == ("lstm", 5, 1)
+    assert len(run["history"]) == 3

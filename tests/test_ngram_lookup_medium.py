@@ -1,0 +1,102 @@
+"""ngram_lookup's medium level (issue 21): the prefix-key recipes and the seed-aware claim."""
+
+import json
+
+import pytest
+
+from analyses import ngram_lookup
+from models import zoo
+from tasks.base import TaskError
+
+
+def prefix_json(curves, max_len=20):
+    """{label: [acc at L = 10, 40, 80]}; a model's further seeds are its label with primes."""
+    def rows(accs):
+        return [{"L": L, "string_acc": a} for L, a in zip((10, 40, 80), accs, strict=True)]
+
+    return {"lengths": [10, 40, 80], "curves": {"suffix": {}, "prefix": {
+        k: rows(v) for k, v in curves.items()}},
+            "train": {"suffix": {}, "prefix": {k: {"max_len": max_len} for k in curves}}}
+
+
+def test_prefix_claim_averages_seeds_and_says_yes_and_no():
+    claim = ngram_lookup.claim_prefix
+    d = prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "hard_alibi'": [1.0, 0.9, 0.8],
+                     "lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]})
+    text, holds = claim(d)
+    assert holds is True
+    assert "hard_alibi 0.93 (seeds 0.90-0.97, n=2)" in text and "lstm 1.00 (seeds" in text
+    # one LSTM seed learnt, the other did not: their mean is far below the transformer's
+    d = prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "hard_alibi'": [1.0, 1.0, 1.0],
+                     "lstm": [1.0, 1.0, 1.0], "lstm'": [0.1, 0.1, 0.1]})
+    assert claim(d)[1] is False
+    # as good, but neither learnt it
+    d = prefix_json({"hard_alibi": [0.2, 0.1, 0.1], "mamba": [0.2, 0.1, 0.1]})
+    assert claim(d)[1] is False
+    assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]}))[1] is None
+
+
+def test_prefix_claim_text_at_one_seed_is_the_quick_one():
+    d = prefix_json({"hard_alibi": [0.1, 0.1, 0.1], "lstm": [0.0, 0.1, 0.2]})
+    assert ngram_lookup.claim_prefix(d) == (
+        "prefix key, mean accuracy over all lengths: hard_alibi 0.10, lstm 0.10", False)
+
+
+def test_table_adds_the_seed_means():
+    d = prefix_json({"lstm": [1.0, 0.5, 0.0], "lstm'": [0.0, 0.5, 1.0]})
+    rows = ngram_lookup.table(d)
+    assert rows[-1] == ["prefix", "lstm (mean of 2 seeds)", 0.5, 0.5, 0.5]
+
+
+def test_medium_recipes_are_prefix_lookup_from_random_init():
+    names = ngram_lookup.lookup_recipes("medium")
+    labels, seeds = zoo.LOOKUP_MEDIUM["labels"], zoo.LOOKUP_MEDIUM["seeds"]
+    assert len(names) == len(labels) * seeds and seeds >= 2
+    assert names[0] == f"lookup_medium_prefix/{labels[0]}_s0"
+    for n in names:
+        r = zoo.recipe(n)
+        parts = r.parts("medium")
+        assert r.task == "lookup" and parts["task"]["key"] == "prefix"
+        assert zoo.dependencies(n, "medium") == []  # from random init, as in the paper
+        assert parts["train"]["stop_at"] > 0  # trained until near-perfect in distribution
+        assert not r.available("quick") and not r.available("paper")
+    # seeds differ only in the seed
+    a, b = (zoo.recipe(f"lookup_medium_prefix/lstm_s{s}").parts("medium") for s in (0, 1))
+    assert {**a["train"], "seed": 0} == {**b["train"], "seed": 0} and a["train"]["seed"] == 0
+    assert ngram_lookup.lookup_recipes("medium", ["lstm"], "none") == [
+        f"lookup_medium_prefix/lstm_s{s}" for s in range(seeds)]
+    with pytest.raises(TaskError, match="random init"):
+        ngram_lookup.lookup_recipes("medium", ["lstm"], "copy")
+    with pytest.raises(TaskError, match="allowed at medium"):
+        ngram_lookup.lookup_recipes("medium", ["rope"])
+    # the quick plan is unchanged
+    assert ngram_lookup.lookup_recipes("quick") == [
+        "lookup_suffix/hard_alibi", "lookup_prefix/hard_alibi",
+        "lookup_suffix/lstm", "lookup_prefix/lstm"]
+    assert "medium" in ngram_lookup.FIGURE.presets
+
+
+TINY_TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+              "eval_batch_size": 4, "warmup_steps": 1}
+
+
+def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
+    """``--medium --train medium``: tiny stand-ins for the LSTM's seeds; the seeds become one
+    model in the claim and a mean row in the table."""
+    for s in range(zoo.LOOKUP_MEDIUM["seeds"]):
+        r = zoo.Recipe(zoo.lookup_medium_name("lstm", s), "lookup", "lstm",
+                       {"model": {"d_model": 8, "n_layers": 1},
+                        "task": {"D": 8, "min_len": 6, "max_len": 8, "n": 3, "k": 1,
+                                 "key": "prefix"}, "train": {**TINY_TRAIN, "seed": s}},
+                       {"quick": None, "medium": {}, "paper": None})
+        monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    assert ngram_lookup.main(["--medium", "--train", "medium", "--models", "lstm",
+                              "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path),
+                              "--lengths", "8,12", "--n-examples", "4"]) == 0
+    r = json.loads((tmp_path / "ngram_lookup.json").read_text())
+    labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, zoo.LOOKUP_MEDIUM["seeds"])]
+    assert list(r["curves"]["prefix"]) == labels and r["curves"]["suffix"] == {}
+    assert [r["train"]["prefix"][k]["seed"] for k in labels] == list(range(len(labels)))
+    text, holds = ngram_lookup.claim_prefix(r)
+    assert holds is None and f"n={len(labels)}" in text  # no transformer: not applicable
+    assert ngram_lookup.claim_suffix(r)[1] is None

@@ -22,6 +22,18 @@ evaluations (App. F: "the training error does not improve"), or the step budget 
   cell) and ``NAME_cells/*.json`` (one file per finished cell, so a stopped sweep resumes).
   NAME is ``memorization_{data}_{task}``, so token and sequence grids share an output folder.
 
+Medium (``--medium``, issue 21): Fig. 2 as a test of its shape. The quick grid has five N
+over 5x, too few to tell √(nN) from a line; the medium grid (``GRIDS``' ``search`` row) takes
+nine N over 32x and, instead of training every (N, width) cell, searches each N for the
+smallest memorising width (:func:`search_min_width`: galloping from a guess, then bisection;
+each cell stops as soon as it memorises), once per seed (``--seeds``, default 4: data set and
+initialisation), the seeds as parallel tasks. Then, over every (N, seed) point: the linear and
+a + b·√(nN) fits and their residuals, the exponent k of a + b·N^k with a bootstrap interval
+(seeds resampled within each N), the log-log slope, and a verdict (:func:`shape_verdict`) that
+the claims ``claim_sqrt`` / ``claim_linear`` read. Outputs: ``NAME_probes.png`` (every cell
+the search trained) in place of the heatmap, ``NAME_params.png``, ``NAME_cells.csv`` (with
+the seed), ``NAME_cells/m*_n*_s*.json``.
+
 Parameter counting: ``params_total`` is every trainable parameter (token embedding |V|·m,
 the blocks, the final LayerNorm and the classifier head m·C + C); ``params_non_embedding``
 leaves out the token embedding and the classifier head (``SuiteModel.n_params(embeddings=
@@ -57,6 +69,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 from scipy.stats import spearmanr
 
 from analyses.common import (
@@ -83,7 +96,7 @@ from models.sweep import (
 from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, TrainingDiverged, train
 from models.train.spec import RunSpec, make_spec
-from probes.fits import fit_trends
+from probes.fits import fit_trends, loglog_slope, power_fit
 from tasks.base import check, config_to_dict
 from tasks.memorization import REAL_LEVEL
 from tasks.registry import make_task
@@ -112,6 +125,20 @@ GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
         "patience": 10},
     ("quick", "mnli", "sequence"): {
         "task": {"n_examples": 400, "max_len": 48}, "widths": (8, 16, 24, 32, 48),
+        "patience": 10},
+    # Medium (issue 21): Fig. 2 as a test of shape, √(nN) against linear. Nine dataset sizes,
+    # geometric over 32× in N (nested prefixes of one set of 1024), and at each the smallest
+    # memorising width found by a search per seed (:func:`search_min_width`), not a full grid:
+    # a grid fine enough to resolve the boundary at every N would cost several times more.
+    # One head (k = m) so that every integer width is allowed: the ladder's steps are a few
+    # per cent of the parameter count, not the 25-50 % of even widths at the small end. Full
+    # batch at every N (batch 1024 >= N): each N gets the same number of passes over its whole
+    # set, so a larger set is not also a less-trained one (the step budget is the quick row's).
+    ("medium", "synthetic", "token"): {
+        "task": {"n_examples": 1024, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        "model": {"n_heads": 1}, "train": {"batch_size": 1024},
+        "widths": (*range(3, 17), *range(18, 33, 2), 36, 40, 44, 48),
+        "search": {"n_examples": (32, 49, 76, 117, 181, 279, 431, 664, 1024), "seeds": 4},
         "patience": 10},
     # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
     # m = 96, 192, …; 1,500 / 7,500 steps. Sized for a GPU.
@@ -285,8 +312,9 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
             model: dict | None = None, train: dict | None = None, patience: int | None = None,
             threshold: float = THRESHOLD, n_jobs: int = 2, device: str = "cpu",
             fresh: bool = False, progress: bool = True,
-            backend: Backend | None = None) -> dict[str, Any]:
-    """Train the grid (resuming saved cells) and summarise it (Figs. 1 and 2).
+            backend: Backend | None = None, seeds: int | None = None) -> dict[str, Any]:
+    """Train the grid (resuming saved cells) and summarise it (Figs. 1 and 2); a grid with a
+    ``search`` row (medium) runs :func:`compute_search` instead (``seeds``: how many).
 
     ``task_config`` / ``model`` / ``train`` override the preset and grid rows. The cells run
     on ``backend`` (:mod:`models.sweep`; default: ``n_jobs`` local worker processes); each
@@ -295,6 +323,12 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     listed in ``cells_failed`` (and marked ``failed`` in ``cells``); the others still run.
     """
     grid = grid_settings(preset, data, level)
+    if "search" in grid:
+        return compute_search(data, level, preset, out_dir, widths=widths, fractions=fractions,
+                              task_config=task_config, model=model, train=train,
+                              patience=patience, threshold=threshold, n_jobs=n_jobs,
+                              device=device, fresh=fresh, progress=progress, backend=backend,
+                              seeds=seeds)
     widths = tuple(widths or grid["widths"])
     fractions = tuple(fractions or FRACTIONS)
     patience = grid["patience"] if patience is None else patience
@@ -375,14 +409,17 @@ def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
     grid = grid_settings(preset, data, level)
 
     def cell(m: int, f: float):
-        return lambda: make_spec(ARCH, "memorization", preset, model={"d_model": m},
+        return lambda: make_spec(ARCH, "memorization", preset,
+                                 model={**grid.get("model", {}), "d_model": m},
                                  task_config={**grid["task"], **(task_config or {}),
                                               "data": data, "level": level, "fraction": f},
                                  train=grid.get("train", {}))
 
+    smallest = (min(grid["search"]["n_examples"]) / grid["task"]["n_examples"]
+                if "search" in grid else min(FRACTIONS))
     return [(f"{NAME}_{data}_{level}/m{m}_f{f:g}", cell(m, f))
             for m, f in ((max(grid["widths"]), max(FRACTIONS)),
-                         (min(grid["widths"]), min(FRACTIONS)))]
+                         (min(grid["widths"]), smallest))]
 
 
 def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],
@@ -456,6 +493,291 @@ def _finite(x) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
+# ---------------------------------------------------------------------------- medium: search
+def search_min_width(n_widths: int, memorises, guess: int | None = None) -> int | None:
+    """Index of the smallest width of a ladder (``n_widths`` sorted widths) that memorises,
+    or None when not even the widest does; ``memorises(i)`` trains the cell of width i.
+
+    Assumes that a wider model memorises whatever a narrower one does (it can, with the
+    extra units unused; training noise can break this near the boundary, and the search then
+    returns one crossing). With a ``guess``: a galloping search from it (probe the guess,
+    then 1, 2, 4, … rungs down while it memorises or up while it does not), then bisection
+    of the bracket; without: bisection of the whole ladder. Each index is probed at most once.
+    """
+    check(n_widths >= 1, "the width ladder is empty")
+    seen: dict[int, bool] = {}
+
+    def probe(i: int) -> bool:
+        if i not in seen:
+            seen[i] = bool(memorises(i))
+        return seen[i]
+
+    lo, hi = -1, n_widths  # lo: widest known to fail (-1: none); hi: narrowest known to pass
+    if guess is not None:
+        g, step = min(max(guess, 0), n_widths - 1), 1
+        if probe(g):
+            hi = g
+            while hi > 0:
+                i = max(hi - step, 0)
+                if not probe(i):
+                    lo = i
+                    break
+                hi, step = i, 2 * step
+        else:
+            lo = g
+            while lo < n_widths - 1:
+                i = min(lo + step, n_widths - 1)
+                if probe(i):
+                    hi = i
+                    break
+                lo, step = i, 2 * step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi if hi < n_widths else None
+
+
+# The next N's first probe: the previous answer's width times (N'/N)^(3/8). Halfway (in log)
+# between the two shapes under test (P ∝ m² ∝ N^k: m ∝ N^(1/4) for k = 1/2, N^(1/2) for k = 1),
+# so the guess favours neither; the galloping search corrects it either way.
+GUESS_EXPONENT = 3 / 8
+
+
+def search_specs(data: str, level: str, preset: str, widths: tuple[int, ...],
+                 n_examples: tuple[int, ...], seed: int, task_config: dict, model: dict,
+                 train: dict) -> dict[tuple[int, int], RunSpec]:
+    """The RunSpec of every (N, width) cell one seed's search may train: the data set and
+    the initialisation are seeded by ``seed``; N is a nested prefix (fraction N / total)."""
+    total = task_config["n_examples"]
+    out = {}
+    for n in n_examples:
+        for m in widths:
+            out[(n, m)] = make_spec(ARCH, "memorization", preset, model={**model, "d_model": m},
+                                    task_config={**task_config, "seed": seed,
+                                                 "fraction": n / total},
+                                    train={**train, "seed": seed})
+    return out
+
+
+def _run_search(data: str, level: str, preset: str, widths: tuple[int, ...],
+                n_examples: tuple[int, ...], seed: int, task_config: dict, model: dict,
+                train: dict, threshold: float, patience: int, device: str, cells_dir: str,
+                fresh: bool) -> dict[str, Any]:
+    """Task body: one seed's search over every N, smallest N first (each N's answer guesses
+    the next one's first probe). Cells already saved under ``cells_dir`` with the same key
+    are reused; each new one is saved as it lands where the folder is reachable (the caller
+    saves them all again, so the cells of remote Ray workers land too)."""
+    torch.set_num_threads(1)  # one thread per task: the seeds are the parallelism
+    t0 = time.process_time()
+    specs = search_specs(data, level, preset, widths, n_examples, seed, task_config, model,
+                         train)
+    folder = Path(cells_dir)
+    cells: list[dict[str, Any]] = []
+    answers: list[int | None] = []
+    guess = None
+    for n in n_examples:
+        def memorises(i: int, n=n) -> bool:
+            spec = specs[(n, widths[i])]
+            key = cell_key(spec, threshold, patience)
+            path = folder / search_cell_name(n, widths[i], seed)
+            cell = None if fresh else _load_cell(path, key)
+            if cell is None:
+                t = time.process_time()
+                cell = train_cell(spec, threshold, patience, device)
+                cell.update(key=key, seed=seed, cpu_s=round(time.process_time() - t, 2))
+                if folder.is_dir():
+                    _save_cell(cell, path)
+                cell["reused"] = False
+            else:
+                cell["reused"] = True
+            cells.append(cell)
+            return bool(cell["memorized"])
+
+        i = search_min_width(len(widths), memorises, guess)
+        answers.append(None if i is None else widths[i])
+        if i is None:  # not even the widest model memorises N: no larger N will either
+            answers.extend([None] * (len(n_examples) - len(answers)))
+            break
+        target = widths[i] * (n_examples[min(len(answers), len(n_examples) - 1)] / n) ** (
+            GUESS_EXPONENT)
+        guess = next((j for j, m in enumerate(widths) if m >= target), len(widths) - 1)
+    return {"seed": seed, "min_width": answers, "cells": cells,
+            "cpu_s": round(time.process_time() - t0, 1)}
+
+
+def search_cell_name(n: int, m: int, seed: int) -> str:
+    return f"m{m:05d}_n{n:05d}_s{seed}.json"
+
+
+def compute_search(data: str, level: str, preset: str, out_dir: str | Path,
+                   widths: tuple[int, ...] | None = None,
+                   fractions: tuple[float, ...] | None = None, task_config: dict | None = None,
+                   model: dict | None = None, train: dict | None = None,
+                   patience: int | None = None, threshold: float = THRESHOLD,
+                   n_jobs: int = 2, device: str = "cpu", fresh: bool = False,
+                   progress: bool = True, backend: Backend | None = None,
+                   seeds: int | None = None) -> dict[str, Any]:
+    """Fig. 2 by search (a grid with a ``search`` row): for each seed (data set and
+    initialisation: ``task_config["seed"]`` + 0, 1, …) and each N, the smallest memorising
+    width of the ladder (:func:`search_min_width`); then the fits of the parameter count
+    against N (:func:`summarise_search`). The seeds run as parallel tasks on ``backend``."""
+    grid = grid_settings(preset, data, level)
+    widths = tuple(sorted(widths or grid["widths"]))
+    patience = grid["patience"] if patience is None else patience
+    task_cfg = {**grid["task"], **(task_config or {}), "data": data, "level": level}
+    total = task_cfg["n_examples"]
+    n_examples = (tuple(sorted({max(1, round(f * total)) for f in fractions})) if fractions
+                  else tuple(n for n in grid["search"]["n_examples"] if n <= total))
+    n_seeds = seeds or grid["search"]["seeds"]
+    check(len(widths) >= 1 and len(n_examples) >= 1, "need at least one width and one N")
+    check(all(0 < f <= 1 for f in fractions or ()), f"fractions must be in (0, 1], got "
+          f"{fractions}")
+    check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
+    check(patience >= 0 and n_seeds >= 1 and n_jobs >= 1,
+          "patience must be >= 0, seeds and jobs >= 1")
+    base_seed = task_cfg.pop("seed", 0)
+    model_cfg = {**grid.get("model", {}), **(model or {})}
+    train_cfg = {**grid.get("train", {}), **(train or {})}
+    train_cfg.pop("seed", None)  # the search's seeds set it
+    for n in n_examples:  # every spec checked (widths against n_heads, N) before any training
+        search_specs(data, level, preset, widths, (n,), base_seed, task_cfg, model_cfg,
+                     train_cfg)
+    name = f"{NAME}_{data}_{level}"
+    cells_dir = Path(out_dir) / f"{name}_cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    backend = backend or Backend(jobs=n_jobs)
+    dev = str(resolve_device(device))
+    seed_list = [base_seed + i for i in range(n_seeds)]
+
+    def landed(i: int, res: dict | Failed) -> dict | None:
+        if isinstance(res, Failed):
+            return None
+        for c in res["cells"]:
+            _save_cell({k: v for k, v in c.items() if k != "reused"},
+                       cells_dir / search_cell_name(c["n_examples"], c["d_model"], c["seed"]))
+        return {"seed": res["seed"], "min m": res["min_width"]}
+
+    t0 = time.time()
+    results = map_tasks(_run_search, [(data, level, preset, widths, n_examples, s, task_cfg,
+                                       model_cfg, train_cfg, threshold, patience, dev,
+                                       str(cells_dir), fresh) for s in seed_list],
+                        backend, desc=name, progress=progress, on_done=landed)
+    wall = time.time() - t0
+    ok = [r for r in results if not isinstance(r, Failed)]
+    result = summarise_search(ok, n_examples, widths, threshold, level)
+    cells = [c for r in ok for c in r["cells"]]
+    any_spec = next(iter(search_specs(data, level, preset, widths[:1], n_examples[:1],
+                                      base_seed, task_cfg, model_cfg, train_cfg).values()))
+    result.update({
+        "data": data, "level": level, "preset": preset, "threshold": threshold,
+        "patience": patience, "n_jobs": backend.jobs, "backend": backend.describe(),
+        "device": dev, "cells_trained": sum(not c["reused"] for c in cells),
+        "cells_reused": sum(c["reused"] for c in cells),
+        "cells_failed": [{"seed": seed_list[i], "error": results[i].error,
+                          "attempts": results[i].attempts} for i in failures(results)],
+        # CPU time of the cells trained by this call (time_s is wall time: inflated on
+        # shared cores); the cells' own cpu_s fields add up a resumed run's.
+        "train_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in cells if not c["reused"]), 1),
+        "cells_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in cells), 1),
+        "search_cpu_s": {str(r["seed"]): r["cpu_s"] for r in ok},
+        "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "param_counting": PARAM_COUNTING,
+        "config": {"model": {k: v for k, v in any_spec.model.items() if k != "d_model"},
+                   "task": {k: v for k, v in any_spec.task_config.items()
+                            if k not in ("fraction", "seed")},
+                   "train": {k: v for k, v in config_to_dict(any_spec.train).items()
+                             if k != "seed"}},
+        "name": name,
+    })
+    return result
+
+
+def shape_verdict(fit: dict) -> str:
+    """Which shape the minimal parameter counts follow: ``"linear"`` when the line leaves
+    the smaller residuals and the exponent's interval excludes 1/2, ``"sqrt"`` when
+    a + b·√(nN) does and the interval excludes 1, else ``"undecided"``."""
+    lin, th, pw = fit.get("linear"), fit.get("theory"), fit.get("power") or {}
+    if not lin or not th or pw.get("ci") is None:
+        return "undecided"
+    lo, hi = pw["ci"]
+    if lin["rss"] < th["rss"] and lo > 0.5:
+        return "linear"
+    if th["rss"] < lin["rss"] and hi < 1.0:
+        return "sqrt"
+    return "undecided"
+
+
+def summarise_search(searches: list[dict], n_examples: tuple[int, ...],
+                     widths: tuple[int, ...], threshold: float, level: str) -> dict[str, Any]:
+    """Per N: the smallest memorising width and parameter counts of each seed, their mean
+    and spread; fits over every (N, seed) point: linear and a + b·√(nN) (their residuals),
+    the exponent k of a + b·N^k with a bootstrap interval (resampling seeds within each N),
+    the log-log slope, and the verdict (:func:`shape_verdict`)."""
+    searches = sorted(searches, key=lambda r: r["seed"])
+    by_width: dict[int, dict] = {}
+    for r in searches:
+        for c in r["cells"]:
+            by_width.setdefault(c["d_model"], c)
+    seq_len = next((c["seq_len"] for r in searches for c in r["cells"]), None)
+    n_labels = {c["n_examples"]: c["n_labels"] for r in searches for c in r["cells"]}
+    per_seed: dict[str, dict[str, list]] = {}
+    for which in ("total", "non_embedding"):
+        per_seed[which] = [[None if m is None else by_width[m][f"params_{which}"]
+                            for m in r["min_width"]] for r in searches]
+
+    def stats(rows: list[list]) -> dict[str, list]:
+        cols = [[v for v in col if v is not None] for col in zip(*rows, strict=True)]
+        return {"mean": [float(np.mean(c)) if c else None for c in cols],
+                "std": [float(np.std(c, ddof=1)) if len(c) > 1 else None for c in cols],
+                "min": [min(c) if c else None for c in cols],
+                "max": [max(c) if c else None for c in cols],
+                "found": [len(c) for c in cols]}
+
+    fits, summary = {}, {}
+    for which, rows in per_seed.items():
+        summary[which] = stats(rows) if rows else None
+        pts = [(n, p) for row in rows for n, p in zip(n_examples, row, strict=True)
+               if p is not None]
+        ns, ps = [n for n, _ in pts], [p for _, p in pts]
+        fit = fit_trends(ns, ps, seq_len or 1, level)
+        fit["power"] = power_fit(ns, ps, groups=ns)
+        fit["loglog"] = loglog_slope(ns, ps)
+        fit["verdict"] = shape_verdict(fit)
+        fits[which] = fit
+    mean_non = summary["non_embedding"]["mean"] if searches else [None] * len(n_examples)
+    found = [(n, p) for n, p in zip(n_examples, mean_non, strict=True) if p is not None]
+    min_w = [[r["min_width"][i] for r in searches] for i in range(len(n_examples))]
+    return {
+        "search": {"seeds": [r["seed"] for r in searches], "widths": list(widths),
+                   "min_width": [r["min_width"] for r in searches],
+                   "params": per_seed, "summary": summary,
+                   "probes": [len(r["cells"]) for r in searches],
+                   "guess_exponent": GUESS_EXPONENT},
+        "n_examples": list(n_examples), "n_labels": [n_labels.get(n) for n in n_examples],
+        "seq_len": seq_len, "widths": list(widths),
+        "min_width": [None if any(m is None for m in ms) or not ms else float(np.median(ms))
+                      for ms in min_w],
+        "min_params_total": summary["total"]["mean"] if searches else None,
+        "min_params_non_embedding": mean_non,
+        "fits": fits,
+        "trends": {
+            "min_params_nondecreasing": (all(b >= a for (_, a), (_, b)
+                                             in zip(found, found[1:], strict=False))
+                                         if found else None),
+            "n_memorized": len(found),
+            "spearman_min_params_vs_n": (_finite(spearmanr([n for n, _ in found],
+                                                           [p for _, p in found]).statistic)
+                                         if len(found) > 2 else None),
+        },
+        "n_ratio": max(n_examples) / min(n_examples),
+        "cells": [c for r in searches for c in r["cells"]],
+    }
+
+
 # ---------------------------------------------------------------------------- figures
 def plot_heatmap(result: dict, ax=None):
     """Fig. 1: training error per (N, width); darker is smaller, as in the paper."""
@@ -522,11 +844,85 @@ def _r2(fit: dict) -> str:
 
 
 def plot(result: dict):
-    """Both panels side by side (Fig. 1 and Fig. 2)."""
+    """Both panels side by side (Fig. 1 and Fig. 2; a search: its probes and Fig. 2)."""
     fig, (a, b) = new_figure(2, 5.0, 4.0)
+    if "search" in result:
+        plot_probes(result, a)
+        plot_search_params(result, b)
+        return fig
     plot_heatmap(result, a)
     plot_params(result, b)
     return fig
+
+
+def plot_probes(result: dict, ax=None):
+    """The search's cells: width against N, filled where the cell memorised, open where
+    not; the line is the median smallest memorising width over the seeds."""
+    fig = None
+    if ax is None:
+        fig, (ax,) = new_figure(1, 4.8, 3.8)
+    cells = result["cells"]
+    for ok, style in ((True, dict(marker="o", color="#2ca02c", label="memorised")),
+                      (False, dict(marker="x", color="#d62728", label="not memorised"))):
+        pts = [(c["n_examples"], c["d_model"]) for c in cells if bool(c["memorized"]) == ok]
+        if pts:
+            ax.plot([n for n, _ in pts], [m for _, m in pts], ls="none", alpha=0.6, **style)
+    med = [(n, m) for n, m in zip(result["n_examples"], result["min_width"], strict=True)
+           if m is not None]
+    if med:
+        ax.plot([n for n, _ in med], [m for _, m in med], "-", color="black", lw=1,
+                label=f"median smallest width ({len(result['search']['seeds'])} seeds)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not powers of ten, on log axes
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(sorted({c["d_model"] for c in cells}))
+    ax.set_xticks(result["n_examples"])
+    ax.set_xlabel("dataset size N (sequences)")
+    ax.set_ylabel("embedding size m")
+    ax.set_title(f"{result['data']} / {result['level']}: search probes")
+    ax.legend(fontsize=6)
+    return fig if fig is not None else ax.figure
+
+
+def plot_search_params(result: dict, ax=None, which: str = "non_embedding"):
+    """Fig. 2 from the search: each seed's smallest memorising model, the mean over seeds,
+    the linear and a + b·√(nN) fits and the fitted a + b·N^k."""
+    fig = None
+    if ax is None:
+        fig, (ax,) = new_figure(1, 4.8, 3.8)
+    n_ex = np.array(result["n_examples"], dtype=float)
+    rows = result["search"]["params"][which]
+    for j, row in enumerate(rows):
+        pts = [(n, p) for n, p in zip(n_ex, row, strict=True) if p is not None]
+        ax.plot([n for n, _ in pts], [p for _, p in pts], "o", ms=3, color="#7f7f7f",
+                alpha=0.6, label="each seed" if j == 0 else None)
+    summ = result["search"]["summary"][which]
+    mean = [(n, m, s or 0.0) for n, m, s in zip(n_ex, summ["mean"], summ["std"], strict=True)
+            if m is not None]
+    if mean:
+        ax.errorbar([n for n, _, _ in mean], [m for _, m, _ in mean],
+                    yerr=[s for _, _, s in mean], fmt="s", color="black", ms=4, capsize=2,
+                    label="mean ± sd over seeds")
+    grid_n = np.linspace(n_ex.min(), n_ex.max(), 200)
+    fit = result["fits"][which]
+    scale = result["seq_len"] if result["level"] == "token" else 1
+    if fit.get("linear"):
+        lin, th = fit["linear"], fit["theory"]
+        ax.plot(grid_n, lin["a"] + lin["b"] * grid_n, "--", color="#1f77b4",
+                label=f"a + b·N, RMSE {lin['rmse']:,.0f}")
+        ax.plot(grid_n, th["a"] + th["b"] * np.sqrt(scale * grid_n), ":", color="#d62728",
+                lw=1.5, label=f"a + b·√(nN), RMSE {th['rmse']:,.0f}")
+    pw = fit.get("power") or {}
+    if pw.get("k") is not None:
+        ax.plot(grid_n, pw["a"] + pw["b"] * grid_n ** pw["k"], "-", color="#2ca02c", lw=1,
+                label=f"a + b·N^k, k = {pw['k']:.2f} [{pw['ci'][0]:.2f}, {pw['ci'][1]:.2f}]")
+    ax.set_xlabel("dataset size N (sequences)")
+    ax.set_ylabel(f"parameters ({which.replace('_', '-')}), error < {result['threshold']}")
+    ax.set_title(f"smallest memorising model: {fit.get('verdict', 'undecided')}")
+    ax.legend(fontsize=6)
+    return fig if fig is not None else ax.figure
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -537,11 +933,12 @@ CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_
 
 
 def write_csv(result: dict, path: str | Path) -> Path:
-    """One row per cell."""
+    """One row per cell (a search's: with its seed)."""
     path = Path(path)
     tmp = path.with_suffix(".csv.tmp")
+    fields = ("seed", *CSV_FIELDS) if "search" in result else CSV_FIELDS
     with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for cell in result["cells"]:
             w.writerow(cell)
@@ -550,7 +947,20 @@ def write_csv(result: dict, path: str | Path) -> Path:
 
 
 def table(result: dict) -> list[list[Any]]:
-    """Training error per N (rows) and width (columns), then the smallest memorising model."""
+    """Training error per N (rows) and width (columns), then the smallest memorising model;
+    a search: per N, each seed's smallest memorising width and the parameter counts."""
+    if "search" in result:
+        sr = result["search"]
+        summ = sr["summary"]["non_embedding"]
+        rows = [["N", "labels", *[f"m (seed {s})" for s in sr["seeds"]], "non-emb mean",
+                 "sd", "total mean"]]
+        for i, n in enumerate(result["n_examples"]):
+            rows.append([n, result["n_labels"][i],
+                         *[ms[i] if ms[i] is not None else "-" for ms in sr["min_width"]],
+                         summ["mean"][i] if summ["mean"][i] is not None else "-",
+                         summ["std"][i] if summ["std"][i] is not None else "-",
+                         result["min_params_total"][i] or "-"])
+        return rows
     rows = [["N \\ m", *result["widths"], "min m", "params", "non-emb"]]
     for i, n in enumerate(result["n_examples"]):
         rows.append([n, *[float(e) for e in result["error"][i]],
@@ -562,9 +972,11 @@ def table(result: dict) -> list[list[Any]]:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_trends(d: dict) -> tuple[str, bool]:
+def claim_trends(d: dict) -> tuple[str, bool] | None:
     """Fig. 1: the error does not rise with width nor fall with N in >= 80 % of neighbour
-    pairs (within the trend tolerance)."""
+    pairs (within the trend tolerance). Not read from a search (no full grid)."""
+    if "search" in d:
+        return None
     t = d["trends"]
     w, n = t["width_pairs_error_not_rising"], t["n_pairs_error_not_falling"]
     return (f"error not rising with width in {100 * w:.0f} % of neighbour pairs; not falling "
@@ -584,6 +996,41 @@ def claim_params(d: dict) -> tuple[str, bool]:
     return text, bool(t["min_params_nondecreasing"]) and t["n_memorized"] >= 2
 
 
+def fit_summary(d: dict, which: str = "non_embedding") -> str:
+    """The numbers behind a shape verdict: exponent, residuals of both fits, log-log slope."""
+    fit = d["fits"][which]
+    lin, th, pw, ll = fit["linear"], fit["theory"], fit["power"], fit["loglog"]
+    sr = d["search"]
+    text = (f"{len(d['n_examples'])} N over {d['n_ratio']:.0f}x, {len(sr['seeds'])} seeds "
+            f"({which.replace('_', '-')} params)")
+    if pw.get("k") is not None:
+        text += (f"; P = a + b*N^k: k = {pw['k']:.2f} [95 % CI {pw['ci'][0]:.2f}, "
+                 f"{pw['ci'][1]:.2f}]")
+    if lin and th:
+        text += (f"; RMSE linear {lin['rmse']:,.0f} vs a + b*sqrt(nN) {th['rmse']:,.0f} "
+                 f"(R² {fmt(lin['r2'], '.3f')} vs {fmt(th['r2'], '.3f')})")
+    if ll.get("slope") is not None:
+        text += f"; log-log slope {ll['slope']:.2f} [{ll['ci'][0]:.2f}, {ll['ci'][1]:.2f}]"
+    return f"{text}; verdict: {fit['verdict']}"
+
+
+def claim_sqrt(d: dict) -> tuple[str, bool] | None:
+    """Thm 3.1 read on Fig. 2: the smallest memorising model grows like √(nN) — the
+    a + b·√(nN) fit leaves smaller residuals than the line and the exponent's interval
+    excludes 1. Only from a search (the quick grid has too few N to tell)."""
+    if "search" not in d:
+        return None
+    return fit_summary(d), d["fits"]["non_embedding"]["verdict"] == "sqrt"
+
+
+def claim_linear(d: dict) -> tuple[str, bool] | None:
+    """§5.2's reading of Fig. 2: at fixed depth the growth is linear in N (Thms B.1 / B.2)
+    — the line leaves smaller residuals and the exponent's interval excludes 1/2."""
+    if "search" not in d:
+        return None
+    return fit_summary(d), d["fits"]["non_embedding"]["verdict"] == "linear"
+
+
 def plan_args(preset: str) -> list[str]:
     """The flags the reproduce plan passes: the synthetic token-level grid. Quick runs half of
     the ten dataset sizes, which keeps the figure within one analysis' time budget; the
@@ -596,7 +1043,12 @@ FIGURE = Figure(
     "Memorization vs parameter count (token level)", "Memorization paper Figs. 1, 2",
     (Claim("training error falls with width and rises with dataset size (Fig. 1)",
            claim_trends),
-     Claim("the smallest memorising model grows with N (Fig. 2)", claim_params)),
+     Claim("the smallest memorising model grows with N (Fig. 2)", claim_params),
+     Claim("Thm 3.1: the smallest memorising model grows like √(nN), sublinearly (Fig. 2; "
+           "medium)", claim_sqrt),
+     Claim("§5.2: at fixed depth it grows linearly in N (Fig. 2, Thms B.1/B.2; medium)",
+           claim_linear)),
+    presets=("quick", "medium", "paper"),
     recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
     dry_run_specs=dry_run_cells)  # the plan's grid: synthetic, token level
@@ -619,6 +1071,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=THRESHOLD)
     p.add_argument("--patience", type=int, default=None,
                    help="evaluations without improvement before a cell stops")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="medium: searches, one per seed --seed, --seed + 1, … (default 4)")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
 
@@ -641,11 +1095,23 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
                      train=train_cfg, patience=args.patience, threshold=args.threshold,
                      n_jobs=args.jobs, device=args.device, fresh=args.fresh,
                      progress=not args.no_progress,
-                     backend=backend_of(args, args.jobs, args.device))
+                     backend=backend_of(args, args.jobs, args.device), seeds=args.seeds)
     name, out = result["name"], Path(args.out)
+    csv_path = write_csv(result, out / f"{name}_cells.csv")
+    if "search" in result:
+        save_figure(plot_probes(result), out / f"{name}_probes.png")
+        save_figure(plot_search_params(result), out / f"{name}_params.png")
+        print(f"wrote {out / (name + '_probes.png')}, {out / (name + '_params.png')}, "
+              f"{csv_path}")
+        print(f"{result['cells_trained']} cells trained ({result['train_cpu_s']} CPU-s), "
+              f"{result['cells_reused']} reused, {result['wall_time_s']} s wall "
+              f"({result['backend']}); {fit_summary(result)}")
+        for c in result["cells_failed"]:
+            print(f"search of seed {c['seed']} failed after {c['attempts']} attempt(s): "
+                  f"{c['error']}")
+        return result
     save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
     save_figure(plot_params(result), out / f"{name}_params.png")
-    csv_path = write_csv(result, out / f"{name}_cells.csv")
     t = result["trends"]
     print(f"wrote {out / (name + '_heatmap.png')}, {out / (name + '_params.png')}, {csv_path}")
     print(f"{result['cells_trained']} cells trained, {result['cells_reused']} reused, "

@@ -1,12 +1,15 @@
 """Least-squares trends of the memorization paper (Kim et al., §5.2, Fig. 2): the parameter
 count of the smallest memorising model against the dataset size N, as the observed linear
-trend and as the shape of the capacity theorems."""
+trend and as the shape of the capacity theorems, and the exponent k of P = a + b·N^k that
+tells the two apart (k = 1/2: Thm 3.1 / 4.1; k = 1: the linear trend of Fig. 2 and of the
+bounded-depth Thms B.1 / B.2)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from scipy.stats import t as student_t
 
 
 def line_fit(x: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
@@ -14,9 +17,11 @@ def line_fit(x: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
     A = np.stack([np.ones_like(x), x], axis=1)  # [points, 2]
     (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
     resid = y - A @ np.array([a, b])
+    rss = float((resid**2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else None
-    return {"a": float(a), "b": float(b), "r2": r2}
+    r2 = 1.0 - rss / ss_tot if ss_tot > 0 else None
+    return {"a": float(a), "b": float(b), "r2": r2, "rss": rss,
+            "rmse": float(np.sqrt(rss / len(y)))}
 
 
 def fit_trends(n_examples: list[int], min_params: list[int | None], seq_len: int,
@@ -39,3 +44,57 @@ def fit_trends(n_examples: list[int], min_params: list[int | None], seq_len: int
     out["theory"] = {**line_fit(np.sqrt(scale * N), P),
                      "form": "a + b*sqrt(n*N)" if level == "token" else "a + b*sqrt(N)"}
     return out
+
+
+def _profile(x: np.ndarray, y: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each exponent k of ``ks``: the residual sum of squares and slope b of the
+    least-squares fit ``y ≈ a + b·x^k``. ``y`` may be a stack of samples ``[samples, points]``
+    (x is then the points' x of each sample, the same shape); returns ``[samples, K]``."""
+    xk = np.power(x[..., None, :], ks[:, None])  # [samples, K, points]
+    xc = xk - xk.mean(-1, keepdims=True)
+    yc = (y - y.mean(-1, keepdims=True))[..., None, :]  # [samples, 1, points]
+    sxx = (xc**2).sum(-1)
+    b = (xc * yc).sum(-1) / np.where(sxx > 0, sxx, np.nan)
+    rss = (yc**2).sum(-1) - b * (xc * yc).sum(-1)
+    return rss, b
+
+
+def power_fit(x, y, ks: np.ndarray | None = None, boot: int = 1000, seed: int = 0,
+              groups=None) -> dict[str, Any]:
+    """``y ≈ a + b·x^k`` by least squares, k on a grid (``ks``, default 0.05 … 2.5 in 0.01):
+    the best k with a 95 % bootstrap interval (percentiles of ``boot`` resamples, seeded).
+
+    ``groups``: resample within each group (the seeds of one N), so every N stays in each
+    resample; default: resample all points together. Points with x <= 0 are refused.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or len(set(x.tolist())) < 3 or (x <= 0).any():
+        return {"k": None, "ci": None, "points": len(x)}
+    ks = np.round(np.arange(0.05, 2.5001, 0.01), 2) if ks is None else np.asarray(ks, float)
+    rss, b = _profile(x[None], y[None], ks)
+    i = int(np.nanargmin(rss[0]))
+    k, slope = float(ks[i]), float(b[0, i])
+    a = float(y.mean() - slope * np.power(x, k).mean())
+    rng = np.random.default_rng(seed)
+    groups = np.zeros(len(x), int) if groups is None else np.asarray(groups)
+    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    idx = np.concatenate([rng.choice(m, size=(boot, len(m))) for m in members], axis=1)
+    rss_b, _ = _profile(x[idx], y[idx], ks)  # [boot, K]
+    k_b = ks[np.nanargmin(np.where(np.isfinite(rss_b), rss_b, np.inf), axis=1)]
+    lo, hi = np.percentile(k_b, [2.5, 97.5])
+    return {"form": "a + b*N^k", "k": k, "a": a, "b": slope, "rss": float(rss[0, i]),
+            "ci": [float(lo), float(hi)], "boot": boot, "points": len(x)}
+
+
+def loglog_slope(x, y) -> dict[str, Any]:
+    """Least-squares slope of log y on log x with its 95 % interval (Student t). With a
+    constant term in y (a = d + n in the theorems) the slope is below the exponent k."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    n = len(lx)
+    if n < 3 or np.ptp(lx) == 0:
+        return {"slope": None, "ci": None, "points": n}
+    fit = line_fit(lx, ly)
+    se = np.sqrt(fit["rss"] / (n - 2) / ((lx - lx.mean()) ** 2).sum())
+    half = float(student_t.ppf(0.975, n - 2) * se)
+    return {"slope": fit["b"], "ci": [fit["b"] - half, fit["b"] + half], "r2": fit["r2"],
+            "points": n}

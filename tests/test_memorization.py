@@ -422,3 +422,125 @@ def test_claim_params_both_ways():
     d = mem_json()
     d["fits"]["non_embedding"]["linear"] = None
     assert "R²" not in am.claim_params(d)[0]
+
+
+# ---------------------------------------------------------------------------- medium: search
+@pytest.mark.parametrize("guess", [None, 0, 3, 7, 11])
+def test_search_finds_the_smallest_memorising_width_and_probes_each_once(guess):
+    n = 12
+    for answer in range(n + 1):  # answer == n: not even the widest memorises
+        probed = []
+
+        def memorises(i, answer=answer, probed=probed):
+            probed.append(i)
+            return i >= answer
+
+        found = am.search_min_width(n, memorises, guess)
+        assert found == (answer if answer < n else None)
+        assert len(probed) == len(set(probed)) <= 2 * 4 + 1  # gallop + bisect: O(log n)
+
+
+def test_search_from_a_close_guess_takes_two_probes():
+    probed = []
+    assert am.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=17) == 17
+    assert probed == [17, 16]
+    probed.clear()
+    assert am.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=16) == 17
+    assert probed == [16, 17]
+
+
+def test_power_fit_and_loglog_slope_recover_exact_shapes():
+    from probes.fits import loglog_slope, power_fit
+
+    n = np.array([32, 64, 128, 256, 512, 1024] * 2, dtype=float)
+    for k in (0.5, 1.0):
+        fit = power_fit(n, 300 + 7 * n**k, groups=n, boot=200)
+        assert fit["k"] == pytest.approx(k) and fit["a"] == pytest.approx(300, rel=1e-6)
+        assert fit["ci"][0] <= k <= fit["ci"][1]
+    ll = loglog_slope(n, 5 * n**0.75)
+    assert ll["slope"] == pytest.approx(0.75) and ll["ci"][0] == pytest.approx(0.75)
+    assert power_fit([1, 2], [3, 4])["k"] is None  # too few distinct N to fit three numbers
+    assert line_fit(np.array([1.0, 2, 3]), np.array([2.0, 4, 6]))["rss"] == pytest.approx(0)
+
+
+def search_json(verdict_inputs):
+    """A search result whose non-embedding fits are (lin rss, sqrt rss, k CI)."""
+    lin, sq, ci = verdict_inputs
+    fit = {"linear": {"rss": lin, "rmse": lin**0.5, "r2": 0.99},
+           "theory": {"rss": sq, "rmse": sq**0.5, "r2": 0.9},
+           "power": {"k": sum(ci) / 2, "ci": list(ci)}, "loglog": {"slope": 0.8,
+                                                                   "ci": [0.7, 0.9]}}
+    fit["verdict"] = am.shape_verdict(fit)
+    return {"search": {"seeds": [0, 1, 2, 3]}, "n_examples": list(range(9)), "n_ratio": 32.0,
+            "fits": {"non_embedding": fit}}
+
+
+def test_shape_claims_both_ways():
+    linear = search_json((1e4, 9e4, (0.85, 1.1)))
+    text, ok = am.claim_linear(linear)
+    assert ok and not am.claim_sqrt(linear)[1]
+    assert "k = 0.98 [95 % CI 0.85, 1.10]" in text and "9 N over 32x, 4 seeds" in text
+    assert "verdict: linear" in text and "RMSE linear 100 vs a + b*sqrt(nN) 300" in text
+    sqrt = search_json((9e4, 1e4, (0.4, 0.7)))
+    assert am.claim_sqrt(sqrt)[1] and not am.claim_linear(sqrt)[1]
+    # residuals favour one shape but the exponent's interval holds the other: undecided
+    for undecided in (search_json((1e4, 9e4, (0.45, 1.1))), search_json((9e4, 1e4, (0.6, 1.05)))):
+        assert "undecided" in am.claim_sqrt(undecided)[0]
+        assert not am.claim_sqrt(undecided)[1] and not am.claim_linear(undecided)[1]
+    assert am.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
+    grid = mem_json()  # the quick grid: too few N, the shape claims do not apply
+    assert am.claim_sqrt(grid) is None and am.claim_linear(grid) is None
+    assert am.claim_trends(linear) is None  # and a search has no full grid for Fig. 1
+
+
+def fake_search(seed, widths_found):
+    cells = [{"d_model": m, "n_examples": n, "n_labels": 8 * n, "seq_len": 8,
+              "params_total": 10 * m * m + 100, "params_non_embedding": 10 * m * m,
+              "memorized": True, "time_s": 1.0, "reused": False}
+             for n, m in zip((10, 20, 40), widths_found, strict=True) if m is not None]
+    return {"seed": seed, "min_width": list(widths_found), "cells": cells, "cpu_s": 1.0}
+
+
+def test_summarise_search_pools_the_seeds():
+    r = am.summarise_search([fake_search(1, (4, 6, 8)), fake_search(0, (4, 5, None))],
+                            (10, 20, 40), tuple(range(2, 10)), 0.005, "token")
+    sr = r["search"]
+    assert sr["seeds"] == [0, 1] and sr["min_width"] == [[4, 5, None], [4, 6, 8]]
+    assert sr["params"]["non_embedding"] == [[160, 250, None], [160, 360, 640]]
+    assert r["min_params_non_embedding"] == [160, 305, 640]  # mean over the seeds found
+    assert sr["summary"]["non_embedding"]["found"] == [2, 2, 1]
+    assert r["min_width"] == [4.0, 5.5, None] and r["n_labels"] == [80, 160, 320]
+    assert r["fits"]["non_embedding"]["points"] == 5 and r["n_ratio"] == 4
+    assert r["trends"]["min_params_nondecreasing"] and r["trends"]["n_memorized"] == 3
+    assert am.table(r)[1][:4] == [10, 80, 4, 4]
+
+
+def tiny_search(out, **kw):
+    return am.compute("synthetic", "token", "medium", out, widths=(2, 4, 8),
+                      fractions=(0.5, 1.0), task_config={"n_examples": 8, "seq_len": 4},
+                      train={"steps": 30, "warmup_steps": 0, "eval_every": 10}, n_jobs=1,
+                      progress=False, seeds=2, **kw)
+
+
+def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
+    result = tiny_search(tmp_path)
+    assert result["preset"] == "medium" and result["search"]["seeds"] == [0, 1]
+    assert result["config"]["model"]["n_heads"] == 1  # the medium grid's one head
+    assert result["config"]["train"]["batch_size"] == 1024  # full batch
+    assert result["cells_trained"] == len(result["cells"]) > 0
+    saved = {p.name for p in (tmp_path / "memorization_synthetic_token_cells").iterdir()}
+    assert {am.search_cell_name(c["n_examples"], c["d_model"], c["seed"])
+            for c in result["cells"]} == saved
+    json.dumps(am.to_jsonable(result))
+    monkeypatch.setattr(am, "train_cell", lambda *a, **k: pytest.fail("retrained a cell"))
+    again = tiny_search(tmp_path)
+    assert again["cells_trained"] == 0 and again["search"] == result["search"]
+
+
+def test_medium_is_a_preset_of_the_figure():
+    assert "medium" in am.FIGURE.presets
+    assert am.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
+    labels = [label for label, _ in am.dry_run_cells("medium")]
+    assert labels == ["memorization_synthetic_token/m48_f1",
+                      "memorization_synthetic_token/m3_f0.03125"]
+    assert am.dry_run_cells("medium")[0][1]().model["n_heads"] == 1

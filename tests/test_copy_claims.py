@@ -182,5 +182,5 @@ def test_every_claim_of_the_figure_is_tested_here(mod):
         length_generalization.claim_beyond, length_generalization.claim_twice,
         copy_efficiency.claim_fewer_samples, copy_efficiency.claim_gap_grows,
         ngram_lookup.claim_suffix,
-        ngram_lookup.claim_prefix)}
+        ngram_lookup.claim_prefix, ngram_lookup.claim_prefix_length)}
     assert {c.measure.__name__ for c in mod.FIGURE.claims} <= tested

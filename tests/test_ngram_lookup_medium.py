@@ -36,6 +36,22 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]}))[1] is None
 
 
+def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
+    claim = ngram_lookup.claim_prefix_length
+    # in distribution (L = 10) all perfect; beyond it the LSTM holds up, Mamba does not
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.95, 0.9],
+                        "lstm'": [1.0, 0.9, 0.9], "mamba": [1.0, 0.3, 0.2]}), "level": "medium"}
+    text, holds = claim(d)
+    assert holds is True and "lstm 0.91 (seeds 0.90-0.93)" in text and "mamba 0.25" in text
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.6, 0.4]}),
+         "level": "medium"}
+    assert claim(d)[1] is False
+    assert claim(prefix_json({"hard_alibi": [1.0, 1.0, 0.9]}) | {"level": "medium"})[1] is None
+    # the quick index leaves it out: no model learns the prefix key there
+    assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0]}) | {"level": "quick"}) is None
+    assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0]})) is None
+
+
 def test_prefix_claim_text_at_one_seed_is_the_quick_one():
     d = prefix_json({"hard_alibi": [0.1, 0.1, 0.1], "lstm": [0.0, 0.1, 0.2]})
     assert ngram_lookup.claim_prefix(d) == (
@@ -99,4 +115,6 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     assert [r["train"]["prefix"][k]["seed"] for k in labels] == list(range(len(labels)))
     text, holds = ngram_lookup.claim_prefix(r)
     assert holds is None and f"n={len(labels)}" in text  # no transformer: not applicable
-    assert ngram_lookup.claim_suffix(r)[1] is None
+    assert ngram_lookup.claim_suffix(r) is None  # not a claim of this level
+    assert r["level"] == "medium"
+    assert ngram_lookup.claim_prefix_length(r)[0].startswith("prefix key, mean accuracy beyond")

@@ -44,9 +44,8 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import zoo
-from models.generation import evaluate_prompts
 from probes.induction import EVAL_SEED_STRIDE, binomial_sf, recall_accuracy
-from tasks.base import PromptBatch, check, make_generator
+from tasks.base import check, make_generator
 from tasks.registry import make_task
 
 NAME = "stu_induction"
@@ -62,28 +61,6 @@ def describe(model) -> str:
     if getattr(model.cfg, "normalization", "layernorm") == "none":
         return f"{model.arch} (no norm)"
     return f"{model.arch} ({pe})" if pe else model.arch
-
-
-@torch.no_grad()
-def padded_recall(model, task, lengths: list[int], to_length: int, n_eval: int, seed: int,
-                  batch_size: int = 256) -> list[int]:
-    """Like :func:`~probes.induction.recall_accuracy` (the same sequences, same seeds), each
-    sequence of length L < ``to_length`` left-padded with BLANK to ``to_length``: the recalled
-    token's lag is unchanged, the filters' window sees BLANKs instead of zeros before the
-    start."""
-    blank = task.vocab.id("BLANK")
-    out = []
-    for L in lengths:
-        g = make_generator(seed * EVAL_SEED_STRIDE + L)
-        right = 0
-        for start in range(0, n_eval, batch_size):
-            b = task.eval_batch(min(batch_size, n_eval - start), g, length=L)
-            pad = torch.full((b.prompts.shape[0], to_length - L), blank, dtype=b.prompts.dtype)
-            padded = PromptBatch(torch.cat([pad, b.prompts], 1), b.answers)  # [batch, to_len]
-            acc = evaluate_prompts(model, padded.to(model.device), greedy=True)["string_acc"]
-            right += round(acc * b.prompts.shape[0])
-        out.append(right)
-    return out
 
 
 @torch.no_grad()
@@ -145,7 +122,7 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
         for m in ms:
             m.eval()
             per_seed.append(recall_accuracy(m, task, lengths, n_eval, seed))
-            padded.append(padded_recall(m, task, shorter, train_len, n_eval, seed))
+            padded.append(recall_accuracy(m, task, shorter, n_eval, seed, pad_to=train_len))
             by_lag.append(recall_by_lag(m, task, lengths[-1], train_len, n_eval, seed))
             bar.update(1)
         counts = np.array(per_seed)  # [seed, length]

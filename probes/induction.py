@@ -8,7 +8,7 @@ import math
 import torch
 
 from models.generation import evaluate_prompts
-from tasks.base import make_generator
+from tasks.base import PromptBatch, make_generator
 
 EVAL_SEED_STRIDE = 1_000_003  # evaluation streams of different seeds never overlap
 
@@ -26,16 +26,22 @@ def binomial_sf(k: int, n: int, p: float) -> float:
 
 @torch.no_grad()
 def recall_accuracy(model, task, lengths: list[int], n_eval: int, seed: int,
-                    batch_size: int = 256) -> list[int]:
+                    batch_size: int = 256, pad_to: int | None = None) -> list[int]:
     """Number of correctly recalled tokens (greedy, out of ``n_eval``) at each length of an
     induction ``task``; the same evaluation sequences for every model (seeded by ``seed`` and
-    the length), so models are compared on identical data."""
+    the length), so models are compared on identical data. With ``pad_to`` each sequence of
+    length L < ``pad_to`` is left-padded with BLANK to ``pad_to``: the recalled token's lag is
+    unchanged, a convolution's window sees BLANKs instead of zeros before the start."""
     out = []
     for L in lengths:
         g = make_generator(seed * EVAL_SEED_STRIDE + L)
         right = 0
         for start in range(0, n_eval, batch_size):
             b = task.eval_batch(min(batch_size, n_eval - start), g, length=L)
+            if pad_to is not None and pad_to > L:
+                pad = torch.full((b.prompts.shape[0], pad_to - L), task.vocab.id("BLANK"),
+                                 dtype=b.prompts.dtype)
+                b = PromptBatch(torch.cat([pad, b.prompts], 1), b.answers)  # [batch, pad_to]
             acc = evaluate_prompts(model, b.to(model.device), greedy=True)["string_acc"]
             right += round(acc * b.prompts.shape[0])
         out.append(right)

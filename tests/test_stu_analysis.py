@@ -8,12 +8,14 @@ from math import comb
 
 import numpy as np
 import pytest
+import torch
 
 import models
 from analyses import stu_induction as A
 from models import zoo
 from models.train.loop import train
 from models.train.spec import make_spec
+from probes import induction
 from probes.induction import binomial_sf, recall_accuracy
 from tasks.base import TaskError
 from tasks.registry import make_task
@@ -165,16 +167,27 @@ def test_medium_recipes_are_the_zoos_medium_block():
             A.induction_recipes("medium", archs, qs, seeds)
 
 
-def test_padded_recall_is_recall_on_the_same_sequences(tmp_path):
+def test_padded_recall_is_recall_on_the_same_sequences(tmp_path, monkeypatch):
     m = models.load(_train_tiny(tmp_path, "p", length=12))
     task = make_task("induction", length=12)
-    # padded to its own length, a sequence is itself: the counts agree with recall_accuracy
-    assert A.padded_recall(m, task, [8, 12], 12, 20, seed=0)[1] == recall_accuracy(
+    # padded to its own length, a sequence is itself: the counts agree with plain recall
+    assert recall_accuracy(m, task, [8, 12], 20, seed=0, pad_to=12)[1] == recall_accuracy(
         m, task, [12], 20, seed=0)[0]
+    # a shorter one reaches the model BLANK-padded on the left, its tokens unchanged
+    seen = []
+    real = induction.evaluate_prompts
+    monkeypatch.setattr(induction, "evaluate_prompts",
+                        lambda model, b, **kw: seen.append(b.prompts) or real(model, b, **kw))
+    recall_accuracy(m, task, [8], 20, seed=0)
+    recall_accuracy(m, task, [8], 20, seed=0, pad_to=12)
+    plain, padded = seen
+    assert padded.shape[1] == 12 and (padded[:, :4] == task.vocab.id("BLANK")).all()
+    assert torch.equal(padded[:, 4:], plain)
+    monkeypatch.undo()
     res = A.compute([m], lengths=[8, 12, 32], n_eval=20, progress=False)
     short = res["rows"][0]["shorter"]
     assert short["lengths"] == [8] and len(short["acc"][0]) == len(short["acc_padded"][0]) == 1
-    assert short["acc_padded"][0][0] == A.padded_recall(m, task, [8], 12, 20, seed=0)[0] / 20
+    assert short["acc_padded"][0][0] == recall_accuracy(m, task, [8], 20, seed=0, pad_to=12)[0] / 20
     assert res["rows"][0]["longest"]["seen_lags_acc"] == A.seen_lags_accuracy(12, 32, 4)
     # lags 1..10 of 1..30 seen: a third right, the rest at chance
     assert A.seen_lags_accuracy(12, 32, 4) == pytest.approx(1 / 3 + 2 / 3 / 4)

@@ -26,6 +26,7 @@ import html
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -352,6 +353,25 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
         f"{''.join(rows_html)}")
 
 
+def seed_ranges(recipes: Sequence[str]) -> list[str]:
+    """Recipe names with runs of consecutive seeds folded, for a plan that fits a screen:
+    ``a_s0, a_s1, a_s2, b`` -> ``a_s0-2, b`` (order kept, by each group's first name)."""
+    seeds: dict[str, list[int]] = {}
+    for name in recipes:
+        m = re.fullmatch(r"(.*_s)(\d+)", name)
+        stem, seed = (m[1], int(m[2])) if m else (name, None)
+        seeds.setdefault(stem, []).append(seed)
+    out = []
+    for stem, ss in seeds.items():
+        if ss == [None]:
+            out.append(stem)
+        elif ss == list(range(ss[0], ss[0] + len(ss))) and len(ss) > 1:
+            out.append(f"{stem}{ss[0]}-{ss[-1]}")
+        else:
+            out.extend(f"{stem}{x}" for x in ss)
+    return out
+
+
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m analyses.reproduce", description=__doc__.splitlines()[0])
     add_scale_arguments(p)
@@ -402,7 +422,7 @@ def body(argv: list[str] | None) -> int:
     if args.list:
         for n in names:
             fig = figure_of(n)
-            recipes = ", ".join(fig.recipes(args.preset)) if fig.trains else ""
+            recipes = ", ".join(seed_ranges(fig.recipes(args.preset))) if fig.trains else ""
             print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
         return 0
     out, cache = Path(args.out), Path(args.cache_dir)

@@ -145,3 +145,14 @@ def test_an_analysis_without_the_level_refuses_it(capsys):
     from analyses import ngram_heads
     assert ngram_heads.main(["--medium", "--train", "medium"]) == 2
     assert "has no medium level" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("names, folded", [
+    (["a_s0", "a_s1", "a_s2", "b"], ["a_s0-2", "b"]),
+    (["a_s0", "a_s2"], ["a_s0", "a_s2"]),          # not a run: both kept
+    (["x/a_s3", "y", "x/a_s4"], ["x/a_s3-4", "y"]),
+    (["a_s1"], ["a_s1"]),
+    (["copy/mamba", "copy/lstm"], ["copy/mamba", "copy/lstm"]),
+])
+def test_the_plan_folds_runs_of_seeds(names, folded):
+    assert reproduce.seed_ranges(names) == folded

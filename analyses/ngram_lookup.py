@@ -51,6 +51,7 @@ from tasks.lookup import LookupConfig, NgramLookupTask
 
 NAME = "ngram_lookup"
 KEYS = ("suffix", "prefix")
+FIG_OF_KEY = {"suffix": "5", "prefix": "6"}  # the copy paper's figure of each key
 GSSMS = ("mamba", "mamba2", "lstm")
 # the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
 # copy model), "none" = from random init at any preset
@@ -123,8 +124,11 @@ def compute(models: list[tuple[str, object, dict]], lengths: list[int], n_exampl
 
 
 def plot(result: dict):
-    fig, axes = new_figure(2, width_per_panel=4.6, height=3.5)
-    for ax, key, fig_no in zip(axes, KEYS, ("5", "6"), strict=True):
+    # a panel per key that has models (medium trains only prefix keys)
+    keys = [k for k in KEYS if result["curves"][k]] or list(KEYS)
+    fig, axes = new_figure(len(keys), width_per_panel=4.6, height=3.5)
+    for ax, key in zip(axes, keys, strict=True):
+        fig_no = FIG_OF_KEY[key]
         seeds = _by_model(dict.fromkeys(result["curves"][key], 0.0))
         for label, rows in result["curves"][key].items():
             t = result["train"][key][label]

@@ -118,3 +118,15 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     assert ngram_lookup.claim_suffix(r) is None  # not a claim of this level
     assert r["level"] == "medium"
     assert ngram_lookup.claim_prefix_length(r)[0].startswith("prefix key, mean accuracy beyond")
+
+
+def test_plot_draws_a_panel_per_key_that_has_models():
+    d = prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "hard_alibi'": [1.0, 0.9, 0.8]})
+    for t in d["train"]["prefix"].values():
+        t["steps"] = 100
+    fig = ngram_lookup.plot(d)
+    assert [ax.get_title() for ax in fig.axes] == ["prefix-key n-gram lookup (Fig. 6)"]
+    d["curves"]["suffix"] = {"lstm": d["curves"]["prefix"]["hard_alibi"]}
+    d["train"]["suffix"] = {"lstm": {"max_len": 20, "steps": 100}}
+    titles = [ax.get_title() for ax in ngram_lookup.plot(d).axes]
+    assert titles == ["suffix-key n-gram lookup (Fig. 5)", "prefix-key n-gram lookup (Fig. 6)"]

@@ -140,7 +140,7 @@ def default_jobs(preset: str) -> int:
 class Outcome:
     task: Task
     ok: bool
-    seconds: float
+    seconds: float | None  # None: not known (an --index-only read of a run without timings)
     log_tail: str
     claims: list[tuple[str, str, bool | None]]  # (paper claim, measured, holds)
 
@@ -303,7 +303,8 @@ def index_outcome(task: Task, out: Path, timing: dict) -> Outcome:
     missing = task.missing(out)
     ok = not missing and timing.get("ok", True)
     log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
-    return Outcome(task, ok, float(timing.get("seconds", 0.0)), log,
+    seconds = timing.get("seconds")
+    return Outcome(task, ok, None if seconds is None else float(seconds), log,
                    read_claims(task, out) if not missing else [])
 
 
@@ -320,8 +321,9 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
     rows_html = []
     for o in outcomes:
         t, fig = o.task, o.task.figure
+        took = "" if o.seconds is None else f" in {o.seconds:.0f} s"
         md += [f"## {fig.title}", f"*{fig.paper}* — `python -m analyses.{t.name}` — "
-               f"{'ok' if o.ok else '**FAILED**'} in {o.seconds:.0f} s", ""]
+               f"{'ok' if o.ok else '**FAILED**'}{took}", ""]
         for stem in t.stems:
             if (out / f"{stem}.png").exists():
                 md.append(f"![{stem}]({stem}.png)")
@@ -339,8 +341,8 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
             for p, m, h in o.claims)
         rows_html.append(
             f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
-            f"<code>python -m analyses.{t.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'} in "
-            f"{o.seconds:.0f} s</p>{imgs}"
+            f"<code>python -m analyses.{t.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'}"
+            f"{took}</p>{imgs}"
             + (f"<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th></tr>"
                f"{claims}</table>" if claims else "")
             + ("" if o.ok else f"<pre>{html.escape(o.log_tail[-1500:])}</pre>") + "</section>")

@@ -53,6 +53,17 @@ def test_index_shows_claims_and_failures(tmp_path):
     md = (tmp_path / "index.md").read_text()
     assert "| x is big | x = 3 | holds |" in md and "**FAILED**" in md and "boom" in md
     assert "Figure B" in (tmp_path / "index.html").read_text()
+    assert "ok in 1 s" in md
+
+
+def test_index_only_does_not_invent_a_time(tmp_path):
+    fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),))
+    (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
+    o = reproduce.index_outcome(Task("f", (), figure=fig), tmp_path, {})
+    assert o.ok and o.seconds is None
+    write_index([o], tmp_path, "medium")
+    md = (tmp_path / "index.md").read_text()
+    assert "— ok\n" in md and " in 0 s" not in md
 
 
 @pytest.mark.parametrize("argv", [["--only", "no_such_figure", "--list"], ["--bogus"],

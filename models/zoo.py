@@ -193,7 +193,7 @@ for _key in ("suffix", "prefix"):
 # trigram; fetch the key's hash from the separator after the key; match), and the two-layer
 # one at lr 3e-3 stayed near chance. Each model trains until its in-distribution accuracy
 # reaches 0.97 (stop_at), under one step cap.
-LOOKUP_MEDIUM = {"labels": ("hard_alibi", "mamba", "lstm"), "seeds": 2}
+LOOKUP_MEDIUM = {"labels": ("hard_alibi", "mamba", "lstm"), "seeds": 3}
 LOOKUP_MEDIUM_TASK = {"D": 8, "min_len": 5, "max_len": 20, "n": 3, "k": 1, "key": "prefix"}
 LOOKUP_MEDIUM_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup_steps": 100,
                        "weight_decay": 0.1, "schedule": "linear", "eval_every": 250,
@@ -513,7 +513,7 @@ def _main(argv: list[str] | None) -> int:
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
     if args.names[:1] == ["train"] and not args.list:
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")

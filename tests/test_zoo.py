@@ -84,7 +84,8 @@ def test_the_zoo_cli_lists_and_trains(tiny_recipes, tmp_path, capsys):
     assert zoo.main(["--list", "test/", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "test/copy" in out and "missing" in out and "needs test/copy" in out
-    assert zoo.main(["train", "test/copy", "--cache-dir", str(tmp_path), "--device", "cpu",
-                     "--no-progress"]) == 0
+    # flags may sit between `train` and the names
+    assert zoo.main(["train", "--cache-dir", str(tmp_path), "--device", "cpu",
+                     "--no-progress", "test/copy"]) == 0
     assert zoo.status("test/copy", "quick", tmp_path) == "cached"
     assert zoo.main(["train", "test/nothing", "--cache-dir", str(tmp_path)]) == 2

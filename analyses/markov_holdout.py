@@ -37,6 +37,7 @@ from scipy.special import betainc
 
 from analyses.common import Checkpoint, Claim, Figure, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
+from models import zoo
 from probes.markov import TABLE_T, deviation_table, markov_batch, model_probs
 from tasks.add_beta import add_beta_counts
 from tasks.base import check
@@ -45,8 +46,6 @@ from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 NAME = "markov_holdout"
 ARCHS = ("mamba2", "mambazero", "transformer")
 RECIPE = "markov_holdout/mamba2"  # a 1-layer Mamba-2 trained on P(1|·) in [0, 0.5]
-MEDIUM_SEEDS = (0, 1, 2)
-MEDIUM_RECIPES = tuple(f"markov_holdout_medium/mamba2_s{s}" for s in MEDIUM_SEEDS)
 # "Small" deviation, in probability: far below the held-out start (the two ranges' prior means
 # are 1/4 apart) and far above the test noise of a mean over the test chains.
 SMALL = 0.05
@@ -312,7 +311,8 @@ FIGURE = Figure(
            "to add-β than the Bayes predictor of its training prior, which stays in [0, 0.5]",
            claim_restricted)),
     presets=("quick", "medium", "paper"),
-    recipes=lambda preset: MEDIUM_RECIPES if preset == "medium" else (RECIPE,))
+    recipes=lambda preset: (zoo.markov_holdout_medium_recipes() if preset == "medium"
+                            else (RECIPE,)))
 
 
 def main(argv=None) -> int:

@@ -281,9 +281,16 @@ _add(
 # add-β before the held-out row is read; several seeds for the spread.
 MARKOV_HOLDOUT_MEDIUM = {"seeds": (0, 1, 2), "task": {"seq_len": 512},
                          "train": {"steps": 4000, "lr": 1e-3, "eval_every": 1000}}
-for _s in MARKOV_HOLDOUT_MEDIUM["seeds"]:
+
+
+def markov_holdout_medium_recipes() -> list[str]:
+    return [f"markov_holdout_medium/mamba2_s{s}" for s in MARKOV_HOLDOUT_MEDIUM["seeds"]]
+
+
+for _s, _name in zip(MARKOV_HOLDOUT_MEDIUM["seeds"], markov_holdout_medium_recipes(),
+                     strict=True):
     _rows = _markov_rows("quick", ("model", "task", "train"))
-    _add(Recipe(f"markov_holdout_medium/mamba2_s{_s}", "markov_holdout", "mamba2",
+    _add(Recipe(_name, "markov_holdout", "mamba2",
                 {"task": {"p_lo": 0.0, "p_hi": 0.5}},
                 {"quick": None, "paper": None,
                  "medium": {"model": _rows["model"],

@@ -28,6 +28,8 @@ model's mean over its seeds at every length.
 from __future__ import annotations
 
 import argparse
+from statistics import fmean
+from typing import TypeVar
 
 from tqdm.auto import tqdm
 
@@ -52,6 +54,7 @@ from tasks.lookup import LookupConfig, NgramLookupTask
 NAME = "ngram_lookup"
 KEYS = ("suffix", "prefix")
 FIG_OF_KEY = {"suffix": "5", "prefix": "6"}  # the copy paper's figure of each key
+T = TypeVar("T")
 GSSMS = ("mamba", "mamba2", "lstm")
 # the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
 # copy model), "none" = from random init at any preset
@@ -129,17 +132,17 @@ def plot(result: dict):
     fig, axes = new_figure(len(keys), width_per_panel=4.6, height=3.5)
     for ax, key in zip(axes, keys, strict=True):
         fig_no = FIG_OF_KEY[key]
-        seeds = _by_model(dict.fromkeys(result["curves"][key], 0.0))
+        seeds = _by_model(result["curves"][key])
         for label, rows in result["curves"][key].items():
             t = result["train"][key][label]
             how = (f"copy model + {t['steps']} steps" if t.get("init_from")
                    else f"{t['steps']} steps" if t.get("steps") else "")
-            n_seeds = len(seeds[label.split("'")[0]])
+            n_seeds = len(seeds[model_of(label)])
             if n_seeds > 1:
                 how = f"{n_seeds} seeds; first: {how}"
             seed = "'" in label  # a further seed of a model: its colour, one legend entry
             ax.plot([r["L"] for r in rows], [r["string_acc"] for r in rows], marker="o",
-                    color=COLORS.get(label.split("'")[0]), alpha=0.6 if seed else 1.0,
+                    color=COLORS.get(model_of(label)), alpha=0.6 if seed else 1.0,
                     label="_nolegend_" if seed else f"{label} ({how})" if how else label)
         for v in {i["max_len"] for i in result["train"][key].values()}:
             ax.axvline(v, color=COLORS["mamba"], ls=":", lw=1)  # longest training string
@@ -158,21 +161,14 @@ def table(result: dict) -> list[list]:
         for label, r in result["curves"][key].items():
             by_L = {x["L"]: x["string_acc"] for x in r}
             rows.append([key, label] + [by_L.get(L, "-") for L in result["lengths"]])
-        for label, accs in _seed_means(result, key).items():  # models with several seeds
-            seeds = max(len(a) for a in accs.values())
-            rows.append([key, f"{label} (mean of {seeds} seeds)"]
-                        + [_mean(accs[L]) if L in accs else "-" for L in result["lengths"]])
+        for label, curves in _by_model(result["curves"][key]).items():
+            if len(curves) < 2:
+                continue  # a row for the mean of a model's seeds
+            accs = {L: [x["string_acc"] for c in curves for x in c if x["L"] == L]
+                    for L in result["lengths"]}
+            rows.append([key, f"{label} (mean of {len(curves)} seeds)"]
+                        + [fmean(accs[L]) if accs[L] else "-" for L in result["lengths"]])
     return rows
-
-
-def _seed_means(result: dict, key: str) -> dict[str, dict[int, list[float]]]:
-    """{model: {L: accuracy of each seed}} for the models with more than one seed."""
-    out: dict[str, dict[int, list[float]]] = {}
-    for label, rows in result["curves"][key].items():
-        for r in rows:
-            out.setdefault(label.split("'")[0], {}).setdefault(r["L"], []).append(
-                r["string_acc"])
-    return {k: v for k, v in out.items() if max(len(a) for a in v.values()) > 1}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -214,8 +210,8 @@ def _lookup_means(d: dict, key: str, beyond: bool) -> dict[str, float]:
 
 def _split(means: dict[str, float]) -> tuple[list[float], list[float]]:
     """(transformers', GSSMs') mean accuracies; the GSSM labels are the arch names."""
-    return ([v for k, v in means.items() if k.split("'")[0] not in GSSMS],
-            [v for k, v in means.items() if k.split("'")[0] in GSSMS])
+    return ([v for k, v in means.items() if model_of(k) not in GSSMS],
+            [v for k, v in means.items() if model_of(k) in GSSMS])
 
 
 def claim_suffix(d: dict) -> tuple[str, bool | None] | None:
@@ -231,17 +227,26 @@ def claim_suffix(d: dict) -> tuple[str, bool | None] | None:
     return text, (max(tf) > max(ss) + 0.1) if tf and ss else None
 
 
-def _by_model(means: dict[str, float]) -> dict[str, list[float]]:
-    """Per-checkpoint means grouped by model: the seeds of a model are its label with primes
+def model_of(label: str) -> str:
+    """The model of a checkpoint's label: a model's further seeds are its label with primes
     (``lstm``, ``lstm'``, ... as :func:`compute` names them)."""
-    out: dict[str, list[float]] = {}
-    for label, v in means.items():
-        out.setdefault(label.split("'")[0], []).append(v)
+    return label.split("'")[0]
+
+
+def _by_model(per_label: dict[str, T]) -> dict[str, list[T]]:
+    """Per-checkpoint values grouped by model, seeds in order."""
+    out: dict[str, list[T]] = {}
+    for label, v in per_label.items():
+        out.setdefault(model_of(label), []).append(v)
     return out
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+def _seeds_text(groups: dict[str, list[float]], count: bool) -> str:
+    """``model mean`` per model, with its seeds' range (and how many) where it has several."""
+    return ", ".join(
+        f"{k} {fmean(v):.2f}" + (f" (seeds {min(v):.2f}-{max(v):.2f}"
+                                 + (f", n={len(v)})" if count else ")") if len(v) > 1 else "")
+        for k, v in groups.items())
 
 
 def claim_prefix(d: dict) -> tuple[str, bool | None]:
@@ -249,11 +254,8 @@ def claim_prefix(d: dict) -> tuple[str, bool | None]:
     points of the best transformer over all lengths, and learnt (>= 50 %, not chance). A
     model's seeds are averaged (their range in the text)."""
     groups = _by_model(_lookup_means(d, "prefix", beyond=False))
-    models = {k: _mean(v) for k, v in groups.items()}
-    tf, ss = _split(models)
-    text = ("prefix key, mean accuracy over all lengths: " + ", ".join(
-        f"{k} {models[k]:.2f}" + (f" (seeds {min(v):.2f}-{max(v):.2f}, n={len(v)})"
-                                  if len(v) > 1 else "") for k, v in groups.items()))
+    tf, ss = _split({k: fmean(v) for k, v in groups.items()})
+    text = "prefix key, mean accuracy over all lengths: " + _seeds_text(groups, count=True)
     return text, (max(ss) >= max(tf) - 0.1 and max(ss) >= 0.5) if tf and ss else None
 
 
@@ -265,11 +267,9 @@ def claim_prefix_length(d: dict) -> tuple[str, bool | None] | None:
     if d.get("level") in (None, "quick"):
         return None
     groups = _by_model(_lookup_means(d, "prefix", beyond=True))
-    models = {k: _mean(v) for k, v in groups.items()}
-    _, ss = _split(models)
-    text = ("prefix key, mean accuracy beyond the training length: " + ", ".join(
-        f"{k} {models[k]:.2f}" + (f" (seeds {min(v):.2f}-{max(v):.2f})" if len(v) > 1 else "")
-        for k, v in groups.items()))
+    _, ss = _split({k: fmean(v) for k, v in groups.items()})
+    text = ("prefix key, mean accuracy beyond the training length: "
+            + _seeds_text(groups, count=False))
     return text, max(ss) >= 0.9 if ss else None
 
 

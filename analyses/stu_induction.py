@@ -28,7 +28,6 @@ import math
 from collections import defaultdict
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from analyses.common import (
@@ -44,8 +43,8 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import zoo
-from probes.induction import EVAL_SEED_STRIDE, binomial_sf, recall_accuracy
-from tasks.base import check, make_generator
+from probes.induction import binomial_sf, recall_accuracy, recall_by_lag, seen_lags_accuracy
+from tasks.base import check
 from tasks.registry import make_task
 
 NAME = "stu_induction"
@@ -61,31 +60,6 @@ def describe(model) -> str:
     if getattr(model.cfg, "normalization", "layernorm") == "none":
         return f"{model.arch} (no norm)"
     return f"{model.arch} ({pe})" if pe else model.arch
-
-
-@torch.no_grad()
-def recall_by_lag(model, task, length: int, train_length: int, n_eval: int, seed: int,
-                  batch_size: int = 256) -> tuple[float, float]:
-    """Recall at ``length`` split by the recalled token's lag (query position minus its
-    position): ``(accuracy at lags seen at train_length, accuracy at longer lags)``; nan where
-    a part is empty. Extrapolating to lags never trained on is length generalisation proper."""
-    g = make_generator(seed * EVAL_SEED_STRIDE + length + 1)  # not recall_accuracy's stream
-    right, seen = [], []
-    for start in range(0, n_eval, batch_size):
-        tokens, x, pos = task.sequences(min(batch_size, n_eval - start), length, g)
-        pred = model(tokens.to(model.device))[:, -1].argmax(-1).cpu()  # [batch]
-        right.append(pred == x)
-        seen.append(length - 2 - pos <= train_length - 2)  # query at length-1, token at pos+1
-    right, seen = torch.cat(right).float(), torch.cat(seen)
-    return (float(right[seen].mean()) if seen.any() else math.nan,
-            float(right[~seen].mean()) if (~seen).any() else math.nan)
-
-
-def seen_lags_accuracy(train_length: int, length: int, D: int) -> float:
-    """Accuracy at ``length`` of a model right at every lag seen at ``train_length`` (query to
-    recalled token: 1 .. L − 2, uniform) and at chance 1/D beyond."""
-    seen = min(1.0, (train_length - 2) / (length - 2))
-    return seen + (1 - seen) / D
 
 
 def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, seed: int = 0,

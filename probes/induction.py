@@ -1,5 +1,7 @@
 """Induction-heads recall (spectral paper §4.2, Fig. 5): greedy recall accuracy of a model at
-given sequence lengths, and an exact binomial test of a recall count against chance."""
+given sequence lengths (as is, or left-padded to a length), recall split by the recalled
+token's lag (seen in training or longer), and an exact binomial test of a recall count against
+chance."""
 
 from __future__ import annotations
 
@@ -46,3 +48,28 @@ def recall_accuracy(model, task, lengths: list[int], n_eval: int, seed: int,
             right += round(acc * b.prompts.shape[0])
         out.append(right)
     return out
+
+
+@torch.no_grad()
+def recall_by_lag(model, task, length: int, train_length: int, n_eval: int, seed: int,
+                  batch_size: int = 256) -> tuple[float, float]:
+    """Recall at ``length`` split by the recalled token's lag (query position minus its
+    position): ``(accuracy at lags seen at train_length, accuracy at longer lags)``; nan where
+    a part is empty. Extrapolating to lags never trained on is length generalisation proper."""
+    g = make_generator(seed * EVAL_SEED_STRIDE + length + 1)  # not recall_accuracy's stream
+    right, seen = [], []
+    for start in range(0, n_eval, batch_size):
+        tokens, x, pos = task.sequences(min(batch_size, n_eval - start), length, g)
+        pred = model(tokens.to(model.device))[:, -1].argmax(-1).cpu()  # [batch]
+        right.append(pred == x)
+        seen.append(length - 2 - pos <= train_length - 2)  # query at length-1, token at pos+1
+    right, seen = torch.cat(right).float(), torch.cat(seen)
+    return (float(right[seen].mean()) if seen.any() else math.nan,
+            float(right[~seen].mean()) if (~seen).any() else math.nan)
+
+
+def seen_lags_accuracy(train_length: int, length: int, D: int) -> float:
+    """Accuracy at ``length`` of a model right at every lag seen at ``train_length`` (query to
+    recalled token: 1 .. L − 2, uniform) and at chance 1/D beyond."""
+    seen = min(1.0, (train_length - 2) / (length - 2))
+    return seen + (1 - seen) / D

@@ -188,15 +188,15 @@ def test_padded_recall_is_recall_on_the_same_sequences(tmp_path, monkeypatch):
     short = res["rows"][0]["shorter"]
     assert short["lengths"] == [8] and len(short["acc"][0]) == len(short["acc_padded"][0]) == 1
     assert short["acc_padded"][0][0] == recall_accuracy(m, task, [8], 20, seed=0, pad_to=12)[0] / 20
-    assert res["rows"][0]["longest"]["seen_lags_acc"] == A.seen_lags_accuracy(12, 32, 4)
+    assert res["rows"][0]["longest"]["seen_lags_acc"] == induction.seen_lags_accuracy(12, 32, 4)
     # lags 1..10 of 1..30 seen: a third right, the rest at chance
-    assert A.seen_lags_accuracy(12, 32, 4) == pytest.approx(1 / 3 + 2 / 3 / 4)
-    assert A.seen_lags_accuracy(64, 16, 4) == 1.0
-    seen, unseen = A.recall_by_lag(m, task, 32, 12, 40, seed=0)
+    assert induction.seen_lags_accuracy(12, 32, 4) == pytest.approx(1 / 3 + 2 / 3 / 4)
+    assert induction.seen_lags_accuracy(64, 16, 4) == 1.0
+    seen, unseen = induction.recall_by_lag(m, task, 32, 12, 40, seed=0)
     assert 0 <= seen <= 1 and 0 <= unseen <= 1
     assert res["rows"][0]["longest"]["acc_seen_lags"] == [
-        A.recall_by_lag(m, task, 32, 12, 20, seed=0)[0]]
-    assert math.isnan(A.recall_by_lag(m, task, 8, 12, 20, seed=0)[1])  # every lag seen
+        induction.recall_by_lag(m, task, 32, 12, 20, seed=0)[0]]
+    assert math.isnan(induction.recall_by_lag(m, task, 8, 12, 20, seed=0)[1])  # every lag seen
 
 
 def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="medium"):

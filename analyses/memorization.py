@@ -293,6 +293,31 @@ def failed_cell(spec: RunSpec, failure: Failed) -> dict[str, Any]:
             "train_error": math.nan, "memorized": False, "stop": "failed"}
 
 
+def check_settings(fractions: tuple[float, ...], threshold: float, patience: int,
+                   n_jobs: int) -> None:
+    """The settings a grid and a search share, checked before any training."""
+    check(all(0 < f <= 1 for f in fractions), f"fractions must be in (0, 1], got {fractions}")
+    check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
+    check(patience >= 0, f"patience must be >= 0, got {patience}")
+    check(n_jobs >= 1, f"n_jobs must be >= 1, got {n_jobs}")
+
+
+def run_record(spec: RunSpec, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
+    """The fields a grid's or a search's JSON shares: timing, the machine, how parameters are
+    counted, and the config every cell shares (``spec``'s, less the width and the
+    ``per_cell`` fields that differ between cells)."""
+    return {
+        "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "param_counting": PARAM_COUNTING,
+        "config": {"model": {k: v for k, v in spec.model.items() if k != "d_model"},
+                   "task": {k: v for k, v in spec.task_config.items() if k not in per_cell},
+                   "train": {k: v for k, v in config_to_dict(spec.train).items()
+                             if k not in per_cell}},
+        "name": name,
+    }
+
+
 # ---------------------------------------------------------------------------- the grid
 def grid_settings(preset: str, data: str, level: str) -> dict[str, Any]:
     """The GRIDS row of (preset, data, level), with a clear error for a missing one."""
@@ -333,10 +358,7 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     fractions = tuple(fractions or FRACTIONS)
     patience = grid["patience"] if patience is None else patience
     check(len(widths) >= 1 and len(fractions) >= 1, "need at least one width and one fraction")
-    check(all(0 < f <= 1 for f in fractions), f"fractions must be in (0, 1], got {fractions}")
-    check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
-    check(patience >= 0, f"patience must be >= 0, got {patience}")
-    check(n_jobs >= 1, f"n_jobs must be >= 1, got {n_jobs}")
+    check_settings(fractions, threshold, patience, n_jobs)
     backend = backend or Backend(jobs=n_jobs)
     dev = str(resolve_device(device))
     task_cfg = {**grid["task"], **(task_config or {}), "data": data, "level": level}
@@ -390,13 +412,7 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
         "cells_failed": [{"fraction": todo[i][0][0], "d_model": todo[i][0][1],
                           "error": results[i].error, "attempts": results[i].attempts}
                          for i in failures(results)],
-        "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "param_counting": PARAM_COUNTING,
-        "config": {"model": {k: v for k, v in any_spec.model.items() if k != "d_model"},
-                   "task": {k: v for k, v in any_spec.task_config.items() if k != "fraction"},
-                   "train": config_to_dict(any_spec.train)},
-        "name": name,
+        **run_record(any_spec, wall, name, per_cell=("fraction",)),
     })
     return result
 
@@ -633,11 +649,8 @@ def compute_search(data: str, level: str, preset: str, out_dir: str | Path,
                   else tuple(n for n in grid["search"]["n_examples"] if n <= total))
     n_seeds = seeds or grid["search"]["seeds"]
     check(len(widths) >= 1 and len(n_examples) >= 1, "need at least one width and one N")
-    check(all(0 < f <= 1 for f in fractions or ()), f"fractions must be in (0, 1], got "
-          f"{fractions}")
-    check(0 < threshold < 1, f"threshold must be in (0, 1), got {threshold}")
-    check(patience >= 0 and n_seeds >= 1 and n_jobs >= 1,
-          "patience must be >= 0, seeds and jobs >= 1")
+    check_settings(fractions or (), threshold, patience, n_jobs)
+    check(n_seeds >= 1, f"seeds must be >= 1, got {n_seeds}")
     base_seed = task_cfg.pop("seed", 0)
     model_cfg = {**grid.get("model", {}), **(model or {})}
     train_cfg = {**grid.get("train", {}), **(train or {})}
@@ -683,15 +696,7 @@ def compute_search(data: str, level: str, preset: str, out_dir: str | Path,
         "train_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in cells if not c["reused"]), 1),
         "cells_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in cells), 1),
         "search_cpu_s": {str(r["seed"]): r["cpu_s"] for r in ok},
-        "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "param_counting": PARAM_COUNTING,
-        "config": {"model": {k: v for k, v in any_spec.model.items() if k != "d_model"},
-                   "task": {k: v for k, v in any_spec.task_config.items()
-                            if k not in ("fraction", "seed")},
-                   "train": {k: v for k, v in config_to_dict(any_spec.train).items()
-                             if k != "seed"}},
-        "name": name,
+        **run_record(any_spec, wall, name, per_cell=("fraction", "seed")),
     })
     return result
 

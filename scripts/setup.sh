@@ -18,8 +18,21 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "$PY" -m pip install -q "torch>=2.6"
 else
   echo "setup: no GPU, installing the CPU build of torch ${TORCH_VERSION}"
-  "$PY" -m pip install -q --no-index "torch==${TORCH_VERSION}" 2>/dev/null \
-    || "$PY" -m pip install -q "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu
+  # 1. a CPU wheel that pip's find-links already has on disk: the wheel alone offline, then
+  #    its dependencies from the ordinary index (a bare `pip install torch` would pull CUDA)
+  if "$PY" -m pip install -q --no-index --no-deps "torch==${TORCH_VERSION}" 2>/dev/null; then
+    "$PY" -m pip install -q "torch==${TORCH_VERSION}"  # satisfied: installs only its deps
+  # 2. else PyTorch's CPU index, asked only if it answers within a few seconds, so a machine
+  #    that cannot reach it fails in one line instead of minutes of retries
+  elif "$PY" -c "import socket; socket.create_connection(('download.pytorch.org', 443), 5)" \
+      2>/dev/null; then
+    "$PY" -m pip install -q --retries 1 --timeout 30 "torch==${TORCH_VERSION}" \
+      --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
+  else
+    echo "setup: no local torch ${TORCH_VERSION} wheel and PyTorch's CPU index is unreachable;" \
+      "install a CPU build of torch first (it is kept), then run this again" >&2
+    exit 1
+  fi
 fi
 
 # cluster = Ray: the sweeps' --ray backend, tested in the default suite (tests/test_ray.py)

@@ -31,6 +31,7 @@ from models.device import resolve_device
 from models.registry import HF_ARCHS
 from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from models.train import distributed, dryrun
+from models.train.cache import check_cache_dir
 from models.train.dryrun import Builder
 from tasks.base import TaskError, check
 from tasks.copy import CopyTask, TokenCopyPrompts
@@ -165,6 +166,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             for n in names:  # every name checked before any training
                 zoo.recipe(n).parts(args.train)
+            check_cache_dir(args.cache_dir)
             if args.ray is not None and names:  # not cached yet: Ray tasks, retried
                 backend = backend_of(args, os.cpu_count() or 1, args.device, num_cpus=max(
                     zoo.recipe(n).slots for n in names))

@@ -43,6 +43,7 @@ from models import zoo
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.sweep import Backend, RayCommand, add_backend_arguments, backend_of
 from models.train import dryrun
+from models.train.cache import check_cache_dir
 from tasks.base import TaskError, check
 
 PLAN: tuple[str, ...] = (
@@ -404,8 +405,8 @@ def _check_dirs(out: Path, cache: Path) -> None:
     for p in (cache, *cache.parents):
         if p.exists():
             check(p.is_dir(), f"--cache-dir {cache}: {p} is a file, not a directory")
-            check(os.access(p, os.W_OK | os.X_OK), f"--cache-dir {cache}: {p} is not writable")
             break
+    check_cache_dir(cache)
 
 
 def body(argv: list[str] | None) -> int:

@@ -32,7 +32,13 @@ from models.sweep import (
     backend_of,
     map_tasks,
 )
-from models.train.cache import cache_path, is_cached, train_spec_cached
+from models.train.cache import (
+    cache_path,
+    check_cache_dir,
+    entry_state,
+    is_cached,
+    train_spec_cached,
+)
 from models.train.presets import NAMES as PRESETS
 from models.train.presets import preset_overrides
 from models.train.spec import RunSpec, make_spec
@@ -460,12 +466,13 @@ def _train_one(name: str, preset: str, cache_dir: str, device: str,
 def _cached(name: str, preset: str, cache_dir: str | Path,
             train: Mapping[str, Any] | None) -> Path | None:
     try:
-        path = cache_path(spec(name, preset, cache_dir, train), cache_dir)
+        run = spec(name, preset, cache_dir, train)
     except TaskError as e:
         if "not trained" in str(e):
             return None  # its init recipe is not trained yet: so neither is it
         raise
-    return path if is_cached(path) else None
+    path = cache_path(run, cache_dir)
+    return path if is_cached(path, run) else None
 
 
 def train_recipes(names: Iterable[str], preset: str = "quick",
@@ -497,14 +504,16 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
 
 
 def status(name: str, preset: str, cache_dir: str | Path) -> str:
-    """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet)."""
+    """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet) /
+    ``interrupted`` (resumed when trained) / ``broken`` or ``other run`` (retrained)."""
     try:
-        path = cache_path(spec(name, preset, cache_dir), cache_dir)
+        run = spec(name, preset, cache_dir)
     except TaskError as e:
         if "not trained" in str(e):
             return f"needs {recipe(name).init_from[preset]}"
         return "invalid: " + str(e).splitlines()[0][:60]
-    return "cached" if is_cached(path) else "missing"
+    state = entry_state(cache_path(run, cache_dir), run)
+    return {"done": "cached", "other": "other run"}.get(state, state)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -521,6 +530,7 @@ def _main(argv: list[str] | None) -> int:
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
+    check_cache_dir(args.cache_dir)
     if args.names[:1] == ["train"] and not args.list:
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
@@ -542,6 +552,8 @@ def _main(argv: list[str] | None) -> int:
                   if isinstance(path, Failed) else f"{n}: {path}")
         return EXIT_SOME_FAILED if any(isinstance(r, Failed) for r in done.values()) else 0
     names = [n for n in RECIPES if not args.names or n.startswith(tuple(args.names))]
+    check(bool(names), f"no recipe starts with {', '.join(args.names)}; see "
+          "`python -m models.zoo --list`")
     rows = [(n, RECIPES[n].task, RECIPES[n].arch,
              status(n, args.preset, args.cache_dir) if RECIPES[n].available(args.preset)
              else f"(no {args.preset} version)", RECIPES[n].doc) for n in names]

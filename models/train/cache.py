@@ -2,13 +2,16 @@
 
 Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunSpec.hash`). A lock file beside
 each entry makes a second process that asks for the same checkpoint (two analyses run side by
-side) wait for the first and reuse it instead of training it again; a broken entry is
-retrained, never trusted.
+side) wait for the first and reuse it instead of training it again. An entry is served only
+when it is this spec's finished run (:func:`entry_state`): a broken file or another run's
+checkpoint at the path is retrained, a run stopped by Ctrl-C or SIGTERM is resumed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,24 +20,65 @@ from filelock import FileLock
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.device import resolve_device
 from models.train import distributed
+from models.train.config import TrainConfig
 from models.train.loop import train
 from models.train.spec import RunSpec, make_spec, spec_of_checkpoint
-from tasks.base import check
+from tasks.base import TaskError, check, config_from_dict
 
 
 def cache_path(spec: RunSpec, cache_dir: str | Path) -> Path:
     return Path(cache_dir) / f"{spec.arch}-{spec.task}-{spec.hash()}.pt"
 
 
-def is_cached(path: Path) -> bool:
-    """A readable, valid checkpoint is at ``path``."""
-    if not path.exists():
-        return False
+def check_cache_dir(cache_dir: str | Path) -> Path:
+    """``cache_dir`` as a directory this process can write in (created if missing), or one
+    :class:`TaskError` line before any work."""
+    path = Path(cache_dir)
+    if path.exists() and not path.is_dir():
+        raise TaskError(f"cache directory {path}: is a file, not a directory")
     try:
-        read_checkpoint(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass  # os.access says yes to root even in a read-only or immutable directory
+    except OSError as e:
+        raise TaskError(f"cache directory {path}: cannot write in it "
+                        f"({e.strerror or type(e).__name__})") from None
+    return path
+
+
+def _spec_hash(ck: dict) -> str | None:
+    """The cache hash of the run a checkpoint records, or None where it records none."""
+    try:
+        tr = config_from_dict(TrainConfig, ck["train"]["config"])
+        return RunSpec(ck["model"]["arch"], ck["task"]["name"], dict(ck["model"]["config"]),
+                       dict(ck["task"]["config"]), tr).hash()
+    except (KeyError, TypeError, TaskError, OSError):
+        return None
+
+
+def entry_state(path: Path, spec: RunSpec | None = None) -> str:
+    """What is at a cache path: ``missing``; ``broken`` (not a readable, sound checkpoint);
+    ``other`` (a checkpoint of another run than ``spec``, e.g. a file copied there);
+    ``interrupted`` (this run, stopped by a signal before its last step: resumable); or
+    ``done`` (this run, finished or stopped by its own rule, e.g. ``stop_at``)."""
+    if not path.exists():
+        return "missing"
+    try:
+        ck = read_checkpoint(path)
     except CheckpointError:
-        return False
-    return True
+        return "broken"
+    if spec is not None and _spec_hash(ck) != spec.hash():
+        return "other"
+    tr = ck.get("train", {})
+    steps = (tr.get("config") or {}).get("steps")
+    if not tr.get("stop") and isinstance(steps, int) and tr.get("step", steps) < steps:
+        return "interrupted"
+    return "done"
+
+
+def is_cached(path: Path, spec: RunSpec | None = None) -> bool:
+    """``spec``'s finished run is at ``path`` (without ``spec``: some finished run)."""
+    return entry_state(path, spec) == "done"
 
 
 def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", device: str = "auto",
@@ -48,17 +92,25 @@ def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", devi
     path = cache_path(spec, cache_dir)
     world = distributed.world()
     if world.is_main:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        check_cache_dir(path.parent)
+        lock = Path(str(path) + ".lock")
+        check(not lock.exists() or lock.is_file(),
+              f"{lock}: is not a lock file (a directory?); remove it and run again")
     # Under torchrun only rank 0 takes the lock and looks at the cache, and tells the others;
     # then every rank trains (DDP) and rank 0 writes. Every rank taking the lock would leave
     # rank 1 waiting on it while rank 0 waits on rank 1 inside training.
     with FileLock(str(path) + ".lock") if world.is_main else contextlib.nullcontext():
-        cached = is_cached(path) if world.is_main else None
+        state = entry_state(path, spec) if world.is_main else None
         if world.active:
             distributed.process_group(distributed.rank_device(resolve_device(device)))
-            cached = distributed.broadcast(cached, world)
-        if not cached:
-            if resume is not None:
+            state = distributed.broadcast(state, world)
+        if state != "done":
+            if state == "other" and world.is_main:
+                print(f"cache: {path.name} holds another run's checkpoint; training this "
+                      "run over it", file=sys.stderr)
+            if state == "interrupted" and resume is None:
+                resume = path  # the same spec stopped by a signal: continue it, not serve it
+            elif resume is not None:
                 _check_continues(spec, resume)
             train(spec, out=path, device=device, progress=progress, resume=resume)
     return path

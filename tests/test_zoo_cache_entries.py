@@ -1,0 +1,101 @@
+"""The zoo cache serves a recipe only its own finished run (issue 29 items 8, 9, 15): another
+run's checkpoint copied to the path is retrained, a run stopped by a signal is resumed, and a
+bad cache directory is one line before any work."""
+
+import os
+import shutil
+import signal
+
+import pytest
+
+from models import zoo
+from models.checkpoint import read_checkpoint
+from models.train import loop as L
+from models.train.cache import cache_path, check_cache_dir, entry_state
+from models.train.loop import TrainingInterrupted
+from tasks.base import TaskError
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "task": {"min_len": 1, "max_len": 6},
+        "train": {"steps": 6, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+                  "eval_batch_size": 4, "warmup_steps": 1}}
+
+
+@pytest.fixture
+def two_recipes(monkeypatch):
+    narrow = zoo.Recipe("test/narrow", "copy", "transformer", TINY)
+    wide = zoo.Recipe("test/wide", "copy", "transformer",
+                      {**TINY, "model": {**TINY["model"], "d_model": 32}})
+    for r in (narrow, wide):
+        monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    return narrow, wide
+
+
+def path_of(name, cache):
+    return cache_path(zoo.spec(name, "quick", cache), cache)
+
+
+def test_another_runs_checkpoint_at_the_path_is_not_served(two_recipes, tmp_path, capsys):
+    wide = zoo.checkpoint("test/wide", "quick", tmp_path, "cpu", progress=False)
+    narrow = path_of("test/narrow", tmp_path)
+    shutil.copy(wide, narrow)  # a valid checkpoint, of the wrong run
+    assert entry_state(narrow, zoo.spec("test/narrow", "quick", tmp_path)) == "other"
+    assert zoo.status("test/narrow", "quick", tmp_path) == "other run"
+    served = zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
+    assert "another run's checkpoint" in capsys.readouterr().err
+    assert read_checkpoint(served)["model"]["config"]["d_model"] == 16  # retrained, own run
+    assert zoo.status("test/narrow", "quick", tmp_path) == "cached"
+
+
+def test_a_run_stopped_by_a_signal_is_resumed_not_served(two_recipes, tmp_path, monkeypatch):
+    orig, fired = L.lr_at, []
+
+    def lr_at(cfg, step):  # a real SIGINT while step 3 runs: the loop saves and stops
+        if step == 2 and not fired:
+            fired.append(step)
+            os.kill(os.getpid(), signal.SIGINT)
+        return orig(cfg, step)
+
+    monkeypatch.setattr(L, "lr_at", lr_at)
+    with pytest.raises(TrainingInterrupted):
+        zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
+    monkeypatch.setattr(L, "lr_at", orig)
+    path = path_of("test/narrow", tmp_path)
+    assert read_checkpoint(path)["train"]["step"] == 3
+    assert zoo.status("test/narrow", "quick", tmp_path) == "interrupted"
+    assert zoo._cached("test/narrow", "quick", tmp_path, None) is None  # not served as done
+    zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
+    done = read_checkpoint(path)
+    assert done["train"]["step"] == 6  # continued from step 3 to the end
+    assert zoo.status("test/narrow", "quick", tmp_path) == "cached"
+
+
+def test_a_broken_entry_is_retrained(two_recipes, tmp_path):
+    path = path_of("test/narrow", tmp_path)
+    path.write_bytes(b"not a checkpoint")
+    assert zoo.status("test/narrow", "quick", tmp_path) == "broken"
+    zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
+    assert zoo.status("test/narrow", "quick", tmp_path) == "cached"
+
+
+def test_bad_cache_directories_are_one_line_before_work(two_recipes, tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(TaskError, match="is a file, not a directory"):
+        check_cache_dir(a_file)
+    assert zoo.main(["train", "test/narrow", "--cache-dir", str(a_file), "--device", "cpu"]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+    locked = tmp_path / "cache"
+    (locked / (path_of("test/narrow", locked).name + ".lock")).mkdir(parents=True)
+    with pytest.raises(TaskError, match="is not a lock file"):
+        zoo.checkpoint("test/narrow", "quick", locked, "cpu", progress=False)
+    if os.geteuid() != 0:  # root writes through a mode-0 directory; chmod tests nothing then
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        with pytest.raises(TaskError, match="cannot write in it"):
+            check_cache_dir(ro)
+
+
+def test_listing_an_unknown_prefix_is_an_error(capsys, tmp_path):
+    assert zoo.main(["--list", "zzz/", "--cache-dir", str(tmp_path)]) == 2
+    assert "no recipe starts with zzz/" in capsys.readouterr().err

@@ -19,6 +19,14 @@ Glossary (code name -> paper symbol):
     param="tensordot" Flash STU's tensordot approximation M^±_k ≈ M_in · diag(M^±_filters[k]):
                       x̃ = x M_in, then each channel o is convolved with one learned mixture of
                       filters Σ_k M^±_filters[k, o] σ_k^{1/4} φ_k (K·d + d² parameters, not K·d²)
+    mixture           tensordot only: "per_branch" (default) gives U⁺ and U⁻ their own
+                      M^±_filters; "shared" is Flash STU's code (hazan-lab/flash-stu-2,
+                      ``use_approx``): one M_filters for both branches, so
+                      y_t = Σ_j (1 + (−1)^j) ψ[j] x̃_{t−j} = 2 Σ_{j even} ψ[j] x̃_{t−j}, ψ = φ M_filters
+    zero_embed        token ids whose embedding rows are held at zero (never trained): with
+                      normalization="none" such a token (the induction task's BLANK) adds
+                      nothing to any filtered sum of the first layer, so a window of BLANKs
+                      and a window of positions before the sequence start are the same to it
 
 Hooks (``blocks.{i}.``): ``hook_resid_pre / hook_resid_mid / hook_mlp_out / hook_resid_post``,
 ``stu.hook_features`` (tensordot: [batch, pos, 2, d_model], the + and − branch outputs whose
@@ -26,9 +34,12 @@ sum is the layer output; full: [batch, pos, 2, K, d_model], U⁺ and U⁻ per fi
 ``stu.hook_out`` [batch, pos, d_model], ``mlp.hook_pre / hook_post`` [batch, pos, d_mlp];
 model-level ``hook_embed`` and ``ln_final.hook_normalized``.
 
-Deviation from Flash STU's code: in the tensordot approximation Flash STU shares one
-M_filters between the + and − branches, so their sum cancels every odd lag; here each branch
-has its own mixture (a lag-1 "previous token" read-out is needed for induction heads).
+Deviation from Flash STU's code (by default): in the tensordot approximation Flash STU shares
+one M_filters between the + and − branches, so their sum cancels every odd lag; here each
+branch has its own mixture (a lag-1 "previous token" read-out is needed for induction heads).
+``mixture="shared"`` is Flash STU's form. It only ever mixes positions of the same parity —
+every STU layer reads even lags only, MLPs and norms are per position — so a stack of such
+layers cannot read a recalled token at an odd lag from the query.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from models.spectral import spectral_filters
 from tasks.base import check
 
 PARAMS = ("tensordot", "full")
+MIXTURES = ("per_branch", "shared")
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,8 @@ class STUConfig(TLConfigFields):
     act_fn: str = "relu"  # paper: "MLPs and ReLU nonlinearities"
     normalization: str = "layernorm"  # layernorm | none
     ln_eps: float = 1e-5
+    mixture: str = "per_branch"  # tensordot: per_branch | shared (Flash STU's one M_filters)
+    zero_embed: tuple[int, ...] = ()  # token ids whose embeddings are held at zero
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "filter_len", "num_filters"):
@@ -74,6 +88,16 @@ class STUConfig(TLConfigFields):
         check(self.act_fn in ("relu", "gelu"), f"act_fn must be relu or gelu, got {self.act_fn!r}")
         check(self.normalization in ("layernorm", "none"),
               f"normalization must be layernorm or none, got {self.normalization!r}")
+        check(self.mixture in MIXTURES, f"mixture must be one of {MIXTURES}, got {self.mixture!r}")
+        check(self.mixture == "per_branch" or self.param == "tensordot",
+              "mixture='shared' is a tensordot option (param='full' has no filter mixture)")
+        check(all(0 <= i < self.vocab_size for i in self.zero_embed),
+              f"zero_embed ids must be in [0, {self.vocab_size}), got {self.zero_embed}")
+
+    @property
+    def n_mixtures(self) -> int:
+        """Filter mixtures of a tensordot layer: one per branch, or one shared by both."""
+        return 1 if self.mixture == "shared" else self.n_branches
 
     @property
     def d_mlp_(self) -> int:
@@ -119,7 +143,7 @@ class STULayer(nn.Module):
                              persistent=False)  # [T, K], rebuilt from the config on load
         if cfg.param == "tensordot":
             self.M_inputs = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
-            self.M_filters = nn.Parameter(torch.randn(nb, K, d) / math.sqrt(K))
+            self.M_filters = nn.Parameter(torch.randn(cfg.n_mixtures, K, d) / math.sqrt(K))
         else:
             self.M_phi = nn.Parameter(torch.randn(nb, K, d, d) / math.sqrt(K * d))
         self.hook_features = HookPoint()  # tensordot: [batch, pos, sign, d_model]
@@ -137,9 +161,9 @@ class STULayer(nn.Module):
         sgn = self._signs(n, x)  # (−1)^j
         if cfg.param == "tensordot":
             xp = x @ self.M_inputs  # [batch, pos, d_model]
-            mixed = einops.einsum(phi, self.M_filters, "n k, s k d -> s n d")  # [sign, n, d]
-            if cfg.negative_branch:
-                mixed = torch.stack([mixed[0], mixed[1] * sgn[:, None]])  # (−1)^j on U⁻ taps
+            mixed = einops.einsum(phi, self.M_filters, "n k, s k d -> s n d")  # [mix, n, d]
+            if cfg.negative_branch:  # (−1)^j on U⁻ taps; shared: both from the one mixture
+                mixed = torch.stack([mixed[0], mixed[-1] * sgn[:, None]])  # [sign, n, d]
             feats = torch.stack([causal_conv(xp, m) for m in mixed], dim=2)  # [b, pos, sign, d]
             feats = self.hook_features(feats)
             return self.hook_out(feats.sum(dim=2))
@@ -175,6 +199,22 @@ class STUBlock(nn.Module):
         return self.hook_resid_post(resid + self.hook_mlp_out(self.mlp(self.ln2(resid))))
 
 
+class HeldZeroEmbedding(nn.Embedding):
+    """An embedding whose rows ``zero_ids`` are zero in every forward (so they get no gradient
+    and stay zero under AdamW): the token adds nothing to the residual stream it starts."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, zero_ids: tuple[int, ...]):
+        super().__init__(num_embeddings, embedding_dim)
+        keep = torch.ones(num_embeddings, 1)
+        keep[list(zero_ids)] = 0.0
+        self.register_buffer("keep", keep, persistent=False)  # [vocab, 1], rebuilt from cfg
+        with torch.no_grad():
+            self.weight.mul_(keep)  # the stored rows say what the model uses
+
+    def forward(self, tokens: Tensor) -> Float[Tensor, "batch pos d_model"]:
+        return nn.functional.embedding(tokens, self.weight * self.keep.to(self.weight.dtype))
+
+
 class STULM(SuiteModel):
     """STU language model: forward(tokens [batch, pos]) -> logits [batch, pos, vocab]."""
 
@@ -183,7 +223,8 @@ class STULM(SuiteModel):
 
     def __init__(self, cfg: STUConfig):
         super().__init__(cfg)
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed = (HeldZeroEmbedding(cfg.vocab_size, cfg.d_model, cfg.zero_embed)
+                      if cfg.zero_embed else nn.Embedding(cfg.vocab_size, cfg.d_model))
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([STUBlock(cfg) for _ in range(cfg.n_layers)])
         self.ln_final = LayerNorm(cfg.d_model, cfg.ln_eps, cfg.normalization == "layernorm")

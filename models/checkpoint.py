@@ -153,6 +153,31 @@ def make_checkpoint(arch: str, model_config: dict[str, Any], task: str,
     return ck
 
 
+def _feed(h, where: str, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        h.update(f"{where}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            _feed(h, f"{where}/{k}", obj[k])
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _feed(h, f"{where}/{i}", v)
+    else:
+        h.update(f"{where}={obj!r}\0".encode())
+
+
+def resume_digest(ckpt: dict[str, Any]) -> str:
+    """``sha256:…`` over what a resumed run restores besides the weights: the RNG states
+    (``train.rng``) and the optimizer state. Stored as ``resume_digest`` and checked before a
+    resume, so a flipped bit there is refused instead of silently changing the run."""
+    h = hashlib.sha256()
+    _feed(h, "rng", ckpt["train"].get("rng"))
+    _feed(h, "optimizer", ckpt.get("optimizer"))
+    return f"sha256:{h.hexdigest()}"
+
+
 def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
     """Write ``ckpt`` atomically to ``path`` (temp file + fsync + rename), with the digest of its
     weights.
@@ -169,6 +194,8 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
         raise CheckpointError(f"refusing to save an incomplete checkpoint: missing {missing}")
     check_writable(path)
     ckpt = {**ckpt, "digest": tensor_digest(ckpt["state_dict"])}
+    if "rng" in ckpt["train"] or "optimizer" in ckpt:
+        ckpt["resume_digest"] = resume_digest(ckpt)
     remove_stale_temps(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -7,12 +7,14 @@ import shutil
 import signal
 
 import pytest
+import torch
 
 from models import zoo
-from models.checkpoint import read_checkpoint
+from models.checkpoint import CheckpointError, read_checkpoint
 from models.train import loop as L
 from models.train.cache import cache_path, check_cache_dir, entry_state
-from models.train.loop import TrainingInterrupted
+from models.train.loop import TrainingInterrupted, train
+from models.train.spec import make_spec
 from tasks.base import TaskError
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -99,3 +101,15 @@ def test_bad_cache_directories_are_one_line_before_work(two_recipes, tmp_path, c
 def test_listing_an_unknown_prefix_is_an_error(capsys, tmp_path):
     assert zoo.main(["--list", "zzz/", "--cache-dir", str(tmp_path)]) == 2
     assert "no recipe starts with zzz/" in capsys.readouterr().err
+
+
+def test_a_flipped_bit_in_the_rng_state_is_refused_on_resume(tmp_path):
+    spec = make_spec("transformer", "copy", "quick", TINY["model"], TINY["task"],
+                     {**TINY["train"], "steps": 2})
+    out = tmp_path / "a.pt"
+    train(spec, out=out, device="cpu", progress=False)
+    ck = torch.load(out, weights_only=False)
+    ck["train"]["rng"]["data"][7] ^= 1  # one bit of the data generator's state
+    torch.save(ck, out)
+    with pytest.raises(CheckpointError, match="RNG or optimizer state does not match"):
+        train(spec, out=tmp_path / "b.pt", device="cpu", progress=False, resume=out)

@@ -45,6 +45,7 @@ from models.checkpoint import (
     exclusive_writer,
     make_checkpoint,
     read_checkpoint,
+    resume_digest,
     save_checkpoint,
     state_dict_mismatch,
 )
@@ -557,6 +558,10 @@ def check_resumable(ck: dict, model, path) -> None:
     if missing:
         raise CheckpointError(f"{path}: cannot resume: the train entry lacks {missing} "
                               "(not saved by models.train)")
+    stored = ck.get("resume_digest")  # absent in checkpoints written before it existed
+    if stored is not None and stored != resume_digest(ck):
+        raise CheckpointError(f"{path}: corrupt: its RNG or optimizer state does not match the "
+                              "digest stored with it; cannot resume from it")
     mismatch = state_dict_mismatch(model, ck["state_dict"])
     if mismatch:
         raise CheckpointError(f"{path}: weights do not match the model config: {mismatch}")

@@ -134,3 +134,36 @@ class GatedMLP(nn.Module):
     def forward(self, u: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         value, gate = self.hook_pre(self.fc1(u)).chunk(2, dim=-1)
         return self.fc2(self.hook_post(value * self.act(gate)))  # [batch, pos, d_model]
+
+
+# ---------------------------------------------------------------------------- the Markov paper's
+# The authors' published Mamba-2 runs (Bondaschi et al., code Bond1995/Markov-Mamba, run with
+# --layernorm) normalise with torch's LayerNorm(bias=False) and, without --gate, use a plain MLP.
+class BiasFreeLayerNorm(nn.Module):
+    """``(x − mean) / sqrt(var + eps) · weight`` over the last dim, no bias (torch
+    ``nn.LayerNorm(d, bias=False)``; parameter ``weight`` as there)."""
+
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.hook_normalized = HookPoint()  # [batch, pos, d]
+
+    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        return self.hook_normalized(F.layer_norm(x, x.shape[-1:], self.weight, None, self.eps))
+
+
+class PlainMLP(nn.Module):
+    """v = fc2(act(fc1(u))), no biases: the authors' ``MLP`` (Markov-Mamba, without --gate);
+    fc1 is [d_mlp, d_model] as Table 6's mlp.fc1 (4d × d)."""
+
+    def __init__(self, d_model: int, d_mlp: int, act: str):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_mlp, bias=False)
+        self.fc2 = nn.Linear(d_mlp, d_model, bias=False)
+        self.act = activation(act)
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+
+    def forward(self, u: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        return self.fc2(self.hook_post(self.act(self.hook_pre(self.fc1(u)))))

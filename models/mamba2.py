@@ -14,20 +14,58 @@ Glossary (code name -> Markov paper symbol, §2.2 / Table 6):
 Parameter names and shapes equal HF ``Mamba2ForCausalLM`` / mamba-ssm's ``MambaLMHeadModel``
 up to the renaming done by :func:`to_hf_state_dict` / :func:`from_hf_state_dict`.
 
+The Markov paper's published model (the authors' code, Bond1995/Markov-Mamba, run with
+``--layernorm --conv --conv_act --gate --activation silu``) is this LM with
+:data:`MARKOV_PAPER_MODEL`: bias-free LayerNorm before the mixer, before the MLP, on y_t and
+before the unembedding (``norm="layernorm"``); o_t = out_proj(LN(y_t) ⊙ act(z_t))
+(``norm_before_gate``); no D (``use_D=False``); the gated MLP with SiLU; the authors' init
+(``paper_init``). Without ``--gate`` their MLP is ungated (``mlp_gated=False``).
+:func:`from_markov_paper_state_dict` renames their state dict to ours.
+
 This module also re-exports the names other code imports from it (the SSD scans, the config,
 MambaZero), so they keep one import path.
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
+from torch import Tensor, nn
+
+from models.layers import BiasFreeLayerNorm, PlainMLP
 from models.mambazero import MambaZeroConfig, MambaZeroLM
 from models.recurrent import SSMLanguageModel, from_hf_state_dict, to_hf_state_dict
 from models.ssd import Mamba2Config, Mamba2Mixer, mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
 
 __all__ = [
-    "Mamba2Config", "Mamba2LM", "Mamba2Mixer", "MambaZeroConfig", "MambaZeroLM",
-    "from_hf_state_dict", "mamba_ssm_chunk_scan", "ssd_chunked", "ssd_plain", "to_hf_state_dict",
+    "MARKOV_PAPER_MODEL", "Mamba2Config", "Mamba2LM", "Mamba2Mixer", "MambaZeroConfig",
+    "MambaZeroLM", "from_hf_state_dict", "from_markov_paper_state_dict", "mamba_ssm_chunk_scan",
+    "ssd_chunked", "ssd_plain", "to_hf_state_dict",
 ]
+
+# The Markov paper's model as the authors ran it (module docstring): the config fields that
+# differ from our defaults. Sizes (d_model, d_state, d_conv, d_mlp = 4·d_model) come separately.
+MARKOV_PAPER_MODEL = {"norm": "layernorm", "norm_before_gate": True, "use_D": False,
+                      "activation": "silu", "mlp_act": "silu", "paper_init": True}
+
+# the authors' parameter names -> ours (mixer and MLP parameters keep their names)
+_MARKOV_PAPER_PREFIXES = (("embedding.", "embed."), ("layers.", "blocks."),
+                          ("norm_f.", "ln_final."), ("lm_head.", "unembed."))
+
+
+def from_markov_paper_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The authors' ``MambaLMHeadModel`` state dict (Bond1995/Markov-Mamba) -> ours, for a
+    :class:`Mamba2LM` with :data:`MARKOV_PAPER_MODEL` (their block's ``norm``, ``mixer``,
+    ``norm2``, ``mlp`` names are ours already)."""
+    out = {}
+    for k, v in sd.items():
+        for old, new in _MARKOV_PAPER_PREFIXES:
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        out[k] = v
+    return out
 
 
 class Mamba2LM(SSMLanguageModel):
@@ -41,3 +79,39 @@ class Mamba2LM(SSMLanguageModel):
     mixer_cls = Mamba2Mixer
     scans = Mamba2Config.SCANS
     fast_scans = ("chunked",)
+
+    @torch.no_grad()
+    def _init_weights(self):
+        """Swap in the paper's layers (bias-free LayerNorm, ungated MLP) where the config asks,
+        then initialise: here because it runs after the blocks are built and before the hook
+        registry is (SSMLanguageModel.__init__)."""
+        cfg = self.cfg
+        if cfg.norm == "layernorm":
+            for block in self.blocks:
+                if cfg.block_norm:
+                    block.norm = BiasFreeLayerNorm(cfg.d_model, cfg.norm_eps)
+                    if cfg.d_mlp:
+                        block.norm2 = BiasFreeLayerNorm(cfg.d_model, cfg.norm_eps)
+            if cfg.final_norm:
+                self.ln_final = BiasFreeLayerNorm(cfg.d_model, cfg.norm_eps)
+        if cfg.d_mlp and not cfg.mlp_gated:
+            for block in self.blocks:
+                block.mlp = PlainMLP(cfg.d_model, cfg.d_mlp, cfg.mlp_act)
+        if not cfg.paper_init:
+            super()._init_weights()
+            return
+        # the authors' MambaLMHeadModel._init_weights: every Linear N(0, init_std) (bias 0),
+        # the embedding too; then out_proj / fc2 torch's default, ÷ √(2 · n_layers)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=cfg.init_std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=cfg.init_std)
+        for name, p in self.named_parameters():
+            if name.endswith(("out_proj.weight", "fc2.weight")):
+                nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+                p.div_(math.sqrt(2 * cfg.n_layers))
+        if cfg.unembed_bias_init is not None:
+            self.unembed.bias.fill_(cfg.unembed_bias_init)

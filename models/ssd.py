@@ -12,6 +12,10 @@ equations (Bondaschi et al., "From Markov to Laplace", §2.2, App. B):
     y_t = H_t c_t + D·x_t
     o_t = out_proj(RMSNorm(y_t ⊙ act(z_t)))             (gated RMSNorm, norm_before_gate=False)
 
+The Markov paper's published runs (Bond1995/Markov-Mamba, ``--layernorm --conv --conv_act
+--gate``) differ: no D term (``use_D=False``), and o_t = out_proj(LN(y_t) ⊙ act(z_t)) with a
+bias-free LayerNorm over all of y_t (``norm="layernorm"``, ``norm_before_gate=True``).
+
 Glossary (code name -> Markov paper symbol, §2.2 / §4.1 / Table 6):
     d_model          d, the embedding / residual width
     expand           e, so d_inner = e·d is the width of x_t (the paper's ed)
@@ -27,6 +31,14 @@ Glossary (code name -> Markov paper symbol, §2.2 / §4.1 / Table 6):
     A_log            log a in a_t = exp(−a·Δ_t); an A_log whose exp underflows to 0 gives
                      a_t = 1 (``decay=False`` drops A_log and fixes a_t = 1)
     D                the skip term D·x_t (absent from the paper's equations; ``use_D``)
+    norm             "rms" (mamba-ssm / HF) or "layernorm": the paper's "layer norm" (torch
+                     LayerNorm without bias, as the authors' code) — here on y_t, and in
+                     :class:`models.mamba2.Mamba2LM` also before the mixer, the MLP and the
+                     unembedding
+    norm_before_gate False: norm(y_t ⊙ act(z_t)) (mamba-ssm); True: norm(y_t) ⊙ act(z_t)
+                     (the authors' code)
+    paper_init       the authors' initialisation: every Linear N(0, init_std), out_proj and
+                     fc2 torch's default then ÷ √(2·n_layers); a = exp(A_log) ~ U(1, 16)
     out_proj.weight  W_o
 
 Hooks (TransformerLens names, DESIGN.md) of ``blocks.{i}.mixer``:
@@ -66,7 +78,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from models.layers import GatedRMSNorm, activation
+from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
 from models.recurrent import (
     SSMLMConfig,
     SSMMixer,
@@ -84,11 +96,17 @@ class Mamba2Config(SSMLMConfig):
     Mamba-2's heads, groups, chunking and ablation switches."""
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "chunked", "kernel")
+    NORMS: ClassVar[tuple[str, ...]] = ("rms", "layernorm")
     n_heads: int = 1  # the Markov paper uses one head (Table 7)
     n_groups: int = 1
     chunk_size: int = 64  # SSD chunk length (speed only; any value gives the same numbers)
     mixer_norm: bool = True  # the gated RMSNorm before out_proj
     decay: bool = True  # False: a_t = 1 (no forgetting, "w/o gating factor a_t", Table 4)
+    # the Markov paper's published model (module docstring); the defaults are mamba-ssm's
+    norm: str = "rms"  # rms | layernorm (bias-free, the paper's "layer norm")
+    norm_before_gate: bool = False  # True: norm(y) ⊙ act(z), the authors' order
+    mlp_gated: bool = True  # False: fc2(act(fc1(u))), the authors' MLP without --gate
+    paper_init: bool = False  # True: the authors' initialisation (module docstring)
 
     def __post_init__(self):
         super().__post_init__()
@@ -99,6 +117,9 @@ class Mamba2Config(SSMLMConfig):
               f"({self.n_heads})")
         check(self.n_heads % self.n_groups == 0,
               f"n_heads ({self.n_heads}) must be divisible by n_groups ({self.n_groups})")
+        check(self.norm in self.NORMS, f"norm must be one of {self.NORMS}, got {self.norm!r}")
+        check(self.norm == "rms" or self.n_groups == 1,
+              "norm='layernorm' normalises all of y_t (the authors' code): needs n_groups = 1")
 
     @property
     def d_head(self) -> int:
@@ -202,7 +223,8 @@ class Mamba2Mixer(SSMMixer):
         if cfg.use_D:
             self.D = nn.Parameter(torch.ones(H))
         if cfg.mixer_norm:
-            self.norm = GatedRMSNorm(cfg.d_inner, cfg.n_groups, cfg.norm_eps)
+            self.norm = (GatedRMSNorm(cfg.d_inner, cfg.n_groups, cfg.norm_eps)
+                         if cfg.norm == "rms" else BiasFreeLayerNorm(cfg.d_inner, cfg.norm_eps))
         self.out_proj = nn.Linear(cfg.d_inner, cfg.d_model, bias=cfg.proj_bias)
         self.act = activation(cfg.activation)
         self.reset_ssm_parameters()
@@ -212,7 +234,9 @@ class Mamba2Mixer(SSMMixer):
         """mamba-ssm / HF initialisation of A_log, dt_bias and D."""
         cfg = self.cfg
         H = cfg.n_heads
-        if cfg.decay:
+        if cfg.decay and cfg.paper_init:  # the authors' A_init_range = (1, 16)
+            self.A_log.copy_(torch.empty(H).uniform_(1.0, 16.0).log())
+        elif cfg.decay:
             self.A_log.copy_(torch.log(torch.arange(1, H + 1, dtype=torch.float32)))  # A = 1..H
         self.dt_bias.copy_(init_dt_bias(H, cfg))
         if cfg.use_D:
@@ -267,10 +291,14 @@ class Mamba2Mixer(SSMMixer):
         y = self.hook_y(y)  # [batch, pos, heads, d_head]
         y = y.reshape(Bsz, T, cfg.d_inner)
         gate = self.hook_gate(self.act(z)) if cfg.gated else None  # [batch, pos, d_inner]
-        if cfg.mixer_norm:
-            y = self.norm(y, gate)
-        elif gate is not None:
-            y = y * gate
+        if cfg.mixer_norm and not cfg.norm_before_gate:  # norm(y ⊙ act(z)) (mamba-ssm)
+            y = self.norm(y, gate) if cfg.norm == "rms" else self.norm(
+                y if gate is None else y * gate)
+        else:  # norm(y) ⊙ act(z) (the authors' code), or no norm
+            if cfg.mixer_norm:
+                y = self.norm(y, None) if cfg.norm == "rms" else self.norm(y)
+            if gate is not None:
+                y = y * gate
         return self.hook_ssm_out(self.out_proj(y))
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from figures.style import DEFAULT_OUT, save_figure
+from figures.style import DEFAULT_OUT, figure_png
 from models import zoo
 from models.checkpoint import is_hf_source, load
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
@@ -33,6 +33,7 @@ from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backen
 from models.train import distributed, dryrun
 from models.train.cache import check_cache_dir
 from models.train.dryrun import Builder
+from tasks.atomic import output_lock, write_atomic
 from tasks.base import TaskError, check
 from tasks.copy import CopyTask, TokenCopyPrompts
 
@@ -180,10 +181,11 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                 given += [Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir,
                                                            args.device, progress=False)))
                           for n in names]
-        result = compute(args, given)
-        out_name = output_name(args, result) if output_name else name
-        write_outputs(out_name, result, plot(result), args.out,
-                      table(result) if table else None)
+        with output_lock(args.out, name):  # one writer of these outputs at a time
+            result = compute(args, given)
+            out_name = output_name(args, result) if output_name else name
+            write_outputs(out_name, result, plot(result), args.out,
+                          table(result) if table else None)
         return EXIT_SOME_FAILED if failed_key and result.get(failed_key) else 0
 
     return run_cli(body, argv)
@@ -373,11 +375,8 @@ def write_outputs(name: str, result: dict, fig, out_dir: str | Path,
     """Write ``out_dir/name.png`` and ``out_dir/name.json``; print ``table`` (rows) if given."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    png = save_figure(fig, out / f"{name}.png")
-    js = out / f"{name}.json"
-    tmp = js.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_jsonable(result), indent=1))
-    tmp.replace(js)
+    png = write_atomic(out / f"{name}.png", figure_png(fig))
+    js = write_atomic(out / f"{name}.json", json.dumps(to_jsonable(result), indent=1))
     if table:
         print_table(table)
     print(f"wrote {png} and {js}")

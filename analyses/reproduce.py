@@ -25,9 +25,11 @@ from __future__ import annotations
 import html
 import importlib
 import json
+import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -44,6 +46,7 @@ from models.cli import OneLineParser, add_device_argument, add_scale_arguments, 
 from models.sweep import Backend, RayCommand, add_backend_arguments, backend_of
 from models.train import dryrun
 from models.train.cache import check_cache_dir
+from tasks.atomic import write_atomic
 from tasks.base import TaskError, check
 
 PLAN: tuple[str, ...] = (
@@ -55,6 +58,8 @@ PLAN: tuple[str, ...] = (
     "spectral_lds", "stu_induction",
 )
 TRAIN = "train:"  # prefix of the tasks that train a zoo recipe
+MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
+MAX_CLAIM_CHARS = 2000  # a claim's measured text in the index
 
 
 def figure_of(name: str) -> Figure:
@@ -147,9 +152,10 @@ class Outcome:
 
 
 def read_claims(task: Task, out: Path) -> list[tuple[str, str, bool | None]]:
-    """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured, holds)."""
+    """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured, holds).
+    A JSON that cannot be read raises :class:`TaskError` (one line naming the file)."""
     stems = task.stems
-    data = {s: json.loads((out / f"{s}.json").read_text()) for s in stems}
+    data = {s: read_json(out / f"{s}.json") for s in stems}
     claims: list[tuple[str, str, bool | None]] = []
     for c in task.figure.claims:
         try:
@@ -159,8 +165,12 @@ def read_claims(task: Task, out: Path) -> list[tuple[str, str, bool | None]]:
             measured, holds = read
         except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
-        claims.append((c.paper, measured, holds))
+        claims.append((c.paper, _bounded(str(measured)), holds))
     return claims
+
+
+def _bounded(text: str, limit: int = MAX_CLAIM_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass
@@ -210,7 +220,12 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
     missing = r.task.missing(out)
     if ok and missing:
         ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
-    claims = read_claims(r.task, out) if ok and r.task.figure else []
+    claims: list[tuple[str, str, bool | None]] = []
+    if ok and r.task.figure:
+        try:
+            claims = read_claims(r.task, out)
+        except TaskError as e:
+            ok, log = False, log + f"\n({e})"
     return Outcome(r.task, ok, seconds, log[-3000:], claims)
 
 
@@ -302,16 +317,52 @@ def index_outcome(task: Task, out: Path, timing: dict) -> Outcome:
     """An outcome read back from ``out`` (for ``--index-only``): ok when every JSON is there
     and the last run did not record a failure."""
     missing = task.missing(out)
-    ok = not missing and timing.get("ok", True)
+    ok = not missing and timing.get("ok", True) is True
     log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
     seconds = timing.get("seconds")
-    return Outcome(task, ok, None if seconds is None else float(seconds), log,
-                   read_claims(task, out) if not missing else [])
+    seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) \
+        else None
+    claims: list[tuple[str, str, bool | None]] = []
+    if not missing:
+        try:
+            claims = read_claims(task, out)
+        except TaskError as e:  # this figure is reported unreadable; the others still index
+            ok, log = False, str(e)
+    return Outcome(task, ok, seconds, log, claims)
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
+    """An analysis' JSON output as a dict, or one :class:`TaskError` line: never a hang on a
+    FIFO, a traceback on a truncated, binary or absurdly nested file, or an unbounded read."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise TaskError(f"{path}: cannot read it ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise TaskError(f"{path}: is {kind}, not a JSON file")
+    if st.st_size > limit:
+        raise TaskError(f"{path}: {st.st_size:,} bytes, more than an analysis writes "
+                        f"({limit:,} at most)")
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(limit + 1).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise TaskError(f"{path}: not valid JSON ({type(e).__name__})") from None
+    except OSError as e:
+        raise TaskError(f"{path}: cannot read it ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{path}: holds a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def _cell(text: str) -> str:
-    """A Markdown table cell: a literal | (as in |b·c|) would split the cell."""
-    return text.replace("|", "\\|")
+    """A Markdown table cell shown as text: a literal | (as in |b·c|) would split the cell, and
+    HTML or a link in a claim's text (which the JSON supplies) must not become markup."""
+    text = html.escape(text, quote=False)
+    for ch in "|[]()`*_":
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\n", " ")
 
 
 def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "") -> None:
@@ -347,13 +398,25 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
             + (f"<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th></tr>"
                f"{claims}</table>" if claims else "")
             + ("" if o.ok else f"<pre>{html.escape(o.log_tail[-1500:])}</pre>") + "</section>")
-    (out / "index.md").write_text("\n".join(md))
-    (out / "index.html").write_text(
+    write_atomic(out / "index.md", "\n".join(md))
+    write_atomic(out / "index.html",
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
         "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}</style>"
         f"<h1>Reproduced figures ({preset} preset)</h1><p>{html.escape(note)}</p>"
         f"{''.join(rows_html)}")
+
+
+def _read_timings(path: Path) -> dict:
+    """The last run's timings, or {} (with one line saying why) when the file is unusable."""
+    if not path.exists():
+        return {}
+    try:
+        timings = read_json(path)
+    except TaskError as e:
+        print(f"ignoring {e}", file=sys.stderr)
+        return {}
+    return {k: v for k, v in timings.items() if isinstance(v, dict) or k == "preset"}
 
 
 def seed_ranges(recipes: Sequence[str]) -> list[str]:
@@ -435,7 +498,7 @@ def body(argv: list[str] | None) -> int:
     _check_dirs(out, cache)
     out.mkdir(parents=True, exist_ok=True)
     timings_path = out / "reproduce_timings.json"
-    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    timings = _read_timings(timings_path)
     if timings.get("preset", args.preset) != args.preset:
         timings = {}  # timings of the other scale are not this run's
     timings["preset"] = args.preset
@@ -485,7 +548,7 @@ def body(argv: list[str] | None) -> int:
         timings[o.task.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
         timings["last_run"] = {"tasks": [f.task.name for f in finished], "jobs": jobs,
                                "wall_s": round(time.time() - t_start, 1)}
-        timings_path.write_text(json.dumps(timings, indent=1))
+        write_atomic(timings_path, json.dumps(timings, indent=1))
         shown = [f for f in finished if f.task.figure is not None]
         shown.sort(key=lambda f: names.index(f.task.name))  # the index grows in plan order
         write_index(shown, out, args.preset,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -30,6 +31,15 @@ def new_figure(n_panels: int = 1, width_per_panel: float = 4.2, height: float = 
     fig, axes = plt.subplots(1, n_panels, figsize=(width_per_panel * n_panels, height),
                              squeeze=False)
     return fig, list(axes[0])
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes (closed afterwards), for a caller that writes them atomically."""
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def save_figure(fig, path: str | Path) -> Path:

@@ -1,0 +1,84 @@
+"""Atomic file writes and per-output locks, for every writer of results (analysis JSON and PNG,
+the reproduce index and timings).
+
+A file is written under a temp name unique to this writer in the target's directory, flushed to
+disk, then renamed over the target (atomic on POSIX): a reader sees the old file or the new
+one, never half of either, and two writers never share a temp file. Lives at the bottom layer
+so that every package above can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from tasks.base import TaskError
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # some file systems cannot fsync a directory
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode of the file replaced, else ``0666 & ~umask`` (``mkstemp`` alone gives 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` atomically (unique temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fchmod(f.fileno(), _new_file_mode(path))
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+@contextlib.contextmanager
+def output_lock(directory: str | os.PathLike, name: str) -> Iterator[Path]:
+    """Hold ``directory/.name.lock`` while ``name``'s outputs are made: a second process that
+    writes the same outputs into the same directory at the same time is refused in one line
+    (instead of both reporting success with files from either). The lock is the kernel's
+    (``flock``): it goes with the process, so a killed writer leaves nothing to clean up."""
+    directory = Path(directory)
+    lock = directory / f".{name}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise TaskError(f"{lock}: cannot create the output lock ({e.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise TaskError(f"{directory}: another process is writing {name}'s outputs there "
+                            "now; wait for it, or give another --out") from None
+        yield lock
+    finally:
+        os.close(fd)

@@ -73,3 +73,11 @@ def seen_lags_accuracy(train_length: int, length: int, D: int) -> float:
     recalled token: 1 .. L − 2, uniform) and at chance 1/D beyond."""
     seen = min(1.0, (train_length - 2) / (length - 2))
     return seen + (1 - seen) / D
+
+
+def even_lags_accuracy(length: int, D: int) -> float:
+    """Accuracy at ``length`` of a model right at every even lag (query to recalled token,
+    1 .. L − 2, uniform) and at chance 1/D at the odd ones: the best a stack of layers that
+    read even lags only can do (Flash STU's shared-mixture tensordot, models.stu)."""
+    even = ((length - 2) // 2) / (length - 2)
+    return even + (1 - even) / D

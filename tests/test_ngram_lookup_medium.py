@@ -38,11 +38,15 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
 
 def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
     claim = ngram_lookup.claim_prefix_length
-    # in distribution (L = 10) all perfect; beyond it the LSTM holds up, Mamba does not
-    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.95, 0.9],
-                        "lstm'": [1.0, 0.9, 0.9], "mamba": [1.0, 0.3, 0.2]}), "level": "medium"}
+    # in distribution (L = 10) all perfect; beyond it (L = 40 = 2x, L = 80 the longest) the
+    # LSTM holds up, Mamba does not
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.96, 0.92],
+                        "lstm'": [1.0, 0.9, 0.94], "mamba": [1.0, 0.3, 0.2]}), "level": "medium"}
     text, holds = claim(d)
-    assert holds is True and "lstm 0.91 (seeds 0.90-0.93)" in text and "mamba 0.25" in text
+    assert holds is True
+    assert "beyond the training length, L = 40: hard_alibi 1.00, lstm 0.93 (seeds 0.90-0.96)" \
+        in text and "mamba 0.30" in text
+    assert "at L = 80: hard_alibi 0.90, lstm 0.93 (seeds 0.92-0.94), mamba 0.20" in text
     d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.6, 0.4]}),
          "level": "medium"}
     assert claim(d)[1] is False
@@ -50,6 +54,58 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
     # the quick index leaves it out: no model learns the prefix key there
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0]}) | {"level": "quick"}) is None
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0]})) is None
+
+
+def test_prefix_length_claim_needs_both_bands():
+    """Near-perfect just beyond the training length but falling by the longest length is not
+    "perfect length-generalization"; the two bands are read apart."""
+    claim = ngram_lookup.claim_prefix_length
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "mamba": [1.0, 0.95, 0.5],
+                        "mamba'": [1.0, 0.97, 0.6]}), "level": "medium"}
+    text, holds = claim(d)
+    assert holds is False
+    assert "L = 40: hard_alibi 1.00, mamba 0.96" in text and "L = 80: hard_alibi 1.00, mamba 0.55" \
+        in text
+    # one GSSM good in both bands is enough; another's failure does not undo it
+    d["curves"]["prefix"]["lstm"] = d["curves"]["prefix"]["hard_alibi"]
+    d["train"]["prefix"]["lstm"] = {"max_len": 20}
+    assert claim(d)[1] is True
+
+
+def paper_info(**over):
+    return {"D": 26, "min_len": 5, "max_len": 30, "context": 420, "schedule": "linear",
+            "stop_at": 0.0, "steps": 600, **over}
+
+
+def test_setting_text_says_which_setting_is_the_papers():
+    text = ngram_lookup.setting_text([paper_info(), paper_info(steps=800)])
+    assert text == ("setting: alphabet 26 (paper's), strings 5-30 (paper's), contexts packed to "
+                    "420 tokens (paper's), linear schedule over 600-800 steps (paper's), no early "
+                    "stop (paper's)")
+    text = ngram_lookup.setting_text([paper_info(D=8, max_len=20, context=0, stop_at=0.97,
+                                                 schedule="constant")])
+    assert "alphabet 8 (paper: 26)" in text and "strings 5-20 (paper: <= 30)" in text
+    assert "one example a row, unpacked (paper: packed to 420)" in text
+    assert "constant schedule over 600 steps (paper: linear decay)" in text
+    assert "stopped at in-distribution accuracy 0.97 (paper: the whole schedule)" in text
+    # a field the models do not share, or that the JSON lacks, is left out
+    text = ngram_lookup.setting_text([paper_info(D=8), paper_info()])
+    assert "alphabet" not in text and "strings 5-30" in text
+    assert ngram_lookup.setting_text([{"max_len": 20}]) == "setting: strings <= 20 (paper: <= 30)"
+
+
+def test_prefix_length_claim_text_carries_the_setting():
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "lstm": [1.0, 1.0, 1.0]}, max_len=30),
+         "level": "medium", "lengths": [10, 40, 100]}
+    for label in d["curves"]["prefix"]:
+        d["curves"]["prefix"][label][-1]["L"] = 100
+        d["train"]["prefix"][label] = paper_info(D=8)
+    text, holds = ngram_lookup.claim_prefix_length(d)
+    assert holds is True
+    assert "L = 40: hard_alibi 1.00, lstm 1.00; at L = 100:" in text
+    assert text.endswith("[setting: alphabet 8 (paper: 26), strings 5-30 (paper's), contexts "
+                         "packed to 420 tokens (paper's), linear schedule over 600 steps "
+                         "(paper's), no early stop (paper's)]")
 
 
 def test_prefix_claim_text_at_one_seed_is_the_quick_one():
@@ -117,7 +173,11 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     assert holds is None and f"n={len(labels)}" in text  # no transformer: not applicable
     assert ngram_lookup.claim_suffix(r) is None  # not a claim of this level
     assert r["level"] == "medium"
-    assert ngram_lookup.claim_prefix_length(r)[0].startswith("prefix key, mean accuracy beyond")
+    text = ngram_lookup.claim_prefix_length(r)[0]
+    # the JSON records how the models trained, and the claim says it
+    assert text.startswith("prefix key, beyond the training length, L = 12: lstm ")
+    assert "alphabet 8 (paper: 26), strings 6-8 (paper: <= 30)" in text
+    assert "one example a row, unpacked (paper: packed to 420)" in text
 
 
 def test_plot_draws_a_panel_per_key_that_has_models():

@@ -27,7 +27,7 @@ def neox_model(seed: int = 0, **overrides) -> HookedTransformerLM:
     m = HookedTransformerLM(TransformerConfig(**{**NEOX, **overrides})).double().eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
         m.unembed.bias.zero_()
     return m
@@ -102,7 +102,7 @@ def neox_reference(w: dict[str, torch.Tensor], tokens: torch.Tensor, n_heads: in
         z = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d)  # heads concatenated
         attn = z @ w[p + "attention.dense.weight"].T + w[p + "attention.dense.bias"]
 
-        def mlp(u):
+        def mlp(u, p=p):
             pre = u @ w[p + "mlp.dense_h_to_4h.weight"].T + w[p + "mlp.dense_h_to_4h.bias"]
             act = 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
             return act @ w[p + "mlp.dense_4h_to_h.weight"].T + w[p + "mlp.dense_4h_to_h.bias"]

@@ -5,11 +5,13 @@ Bayes-optimal predictor of the Markov tasks and lives with them in :mod:`tasks.a
 (Markov paper §2.4, App. A; its docstring gives the formula and the conventions); it is
 re-exported here beside what is built on it: the cross-entropy of a predictor
 (:func:`add_beta_loss` is L_β, the floor a trained model is compared with, §3) and a brute-force
-reference that counts with plain Python loops (:func:`add_beta_brute_force`, for tests).
+reference that counts with plain Python loops (:func:`add_beta_brute_force`, for tests), and the
+empirical P̂(j | context) = n_j / n of a chain (:func:`empirical_probs`, add-β at β → 0).
 """
 
 from __future__ import annotations
 
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -17,7 +19,7 @@ from tasks.add_beta import add_beta_counts, add_beta_probs, switching_probs
 from tasks.base import IGNORE, check
 
 __all__ = ["add_beta_brute_force", "add_beta_counts", "add_beta_loss", "add_beta_probs",
-           "cross_entropy", "switching_probs"]
+           "cross_entropy", "empirical_probs", "switching_probs"]
 
 
 def cross_entropy(probs: Float[Tensor, "batch pos V"], targets: Int[Tensor, "batch pos"]
@@ -27,6 +29,15 @@ def cross_entropy(probs: Float[Tensor, "batch pos V"], targets: Int[Tensor, "bat
     check(bool(mask.any()), "no target positions to score")
     p = probs.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)  # [batch, pos]
     return -(p.clamp_min(1e-300).log() * mask).sum() / mask.sum()
+
+
+def empirical_probs(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1
+                    ) -> Float[Tensor, "batch pos S"]:
+    """P̂(next = j | tokens[b, :t+1]) = n_j / Σ n from the counts of the current context
+    (float64); NaN where that context has not been followed by anything yet."""
+    n = add_beta_counts(tokens, S, k).double()  # [batch, pos, S]
+    tot = n.sum(-1, keepdim=True)
+    return torch.where(tot > 0, n / tot.clamp_min(1), torch.full_like(n, float("nan")))
 
 
 def add_beta_loss(tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"], S: int,

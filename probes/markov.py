@@ -10,7 +10,8 @@ that predictor on the same fresh test sequences and compare them:
   position (mass the model puts outside the optimal support counts too);
 * :func:`fixed_sequence_curve`: P_θ(next = 1) and P_β(next = 1) along one test sequence (Fig. 1);
 * :func:`deviation_table`: |P_θ(1) − P_β(1)| after t tokens on chains drawn from part of the
-  simplex (the hold-out experiment, App. E.5, Table 2);
+  simplex (the hold-out experiment, App. E.5, Table 2), the test loss gap to add-β there, and
+  per chain the deviation at the last t beside the chain's empirical P̂(1 | ·);
 * :func:`fitted_beta`: the β whose add-β estimator is closest to the model's predictions
   (Fig. 5b's count-independent part, for any model).
 
@@ -27,7 +28,7 @@ from jaxtyping import Float, Int
 from scipy.optimize import minimize_scalar
 from torch import Tensor
 
-from probes.estimators import add_beta_probs, cross_entropy
+from probes.estimators import add_beta_probs, cross_entropy, empirical_probs
 from tasks.base import Batch, check, make_generator
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
@@ -118,16 +119,29 @@ def fixed_sequence_curve(model, task, seed: int) -> dict:
 def deviation_table(model, order: int, beta: float, p_range: tuple[float, float],
                     n_seqs: int, seed: int, seq_len: int, ts=TABLE_T) -> dict:
     """|P_θ(1) − P_β(1)| after t tokens, t in ``ts`` (mean and std over sequences), and its
-    mean per position, on binary chains with every P(1 | ·) in ``p_range`` (App. E.5)."""
+    mean per position, on binary chains with every P(1 | ·) in ``p_range`` (App. E.5); the
+    test loss of the model and of add-β on those chains; per chain, the deviation after the
+    largest t and the chain's empirical P̂(1 | current context) there (NaN: context unseen)."""
     task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
                                                  p_lo=p_range[0], p_hi=p_range[1]))
-    x = markov_batch(task, n_seqs, seed).tokens
-    p = model_probs(model, x)[..., 1]  # [batch, pos]
-    q = task.optimal_probs(x)[..., 1]  # add-β under the full prior (the paper's optimum)
+    batch = markov_batch(task, n_seqs, seed)
+    x = batch.tokens
+    probs = model_probs(model, x)  # [batch, pos, 2]
+    opt = task.optimal_probs(x).double()  # add-β under the full prior (the paper's optimum)
+    p, q = probs[..., 1], opt[..., 1]  # [batch, pos]
     d = (p - q).abs()  # position t − 1 holds the prediction after t tokens
     rows = {int(t): {"mean": float(d[:, t - 1].mean()), "std": float(d[:, t - 1].std())}
             for t in ts if t <= seq_len}
-    return {"range": list(p_range), "by_t": rows, "curve": d.mean(0)}
+    t_last = max(rows)
+    lm, lb = float(cross_entropy(probs, batch.targets)), float(cross_entropy(opt, batch.targets))
+    return {"range": list(p_range), "by_t": rows, "curve": d.mean(0),
+            # the test loss over all positions, the model's and add-β's (nats per token)
+            "loss": {"model": lm, "add_beta": lb, "gap": lm - lb},
+            # per chain after t_last tokens: its empirical P̂(1 | current context) and the
+            # model's deviation from add-β there (the chains are the same for every model)
+            "per_chain": {"t": t_last,
+                          "p_hat": empirical_probs(x, 2, order)[:, t_last - 1, 1],
+                          "deviation": d[:, t_last - 1]}}
 
 
 def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) -> dict:

@@ -43,16 +43,25 @@ def test_restricted_probs_far_outside_the_range_sits_at_its_end():
     assert abs(r - 0.5 * 2001 / 2002) < 1e-6
 
 
-def _run(held: list[float], inr: list[float], mr: float, rq: float = 0.27) -> dict:
+def _run(held: list[float], inr: list[float], mr: float, rq: float = 0.27,
+         gap: float = 0.002, fixed: list[float] | None = None) -> dict:
     ts = (1, 50, 100, 300)
 
-    def tab(means, mrv, rqv):
+    def tab(means, mrv, rqv, g):
+        dev = [means[-1], means[-1] * 2]
         return {"range": [0, 1], "curve": [0.1, 0.1],
                 "by_t": {str(t): {"mean": m, "std": 0.01} for t, m in zip(ts, means, strict=True)},
-                "restricted": {"curve": [0.2, 0.2], "by_t": {str(t): {
+                "loss": {"model": 0.6 + g, "add_beta": 0.6, "gap": g},
+                "per_chain": {"t": 300, "p_hat": [0.55, 0.85], "deviation": dev,
+                              "bins": mh.p_hat_bins([0.55, 0.85], dev)},
+                "restricted": {"curve": [0.2, 0.2], "loss_gap": 0.1, "by_t": {str(t): {
                     "model_vs_restricted": mrv, "restricted_vs_add_beta": rqv} for t in ts}}}
+    fixed = held if fixed is None else fixed
     return {"train_range": [0, 0.5], "order": 1, "beta": 1.0, "seq_len": 300, "n_seqs": 8,
-            "seed": 0, "held_out": tab(held, mr, rq), "in_range": tab(inr, 0.01, 0.005)}
+            "seed": 0, "held_out": tab(held, mr, rq, gap), "in_range": tab(inr, 0.01, 0.005, 0.001),
+            "fixed": {"range": [0.5, 1], "seed": 2, "tokens": [0, 1, 1], "p_model": [0.5, 0.6, 0.7],
+                      "p_beta": [0.5, 0.67, 0.75], "p_hat": {"P(1|0)": 1.0, "P(1|1)": 0.5},
+                      "by_t": {str(t): f for t, f in zip(ts, fixed, strict=True)}}}
 
 
 def test_combine_gives_mean_and_spread_over_seeds():
@@ -84,6 +93,40 @@ def test_medium_claims_say_yes_and_no():
     assert mh.claim_shrinks(mixed)[1] is False
 
 
+def test_fixed_sequence_and_loss_claims_say_yes_and_no():
+    shrinks, flat = [0.4, 0.1, 0.01, 0.002], [0.3, 0.3, 0.31, 0.3]
+    yes = mh.combine([_run(flat, [0.2] * 4, 0.1, fixed=shrinks, gap=0.004),
+                      _run(flat, [0.2] * 4, 0.1, fixed=shrinks, gap=0.006)])
+    no = mh.combine([_run(flat, [0.2] * 4, 0.1, fixed=flat, gap=0.004),
+                     _run(flat, [0.2] * 4, 0.1, fixed=shrinks, gap=0.05)])
+    assert mh.claim_fixed_sequence(yes)[1] is True and mh.claim_fixed_sequence(no)[1] is False
+    assert "P(1|0) = 1.00" in mh.claim_fixed_sequence(yes)[0]
+    assert mh.claim_loss_converges(yes)[1] is True and mh.claim_loss_converges(no)[1] is False
+    assert "0.1000" in mh.claim_loss_converges(yes)[0]  # the restricted predictor's gap
+    # quick (one run): the fixed-sequence reader compares t = 300 with t = 1, no loss claim
+    assert mh.claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=shrinks))[1] is True
+    assert mh.claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=flat))[1] is False
+    assert mh.claim_loss_converges(_run(flat, [0.2] * 4, 0.1)) is None
+
+
+def test_p_hat_bins_count_and_average_the_chains_in_each_bin():
+    bins = mh.p_hat_bins([0.55, 0.58, 0.95, 1.0, float("nan"), 0.2], [0.1, 0.3, 0.5, 0.7, 9, 0.0])
+    by = {(b["lo"], b["hi"]): b for b in bins}
+    assert by[(0.5, 0.6)]["n"] == 2 and by[(0.5, 0.6)]["mean"] == pytest.approx(0.2)
+    assert by[(0.9, 1.0)]["n"] == 2 and by[(0.9, 1.0)]["mean"] == pytest.approx(0.6)  # 1.0 in
+    assert by[(0.0, 0.5)]["n"] == 1 and by[(0.7, 0.8)] == {"lo": 0.7, "hi": 0.8, "n": 0,
+                                                          "mean": None}
+    assert sum(b["n"] for b in bins) == 5  # the NaN chain (context unseen) is left out
+
+
+def test_medium_recipes_are_the_papers_model():
+    from models import zoo
+    from models.mamba2 import MARKOV_PAPER_MODEL
+    for name in zoo.markov_holdout_medium_recipes():
+        model = zoo.recipe(name).parts("medium")["model"]
+        assert {k: model[k] for k in MARKOV_PAPER_MODEL} == MARKOV_PAPER_MODEL
+
+
 def test_medium_claims_are_not_read_from_one_quick_run():
     quick = _run([0.26, 0.31, 0.30, 0.32], [0.25, 0.02, 0.02, 0.02], 0.02)
     assert mh.claim_in_range(quick) is None and mh.claim_to_zero(quick) is None
@@ -110,8 +153,23 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     rq = res["held_out"]["by_t"]["50"]["restricted_vs_add_beta"]
     assert rq > mh.SMALL  # the training prior's predictor cannot follow held-out chains
     assert mh.claim_restricted(res)[1] is False and mh.claim_to_zero(res)[1] is True
+    # add-β itself: no loss gap, a zero deviation on the fixed sequence and on every chain
+    assert abs(res["held_out"]["loss"]["gap"]["mean"]) < 1e-9
+    assert res["held_out"]["restricted"]["loss_gap"] > 0.01  # the training prior pays
+    assert mh.claim_loss_converges(res)[1] is True
+    assert max(res["fixed"]["by_t"]["50"]["seeds"]) < 1e-6
+    assert max(res["held_out"]["per_chain"]["deviation"]) < 1e-6
+    assert min(p for p in res["held_out"]["per_chain"]["p_hat"] if p == p) >= 0.0
+    assert len(mh.table(res)) > 5 and mh.plot(res) is not None
     with pytest.raises(TaskError, match="distinct seeds"):
         mh._compute(args, [mh.Checkpoint("a", a), mh.Checkpoint("a2", a)])
     quick = argparse.Namespace(**{**vars(args), "train": "quick"})
     with pytest.raises(TaskError, match="exactly one"):
         mh._compute(quick, [mh.Checkpoint("a", a), mh.Checkpoint("b", b)])
+
+
+def test_empirical_probs_are_the_counts_of_the_current_context():
+    from probes.estimators import empirical_probs
+    p = empirical_probs(torch.tensor([[0, 1, 1, 0, 1]]), 2, 1)[0, :, 1]
+    assert torch.isnan(p[:2]).all()  # contexts 0 and 1 not yet followed by anything
+    assert p[2:].tolist() == [1.0, 1.0, 0.5]  # 1→1; 0→1; 1→{1, 0}

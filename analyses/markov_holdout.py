@@ -18,9 +18,18 @@ training data. It never leaves the training range, so on held-out chains it stay
 add-β at every t; a model that has learnt its training distribution does too. The
 ``restricted`` rows say how far the model is from it and how far it is from add-β.
 
-``--train medium`` (the zoo's ``markov_holdout_medium/mamba2_s*``): seeds of one longer-trained
-setting, each tested on the same chains; the rows are the mean over seeds with their spread,
-and the claims read every seed (in-range deviation small first, then the held-out row).
+Beyond the mean over chains: the paper's own view, P_θ(1) and P_β(1) along *one* fixed
+held-out test sequence and its deviation at the table's t (``fixed``); the test loss of the
+model and of add-β on each range and their gap (App. E.5: "the test loss still converges to the
+optimal"); per held-out chain, the deviation after the largest t against the chain's empirical
+P̂(1 | current context), in bins of P̂ (``per_chain``): how far a chain lies from the training
+range against how far the model is from add-β on it.
+
+``--train medium`` (the zoo's ``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
+— the Mamba-2 the authors ran (:data:`models.mamba2.MARKOV_PAPER_MODEL`: bias-free LayerNorm,
+LN(y) ⊙ act(z), no D, their init) with Table 7's optimiser on sequences of 512 — each tested
+on the same chains and the same fixed sequence; the rows are the mean over seeds with their
+spread, and the claims read every seed (in-range deviation small first, then the held-out row).
 
 The task ``markov_holdout`` (:class:`tasks.markov.HoldoutMarkovTask`) is the binary random
 Markov task with each P(1 | context) drawn from the Dirichlet (Beta(β, β)) prior *conditioned*

@@ -141,6 +141,8 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
             "acc_mean": acc.mean(0).tolist(), "acc_min": acc.min(0).tolist(),
             "acc_max": acc.max(0).tolist(), "acc_per_model": acc.tolist(),
             "stop": [m.checkpoint["train"].get("stop", "") for m in ms],
+            # convergence at the training length: the last evaluation's loss of each seed
+            "final_eval_loss": [_final_eval_loss(m) for m in ms],
             "longest": {"length": lengths[-1], "acc": pooled_right / pooled_n,
                         "n": pooled_n,
                         "p_value_vs_chance": binomial_sf(pooled_right, pooled_n, chance),
@@ -160,6 +162,11 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     bar.close()
     return to_jsonable({"lengths": lengths, "n_eval": n_eval, "seed": seed, "D": D,
                         "chance": chance, "rows": rows})
+
+
+def _final_eval_loss(model) -> float:
+    history = (getattr(model, "checkpoint", None) or {}).get("history") or [{}]
+    return float(history[-1].get("eval_loss", math.nan))
 
 
 # ---------------------------------------------------------------------------- plot
@@ -287,6 +294,11 @@ def _at_train_length(d: dict, r: dict) -> list[float]:
     return [a[d["lengths"].index(r["train_length"])] for a in r["acc_per_model"]]
 
 
+def _loss(r: dict) -> str:
+    losses = [v for v in r.get("final_eval_loss", []) if v == v]  # not nan
+    return f", final eval loss <= {max(losses):.1e}" if losses else ""
+
+
 def _spread(accs) -> str:
     q1, med, q3 = np.percentile(accs, [25, 50, 75])
     return f"median {med:.2f} (IQR {q1:.2f}–{q3:.2f}, range {min(accs):.2f}–{max(accs):.2f})"
@@ -304,7 +316,7 @@ def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
         at_T = [a[-1] for a in r["acc_per_model"]]
         parts.append(
             f"trained at {L} ({r['n_models']} seeds; at {L} itself min "
-            f"{min(_at_train_length(d, r)):.2f}): "
+            f"{min(_at_train_length(d, r)):.2f}{_loss(r)}): "
             f"{round(r['longest']['frac_generalise'] * r['n_models'])}/{r['n_models']} seeds "
             f">= {GENERALISES} at {r['longest']['length']}, {_spread(at_T)} (right at seen lags "
             f"only: {r['longest']['seen_lags_acc']:.2f}); by lag: seen "

@@ -50,6 +50,8 @@ def test_stu_induction_analysis_on_checkpoints(tmp_path):
     by = {(r["arch"], r["train_length"]): r for r in res["rows"]}
     assert set(by) == {("stu", 8), ("stu", 12)} and by[("stu", 8)]["n_models"] == 2
     r = by[("stu", 8)]
+    assert r["final_eval_loss"] == [models.load(p).checkpoint["history"][-1]["eval_loss"]
+                                    for p in paths[:2]]
     assert len(r["acc_mean"]) == 3 and all(0 <= a <= 1 for a in r["acc_mean"])
     assert r["longest"]["n"] == 40 and 0 <= r["longest"]["p_value_vs_chance"] <= 1
     # the same evaluation sequences for every model: a model evaluated twice agrees
@@ -230,6 +232,7 @@ def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="mediu
         own = (at_L or {}).get(arch, [1.0] * len(accs))
         rows.append({"arch": arch, "train_length": 64, "n_models": len(accs),
                      "acc_per_model": [[shorter[0], o, a] for o, a in zip(own, accs, strict=True)],
+                     "final_eval_loss": [2e-4] * len(accs),
                      "longest": {"length": 256, "median": float(np.median(accs)),
                                  "frac_generalise": float(np.mean(np.array(accs) >= 0.9)),
                                  "seen_lags_acc": 0.43, "acc_seen_lags": [0.8] * len(accs),
@@ -243,7 +246,7 @@ def test_claim_generalise_both_ways():
     text, ok = A.claim_generalise(medium_json({"stu": [0.3, 0.95, 0.4, 0.35]},
                                               at_L={"stu": [1.0, 1.0, 0.98, 1.0]}))
     assert ok and "1/4 seeds >= 0.9 at 256" in text and "median 0.38" in text
-    assert "range 0.30–0.95" in text and "at 64 itself min 0.98" in text
+    assert "range 0.30–0.95" in text and "at 64 itself min 0.98, final eval loss <= 2.0e-04" in text
     assert "by lag: seen 0.80, unseen 0.30" in text and "paper's setting" in text
     assert "not matched" not in text
     text, ok = A.claim_generalise(medium_json({"stu": [0.3, 0.85]}))

@@ -23,6 +23,8 @@ paired); then the same ratio at longer L, where the paper finds the gap grows (F
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
 
@@ -129,33 +131,63 @@ def _summary(values: list[int | None]) -> dict:
             "min": min(got) if got else None, "max": max(got) if got else None}
 
 
-def compute_medium(runs: list[dict]) -> dict:
-    """Samples-to-accuracy over seeds and string lengths, and the GSSM / transformer ratios.
+def best_lr(by_lr: dict[str, dict]) -> str:
+    """The learning rate (key of ``by_lr``: {lr: summary of samples to 90 % over seeds}) a
+    model is credited with: the most seeds at 90 %, then the lowest median samples over seeds
+    (a seed that never got there counts as infinitely many), then the lowest lr. Each model
+    and length gets its own best: the sweep favours every model alike."""
+    def key(lr):
+        s = by_lr[lr]
+        vals = [math.inf if v is None else v for v in s["per_seed"]]
+        return (-s["reached"], float(np.median(vals)) if vals else math.inf,
+                0.0 if lr == "-" else float(lr))
+    return min(by_lr, key=key)
 
-    ``runs``: [{label, length, seed, history}], one per trained model. At each length the
-    reference is the transformer with the fewest mean samples to 90 % among those whose every
-    seed got there; a GSSM's ratio is its mean over the reference's mean (``ratio``), and per
-    seed, GSSM seed s over reference seed s (``per_seed``: their min and max are the spread). A
-    GSSM seed that never got there leaves its ratio None and the mean ratio a lower bound
-    (``all_reached`` False)."""
+
+def compute_medium(runs: list[dict], setting: dict | None = None) -> dict:
+    """Samples-to-accuracy over seeds, learning rates and string lengths, and the GSSM /
+    transformer ratios.
+
+    ``runs``: [{label, length, seed, history, lr (optional), params (optional)}], one per
+    trained model. Per model and length, each learning rate's seeds are summarised
+    (``sweep``) and the model is represented by its :func:`best_lr`. At each length the
+    reference is the transformer with the fewest mean samples to 90 % (at its best lr) among
+    those whose every seed got there; a GSSM's ratio is its mean over the reference's mean
+    (``ratio``), and per seed, GSSM seed s over reference seed s (``per_seed``: their min and
+    max are the spread). A GSSM seed that never got there leaves its ratio None and the mean
+    ratio a lower bound (``all_reached`` False). ``setting``: what was trained, as the zoo
+    states it (the paper's setting and what could not be matched), passed through."""
     by_length: dict[int, dict] = {}
     flat = []
-    for r in sorted(runs, key=lambda r: (r["length"], r["label"], r["seed"])):
+    key = f"string_{LEVELS[-1]}"
+    for r in sorted(runs, key=lambda r: (r["length"], r["label"], r.get("lr") or 0, r["seed"])):
         rows = [{"samples_seen": int(h["samples_seen"]), "string_acc": h.get("string_acc"),
                  "char_acc": h.get("char_acc")} for h in r["history"] if "samples_seen" in h]
         reach = {f"string_{lv}": samples_to_reach(rows, "string_acc", lv) for lv in LEVELS}
         flat.append({"label": r["label"], "length": int(r["length"]), "seed": int(r["seed"]),
-                     **reach, "final_string_acc": rows[-1]["string_acc"] if rows else None,
+                     "lr": r.get("lr"), "params": r.get("params"), **reach,
+                     "final_string_acc": rows[-1]["string_acc"] if rows else None,
                      "curve": rows})
     for L in sorted({f["length"] for f in flat}):
         at = [f for f in flat if f["length"] == L]
-        models = {}
+        models, sweep, chosen = {}, {}, {}
         for label in dict.fromkeys(f["label"] for f in at):
-            mine = sorted((f for f in at if f["label"] == label), key=lambda f: f["seed"])
-            models[label] = {"seeds": [f["seed"] for f in mine],
-                             **{f"string_{lv}": _summary([f[f"string_{lv}"] for f in mine])
-                                for lv in LEVELS}}
-        key = f"string_{LEVELS[-1]}"
+            mine = [f for f in at if f["label"] == label]
+            groups: dict[str, list[dict]] = {}
+            for f in mine:
+                groups.setdefault(_lr_key(f["lr"]), []).append(f)
+            sweep[label] = {}
+            for lr, fs in groups.items():
+                fs = sorted(fs, key=lambda f: f["seed"])
+                sweep[label][lr] = {"seeds": [f["seed"] for f in fs],
+                                    **{f"string_{lv}": _summary([f[f"string_{lv}"] for f in fs])
+                                       for lv in LEVELS}}
+            lr = best_lr({k: v[key] for k, v in sweep[label].items()})
+            chosen[label] = lr
+            models[label] = {**sweep[label][lr], "lr": _lr_value(lr),
+                             "params": next((f["params"] for f in mine if f["params"]), None)}
+            for f in mine:
+                f["best_lr"] = _lr_key(f["lr"]) == lr
         done = {k: m[key]["mean"] for k, m in models.items()
                 if k in TRANSFORMERS and m[key]["reached"] == m[key]["seeds"]}
         ref = min(done, key=done.get) if done else None
@@ -173,23 +205,36 @@ def compute_medium(runs: list[dict]) -> dict:
                          "all_reached": gm[key]["reached"] == gm[key]["seeds"]}
         full = {g: r["ratio"] for g, r in ratios.items() if r["all_reached"]}
         by_length[L] = {"models": models, "reference": ref, "ratio_to_reference": ratios,
-                        "best_gssm": min(full, key=full.get) if full else None}
-    return to_jsonable({"level": "medium", "runs": flat, "by_length": by_length})
+                        "best_gssm": min(full, key=full.get) if full else None,
+                        "sweep": sweep, "best_lr": {k: _lr_value(v) for k, v in chosen.items()}}
+    return to_jsonable({"level": "medium", "runs": flat, "by_length": by_length,
+                        "setting": setting or {}})
+
+
+def _lr_key(lr) -> str:
+    """A learning rate as a JSON key ("-" for runs that do not record one)."""
+    return "-" if lr is None else f"{float(lr):g}"
+
+
+def _lr_value(key: str) -> float | None:
+    return None if key == "-" else float(key)
 
 
 def _run_of(path: str) -> dict:
-    """{label, length, seed, history} of a copy checkpoint trained on strings of one length."""
+    """{label, length, seed, lr, params, history} of a medium copy checkpoint: strings of
+    length ``min_len``..L, L = ``max_len`` (the Fig. 1a setting: lengths ≤ L)."""
     ck = read_checkpoint(path)
     task, model = ck["task"], ck["model"]
     check(task["name"] == "copy", f"{path}: not a copy checkpoint ({task['name']})")
     cfg = task["config"]
-    check(cfg["min_len"] == cfg["max_len"], f"{path}: --medium reads models trained on strings "
-          f"of one length (min_len = max_len), got {cfg['min_len']}..{cfg['max_len']}")
     check(any("string_acc" in h for h in ck["history"]),
           f"{path}: the checkpoint has no accuracy history (was it trained?)")
     label = model["config"]["pe"] if model["arch"] == "transformer" else model["arch"]
-    return {"label": label, "length": int(cfg["max_len"]),
-            "seed": int(ck["train"]["config"].get("seed", 0)), "history": ck["history"]}
+    train = ck["train"]["config"]
+    return {"label": label, "length": int(cfg["max_len"]), "seed": int(train.get("seed", 0)),
+            "lr": float(train["lr"]) if "lr" in train else None,
+            "params": int(sum(v.numel() for v in ck["state_dict"].values())),
+            "history": ck["history"]}
 
 
 def _by_length(result: dict) -> dict[int, dict]:
@@ -205,13 +250,13 @@ def _ratio_text(r: dict) -> str:
 
 
 def plot_medium(result: dict):
-    fig, axes = new_figure(3, width_per_panel=4.4, height=3.5)
+    fig, axes = new_figure(4, width_per_panel=4.4, height=3.5)
     at = _by_length(result)
     lengths = sorted(at)
     base = lengths[0]
     seen = set()
     for run in result["runs"]:
-        if run["length"] != base:
+        if run["length"] != base or not run.get("best_lr", True):
             continue
         label = run["label"]
         axes[0].plot([r["samples_seen"] for r in run["curve"]],
@@ -221,7 +266,7 @@ def plot_medium(result: dict):
         seen.add(label)
     axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8)
     axes[0].set(xscale="log", xlabel="training examples seen", ylabel="string-level accuracy",
-                ylim=(-0.02, 1.02), title=f"copy, strings of length {base} (each seed)")
+                ylim=(-0.02, 1.02), title=f"copy, L = {base} (each seed, best lr)")
     key = f"string_{LEVELS[-1]}"
     labels = list(dict.fromkeys(r["label"] for r in result["runs"]))
     for i, label in enumerate(labels):
@@ -255,6 +300,7 @@ def plot_medium(result: dict):
         if bounds:
             axes[2].scatter(*zip(*bounds, strict=True), marker="^", facecolors="none",
                             edgecolors=COLORS.get(g), label=f"{g} >= (a seed never got there)")
+    _plot_sweep(axes[3], at[lengths[-1]], lengths[-1])
     axes[2].axhline(1, color="k", ls=":", lw=0.8)
     axes[2].set(yscale="log", xlabel="string length L", xticks=lengths,
                 ylabel="samples to 90 %: GSSM / fastest transformer",
@@ -273,8 +319,35 @@ def plot_medium(result: dict):
     return fig
 
 
+def _plot_sweep(ax, m: dict, L: int) -> None:
+    """Median samples to 90 % against the learning rate, one line per model (open marker at
+    the top: the median seed never got there)."""
+    key = f"string_{LEVELS[-1]}"
+    top = max((v for sw in m.get("sweep", {}).values() for s in sw.values()
+               for v in s[key]["per_seed"] if v is not None), default=1)
+    for label, sw in m.get("sweep", {}).items():
+        lrs = sorted((k for k in sw if k != "-"), key=float)
+        if not lrs:
+            continue
+        med = [float(np.median([math.inf if v is None else v for v in sw[k][key]["per_seed"]]))
+               for k in lrs]
+        x = [float(k) for k in lrs]
+        y = [v if math.isfinite(v) else np.nan for v in med]
+        ax.plot(x, y, marker="o", color=COLORS.get(label), label=label)
+        never = [xi for xi, v in zip(x, med, strict=True) if not math.isfinite(v)]
+        ax.scatter(never, [top * 1.5] * len(never), marker="^", facecolors="none",
+                   edgecolors=COLORS.get(label))
+    ax.set(xscale="log", yscale="log", xlabel="learning rate",
+           ylabel="median training examples to 90 %",
+           title=f"lr sweep at L = {L} (△: never, median seed)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
+
+
 def table_medium(result: dict) -> list[list]:
-    rows = [["L", "model", "reached 90%", "samples→50%", "samples→90%", "×fastest transformer"]]
+    rows = [["L", "model", "params", "best lr", "reached 90%", "samples→50%", "samples→90%",
+             "×fastest transformer", "sweep: lr reached median→90%"]]
+    key = f"string_{LEVELS[-1]}"
     for L, m in _by_length(result).items():
         for label, s in m["models"].items():
             cells = []
@@ -283,16 +356,27 @@ def table_medium(result: dict) -> list[list]:
                 cells.append("never" if x["mean"] is None
                              else f"{x['mean']:,.0f} ± {x['sd']:,.0f}")
             r = m["ratio_to_reference"].get(label)
-            rows.append([L, label, f"{s[f'string_{LEVELS[-1]}']['reached']}/{len(s['seeds'])}",
+            sweep = "; ".join(
+                f"{lr} {v[key]['reached']}/{len(v['seeds'])} {_median_text(v[key])}"
+                for lr, v in sorted(m.get("sweep", {}).get(label, {}).items(),
+                                    key=lambda kv: float(kv[0]) if kv[0] != "-" else 0.0))
+            rows.append([L, label, "-" if s.get("params") is None else f"{s['params']:,}",
+                         "-" if s.get("lr") is None else f"{s['lr']:g}",
+                         f"{s[key]['reached']}/{len(s['seeds'])}",
                          *cells, "reference" if label == m["reference"]
-                         else _ratio_text(r) if r else "-"])
+                         else _ratio_text(r) if r else "-", sweep or "-"])
     return rows
+
+
+def _median_text(s: dict) -> str:
+    med = float(np.median([math.inf if v is None else v for v in s["per_seed"]]))
+    return f"{med:,.0f}" if math.isfinite(med) else "never"
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     if (args.train or args.preset) == "medium":
-        return compute_medium([_run_of(c.path) for c in checkpoints])
+        return compute_medium([_run_of(c.path) for c in checkpoints], zoo.COPY_MEDIUM_SETTING)
     models, info, _ = load_copy_models([c.path for c in checkpoints], args.device)
     histories = {label: m.checkpoint["history"] for label, m in models.items()}
     for label, h in histories.items():
@@ -335,8 +419,35 @@ def _fewer_samples_medium(d: dict) -> tuple[str, bool | None]:
             f"{g} {_ratio_text(r)}" for g, r in ratios.items()))
         holds &= all(x is None or x > 1 for r in ratios.values() for x in r["per_seed"])
     text = ("samples to 90 % string accuracy, GSSM / fastest transformer (per-seed min–max): "
-            + "; ".join(parts))
+            + "; ".join(parts) + _setting_text(d))
     return text, (holds if any_gssm or not holds else None)
+
+
+def _setting_text(d: dict) -> str:
+    """What was trained (each model at its best lr of the sweep, its parameter count) and
+    what of the paper's setting could not be matched, for a medium claim's text."""
+    last = list(_by_length(d).values())[-1] if d.get("by_length") else {}
+    models = last.get("models", {})
+    seeds = max((len(m.get("seeds", [])) for m in models.values()), default=0)
+    lrs = sorted({float(k) for sw in last.get("sweep", {}).values() for k in sw if k != "-"})
+    parts = []
+    if any(m.get("params") for m in models.values()):
+        parts.append("params " + ", ".join(f"{k} {m['params'] / 1e3:.0f}k"
+                                           for k, m in models.items() if m.get("params")))
+    if lrs:
+        parts.append("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
+                     + " per L (" + "; ".join(
+                         f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
+                                               if v is not None)
+                         for L, m in _by_length(d).items() if m.get("best_lr")) + ")")
+    if seeds:
+        parts.append(f"{seeds} seeds")
+    setting = d.get("setting") or {}
+    if setting.get("paper"):
+        parts.append(f"setting: {setting['paper']}")
+    if setting.get("not_matched"):
+        parts.append(f"not matched: {setting['not_matched']}")
+    return (" [" + "; ".join(parts) + "]") if parts else ""
 
 
 def claim_gap_grows(d: dict) -> tuple[str, bool | None] | None:
@@ -357,7 +468,7 @@ def claim_gap_grows(d: dict) -> tuple[str, bool | None] | None:
     text = "; ".join(f"{g} " + " → ".join(f"{r:.1f}× (L={L})" for L, r in pts)
                      for g, pts in series.items())
     grows = all(b[1] > a[1] for pts in series.values() for a, b in zip(pts, pts[1:], strict=False))
-    return f"GSSM / fastest transformer, samples to 90 %: {text}", grows
+    return f"GSSM / fastest transformer, samples to 90 %: {text}{_setting_text(d)}", grows
 
 
 FIGURE = Figure(

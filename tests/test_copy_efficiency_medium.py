@@ -10,6 +10,7 @@ import torch
 
 from analyses import copy_efficiency as ce
 from models import zoo
+from models.checkpoint import read_checkpoint
 from tasks.base import TaskError
 
 
@@ -48,7 +49,7 @@ def test_compute_medium_means_ratios_and_per_seed_pairs():
     assert m["best_gssm"] == "mamba"  # the LSTM's mean is only a lower bound
     assert m["models"]["lstm"]["string_0.9"]["reached"] == 2
     rows = ce.table(d)
-    assert rows[0][0] == "L" and any(r[1] == "rope" and r[-1] == "reference" for r in rows)
+    assert rows[0][0] == "L" and any(r[1] == "rope" and r[-2] == "reference" for r in rows)
     ce.plot(d)  # draws
     holds = ce.claim_fewer_samples(d)[1]
     assert holds is True  # every per-seed ratio > 1; the LSTM seed that never got there too
@@ -61,6 +62,34 @@ def test_claims_read_compute_medium():
     spec[("mamba", 8)] = [3, 3]
     d = json.loads(json.dumps(ce.compute_medium(runs(spec))))
     assert ce.claim_gap_grows(d)[1] is False
+
+
+def test_each_model_is_credited_with_its_best_lr():
+    """Per model and L, the lr with the most seeds at 90 %, then the lowest median; the ratio
+    pairs seeds at each model's own best lr."""
+    spec = {("rope", 5, 1e-3): [6, 6, 6], ("rope", 5, 1e-2): [2, 2, 9],  # median 2 < 6
+            ("mamba", 5, 1e-3): [4, 4, None],  # fastest, but a seed never got there
+            ("mamba", 5, 1e-2): [8, 8, 8], ("mamba", 5, 3e-3): [9, 9, 9]}
+    d = json.loads(json.dumps(ce.compute_medium(
+        [{"label": label, "length": L, "seed": s, "lr": lr, "history": history(r),
+          "params": 1000 if label == "rope" else 1100}
+         for (label, L, lr), reach in spec.items() for s, r in enumerate(reach)],
+        {"paper": "the paper's", "not_matched": "scale"})))
+    m = d["by_length"]["5"]
+    assert m["best_lr"] == {"rope": 0.01, "mamba": 0.01}
+    assert m["models"]["rope"]["lr"] == 0.01 and m["models"]["mamba"]["params"] == 1100
+    assert m["sweep"]["mamba"]["0.001"]["string_0.9"]["reached"] == 2
+    assert m["ratio_to_reference"]["mamba"]["per_seed"] == [4.0, 4.0, 8 / 9]
+    assert sum(r["best_lr"] for r in d["runs"]) == 6  # 3 seeds of each model's best lr
+    text, holds = ce.claim_fewer_samples(d)
+    assert holds is False  # seed 2: mamba 800 samples, rope 900
+    assert "best lr of 0.001/0.003/0.01" in text and "not matched: scale" in text
+    assert "params mamba 1k, rope 1k" in text
+    rows = ce.table(d)
+    assert rows[0][3] == "best lr" and any(r[1] == "mamba" and r[3] == "0.01" for r in rows)
+    ce.plot(d)  # draws, the sweep panel too
+    assert ce.best_lr({"0.001": {"per_seed": [5, 5], "reached": 2},
+                       "0.01": {"per_seed": [5, 5], "reached": 2}}) == "0.001"  # tie: lower
 
 
 def test_reference_must_reach_in_every_seed():
@@ -121,34 +150,56 @@ def test_gap_grows_claim():
 
 def test_medium_recipes_in_the_zoo():
     names = zoo.copy_medium_recipes()
-    n = len(zoo.COPY_MEDIUM["lengths"]) * len(zoo.COPY_MEDIUM_LABELS) * zoo.COPY_MEDIUM["seeds"]
+    n = (len(zoo.COPY_MEDIUM["lengths"]) * len(zoo.COPY_MEDIUM_LABELS)
+         * zoo.COPY_MEDIUM["seeds"] * len(zoo.COPY_MEDIUM["lrs"]))
     assert len(names) == len(set(names)) == n
     assert ce.FIGURE.recipes("medium") == names
     assert "medium" in ce.FIGURE.presets
     for name in names:
         r = zoo.recipe(name)
         assert r.available("medium") and not r.available("quick") and not r.available("paper")
-    spec = zoo.spec(zoo.copy_medium_name("mamba2", 8, 2), "medium")
-    assert spec.task_config["min_len"] == spec.task_config["max_len"] == 8
-    assert spec.train.seed == 2 and spec.train.stop_at == 0.9
-    seeds = {zoo.spec(zoo.copy_medium_name("rope", 5, s), "medium").hash()
-             for s in range(zoo.COPY_MEDIUM["seeds"])}
-    assert len(seeds) == zoo.COPY_MEDIUM["seeds"]  # one cache entry per seed
+    L = zoo.COPY_MEDIUM["lengths"][-1]
+    spec = zoo.spec(zoo.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
+    assert (spec.task_config["min_len"], spec.task_config["max_len"]) == (1, L)  # lengths <= L
+    assert spec.train.seed == 2 and spec.train.stop_at == 0.9 and spec.train.lr == 3e-3
+    rope = zoo.spec(zoo.copy_medium_name("rope", L, 0, 1e-2), "medium")
+    assert rope.model["rotary_frac"] == 0.25 and rope.model["parallel_residual"] is True
+    hashes = {zoo.spec(zoo.copy_medium_name("rope", L, s, lr), "medium").hash()
+              for s in range(zoo.COPY_MEDIUM["seeds"]) for lr in zoo.COPY_MEDIUM["lrs"]}
+    assert len(hashes) == zoo.COPY_MEDIUM["seeds"] * len(zoo.COPY_MEDIUM["lrs"])
     assert zoo.copy_medium_recipes(["lstm"])[0] == zoo.copy_medium_name(
-        "lstm", zoo.COPY_MEDIUM["lengths"][0], 0)
+        "lstm", zoo.COPY_MEDIUM["lengths"][0], 0, zoo.COPY_MEDIUM["lrs"][0])
     with pytest.raises(TaskError, match="unknown model 'gpt'"):
         zoo.copy_medium_recipes(["gpt"])
+
+
+def test_medium_models_are_parameter_matched():
+    """Every medium copy model within ±20 % of the RoPE transformer's parameter count (the
+    paper matches Mamba and the transformers), counted on the meta device."""
+    from models.train.spec import run_size
+    from tasks.registry import make_task
+
+    L = zoo.COPY_MEDIUM["lengths"][-1]
+    counts = {}
+    for label in zoo.COPY_MEDIUM_LABELS:
+        spec = zoo.spec(zoo.copy_medium_name(label, L, 0, 1e-3), "medium")
+        counts[label] = run_size(spec, make_task("copy", spec.task_config))[0]
+    for label, n in counts.items():
+        assert 0.8 <= n / counts["rope"] <= 1.2, (label, n, counts["rope"])
 
 
 def test_run_of_reads_label_length_and_seed(tmp_path):
     from models.train.loop import train
 
-    spec = zoo.spec(zoo.copy_medium_name("lstm", 5, 1), "medium",
+    L = zoo.COPY_MEDIUM["lengths"][0]
+    spec = zoo.spec(zoo.copy_medium_name("lstm", L, 1, 3e-3), "medium",
                     train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
     spec = type(spec)(spec.arch, spec.task, {**spec.model, "d_model": 8, "n_layers": 1},
                       spec.task_config, spec.train)
     torch.manual_seed(0)
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
     run = ce._run_of(str(tmp_path / "m.pt"))
-    assert (run["label"], run["length"], run["seed"]) == ("lstm", 5, 1)
+    assert (run["label"], run["length"], run["seed"], run["lr"]) == ("lstm", L, 1, 3e-3)
+    assert run["params"] == sum(p.numel() for p in read_checkpoint(
+        tmp_path / "m.pt")["state_dict"].values())
     assert len(run["history"]) == 3

@@ -165,6 +165,8 @@ def test_medium_recipes_are_the_zoos_medium_block():
     spec = zoo.spec("induction_medium/stu_L64_s2", "medium")
     assert spec.train.stop_at == 0 and spec.train.schedule == "cosine"
     assert spec.train.steps >= 1000 and spec.train.seed == 2
+    base = zoo.spec("induction_medium/mamba2_L16_s1", "medium").train
+    assert base.stop_at == 0 and base.schedule == "cosine" and 0 < base.steps < spec.train.steps
     blank = zoo.spec("induction_medium/stu_blank0_L16_s0", "medium").model
     assert blank["normalization"] == "none"
     assert blank["zero_embed"] == (make_task("induction", length=16).vocab.id("BLANK"),)

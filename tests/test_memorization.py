@@ -463,24 +463,34 @@ def test_power_fit_and_loglog_slope_recover_exact_shapes():
     assert line_fit(np.array([1.0, 2, 3]), np.array([2.0, 4, 6]))["rss"] == pytest.approx(0)
 
 
-def search_json(verdict_inputs):
-    """A search result whose non-embedding fits are (lin rss, sqrt rss, k CI)."""
+def search_json(verdict_inputs, small=(0.6, (0.4, 0.9)), large=(1.0, (0.8, 1.2))):
+    """A search result whose non-embedding fits are (lin rss, sqrt rss, k CI), with the
+    exponents (k, CI) over the smaller and the larger half of the N."""
     lin, sq, ci = verdict_inputs
     fit = {"linear": {"rss": lin, "rmse": lin**0.5, "r2": 0.99},
            "theory": {"rss": sq, "rmse": sq**0.5, "r2": 0.9},
-           "power": {"k": sum(ci) / 2, "ci": list(ci)}, "loglog": {"slope": 0.8,
-                                                                   "ci": [0.7, 0.9]}}
+           "power": {"k": sum(ci) / 2, "ci": list(ci)},
+           "power_small": {"k": small[0], "ci": list(small[1])},
+           "power_large": {"k": large[0], "ci": list(large[1])},
+           "loglog": {"slope": 0.8, "ci": [0.7, 0.9]}}
     fit["verdict"] = am.shape_verdict(fit)
-    return {"search": {"seeds": [0, 1, 2, 3]}, "n_examples": list(range(9)), "n_ratio": 32.0,
-            "fits": {"non_embedding": fit}}
+    n = [16, 25, 38, 59, 91, 140, 215, 332, 512]
+    return {"search": {"seeds": [0, 1], "steps": [2000] * 6 + [8000] * 3}, "n_examples": n,
+            "n_ratio": 32.0, "seq_len": 8, "fits": {"non_embedding": fit},
+            "config": {"task": {"vocab": 16, "n_classes": 4},
+                       "model": {"n_layers": 2, "n_heads": 1, "pe": "rope"},
+                       "train": {"lr": 0.01, "schedule": "linear", "weight_decay": 0.0}}}
 
 
 def test_shape_claims_both_ways():
     linear = search_json((1e4, 9e4, (0.85, 1.1)))
     text, ok = am.claim_linear(linear)
     assert ok and not am.claim_sqrt(linear)[1]
-    assert "k = 0.98 [95 % CI 0.85, 1.10]" in text and "9 N over 32x, 4 seeds" in text
+    assert "k = 0.98 [95 % CI 0.85, 1.10]" in text and "9 N = 16…512 (32x), 2 seeds" in text
+    assert "2,000 steps (8,000 at N = 215, 332, 512)" in text
     assert "verdict: linear" in text and "RMSE linear 100 vs a + b*sqrt(nN) 300" in text
+    # our setting beside the paper's: what could not be matched
+    assert "L = 2, h = 1" in text and "L = 6, h = 12, Adam lr 2e-5, batch 32" in text
     sqrt = search_json((9e4, 1e4, (0.4, 0.7)))
     assert am.claim_sqrt(sqrt)[1] and not am.claim_linear(sqrt)[1]
     # residuals favour one shape but the exponent's interval holds the other: undecided
@@ -490,7 +500,43 @@ def test_shape_claims_both_ways():
     assert am.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
     grid = mem_json()  # the quick grid: too few N, the shape claims do not apply
     assert am.claim_sqrt(grid) is None and am.claim_linear(grid) is None
+    assert am.claim_concave_small(grid) is None
     assert am.claim_trends(linear) is None  # and a search has no full grid for Fig. 1
+
+
+def test_concavity_only_at_small_n_both_ways():
+    text, ok = am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1))))
+    assert ok
+    assert "N = 16…91: k = 0.60 [0.40, 0.90]" in text and "N = 91…512: k = 1.00 [0.80, 1.20]" in text
+    for small, large in (((0.8, (0.5, 1.05)), (1.0, (0.8, 1.2))),  # small half may be linear
+                         ((0.6, (0.4, 0.9)), (0.6, (0.4, 0.95))),  # concave throughout
+                         ((0.6, (0.4, 0.9)), (1.5, (1.2, 1.8)))):  # convex at large N
+        assert not am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), small, large))[1]
+    d = search_json((1e4, 9e4, (0.85, 1.1)))
+    d["fits"]["non_embedding"]["power_small"] = {"k": None, "ci": None}  # too few N
+    text, ok = am.claim_concave_small(d)
+    assert not ok and "N = 16…91: k n/a" in text
+
+
+def test_step_budgets_lengthen_the_largest_n():
+    ns = (16, 25, 38, 59)
+    assert am.step_budgets(ns, 2000, {"largest": 2, "factor": 4}) == {
+        16: 2000, 25: 2000, 38: 8000, 59: 8000}
+    assert am.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
+    assert am.step_budgets(ns, 2000, {"largest": 0, "factor": 4}) == dict.fromkeys(ns, 2000)
+    assert am.step_budgets(ns, 10, {"largest": 9, "factor": 3}) == dict.fromkeys(ns, 30)
+    with pytest.raises(TaskError):
+        am.step_budgets(ns, 2000, {"largest": 1, "factor": 0})
+    specs = am.search_specs("synthetic", "token", "medium", (4,), (8, 16), 0,
+                            {"n_examples": 16, "data": "synthetic", "level": "token"},
+                            {"n_heads": 1}, {}, {16: 123})
+    assert specs[(16, 4)].train.steps == 123 and specs[(8, 4)].train.steps == 2000
+    assert specs[(16, 4)].hash() != am.search_specs(
+        "synthetic", "token", "medium", (4,), (16,), 0,
+        {"n_examples": 16, "data": "synthetic", "level": "token"}, {"n_heads": 1}, {}
+    )[(16, 4)].hash()  # a longer budget is another cell, never a reused shorter one
+    assert am.budget_text({"n_examples": [8, 16], "search": {"steps": [2000, 2000]}}) == (
+        "2,000 steps")
 
 
 def fake_search(seed, widths_found):
@@ -528,6 +574,9 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
     assert result["config"]["model"]["n_heads"] == 1  # the medium grid's one head
     assert result["config"]["train"]["batch_size"] == 1024  # full batch
     assert result["cells_trained"] == len(result["cells"]) > 0
+    # the medium row's three largest N get four times the budget; two N here: both
+    assert result["search"]["steps"] == [120, 120]
+    assert {c["steps"] <= 120 for c in result["cells"]} == {True}
     saved = {p.name for p in (tmp_path / "memorization_synthetic_token_cells").iterdir()}
     assert {am.search_cell_name(c["n_examples"], c["d_model"], c["seed"])
             for c in result["cells"]} == saved
@@ -542,5 +591,5 @@ def test_medium_is_a_preset_of_the_figure():
     assert am.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
     labels = [label for label, _ in am.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",
-                      "memorization_synthetic_token/m3_f0.03125"]
+                      "memorization_synthetic_token/m2_f0.03125"]
     assert am.dry_run_cells("medium")[0][1]().model["n_heads"] == 1

@@ -59,6 +59,9 @@ NAME = "stu_induction"
 ARCHS = ("stu", "transformer", "mamba2", "mamba", "lstm")  # any language model can be probed
 DEFAULT_ARCHS = ("stu", "transformer", "mamba2")
 GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"
+# above the even-lag bound a parity-blind seed may still score on 512 evaluation sequences:
+# the draw's even-lag share (±0.022) and its chance guesses at odd lags (±0.013), max of 8 seeds
+EVEN_LAG_SLACK = 0.08
 # the medium STU variants as describe() labels them
 STU, STU_SHARED, STU_BLANK0 = "stu", "stu (shared mixture)", "stu (no norm, <BLANK> = 0)"
 BASELINES = ("transformer (hard_alibi)", "mamba2")
@@ -391,7 +394,7 @@ def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
     """The reference code's tensordot (hazan-lab/flash-stu-2: one filter mixture for both ±
     branches, so U⁺ + U⁻ keeps even lags only) cannot learn the task: at its own training
     length every seed recalls at most the even-lag bound (right at even lags, chance at odd
-    ones; +0.05 for sampling), while the paper's model is all right there."""
+    ones; + EVEN_LAG_SLACK for sampling), while the paper's model is all right there."""
     rows = _medium_rows(d, STU_SHARED)
     if rows is None:
         return None  # a medium claim (runs trained to convergence)
@@ -400,7 +403,7 @@ def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
     for L, r in sorted(rows.items()):
         own = _at_train_length(d, r)
         bound = even_lags_accuracy(L, round(1 / d["chance"]))
-        ok = ok and max(own) <= bound + 0.05
+        ok = ok and max(own) <= bound + EVEN_LAG_SLACK
         ref = (f", the per-branch STU's {np.median(_at_train_length(d, ours[L])):.2f}"
                if L in ours else "")
         parts.append(f"trained at {L} ({r['n_models']} seeds): at {L} {_spread(own)}, even-lag "

@@ -291,6 +291,8 @@ def test_claim_shared_mixture_both_ways():
     text, ok = A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.62, 0.6]}))
     assert ok and "even-lag bound 0.62" in text and "per-branch STU's 1.00" in text
     assert not A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.99]}))[1]
+    assert not A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.71]}))[1]
+    assert A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.69]}))[1]
     assert not A.claim_shared_mixture(medium_json({"stu": [0.4]}))[1]  # no shared rows
     assert A.claim_shared_mixture(medium_json(at_T, preset=None)) is None
 

@@ -1,7 +1,7 @@
 """Copying strings that hold a duplicated n-gram (copy paper §3.4, Fig. 4).
 
 ``python -m analyses.duplicated_ngrams ckpt.pt``: string- and character-level copy accuracy
-(greedy decoding) on strings in which one n-gram is repeated — the two copies followed by
+(teacher-forced argmax, as the paper's synthetic evaluation) on strings in which one n-gram is repeated — the two copies followed by
 different tokens — for n = 1..10, beside the no-duplicate baseline at the same length. A model
 that copies by looking up the last m tokens is confused once n ≥ m, so accuracy stays flat for
 small n and falls from some n on: that n (the "duplicated-n-gram accuracy loss") is reported as
@@ -14,7 +14,9 @@ Strings must hold two copies and a successor (length ≥ 2n + 1), so n = 10 need
 When L = 2n + 1 the later copy ends the string and confuses only the <EOS> step, which is not
 scored, so large n need longer strings: the default lengths are the training max_len and
 max(max_len, 3·n_max). String accuracy comes from one teacher-forced pass (exact: equal to
-greedy decoding's); ``--greedy`` decodes, which also makes the character accuracy the paper's.
+greedy decoding's), character accuracy per token given the true prefix — the copy paper's
+synthetic evaluation (the authors' code takes the argmax of one forward pass over prompt and
+true answer); ``--greedy`` decodes instead.
 
 A pretrained HuggingFace causal LM (a model directory or a hub name) gets the same strings
 drawn over the ordinary tokens of its tokenizer, n counted in tokens, in the copy paper's prompt

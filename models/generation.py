@@ -10,7 +10,8 @@ from torch import Tensor
 @torch.no_grad()
 def greedy_decode(model, prompts: Int[Tensor, "batch prompt"], n_new: int
                   ) -> Int[Tensor, "batch n_new"]:
-    """Generate ``n_new`` tokens by argmax (temperature 0, paper A.2), feeding each back in.
+    """Generate ``n_new`` tokens by argmax (temperature 0, copy paper App. A.2; the authors
+    decode so for the pretrained models of §4), feeding each back in.
 
     No KV cache: every step re-runs the model on the whole sequence, so hooks see ordinary
     full-sequence activations and every architecture decodes the same way.
@@ -50,9 +51,12 @@ def copy_accuracy(pred: Int[Tensor, "batch answer"], answers: Int[Tensor, "batch
 def evaluate_prompts(model, batch, greedy: bool = True) -> dict[str, float]:
     """Accuracies of ``model`` on a :class:`~tasks.base.PromptBatch`.
 
-    ``greedy=True`` decodes autoregressively (the paper's protocol); ``greedy=False`` uses one
-    teacher-forced pass: string accuracy is identical, character accuracy then counts tokens
-    right given the true prefix.
+    ``greedy=True`` decodes autoregressively; ``greedy=False`` uses one teacher-forced pass,
+    which is how the copy paper scores its synthetic tasks (the authors' evaluation,
+    ``synthetic_exps/test_utils.py``, takes the argmax of one forward pass over the prompt and
+    the true answer; App. A.2 calls it greedy decoding): string accuracy is identical,
+    character accuracy then counts tokens right given the true prefix, as the paper's does.
+    Only the pretrained models (§4) are decoded autoregressively there.
     """
     was_training = model.training
     model.eval()

@@ -3,9 +3,11 @@ lookup, phone-book), the per-string errors behind it, and the size of a recurren
 state (the bits of Thm 2.7).
 
 Accuracy is string-level and character-level (§3.1). The default is one teacher-forced pass
-per batch, which gives exactly greedy decoding's string accuracy
-(``models.generation.teacher_forced_argmax``); ``greedy=True`` decodes, which also makes the
-character accuracy the paper's.
+per batch (``models.generation.teacher_forced_argmax``), as the copy paper scores its synthetic
+tasks (the authors' evaluation takes the argmax of one forward pass over the prompt and the
+true answer): its string accuracy is exactly greedy decoding's, its character accuracy counts
+tokens right given the true prefix, as the paper's does. ``greedy=True`` decodes instead
+(character accuracy then over the model's own continuation).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@
    construction's Hard-ALiBi heads average exactly their window, Lemma C.1).
 3. Causal check: mean- (or zero-) ablate the match heads and measure string- and character-
    level copy accuracy (§3.1; decoded greedily here, where the paper's synthetic evaluation
-   is one teacher-forced pass: the string accuracy is the same), against ablating as many randomly chosen other
-   heads (several draws).
+   is one teacher-forced pass: the string accuracy is the same), against ablating as many
+   randomly chosen other heads (several draws).
 
 On an induction-heads checkpoint the examples are its task's own rows (flag, token, query:
 repeated random letters would be out of its distribution); on one trained on another

@@ -1,9 +1,10 @@
 """Copying strings that hold a duplicated n-gram (copy paper §3.4, Fig. 4).
 
 ``python -m analyses.duplicated_ngrams ckpt.pt``: string- and character-level copy accuracy
-(teacher-forced argmax, as the paper's synthetic evaluation) on strings in which one n-gram is repeated — the two copies followed by
-different tokens — for n = 1..10, beside the no-duplicate baseline at the same length. A model
-that copies by looking up the last m tokens is confused once n ≥ m, so accuracy stays flat for
+(teacher-forced argmax, as the paper's synthetic evaluation) on strings in which one n-gram is
+repeated — the two copies followed by different tokens — for n = 1..10, beside the
+no-duplicate baseline at the same length. A model that copies by looking up the last m tokens
+is confused once n ≥ m, so accuracy stays flat for
 small n and falls from some n on: that n (the "duplicated-n-gram accuracy loss") is reported as
 the first n whose accuracy is clearly below the baseline (by more than 5 points and two
 standard errors), and where it falls below half the baseline. The hash-copy construction of

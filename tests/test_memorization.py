@@ -507,7 +507,8 @@ def test_shape_claims_both_ways():
 def test_concavity_only_at_small_n_both_ways():
     text, ok = am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1))))
     assert ok
-    assert "N = 16…91: k = 0.60 [0.40, 0.90]" in text and "N = 91…512: k = 1.00 [0.80, 1.20]" in text
+    assert "N = 16…91: k = 0.60 [0.40, 0.90]" in text
+    assert "N = 91…512: k = 1.00 [0.80, 1.20]" in text
     for small, large in (((0.8, (0.5, 1.05)), (1.0, (0.8, 1.2))),  # small half may be linear
                          ((0.6, (0.4, 0.9)), (0.6, (0.4, 0.95))),  # concave throughout
                          ((0.6, (0.4, 0.9)), (1.5, (1.2, 1.8)))):  # convex at large N

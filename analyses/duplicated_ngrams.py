@@ -4,12 +4,11 @@
 (teacher-forced argmax, as the paper's synthetic evaluation) on strings in which one n-gram is
 repeated — the two copies followed by different tokens — for n = 1..10, beside the
 no-duplicate baseline at the same length. A model that copies by looking up the last m tokens
-is confused once n ≥ m, so accuracy stays flat for
-small n and falls from some n on: that n (the "duplicated-n-gram accuracy loss") is reported as
-the first n whose accuracy is clearly below the baseline (by more than 5 points and two
-standard errors), and where it falls below half the baseline. The hash-copy construction of
-App. C with a known n (``--reference-n``) is evaluated on the same strings as a calibration: it
-must fail from exactly that n on.
+is confused once n ≥ m, so accuracy stays flat for small n and falls from some n on: that n
+(the "duplicated-n-gram accuracy loss") is reported as the first n whose accuracy is clearly
+below the baseline (by more than 5 points and two standard errors), and where it falls below
+half the baseline. The hash-copy construction of App. C with a known n (``--reference-n``) is
+evaluated on the same strings as a calibration: it must fail from exactly that n on.
 
 Strings must hold two copies and a successor (length ≥ 2n + 1), so n = 10 needs length ≥ 21.
 When L = 2n + 1 the later copy ends the string and confuses only the <EOS> step, which is not

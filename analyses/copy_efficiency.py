@@ -91,8 +91,9 @@ def plot(result: dict):
             y = [np.nan if r[key] is None else r[key] for r in rows]
             ax.plot(x, y, marker="o", ms=3, color=color, label=label)
     axes[0].set(ylabel="string-level accuracy", title="copy: training efficiency")
-    # the paper decodes greedily; a teacher-forced eval (quick preset) gives the same string
-    # accuracy but counts each character given the true prefix
+    # the paper's synthetic evaluation is teacher forced (the authors' code: the argmax of one
+    # pass over prompt and true answer), as is the quick preset's; greedy decoding gives the
+    # same string accuracy but counts the characters of its own continuation
     forced = any(not i.get("greedy_eval", True) for i in result["train"].values())
     axes[1].set(ylabel="character-level accuracy" + (" (teacher forced)" if forced else ""),
                 title="character level (Fig. 9)")

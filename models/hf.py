@@ -23,12 +23,33 @@ the cache) plus the small interface the analyses read on suite models:
 Only decoder-only causal LMs are loaded (the analyses feed a prefix and read the next-token
 logits); an encoder, an encoder-decoder, an offline hub name or a directory that is not a model
 is one :class:`HFError` line.
+
+A model directory is data, never code, and is checked before any weight is allocated (each
+failure is one :class:`HFError` line):
+
+* ``trust_remote_code=False`` wherever a config, tokenizer or model is loaded, and a config that
+  names Python files of the directory (``auto_map``) for a model type transformers does not know
+  is refused before transformers sees it;
+* ``config.json`` must be a bounded JSON object; wrong-typed fields are refused by the config
+  class; the provenance our exports store (``seqprobe``: the task a model was trained on) is
+  checked like a ``.pt`` file's task (:func:`models.checkpoint.check_task_bounds`);
+* weight files are read by their headers first: safetensors through ``safe_open`` (a truncated,
+  empty or oversized header is one line), ``pytorch_model.bin`` only through
+  ``torch.load(weights_only=True)``; the model the config describes is built on the meta device
+  (deep stacks extrapolated from one and two layers, as for ``.pt`` files) and must be covered by
+  the stored values (nothing left to random initialisation), fit in memory, and rebuild no more
+  than :data:`models.checkpoint.MAX_REBUILT_BYTES` of unstored buffers;
+* after loading: no missing, unexpected or mis-shaped weight (named), and no NaN / inf weight.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import os
+import pickle
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -37,16 +58,31 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
+from transformer_lens.model_bridge.sources.transformers import (
+    determine_architecture_from_hf_config,
+    get_hf_model_class_for_architecture,
+)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
 )
 from transformers.utils import logging as hf_logging
 
-from models.device import resolve_device
+from models.checkpoint import (
+    DEEP,
+    FILE_KINDS,
+    HUB_NAME,
+    MAX_REBUILT_BYTES,
+    ZIP_MAGIC,
+    _check_tensor_storage,
+    check_task_bounds,
+)
+from models.device import check_fits, human_bytes, resolve_device
 from models.registry import HF_ARCHS
-from tasks.base import TaskError
+from tasks.base import TaskError, config_from_dict
+from tasks.registry import TASKS, task_class
 
 # attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one
 # "head" per layer); Mamba2ForCausalLM (SSD heads); attention and SSM layers in one stack
@@ -54,6 +90,11 @@ HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2, HF_HYBRID = HF_ARCHS
 SSM_TYPES = {"mamba": HF_MAMBA, "falcon_mamba": HF_MAMBA, "mamba2": HF_MAMBA2}
 CAUSAL_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 HUB_PROBE_S = 5.0  # seconds to wait for the hub before calling the machine offline
+# transformers reads a config.json whole; real ones are a few kB, so a larger file is not a config
+MAX_CONFIG_BYTES = 2**24
+# the weight files transformers reads, in the order it prefers them (single file, then shards)
+SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
+TORCH_BIN, TORCH_BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 
 
 class HFError(TaskError):
@@ -153,25 +194,331 @@ def _first_line(e: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _kind(mode: int) -> str:
+    return next((k for test, k in FILE_KINDS if test(mode)), "not a regular file")
+
+
 def resolve_source(path_or_name: str | os.PathLike) -> tuple[str, bool]:
     """``(source, local)``: a local model directory (which must hold ``config.json``) or a hub
-    name; anything else is one line."""
+    name; anything else is one line. What exists on disk is never taken for a hub name (a
+    symbolic link that loops or leads nowhere included)."""
     text = str(path_or_name)
     path = Path(text).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise HFError(f"{text}: is a directory, but neither a HuggingFace model (no "
-                          "config.json) nor a suite checkpoint file (.pt)")
-        return str(path), True
-    if path.exists():
-        raise HFError(f"{text}: is a file; a HuggingFace model is a directory with config.json "
+    try:
+        os.lstat(path)
+        on_disk = True
+    except FileNotFoundError:
+        on_disk = False
+    except (OSError, ValueError) as e:  # a loop in a parent, a name too long, a NUL byte
+        raise HFError(f"{text}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    if on_disk:
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise HFError(f"{text}: a symbolic link that cannot be followed ({e.strerror}: it "
+                          "loops, or what it points to is gone)") from None
+        if stat.S_ISDIR(st.st_mode):
+            if not (path / "config.json").is_file():
+                raise HFError(f"{text}: is a directory, but neither a HuggingFace model (no "
+                              "config.json) nor a suite checkpoint file (.pt)")
+            return str(path), True
+        what = "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        raise HFError(f"{text}: is {what}; a HuggingFace model is a directory with config.json "
                       "(or a hub name such as EleutherAI/pythia-410m)")
+    if not HUB_NAME.match(text):
+        raise HFError(f"{text}: no such file or directory (nor a HuggingFace hub name such as "
+                      "EleutherAI/pythia-410m)")
     if not offline_mode() and not hub_reachable():
         raise HFError(f"{text}: no such file or directory, and the HuggingFace hub "
                       f"({hub_endpoint()}) cannot be reached to download it as a model name "
                       "(offline?); give a local model directory, or set HF_HUB_OFFLINE=1 to "
                       "use the HuggingFace cache")
     return text, False
+
+
+def _regular_file(path: Path, source: str, what: str, limit: int | None = None) -> int:
+    """The size of ``path``, a regular file (a FIFO would block the read, a device never end),
+    non-empty and within ``limit`` bytes; otherwise one line."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise HFError(f"{source}: its {what} {path.name} cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise HFError(f"{source}: its {what} {path.name} is {_kind(st.st_mode)}, not a file")
+    if st.st_size == 0:
+        raise HFError(f"{source}: its {what} {path.name} is an empty file")
+    if limit is not None and st.st_size > limit:
+        raise HFError(f"{source}: its {what} {path.name} is {human_bytes(st.st_size)}, more "
+                      f"than such a file ever is ({human_bytes(limit)})")
+    return st.st_size
+
+
+def read_json(path: Path, source: str, what: str) -> dict:
+    """A small JSON object file (a config, a shard index), or one line."""
+    _regular_file(path, source, what, MAX_CONFIG_BYTES)
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        raise HFError(f"{source}: its {what} {path.name} is not readable JSON: "
+                      f"{_first_line(e, 120)}") from None
+    if not isinstance(data, dict):
+        raise HFError(f"{source}: its {what} {path.name} holds a JSON {type(data).__name__}, "
+                      "not an object")
+    return data
+
+
+def check_local_config(directory: str) -> dict:
+    """``config.json`` of a model directory as JSON, refused where transformers would have to
+    run the directory's own Python to use it (``auto_map`` without a model type it knows)."""
+    raw = read_json(Path(directory) / "config.json", directory, "config")
+    model_type = raw.get("model_type")
+    if "auto_map" in raw and not (isinstance(model_type, str)
+                                  and model_type in CONFIG_MAPPING_NAMES):
+        kind = (f"model type {str(model_type)[:40]!r}, which transformers does not know"
+                if model_type is not None else "no model_type transformers knows")
+        raise HFError(f"{directory}: its config.json asks to run Python code from the model "
+                      f"directory (auto_map) and names {kind}; the suite never runs a model's "
+                      "own code")
+    return raw
+
+
+def check_provenance(config: PretrainedConfig, source: str) -> None:
+    """The task our export stored in the config (``seqprobe``; analyses rebuild it to probe the
+    model) is checked as a ``.pt`` checkpoint's task is: a known task, a valid config, sizes
+    within :data:`models.checkpoint.MAX_TASK_INT`."""
+    prov = getattr(config, "seqprobe", None)
+    if prov is None:
+        return
+    where = f"{source}: its provenance (config.json 'seqprobe')"
+    if not isinstance(prov, dict):
+        raise HFError(f"{where} is a {type(prov).__name__}, not an object")
+    task = prov.get("task")
+    if task is None:
+        return
+    if not (isinstance(task, dict) and isinstance(task.get("name"), str)
+            and isinstance(task.get("config"), dict)):
+        raise HFError(f"{where}: 'task' must be {{'name': str, 'config': object}}")
+    name = task["name"]
+    if name not in TASKS:
+        raise HFError(f"{where}: unknown task {name[:80]!r}; allowed: {', '.join(sorted(TASKS))}")
+    try:
+        check_task_bounds(name, task["config"])
+        config_from_dict(task_class(name).config_cls, task["config"])
+    except TaskError as e:
+        raise HFError(f"{where}: {_first_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 - a config value no check anticipated
+        raise HFError(f"{where}: invalid task config ({type(e).__name__}: "
+                      f"{_first_line(e, 120)})") from None
+
+
+# ---------------------------------------------------------------------------- weight files
+def _shards(directory: Path, index: str, source: str) -> list[Path]:
+    """The shard files a ``*.index.json`` names (plain file names inside the directory)."""
+    weight_map = read_json(directory / index, source, "weight index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise HFError(f"{source}: its {index} has no 'weight_map' of tensor names to files")
+    names = set()
+    for v in weight_map.values():
+        if not (isinstance(v, str) and v and Path(v).name == v and v not in (".", "..")):
+            raise HFError(f"{source}: its {index} names {str(v)[:80]!r}, not a file name in "
+                          "the model directory")
+        names.add(v)
+    return [directory / n for n in sorted(names)]
+
+
+def weight_files(directory: str) -> list[Path]:
+    """The weight files transformers would read from a model directory (its order of
+    preference), or one line when there are none."""
+    d = Path(directory)
+    for single, index in ((SAFETENSORS, SAFETENSORS_INDEX), (TORCH_BIN, TORCH_BIN_INDEX)):
+        if os.path.lexists(d / single):
+            return [d / single]
+        if os.path.lexists(d / index):
+            return _shards(d, index, directory)
+    raise HFError(f"{directory}: no weights ({SAFETENSORS} or {TORCH_BIN}, or their sharded "
+                  "*.index.json); the suite analyses trained weights")
+
+
+def _safetensors_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # noqa: BLE001 - SafetensorError and kin: a damaged or foreign file
+        raise HFError(f"{source}: {path.name} is not a readable safetensors file: "
+                      f"{_first_line(e, 120)}") from None
+
+
+def _bin_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
+    """A ``pytorch_model.bin`` read only as tensors (``weights_only=True``: nothing in it is
+    imported or called), memory-mapped when it is the zip archive ``torch.save`` writes."""
+    with open(path, "rb") as f:
+        zipped = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+    except pickle.UnpicklingError:
+        raise HFError(f"{source}: {path.name} is refused: it holds pickled objects other than "
+                      "tensors (torch.load(weights_only=True) does not build them; nothing in "
+                      "it was run)") from None
+    except Exception as e:  # noqa: BLE001 - a truncated archive, a foreign file, …
+        raise HFError(f"{source}: {path.name} is refused: not a file of plain tensors that "
+                      f"torch.load(weights_only=True) reads ({_first_line(e, 100)})") from None
+    if not (isinstance(sd, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                         for k, v in sd.items())):
+        raise HFError(f"{source}: {path.name} does not map weight names to tensors")
+    for k, t in sd.items():
+        try:
+            _check_tensor_storage(t, path.name, f"tensor {k[:80]}")
+        except TaskError as e:
+            raise HFError(f"{source}: {e}") from None
+    return {k: tuple(t.shape) for k, t in sd.items()}
+
+
+def stored_shapes(directory: str) -> dict[str, tuple[int, ...]]:
+    """Every stored tensor's shape, read from the weight files' headers (safetensors) or
+    memory-mapped (``.bin``), before any weight is loaded."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in weight_files(directory):
+        _regular_file(path, directory, "weight file")
+        read = _safetensors_shapes if path.name.endswith(".safetensors") else _bin_shapes
+        shapes.update(read(path, directory))
+    return shapes
+
+
+# ---------------------------------------------------------------------------- sizes
+def _meta_sizes(config: PretrainedConfig) -> tuple[int, int, dict[str, tuple[int, ...]]]:
+    """``(parameters, bytes of buffers not in the state dict, parameter shapes)`` of the model
+    ``config`` describes, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    persistent = set(model.state_dict())
+    rebuilt = sum(b.numel() * b.element_size() for name, b in model.named_buffers()
+                  if name not in persistent)
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    return sum(p.numel() for p in model.parameters()), rebuilt, shapes
+
+
+def _with_layers(config: PretrainedConfig, n: int) -> PretrainedConfig:
+    out = copy.deepcopy(config)
+    out.num_hidden_layers = n
+    return out
+
+
+def meta_sizes(config: PretrainedConfig, source: str
+               ) -> tuple[int, int, dict[str, tuple[int, ...]]]:
+    """:func:`_meta_sizes`, a stack deeper than :data:`models.checkpoint.DEEP` extrapolated
+    from one- and two-layer builds as for ``.pt`` files (a meta build of 10^6 layers would
+    itself take minutes); a config that cannot be built is one line."""
+    n = getattr(config, "num_hidden_layers", None)
+    try:
+        if isinstance(n, int) and not isinstance(n, bool) and n > DEEP:
+            try:
+                one, two = _meta_sizes(_with_layers(config, 1)), _meta_sizes(_with_layers(config, 2))
+            except Exception:  # noqa: BLE001 - a config tied to its depth: refuse below
+                raise HFError(f"{source}: its config asks for {n:,} layers, and its size "
+                              "cannot be estimated from a shallower build") from None
+            (p1, r1, _), (p2, r2, shapes) = one, two  # shapes of the first two layers only
+            return p1 + (n - 1) * (p2 - p1), r1 + (n - 1) * (r2 - r1), shapes
+        return _meta_sizes(config)
+    except HFError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a config value no check anticipated
+        raise HFError(f"{source}: the model its config describes cannot be built: "
+                      f"{type(e).__name__}: {_first_line(e, 120)}") from None
+
+
+def check_footprint(config: PretrainedConfig, stored: dict[str, tuple[int, ...]] | None,
+                    source: str, dtype: torch.dtype, device: torch.device) -> None:
+    """Before any weight is allocated: the model the config describes must be covered by the
+    stored values (a parameter the files lack would be randomly initialised, and a config
+    can ask for gigabytes of them), rebuild no more than :data:`MAX_REBUILT_BYTES` of
+    buffers beyond the stored weights, and fit in memory. ``stored``: the weight files'
+    shapes (None for a hub model, whose files are not on disk before loading)."""
+    n_layers = getattr(config, "num_hidden_layers", None)
+    if stored is not None and isinstance(n_layers, int) and n_layers > len(stored):
+        raise HFError(f"{source}: its config asks for {n_layers:,} layers, but its weight "
+                      f"files hold only {len(stored):,} tensors")
+    params, rebuilt, shapes = meta_sizes(config, source)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if stored is not None:
+        wrong = [f"{k} is {list(stored[k])} in the weight file but {list(s)} for the config"
+                 for k, s in shapes.items() if k in stored and stored[k] != s]
+        if wrong:
+            raise HFError(f"{source}: its weights do not match its config: {wrong[0]}"
+                          + (f" (+{len(wrong) - 1} more)" if len(wrong) > 1 else ""))
+        values = sum(_numel(s) for s in stored.values())
+        if params > values:  # not named: files may use older names that transformers renames
+            raise HFError(f"{source}: its config describes {params:,} parameters, but its "
+                          f"weight files hold only {values:,} values (the rest would be "
+                          "random, not trained weights)")
+        if rebuilt > values * itemsize + MAX_REBUILT_BYTES:
+            raise HFError(f"{source}: its config asks for {human_bytes(rebuilt)} of buffers "
+                          f"that are not stored, far more than its weights")
+    try:
+        check_fits(params * itemsize + rebuilt, f"{source}: the model")
+        if device.type != "cpu":
+            check_fits(params * itemsize + rebuilt, f"{source}: the model", device)
+    except TaskError as e:
+        raise HFError(str(e)) from None
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def check_loaded(info: dict, source: str) -> None:
+    """Refuse weights that do not match the model: missing ones (randomly initialised),
+    unexpected ones (meant for another model), mis-shaped ones (named with both shapes)."""
+    missing, unexpected = sorted(info.get("missing_keys") or ()), sorted(
+        info.get("unexpected_keys") or ())
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)
+    parts = []
+    if missing:
+        parts.append(f"missing {missing[:3]}{' …' if len(missing) > 3 else ''} (they would be "
+                     "random)")
+    if unexpected:
+        parts.append(f"unexpected {[k[:80] for k in unexpected[:3]]}"
+                     f"{' …' if len(unexpected) > 3 else ''}")
+    if mismatched:
+        key, file_shape, model_shape = mismatched[0]
+        parts.append(f"{key} is {list(file_shape)} in the weight file but "
+                     f"{list(model_shape)} for the config"
+                     + (f" (+{len(mismatched) - 1} more)" if len(mismatched) > 1 else ""))
+    if info.get("error_msgs"):
+        parts.append(_first_line(info["error_msgs"][0], 120))
+    if parts:
+        raise HFError(f"{source}: its weights do not match its config: {'; '.join(parts)}")
+
+
+def check_finite(model: torch.nn.Module, source: str) -> None:
+    """No NaN / inf weight (as for ``.pt`` files): an analysis of them would be meaningless."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            name = name.replace("._original_component", "")  # the bridge's wrapper, not HF's
+            raise HFError(f"{source}: refused: its weights hold NaN or infinite values "
+                          f"({bad:,} of {t.numel():,} in {name[:80]}); an analysis of them "
+                          "would be meaningless")
+
+
+class _CheckedLoad:
+    """The model class the bridge loads through: transformers' own, with remote code off,
+    the loading report kept (see :func:`check_loaded`) and mis-shaped weights reported by
+    name rather than by "look at the above report"."""
+
+    def __init__(self, cls):
+        self.cls = cls
+        self.info: dict = {}
+
+    def from_pretrained(self, name, **kwargs):
+        kwargs.update(trust_remote_code=False, output_loading_info=True,
+                      ignore_mismatched_sizes=True)
+        model, self.info = self.cls.from_pretrained(name, **kwargs)
+        return model
 
 
 def check_causal(config: PretrainedConfig, source: str) -> None:
@@ -218,31 +565,40 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     :data:`HF_ARCHS` and the suite's); any other is refused before the weights are read."""
     device = resolve_device(device)
     source, local = resolve_source(path_or_name)
+    if local:
+        check_local_config(source)
     try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError, KeyError) as e:
-        if not local and offline_mode():
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - OSError, a wrong-typed field (TypeError), …
+        if not local and offline_mode() and isinstance(e, (OSError, ValueError, KeyError)):
             raise HFError(f"{source}: no such file or directory, and not in the HuggingFace "
                           "cache (HF_HUB_OFFLINE is set, so the hub is not asked)") from None
         raise HFError(f"{source}: cannot read the model's config: {_first_line(e)}") from None
     check_causal(config, source)
     arch = arch_of(config)
     check_archs(arch, archs, source)
+    check_provenance(config, source)
+    check_footprint(config, stored_shapes(source) if local else None, source, dtype, device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exception
         raise HFError(f"{source}: cannot load its tokenizer (the analyses build their prompts "
                       f"with it): {_first_line(e)}") from None
     progress = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # per-tensor "Loading weights" bars say nothing here
     try:
+        loader = _CheckedLoad(get_hf_model_class_for_architecture(
+            determine_architecture_from_hf_config(config)))
         bridge = TransformerBridge.boot_transformers(source, device=device, dtype=dtype,
-                                                     tokenizer=tokenizer)
-    except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as e:
+                                                     tokenizer=tokenizer, model_class=loader,
+                                                     trust_remote_code=False)
+    except Exception as e:  # noqa: BLE001 - a config value or file no check anticipated
         raise HFError(f"{source}: TransformerBridge cannot boot it: {_first_line(e)}") from None
     finally:
         if progress:
             hf_logging.enable_progress_bar()
+    check_loaded(loader.info, source)
+    check_finite(bridge.original_model, source)
     if arch == HF_TRANSFORMER and getattr(bridge.cfg, "is_stateful", False):
         arch = HF_HYBRID  # a recurrent state beside attention (Jamba, Falcon-H1, …)
         check_archs(arch, archs, source)

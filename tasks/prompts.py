@@ -32,8 +32,11 @@ tokenizer's), so no model code lives here.
 
 from __future__ import annotations
 
+import codecs
+import os
+import stat
+import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 
@@ -158,13 +161,42 @@ GENERATED_TEXT_NOTE = (f"not natural text: sentences the suite generates offline
                        f"text")
 
 
-def read_text(path: str, flag: str = "--text") -> str:
-    """A user's natural-text file (UTF-8), or one line saying why it cannot serve."""
-    p = Path(path)
-    check(p.is_file(), f"{flag} {path}: no such file")
+# How much of a --text file is read: the analyses cut windows of at most a few hundred tokens
+# at random starts, which a megabyte of text offers by the hundred thousand, while a tokenizer
+# holds several hundred bytes per byte of text it encodes (a whole-gigabyte file is gigabytes).
+TEXT_MAX_BYTES = 2**20
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"))
+
+
+def read_text(path: str, flag: str = "--text", max_bytes: int = TEXT_MAX_BYTES) -> str:
+    """A user's natural-text file (UTF-8), or one line saying why it cannot serve. Only its
+    first ``max_bytes`` are read (cut back to the last whitespace, so no word or character is
+    split; a note on stderr says so); what is not a regular file is refused by its kind
+    before it is opened (a FIFO would block the read, a device never end)."""
     try:
-        text = p.read_text(encoding="utf-8")
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TaskError(f"{flag} {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise TaskError(f"{flag} {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
+                        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((k for test, k in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+        raise TaskError(f"{flag} {path}: is {kind}, not a text file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+        cut = len(data) > max_bytes
+        # a prefix may end inside a character: the incremental decoder leaves it pending
+        text = codecs.getincrementaldecoder("utf-8")().decode(data[:max_bytes], final=not cut)
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"{flag} {path}: cannot read it as UTF-8 text ({e})") from None
+    if cut:
+        end = max(text.rfind(c) for c in " \n\t\r")  # the last word may go on past the cut
+        text = text[: end + 1] if text[: end + 1].strip() else text
+        print(f"note: {flag} {path}: reading its first {len(text.encode()):,} bytes of "
+              f"{st.st_size:,} (the windows the analysis cuts need no more)", file=sys.stderr)
     check(bool(text.split()), f"{flag} {path}: the file holds no words")
     return text

@@ -12,13 +12,15 @@ With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints 
 ``length_generalization`` (``analyses.common.COPY_LABELS``; trained once, cached); the quick
 preset evaluates every 100 steps.
 
-``--medium`` (``--train medium``): the comparison as a number with an error bar. Every model is
-trained at a string length short enough that each of Hard-ALiBi, RoPE, NoPE, Mamba, Mamba-2
-and the LSTM reaches 90 % string accuracy, on several seeds (the zoo's ``copy_medium/*``
-recipes: strings of one length L, evaluated at L as in Fig. 1a; a run stops once it is past
-90 %). Per model and L: samples to 50 % and 90 % (mean ± sd over seeds); per GSSM the ratio of
-its samples to the fastest transformer's (ratio of the means, and the per-seed ratios, seeds
-paired); then the same ratio at longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
+``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
+setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``zoo.COPY_MEDIUM_SETTING``
+says what is matched and what is not): parameter-matched models (the transformers as the
+authors' GPT-NeoX: a quarter of each head rotated, parallel residual), strings of random length
+1..L, every model trained at each learning rate of a sweep on several seeds, a run stopped once
+past 90 %. Per model and L the sweep's best lr (:func:`best_lr`) represents the model; then
+samples to 50 % and 90 % (mean ± sd over seeds), per GSSM the ratio of its samples to the
+fastest transformer's (ratio of the means, and the per-seed ratios, seeds paired), and the same
+ratio at a longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ import os
 import pickle
 import socket
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -356,7 +357,9 @@ def _bin_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
     with open(path, "rb") as f:
         zipped = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
+        with warnings.catch_warnings():  # torch's notes on foreign pickles: the line says why
+            warnings.simplefilter("ignore")
+            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError:
         raise HFError(f"{source}: {path.name} is refused: it holds pickled objects other than "
                       "tensors (torch.load(weights_only=True) does not build them; nothing in "

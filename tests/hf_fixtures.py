@@ -100,3 +100,35 @@ def save_tiny_hf(kind: str, root: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+# ---------------------------------------------------------------------------- hostile copies
+def hf_copy(src: str | Path, dest: str | Path) -> Path:
+    """A copy of the model directory ``src`` at ``dest`` (to damage without touching ``src``)."""
+    import shutil
+
+    return Path(shutil.copytree(src, dest))
+
+
+def edit_json(path: str | Path, **fields) -> Path:
+    """Set ``fields`` in the JSON object file ``path`` (a value ``None`` removes the key)."""
+    import json
+
+    path = Path(path)
+    data = json.loads(path.read_text())
+    for k, v in fields.items():
+        if v is None:
+            data.pop(k, None)
+        else:
+            data[k] = v
+    path.write_text(json.dumps(data))
+    return path
+
+
+def edit_weights(directory: str | Path, edit) -> Path:
+    """Rewrite ``directory / model.safetensors`` as ``edit(state_dict)`` (a new dict)."""
+    from safetensors.torch import load_file, save_file
+
+    path = Path(directory) / "model.safetensors"
+    save_file(edit(load_file(path)), path, metadata={"format": "pt"})
+    return path

@@ -148,6 +148,30 @@ def test_gap_grows_claim():
     assert claim({"samples_to_reach": {}}) is None  # quick: not a claim of that level
 
 
+def test_medium_claims_say_the_setting():
+    """With the zoo's setting and a sweep in the result, both claims' texts say what was
+    trained (best lr per model and L, seeds) and what of the paper's setting is not matched;
+    the verdicts are those of the ratios alone."""
+    for ratios, holds, fewer in (({4: {"mamba": [0.5, 0.6]}, 6: {"mamba": [1.5, 2.0]}}, True,
+                                  False),  # mamba faster at L=4: grows, but not fewer
+                                 ({4: {"mamba": [2.0, 2.5]}, 6: {"mamba": [1.5, 2.0]}}, False,
+                                  True)):
+        d = medium_json(ratios)
+        d["setting"] = zoo.COPY_MEDIUM_SETTING
+        for m in d["by_length"].values():
+            m["best_lr"] = {"rope": 0.003, "mamba": 0.01}
+            m["sweep"] = {"rope": {"0.003": {}, "0.01": {}}, "mamba": {"0.01": {}}}
+            m["models"]["rope"] |= {"seeds": [0, 1], "params": 103966}
+        text, verdict_ = ce.claim_gap_grows(d)
+        assert verdict_ is holds
+        assert "not matched: " + zoo.COPY_MEDIUM_SETTING["not_matched"] in text
+        assert "best lr of 0.003/0.01 per L (L=4 rope 0.003, mamba 0.01" in text
+        assert "params rope 104k" in text and "2 seeds" in text
+        text, verdict_ = ce.claim_fewer_samples(d)
+        assert verdict_ is fewer
+        assert "setting: " + zoo.COPY_MEDIUM_SETTING["paper"] in text
+
+
 def test_medium_recipes_in_the_zoo():
     names = zoo.copy_medium_recipes()
     n = (len(zoo.COPY_MEDIUM["lengths"]) * len(zoo.COPY_MEDIUM_LABELS)

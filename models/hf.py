@@ -93,6 +93,10 @@ CAUSAL_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 HUB_PROBE_S = 5.0  # seconds to wait for the hub before calling the machine offline
 # transformers reads a config.json whole; real ones are a few kB, so a larger file is not a config
 MAX_CONFIG_BYTES = 2**24
+# tokenizer and other text files (.json, .txt, .model, .jinja) are read whole, and a tokenizer
+# holds many times its file's size once parsed: several times the largest published ones
+MAX_TEXT_FILE_BYTES = 2**27
+TEXT_SUFFIXES = (".json", ".txt", ".model", ".jinja")
 # the weight files transformers reads, in the order it prefers them (single file, then shards)
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
 TORCH_BIN, TORCH_BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
@@ -268,9 +272,24 @@ def read_json(path: Path, source: str, what: str) -> dict:
     return data
 
 
-def check_local_config(directory: str) -> dict:
+def check_local_dir(directory: str) -> dict:
     """``config.json`` of a model directory as JSON, refused where transformers would have to
-    run the directory's own Python to use it (``auto_map`` without a model type it knows)."""
+    run the directory's own Python to use it (``auto_map`` without a model type it knows);
+    and no entry of the directory that would block a reader (a FIFO, a device) or a text file
+    (tokenizer, template) larger than :data:`MAX_TEXT_FILE_BYTES`."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                st = os.stat(entry.path)
+            except OSError:
+                continue  # a dangling link: refused below if it is a file the loader needs
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise HFError(f"{directory}: {entry.name[:80]} in it is {_kind(st.st_mode)}, "
+                              "not a file (reading it could block or never end)")
+            if entry.name.endswith(TEXT_SUFFIXES):
+                _regular_file(Path(entry.path), directory, "file", MAX_TEXT_FILE_BYTES)
     raw = read_json(Path(directory) / "config.json", directory, "config")
     model_type = raw.get("model_type")
     if "auto_map" in raw and not (isinstance(model_type, str)
@@ -340,12 +359,20 @@ def weight_files(directory: str) -> list[Path]:
                   "*.index.json); the suite analyses trained weights")
 
 
+# safetensors' dtype names of floating-point tensors (what a trained weight is stored as)
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+
+
 def _safetensors_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            shapes = {}
+            for k in f.keys():
+                sl = f.get_slice(k)
+                shapes[k] = _Shape(sl.get_shape(), sl.get_dtype() in FLOAT_DTYPES)
+            return shapes
     except Exception as e:  # noqa: BLE001 - SafetensorError and kin: a damaged or foreign file
         raise HFError(f"{source}: {path.name} is not a readable safetensors file: "
                       f"{_first_line(e, 120)}") from None
@@ -375,7 +402,16 @@ def _bin_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
             _check_tensor_storage(t, path.name, f"tensor {k[:80]}")
         except TaskError as e:
             raise HFError(f"{source}: {e}") from None
-    return {k: tuple(t.shape) for k, t in sd.items()}
+    return {k: _Shape(t.shape, t.is_floating_point()) for k, t in sd.items()}
+
+
+class _Shape(tuple):
+    """A stored tensor's shape, and whether it is stored as floating point."""
+
+    def __new__(cls, shape, floating: bool):
+        out = super().__new__(cls, (int(d) for d in shape))
+        out.floating = floating
+        return out
 
 
 def stored_shapes(directory: str) -> dict[str, tuple[int, ...]]:
@@ -447,6 +483,9 @@ def check_footprint(config: PretrainedConfig, stored: dict[str, tuple[int, ...]]
     if stored is not None:
         wrong = [f"{k} is {list(stored[k])} in the weight file but {list(s)} for the config"
                  for k, s in shapes.items() if k in stored and stored[k] != s]
+        # a float weight stored as ints (or bools) would load truncated, silently
+        wrong += [f"{k} is stored as integers, but it is a floating-point weight"
+                  for k in shapes if k in stored and not getattr(stored[k], "floating", True)]
         if wrong:
             raise HFError(f"{source}: its weights do not match its config: {wrong[0]}"
                           + (f" (+{len(wrong) - 1} more)" if len(wrong) > 1 else ""))
@@ -527,7 +566,11 @@ class _CheckedLoad:
 def check_causal(config: PretrainedConfig, source: str) -> None:
     """Refuse what is not a decoder-only causal LM (the analyses read next-token logits)."""
     model_type = getattr(config, "model_type", "?")
-    classes = list(getattr(config, "architectures", None) or [])
+    classes = getattr(config, "architectures", None) or []
+    if not (isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)):
+        raise HFError(f"{source}: its config's architectures must be a list of class names, "
+                      f"got {str(classes)[:60]!r}")
+    classes = list(classes)
     if getattr(config, "is_encoder_decoder", False):
         raise HFError(f"{source}: a {model_type!r} encoder-decoder model; the suite needs a "
                       "decoder-only causal language model (GPT-NeoX, GPT-2, Llama, Mamba …)")
@@ -569,7 +612,7 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     device = resolve_device(device)
     source, local = resolve_source(path_or_name)
     if local:
-        check_local_config(source)
+        check_local_dir(source)
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - OSError, a wrong-typed field (TypeError), …

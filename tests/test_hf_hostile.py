@@ -240,3 +240,27 @@ def test_text_refuses_non_files_by_kind(tmp_path, make, kind):
     assert kind in str(e.value) and "no such file" not in str(e.value)
     with pytest.raises(TaskError, match="no such file"):
         read_text(str(tmp_path / "absent"))
+
+
+# ---------------------------------------------------------------------------- found by fuzzing
+def test_float_weight_stored_as_integers(model_dir):
+    # transformers casts it silently: an all-integer embedding would be analysed
+    edit_weights(model_dir, lambda sd: {**sd, "gpt_neox.embed_in.weight":
+                                        sd["gpt_neox.embed_in.weight"].long()})
+    refused(model_dir, "gpt_neox.embed_in.weight is stored as integers")
+
+
+def test_tokenizer_file_fifo_or_huge(model_dir):
+    tok = model_dir / "tokenizer.json"
+    tok.unlink()
+    os.mkfifo(tok)
+    refused(model_dir, "tokenizer.json", "FIFO")  # not a read that blocks forever
+    tok.unlink()
+    with open(tok, "wb") as f:  # sparse: nothing is written
+        f.truncate(2**31)
+    refused(model_dir, "tokenizer.json", "2.15 GB", bound=BOMB_RSS)
+
+
+def test_architectures_not_a_list(model_dir):
+    edit_json(model_dir / "config.json", architectures=-1)
+    refused(model_dir, "architectures")

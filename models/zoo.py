@@ -219,24 +219,30 @@ for _key in ("suffix", "prefix"):
                         doc=f"{_label}, {_key}-key n-gram lookup (copy paper Figs. 5-6)"
                             + ("" if _init else ", from random init")))
 
-# ---- medium: prefix lookup (issue 21)
-# Copy paper §3.3, Fig. 6 as numbers (analyses.ngram_lookup --medium): prefix-key lookup from
-# random init (the paper's start), several seeds, in a setting where both sides learn it on a
-# CPU. An alphabet of 8, not 26: each example supervises one answer token, and with 26 letters
-# no model got far past chance at these budgets. Trigram keys: 8^3 n-grams still make a unique
-# key likely in strings of up to 256 (tasks.lookup's check), so the test lengths reach 5x the
-# training length. Strings of 5..20. The models are the quick copy models (those preset rows),
-# the transformer with a third layer and lr 1e-3: a prefix key takes it three hops (hash each
-# trigram; fetch the key's hash from the separator after the key; match), and the two-layer
-# one at lr 3e-3 stayed near chance. Each model trains until its in-distribution accuracy
-# reaches 0.97 (stop_at), under one step cap.
-LOOKUP_MEDIUM = {"labels": ("hard_alibi", "mamba", "lstm"), "seeds": 3}
+# ---- medium: prefix lookup (issues 21, 27)
+# Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --medium): prefix-key lookup from
+# random init (the paper's start), several seeds, trained the paper's way (App. A.2) as far as a
+# CPU allows. Matched: i.i.d. examples packed into contexts of 420 tokens (a GSSM's state runs
+# across the packed examples, as in the authors' code, which concatenates them and never resets
+# it), AdamW with weight decay 0.1, warm-up then a linear decay to zero over the whole run, no
+# early stop (the run is its schedule, as the paper's 15 epochs are). The authors' "epoch" is
+# a block of optimiser steps on freshly sampled batches (no fixed training set), so epochs map
+# to steps; the run has far fewer of them than the paper's. Not matched, for the CPU budget:
+# the alphabet (8, not 26: each example supervises one answer token, and with 26 letters no
+# model got far past chance at these budgets), strings of 5..20, not <= 30 (with longer strings
+# no model learnt it within the budget), the model sizes (the quick copy models; the paper's
+# are ~160M parameters, GPU-only) and lr (3e-3, not 5e-5, for the small models; Hard-ALiBi 1e-3
+# with a third layer: a prefix key takes it three hops, hash each trigram, fetch the key's
+# hash from the separator after the key, match, and two layers stayed near chance). Trigram
+# keys: 8^3 n-grams keep a unique key likely in strings up to 256 (tasks.lookup's check), so
+# the test lengths reach 5x the training length. Batch 4 contexts (~80 examples a step); 2 seeds
+# and 1,000 steps fit the level's training budget (issue 27).
+LOOKUP_MEDIUM = {"labels": ("hard_alibi", "mamba", "lstm"), "seeds": 2}
 LOOKUP_MEDIUM_TASK = {"D": 8, "min_len": 5, "max_len": 20, "n": 3, "k": 1, "key": "prefix"}
-LOOKUP_MEDIUM_TRAIN = {"steps": 4000, "batch_size": 64, "lr": 3e-3, "warmup_steps": 100,
-                       "weight_decay": 0.1, "schedule": "linear", "eval_every": 250,
-                       "eval_batches": 4, "greedy_eval": False, "stop_at": 0.97}
+LOOKUP_MEDIUM_TRAIN = {"steps": 1000, "batch_size": 4, "context": 420, "lr": 3e-3,
+                       "warmup_steps": 50, "weight_decay": 0.1, "schedule": "linear",
+                       "eval_every": 250, "eval_batches": 4, "greedy_eval": False}
 LOOKUP_MEDIUM_BY_LABEL = {"hard_alibi": {"model": {"n_layers": 3}, "train": {"lr": 1e-3}}}
-
 
 def lookup_medium_name(label: str, seed: int) -> str:
     return f"lookup_medium_prefix/{label}_s{seed}"
@@ -318,16 +324,16 @@ _add(
 # layer, one head — all inside Table 7's grid), and Table 7's optimiser (AdamW 0.9 / 0.95,
 # lr 1e-3, cosine, weight decay 1e-3; 2 % warm-up as the authors' OneCycleLR). Sequences of 512
 # (Table 7's grid) so that Table 2's t = 300 is inside the training length; batch 16 (the
-# grid's smallest) and 5,000 steps: the tokens of Table 7's 10,000 steps at length 256, within
-# this level's compute (10,000 steps at length 512 do not fit). Three seeds for the spread.
+# grid's smallest) and 3,200 steps: what three seeds fit in this level's training compute
+# (Table 7's 10,000 steps do not, at either length). Three seeds for the spread.
 MARKOV_HOLDOUT_MEDIUM = {
     "seeds": (0, 1, 2),
     "model": {"norm": "layernorm", "norm_before_gate": True, "use_D": False,
               "activation": "silu", "mlp_act": "silu", "paper_init": True},
     "task": {"seq_len": 512},
-    "train": {"steps": 5000, "batch_size": 16, "lr": 1e-3, "beta1": 0.9, "beta2": 0.95,
-              "weight_decay": 1e-3, "schedule": "cosine", "warmup_steps": 100,
-              "eval_every": 2500}}
+    "train": {"steps": 3200, "batch_size": 16, "lr": 1e-3, "beta1": 0.9, "beta2": 0.95,
+              "weight_decay": 1e-3, "schedule": "cosine", "warmup_steps": 64,
+              "eval_every": 1600}}
 
 
 def markov_holdout_medium_recipes() -> list[str]:

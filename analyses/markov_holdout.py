@@ -47,6 +47,7 @@ from scipy.special import betainc
 from analyses.common import Checkpoint, Claim, Figure, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from models import zoo
+from models.mamba2 import MARKOV_PAPER_MODEL
 from probes.estimators import cross_entropy
 from probes.markov import (
     TABLE_T,
@@ -153,6 +154,11 @@ def compute(model, n_seqs: int = 256, seed: int = 0, seq_len: int = 300) -> dict
     order, beta = cfg.get("order", 1), cfg.get("beta", 1.0)
     out = {"train_range": list(train_range), "order": order, "beta": beta, "seq_len": seq_len,
            "n_seqs": n_seqs, "seed": seed}
+    train = ck.get("train", {}).get("config", {})
+    out["setting"] = {"arch": ck.get("model", {}).get("arch"),
+                      "model": ck.get("model", {}).get("config", {}),
+                      "train_seq_len": cfg.get("seq_len"),
+                      **{k: train.get(k) for k in ("steps", "batch_size", "lr")}}
     for key, rng, s in (("held_out", held, seed), ("in_range", train_range, seed + 1)):
         out[key] = deviation_table(model, order, beta, rng, n_seqs, s, seq_len)
         out[key]["restricted"] = restricted_table(model, order, beta, rng, train_range, n_seqs,
@@ -197,6 +203,8 @@ def combine(runs: list[dict]) -> dict:
     check(len(runs) >= 1, "combine needs at least one run")
     first = runs[0]
     out = {k: first[k] for k in ("train_range", "order", "beta", "seq_len", "n_seqs", "seed")}
+    if "setting" in first:  # the same for every seed (_compute checks)
+        out["setting"] = first["setting"]
     for key in ("held_out", "in_range"):
         tables = [r[key] for r in runs]
         by_t = {}
@@ -363,6 +371,21 @@ def _ts(by_t: dict) -> list[str]:
     return sorted(by_t, key=int)  # JSON keys are strings: t = 100 after t = 50
 
 
+def setting_text(d: dict) -> str:
+    """Which setting the result comes from, against the paper's (App. E.5 / Table 7)."""
+    st = d.get("setting")
+    if not st:
+        return ""
+    m = st.get("model", {})
+    paper = st.get("arch") == "mamba2" and all(m.get(k) == v
+                                               for k, v in MARKOV_PAPER_MODEL.items())
+    model = ("the paper's Mamba-2 (the authors' layers and init)" if paper
+             else f"{st.get('arch')}, not the paper's layers")
+    return (f"; setting: {model}, {st.get('steps')} steps × batch {st.get('batch_size')} at "
+            f"length {st.get('train_seq_len')}, lr {st.get('lr')} (Table 7: 10,000 steps, "
+            f"lr 0.001, length ≤ 512; the authors' code has no hold-out run to copy)")
+
+
 def claim_shrinks(d: dict) -> tuple[str, bool]:
     """Table 2: on held-out kernels the deviation at the largest t is below the one at the
     smallest. With seeds (medium) it must be a real drop in every seed: below half the t = 1
@@ -373,7 +396,7 @@ def claim_shrinks(d: dict) -> tuple[str, bool]:
     if "runs" not in d:
         return text, by_t[ts[-1]]["mean"] < by_t[ts[0]]["mean"]
     first, last = by_t[ts[0]]["seeds"], by_t[ts[-1]]["seeds"]
-    text += f" (mean ± sd over {len(first)} seeds)"
+    text += f" (mean ± sd over {len(first)} seeds{setting_text(d)})"
     return text, all(b < a / 2 for a, b in zip(first, last, strict=True))
 
 

@@ -137,7 +137,6 @@ def test_default_mamba2_differs_from_the_paper_forward():
     cfg = Mamba2Config(vocab_size=V, d_model=D, expand=E, d_state=N, d_conv=W, n_layers=L,
                        d_mlp=F, activation="silu", mlp_act="silu")
     model = Mamba2LM(cfg).double()
-    sd = {k: v for k, v in sd.items()}
     for i in range(L):
         sd[f"blocks.{i}.mixer.D"] = torch.zeros(1, dtype=torch.float64)
     model.load_state_dict(sd, strict=True)
@@ -154,7 +153,8 @@ def test_each_option_alone_changes_the_forward(field, value):
     other = Mamba2LM(Mamba2Config(d_model=8, d_state=4, d_mlp=16, **{field: value})).double()
     other.load_state_dict(base.state_dict(), strict=True)  # same names and shapes
     with torch.no_grad():  # random norm weights so the norms are not the identity's twins
-        for (n, p), (_, q) in zip(base.named_parameters(), other.named_parameters()):
+        for (n, p), (_, q) in zip(base.named_parameters(), other.named_parameters(),
+                                      strict=True):
             if n.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
                 q.copy_(p)

@@ -161,11 +161,22 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     assert max(res["held_out"]["per_chain"]["deviation"]) < 1e-6
     assert min(p for p in res["held_out"]["per_chain"]["p_hat"] if p == p) >= 0.0
     assert len(mh.table(res)) > 5 and mh.plot(res) is not None
+    assert "mambazero, not the paper's layers" in mh.claim_shrinks(res)[0]
     with pytest.raises(TaskError, match="distinct seeds"):
         mh._compute(args, [mh.Checkpoint("a", a), mh.Checkpoint("a2", a)])
     quick = argparse.Namespace(**{**vars(args), "train": "quick"})
     with pytest.raises(TaskError, match="exactly one"):
         mh._compute(quick, [mh.Checkpoint("a", a), mh.Checkpoint("b", b)])
+
+
+def test_setting_text_names_the_papers_model():
+    from models.mamba2 import MARKOV_PAPER_MODEL
+    d = {"setting": {"arch": "mamba2", "model": {"d_model": 16, **MARKOV_PAPER_MODEL},
+                     "train_seq_len": 512, "steps": 3200, "batch_size": 16, "lr": 1e-3}}
+    assert "the paper's Mamba-2" in mh.setting_text(d) and "3200 steps" in mh.setting_text(d)
+    d["setting"]["model"]["norm"] = "rms"
+    assert "not the paper's layers" in mh.setting_text(d)
+    assert mh.setting_text({}) == ""
 
 
 def test_empirical_probs_are_the_counts_of_the_current_context():

@@ -65,7 +65,9 @@ def power_fit(x, y, ks: np.ndarray | None = None, boot: int = 1000, seed: int = 
     the best k with a 95 % bootstrap interval (percentiles of ``boot`` resamples, seeded).
 
     ``groups``: resample within each group (the seeds of one N), so every N stays in each
-    resample; default: resample all points together. Points with x <= 0 are refused.
+    resample; default, or when every group has one point (one seed): resample all points
+    together, keeping only the resamples with three distinct x or more (fewer fit any k).
+    Points with x <= 0 are refused.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 3 or len(set(x.tolist())) < 3 or (x <= 0).any():
@@ -77,13 +79,17 @@ def power_fit(x, y, ks: np.ndarray | None = None, boot: int = 1000, seed: int = 
     a = float(y.mean() - slope * np.power(x, k).mean())
     rng = np.random.default_rng(seed)
     groups = np.zeros(len(x), int) if groups is None else np.asarray(groups)
+    if len(np.unique(groups)) == len(x):  # one point per group: nothing to resample within
+        groups = np.zeros(len(x), int)
     members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
     idx = np.concatenate([rng.choice(m, size=(boot, len(m))) for m in members], axis=1)
-    rss_b, _ = _profile(x[idx], y[idx], ks)  # [boot, K]
+    idx = idx[[len(set(x[row].tolist())) >= 3 for row in idx]]
+    rss_b, _ = _profile(x[idx], y[idx], ks)  # [kept resamples, K]
     k_b = ks[np.nanargmin(np.where(np.isfinite(rss_b), rss_b, np.inf), axis=1)]
     lo, hi = np.percentile(k_b, [2.5, 97.5])
     return {"form": "a + b*N^k", "k": k, "a": a, "b": slope, "rss": float(rss[0, i]),
-            "ci": [float(lo), float(hi)], "boot": boot, "points": len(x)}
+            "ci": [float(lo), float(hi)], "boot": boot, "boot_kept": len(idx),
+            "points": len(x)}
 
 
 def loglog_slope(x, y) -> dict[str, Any]:

@@ -457,6 +457,14 @@ def test_power_fit_and_loglog_slope_recover_exact_shapes():
         fit = power_fit(n, 300 + 7 * n**k, groups=n, boot=200)
         assert fit["k"] == pytest.approx(k) and fit["a"] == pytest.approx(300, rel=1e-6)
         assert fit["ci"][0] <= k <= fit["ci"][1]
+    # one seed (one point per N): the interval resamples the N, and is not the point itself
+    rng = np.random.default_rng(0)
+    ns = np.array([16, 25, 38, 59, 91, 140, 215, 332, 512], dtype=float)
+    noisy = 300 + 7 * ns * rng.uniform(0.85, 1.15, len(ns))
+    one = power_fit(ns, noisy, groups=ns, boot=200)
+    assert one["ci"][0] < one["k"] < one["ci"][1] and one["ci"][0] <= 1.0 <= one["ci"][1]
+    assert 0 < one["boot_kept"] <= 200
+    assert power_fit(ns, noisy, groups=ns, boot=200) == one  # seeded
     ll = loglog_slope(n, 5 * n**0.75)
     assert ll["slope"] == pytest.approx(0.75) and ll["ci"][0] == pytest.approx(0.75)
     assert power_fit([1, 2], [3, 4])["k"] is None  # too few distinct N to fit three numbers
@@ -490,7 +498,7 @@ def test_shape_claims_both_ways():
     assert "2,000 steps (8,000 at N = 215, 332, 512)" in text
     assert "verdict: linear" in text and "RMSE linear 100 vs a + b*sqrt(nN) 300" in text
     # our setting beside the paper's: what could not be matched
-    assert "L = 2, h = 1" in text and "L = 6, h = 12, Adam lr 2e-5, batch 32" in text
+    assert "L = 2, h = 1" in text and "L = 6, h = 12, m in steps of 12, Adam lr 2e-5" in text
     sqrt = search_json((9e4, 1e4, (0.4, 0.7)))
     assert am.claim_sqrt(sqrt)[1] and not am.claim_linear(sqrt)[1]
     # residuals favour one shape but the exponent's interval holds the other: undecided

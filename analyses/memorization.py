@@ -31,9 +31,9 @@ data set and initialisation), the seeds as parallel tasks. The three largest N g
 times the step budget (the row's ``long``; :func:`step_budgets`): the smallest memorising
 width still falls with more steps, so the shape is read with the largest sets trained longer.
 Then, over every (N, seed) point: the linear and a + b·√(nN) fits and their residuals, the
-exponent k of a + b·N^k with a bootstrap interval (seeds resampled within each N), the same
-exponent over the smaller and the larger half of the N, the log-log slope, and a verdict
-(:func:`shape_verdict`).
+exponent k of a + b·N^k with a bootstrap interval (seeds resampled within each N; with one
+seed, the N resampled), the same exponent over the smaller and the larger half of the N, the
+log-log slope, and a verdict (:func:`shape_verdict`).
 
 What the paper claims for Fig. 2 (§5.2) is a *linear* trend: "We observe a linear trend in the
 number of parameters with a subtle concavity as our theory predicts, but only at the low data

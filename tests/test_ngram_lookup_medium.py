@@ -7,6 +7,7 @@ import pytest
 from analyses import ngram_lookup
 from models import zoo
 from tasks.base import TaskError
+from tasks.lookup import LookupConfig, NgramLookupTask
 
 
 def prefix_json(curves, max_len=20):
@@ -44,6 +45,8 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
                         "lstm'": [1.0, 0.9, 0.94], "mamba": [1.0, 0.3, 0.2]}), "level": "medium"}
     text, holds = claim(d)
     assert holds is True
+    assert text.startswith("prefix key, up to the training length: hard_alibi 1.00, lstm 1.00 "
+                           "(seeds 1.00-1.00), mamba 1.00; ")
     assert "beyond the training length, L = 40: hard_alibi 1.00, lstm 0.93 (seeds 0.90-0.96)" \
         in text and "mamba 0.30" in text
     assert "at L = 80: hard_alibi 0.90, lstm 0.93 (seeds 0.92-0.94), mamba 0.20" in text
@@ -130,7 +133,13 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
         parts = r.parts("medium")
         assert r.task == "lookup" and parts["task"]["key"] == "prefix"
         assert zoo.dependencies(n, "medium") == []  # from random init, as in the paper
-        assert parts["train"]["stop_at"] > 0  # trained until near-perfect in distribution
+        # the paper's training protocol (App. A.2): packed contexts of 420 tokens, a linear
+        # decay over the whole run, no early stop
+        assert parts["train"]["context"] == ngram_lookup.PAPER_SETTING["context"]
+        assert parts["train"]["schedule"] == "linear" and not parts["train"].get("stop_at")
+        spec = zoo.spec(n, "medium")
+        assert spec.train.context >= NgramLookupTask(LookupConfig(**spec.task_config)) \
+            .max_example_len() * 10  # many examples a context: the state runs across them
         assert not r.available("quick") and not r.available("paper")
     # seeds differ only in the seed
     a, b = (zoo.recipe(f"lookup_medium_prefix/lstm_s{s}").parts("medium") for s in (0, 1))
@@ -175,7 +184,8 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     assert r["level"] == "medium"
     text = ngram_lookup.claim_prefix_length(r)[0]
     # the JSON records how the models trained, and the claim says it
-    assert text.startswith("prefix key, beyond the training length, L = 12: lstm ")
+    assert text.startswith("prefix key, up to the training length: lstm ")
+    assert "; beyond the training length, L = 12: lstm " in text
     assert "alphabet 8 (paper: 26), strings 6-8 (paper: <= 30)" in text
     assert "one example a row, unpacked (paper: packed to 420)" in text
 

@@ -21,8 +21,8 @@ Glossary (code name -> paper symbol):
                       filters Σ_k M^±_filters[k, o] σ_k^{1/4} φ_k (K·d + d² parameters, not K·d²)
     mixture           tensordot only: "per_branch" (default) gives U⁺ and U⁻ their own
                       M^±_filters; "shared" is Flash STU's code (hazan-lab/flash-stu-2,
-                      ``use_approx``): one M_filters for both branches, so
-                      y_t = Σ_j (1 + (−1)^j) ψ[j] x̃_{t−j} = 2 Σ_{j even} ψ[j] x̃_{t−j}, ψ = φ M_filters
+                      ``use_approx``): one M_filters for both branches, so with
+                      ψ = φ M_filters, y_t = Σ_j (1 + (−1)^j) ψ[j] x̃_{t−j}: even lags only
     zero_embed        token ids whose embedding rows are held at zero (never trained): with
                       normalization="none" such a token (the induction task's BLANK) adds
                       nothing to any filtered sum of the first layer, so a window of BLANKs

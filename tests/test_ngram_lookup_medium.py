@@ -53,6 +53,13 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
     d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.6, 0.4]}),
          "level": "medium"}
     assert claim(d)[1] is False
+    # a GSSM that never learnt the task in distribution says nothing about generalising
+    d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [0.4, 0.3, 0.2],
+                        "mamba": [0.5, 0.4, 0.3]}), "level": "medium"}
+    text, holds = claim(d)
+    assert holds is None and text.endswith("no GSSM learnt it in distribution (>= 0.90), so how "
+                                           "it generalises cannot be read")
+    assert "up to the training length: hard_alibi 1.00, lstm 0.40, mamba 0.50" in text
     assert claim(prefix_json({"hard_alibi": [1.0, 1.0, 0.9]}) | {"level": "medium"})[1] is None
     # the quick index leaves it out: no model learns the prefix key there
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0]}) | {"level": "quick"}) is None

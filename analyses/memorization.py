@@ -441,21 +441,29 @@ def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
                   task_config: dict | None = None):
     """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
     (the widest model on all N examples, the narrowest on the fewest; every other cell's step
-    lies between theirs). ``task_config`` overrides the grid's (a data file, N)."""
+    lies between theirs; the largest with a search row's longer budget, if any).
+    ``task_config`` overrides the grid's (a data file, N)."""
     grid = grid_settings(preset, data, level)
+    long = (grid.get("search") or {}).get("long")
 
-    def cell(m: int, f: float):
-        return lambda: make_spec(ARCH, "memorization", preset,
-                                 model={**grid.get("model", {}), "d_model": m},
-                                 task_config={**grid["task"], **(task_config or {}),
-                                              "data": data, "level": level, "fraction": f},
-                                 train=grid.get("train", {}))
+    def cell(m: int, f: float, factor: int = 1):
+        def build() -> RunSpec:
+            spec = make_spec(ARCH, "memorization", preset,
+                             model={**grid.get("model", {}), "d_model": m},
+                             task_config={**grid["task"], **(task_config or {}),
+                                          "data": data, "level": level, "fraction": f},
+                             train=grid.get("train", {}))
+            return spec if factor == 1 else make_spec(
+                ARCH, "memorization", preset, model=spec.model, task_config=spec.task_config,
+                train={**grid.get("train", {}), "steps": spec.train.steps * factor})
+        return build
 
     smallest = (min(grid["search"]["n_examples"]) / grid["task"]["n_examples"]
                 if "search" in grid else min(FRACTIONS))
-    return [(f"{NAME}_{data}_{level}/m{m}_f{f:g}", cell(m, f))
-            for m, f in ((max(grid["widths"]), max(FRACTIONS)),
-                         (min(grid["widths"]), smallest))]
+    largest = long["factor"] if long and long["largest"] else 1
+    return [(f"{NAME}_{data}_{level}/m{m}_f{f:g}", cell(m, f, factor))
+            for m, f, factor in ((max(grid["widths"]), max(FRACTIONS), largest),
+                                 (min(grid["widths"]), smallest, 1))]
 
 
 def summarise(cells: dict[tuple[float, int], dict], fractions: list[float], widths: list[int],

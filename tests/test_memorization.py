@@ -601,4 +601,7 @@ def test_medium_is_a_preset_of_the_figure():
     labels = [label for label, _ in am.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",
                       "memorization_synthetic_token/m2_f0.03125"]
-    assert am.dry_run_cells("medium")[0][1]().model["n_heads"] == 1
+    largest, smallest = (build() for _, build in am.dry_run_cells("medium"))
+    assert largest.model["n_heads"] == 1
+    assert (largest.train.steps, smallest.train.steps) == (8000, 2000)  # the long budget
+    assert am.dry_run_cells("quick")[0][1]().train.steps == 2000

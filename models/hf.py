@@ -547,6 +547,26 @@ def check_finite(model: torch.nn.Module, source: str) -> None:
                           "would be meaningless")
 
 
+def check_forward(model: torch.nn.Module, config: PretrainedConfig, source: str) -> None:
+    """Finite weights can still give NaN logits through a config value (a negative
+    ``layer_norm_eps`` takes the root of a negative number): one short forward pass decides,
+    before an analysis would report NaN scores as results."""
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    tokens = torch.arange(4, device=next(model.parameters()).device).remainder(max(vocab, 1))
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=tokens[None]).logits
+    except Exception as e:  # noqa: BLE001 - a config value no check anticipated
+        raise HFError(f"{source}: a forward pass on four tokens fails: {type(e).__name__}: "
+                      f"{_first_line(e, 120)}") from None
+    if not bool(torch.isfinite(logits).all()):
+        odd = [f"{k} = {v}" for k, v in config.to_dict().items()
+               if "eps" in k and isinstance(v, (int, float)) and not (v >= 0)]
+        raise HFError(f"{source}: refused: its logits on four tokens are NaN or infinite"
+                      + (f" (its config has {', '.join(odd[:2])})" if odd else "")
+                      + "; an analysis of them would be meaningless")
+
+
 class _CheckedLoad:
     """The model class the bridge loads through: transformers' own, with remote code off,
     the loading report kept (see :func:`check_loaded`) and mis-shaped weights reported by
@@ -645,6 +665,7 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
             hf_logging.enable_progress_bar()
     check_loaded(loader.info, source)
     check_finite(bridge.original_model, source)
+    check_forward(bridge.original_model, config, source)
     if arch == HF_TRANSFORMER and getattr(bridge.cfg, "is_stateful", False):
         arch = HF_HYBRID  # a recurrent state beside attention (Jamba, Falcon-H1, …)
         check_archs(arch, archs, source)

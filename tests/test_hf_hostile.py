@@ -264,3 +264,9 @@ def test_tokenizer_file_fifo_or_huge(model_dir):
 def test_architectures_not_a_list(model_dir):
     edit_json(model_dir / "config.json", architectures=-1)
     refused(model_dir, "architectures")
+
+
+def test_config_that_makes_logits_nan(model_dir):
+    # finite weights, but the layer norms take the root of a negative number
+    edit_json(model_dir / "config.json", layer_norm_eps=-1)
+    refused(model_dir, "NaN", "layer_norm_eps = -1")

@@ -63,7 +63,7 @@ from transformer_lens.model_bridge.sources.transformers import (
     determine_architecture_from_hf_config,
     get_hf_model_class_for_architecture,
 )
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -243,17 +243,18 @@ def resolve_source(path_or_name: str | os.PathLike) -> tuple[str, bool]:
 
 def _regular_file(path: Path, source: str, what: str, limit: int | None = None) -> int:
     """The size of ``path``, a regular file (a FIFO would block the read, a device never end),
-    non-empty and within ``limit`` bytes; otherwise one line."""
+    non-empty and within ``limit`` bytes; otherwise one line (``what`` names its role)."""
+    what = f"{what} {path.name}".strip()
     try:
         st = os.stat(path)
     except OSError as e:
-        raise HFError(f"{source}: its {what} {path.name} cannot be read ({e.strerror})") from None
+        raise HFError(f"{source}: its {what} cannot be read ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise HFError(f"{source}: its {what} {path.name} is {_kind(st.st_mode)}, not a file")
+        raise HFError(f"{source}: its {what} is {_kind(st.st_mode)}, not a file")
     if st.st_size == 0:
-        raise HFError(f"{source}: its {what} {path.name} is an empty file")
+        raise HFError(f"{source}: its {what} is an empty file")
     if limit is not None and st.st_size > limit:
-        raise HFError(f"{source}: its {what} {path.name} is {human_bytes(st.st_size)}, more "
+        raise HFError(f"{source}: its {what} is {human_bytes(st.st_size)}, more "
                       f"than such a file ever is ({human_bytes(limit)})")
     return st.st_size
 
@@ -261,13 +262,14 @@ def _regular_file(path: Path, source: str, what: str, limit: int | None = None) 
 def read_json(path: Path, source: str, what: str) -> dict:
     """A small JSON object file (a config, a shard index), or one line."""
     _regular_file(path, source, what, MAX_CONFIG_BYTES)
+    what = f"{what} {path.name}".strip()
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as e:
-        raise HFError(f"{source}: its {what} {path.name} is not readable JSON: "
+        raise HFError(f"{source}: its {what} is not readable JSON: "
                       f"{_first_line(e, 120)}") from None
     if not isinstance(data, dict):
-        raise HFError(f"{source}: its {what} {path.name} holds a JSON {type(data).__name__}, "
+        raise HFError(f"{source}: its {what} holds a JSON {type(data).__name__}, "
                       "not an object")
     return data
 
@@ -289,8 +291,8 @@ def check_local_dir(directory: str) -> dict:
                 raise HFError(f"{directory}: {entry.name[:80]} in it is {_kind(st.st_mode)}, "
                               "not a file (reading it could block or never end)")
             if entry.name.endswith(TEXT_SUFFIXES):
-                _regular_file(Path(entry.path), directory, "file", MAX_TEXT_FILE_BYTES)
-    raw = read_json(Path(directory) / "config.json", directory, "config")
+                _regular_file(Path(entry.path), directory, "", MAX_TEXT_FILE_BYTES)
+    raw = read_json(Path(directory) / "config.json", directory, "")
     model_type = raw.get("model_type")
     if "auto_map" in raw and not (isinstance(model_type, str)
                                   and model_type in CONFIG_MAPPING_NAMES):
@@ -426,11 +428,14 @@ def stored_shapes(directory: str) -> dict[str, tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------------- sizes
-def _meta_sizes(config: PretrainedConfig) -> tuple[int, int, dict[str, tuple[int, ...]]]:
+def _meta_sizes(cls, config: PretrainedConfig) -> tuple[int, int, dict[str, tuple[int, ...]]]:
     """``(parameters, bytes of buffers not in the state dict, parameter shapes)`` of the model
-    ``config`` describes, built on the meta device (no memory)."""
+    ``config`` describes, built as class ``cls`` on the meta device (no memory)."""
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        if hasattr(cls, "from_config"):  # an Auto class
+            model = cls.from_config(config, trust_remote_code=False)
+        else:
+            model = cls._from_config(config)
     persistent = set(model.state_dict())
     rebuilt = sum(b.numel() * b.element_size() for name, b in model.named_buffers()
                   if name not in persistent)
@@ -444,7 +449,7 @@ def _with_layers(config: PretrainedConfig, n: int) -> PretrainedConfig:
     return out
 
 
-def meta_sizes(config: PretrainedConfig, source: str
+def meta_sizes(cls, config: PretrainedConfig, source: str
                ) -> tuple[int, int, dict[str, tuple[int, ...]]]:
     """:func:`_meta_sizes`, a stack deeper than :data:`models.checkpoint.DEEP` extrapolated
     from one- and two-layer builds as for ``.pt`` files (a meta build of 10^6 layers would
@@ -453,13 +458,14 @@ def meta_sizes(config: PretrainedConfig, source: str
     try:
         if isinstance(n, int) and not isinstance(n, bool) and n > DEEP:
             try:
-                one, two = _meta_sizes(_with_layers(config, 1)), _meta_sizes(_with_layers(config, 2))
+                one = _meta_sizes(cls, _with_layers(config, 1))
+                two = _meta_sizes(cls, _with_layers(config, 2))
             except Exception:  # noqa: BLE001 - a config tied to its depth: refuse below
                 raise HFError(f"{source}: its config asks for {n:,} layers, and its size "
                               "cannot be estimated from a shallower build") from None
             (p1, r1, _), (p2, r2, shapes) = one, two  # shapes of the first two layers only
             return p1 + (n - 1) * (p2 - p1), r1 + (n - 1) * (r2 - r1), shapes
-        return _meta_sizes(config)
+        return _meta_sizes(cls, config)
     except HFError:
         raise
     except Exception as e:  # noqa: BLE001 - a config value no check anticipated
@@ -467,7 +473,7 @@ def meta_sizes(config: PretrainedConfig, source: str
                       f"{type(e).__name__}: {_first_line(e, 120)}") from None
 
 
-def check_footprint(config: PretrainedConfig, stored: dict[str, tuple[int, ...]] | None,
+def check_footprint(cls, config: PretrainedConfig, stored: dict[str, tuple[int, ...]] | None,
                     source: str, dtype: torch.dtype, device: torch.device) -> None:
     """Before any weight is allocated: the model the config describes must be covered by the
     stored values (a parameter the files lack would be randomly initialised, and a config
@@ -478,8 +484,8 @@ def check_footprint(config: PretrainedConfig, stored: dict[str, tuple[int, ...]]
     if stored is not None and isinstance(n_layers, int) and n_layers > len(stored):
         raise HFError(f"{source}: its config asks for {n_layers:,} layers, but its weight "
                       f"files hold only {len(stored):,} tensors")
-    params, rebuilt, shapes = meta_sizes(config, source)
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    params, rebuilt, shapes = meta_sizes(cls, config, source)
+    itemsize = dtype.itemsize
     if stored is not None:
         wrong = [f"{k} is {list(stored[k])} in the weight file but {list(s)} for the config"
                  for k, s in shapes.items() if k in stored and stored[k] != s]
@@ -644,7 +650,11 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     arch = arch_of(config)
     check_archs(arch, archs, source)
     check_provenance(config, source)
-    check_footprint(config, stored_shapes(source) if local else None, source, dtype, device)
+    try:  # the class the bridge will load (the meta build below uses the same)
+        cls = get_hf_model_class_for_architecture(determine_architecture_from_hf_config(config))
+    except Exception as e:  # noqa: BLE001 - an architecture the bridge does not know
+        raise HFError(f"{source}: TransformerBridge cannot boot it: {_first_line(e)}") from None
+    check_footprint(cls, config, stored_shapes(source) if local else None, source, dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exception
@@ -653,8 +663,7 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     progress = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # per-tensor "Loading weights" bars say nothing here
     try:
-        loader = _CheckedLoad(get_hf_model_class_for_architecture(
-            determine_architecture_from_hf_config(config)))
+        loader = _CheckedLoad(cls)
         bridge = TransformerBridge.boot_transformers(source, device=device, dtype=dtype,
                                                      tokenizer=tokenizer, model_class=loader,
                                                      trust_remote_code=False)

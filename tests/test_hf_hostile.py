@@ -270,3 +270,21 @@ def test_config_that_makes_logits_nan(model_dir):
     # finite weights, but the layer norms take the root of a negative number
     edit_json(model_dir / "config.json", layer_norm_eps=-1)
     refused(model_dir, "NaN", "layer_norm_eps = -1")
+
+
+# ---------------------------------------------------------------------------- not refused
+def test_stale_buffers_of_real_checkpoints_still_load(model_dir, tmp_path):
+    # Pythia's files carry old attention buffers, GPT-2's have no "transformer." prefix and
+    # "attn.bias" masks: transformers knows them, so the checks above must not refuse them
+    def pythia(sd):
+        for i in range(2):
+            p = f"gpt_neox.layers.{i}.attention."
+            sd = {**sd, p + "bias": torch.ones(1, 1, 256, 256, dtype=torch.bool).tril(),
+                  p + "masked_bias": torch.tensor(-1e9), p + "rotary_emb.inv_freq": torch.ones(2)}
+        return sd
+    edit_weights(model_dir, pythia)
+    assert load_hf(model_dir).arch == "hf_transformer"
+    gpt2 = save_tiny_hf("gpt2", tmp_path)
+    edit_weights(gpt2, lambda sd: {**{k.removeprefix("transformer."): v for k, v in sd.items()},
+                                   "h.0.attn.bias": torch.ones(1, 1, 256, 256).tril()})
+    assert load_hf(gpt2).arch == "hf_transformer"

@@ -72,6 +72,15 @@ def test_auto_map_directory_code_never_runs(model_dir, tmp_path):
     assert not marker.exists()
 
 
+def test_tokenizer_auto_map_code_never_runs(model_dir, tmp_path):
+    marker = tmp_path / "tokenizer-code-ran"
+    (model_dir / "evil_tok.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    edit_json(model_dir / "tokenizer_config.json", tokenizer_class="EvilTokenizer",
+              auto_map={"AutoTokenizer": ["evil_tok.EvilTokenizer", None]})
+    load_hf(model_dir)  # the tokenizer.json beside it serves; the module is never imported
+    assert not marker.exists()
+
+
 # ---------------------------------------------------------------------------- 2. weight files
 def test_pickle_bin_refused_and_not_run(model_dir, tmp_path):
     marker = tmp_path / "pickle-ran"

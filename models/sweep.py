@@ -34,10 +34,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import subprocess
+import tempfile
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from joblib import Parallel, delayed
@@ -146,6 +149,8 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
     results: list[Any] = [None] * len(items)
     if not items:
         return results
+    # connected (or refused in one line) before the progress bar shows
+    ray, started = _ray(backend) if backend.ray else (None, False)
     bar = tqdm(total=len(items) + done_before, initial=done_before, desc=desc,
                disable=not progress, dynamic_ncols=True)
 
@@ -160,8 +165,8 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
             bar.set_postfix(post)
 
     try:
-        if backend.ray:
-            _ray_map(fn, items, backend, finish)
+        if ray is not None:
+            _ray_map(ray, started, fn, items, backend, finish)
         elif backend.jobs == 1:
             for i, args in enumerate(items):
                 finish(*_attempts(fn, i, args, backend.retries))
@@ -187,15 +192,44 @@ def _ray(b: Backend):
     started = not ray.is_initialized()
     if started:
         if b.address:
-            ray.init(address=b.address)
+            _check_reachable(b.address)
+            try:
+                ray.init(address=b.address)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+                raise TaskError(f"--ray {b.address}: cannot connect ({_error_line(e)})") from None
         else:
             ray.init(num_cpus=b.jobs, include_dashboard=False)
     return ray, started
 
 
-def _ray_map(fn: Callable, items: Sequence[tuple], b: Backend,
+RAY_PROBE_S = 5.0  # seconds to wait for a cluster's address before saying it is not there
+
+
+def _check_reachable(address: str) -> None:
+    """One line within seconds when ``address`` has no Ray cluster behind it (``ray.init``
+    itself retries an unreachable address for minutes, then raises a traceback)."""
+    if address == "auto":
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        address = os.environ.get("RAY_ADDRESS") or (
+            current.read_text().strip() if current.is_file() else "")
+        if not address:
+            raise TaskError("--ray auto: no Ray cluster is running on this machine (start one "
+                            "with `ray start --head`, or give --ray alone for a Ray instance "
+                            "started here)")
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise TaskError(f"--ray {address}: nothing answers there "
+                        f"({getattr(e, 'strerror', None) or type(e).__name__}); is the cluster "
+                        "up, and is the address HOST:PORT of its head?") from None
+
+
+def _ray_map(ray, started: bool, fn: Callable, items: Sequence[tuple], b: Backend,
              finish: Callable[[int, Any], None]) -> None:
-    ray, started = _ray(b)
+    """Run the tasks on the connected ``ray``; shut it down after if this sweep ``started`` it."""
     try:
         remote = ray.remote(_call).options(num_cpus=b.num_cpus, num_gpus=b.num_gpus,
                                            max_retries=b.retries, retry_exceptions=True)

@@ -68,6 +68,7 @@ def output_lock(directory: str | os.PathLike, name: str) -> Iterator[Path]:
     directory = Path(directory)
     lock = directory / f".{name}.lock"
     try:
+        directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
         raise TaskError(f"{lock}: cannot create the output lock ({e.strerror})") from None

@@ -99,3 +99,8 @@ def test_claim_text_is_escaped_and_bounded_in_both_indexes(tmp_path):
     assert "<script>" not in md and "<script>" not in page
     assert "](javascript:" not in md
     assert len(o.claims[0][1]) <= reproduce.MAX_CLAIM_CHARS
+
+
+def test_the_lock_creates_a_new_output_directory(tmp_path):
+    with output_lock(tmp_path / "new" / "out", "f") as lock:
+        assert lock.parent.is_dir()

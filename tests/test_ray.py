@@ -13,6 +13,7 @@ import json
 import math
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -266,3 +267,17 @@ def test_an_analysis_trains_its_recipes_as_ray_tasks_and_a_failure_is_one_line(
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert calls and calls[0][1].ray and calls[0][0] == list(md.FIGURE.recipes("quick"))
     assert code == 2 and len(err) == 1 and "training failed" in err[0] and "boom" in err[0]
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "auto"])
+def test_an_address_with_no_cluster_is_one_line_within_seconds(tmp_path, capsys, monkeypatch,
+                                                                address):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no ray_current_cluster file
+    t0 = time.time()
+    assert zoo.main(["train", "markov/mamba2", "--ray", address, "--cache-dir",
+                     str(tmp_path / "ck")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--ray {address}" in err
+    assert time.time() - t0 < 15

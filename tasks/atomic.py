@@ -67,11 +67,13 @@ def output_lock(directory: str | os.PathLike, name: str) -> Iterator[Path]:
     (``flock``): it goes with the process, so a killed writer leaves nothing to clean up."""
     directory = Path(directory)
     lock = directory / f".{name}.lock"
+    new = [p for p in (directory, *directory.parents) if not p.exists()]  # made here
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
         raise TaskError(f"{lock}: cannot create the output lock ({e.strerror})") from None
+    ok = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,5 +83,11 @@ def output_lock(directory: str | os.PathLike, name: str) -> Iterator[Path]:
             raise TaskError(f"{directory}: another process is writing {name}'s outputs there "
                             "now; wait for it, or give another --out") from None
         yield lock
+        ok = True
     finally:
+        if not ok and new:  # a refused run leaves no output directory behind it
+            with contextlib.suppress(OSError):
+                lock.unlink()
+                for p in new:
+                    p.rmdir()  # only while empty: another writer's files stay
         os.close(fd)

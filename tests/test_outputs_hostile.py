@@ -104,3 +104,9 @@ def test_claim_text_is_escaped_and_bounded_in_both_indexes(tmp_path):
 def test_the_lock_creates_a_new_output_directory(tmp_path):
     with output_lock(tmp_path / "new" / "out", "f") as lock:
         assert lock.parent.is_dir()
+
+
+def test_a_refused_run_leaves_no_new_output_directory(tmp_path):
+    with pytest.raises(TaskError), output_lock(tmp_path / "a" / "out", "f"):
+        raise TaskError("refused")
+    assert not (tmp_path / "a").exists()

@@ -25,9 +25,10 @@ import torch
 
 from figures.style import DEFAULT_OUT, figure_png
 from models import zoo
-from models.checkpoint import is_hf_source, load
+from models.checkpoint import is_hf_source
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
+from models.loading import load
 from models.registry import HF_ARCHS
 from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from models.train import distributed, dryrun

@@ -3,10 +3,10 @@
 from models.checkpoint import (
     CheckpointError,
     is_hf_source,
-    load,
     read_checkpoint,
     save_checkpoint,
 )
+from models.loading import load
 from models.registry import ARCHS, HF_ARCHS, ArchError, build_model, model_class
 
 __all__ = [

@@ -27,7 +27,7 @@ import threading
 import time
 import warnings
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -899,37 +899,3 @@ def is_hf_source(path: str | os.PathLike) -> bool:
     if p.exists() or p.suffix in (".pt", ".pth"):
         return False
     return bool(HUB_NAME.match(str(path)))
-
-
-def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
-         archs: Iterable[str] | None = None):
-    """``models.load(path)``: a suite model rebuilt from a checkpoint file alone, or a
-    HuggingFace causal LM (a model directory or a hub name) booted through TransformerLens'
-    ``TransformerBridge`` (:func:`models.hf.load_hf`), with the same small interface.
-
-    The model comes back on ``device`` in eval mode; ``model.checkpoint`` keeps the rest of the
-    file (task, train config, history) for analyses. ``archs``: the architectures the caller
-    can use; any other is refused before the model is built.
-    """
-    if is_hf_source(path):
-        # deferred: transformers and the bridge take seconds to import, and a suite
-        # checkpoint (every training run, every test) never needs them
-        from models.hf import load_hf
-
-        model = load_hf(path, device, archs=archs)
-        return model if eval_mode else model.train()
-    if Path(path).is_dir():
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "
-                              "HuggingFace model: it has no config.json)")
-    ckpt = read_checkpoint(path)
-    if archs is not None:
-        allowed = sorted(set(archs))
-        _need(ckpt["model"]["arch"] in allowed, path,
-              f"this analysis needs a {' or '.join(allowed)} checkpoint, but the file holds "
-              f"a {ckpt['model']['arch']!r} model")
-    model = model_from_checkpoint(ckpt, path).to(device)
-    if eval_mode:
-        model.eval()
-    model.checkpoint = {k: v for k, v in ckpt.items()
-                        if k not in ("state_dict", "optimizer", "digest")}
-    return model

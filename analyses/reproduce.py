@@ -59,7 +59,7 @@ PLAN: tuple[str, ...] = (
 )
 TRAIN = "train:"  # prefix of the tasks that train a zoo recipe
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
-MAX_CLAIM_CHARS = 2000  # a claim's measured text in the index
+MAX_CLAIM_CHARS = 2000  # longest 'measured here' cell the index copies from a JSON
 
 
 def figure_of(name: str) -> Figure:

@@ -37,6 +37,7 @@ from filelock import FileLock, Timeout
 from models.device import check_fits, human_bytes
 from models.registry import ARCHS, build_model, model_class
 from models.train.config import TrainConfig
+from tasks.atomic import fsync_dir, new_file_mode
 from tasks.base import TaskError, config_from_dict
 from tasks.registry import TASKS, task_class
 
@@ -64,7 +65,6 @@ MAX_REBUILT_BYTES = 64 * 2**20
 # tensors a checkpoint may hold (what torch.save writes for these models, and plain data)
 TENSOR_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                  torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}
-_UMASK_LOCK = threading.Lock()
 _NOTICED: set[str] = set()
 _HELD: dict[str, tuple[int, int]] = {}  # lock file -> (thread holding it, depth) in this process
 _HELD_LOCK = threading.Lock()  # files whose "no digest" notice was printed (once per file)
@@ -208,7 +208,7 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
         f = os.fdopen(fd, "wb")
         torch.save(ckpt, f)
         f.flush()
-        os.fchmod(f.fileno(), _new_file_mode(path))
+        os.fchmod(f.fileno(), new_file_mode(path))
         os.fsync(f.fileno())
         _before_rename_hook(tmp)
         os.replace(tmp, path)
@@ -223,30 +223,8 @@ def save_checkpoint(ckpt: dict[str, Any], path: str | os.PathLike) -> Path:
             f.close()
         else:
             os.close(fd)
-    _fsync_dir(path.parent)  # make the rename itself durable
+    fsync_dir(path.parent)  # make the rename itself durable
     return path
-
-
-def _umask() -> int:
-    try:  # Linux says it without changing it
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:  # elsewhere the only way to read it is to set it
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-def _new_file_mode(path: Path) -> int:
-    """The mode of the file being replaced (a shared file stays shared), else the umask's."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return 0o666 & ~_umask()
 
 
 def _lock_fd(fd: int, blocking: bool = True) -> bool:
@@ -301,19 +279,6 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
         finally:
             os.close(fd)
     return removed
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 def _before_rename_hook(tmp: str) -> None:

@@ -77,6 +77,7 @@ from models.checkpoint import (
 from models.cli import OneLineParser, run_cli
 from models.recurrent import to_hf_state_dict
 from models.registry import model_class
+from tasks.atomic import umask
 from tasks.base import TaskError, Vocab, check, config_from_dict, make_generator
 from tasks.registry import make_task
 
@@ -406,12 +407,6 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool,
     return out
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 @contextlib.contextmanager
 def _quiet_hf():
     """No progress bars or notices from transformers on the command's output (loading back on
@@ -508,7 +503,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
                     raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
                                       f"gives logits {diff:.3g} away from the checkpoint's "
                                       f"(largest |logit| {top:.3g}); nothing written")
-        mask = _umask()  # mkdtemp's directory is private, and some writers' files are too
+        mask = umask()  # mkdtemp's directory is private, and some writers' files are too
         os.chmod(tmp, 0o777 & ~mask)
         for f in tmp.iterdir():
             os.chmod(f, 0o666 & ~mask)

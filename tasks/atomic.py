@@ -13,30 +13,49 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.base import TaskError
 
+_UMASK_LOCK = threading.Lock()
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # some file systems cannot fsync a directory
+
+def umask() -> int:
+    """The process umask, read without changing it where the system says it (Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:  # elsewhere the only way to read it is to set it
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: Path) -> int:
+    """The mode of the file being replaced (a shared file stays shared), else the umask's
+    (``mkstemp`` alone would give 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~umask()
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (where the file system can fsync a directory)."""
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _new_file_mode(path: Path) -> int:
-    """The mode of the file replaced, else ``0666 & ~umask`` (``mkstemp`` alone gives 0600)."""
-    try:
-        return os.stat(path).st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
@@ -49,13 +68,13 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
             f.flush()
-            os.fchmod(f.fileno(), _new_file_mode(path))
+            os.fchmod(f.fileno(), new_file_mode(path))
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 

@@ -1,0 +1,111 @@
+"""Cache keys never move: every zoo recipe at every preset it has, and the preset defaults of
+every (task, arch) pair, hash to what tests/data/recipe_hashes.json recorded. A changed hash
+means every cached checkpoint of that run is retrained, so a refactor of how runs are
+described must keep this file green.
+
+A fine-tuned recipe's hash covers its init checkpoint's bytes; those depend on training, so
+here the parent is a stand-in: its model entry is the parent's own record and its digest a
+fixed string (``INIT_DIGEST``).
+
+Regenerate only on purpose (a change that is meant to retrain): ``python -m
+tests.test_recipe_hashes``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from models import zoo
+from models.registry import ARCHS
+from models.train import cache, spec
+from tasks.base import TaskError
+from tasks.registry import TASKS
+
+DATA = Path(__file__).parent / "data" / "recipe_hashes.json"
+PRESETS = ("quick", "medium", "paper")
+INIT_DIGEST = "0123456789abcdef"
+
+
+def _stub_init(monkeypatch, cache_dir: Path) -> None:
+    """Parents of fine-tuned recipes as stand-in files: their model entry is the parent
+    recipe's record, their digest :data:`INIT_DIGEST`."""
+    records: dict[str, dict] = {}
+    real_spec = zoo.spec
+
+    def stub_spec(name, preset, cache_dir=cache_dir, train=None):
+        run = real_spec(name, preset, cache_dir, train)
+        path = cache.cache_path(run, cache_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # the child's recipe asks only that its parent exists
+        records[str(path)] = run.record()["model"]
+        return run
+
+    monkeypatch.setattr(zoo, "spec", stub_spec)
+    monkeypatch.setattr(spec, "_init_model_entry", lambda path: records[str(path)])
+    monkeypatch.setattr(spec, "file_digest", lambda path: INIT_DIGEST)
+
+
+def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:
+    """``{"recipes": {name@preset: hash}, "presets": {preset/task/arch: hash or error}}``."""
+    recipes = {}
+    for name, r in zoo.RECIPES.items():
+        for preset in PRESETS:
+            if r.available(preset):
+                recipes[f"{name}@{preset}"] = zoo.spec(name, preset, cache_dir).hash()
+    presets = {}
+    for preset in PRESETS:
+        for task in sorted(TASKS):
+            for arch in sorted(ARCHS):
+                try:
+                    presets[f"{preset}/{task}/{arch}"] = spec.make_spec(arch, task, preset).hash()
+                except TaskError:
+                    presets[f"{preset}/{task}/{arch}"] = "invalid"
+    return {"recipes": recipes, "presets": presets}
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, dict[str, str]]:
+    return json.loads(DATA.read_text())
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory) -> dict[str, dict[str, str]]:
+    with pytest.MonkeyPatch.context() as mp:
+        cache_dir = tmp_path_factory.mktemp("cache")
+        _stub_init(mp, cache_dir)
+        return snapshot(cache_dir)
+
+
+def test_every_recipe_keeps_its_cache_key(recorded, current):
+    assert set(current["recipes"]) == set(recorded["recipes"])  # no recipe lost or added here
+    moved = {k: (recorded["recipes"][k], h) for k, h in current["recipes"].items()
+             if recorded["recipes"][k] != h}
+    assert not moved, f"{len(moved)} recipe hashes moved, e.g. {sorted(moved.items())[:5]}"
+
+
+def test_every_preset_default_keeps_its_cache_key(recorded, current):
+    moved = {k: (v, current["presets"].get(k)) for k, v in recorded["presets"].items()
+             if current["presets"].get(k) != v}
+    assert not moved, f"{len(moved)} preset hashes moved, e.g. {sorted(moved.items())[:5]}"
+
+
+def test_the_fixture_can_fail(recorded, current):
+    # the snapshot covers the runs it claims to: fine-tuned recipes (through the stand-in) and
+    # every preset that has recipes
+    assert any(k.startswith("lookup_suffix/") and k.endswith("@quick") for k in current["recipes"])
+    assert {k.rsplit("@", 1)[1] for k in current["recipes"]} == set(PRESETS)
+    assert len(set(current["recipes"].values())) > 100  # distinct runs, distinct keys
+
+
+if __name__ == "__main__":
+    with pytest.MonkeyPatch.context() as mp:
+        with tempfile.TemporaryDirectory() as tmp:
+            _stub_init(mp, Path(tmp))
+            DATA.parent.mkdir(exist_ok=True)
+            DATA.write_text(json.dumps(snapshot(Path(tmp)), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {DATA}", file=sys.stderr)

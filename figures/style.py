@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")  # headless: analyses run on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tasks.atomic import write_atomic  # noqa: E402 - the suite's one atomic writer
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 # One colour per architecture / positional encoding, so figures agree with each other.
@@ -33,19 +35,22 @@ def new_figure(n_panels: int = 1, width_per_panel: float = 4.2, height: float = 
     return fig, list(axes[0])
 
 
-def figure_png(fig) -> bytes:
-    """The figure as PNG bytes (closed afterwards), for a caller that writes them atomically."""
+def figure_png(fig, fmt: str = "png") -> bytes:
+    """The figure as PNG (or ``fmt``) bytes, closed afterwards even when drawing fails, for a
+    caller that writes them atomically."""
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        fig.savefig(buf, format=fmt)
+    finally:
+        plt.close(fig)
     return buf.getvalue()
 
 
 def save_figure(fig, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG, or the format its suffix names) atomically: drawn in
+    memory, then written under a unique temp name and renamed by tasks.atomic, so a failed or
+    concurrent save never leaves a half-written figure at ``path``. The figure is closed either
+    way."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return write_atomic(path, figure_png(fig, path.suffix[1:] or "png"))

@@ -1,4 +1,4 @@
-"""Shared pieces of every synthetic task: the error type, vocabularies, batches, config rules.
+"""Shared pieces of every synthetic task: argument checks, vocabularies, batches, config rules.
 
 Every generator in ``tasks/`` is a pure function of its frozen config and a seeded
 ``torch.Generator``; no model code lives here.
@@ -15,15 +15,14 @@ from typing import Any
 
 import torch
 
+from tasks.errors import ConfigError, TaskError
+
 IGNORE = -100  # target value that the loss skips (torch.nn.functional.cross_entropy default)
 
 
-class TaskError(ValueError):
-    """Raised for any invalid task configuration or argument (the suite's own error type)."""
-
-
 def check(condition: bool, message: str) -> None:
-    """Raise :class:`TaskError` with ``message`` unless ``condition`` holds."""
+    """Raise :class:`TaskError` with ``message`` unless ``condition`` holds (that class, not
+    :class:`ConfigError`: a sweep reports the class name, and its users read ``TaskError``)."""
     if not condition:
         raise TaskError(message)
 
@@ -33,7 +32,7 @@ def config_from_dict(cls: type, data: dict[str, Any]):
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise TaskError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+        raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - unresolvable annotations: skip the type check
@@ -43,7 +42,7 @@ def config_from_dict(cls: type, data: dict[str, Any]):
         ok = _fits(value, hints.get(key))
         if ok is False:  # a wrong type would surface later as a TypeError deep inside a check
             tp = hints[key]
-            raise TaskError(f"{cls.__name__}.{key} must be {getattr(tp, '__name__', tp)}, got "
+            raise ConfigError(f"{cls.__name__}.{key} must be {getattr(tp, '__name__', tp)}, got "
                             f"{value!r} ({type(value).__name__})")
         if isinstance(value, list) and typing.get_origin(hints.get(key)) is tuple:
             data[key] = tuple(value)  # JSON has no tuples; frozen configs stay hashable

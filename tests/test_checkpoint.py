@@ -22,8 +22,8 @@ import torch
 
 import models
 from analyses.common import load_model
-from models import checkpoint as ckmod
 from models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from tasks import atomic
 from tasks.base import TaskError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,13 +245,13 @@ def test_failure_between_write_and_rename_keeps_previous_file(tmp_path, monkeypa
         assert Path(tmp).parent == path.parent and Path(tmp).stat().st_size > 0  # fully written
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckmod, "_before_rename_hook", crash)
+    monkeypatch.setattr(atomic, "_before_rename_hook", crash)
     with pytest.raises(CheckpointError, match="could not save.*unchanged"):
         save_checkpoint(good_checkpoint(step=2), path)
     assert path.read_bytes() == before and read_checkpoint(path)["train"]["step"] == 1
     assert not list(tmp_path.glob(".*.tmp"))  # the half-done temp file was removed
 
-    monkeypatch.setattr(ckmod, "_before_rename_hook", lambda tmp: (_ for _ in ()).throw(
+    monkeypatch.setattr(atomic, "_before_rename_hook", lambda tmp: (_ for _ in ()).throw(
         KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C mid-save: same guarantee
         save_checkpoint(good_checkpoint(step=3), path)
@@ -266,7 +266,7 @@ def test_failure_while_writing_keeps_previous_file(tmp_path, monkeypatch):
         f.write(b"PK\x03\x04 half of an archive")
         raise RuntimeError("killed while writing")
 
-    monkeypatch.setattr(ckmod.torch, "save", half_write)
+    monkeypatch.setattr(torch, "save", half_write)
     with pytest.raises(RuntimeError):
         save_checkpoint(good_checkpoint(step=2), path)
     assert path.read_bytes() == before
@@ -284,6 +284,7 @@ CHILD_SEAM = textwrap.dedent("""
     import os, signal, sys, torch
     sys.path.insert(0, {root!r})
     from models import checkpoint as ck
+    from tasks import atomic
 
     def ckpt(step):
         return {{"format": 1, "model": {{"arch": "transformer", "config": {{}}}},
@@ -294,7 +295,7 @@ CHILD_SEAM = textwrap.dedent("""
     path = {path!r}
     ck.save_checkpoint(ckpt(1), path)
     # the second save dies (SIGKILL: no cleanup, no finally) after writing, before the rename
-    ck._before_rename_hook = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
+    atomic._before_rename_hook = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
     ck.save_checkpoint(ckpt(2), path)
     print("survived")
 """)

@@ -30,7 +30,6 @@ import torch
 import models
 import models.train.loop as L
 from analyses.common import load_model
-from models import checkpoint as ckmod
 from models.checkpoint import (
     CheckpointError,
     SaveError,
@@ -39,10 +38,12 @@ from models.checkpoint import (
     read_checkpoint,
     save_checkpoint,
     tensor_digest,
+    untrusted,
 )
 from models.train.cli import main
 from models.train.loop import train
 from models.train.spec import make_spec
+from tasks import atomic
 from tasks.base import TaskError
 from tests.test_checkpoint import good_checkpoint
 
@@ -172,7 +173,7 @@ def _disk_full_in(directory: Path, monkeypatch) -> list[str]:
             failed.append(tmp)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ckmod, "_before_rename_hook", enospc)
+    monkeypatch.setattr(atomic, "_before_rename_hook", enospc)
     return failed
 
 
@@ -205,7 +206,7 @@ def test_disk_full_everywhere_names_the_last_good_checkpoint(tmp_path, monkeypat
         if len(saves) > 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ckmod, "_before_rename_hook", full_after_first_save)
+    monkeypatch.setattr(atomic, "_before_rename_hook", full_after_first_save)
     monkeypatch.setattr(L, "rescue_dirs", lambda: [tmp_path / "r1", tmp_path / "r2"])
     with pytest.raises(SaveError) as e:
         train(spec, out=out, device="cpu", progress=False)
@@ -428,7 +429,7 @@ def test_sizes_that_are_not_stored_are_bounded(tmp_path, monkeypatch):
     assert mem.growth < 50 * MB
     # and the buffers rebuilt from the config are bounded by the stored weights
     path = _crafted(tmp_path, "stu2", model={"filter_len": 4096}, arch="stu")
-    monkeypatch.setattr(ckmod, "MAX_REBUILT_BYTES", 100_000)  # its filters: 4096 x 24 floats
+    monkeypatch.setattr(untrusted, "MAX_REBUILT_BYTES", 100_000)  # its filters: 4096 x 24 floats
     with pytest.raises(CheckpointError, match="buffers that are not stored"):
         models.load(path)
 
@@ -575,9 +576,10 @@ CHILD_KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from models import checkpoint as ck
+    from tasks import atomic
     from tests.test_checkpoint import good_checkpoint
 
-    ck._before_rename_hook = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
+    atomic._before_rename_hook = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)
     ck.save_checkpoint(good_checkpoint(), {path!r})
 """)
 

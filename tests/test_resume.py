@@ -22,12 +22,11 @@ import pytest
 import torch
 
 import models.train.loop as L
-from models import checkpoint as ckmod
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from models.train.spec import make_spec
-from tasks import make_generator, make_task
+from tasks import atomic, make_generator, make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
@@ -292,7 +291,7 @@ def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, mon
         if len(saves) == 2:
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckmod, "_before_rename_hook", disk_full_on_second_save)
+    monkeypatch.setattr(atomic, "_before_rename_hook", disk_full_on_second_save)
     with pytest.raises(CheckpointError, match="could not save"):
         train(spec, out=out, device="cpu", progress=False)
     assert read_checkpoint(out)["train"]["step"] == 2

@@ -56,6 +56,7 @@ from models.registry import model_class
 from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, batches, train
 from models.train.spec import BYTES_PER_PARAM, RunSpec, make_spec, run_size, validate_spec
+from tasks.atomic import write_atomic
 from tasks.base import TaskError, config_from_dict, config_to_dict, make_generator
 from tasks.registry import make_task
 
@@ -399,11 +400,7 @@ def report(items: Sequence[tuple[str, Builder]], device: str | torch.device = "c
           f"H100-hours: the full runs at {UTILISATION:.0%} of {H100_PEAK / 1e12:.0f} TFLOP/s "
           f"(total {doc['total_gpu_hours_h100']:.3g}); {doc['wall_s']:.0f} s wall")
     if out is not None:
-        path = Path(out) / f"{name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(path)
+        path = write_atomic(Path(out) / f"{name}.json", json.dumps(doc, indent=1))
         print(f"wrote {path}")
     if doc["failed"]:
         print(f"cannot run: {', '.join(doc['failed'])}", file=sys.stderr)

@@ -1,0 +1,148 @@
+"""Checkpoint files on disk: save a payload, read one back, and the run-long writer lock.
+
+Saves go through :mod:`tasks.atomic` (temp file in the same directory, fsync, rename; stale
+temps of killed writers removed), so a crash mid-save leaves the previous file intact, and the
+new file keeps the mode of the one it replaces. Reads never unpickle code
+(:mod:`models.checkpoint.untrusted`) and fail with one :class:`CheckpointError` line on a
+missing, truncated, foreign, corrupt or mismatched file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.checkpoint.paths import check_path, check_writable, file_kind, short_path
+from models.checkpoint.schema import (
+    check_complete,
+    tensor_digest,
+    validate_checkpoint,
+    with_digests,
+)
+from models.checkpoint.untrusted import check_claimed_bytes, load_untrusted
+from tasks.atomic import atomic_file, exclusive_lock
+from tasks.errors import CheckpointError, SaveError
+
+_NOTICED: set[str] = set()  # files whose "no digest" notice was printed (once per file)
+
+
+def save_checkpoint(payload: dict[str, Any], ckpt_path: str | os.PathLike) -> Path:
+    """Write ``payload`` atomically to ``ckpt_path``, with the digest of its weights.
+
+    A failure (disk full, permissions) is one :class:`SaveError` line and leaves any previous
+    file at ``ckpt_path`` unchanged; Ctrl-C mid-save leaves it unchanged too.
+    """
+    ckpt_path = Path(ckpt_path)
+    check_complete(payload)
+    check_writable(ckpt_path)
+    payload = with_digests(payload)
+    opened = False
+    try:
+        with atomic_file(ckpt_path) as f:
+            opened = True  # the temp file exists: a failure from here is the save's
+            torch.save(payload, f)
+    except OSError as e:
+        if not opened:
+            raise SaveError(f"{ckpt_path}: cannot write a checkpoint here ({e.strerror})",
+                            str(e.strerror)) from None
+        raise SaveError(f"{ckpt_path}: could not save the checkpoint ({e}); any previous "
+                        "file there is unchanged", str(e)) from None
+    return ckpt_path
+
+
+def _verify_weights(payload: dict, ckpt_path: Path) -> None:
+    """The stored digest (corruption inside the tensors), and no NaN / inf weights."""
+    sd = payload["state_dict"]
+    digest = payload.get("digest")
+    if digest is None:
+        key = os.path.abspath(ckpt_path)
+        if key not in _NOTICED:
+            _NOTICED.add(key)
+            print(f"notice: {ckpt_path}: no digest of its weights (written before checkpoints "
+                  "carried one), so corruption inside them cannot be detected; saving it again "
+                  "adds one", file=sys.stderr)
+    elif tensor_digest(sd) != digest:
+        raise CheckpointError(f"{ckpt_path}: corrupt: its weights do not match the digest "
+                              "stored with them (bytes changed inside the file, or an edit "
+                              "that did not update 'digest')")
+    for name, t in sd.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"{ckpt_path}: refused: its weights hold NaN or infinite "
+                                  f"values ({bad:,} of {t.numel():,} in {name[:80]}); an "
+                                  "analysis of them would be meaningless")
+
+
+def read_checkpoint(ckpt_path: str | os.PathLike,
+                    map_location: str | torch.device = "cpu") -> dict:
+    """Load and validate a payload without building the model: its layout, configs and
+    bounds, the digest of its weights and that they are finite."""
+    ckpt_path = check_path(ckpt_path)
+    try:
+        st = os.stat(ckpt_path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{ckpt_path}: no such file") from None
+    except OSError as e:
+        raise CheckpointError(f"{short_path(ckpt_path)}: cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"{ckpt_path}: is a directory, not a checkpoint file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read forever, a device never end
+        raise CheckpointError(f"{ckpt_path}: is {file_kind(st.st_mode)}, not a checkpoint file")
+    if st.st_size == 0:
+        raise CheckpointError(f"{ckpt_path}: empty file, not a checkpoint")
+    if not os.access(ckpt_path, os.R_OK):
+        raise CheckpointError(f"{ckpt_path}: permission denied")
+    payload = validate_checkpoint(load_untrusted(ckpt_path, map_location), ckpt_path)
+    check_claimed_bytes(payload, ckpt_path, st.st_size)
+    _verify_weights(payload, ckpt_path)
+    return payload
+
+
+def check_overwrite(ckpt_path: str | os.PathLike, resume: str | os.PathLike | None = None,
+                    overwrite: bool = False) -> None:
+    """Refuse to replace an existing file that is not this run's own (the checkpoint it resumes)
+    unless ``overwrite``: another run's checkpoint is not lost to a mistyped ``--out``."""
+    ckpt_path = Path(ckpt_path)
+    if overwrite or not ckpt_path.exists():
+        return
+    if resume is not None and Path(resume).exists() and os.path.samefile(ckpt_path, resume):
+        return
+    try:
+        payload = read_checkpoint(ckpt_path)
+    except CheckpointError:
+        raise CheckpointError(f"{ckpt_path}: already exists (not a readable checkpoint); "
+                              "refusing to replace it: pass --overwrite to replace it or choose "
+                              "another --out") from None
+    raise CheckpointError(
+        f"{ckpt_path}: already holds a checkpoint ({payload['model']['arch']} on "
+        f"{payload['task']['name']}, step {payload['train'].get('step', '?')}) that this run did "
+        f"not resume; pass --overwrite to replace it, --resume {ckpt_path} to continue it, or "
+        "choose another --out")
+
+
+@contextlib.contextmanager
+def exclusive_writer(ckpt_path: str | os.PathLike) -> Iterator[Path]:
+    """Hold ``.NAME.lock`` beside ``ckpt_path`` for a whole run (:func:`tasks.atomic.
+    exclusive_lock`): a second live writer of the same checkpoint is refused at once (one line
+    naming the holder's pid) instead of both running and one result being lost. The kernel
+    drops the lock when its holder dies, so a crashed run never blocks the next; the lock file
+    is removed when the run ends. Reentrant within a thread (the CLI, then its ``train()``)."""
+    ckpt_path = Path(ckpt_path)
+    lock_path = ckpt_path.parent / f".{ckpt_path.name}.lock"
+
+    def busy(who: str) -> CheckpointError:
+        return CheckpointError(f"{ckpt_path}: {who} is writing this checkpoint now (it holds "
+                               f"{lock_path.name}); wait for it to end or choose another --out")
+
+    def unusable(reason: str) -> CheckpointError:
+        return CheckpointError(f"{ckpt_path}: cannot lock it for writing ({reason})")
+
+    with exclusive_lock(lock_path, busy, unusable):
+        yield ckpt_path

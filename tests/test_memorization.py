@@ -321,7 +321,8 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
     assert saved == ["m00004_f050.json", "m00004_f100.json", "m00008_f050.json",
                      "m00008_f100.json"]
     # a second run reuses every saved cell and trains nothing
-    monkeypatch.setattr(am, "_run_cell", lambda *a, **k: pytest.fail("retrained a saved cell"))
+    monkeypatch.setattr(am.cells, "run_cell",
+                        lambda *a, **k: pytest.fail("retrained a saved cell"))
     again = tiny_grid(tmp_path)
     assert again["cells_reused"] == 4 and again["error"] == result["error"]
     json.dumps(am.to_jsonable(again))  # JSON-able
@@ -385,7 +386,7 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
                     task_config={"n_examples": 4, "seq_len": 4},
                     train={"steps": 2, "warmup_steps": 0}, n_jobs=1, progress=False)
 
-    monkeypatch.setattr(am, "compute", small)
+    monkeypatch.setattr(am.cli, "compute", small)
     argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
     assert am.main(argv) == 0
     assert seen == {"data": "synthetic", "level": "token", "preset": "quick",
@@ -536,14 +537,13 @@ def test_step_budgets_lengthen_the_largest_n():
     assert am.step_budgets(ns, 10, {"largest": 9, "factor": 3}) == dict.fromkeys(ns, 30)
     with pytest.raises(TaskError):
         am.step_budgets(ns, 2000, {"largest": 1, "factor": 0})
-    specs = am.search_specs("synthetic", "token", "medium", (4,), (8, 16), 0,
-                            {"n_examples": 16, "data": "synthetic", "level": "token"},
-                            {"n_heads": 1}, {}, {16: 123})
+    space = am.CellSpace("synthetic", "token", "medium",
+                         {"n_examples": 16, "data": "synthetic", "level": "token"},
+                         {"n_heads": 1}, {})
+    specs = am.search_specs(space, (4,), (8, 16), 0, {16: 123})
     assert specs[(16, 4)].train.steps == 123 and specs[(8, 4)].train.steps == 2000
-    assert specs[(16, 4)].hash() != am.search_specs(
-        "synthetic", "token", "medium", (4,), (16,), 0,
-        {"n_examples": 16, "data": "synthetic", "level": "token"}, {"n_heads": 1}, {}
-    )[(16, 4)].hash()  # a longer budget is another cell, never a reused shorter one
+    assert specs[(16, 4)].hash() != am.search_specs(space, (4,), (16,), 0)[
+        (16, 4)].hash()  # a longer budget is another cell, never a reused shorter one
     assert am.budget_text({"n_examples": [8, 16], "search": {"steps": [2000, 2000]}}) == (
         "2,000 steps")
 
@@ -590,7 +590,7 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
     assert {am.search_cell_name(c["n_examples"], c["d_model"], c["seed"])
             for c in result["cells"]} == saved
     json.dumps(am.to_jsonable(result))
-    monkeypatch.setattr(am, "train_cell", lambda *a, **k: pytest.fail("retrained a cell"))
+    monkeypatch.setattr(am.cells, "train_cell", lambda *a, **k: pytest.fail("retrained a cell"))
     again = tiny_search(tmp_path)
     assert again["cells_trained"] == 0 and again["search"] == result["search"]
 

@@ -1,0 +1,174 @@
+"""The grids: which cells a memorization run trains (a config table per preset, data set and
+label level), the parameter count of a cell's model, and the RunSpec of each cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from models.train.dryrun import Builder
+from models.train.spec import RunSpec, make_spec
+from tasks.base import check
+from tasks.memorization import REAL_LEVEL
+
+NAME = "memorization"
+ARCH = "transformer"
+THRESHOLD = 0.005  # App. F: "the smallest model that reaches the training error 0.005"
+FRACTIONS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # App. F: p = 10, 20, …, 100 %
+
+# The grid of each (preset, data, level): the task config (on top of the preset rows of
+# models/train/presets.py), the widths m, and overrides of the training rows. Model shape
+# (L, h, q = 4m) comes from the preset rows; only the width varies here. Quick sizes keep the
+# synthetic grids CPU-sized, with widths chosen to straddle the memorization boundary (the
+# narrowest models fail to memorise the full set at the quick step budget, the widest do not).
+GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
+    # 256 sequences of 8 tokens, 4 classes: 2048 labels of 2 bits at 100 %.
+    ("quick", "synthetic", "token"): {
+        "task": {"n_examples": 256, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
+    # 512 sequences of 8 tokens, 8 classes: 512 labels of 3 bits at 100 %.
+    ("quick", "synthetic", "sequence"): {
+        "task": {"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 8},
+        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
+    ("quick", "conll", "token"): {
+        "task": {"n_examples": 200, "max_len": 32}, "widths": (8, 16, 24, 32, 48),
+        "patience": 10},
+    ("quick", "mnli", "sequence"): {
+        "task": {"n_examples": 400, "max_len": 48}, "widths": (8, 16, 24, 32, 48),
+        "patience": 10},
+    # Medium (issues 21, 27): Fig. 2 as a test of shape. Nine dataset sizes, geometric over
+    # 32x in N (nested prefixes of one set of 512), and at each the smallest memorising width
+    # found by a search per seed (:func:`search_min_width`), not a full grid: a grid fine
+    # enough to resolve the boundary at every N would cost several times more. One head
+    # (k = m) so that every integer width is allowed: the ladder's steps are a few per cent of
+    # the parameter count, not the 25-50 % of even widths at the small end. Full batch at
+    # every N (batch 1024 >= N): each N gets the same number of passes over its whole set, so
+    # a larger set is not also a less-trained one (the step budget is the quick row's).
+    # The step budget is four times the quick row's at every N (issue 27: the smallest
+    # memorising width still falls with more steps, so the budget, not only the capacity, sets
+    # it; a longer budget at only the largest N bent the curve where the budget changed, so the
+    # budget is uniform). N stops at 512 and one seed: a failing probe runs the whole budget,
+    # near the boundary a memorising one most of it, and a step's cost grows with N, so N up
+    # to 1024 or several seeds would cost several times the run's allowance. One seed: the
+    # exponent's interval resamples the N, not the seeds. (A row's optional ``long``,
+    # {"largest": k, "factor": f}, trains only the k largest N f times longer.)
+    ("medium", "synthetic", "token"): {
+        "task": {"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        "model": {"n_heads": 1}, "train": {"batch_size": 1024, "steps": 8000},
+        "widths": (*range(2, 17), *range(18, 33, 2), 36, 40, 44, 48),
+        "search": {"n_examples": (16, 25, 38, 59, 91, 140, 215, 332, 512), "seeds": 1},
+        "patience": 10},
+    # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
+    # m = 96, 192, …; 1,500 / 7,500 steps. Sized for a GPU.
+    ("paper", "conll", "token"): {
+        "task": {"n_examples": 14000, "max_len": 128}, "widths": tuple(range(12, 121, 12)),
+        "train": {"steps": 1500}, "patience": 6},
+    ("paper", "mnli", "sequence"): {
+        "task": {"n_examples": 50000, "max_len": 128}, "widths": tuple(range(96, 961, 96)),
+        "train": {"steps": 7500}, "patience": 6},
+    # Synthetic analogues of the paper's sizes (CoNLL sentences average ~14 tokens).
+    ("paper", "synthetic", "token"): {
+        "task": {"n_examples": 14000, "seq_len": 16, "vocab": 1000, "n_classes": 9},
+        "widths": tuple(range(12, 121, 12)), "train": {"steps": 1500}, "patience": 6},
+    ("paper", "synthetic", "sequence"): {
+        "task": {"n_examples": 50000, "seq_len": 32, "vocab": 1000, "n_classes": 3},
+        "widths": tuple(range(96, 961, 96)), "train": {"steps": 7500}, "patience": 6},
+}
+
+PARAM_COUNTING = (
+    "params_total: every trainable parameter (token embedding |V|*m, blocks, final LayerNorm, "
+    "classifier head m*C + C); params_non_embedding: the same without the token embedding "
+    "and the classifier head (SuiteModel.n_params(embeddings=False)); RoPE has no parameters")
+
+
+def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_mlp: int = 0,
+                embeddings: bool = True) -> int:
+    """Closed-form parameter count of the suite's transformer classifier (LayerNorm, biases).
+
+    Per block (m = d_model = h·k, q = d_mlp): two LayerNorms 2·2m; W_Q, W_K, W_V, W_O 4m²;
+    their biases 3m + m; the MLP 2mq + q + m. Plus the final LayerNorm 2m and, with
+    ``embeddings``, the token embedding |V|·m and the head m·C + C.
+    """
+    m, q = d_model, d_mlp or 4 * d_model
+    block = 4 * m + 4 * m * m + 4 * m + 2 * m * q + q + m
+    total = n_layers * block + 2 * m
+    if embeddings:
+        total += vocab_size * m + m * n_classes + n_classes
+    return total
+
+
+def grid_settings(preset: str, data: str, level: str) -> dict[str, Any]:
+    """The GRIDS row of (preset, data, level), with a clear error for a missing one."""
+    check(data in ("synthetic", *REAL_LEVEL), f"data must be synthetic, conll or mnli, got "
+          f"{data!r}")
+    if data in REAL_LEVEL:
+        check(level == REAL_LEVEL[data], f"--data {data} is {REAL_LEVEL[data]}-level; "
+              f"use --task {REAL_LEVEL[data]}")
+    key = (preset, data, level)
+    check(key in GRIDS, f"no grid for preset={preset}, data={data}, task={level}")
+    return GRIDS[key]
+
+
+@dataclass(frozen=True)
+class CellSpace:
+    """What every cell of one run shares (its grid row under the caller's overrides); a cell
+    adds its width, its dataset fraction and, in a search, its seed and step budget."""
+
+    data: str
+    level: str
+    preset: str
+    task_config: dict[str, Any]  # carries ``data`` and ``level``
+    model: dict[str, Any]
+    train: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: str, level: str, preset: str, task_config: dict | None = None,
+           model: dict | None = None, train: dict | None = None) -> CellSpace:
+        """The grid row of (preset, data, level) with ``task_config`` / ``model`` /
+        ``train`` on top."""
+        grid = grid_settings(preset, data, level)
+        return cls(data, level, preset,
+                   {**grid["task"], **(task_config or {}), "data": data, "level": level},
+                   {**grid.get("model", {}), **(model or {})},
+                   {**grid.get("train", {}), **(train or {})})
+
+    @property
+    def name(self) -> str:
+        """The output stem: token and sequence grids share an output folder."""
+        return f"{NAME}_{self.data}_{self.level}"
+
+    def spec(self, width: int, fraction: float, seed: int | None = None,
+             steps: int | None = None) -> RunSpec:
+        """The RunSpec of one cell: ``seed`` (a search's) seeds the data set and the
+        initialisation; ``steps`` replaces the step budget. make_spec checks the width
+        against n_heads (m = h·k) and every config before any training."""
+        per_seed = {} if seed is None else {"seed": seed}
+        return make_spec(ARCH, "memorization", self.preset,
+                         model={**self.model, "d_model": width},
+                         task_config={**self.task_config, **per_seed, "fraction": fraction},
+                         train={**self.train, **per_seed,
+                                **({} if steps is None else {"steps": steps})})
+
+
+def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
+                  task_config: dict | None = None) -> list[tuple[str, Builder]]:
+    """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
+    (the widest model on all N examples, the narrowest on the fewest; every other cell's step
+    lies between theirs; the largest with a search row's longer budget, if any).
+    ``task_config`` overrides the grid's (a data file, N)."""
+    grid = grid_settings(preset, data, level)
+    long = (grid.get("search") or {}).get("long")
+    space = CellSpace.of(data, level, preset, task_config)
+
+    def cell(m: int, f: float, factor: int = 1) -> Builder:
+        def build() -> RunSpec:
+            spec = space.spec(m, f)
+            return spec if factor == 1 else space.spec(m, f, steps=spec.train.steps * factor)
+        return build
+
+    smallest = (min(grid["search"]["n_examples"]) / grid["task"]["n_examples"]
+                if "search" in grid else min(FRACTIONS))
+    largest = long["factor"] if long and long["largest"] else 1
+    return [(f"{space.name}/m{m}_f{f:g}", cell(m, f, factor))
+            for m, f, factor in ((max(grid["widths"]), max(FRACTIONS), largest),
+                                 (min(grid["widths"]), smallest, 1))]

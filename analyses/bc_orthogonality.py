@@ -73,9 +73,8 @@ def compute(models: list[tuple[str, object]], layer: int = 0, n_seqs: int = 64, 
         check(S**w <= max_windows, f"S^w = {S}^{w} windows is more than max_windows "
               f"({max_windows})")
         windows, b, c = window_vectors(model, S, layer)
-        ck = getattr(model, "checkpoint", None) or {}
         series = f"{model.arch} d={model.cfg.d_model} N={model.cfg.d_state} w={w}"
-        row = {"label": label, "series": series, "step": ck.get("train", {}).get("step"),
+        row = {"label": label, "series": series, "step": model.provenance.step,
                "S": S, "order": k,
                **bc_table(windows, b, c, S, k), "ratio_readout": None,
                "ratio_readout_pinned": None, "ratio_readout_free": None}

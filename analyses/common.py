@@ -35,7 +35,7 @@ from models.train import distributed, dryrun
 from models.train.cache import check_cache_dir
 from models.train.dryrun import Builder
 from tasks.atomic import output_lock, write_atomic
-from tasks.base import TaskError, check
+from tasks.base import TaskError, check, config_to_dict
 from tasks.copy import CopyTask, TokenCopyPrompts
 
 Measure = Callable[[dict], "tuple[str, bool | None] | None"]
@@ -206,8 +206,9 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
               f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
               "trained on its task, not a HuggingFace model")
     model = load(path, device=resolve_device(device), archs=archs)
-    if tasks is not None and model.checkpoint["task"] is not None:
-        task = model.checkpoint["task"]["name"]
+    # an HF model's task (an export's provenance) is left to the analysis, as before it had one
+    if tasks is not None and model.arch not in HF_ARCHS and model.task is not None:
+        task = model.task.name
         check(task in set(tasks), f"{path}: this analysis needs a checkpoint trained on "
               f"{' or '.join(sorted(set(tasks)))}, but the file's task is {task!r}")
     return model
@@ -256,7 +257,7 @@ def label_for(model) -> str:
     (models/constructions.py) are labelled as such, HuggingFace models by their name."""
     if model.arch in HF_ARCHS:
         return model.name
-    train = getattr(model, "checkpoint", {}).get("train", {})
+    train = model.provenance.train
     if train.get("construction"):
         return f"construction {train['construction']} n={train.get('n')}"
     return model.cfg.pe if model.arch == "transformer" else model.arch
@@ -275,20 +276,22 @@ def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_A
             label += "'"
         if m.arch in HF_ARCHS:  # a pretrained LM: no alphabet of ours (see copy_prompts)
             models[label] = m
-            info[label] = {"path": path, "pretrained": m.checkpoint["model"]["source"],
+            info[label] = {"path": path, "pretrained": m.provenance.source,
                            "max_len": None, "context": None, "steps": None,
                            "greedy_eval": True, "samples_seen": None}
             continue
-        task = m.checkpoint["task"]
-        d = int(task["config"].get("D", 26))
+        task = config_to_dict(m.require_task("a copy analysis").cfg)
+        d = int(task.get("D", 26))
         check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
         D = d
         models[label] = m
-        tc = m.checkpoint["train"].get("config", {}) or {}
-        info[label] = {"path": path, "max_len": task["config"].get("max_len"),
+        # the stored record, not train_config: a key an older checkpoint lacks keeps the
+        # default this reader always gave it (greedy_eval True), not today's dataclass default
+        tc = m.provenance.train.get("config") or {}
+        info[label] = {"path": path, "max_len": task.get("max_len"),
                        "context": tc.get("context", 0), "steps": tc.get("steps"),
                        "greedy_eval": tc.get("greedy_eval", True),
-                       "samples_seen": m.checkpoint["train"].get("samples_seen")}
+                       "samples_seen": m.provenance.samples_seen}
     return models, info, D if D is not None else 26
 
 

@@ -381,7 +381,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     if (args.train or args.preset) == "medium":
         return compute_medium([_run_of(c.path) for c in checkpoints], zoo.COPY_MEDIUM_SETTING)
     models, info, _ = load_copy_models([c.path for c in checkpoints], args.device)
-    histories = {label: m.checkpoint["history"] for label, m in models.items()}
+    histories = {label: list(m.provenance.history) for label, m in models.items()}
     for label, h in histories.items():
         check(any("string_acc" in r for r in h),
               f"{info[label]['path']}: the checkpoint has no accuracy history (was it trained?)")

@@ -94,7 +94,7 @@ def compute(models: list[tuple[str, str, object]], n_seqs: int = 256, seed: int 
         task = markov_task_of(model)
         ev = evaluate_markov(model, task, n_seqs, seed)
         cfg = model.cfg
-        hist = (getattr(model, "checkpoint", None) or {}).get("history", [])
+        hist = model.provenance.history
         rows.append({
             "group": group, "label": label, "arch": model.arch, "S": task.cfg.S,
             "order": task.cfg.order, "d_model": cfg.d_model, "n_layers": cfg.n_layers,

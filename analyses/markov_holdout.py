@@ -57,7 +57,7 @@ from probes.markov import (
     model_probs,
 )
 from tasks.add_beta import add_beta_counts
-from tasks.base import check
+from tasks.base import check, config_to_dict
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 
 NAME = "markov_holdout"
@@ -143,20 +143,18 @@ def fixed_sequence(model, order: int, beta: float, p_range: tuple[float, float],
 
 def compute(model, n_seqs: int = 256, seed: int = 0, seq_len: int = 300) -> dict:
     """Table 2 on held-out ([0.5, 1]) and in-range ([0, 0.5]) test chains."""
-    ck = getattr(model, "checkpoint", None) or {}
-    task = ck.get("task", {})
-    cfg = task.get("config", {})
-    check(task.get("name") in (None, "markov_holdout", "markov"),
-          f"markov_holdout needs a Markov checkpoint, got one trained on {task.get('name')!r}")
+    task = model.task  # None for a model built in code: the binary chain's defaults below
+    cfg = config_to_dict(task.cfg) if task is not None else {}
+    check(task is None or task.name in ("markov_holdout", "markov"),
+          f"markov_holdout needs a Markov checkpoint, got one trained on {task and task.name!r}")
     check(cfg.get("S", 2) == 2, "the hold-out experiment is binary (S = 2)")
     train_range = (cfg.get("p_lo", 0.0), cfg.get("p_hi", 1.0))
     held = (train_range[1], 1.0) if train_range[1] < 1.0 else (0.5, 1.0)
     order, beta = cfg.get("order", 1), cfg.get("beta", 1.0)
     out = {"train_range": list(train_range), "order": order, "beta": beta, "seq_len": seq_len,
            "n_seqs": n_seqs, "seed": seed}
-    train = ck.get("train", {}).get("config", {})
-    out["setting"] = {"arch": ck.get("model", {}).get("arch"),
-                      "model": ck.get("model", {}).get("config", {}),
+    train = model.provenance.train.get("config") or {}
+    out["setting"] = {"arch": model.arch, "model": model.to_checkpoint_dict()["config"],
                       "train_seq_len": cfg.get("seq_len"),
                       **{k: train.get(k) for k in ("steps", "batch_size", "lr")}}
     for key, rng, s in (("held_out", held, seed), ("in_range", train_range, seed + 1)):
@@ -184,11 +182,13 @@ def p_hat_bins(p_hat, deviation, edges=P_HAT_BINS) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------- medium: seeds
-def _setting(ck: dict) -> tuple:
+def _setting(model) -> tuple:
     """What must agree between seeds: task, model and training config but the seed."""
-    train = dict(ck.get("train", {}).get("config", {}))
+    train = dict(model.provenance.train.get("config") or {})
     train.pop("seed", None)
-    return (repr(ck.get("task")), repr(ck.get("model")), repr(sorted(train.items())))
+    task = model.task
+    return (repr(task and (task.name, task.cfg)), repr(model.to_checkpoint_dict()),
+            repr(sorted(train.items())))
 
 
 def _seed_stats(values: list[float]) -> dict:
@@ -343,11 +343,10 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
           f"{len(checkpoints)}")
     models = [load_model(c.path, archs=ARCHS, device=args.device) for c in checkpoints]
     if len(models) > 1:
-        cks = [m.checkpoint for m in models]
-        seeds = [ck["train"]["config"].get("seed") for ck in cks]
+        seeds = [(m.provenance.train.get("config") or {}).get("seed") for m in models]
         check(len(set(seeds)) == len(seeds), f"the runs to average must be distinct seeds, got "
               f"seeds {seeds}")
-        check(len({_setting(ck) for ck in cks}) == 1, "the runs to average must differ in the "
+        check(len({_setting(m) for m in models}) == 1, "the runs to average must differ in the "
               "seed alone (task, model and training config otherwise the same)")
     runs = []
     for c, m in zip(checkpoints, models, strict=True):

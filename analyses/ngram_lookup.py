@@ -49,7 +49,7 @@ from analyses.common import (
 from figures.style import COLORS, new_figure
 from models import zoo
 from probes.copying import accuracy_at
-from tasks.base import check
+from tasks.base import check, config_to_dict
 from tasks.lookup import LookupConfig, NgramLookupTask
 
 NAME = "ngram_lookup"
@@ -115,9 +115,9 @@ def compute(models: list[tuple[str, object, dict]], lengths: list[int], n_exampl
         while label in curves[key]:
             label += "'"
         curves[key][label] = rows
-        train = getattr(model, "checkpoint", {}).get("train", {}).get("config", {})
+        train = model.provenance.train.get("config") or {}
         # the steps it trained (fewer than the config's cap where stop_at ended it early)
-        done = getattr(model, "checkpoint", {}).get("train", {}).get("step")
+        done = model.provenance.step
         info[key][label] = {"n": cfg["n"], "k": cfg["k"], "min_len": cfg.get("min_len"),
                             "max_len": cfg["max_len"], "D": cfg.get("D"),
                             "steps": done or train.get("steps"), "seed": train.get("seed"),
@@ -190,7 +190,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models = []
     for c in checkpoints:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
-        models.append((label_for(m), m, dict(m.checkpoint["task"]["config"])))
+        models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
     pr = PRESETS[args.preset]
     result = compute(models, ints(args.lengths) if args.lengths else pr["lengths"],
                      args.n_examples or pr["n_examples"], args.seed)

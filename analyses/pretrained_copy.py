@@ -208,8 +208,9 @@ def check_sizes(tasks, entries: list[int], lengths: list[int], n_examples: int,
 
 
 def model_info(model) -> dict:
-    m = model.checkpoint["model"]
-    return {"source": m["source"], "arch": model.arch, "hf_architecture": m["hf_architecture"],
+    m = model.provenance.pretrained
+    return {"source": model.provenance.source, "arch": model.arch,
+            "hf_architecture": m["hf_architecture"],
             "model_type": m["config"].get("model_type"), "n_params": model.n_params(),
             "context": context_of(model)}
 

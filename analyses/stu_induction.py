@@ -90,10 +90,8 @@ def describe(model) -> str:
 
 
 def _token_name(model, i: int) -> str:
-    task = (getattr(model, "checkpoint", None) or {}).get("task")
-    if not task:
-        return f"token {i}"
-    return make_task(task["name"], task["config"]).vocab.decode([i])
+    task = model.task
+    return f"token {i}" if task is None else task.vocab.decode([i])
 
 
 def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, seed: int = 0,
@@ -108,11 +106,10 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     groups: dict[tuple[str, int], list] = defaultdict(list)
     D = None
     for m in models:
-        task_info = m.checkpoint["task"]
-        check(task_info["name"] == "induction",
+        task = m.require_task("stu_induction")
+        check(task.name == "induction",
               f"stu_induction needs induction-task checkpoints, got one trained on "
-              f"{task_info['name']!r}")
-        task = make_task("induction", task_info["config"])
+              f"{task.name!r}")
         check(D is None or task.cfg.D == D, "all checkpoints must share the alphabet size D")
         D = task.cfg.D
         groups[(describe(m), task.cfg.length)].append(m)
@@ -140,10 +137,10 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
         rows.append({
             "arch": arch, "train_length": train_len, "n_models": len(ms),
             "n_params": ms[0].n_params(),
-            "train_steps": [m.checkpoint["train"].get("step") for m in ms],
+            "train_steps": [m.provenance.step for m in ms],
             "acc_mean": acc.mean(0).tolist(), "acc_min": acc.min(0).tolist(),
             "acc_max": acc.max(0).tolist(), "acc_per_model": acc.tolist(),
-            "stop": [m.checkpoint["train"].get("stop", "") for m in ms],
+            "stop": [m.provenance.stop for m in ms],
             # convergence at the training length: the last evaluation's loss of each seed
             "final_eval_loss": [_final_eval_loss(m) for m in ms],
             "longest": {"length": lengths[-1], "acc": pooled_right / pooled_n,
@@ -168,7 +165,7 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
 
 
 def _final_eval_loss(model) -> float:
-    history = (getattr(model, "checkpoint", None) or {}).get("history") or [{}]
+    history = model.provenance.history or ({},)
     return float(history[-1].get("eval_loss", math.nan))
 
 

@@ -1,19 +1,34 @@
 """The base class every suite model shares: TransformerLens hooks plus the suite's contract.
 
 A suite model is a ``transformer_lens.HookedRootModule`` whose ``cfg`` is a frozen config
-dataclass with at least ``vocab_size`` and ``n_layers``. ``forward(tokens) -> logits`` maps
-``[batch, pos]`` int64 tokens to ``[batch, pos, vocab]`` float logits (sequence
-classifiers may return other shapes, documented on the class). Subclasses:
+dataclass with at least ``vocab_size`` and ``n_layers``. Subclasses:
 
 * set the class attribute ``arch`` (the name in :mod:`models.registry`) and ``config_cls``;
 * build their modules, put ``HookPoint``s wherever an activation is worth reading, and call
   ``self.setup()`` last in ``__init__`` so ``run_with_cache`` / ``run_with_hooks`` see them;
+* compute in :meth:`SuiteModel.compute_logits` (``[batch, pos]`` int64 tokens to ``[batch,
+  pos, vocab]`` logits whose softmax is the prediction; sequence classifiers may return other
+  shapes, documented on the class), never in ``forward``: ``forward`` is the base class's, so
+  every model takes strings and ``return_type`` alike. Plain stacks (embedding -> blocks ->
+  ln_final -> unembedding) inherit the base ``compute_logits``;
 * list their computation paths in ``scans`` (``"auto"`` first, then ``"plain"``, the path that
   fires every hook) and the fast ones among them in ``fast_scans``: every layer that can take
   more than one path holds a ``scan`` attribute, which :meth:`SuiteModel.set_scan` sets.
 
-Models that are a plain stack (embedding -> blocks -> ln_final -> unembedding) inherit
-:meth:`SuiteModel.forward`; the others override it.
+The model object (what a researcher holds in IPython):
+
+* ``model(input, return_type="logits")``: ``input`` is token ids or text in the task's
+  vocabulary (:class:`models.text.TaskText`); ``return_type`` as TransformerLens has it
+  (``"logits"``, ``"loss"``, ``"both"``, ``None``) and ``"log_probs"`` (:mod:`models.outputs`,
+  the suite's one log-probability function). ``run_with_cache`` / ``run_with_hooks`` take the
+  same arguments.
+* ``model.task`` (the task object it was trained on, None when built in code), ``model.config``
+  (the model config dataclass, TransformerLens' ``cfg``), ``model.train_config``
+  (:class:`~models.train.config.TrainConfig` or None) and ``model.provenance``
+  (:class:`Provenance`: source file, training record, history). Issue 28's ``RunConfig{model,
+  task, train}`` is these three configs until that class exists.
+* ``model.save(path)``: the one checkpoint format, written atomically
+  (:func:`models.checkpoint.save_checkpoint`), which ``models.load`` reads back.
 
 TransformerLens' own tools (``transformer_lens.patching``, ``transformer_lens.head_detector``)
 take a suite model as they take a ``HookedTransformer``. What they read of it:
@@ -21,8 +36,8 @@ take a suite model as they take a ``HookedTransformer``. What they read of it:
 * ``model.cfg``: ``device``, ``dtype``, ``n_layers``, ``n_heads``, ``n_key_value_heads``,
   ``n_ctx`` — read-only properties of :class:`TLConfigFields` (a mixin of every config
   dataclass) or fields, so ``config_to_dict`` and the checkpoints are unchanged;
-* ``model.to_tokens`` (a string in the checkpoint's task vocabulary, ``<BOS>`` first as the
-  tasks write it), ``run_with_cache`` / ``run_with_hooks``, the modules' ``training`` flags, and
+* ``model.to_tokens`` (a string in the task's vocabulary, ``<BOS>`` first as the tasks write
+  it), ``run_with_cache`` / ``run_with_hooks``, the modules' ``training`` flags, and
   ``model.set_use_split_qkv_input`` (direct-path patching, refused with the reason);
 * the cache under TL's hook names (``blocks.{i}.hook_resid_pre``, ``attn.hook_z``,
   ``hook_mlp_out`` …). A name this model has no hook for (``attn.hook_pattern`` of an SSM) is one
@@ -32,7 +47,10 @@ take a suite model as they take a ``HookedTransformer``. What they read of it:
 from __future__ import annotations
 
 import copy
-import re
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -41,14 +59,16 @@ from torch import Tensor
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.utilities import get_act_name
 
-from tasks.base import TaskError, Vocab, check, config_to_dict
-from tasks.registry import make_task
+from models.checkpoint import FORMAT, make_checkpoint, save_checkpoint
+from models.outputs import check_return_type, log_probs, next_token_loss
+from models.text import TaskText
+from models.train.config import TrainConfig
+from tasks.base import TaskError, check, config_from_dict, config_to_dict
 
 # TL's n_ctx bounds a model's positions (its W_pos). No suite model has a position table (NoPE,
 # ALiBi, Hard-ALiBi, RoPE, recurrences, spectral filters of any length), so no bound applies;
 # head_detector only asks that a sequence be shorter than it.
 N_CTX_UNBOUNDED = 2**31 - 1
-_SPECIAL = re.compile(r"(<[A-Za-z_][A-Za-z0-9_]*>)")  # how Vocab.decode writes a special token
 
 
 def check_tokens(tokens: Tensor) -> None:
@@ -145,31 +165,57 @@ class SuiteActivationCache(ActivationCache):
             return str(key)
 
 
-def encode_text(vocab: Vocab, text: str) -> list[int]:
-    """Token ids of ``text`` in ``vocab``, the inverse of ``Vocab.decode``.
+@dataclass(frozen=True)
+class Provenance:
+    """Where a model's weights came from: what its checkpoint holds besides the model config,
+    the task (``model.task``) and the weights. A model built in code has the empty one.
 
-    Special tokens are written ``<NAME>`` (``<BOS>``, ``<COPY>``); alphabet symbols follow each
-    other directly when they are all one character long (``"abc"``) and are separated by
-    whitespace otherwise (``"s10 s11"``). Whitespace that is not a symbol only separates."""
-    index = {sym: i for i, sym in enumerate(vocab.alphabet)}
-    single = all(len(sym) == 1 for sym in vocab.alphabet)
-    ids: list[int] = []
-    for part in _SPECIAL.split(text):
-        if _SPECIAL.fullmatch(part) and part[1:-1] in vocab.specials:
-            ids.append(vocab.id(part[1:-1]))
-            continue
-        pieces = list(part) if single else part.split()
-        for piece in pieces:
-            if piece in index:
-                ids.append(index[piece])
-            elif not (single and piece.isspace()):
-                shown = ", ".join(vocab.symbols[:12]) + (" …" if vocab.size > 12 else "")
-                raise TaskError(f"{piece!r} is not a token of this model's task vocabulary "
-                                f"({shown})")
-    return ids
+    ``train`` is the checkpoint's training record as stored (``config``, ``seed``, ``step``,
+    ``samples_seen``, ``stop`` …; a construction's ``construction`` and its parameters);
+    ``model.train_config`` is its ``config`` as a dataclass. ``pretrained`` describes a
+    HuggingFace model (``name``, ``local``, ``hf_architecture``, ``config``: its config.json).
+    """
+
+    source: str | None = None  # the checkpoint file, HF directory or hub name it was loaded from
+    train: dict[str, Any] = field(default_factory=dict)
+    history: tuple[dict[str, Any], ...] = ()  # the metrics logged while it trained
+    pretrained: dict[str, Any] | None = None
+
+    @classmethod
+    def of_checkpoint(cls, ckpt: dict[str, Any], source: str | os.PathLike | None = None
+                      ) -> Provenance:
+        return cls(source=None if source is None else str(source),
+                   train=dict(ckpt.get("train") or {}),
+                   history=tuple(dict(h) for h in ckpt.get("history") or ()))
+
+    @property
+    def step(self) -> int | None:
+        return self.train.get("step")
+
+    @property
+    def samples_seen(self) -> int | None:
+        return self.train.get("samples_seen")
+
+    @property
+    def stop(self) -> str:
+        """Why training stopped before its step budget (``stop_at`` reached …), or ``""``."""
+        return self.train.get("stop", "")
 
 
-class SuiteModel(HookedRootModule):
+def train_config_of(train: dict[str, Any]) -> TrainConfig | None:
+    """The training config of a checkpoint's ``train`` record, or None where it has none (a
+    hand-set construction stores ``{}``: it was built, not trained)."""
+    config = train.get("config") or {}
+    return config_from_dict(TrainConfig, config) if config else None
+
+
+# a saved model is weights and records, not a paused run: it has no optimizer state, so the
+# data RNG state is left out too, and a resume from the file is refused instead of restarting
+# the optimiser silently (models.train.loop checks for it)
+NOT_SAVED_TRAIN_KEYS = ("rng",)
+
+
+class SuiteModel(TaskText, HookedRootModule):
     arch: ClassVar[str] = ""
     config_cls: ClassVar[type] = object
     scans: ClassVar[tuple[str, ...]] = ()  # the paths set_scan accepts; () = one path only
@@ -183,6 +229,8 @@ class SuiteModel(HookedRootModule):
         # This model's own copy: it records the model's device and dtype (TL reads cfg.device),
         # which a config shared with a model elsewhere would get wrong.
         self.cfg = copy.copy(cfg)
+        self.train_config: TrainConfig | None = None
+        self.provenance = Provenance()
 
     def setup(self) -> None:
         """TransformerLens' hook registry (subclasses call this last in ``__init__``)."""
@@ -201,13 +249,47 @@ class SuiteModel(HookedRootModule):
             object.__setattr__(self.cfg, "_tl_device", p.device)
             object.__setattr__(self.cfg, "_tl_dtype", p.dtype)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-        """Logits of the stack embed -> blocks -> ln_final -> unembed."""
-        check_tokens(tokens)
+    # ------------------------------------------------------------------ computation
+    def forward(self, input: str | list[str] | Int[Tensor, "batch pos"],
+                return_type: str | None = "logits", loss_per_token: bool = False,
+                prepend_bos: bool | None = None, padding_side: str | None = None) -> Any:
+        """TransformerLens' forward: ``input`` is ``[batch, pos]`` token ids, or a string (or a
+        list of them) in the task's vocabulary (:meth:`to_tokens`; ``prepend_bos`` and
+        ``padding_side`` as there). ``return_type``: ``"logits"`` ([batch, pos, vocab]),
+        ``"log_probs"`` (their :func:`models.outputs.log_probs`), ``"loss"`` (the mean next-token
+        loss; ``loss_per_token``: [batch, pos - 1]), ``"both"`` (logits, loss) or None (run for
+        the hooks only)."""
+        check_return_type(return_type)
+        if isinstance(input, Tensor):
+            check_tokens(input)
+            tokens, mask = input, None
+        else:
+            tokens, mask = self.tokens_and_mask(input, prepend_bos, padding_side)
+            tokens = tokens.to(self.cfg.device)
+        logits = self.compute_logits(tokens)
+        if return_type in ("logits", None):
+            return logits if return_type else None
+        lp = log_probs(logits)
+        if return_type == "log_probs":
+            return lp
+        check(getattr(self.cfg, "head", "lm") == "lm" and logits.dim() == 3,
+              f"return_type={return_type!r} is the next-token loss of a language model, and this "
+              f"{self.arch} model is a {getattr(self.cfg, 'head', '')} classifier")
+        loss = next_token_loss(lp, tokens, mask, loss_per_token)
+        return loss if return_type == "loss" else (logits, loss)
+
+    def compute_logits(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        """Logits of the stack embed -> blocks -> ln_final -> unembed (subclasses that compute
+        otherwise override this, not ``forward``)."""
         resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
         for block in self.blocks:
             resid = block(resid)
         return self.unembed(self.ln_final(resid))
+
+    def log_probs(self, input: str | list[str] | Tensor) -> Tensor:
+        """Log-probabilities of the next token (or class): ``model(input,
+        return_type="log_probs")``. The trainer's loss is their NLL at the answer positions."""
+        return self(input, return_type="log_probs")
 
     def set_scan(self, scan: str) -> None:
         """Force every layer's computation path (one of ``scans``; ``cfg`` is unchanged).
@@ -226,6 +308,11 @@ class SuiteModel(HookedRootModule):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
+    @property
+    def config(self):
+        """The model config (a frozen dataclass of ``config_cls``; TransformerLens' ``cfg``)."""
+        return self.cfg
+
     def n_params(self, embeddings: bool = True) -> int:
         """Number of trainable parameters; ``embeddings=False`` leaves out ``embed``/``unembed``."""
         total = 0
@@ -237,6 +324,7 @@ class SuiteModel(HookedRootModule):
 
     def run_with_cache(self, *args: Any, **kwargs: Any):
         """``(output, ActivationCache)``: TransformerLens' cache, keyed by this model's hook names.
+        Takes what ``forward`` takes (text, ``return_type`` …).
 
         ``HookedRootModule.run_with_cache`` returns a plain dict; users index TransformerLens'
         ``ActivationCache`` (``cache["pattern", 0]``, ``cache.keys()`` …), so wrap it.
@@ -248,112 +336,59 @@ class SuiteModel(HookedRootModule):
                                          has_batch_dim=not kwargs.get("remove_batch_dim", False))
         return out, cache
 
-    def log_probs(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities of the next token (or class). The trainer's loss is their NLL.
-
-        Models whose output is already a distribution (MambaZero's L1-normalised prediction)
-        override this; everyone else returns ``log_softmax(forward(tokens))``.
-        """
-        return torch.log_softmax(self(tokens).float(), dim=-1)
-
     def hook_names(self) -> list[str]:
         """Every hook point's name, in module order."""
         return list(self.hook_dict.keys())
 
-    # ------------------------------------------------------------------ TransformerLens' names
-    def set_task(self, name: str, config: dict[str, Any] | None = None) -> None:
-        """Give this model the task whose vocabulary :meth:`to_tokens` reads. A model loaded
-        from a checkpoint has its task already; one built in code needs this (or token ids)."""
-        self._tl_task = {"name": name, "config": dict(config or {})}
-        self._tl_vocab = None
+    # ------------------------------------------------------------------ checkpoints
+    def load_records(self, ckpt: dict[str, Any], source: str | os.PathLike | None = None
+                     ) -> None:
+        """Take a checkpoint dict's task, training config and provenance (not its weights:
+        those are ``load_state_dict``'s); ``models.load`` calls this."""
+        task = ckpt.get("task")
+        if task:
+            self.set_task(task["name"], task.get("config") or {})
+        else:
+            self.set_task(None)
+        self.train_config = train_config_of(ckpt.get("train") or {})
+        self.provenance = Provenance.of_checkpoint(ckpt, source)
+
+    def to_checkpoint_dict(self) -> dict[str, Any]:
+        """``{"arch": ..., "config": {...}}``: what a checkpoint needs to rebuild this model."""
+        return {"arch": self.arch, "config": config_to_dict(self.cfg)}
+
+    def checkpoint_dict(self) -> dict[str, Any]:
+        """This model as a checkpoint dict (DESIGN's layout, no optimizer): its config, task,
+        training record (without its RNG state, see :data:`NOT_SAVED_TRAIN_KEYS`), history and
+        weights."""
+        task = self.require_task("a checkpoint (it records the task a model was trained on)")
+        train = {k: v for k, v in self.provenance.train.items() if k not in NOT_SAVED_TRAIN_KEYS}
+        if self.train_config is not None:
+            train["config"] = config_to_dict(self.train_config)
+        train = {"config": {}, "step": 0, "samples_seen": 0, **train}  # built in code: untrained
+        meta = self.to_checkpoint_dict()
+        return make_checkpoint(meta["arch"], meta["config"], task.name, config_to_dict(task.cfg),
+                               train, self.state_dict(), list(self.provenance.history))
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write this model as a checkpoint file that ``models.load`` reads back (the one
+        format, written atomically by :func:`models.checkpoint.save_checkpoint`); returns the
+        path. A model built in code needs its task first (:meth:`set_task`)."""
+        return save_checkpoint(self.checkpoint_dict(), path)
 
     @property
-    def task_vocab(self) -> Vocab:
-        """The vocabulary of the task this model was trained on (``checkpoint["task"]``, or
-        :meth:`set_task`): what :meth:`to_tokens` and :meth:`to_str_tokens` read."""
-        vocab = self.__dict__.get("_tl_vocab")
-        if vocab is not None:
-            return vocab
-        task = self.__dict__.get("_tl_task")
-        if task is None:
-            task = (getattr(self, "checkpoint", None) or {}).get("task")
-        check(task is not None,
-              f"this {self.arch} model has no task vocabulary (it was not loaded from a "
-              "checkpoint): pass token ids as a [batch, pos] tensor, or call "
-              "model.set_task(name, config) first")
-        vocab = make_task(task["name"], task.get("config") or {}).vocab
-        check(vocab.size == self.cfg.vocab_size,
-              f"the {task['name']!r} task has {vocab.size} tokens but the model "
-              f"{self.cfg.vocab_size}: the task config does not belong to this model")
-        self._tl_vocab = vocab
-        return vocab
+    def checkpoint(self) -> dict[str, Any]:
+        """Deprecated: the checkpoint's records as a dict (``format``, ``model``, ``task``,
+        ``train``, ``history``). Read ``task``, ``train_config`` and ``provenance`` instead."""
+        warnings.warn("model.checkpoint is deprecated: read model.task, model.train_config and "
+                      "model.provenance", DeprecationWarning, stacklevel=2)
+        task = self.task
+        return {"format": FORMAT, "model": self.to_checkpoint_dict(),
+                "task": None if task is None else {"name": task.name,
+                                                   "config": config_to_dict(task.cfg)},
+                "train": dict(self.provenance.train), "history": list(self.provenance.history)}
 
-    def to_tokens(self, input: str | list[str] | Tensor, prepend_bos: bool | None = None,
-                  padding_side: str | None = None, move_to_device: bool = True,
-                  truncate: bool = True) -> Int[Tensor, "batch pos"]:
-        """TransformerLens' ``to_tokens``: ``[batch, pos]`` ids of a string (or a list of them,
-        padded with ``<PAD>``) in the task vocabulary (:func:`encode_text`).
-
-        ``prepend_bos=None`` writes the sequence the way the task does: ``<BOS>`` first when the
-        vocabulary has one (not twice when the text starts with it); ``True`` insists on it,
-        ``False`` leaves the text as written. A tensor of ids passes through (a 1-D one gains the
-        batch axis). ``truncate`` is accepted for TL's signature: nothing has a context bound.
-        """
-        if isinstance(input, Tensor):
-            check(not input.is_floating_point() and not input.is_complex()
-                  and input.dim() in (1, 2),
-                  f"token ids must be a 1-D or [batch, pos] integer tensor, got "
-                  f"{input.dtype} of shape {tuple(input.shape)}")
-            tokens = input if input.dim() == 2 else input[None]
-            return tokens.to(self.cfg.device) if move_to_device else tokens
-        vocab = self.task_vocab
-        texts = [input] if isinstance(input, str) else list(input)
-        check(len(texts) >= 1, "to_tokens needs at least one string")
-        bos = vocab.id("BOS") if "BOS" in vocab.specials else None
-        check(not (prepend_bos and bos is None),
-              "prepend_bos=True, but this task's vocabulary has no <BOS>")
-        rows = []
-        for text in texts:
-            ids = encode_text(vocab, text)
-            if prepend_bos is not False and bos is not None and ids[:1] != [bos]:
-                ids = [bos, *ids]
-            rows.append(ids)
-        width = max(len(r) for r in rows)
-        side = padding_side or "right"
-        check(side in ("left", "right"), f"padding_side must be left or right, got {side!r}")
-        if any(len(r) != width for r in rows):
-            check("PAD" in vocab.specials,
-                  "strings of different lengths need a <PAD> token, and this task has none")
-            pad = [vocab.id("PAD")]
-            rows = [r + pad * (width - len(r)) if side == "right" else pad * (width - len(r)) + r
-                    for r in rows]
-        tokens = torch.tensor(rows, dtype=torch.long).reshape(len(rows), width)
-        return tokens.to(self.cfg.device) if move_to_device else tokens
-
-    def to_str_tokens(self, input: str | list[str] | Tensor, prepend_bos: bool | None = None
-                      ) -> list[str] | list[list[str]]:
-        """TransformerLens' ``to_str_tokens``: each token as its symbol (``<BOS>``, ``a`` …).
-        One string or one row of ids gives a list; a batch gives a list per row."""
-        tokens = self.to_tokens(input, prepend_bos=prepend_bos, move_to_device=False)
-        syms = self.task_vocab.symbols
-        rows = [[syms[int(i)] for i in row] for row in tokens.tolist()]
-        single = isinstance(input, str) or (isinstance(input, Tensor) and
-                                            (input.dim() == 1 or input.shape[0] == 1))
-        return rows[0] if single else rows
-
-    def to_string(self, tokens: Tensor) -> str | list[str]:
-        """TransformerLens' ``to_string``: ``Vocab.decode`` of a 1-D sequence, or of each row."""
-        check(tokens.dim() in (1, 2), f"tokens must be 1-D or [batch, pos], got "
-                                      f"{tuple(tokens.shape)}")
-        vocab = self.task_vocab
-        return vocab.decode(tokens) if tokens.dim() == 1 else [vocab.decode(r) for r in tokens]
-
-    def to_single_token(self, string: str) -> int:
-        """The id of a string that is exactly one token (``"a"``, ``"<COPY>"``)."""
-        ids = encode_text(self.task_vocab, string)
-        check(len(ids) == 1, f"{string!r} is {len(ids)} tokens, not one")
-        return ids[0]
-
+    # ------------------------------------------------------------------ TransformerLens' switches
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
         """TL's switch for per-head Q/K/V inputs (``attn.hook_q_input``), which direct-path
         patching needs; suite models have no such fork, so turning it on is refused."""
@@ -366,7 +401,3 @@ class SuiteModel(HookedRootModule):
         """TL's switch for per-head attention inputs (``attn.hook_attn_in``): refused on."""
         check(not use_attn_in, f"a suite {self.arch} model has no per-head attention inputs "
                                "(hook_attn_in)")
-
-    def to_checkpoint_dict(self) -> dict[str, Any]:
-        """``{"arch": ..., "config": {...}}``: what a checkpoint needs to rebuild this model."""
-        return {"arch": self.arch, "config": config_to_dict(self.cfg)}

@@ -15,10 +15,13 @@ the cache) plus the small interface the analyses read on suite models:
   line through its ``archs=`` list, and one that can use HF models says so by listing these);
 * ``cfg.n_layers``, ``cfg.n_heads``, ``cfg.d_model``, ``cfg.vocab_size`` (the logits' width;
   TransformerLens calls it ``d_vocab``), ``cfg.head == "lm"``;
-* ``device``, ``hook_names()``, ``log_probs(tokens)``, ``n_params()``, ``tokenizer``, ``name``
+* ``device``, ``hook_names()``, ``log_probs(input)``, ``n_params()``, ``tokenizer``, ``name``
   (a short label: the directory's or the hub name's last part);
-* ``checkpoint``: ``{"format": "hf", "model": {arch, name, source, hf_architecture, config},
-  "task": None, "train": {}, "history": []}`` — a pretrained model has no training task.
+* the model object's attributes (:mod:`models.base`): ``task`` (None, or the task an export
+  by ``models.export_hf`` was trained on), ``config`` (TL's ``cfg``), ``train_config`` (None),
+  ``provenance`` (``source``; ``pretrained``: name, local, hf_architecture, config.json),
+  ``return_type="log_probs"`` beside TransformerLens' own, and ``save`` refused in one line
+  (see :meth:`HFModel.save`); ``checkpoint`` is a deprecated dict of the same.
 
 Only decoder-only causal LMs are loaded (the analyses feed a prefix and read the next-token
 logits); an encoder, an encoder-decoder, an offline hub name or a directory that is not a model
@@ -52,7 +55,7 @@ import socket
 import stat
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 import torch
@@ -71,6 +74,7 @@ from transformers.models.auto.modeling_auto import (
 )
 from transformers.utils import logging as hf_logging
 
+from models.base import Provenance
 from models.checkpoint import (
     DEEP,
     FILE_KINDS,
@@ -81,9 +85,10 @@ from models.checkpoint import (
     check_task_bounds,
 )
 from models.device import check_fits, human_bytes, resolve_device
+from models.outputs import log_probs
 from models.registry import HF_ARCHS
 from tasks.base import TaskError, config_from_dict
-from tasks.registry import TASKS, task_class
+from tasks.registry import TASKS, Task, make_task, task_class
 
 # attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one
 # "head" per layer); Mamba2ForCausalLM (SSD heads); attention and SSM layers in one stack
@@ -116,19 +121,60 @@ class HFModel(TransformerBridge):
 
     arch: str
     name: str
-    checkpoint: dict[str, Any]
+    provenance: Provenance  # source, and ``pretrained``: name, hf_architecture, config.json
+    train_config = None  # a pretrained model's training is not ours to know
 
     @property
     def device(self) -> torch.device:
         return next(self.original_model.parameters()).device
 
+    @property
+    def task(self) -> Task | None:
+        """The task a model exported by ``models.export_hf`` was trained on (from its config's
+        ``seqprobe`` provenance); None for any other pretrained LM. Text still goes through the
+        HF tokenizer (an export's tokenizer keeps the task's token ids)."""
+        return self.__dict__.get("_task")
+
+    @property
+    def config(self):
+        """TransformerLens' config of the bridge (``cfg``), as ``config`` is on suite models."""
+        return self.cfg
+
+    def forward(self, input, return_type: str | None = "logits", *args: Any, **kwargs: Any):
+        """``TransformerBridge.forward`` (text through the HF tokenizer, ``return_type``
+        ``"logits"``, ``"loss"``, ``"both"``, None …) plus the suite's ``"log_probs"``
+        (:func:`models.outputs.log_probs`, as on suite models)."""
+        if return_type == "log_probs":
+            return log_probs(super().forward(input, "logits", *args, **kwargs))
+        return super().forward(input, return_type, *args, **kwargs)
+
     def hook_names(self) -> list[str]:
         """Every hook point's name (TransformerLens' names, aliases included)."""
         return list(self.hook_dict.keys())
 
-    def log_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+    def log_probs(self, input) -> Float[Tensor, "batch pos vocab"]:
         """Log-probabilities of the next token, as on suite models."""
-        return torch.log_softmax(self(tokens).float(), dim=-1)
+        return self(input, return_type="log_probs")
+
+    def save(self, path: str | os.PathLike) -> NoReturn:
+        """Refused, in one line that says what to do instead: the suite's checkpoint format holds
+        suite models, and ``save_pretrained`` of this object would write the bridge's module
+        names (``TransformerBridge`` wraps the HF modules in place), not a model HF can load."""
+        raise HFError(f"{path}: a HuggingFace model is not saved by the suite (its checkpoint "
+                      "format holds suite models, and TransformerBridge has wrapped this one's "
+                      "modules): save it with transformers (AutoModelForCausalLM.from_pretrained"
+                      f"({self.provenance.source!r}).save_pretrained(dir)), or export a suite "
+                      "model with python -m models.export_hf")
+
+    @property
+    def checkpoint(self) -> dict[str, Any]:
+        """Deprecated: ``{"format": "hf", "model": {arch, source, name, local, hf_architecture,
+        config}, "task": None, "train": {}, "history": []}``. Read ``provenance`` instead."""
+        warnings.warn("model.checkpoint is deprecated: read model.task and model.provenance",
+                      DeprecationWarning, stacklevel=2)
+        return {"format": "hf", "model": {"arch": self.arch, "source": self.provenance.source,
+                                          **(self.provenance.pretrained or {})},
+                "task": None, "train": {}, "history": []}
 
     def text_ids(self, text: str) -> list[int]:
         """The token ids of ``text`` as a piece of a prompt (no BOS)."""
@@ -686,11 +732,12 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     # the config fields analyses read on suite models, under the suite's names
     model.cfg.vocab_size = int(model.cfg.d_vocab)
     model.cfg.head = "lm"
-    model.checkpoint = {
-        "format": "hf",
-        "model": {"arch": arch, "name": model.name, "source": source, "local": local,
-                  "hf_architecture": (config.architectures or [type(bridge.original_model)
-                                                               .__name__])[0],
-                  "config": config.to_dict()},
-        "task": None, "train": {}, "history": []}
+    model.provenance = Provenance(
+        source=source,
+        pretrained={"name": model.name, "local": local,
+                    "hf_architecture": (config.architectures or [type(bridge.original_model)
+                                                                 .__name__])[0],
+                    "config": config.to_dict()})
+    task = (getattr(config, "seqprobe", None) or {}).get("task")  # checked: check_provenance
+    model.__dict__["_task"] = make_task(task["name"], task["config"]) if task else None
     return model

@@ -25,9 +25,11 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     HuggingFace causal LM (a model directory or a hub name) booted through TransformerLens'
     ``TransformerBridge`` (:func:`models.hf.load_hf`), with the same small interface.
 
-    The model comes back on ``device`` in eval mode; ``model.checkpoint`` keeps the rest of the
-    file (task, train config, history) for analyses. ``archs``: the architectures the caller
-    can use; any other is refused before the model is built.
+    The model comes back on ``device`` in eval mode with the rest of the file as typed
+    attributes: ``model.task`` (the task object), ``model.train_config`` and
+    ``model.provenance`` (source, training record, history); see :mod:`models.base`.
+    ``archs``: the architectures the caller can use; any other is refused before the model is
+    built.
     """
     if is_hf_source(path):
         # deferred: transformers and the bridge take seconds to import, and a suite
@@ -48,6 +50,5 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     model = model_from_checkpoint(ckpt, path).to(device)
     if eval_mode:
         model.eval()
-    model.checkpoint = {k: v for k, v in ckpt.items()
-                        if k not in ("state_dict", "optimizer", "digest")}
+    model.load_records(ckpt, source=path)
     return model

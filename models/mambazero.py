@@ -22,8 +22,9 @@ head and one group:
     unembed.weight                 [S, d]             W_ℓ
     unembed.bias                   [S]                only with ``unembed_bias``; starts at
                                                       ``unembed_bias_init`` when given
-The block has no norm and the model no final norm, so logit_t = W_ℓ(x_t + W_o y_t); the L1
-prediction reads p ∝ |logit_t| (:meth:`models.recurrent.SSMLanguageModel.log_probs`).
+The block has no norm and the model no final norm, so the readout is v_t = W_ℓ(x_t + W_o y_t)
+(``model.readout``); the L1 prediction reads p ∝ |v_t|, and forward's logits are log |v_t|
+(:meth:`models.recurrent.SSMLanguageModel.compute_logits`).
 """
 
 from __future__ import annotations

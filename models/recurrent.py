@@ -13,7 +13,7 @@ Glossary (code name -> symbol, Markov paper §2.2 / Mamba papers):
     d_state           N, the state width
     d_conv            w, the causal convolution window
     dt_min, dt_max    range of the initial Δ = softplus(bias) (mamba-ssm's initialisation)
-    prediction        softmax, or "l1": p ∝ |logits| (MambaZero's Prediction layer, §4.1)
+    prediction        softmax, or "l1": p ∝ |readout| (MambaZero's Prediction layer, §4.1)
     unembed_bias_init the unembedding bias at init (None: zero), set after every random draw
 """
 
@@ -59,7 +59,7 @@ class SSMLMConfig(TLConfigFields):
     # positive too). Set after all random draws, so the rest of the init is unchanged.
     unembed_bias_init: float | None = None
     prediction: str = "softmax"  # softmax | l1 (MambaZero's L1-normalised prediction, §4.1)
-    l1_eps: float = 1e-6  # l1: p ∝ max(|logit|, l1_eps) (see SSMLanguageModel.log_probs)
+    l1_eps: float = 1e-6  # l1: p ∝ max(|v|, l1_eps) (see SSMLanguageModel.compute_logits)
     init_std: float = 0.02  # embedding / unembedding init (mamba-ssm: 0.02)
     use_kernels: bool = True  # on CUDA with mamba-ssm installed, its kernels when allowed
     scan: str = "auto"  # force a path (see each model's docstring); auto picks the fastest
@@ -211,7 +211,8 @@ class SSMLanguageModel(SuiteModel):
     """Embedding -> n blocks -> final norm -> unembedding, with ``mixer_cls`` in every block.
 
     forward(tokens [batch, pos]) -> logits [batch, pos, vocab]. With ``prediction="l1"`` the
-    outputs are read as unnormalised probabilities (:meth:`log_probs` L1-normalises them).
+    unembedding's outputs are unnormalised probabilities (:meth:`readout`) and the logits their
+    log (:meth:`compute_logits`).
     """
 
     mixer_cls: ClassVar[type[SSMMixer]] = SSMMixer
@@ -246,19 +247,25 @@ class SSMLanguageModel(SuiteModel):
         if cfg.unembed_bias_init is not None:
             self.unembed.bias.fill_(cfg.unembed_bias_init)
 
-    def log_probs(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
-        """log softmax(logits), or with ``prediction="l1"`` log(v / ‖v‖₁) for v = max(|logits|,
-        l1_eps) (MambaZero's Prediction layer, §4.1).
+    def readout(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        """The unembedding's output: the logits of a softmax model; with ``prediction="l1"``
+        MambaZero's unnormalised prediction v (p ∝ max(|v|, l1_eps), §4.1), which Thm 1's
+        construction makes β + counts (what the b·c probes regress on)."""
+        return super().compute_logits(tokens)
 
-        Why |logits| and not max(logits, 0): both equal the logits wherever they are positive
-        (Thm 1's construction makes them β + counts > 0), but clamping negatives kills their
-        gradient, and a freshly initialised model then never leaves the uniform prediction;
-        |·| keeps every output trainable."""
-        out = self(tokens)
+    def compute_logits(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab"]:
+        """Logits whose softmax is the prediction: the readout, or with ``prediction="l1"``
+        log max(|v|, l1_eps), whose log-softmax is log(v / ‖v‖₁), MambaZero's Prediction layer
+        (§4.1) — so forward is logits on every model and ``log_probs`` has one definition.
+
+        Why |v| and not max(v, 0): both equal v wherever it is positive (Thm 1's construction
+        makes it β + counts > 0), but clamping negatives kills their gradient, and a freshly
+        initialised model then never leaves the uniform prediction; |·| keeps every output
+        trainable."""
+        v = self.readout(tokens)
         if self.cfg.prediction == "l1":
-            v = out.abs().clamp_min(self.cfg.l1_eps)
-            return v.log() - v.sum(-1, keepdim=True).log()
-        return torch.log_softmax(out.float() if out.dtype != torch.float64 else out, dim=-1)
+            return v.abs().clamp_min(self.cfg.l1_eps).log()
+        return v
 
 
 # ---------------------------------------------------------------------------- conversion

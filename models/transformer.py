@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields, check_tokens
+from models.base import SuiteModel, TLConfigFields
 from models.layers import MLP, LayerNorm, has_hooks
 from tasks.base import check
 
@@ -316,9 +316,8 @@ class HookedTransformerLM(SuiteModel):
             elif name.endswith("unembed.bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch ..."]:
+    def compute_logits(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch ..."]:
         """Logits [batch, pos, vocab | n_classes], or [batch, n_classes] for ``seq_cls``."""
-        check_tokens(tokens)
         resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
         for block in self.blocks:
             resid = block(resid)

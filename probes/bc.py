@@ -183,7 +183,7 @@ def l1_count_independent(model, task, n_seqs: int = 64, seed: int = 0) -> dict |
         return None
     cfg = task.cfg
     x = markov_batch(task, n_seqs, seed).tokens
-    v = model(x.to(model.device)).double().cpu()[..., : cfg.S]  # [batch, pos, S]
+    v = model.readout(x.to(model.device)).double().cpu()[..., : cfg.S]  # [batch, pos, S]
     n = current_counts(x, cfg.S, cfg.order).double()  # [batch, pos, S]
     ctx = context_index(x, cfg.S, cfg.order)  # [batch, pos], −1 before a full context
     betas = []

@@ -29,7 +29,7 @@ from scipy.optimize import minimize_scalar
 from torch import Tensor
 
 from probes.estimators import add_beta_probs, cross_entropy, empirical_probs
-from tasks.base import Batch, check, make_generator
+from tasks.base import Batch, check, config_to_dict, make_generator
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
 
@@ -39,14 +39,14 @@ TABLE_T = (1, 50, 100, 300)  # Table 2's t (tokens seen)
 
 def markov_task_of(model, task_name: str | None = None, task_config: dict | None = None,
                    **overrides):
-    """The Markov task a model was trained on (from its checkpoint), or the one given.
+    """The Markov task a model was trained on (``model.task``), or the one given.
 
     ``overrides`` replace config fields (e.g. a longer ``seq_len`` for evaluation)."""
-    ck = getattr(model, "checkpoint", None) or {}
     if task_name is None:
-        task_name = ck.get("task", {}).get("name", "markov")
+        trained = model.task
+        task_name = trained.name if trained is not None else "markov"
         if task_config is None:
-            task_config = ck.get("task", {}).get("config", {})
+            task_config = config_to_dict(trained.cfg) if trained is not None else {}
     check(task_name in MARKOV_TASKS,
           f"this analysis needs a Markov-chain checkpoint ({', '.join(MARKOV_TASKS)}), "
           f"got one trained on {task_name!r}")

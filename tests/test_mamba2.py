@@ -252,12 +252,13 @@ def test_mambazero_layout_and_l1_prediction(tokens):
     x = tokens(2, 9, 2)
     lp = m.log_probs(x)
     assert torch.allclose(lp.exp().sum(-1), torch.ones(2, 9), atol=1e-5)
-    v = m(x).abs().clamp_min(m.cfg.l1_eps)
+    v = m.readout(x).abs().clamp_min(m.cfg.l1_eps)
     assert torch.allclose(lp.exp(), v / v.sum(-1, keepdim=True), atol=1e-6)
-    # residual: logits = W_ℓ(x_t + mixer(x)_t) with no norm anywhere
+    assert torch.allclose(m(x), v.log(), atol=1e-6)  # forward is logits: softmax(log v) = v/‖v‖₁
+    # residual: readout = W_ℓ(x_t + mixer(x)_t) with no norm anywhere
     _, c = m.run_with_cache(x)
     u = c["hook_embed"] + c["blocks.0.mixer.hook_ssm_out"]
-    assert torch.allclose(m(x), u @ m.unembed.weight.T, atol=1e-6)
+    assert torch.allclose(m.readout(x), u @ m.unembed.weight.T, atol=1e-6)
     assert isinstance(build_model("mambazero", {}), MambaZeroLM)
 
 

@@ -26,8 +26,7 @@ from tasks.base import TaskError
 @pytest.fixture(scope="module")
 def construction3():
     m = mambazero_add_beta(3, 0.5, dtype=torch.float64)
-    m.checkpoint = {"task": {"name": "markov",
-                             "config": {"S": 3, "order": 1, "beta": 0.5, "seq_len": 48}}}
+    m.set_task("markov", {"S": 3, "order": 1, "beta": 0.5, "seq_len": 48})
     return m
 
 
@@ -59,8 +58,7 @@ def test_a_random_conv_ssm_with_unit_decay_already_holds_the_counts():
     torch.manual_seed(0)
     m = Mamba2LM(Mamba2Config(vocab_size=2, d_model=8, d_conv=2, d_state=4, decay=False))
     m = m.double()
-    m.checkpoint = {"task": {"name": "markov",
-                             "config": {"S": 2, "order": 1, "beta": 1.0, "seq_len": 64}}}
+    m.set_task("markov", {"S": 2, "order": 1, "beta": 1.0, "seq_len": 64})
     tr = state_probe.compute(m, n_seqs=16, max_rows=600, control=False,
                              progress=False)["trained"][0]
     assert min(tr["r2"]) > 0.9999
@@ -150,8 +148,7 @@ def test_decay_hook_matches_the_parameters():
 def test_decay_on_switching_data_splits_switch_tokens():
     torch.manual_seed(0)
     m = Mamba2LM(Mamba2Config(vocab_size=3, d_model=8))
-    m.checkpoint = {"task": {"name": "switching_markov",
-                             "config": {"p_switch": 0.1, "seq_len": 40}}}
+    m.set_task("switching_markov", {"p_switch": 0.1, "seq_len": 40})
     r = mamba_decay.compute([("sw", m)], n_seqs=8)
     row = r["models"][0]
     assert row["n_switch"] > 0 and 0 < row["mean_at_switch"] <= 1
@@ -173,7 +170,7 @@ def test_construction_matches_add_beta_in_markov_laplace_and_holdout(constructio
 def test_ablation_summary(construction3):
     torch.manual_seed(0)
     rand = Mamba2LM(Mamba2Config(vocab_size=3, d_model=8, conv=False))
-    rand.checkpoint = construction3.checkpoint
+    rand.set_task(construction3.task)
     r = markov_ablations.compute([("conv", "mamba2", construction3),
                                   ("conv", "mamba2 no conv", rand)], n_seqs=8)
     assert r["summary"]["conv_noconv_over_full_gap"] > 1e3

@@ -216,7 +216,7 @@ def test_patching_and_head_detector_on_a_copy_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------- tokens
 def test_to_tokens_uses_the_task_vocabulary(tiny_model):
     m = tiny_model("transformer")
-    with pytest.raises(TaskError, match="no task vocabulary"):
+    with pytest.raises(TaskError, match="has no task .*set_task"):
         m.to_tokens("abc")
     m.set_task("copy", {"D": 7})  # letters a..g = 0..6, then BOS 7, EOS 8, COPY 9, PAD 10
     assert m.to_tokens("abc").tolist() == [[7, 0, 1, 2]]

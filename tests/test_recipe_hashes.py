@@ -22,7 +22,7 @@ import pytest
 
 from models import zoo
 from models.registry import ARCHS
-from models.train import cache, spec
+from models.train import cache, runconfig, spec
 from tasks.base import TaskError
 from tasks.registry import TASKS
 
@@ -47,7 +47,7 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
 
     monkeypatch.setattr(zoo, "spec", stub_spec)
     monkeypatch.setattr(spec, "_init_model_entry", lambda path: records[str(path)])
-    monkeypatch.setattr(spec, "file_digest", lambda path: INIT_DIGEST)
+    monkeypatch.setattr(runconfig, "file_digest", lambda path: INIT_DIGEST)
 
 
 def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:

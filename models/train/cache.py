@@ -20,10 +20,10 @@ from filelock import FileLock
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.device import resolve_device
 from models.train import distributed
-from models.train.config import TrainConfig
 from models.train.loop import train
+from models.train.runconfig import RunConfig
 from models.train.spec import RunSpec, make_spec, spec_of_checkpoint
-from tasks.base import TaskError, check, config_from_dict
+from tasks.base import TaskError, check
 
 
 def cache_path(spec: RunSpec, cache_dir: str | Path) -> Path:
@@ -49,9 +49,9 @@ def check_cache_dir(cache_dir: str | Path) -> Path:
 def _spec_hash(ck: dict) -> str | None:
     """The cache hash of the run a checkpoint records, or None where it records none."""
     try:
-        tr = config_from_dict(TrainConfig, ck["train"]["config"])
-        return RunSpec(ck["model"]["arch"], ck["task"]["name"], dict(ck["model"]["config"]),
-                       dict(ck["task"]["config"]), tr).hash()
+        if "config" not in ck["train"]:
+            return None  # a construction, not a trained run
+        return RunConfig.from_checkpoint(ck).hash()
     except (KeyError, TypeError, TaskError, OSError):
         return None
 

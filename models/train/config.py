@@ -4,7 +4,7 @@ resumed run needs no scheduler object)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tasks.base import check
 
@@ -33,7 +33,7 @@ class TrainConfig:
     # a checkpoint of the same arch and model config whose weights start the run (fine-tuning,
     # e.g. lookup from a copy model); "" = random init. The run's cache hash covers the file's
     # bytes, not its path, so a retrained init file gives a new run.
-    init_from: str = ""
+    init_from: str = field(default="", metadata={"content": "file"})  # hashed by its bytes
     # how the training forward runs; both change the numbers (so they are in the checkpoint's
     # record and the cache hash), neither the weights' or the optimizer's dtype (fp32):
     # "bf16" runs it under torch.autocast (bfloat16 matmuls), "fp32" as it is

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
@@ -20,6 +17,7 @@ from models.device import check_fits
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.presets import preset_overrides
+from models.train.runconfig import RunConfig
 from tasks.base import TaskError, check, config_from_dict, config_to_dict
 from tasks.registry import TASKS, make_task
 
@@ -34,34 +32,21 @@ class RunSpec:
     task_config: dict[str, Any]
     train: TrainConfig
 
+    @property
+    def config(self) -> RunConfig:
+        """This spec as a :class:`RunConfig` (the model fields in :attr:`model` are the ones
+        it sets)."""
+        return RunConfig.build(self.arch, self.task, self.model, self.task_config, self.train)
+
     def hash(self) -> str:
-        train = config_to_dict(self.train)
-        if self.train.init_from:
-            train["init_from"] = file_digest(self.train.init_from)
-        else:  # left out, so runs from random init keep the hashes they had before the field
-            del train["init_from"]
-        for name, default in (("precision", "fp32"), ("compile", False), ("stop_at", 0.0)):
-            if train[name] == default:  # left out at their defaults, as init_from
-                del train[name]
-        blob = json.dumps({"arch": self.arch, "task": self.task, "model": self.model,
-                           "task_config": self.task_config, "train": train},
-                          sort_keys=True, default=list)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        """The cache key: :meth:`RunConfig.hash`."""
+        return self.config.hash()
 
     def record(self) -> dict[str, Any]:
         """The spec as it is stored in a checkpoint (``model``, ``task``, ``train.config``)."""
         return {"model": {"arch": self.arch, "config": dict(self.model)},
                 "task": {"name": self.task, "config": dict(self.task_config)},
                 "train_config": config_to_dict(self.train)}
-
-
-def file_digest(path: str | Path) -> str:
-    """sha256 of a file's bytes (first 16 hex digits)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
 
 
 def check_names(arch: str, task: str) -> None:

@@ -1,0 +1,218 @@
+"""One run configuration: ``RunConfig{model, task, train}``, its canonical JSON form and its hash.
+
+Each section is a typed, frozen config dataclass: ``model`` the arch's config
+(``models.registry``), ``task`` the task's (``tasks.registry``), ``train`` a
+:class:`~models.train.config.TrainConfig`. The arch and task names follow from the config
+classes, so a run cannot name one arch and carry another's config.
+
+The canonical form, and so the cache key, follows one rule for every field of every section:
+
+    a field is written when it differs from its default, or when it is *pinned*.
+
+Pinned fields are what format-1 records wrote even at their defaults, so that every run keeps
+the cache key it had before this class existed:
+
+* ``model``: the fields the run sets (:attr:`RunConfig.model_keys`). A checkpoint records its
+  model as the arch's defaults plus the fields set (presets, the task's vocabulary, overrides),
+  and two runs that set different fields have always been different cache entries.
+* ``task`` and ``train``: the fields their class had when the format was fixed
+  (:data:`FORMAT1_FIELDS`, a frozen list). A field added since is left out at its default, so
+  adding a field with a default never moves a cache key and needs no code here.
+
+A field whose metadata says ``{"content": "file"}`` (``TrainConfig.init_from``) is written as
+the digest of the file it names: a retrained init checkpoint is another run, a moved one is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.registry import ARCHS, model_class
+from models.train.config import TrainConfig
+from tasks.base import TaskError, check, config_from_dict, config_to_dict
+from tasks.registry import TASKS, task_class
+
+# Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
+# field added to one of these classes later is not listed, and never will be.
+FORMAT1_FIELDS: dict[str, tuple[str, ...]] = {
+    "TrainConfig": ("steps", "batch_size", "lr", "weight_decay", "beta1", "beta2",
+                    "warmup_steps", "schedule", "grad_clip", "context", "eval_every",
+                    "eval_batches", "eval_batch_size", "greedy_eval", "save_every", "seed"),
+    "CopyConfig": ("D", "min_len", "max_len"),
+    "DupNgramConfig": ("D", "min_len", "max_len", "n", "distinct_successor"),
+    "LookupConfig": ("D", "min_len", "max_len", "n", "k", "key"),
+    "PhoneBookConfig": ("n_entries", "n_shots"),
+    "InductionConfig": ("D", "length"),
+    "MarkovConfig": ("S", "order", "beta", "seq_len"),
+    "SwitchingMarkovConfig": ("S", "order", "beta", "seq_len", "p_switch"),
+    "HoldoutMarkovConfig": ("S", "order", "beta", "seq_len", "p_lo", "p_hi"),
+    "MemorizationConfig": ("data", "level", "n_examples", "fraction", "seq_len", "vocab",
+                           "n_classes", "consistent", "data_path", "max_len", "seed"),
+}
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (first 16 hex digits)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _arch_of(config_cls: type) -> str:
+    for arch in ARCHS:
+        if model_class(arch).config_cls is config_cls:
+            return arch
+    raise TaskError(f"{config_cls.__name__} is no arch's model config; archs: "
+                    f"{', '.join(sorted(ARCHS))}")
+
+
+@functools.cache
+def _task_of(config_cls: type) -> str:
+    for name in TASKS:
+        if task_class(name).config_cls is config_cls:
+            return name
+    raise TaskError(f"{config_cls.__name__} is no task's config; tasks: "
+                    f"{', '.join(sorted(TASKS))}")
+
+
+def _defaults(cfg) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        if f.init and f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.init and f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _section(cfg, pinned: frozenset[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The canonical form of one config section: the one rule of the module docstring."""
+    defaults = _defaults(cfg)
+    hints = typing.get_type_hints(type(cfg))
+    out = {}
+    for name, value in config_to_dict(cfg).items():
+        if name in pinned or name not in defaults or value != defaults[name]:
+            if hints.get(name) is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # lr=1 and lr=1.0 are one run
+            out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a training run, typed: ``model`` (the arch's config dataclass),
+    ``task`` (the task's config dataclass), ``train`` (:class:`TrainConfig`), and
+    ``model_keys``, the model fields the run sets (pinned in the canonical form; a field that
+    differs from its default is always among them)."""
+
+    model: Any
+    task: Any
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model_keys: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        arch = _arch_of(type(self.model))  # raises for a non-config
+        _task_of(type(self.task))
+        check(isinstance(self.train, TrainConfig),
+              f"RunConfig.train must be a TrainConfig, got {type(self.train).__name__}")
+        names = {f.name for f in dataclasses.fields(self.model) if f.init}
+        unknown = sorted(set(self.model_keys) - names)
+        check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
+        set_fields = set(_section(self.model, ()))  # non-defaults are always set
+        object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
+
+    # ------------------------------------------------------------------ names
+    @property
+    def arch(self) -> str:
+        return _arch_of(type(self.model))
+
+    @property
+    def task_name(self) -> str:
+        return _task_of(type(self.task))
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, arch: str, task: str, model: Mapping[str, Any] | None = None,
+              task_config: Mapping[str, Any] | None = None,
+              train: Mapping[str, Any] | TrainConfig | None = None) -> RunConfig:
+        """From names and plain dicts (unknown keys and wrong types refused). The model fields
+        given are the ones the run sets (:attr:`model_keys`)."""
+        check(arch in ARCHS, f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
+        check(task in TASKS, f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
+        model = dict(model or {})
+        tr = train if isinstance(train, TrainConfig) else config_from_dict(TrainConfig,
+                                                                         dict(train or {}))
+        return cls(config_from_dict(model_class(arch).config_cls, model),
+                   config_from_dict(task_class(task).config_cls, dict(task_config or {})),
+                   tr, frozenset(model))
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> RunConfig:
+        """Inverse of :meth:`to_dict`: ``{"model": {"arch", "config"}, "task": {"name",
+        "config"}, "train": {...}}``."""
+        try:
+            model, task = record["model"], record["task"]
+            return cls.build(model["arch"], task["name"], model["config"], task["config"],
+                             record.get("train") or {})
+        except (KeyError, TypeError) as e:
+            raise TaskError(f"not a run record (model / task / train): {e!r}") from None
+
+    @classmethod
+    def from_checkpoint(cls, payload: Mapping[str, Any]) -> RunConfig:
+        """The run a checkpoint dict records (``models.checkpoint.read_checkpoint``'s
+        result), old formats included: its ``model`` / ``task`` entries and
+        ``train["config"]``. A checkpoint of a construction (no ``train.config``) gets the
+        default training config."""
+        train = payload.get("train") if isinstance(payload, Mapping) else None
+        config = train.get("config", {}) if isinstance(train, Mapping) else {}
+        return cls.from_dict({"model": payload["model"], "task": payload["task"],
+                              "train": config})
+
+    def replace(self, *, model: Mapping[str, Any] | None = None,
+                task: Mapping[str, Any] | None = None,
+                train: Mapping[str, Any] | None = None) -> RunConfig:
+        """A copy with fields of each section overridden (model fields given become set)."""
+        return RunConfig(
+            dataclasses.replace(self.model, **(model or {})),
+            dataclasses.replace(self.task, **(task or {})),
+            dataclasses.replace(self.train, **(train or {})),
+            self.model_keys | set(model or {}))
+
+    # ------------------------------------------------------------------ forms
+    def to_dict(self) -> dict[str, Any]:
+        """The record a checkpoint stores: the model as the fields the run sets, the task and
+        training configs whole (readers take any of their fields without knowing defaults)."""
+        return {"model": {"arch": self.arch, "config": _section(self.model, self.model_keys)},
+                "task": {"name": self.task_name, "config": config_to_dict(self.task)},
+                "train": config_to_dict(self.train)}
+
+    def canonical(self) -> dict[str, Any]:
+        """The hashed form (module docstring): one rule for every field of every section."""
+        train = _section(self.train, FORMAT1_FIELDS.get("TrainConfig", ()))
+        for f in dataclasses.fields(self.train):
+            if f.metadata.get("content") == "file" and train.get(f.name):
+                train[f.name] = file_digest(train[f.name])
+        return {"arch": self.arch, "task": self.task_name,
+                "model": _section(self.model, self.model_keys),
+                "task_config": _section(self.task,
+                                        FORMAT1_FIELDS.get(type(self.task).__name__, ())),
+                "train": train}
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, tuples as lists."""
+        return json.dumps(self.canonical(), sort_keys=True, default=list)
+
+    def hash(self) -> str:
+        """The cache key: sha256 of :meth:`to_json` (first 12 hex digits)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]

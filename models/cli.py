@@ -8,8 +8,9 @@ import sys
 from collections.abc import Callable
 
 from models.train.presets import NAMES as PRESET_NAMES
-from tasks.base import TaskError
+from tasks.errors import ConfigError, SeqprobeError, TaskError
 
+EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a traceback exits
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
@@ -20,7 +21,7 @@ class OneLineParser(argparse.ArgumentParser):
     not the whole usage block."""
 
     def error(self, message: str):
-        raise TaskError(f"{message}; see `{self.prog} --help`")
+        raise ConfigError(f"{message}; see `{self.prog} --help`")
 
 
 def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> None:
@@ -52,13 +53,20 @@ def add_preset_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(preset="quick")
 
 
+def exit_code(e: SeqprobeError) -> int:
+    """The exit code of a command that stopped on ``e``: 2 for refused input (a TaskError),
+    else 1."""
+    return EXIT_BAD_INPUT if isinstance(e, TaskError) else EXIT_FAILED
+
+
 def run_cli(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run a command's body: suite errors become one stderr line and exit code 2, Ctrl-C 130."""
+    """Run a command's body: a suite error (any :class:`SeqprobeError`) becomes one stderr line
+    and :func:`exit_code`, Ctrl-C 130."""
     try:
         code = body(argv)
-    except TaskError as e:
+    except SeqprobeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_code(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

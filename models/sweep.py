@@ -47,6 +47,7 @@ from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
 from tasks.base import TaskError, check
+from tasks.errors import RunError
 
 EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its tasks failed after every retry
 DEFAULT_RETRIES = 2
@@ -261,7 +262,7 @@ def failures(results: Sequence[Any]) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- whole commands
-class CommandFailed(Exception):
+class CommandFailed(RunError):
     """A command's non-zero exit, raised on the worker so that Ray retries it."""
 
     def __init__(self, returncode: int, output: str):

@@ -32,11 +32,11 @@ from models.checkpoint import (
     read_checkpoint,
 )
 from models.cli import (
-    EXIT_BAD_INPUT,
     EXIT_DIVERGED,
     EXIT_INTERRUPTED,
     OneLineParser,
     add_device_argument,
+    exit_code,
 )
 from models.device import resolve_device
 from models.registry import ARCHS, model_class
@@ -46,6 +46,7 @@ from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resum
 from models.train.presets import NAMES as PRESET_NAMES
 from models.train.spec import check_names, make_spec, spec_of_checkpoint
 from tasks.base import TaskError
+from tasks.errors import SeqprobeError
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
@@ -212,9 +213,9 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         say("interrupted; no checkpoint was saved by this run (any earlier file is intact)")
         return EXIT_INTERRUPTED
-    except TaskError as e:
+    except SeqprobeError as e:
         error(f"error: {e}")
-        return EXIT_BAD_INPUT
+        return exit_code(e)
     if world.is_main:
         last = ck["history"][-1] if ck["history"] else {}
         summary = ", ".join(f"{k}={v:.4g}" for k, v in last.items() if isinstance(v, float))

@@ -57,12 +57,13 @@ from models.train.config import TrainConfig, lr_at
 from models.train.distributed import World
 from models.train.spec import RunSpec, check_run_size, validate_spec
 from tasks.base import IGNORE, Batch, TaskError, check, config_to_dict, make_generator
+from tasks.errors import RunError
 from tasks.registry import make_task, packed_batch
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation data never shares a stream with training data
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(RunError):
     """The loss (or the gradient norm) became NaN or infinite."""
 
 

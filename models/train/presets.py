@@ -1,11 +1,14 @@
-"""Named presets: ``quick`` (CPU-sized, minutes), ``medium`` (CPU-sized, each headline comparison
-learned by both sides: tens of minutes a figure) and ``paper`` (the papers' settings, for a GPU).
+"""Named levels of scale: ``quick`` (CPU-sized, minutes), ``medium`` (CPU-sized, each headline
+comparison learned by both sides: tens of minutes a figure) and ``paper`` (the papers'
+settings, for a GPU).
 
-A preset is looked up for a (task, arch) pair; rows keyed ``"*"`` apply to every task or arch
-and more specific rows win. ``medium`` starts from the quick rows: its own rows go on top. Each
-row may set ``model``, ``task`` and ``train`` overrides; every field can still be overridden on
-the command line. Why each setting was chosen is said beside it; what a run of it measured is
-in the reproduce index and the README, not here.
+:data:`PRESETS` is one table of literals, rows keyed ``(level, task, arch)``, where ``"*"``
+stands for every task or arch and more specific rows win. A level with a
+:data:`BASE` is an overlay: its rows go on top of the base level's merged rows (``medium``
+over ``quick``). ``paper`` has no base: it states the papers' settings whole. Each row may set
+``model``, ``task`` and ``train`` fields; every field can still be overridden on the command
+line or by a zoo recipe. Why each setting was chosen is said beside it; what a run of it
+measured is in the reproduce index and the README, not here.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Any
 from tasks.base import TaskError
 
 Row = dict[str, dict[str, Any]]
-NAMES = ("quick", "medium", "paper")  # the presets, smallest first
-BASE = {"medium": "quick"}  # a preset whose rows go on top of another's
+NAMES = ("quick", "medium", "paper")  # the levels, smallest first
+BASE = {"medium": "quick"}  # a level that is an overlay on another
 
 PRESETS: dict[tuple[str, str, str], Row] = {
     # ---------------------------------------------------------------- defaults
@@ -129,28 +132,37 @@ PRESETS: dict[tuple[str, str, str], Row] = {
         "model": {"d_model": 32, "n_layers": 2, "d_mlp": 64, "n_heads": 4},
     },
     # Paper: "trained until convergence with a tuned Adam optimizer"; sizes are not given, so
-    # the paper rows are the quick models at twice the width (below the table).
+    # the paper models are the quick ones at twice the width (d_model, d_mlp; tests check it).
     ("paper", "induction", "*"): {
         "task": {"D": 4, "length": 16},
         "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200,
                   "weight_decay": 0.0, "schedule": "linear", "eval_every": 500},
     },
+    ("paper", "induction", "stu"): {
+        "model": {"d_model": 64, "n_layers": 2, "filter_len": 256, "num_filters": 24,
+                  "param": "tensordot"},
+    },
+    ("paper", "induction", "transformer"): {
+        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "pe": "hard_alibi"},
+    },
+    ("paper", "induction", "mamba2"): {
+        "model": {"d_model": 64, "n_layers": 2, "d_mlp": 128, "n_heads": 4},
+    },
+    # ---------------------------------------------------------------- n-gram lookup
+    # Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (the same rows; tests
+    # check it); at quick they are fine-tuned from the quick copy checkpoints (models.zoo), at
+    # paper trained from scratch.
+    ("paper", "lookup", "transformer"): {
+        "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "hard_alibi_heads": 6},
+    },
+    ("paper", "lookup", "mamba"): {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32}},
+    ("paper", "lookup", "lstm"): {"model": {"d_model": 1024, "n_layers": 4}},
 }
-
-for _arch in ("stu", "transformer", "mamba2"):
-    _quick = PRESETS[("quick", "induction", _arch)]["model"]
-    PRESETS[("paper", "induction", _arch)] = {"model": {
-        **_quick, **{k: 2 * _quick[k] for k in ("d_model", "d_mlp") if k in _quick}}}
-
-# Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (same sizes); at quick
-# they are fine-tuned from the quick copy checkpoints (models.zoo), at paper trained from scratch.
-for _arch in ("transformer", "mamba", "lstm"):
-    PRESETS[("paper", "lookup", _arch)] = PRESETS[("paper", "copy", _arch)]
 
 
 def preset_overrides(preset: str, task: str, arch: str) -> Row:
-    """Merge the rows that apply to (task, arch), general first, specific last (a preset with
-    a :data:`BASE`: the base's merged rows first, then its own)."""
+    """Merge the rows of level ``preset`` that apply to (task, arch), general first, specific
+    last (a level with a :data:`BASE`: the base's merged rows first, then its own)."""
     if preset not in NAMES:
         raise TaskError(f"unknown preset {preset!r}; allowed: {', '.join(NAMES)}")
     merged: Row = (preset_overrides(BASE[preset], task, arch) if preset in BASE

@@ -29,6 +29,7 @@ import torch
 
 import models
 import models.train.loop as L
+import models.train.writer as W
 from analyses.common import load_model
 from models.checkpoint import (
     CheckpointError,
@@ -181,7 +182,7 @@ def test_disk_full_at_the_final_save_keeps_the_weights(tmp_path, monkeypatch, ca
     full, rescue = tmp_path / "full", tmp_path / "rescue"
     full.mkdir()
     failed = _disk_full_in(full, monkeypatch)
-    monkeypatch.setattr(L, "rescue_dirs", lambda: [rescue])
+    monkeypatch.setattr(W, "rescue_dirs", lambda: [rescue])
     code, out, err = run_main([*QUICK, "--out", str(full / "c.pt")], capsys)
     line = one_line(err[err.index("error:"):])
     assert code == 2 and out == "" and failed
@@ -207,7 +208,7 @@ def test_disk_full_everywhere_names_the_last_good_checkpoint(tmp_path, monkeypat
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(atomic, "_before_rename_hook", full_after_first_save)
-    monkeypatch.setattr(L, "rescue_dirs", lambda: [tmp_path / "r1", tmp_path / "r2"])
+    monkeypatch.setattr(W, "rescue_dirs", lambda: [tmp_path / "r1", tmp_path / "r2"])
     with pytest.raises(SaveError) as e:
         train(spec, out=out, device="cpu", progress=False)
     msg = str(e.value)

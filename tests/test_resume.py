@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import models.train.loop as L
+import models.train.loss as loss_mod
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
@@ -222,17 +223,17 @@ def test_ctrl_c_in_a_real_process_saves_and_exits_130(tmp_path):
 def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     spec = spec_for(steps=10, save_every=2)
     out = tmp_path / "c.pt"
-    orig, calls = L.loss_of, []
+    orig, calls = loss_mod.nll, []
 
-    def loss_of(model, batch):  # the 5th training step's loss is NaN (evaluations excluded)
-        loss = orig(model, batch)
-        if model.training:
+    def nll(logp, targets, reduction="mean"):  # the 5th training step's loss is NaN
+        loss = orig(logp, targets, reduction)
+        if logp.requires_grad:  # a training step (evaluations run under no_grad)
             calls.append(1)
             if len(calls) == 5:
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(L, "loss_of", loss_of)
+    monkeypatch.setattr(loss_mod, "nll", nll)
     with pytest.raises(TrainingDiverged) as e:
         train(spec, out=out, device="cpu", progress=False)
     msg = str(e.value)
@@ -245,18 +246,17 @@ def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, mo
 def test_infinite_gradient_stops_before_the_weights_are_spoiled(tmp_path, monkeypatch):
     spec = spec_for(steps=10, save_every=1)
     out = tmp_path / "c.pt"
-    orig, calls = L.loss_of, []
+    orig, calls = loss_mod.nll, []
 
-    def loss_of(model, batch):  # finite loss, infinite gradient at the 3rd step
-        loss = orig(model, batch)
-        if model.training:
+    def nll(logp, targets, reduction="mean"):  # finite loss, infinite gradient at the 3rd step
+        loss = orig(logp, targets, reduction)
+        if logp.requires_grad:
             calls.append(1)
             if len(calls) == 3:
-                w = next(model.parameters())
-                loss = loss + torch.sqrt((w - w.detach()).sum())  # value 0, d/dw = inf
+                loss = loss + torch.sqrt((logp - logp.detach()).sum())  # value 0, d/dw = inf
         return loss
 
-    monkeypatch.setattr(L, "loss_of", loss_of)
+    monkeypatch.setattr(loss_mod, "nll", nll)
     with pytest.raises(TrainingDiverged, match=r"gradient norm is (inf|nan) at step 3"):
         train(spec, out=out, device="cpu", progress=False)
     ck = read_checkpoint(out)

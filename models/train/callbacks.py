@@ -1,0 +1,67 @@
+"""The state of a run that callbacks see, the callback interface, and the early stop of
+``TrainConfig.stop_at``."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from models.train.spec import RunSpec
+from tasks.base import check
+
+
+@dataclass
+class Run:
+    """The state of a run that callbacks see (and may read the model of). Mutable: the loop
+    advances it step by step."""
+
+    spec: RunSpec
+    model: torch.nn.Module
+    task: Any
+    device: torch.device
+    step: int = 0
+    samples_seen: int = 0
+    loss: float = math.nan
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str = ""  # set by a callback that ends the run early
+    time_before: float = 0.0  # seconds trained before this process (a resumed run's)
+    started: float = field(default_factory=time.time)  # when this process's first step began
+
+    def time_s(self) -> float:
+        """Seconds of training so far, over every process that trained this run."""
+        return round(self.time_before + time.time() - self.started, 2)
+
+
+class Callback:
+    """Hooks of the loop; each returns True to end the run (after this step), else None.
+
+    ``on_step`` runs after every optimiser step, ``on_eval`` after each evaluation with the
+    record just appended to ``run.history``.
+    """
+
+    def on_step(self, run: Run) -> bool | None:
+        return None
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
+        return None
+
+
+class StopAt(Callback):
+    """``TrainConfig.stop_at``: end the run at the first evaluation whose string accuracy
+    reaches ``level``; the reason (and so the step it stopped at) goes in the checkpoint."""
+
+    def __init__(self, level: float):
+        self.level = level
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
+        check("string_acc" in record, f"stop_at: the {run.spec.task} task's evaluation has no "
+              "string accuracy to stop on")
+        if record["string_acc"] >= self.level:
+            run.stop_reason = (f"stop_at: string_acc {record['string_acc']:.4g} >= "
+                               f"{self.level:g} at step {run.step}")
+            return True
+        return None

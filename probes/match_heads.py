@@ -1,0 +1,163 @@
+"""n-gram match heads and the heads that feed them (copy paper §2.2, Fig. 3, App. C).
+
+* :func:`find_match_heads`: every head's n-gram match score for n = 1..n_max over probe data
+  (:mod:`probes.ngram_data`); a head's *match score* is its best over n, and the match heads
+  are those reaching a threshold (or the k best). Attention heads and SSM heads (their
+  effective attention, :mod:`probes.effective_attention`) alike.
+* :func:`ablation_controls`: ablating as many randomly chosen other heads, from anywhere and
+  from the match heads' own layers, the control of the causal check (§3.1).
+* :func:`per_head_drops`: the string accuracy each head costs when ablated alone.
+* :func:`feeding_heads`: the earlier-layer heads whose ablation lowers the match heads' score
+  most: the construction's hashing heads (Lemma C.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from probes import effective_attention as ea
+from probes.attention import pattern_scores
+from probes.copying import accuracy_on
+from probes.ngram_data import ProbeData
+
+Head = tuple[int, int]  # (layer, head)
+
+
+def _no_tick() -> None:
+    """The default progress callback: nothing to show."""
+
+
+@dataclass(frozen=True)
+class MatchHeads:
+    """What :func:`find_match_heads` found. Score tensors are [layer, head] unless noted."""
+
+    match_by_n: torch.Tensor  # [layer, head, n]: mass on n-gram successors (NaN: no query)
+    queries_by_n: torch.Tensor  # [layer, head, n]: queries with an n-gram match
+    target: torch.Tensor  # mass on the true source position
+    profile: torch.Tensor  # [layer, head, offset]: previous-token profile
+    match_score: torch.Tensor  # best match over n (0 where no n had a query)
+    best_n: torch.Tensor  # the n of that best (1-based)
+    heads: tuple[Head, ...]  # the match heads, best first
+    threshold_met: bool  # every one of them reaches the threshold
+
+    def best_n_score(self, by_n: torch.Tensor) -> float:
+        """Mean over the match heads of ``by_n`` [layer, head, n] at each head's best n."""
+        return float(np.mean([float(by_n[i, h, self.best_n[i, h] - 1]) for i, h in self.heads]))
+
+
+def _nanmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max over the last axis, NaN counted as no score: (value clamped at 0, 1-based index)."""
+    filled = torch.nan_to_num(x, nan=-1.0)
+    v, i = filled.max(dim=-1)
+    return v.clamp(min=0), i + 1
+
+
+def find_match_heads(model, data: ProbeData, n_max: int, threshold: float = 0.5,
+                     top_k: int | None = None) -> MatchHeads:
+    """Score every head on ``data`` and pick the match heads: the ``top_k`` best, else every
+    head whose match score reaches ``threshold`` (or the best one when none does)."""
+    sc = pattern_scores(model, data, n_max, patterns=ea.head_patterns)
+    match_score, best_n = _nanmax(sc["match"])  # [layer, head]
+    layers, n_heads = match_score.shape
+    order = sorted(((float(match_score[i, h]), i, h) for i in range(layers)
+                    for h in range(n_heads)), reverse=True)
+    if top_k:
+        heads = [(i, h) for _, i, h in order[:top_k]]
+    else:
+        heads = [(i, h) for s, i, h in order if s >= threshold] or [(order[0][1], order[0][2])]
+    return MatchHeads(match_by_n=sc["match"], queries_by_n=sc["counts"], target=sc["target"],
+                      profile=sc["profile"], match_score=match_score, best_n=best_n,
+                      heads=tuple(heads),
+                      threshold_met=all(float(match_score[i, h]) >= threshold
+                                        for i, h in heads))
+
+
+def accuracy(model, data: ProbeData) -> dict[str, float]:
+    """Greedy string- and character-level accuracy over the probe batches (paper §3.1)."""
+    return accuracy_on(model, (batch for batch, _ in data), greedy=True)
+
+
+def mean_activations(model, data: ProbeData) -> dict[int, torch.Tensor]:
+    """Each layer's per-head mean output over all probe batches (what mean-ablation writes)."""
+    tokens = [torch.cat([b.prompts, b.answers], 1) for b, _ in data]
+    means: dict[int, torch.Tensor] = {}
+    for tok in tokens:
+        for i, m in ea.head_means(model, tok.to(model.device)).items():
+            means[i] = means.get(i, 0) + m / len(tokens)
+    return means
+
+
+def ablated_accuracy(model, data: ProbeData, heads: list[Head], mode: str,
+                     means: dict[int, torch.Tensor]) -> dict[str, float]:
+    """:func:`accuracy` with ``heads`` mean- or zero-ablated."""
+    with ea.ablated_heads(model, heads, mode, means):
+        return accuracy(model, data)
+
+
+def _control_summary(runs: list[dict], base: dict) -> dict:
+    """Mean and max accuracy drop over the random-ablation draws."""
+    if not runs:
+        return {"runs": [], "string_drop_mean": None, "string_drop_max": None,
+                "char_drop_mean": None, "char_drop_max": None}
+    ds = [base["string_acc"] - r["string_acc"] for r in runs]
+    dc = [base["char_acc"] - r["char_acc"] for r in runs]
+    return {"runs": runs, "string_drop_mean": float(np.mean(ds)), "string_drop_max": float(max(ds)),
+            "char_drop_mean": float(np.mean(dc)), "char_drop_max": float(max(dc))}
+
+
+def ablation_controls(model, data: ProbeData, top: list[Head], base: dict, mode: str,
+                      means: dict[int, torch.Tensor], draws: int, seed: int,
+                      tick: Callable[[], object] = _no_tick) -> dict[str, dict]:
+    """``{"random": …, "random_same_layer": …}``: ``draws`` ablations of as many heads as
+    ``top`` drawn from the other heads anywhere, and from the other heads of ``top``'s layers;
+    each with its runs and the mean and max accuracy drop against ``base``."""
+    layers, n_heads = model.cfg.n_layers, ea.n_heads(model)
+    others = [(i, h) for i in range(layers) for h in range(n_heads) if (i, h) not in top]
+    top_layers = {i for i, _ in top}
+    same_layer = [(i, h) for i, h in others if i in top_layers]
+    rng = np.random.default_rng(seed)
+    controls = {}
+    for name, pool in (("random", others), ("random_same_layer", same_layer)):
+        runs = []
+        k = min(len(top), len(pool))
+        for _ in range(draws if k else 0):
+            pick = [pool[j] for j in rng.choice(len(pool), size=k, replace=False)]
+            runs.append({"heads": pick, **ablated_accuracy(model, data, pick, mode, means)})
+            tick()
+        controls[name] = _control_summary(runs, base)
+    return controls
+
+
+def per_head_drops(model, data: ProbeData, base: dict, mode: str,
+                   means: dict[int, torch.Tensor], tick: Callable[[], object] = _no_tick
+                   ) -> torch.Tensor:
+    """[layer, head]: the string accuracy lost when that head alone is ablated."""
+    drop = torch.zeros(model.cfg.n_layers, ea.n_heads(model))
+    for i in range(drop.shape[0]):
+        for h in range(drop.shape[1]):
+            acc = ablated_accuracy(model, data, [(i, h)], mode, means)
+            drop[i, h] = base["string_acc"] - acc["string_acc"]
+            tick()
+    return drop
+
+
+def feeding_heads(model, data: ProbeData, found: MatchHeads, n_max: int, mode: str,
+                  means: dict[int, torch.Tensor], tick: Callable[[], object] = _no_tick
+                  ) -> list[dict]:
+    """Every head of the layers below the last match head, with ``match_score_drop``: how much
+    ablating it alone lowers the match heads' mean score at their best n; largest drop first."""
+    ref = found.best_n_score(found.match_by_n)
+    out = []
+    for i in range(max(i for i, _ in found.heads)):
+        for h in range(ea.n_heads(model)):
+            with ea.ablated_heads(model, [(i, h)], mode, means):
+                after = pattern_scores(model, data, n_max, patterns=ea.head_patterns)["match"]
+            out.append({"layer": i, "head": h,
+                        "match_score_drop": ref - found.best_n_score(after)})
+            tick()
+    out.sort(key=lambda r: -r["match_score_drop"])
+    return out

@@ -174,19 +174,23 @@ class Provenance:
     ``samples_seen``, ``stop`` …; a construction's ``construction`` and its parameters);
     ``model.train_config`` is its ``config`` as a dataclass. ``pretrained`` describes a
     HuggingFace model (``name``, ``local``, ``hf_architecture``, ``config``: its config.json).
+    ``model_config`` is the model config as the file stored it: the fields its run set, which
+    ``RunConfig``'s cache key reads (``model.config`` is the whole dataclass).
     """
 
     source: str | None = None  # the checkpoint file, HF directory or hub name it was loaded from
     train: dict[str, Any] = field(default_factory=dict)
     history: tuple[dict[str, Any], ...] = ()  # the metrics logged while it trained
     pretrained: dict[str, Any] | None = None
+    model_config: dict[str, Any] | None = None
 
     @classmethod
     def of_checkpoint(cls, ckpt: dict[str, Any], source: str | os.PathLike | None = None
                       ) -> Provenance:
         return cls(source=None if source is None else str(source),
                    train=dict(ckpt.get("train") or {}),
-                   history=tuple(dict(h) for h in ckpt.get("history") or ()))
+                   history=tuple(dict(h) for h in ckpt.get("history") or ()),
+                   model_config=dict(ckpt["model"]["config"]) if ckpt.get("model") else None)
 
     @property
     def step(self) -> int | None:
@@ -366,9 +370,14 @@ class SuiteModel(TaskText, HookedRootModule):
         if self.train_config is not None:
             train["config"] = config_to_dict(self.train_config)
         train = {"config": {}, "step": 0, "samples_seen": 0, **train}  # built in code: untrained
-        meta = self.to_checkpoint_dict()
-        return make_checkpoint(meta["arch"], meta["config"], task.name, config_to_dict(task.cfg),
-                               train, self.state_dict(), list(self.provenance.history))
+        # the model config as the file had it (the fields its run set), so that a re-saved
+        # checkpoint keeps its run's cache key; the whole config where there is none
+        stored = self.provenance.model_config
+        config = (stored if stored is not None
+                  and config_from_dict(self.config_cls, stored) == self.cfg
+                  else config_to_dict(self.cfg))
+        return make_checkpoint(self.arch, config, task.name, config_to_dict(task.cfg), train,
+                               self.state_dict(), list(self.provenance.history))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write this model as a checkpoint file that ``models.load`` reads back (the one

@@ -154,7 +154,9 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     assert rq > mh.SMALL  # the training prior's predictor cannot follow held-out chains
     assert mh.claim_restricted(res)[1] is False and mh.claim_to_zero(res)[1] is True
     # add-β itself: no loss gap, a zero deviation on the fixed sequence and on every chain
-    assert abs(res["held_out"]["loss"]["gap"]["mean"]) < 1e-9
+    # (float32 weights: forward's logits are log|v| and their log-softmax rounds the L1
+    # normalisation at ~1e-7 a token, so the mean gap is zero only to ~1e-9)
+    assert abs(res["held_out"]["loss"]["gap"]["mean"]) < 1e-8
     assert res["held_out"]["restricted"]["loss_gap"] > 0.01  # the training prior pays
     assert mh.claim_loss_converges(res)[1] is True
     assert max(res["fixed"]["by_t"]["50"]["seeds"]) < 1e-6

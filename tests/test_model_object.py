@@ -27,11 +27,12 @@ def copy_model(tiny_model):
     return m
 
 
-def trained_checkpoint(model) -> dict:
-    """A checkpoint dict as the trainer writes it: config, RNG state, history, optimizer."""
+def trained_checkpoint(model, model_config: dict) -> dict:
+    """A checkpoint dict as the trainer writes it: the model fields the run set, its training
+    config, RNG state, history and optimizer."""
     train = {"config": config_to_dict(TrainConfig(steps=5, lr=1e-2)), "seed": 0, "step": 5,
              "samples_seen": 160, "rng": torch.zeros(4, dtype=torch.uint8), "stop": "stop_at"}
-    return make_checkpoint("transformer", config_to_dict(model.cfg), "copy", COPY, train,
+    return make_checkpoint("transformer", model_config, "copy", COPY, train,
                            model.state_dict(), [{"step": 5, "loss": 1.5}], optimizer={})
 
 
@@ -46,8 +47,9 @@ def test_a_model_built_in_code_has_empty_records_and_cannot_be_saved(tiny_model,
     assert not (tmp_path / "m.pt").exists()
 
 
-def test_load_gives_the_task_and_typed_records(copy_model, tmp_path):
-    path = save_checkpoint(trained_checkpoint(copy_model), tmp_path / "c.pt")
+def test_load_gives_the_task_and_typed_records(copy_model, tiny_config, tmp_path):
+    path = save_checkpoint(trained_checkpoint(copy_model, tiny_config("transformer")),
+                           tmp_path / "c.pt")
     m = models.load(path)
     assert m.task.name == "copy" and config_to_dict(m.task.cfg) == COPY
     assert m.task.vocab.size == 11
@@ -59,10 +61,13 @@ def test_load_gives_the_task_and_typed_records(copy_model, tmp_path):
         assert m.checkpoint["task"] == {"name": "copy", "config": COPY}
 
 
-def test_save_load_round_trip(copy_model, tmp_path):
-    """load -> save -> load keeps weights, task, training config and history; the RNG state of
-    the run is dropped (the file has no optimizer: it is a model, not a paused run)."""
-    first = models.load(save_checkpoint(trained_checkpoint(copy_model), tmp_path / "a.pt"))
+def test_save_load_round_trip(copy_model, tiny_config, tmp_path):
+    """load -> save -> load keeps weights, task, training config, history and the model fields
+    the run set (the cache key reads them); the RNG state of the run is dropped (the file has no
+    optimizer: it is a model, not a paused run)."""
+    set_fields = tiny_config("transformer")
+    first = models.load(save_checkpoint(trained_checkpoint(copy_model, set_fields),
+                                        tmp_path / "a.pt"))
     assert first.save(tmp_path / "b.pt") == tmp_path / "b.pt"
     again = models.load(tmp_path / "b.pt")
     x = first.to_tokens(["abc<COPY>ab", "gfe<COPY>gf"])
@@ -73,6 +78,7 @@ def test_save_load_round_trip(copy_model, tmp_path):
                                       if k != "rng"}
     raw = read_checkpoint(tmp_path / "b.pt")  # the one format, digest included
     assert "optimizer" not in raw and raw["digest"].startswith("sha256:")
+    assert raw["model"]["config"] == set_fields
 
 
 def test_a_model_built_in_code_saves_once_it_has_a_task(copy_model, tmp_path):

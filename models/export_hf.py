@@ -44,9 +44,11 @@ Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import stat
@@ -61,7 +63,7 @@ from typing import Any
 import einops
 import torch
 import transformers as tf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
 from tokenizers import models as tk_models
 from torch import Tensor
 from transformers import PreTrainedTokenizerFast
@@ -75,14 +77,19 @@ from models.checkpoint import (
     short_path,
 )
 from models.cli import OneLineParser, run_cli
+from models.loading import EXPORT_TEMP_SUFFIX
 from models.recurrent import to_hf_state_dict
 from models.registry import model_class
-from tasks.atomic import umask
+from tasks.atomic import exclusive_lock, umask
 from tasks.base import TaskError, Vocab, check, config_from_dict, make_generator
 from tasks.registry import make_task
 
 HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
               "mamba": "MambaForCausalLM"}
+# Mamba-2 with the Markov paper's MLP after each mixer (d_mlp > 0): Bamba's blocks are exactly
+# resid + mixer(RMSNorm(resid)), then resid + down(act(gate(·)) ⊙ up(·))(RMSNorm(resid)); with
+# no attention layer listed it is a pure Mamba-2 stack
+BAMBA = "BambaForCausalLM"
 # a_t = exp(−exp(A_log)·Δ_t): exp(−10⁴) is 0 in every float format, so a_t = 1 exactly
 NO_DECAY_A_LOG = -1.0e4
 # HF roles of our special tokens (the others become extra special tokens)
@@ -118,6 +125,13 @@ class HFExport:
 
 
 # ---------------------------------------------------------------------------- refusals
+def hf_class(arch: str, cfg) -> str:
+    """The HF class an exportable ``arch`` model of config ``cfg`` becomes."""
+    if arch == "mamba2" and cfg.d_mlp:
+        return BAMBA
+    return HF_CLASSES[arch]
+
+
 def refusal(arch: str, cfg) -> str | None:
     """Why no HF class computes the ``arch`` model of config ``cfg`` exactly, or None.
 
@@ -142,14 +156,28 @@ def refusal(arch: str, cfg) -> str | None:
                     "LayerNorms; an identity norm has no HF equivalent")
         return None
     if arch in ("mamba2", "mamba"):
-        name = HF_CLASSES[arch]
-        if cfg.d_mlp:
-            return (f"d_mlp={cfg.d_mlp}: {name}'s blocks have no MLP after the mixer (the HF "
-                    "hybrids that have one use another MLP or one activation for both)")
+        name = hf_class(arch, cfg)
+        if arch == "mamba2":  # the Markov paper's published model (models.mamba2) first
+            if cfg.norm != "rms":
+                return (f"norm={cfg.norm}: the Markov paper's bias-free LayerNorm subtracts the "
+                        "mean; every HF Mamba-2 class normalises with RMSNorm")
+            if cfg.norm_before_gate and cfg.mixer_norm:
+                return ("norm_before_gate=True: HF's Mamba-2 mixers compute norm(y ⊙ silu(z)), "
+                        "not the authors' norm(y) ⊙ silu(z)")
+            if cfg.d_mlp and not cfg.mlp_gated:
+                return (f"mlp_gated=False: the HF class with an MLP after a Mamba-2 mixer "
+                        f"({BAMBA}) gates it, down(act(gate(u)) ⊙ up(u))")
+            if cfg.d_mlp and cfg.mlp_act != cfg.activation:
+                return (f"d_mlp={cfg.d_mlp} with mlp_act={cfg.mlp_act}: the HF class with an MLP "
+                        f"after a Mamba-2 mixer ({BAMBA}) uses one activation (hidden_act) for "
+                        f"the MLP and the mixer, and the mixer's is {cfg.activation}")
+        elif cfg.d_mlp:
+            return (f"d_mlp={cfg.d_mlp}: {name}'s blocks have no MLP after the mixer, and no HF "
+                    "class puts one after a Mamba-1 mixer with its own norm")
         if not cfg.block_norm:
             return f"block_norm=False: {name} always applies an RMSNorm before the mixer"
         if not cfg.final_norm:
-            return f"final_norm=False: {name} always applies its final RMSNorm (norm_f)"
+            return f"final_norm=False: {name} always applies its final RMSNorm"
         if not cfg.gated:
             return f"gated=False: {name} always multiplies the output by silu(z)"
         if cfg.activation != "silu":
@@ -159,15 +187,111 @@ def refusal(arch: str, cfg) -> str | None:
             return (f"prediction={cfg.prediction}: HF causal LMs read their logits through a "
                     "softmax")
         if arch == "mamba2" and not cfg.mixer_norm:
-            return "mixer_norm=False: Mamba2ForCausalLM always applies the gated RMSNorm"
+            return f"mixer_norm=False: {name} always applies the gated RMSNorm"
         return None
     return f"arch={arch}: no HF class is known for it"
+
+
+# ---------------------------------------------------------------------------- hook map
+@dataclass(frozen=True)
+class HFSite:
+    """Where one of our hooks is in the exported HF model: the module at ``module`` (``{i}``:
+    our block index, the same index in HF's layer list), read as its ``output`` (element
+    ``item`` of a tuple) or its first positional ``input``. Values equal ours to float
+    rounding, reshaped to HF's shape (our per-head axes are flattened there); ``note`` says
+    where they are not."""
+
+    module: str
+    read: str = "output"  # output | input
+    item: int = 0
+    note: str = ""
+
+
+_NEOX = "gpt_neox.layers.{i}."
+_SSM = "backbone.layers.{i}."
+_BAMBA_L = "model.layers.{i}."
+LN_SHIFT_NOTE = ("plus seqprobe.ln_final_shift of config.json where the unembedding bias was "
+                 "moved into this LayerNorm's bias (GPT-NeoX's lm_head has none)")
+# our hook name -> HF module, per exported class (forward hooks on the module, or nnsight's
+# .output / .input, read these). Activations with no module boundary of their own in the HF
+# class (q, k, v, scores, Δ_t, B, C, the state) are not listed.
+HOOK_MAP: dict[str, dict[str, HFSite]] = {
+    "GPTNeoXForCausalLM": {
+        "hook_embed": HFSite("gpt_neox.embed_in"),
+        "blocks.{i}.hook_resid_pre": HFSite("gpt_neox.layers.{i}", "input"),
+        "blocks.{i}.ln1.hook_normalized": HFSite(_NEOX + "input_layernorm"),
+        "blocks.{i}.attn.hook_pattern": HFSite(_NEOX + "attention", item=1,
+                                               note="eager attention only (others give None)"),
+        "blocks.{i}.attn.hook_z": HFSite(_NEOX + "attention.dense", "input"),
+        "blocks.{i}.hook_attn_out": HFSite(_NEOX + "attention"),
+        # sequential blocks: the second LayerNorm reads resid_mid (parallel ones: resid_pre)
+        "blocks.{i}.hook_resid_mid": HFSite(_NEOX + "post_attention_layernorm", "input"),
+        "blocks.{i}.ln2.hook_normalized": HFSite(_NEOX + "post_attention_layernorm"),
+        "blocks.{i}.mlp.hook_pre": HFSite(_NEOX + "mlp.dense_h_to_4h"),
+        "blocks.{i}.mlp.hook_post": HFSite(_NEOX + "mlp.dense_4h_to_h", "input"),
+        "blocks.{i}.hook_mlp_out": HFSite(_NEOX + "mlp"),
+        "blocks.{i}.hook_resid_post": HFSite("gpt_neox.layers.{i}"),
+        "ln_final.hook_normalized": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
+    },
+    "Mamba2ForCausalLM": {
+        "hook_embed": HFSite("backbone.embeddings"),
+        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
+        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
+        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
+        "blocks.{i}.mixer.hook_y": HFSite(_SSM + "mixer.norm", "input"),
+        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
+        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
+        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
+    },
+    BAMBA: {
+        "hook_embed": HFSite("model.embed_tokens"),
+        "blocks.{i}.hook_resid_pre": HFSite("model.layers.{i}", "input"),
+        "blocks.{i}.norm.hook_normalized": HFSite(_BAMBA_L + "input_layernorm"),
+        "blocks.{i}.mixer.hook_in_proj": HFSite(_BAMBA_L + "mamba.in_proj"),
+        "blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
+        "blocks.{i}.mixer.hook_ssm_out": HFSite(_BAMBA_L + "mamba"),
+        "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
+        "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
+        "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
+        "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward"),
+        "blocks.{i}.hook_resid_post": HFSite("model.layers.{i}"),
+        "ln_final.hook_normalized": HFSite("model.final_layernorm"),
+    },
+    "MambaForCausalLM": {
+        "hook_embed": HFSite("backbone.embeddings"),
+        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
+        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
+        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
+        "blocks.{i}.mixer.hook_x": HFSite(_SSM + "mixer.x_proj", "input"),
+        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
+        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
+        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
+    },
+}
+
+
+def hook_sites(hf_class_name: str, n_layers: int) -> dict[str, HFSite]:
+    """:data:`HOOK_MAP` of one exported class with ``{i}`` filled in for every block:
+    ``{"blocks.0.hook_resid_post": HFSite("gpt_neox.layers.0"), ...}``."""
+    check(hf_class_name in HOOK_MAP, f"no hook map for {hf_class_name!r}; exported classes: "
+          f"{', '.join(sorted(HOOK_MAP))}")
+    sites = {}
+    for ours, site in HOOK_MAP[hf_class_name].items():
+        for i in range(n_layers) if "{i}" in ours else [None]:
+            sites[ours.format(i=i)] = (site if i is None else dataclasses.replace(
+                site, module=site.module.format(i=i)))
+    return sites
 
 
 # ---------------------------------------------------------------------------- tokenizer
 def hf_tokenizer(vocab: Vocab, n_tokens: int, max_len: int = MIN_POSITIONS):
     """A ``PreTrainedTokenizerFast`` whose ids are ``vocab``'s (``n_tokens`` ≥ vocab.size; extra
-    ids of a wider embedding become ``<unused{i}>``), built with the ``tokenizers`` package."""
+    ids of a wider embedding become ``<unused{i}>``), built with the ``tokenizers`` package.
+
+    It reads text as our models' ``to_tokens`` does and adds ``<BOS>`` in front (its
+    post-processor) when the vocabulary has one, as our tasks' sequences start. It has no
+    unknown token: our models have no id for one, and mapping a foreign symbol onto a task
+    token would be a silent wrong input, so a symbol outside the vocabulary is an error."""
     check(n_tokens >= vocab.size, f"the model has {n_tokens} token ids but its task vocabulary "
           f"{vocab.size}")
     specials = [f"<{s}>" for s in vocab.specials]
@@ -177,22 +301,40 @@ def hf_tokenizer(vocab: Vocab, n_tokens: int, max_len: int = MIN_POSITIONS):
     check(not dup, f"the task vocabulary repeats the symbol(s) {dup[:3]}: no tokenizer can "
           "give them distinct ids")
     ids = {s: i for i, s in enumerate(symbols)}
-    tok = Tokenizer(tk_models.WordLevel(vocab=ids, unk_token=None))
     if all(len(a) == 1 for a in vocab.alphabet):
-        # one token per character, whitespace and newlines included (phone-book text)
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        # Unigram without unk_id: a character outside the vocabulary raises "Encountered an
+        # unknown token but `unk_id` is missing" (WordLevel's error would name an unknown
+        # token, "[UNK]", as if the file had lost it). Unigram needs every character of a
+        # word to be a piece, so it serves one-character alphabets only.
+        tok = Tokenizer(tk_models.Unigram([(s, -1.0) for s in symbols], unk_id=None,
+                                          byte_fallback=False))
+        isolate = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        if any(a.isspace() for a in vocab.alphabet):  # phone-book text: spaces are tokens
+            tok.pre_tokenizer = isolate
+        else:  # whitespace only separates, as in our to_tokens ("a b c" is "abc")
+            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                         isolate])
         tok.decoder = decoders.Fuse()
     else:
         check(not any(c.isspace() for a in vocab.alphabet for c in a),
               "the task vocabulary has multi-character symbols with whitespace in them: "
               "no text form tells them apart")
+        # one word per symbol; a word outside the vocabulary raises WordLevel's "Missing
+        # [UNK] token" (the tokenizers library has no model that both keeps multi-character
+        # words whole and refuses an unknown one in other words)
+        tok = Tokenizer(tk_models.WordLevel(vocab=ids, unk_token="[UNK]"))
         tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # decode joins with spaces
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
                             for s in specials + unused])
+    bos = "BOS" in vocab.specials
+    if bos:  # the single and pair templates transformers itself writes for add_bos_token
+        tok.post_processor = processors.TemplateProcessing(
+            single="<BOS>:0 $A:0", pair="<BOS>:0 $A:0 <BOS>:1 $B:1",
+            special_tokens=[("<BOS>", vocab.id("BOS"))])
     roles = {SPECIAL_ROLES[s]: f"<{s}>" for s in vocab.specials if s in SPECIAL_ROLES}
     extra = [f"<{s}>" for s in vocab.specials if s not in SPECIAL_ROLES] + unused
     return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=max_len,
-                                   clean_up_tokenization_spaces=False,
+                                   clean_up_tokenization_spaces=False, add_bos_token=bos,
                                    extra_special_tokens=extra, **roles)
 
 
@@ -246,11 +388,14 @@ def _transformer(cfg, sd: dict[str, Tensor], ids: dict, n_ctx: int, notes: list[
     rounding = 0.0
     if bool(c.any()):
         b_f, rounding = fold_unembed_bias(W_U, c, b_f)
+        shift = float((b_f.double() - sd["ln_final.b"].double()).abs().max())
         notes.append("the unembedding bias was moved into gpt_neox.final_layer_norm.bias "
                      "(GPT-NeoX's lm_head has no bias; same logits"
                      + (f" up to {rounding:.2g}, the rounding of the moved bias in "
                         f"{str(b_f.dtype).removeprefix('torch.')}"
-                        if b_f.dtype not in (torch.float32, torch.float64) else "") + ")")
+                        if b_f.dtype not in (torch.float32, torch.float64) else "")
+                     + f"), so its output is ours + seqprobe.ln_final_shift (max |shift| "
+                       f"{shift:.3g})")
     out |= {"gpt_neox.final_layer_norm.weight": sd["ln_final.w"],
             "gpt_neox.final_layer_norm.bias": b_f, "lm_head.weight": W_U}
     return config, out, rounding
@@ -283,7 +428,7 @@ def _ssm_common(cfg, sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
     conv (a width-1 identity conv). The mixer keeps our names."""
     if cfg.unembed_bias:
         check(not bool(sd["unembed.bias"].any()),
-              f"refused: unembed_bias: {HF_CLASSES[arch]}'s lm_head has no bias and the final "
+              f"refused: unembed_bias: {hf_class(arch, cfg)}'s lm_head has no bias and the final "
               "RMSNorm has none to move it into (the checkpoint's bias is non-zero)")
     out = to_hf_state_dict({k: v for k, v in sd.items() if k != "unembed.bias"})
     ref = sd["embed.weight"]
@@ -310,15 +455,58 @@ def _ssm_config_kwargs(cfg, ids: dict) -> dict[str, Any]:
 
 
 def _mamba2(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
-    config = tf.Mamba2Config(num_heads=cfg.n_heads, head_dim=cfg.d_head, n_groups=cfg.n_groups,
-                             chunk_size=cfg.chunk_size, time_step_limit=(0.0, float("inf")),
-                             **_ssm_config_kwargs(cfg, ids))
     out = _ssm_common(cfg, sd, "mamba2")
     if not cfg.decay:
         for i in range(cfg.n_layers):
             out[f"backbone.layers.{i}.mixer.A_log"] = sd["embed.weight"].new_full(
                 (cfg.n_heads,), NO_DECAY_A_LOG)
         notes.append(f"decay=False is written as A_log = {NO_DECAY_A_LOG:g} (a_t = 1 exactly)")
+    if cfg.d_mlp:
+        return _bamba(cfg, out, ids, notes)
+    config = tf.Mamba2Config(num_heads=cfg.n_heads, head_dim=cfg.d_head, n_groups=cfg.n_groups,
+                             chunk_size=cfg.chunk_size, time_step_limit=(0.0, float("inf")),
+                             **_ssm_config_kwargs(cfg, ids))
+    return config, out, 0.0
+
+
+# our Mamba-2 block's names (after to_hf_state_dict) -> Bamba's; the MLP's fc1 is split below
+_BAMBA_NAMES = (("backbone.embeddings.", "model.embed_tokens."),
+                ("backbone.norm_f.", "model.final_layernorm."), ("lm_head.", "lm_head."))
+_BAMBA_BLOCK = (("norm.", "input_layernorm."), ("mixer.", "mamba."),
+                ("norm2.", "pre_ff_layernorm."), ("mlp.fc2.", "feed_forward.down_proj."))
+
+
+def _bamba(cfg, hf_sd: dict[str, Tensor], ids: dict, notes: list[str]):
+    """Mamba-2 with the gated MLP as ``BambaForCausalLM`` (no attention layer): ``hf_sd`` holds
+    Mamba2ForCausalLM names; our fc1 = [value half; gate half] becomes up_proj and gate_proj."""
+    config = tf.BambaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
+        num_hidden_layers=cfg.n_layers, attn_layer_indices=None, num_attention_heads=1,
+        num_key_value_heads=1, hidden_act=cfg.activation, mlp_bias=False,
+        rms_norm_eps=cfg.norm_eps, mamba_n_heads=cfg.n_heads, mamba_d_head=cfg.d_head,
+        mamba_n_groups=cfg.n_groups, mamba_d_state=cfg.d_state,
+        mamba_d_conv=cfg.d_conv if cfg.conv else 1, mamba_expand=cfg.expand,
+        mamba_chunk_size=cfg.chunk_size, mamba_conv_bias=cfg.conv_bias and cfg.conv,
+        mamba_proj_bias=cfg.proj_bias, time_step_limit=(0.0, float("inf")),
+        # no cache: transformers 5 asks a Bamba cache for its length through an attention
+        # layer, and this one has none (forward fails); generate() recomputes the prefix
+        tie_word_embeddings=False, use_cache=False, **ids)
+    out = {}
+    for k, v in hf_sd.items():
+        if k.startswith("backbone.layers."):
+            i, rest = k.removeprefix("backbone.layers.").split(".", 1)
+            p = f"model.layers.{i}."
+            if rest == "mlp.fc1.weight":
+                value, gate = v.chunk(2, dim=0)  # [d_mlp, d_model] each
+                out |= {p + "feed_forward.up_proj.weight": value,
+                        p + "feed_forward.gate_proj.weight": gate}
+                continue
+            old, new = next(pair for pair in _BAMBA_BLOCK if rest.startswith(pair[0]))
+            out[p + new + rest.removeprefix(old)] = v
+        else:
+            old, new = next(pair for pair in _BAMBA_NAMES if k.startswith(pair[0]))
+            out[new + k.removeprefix(old)] = v
+    notes.append(f"the MLP after each mixer makes it a {BAMBA} with no attention layer")
     return config, out, 0.0
 
 
@@ -353,13 +541,18 @@ def to_hf(ckpt: dict) -> HFExport:
         raise
     except TaskError as e:
         raise ExportError(str(e)) from None
-    config.architectures = [HF_CLASSES[arch]]
+    config.architectures = [hf_class(arch, cfg)]
     config.dtype = str(sd["embed.weight"].dtype).removeprefix("torch.")
     config.seqprobe = {
         "arch": arch, "config": dict(ckpt["model"]["config"]),
         "task": {"name": ckpt["task"]["name"], "config": dict(ckpt["task"]["config"])},
         "step": train.get("step"), "digest": ckpt.get("digest"), "notes": notes,
     }
+    if arch == "transformer" and bool(sd["unembed.bias"].any()):
+        # the final LayerNorm's output is ours + this vector (HOOK_MAP's ln_final note): a
+        # logit lens on the HF side subtracts it to read our ln_final
+        shift = state["gpt_neox.final_layer_norm.bias"].double() - sd["ln_final.b"].double()
+        config.seqprobe["ln_final_shift"] = shift.tolist()
     tokenizer = hf_tokenizer(task.vocab, cfg.vocab_size, n_ctx)
     return HFExport(config, {k: v.contiguous() for k, v in state.items()}, tokenizer, notes,
                     rounding)
@@ -379,9 +572,10 @@ def read_provenance(hf_dir: str | os.PathLike) -> dict | None:
 # ---------------------------------------------------------------------------- writing
 def check_out_dir(out_dir: str | os.PathLike, overwrite: bool,
                   keep: str | os.PathLike | None = None) -> Path:
-    """Refuse (one line) an OUT_DIR that is a file, a link, non-empty without ``overwrite``,
-    the working directory or one above it, one holding ``keep`` (the checkpoint: replacing the
-    directory would delete it), or whose parent cannot be written; nothing is created here."""
+    """Refuse (one line) an OUT_DIR that is a file, a link, non-empty without ``overwrite`` (or,
+    with it, not one of our exports: :func:`not_an_export`), the working directory or one above
+    it, one holding ``keep`` (the checkpoint: replacing the directory would delete it), or whose
+    parent cannot be written; nothing is created here."""
     out = Path(os.path.abspath(check_path(out_dir)))  # "out/", "." and ".." by their names
     cwd = Path.cwd().resolve()
     check(out.resolve() not in (cwd, *cwd.parents), f"{short_path(out_dir)}: is the working "
@@ -398,13 +592,83 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool,
         check(not stat.S_ISLNK(st.st_mode), f"{short_path(out)}: is a symbolic link; name the "
               "directory itself")
         check(stat.S_ISDIR(st.st_mode), f"{short_path(out)}: exists and is not a directory")
-        check(overwrite or not any(out.iterdir()), f"{short_path(out)}: directory is not "
-              "empty; pass --overwrite to replace it")
+        if any(out.iterdir()):
+            check(overwrite, f"{short_path(out)}: directory is not empty; pass --overwrite to "
+                  "replace it")
+            why = not_an_export(out)
+            check(why is None, f"{short_path(out)}: --overwrite replaces only a model directory "
+                  f"this command wrote, and this one {why}; remove it yourself or name another")
     parent = out.absolute().parent
     existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
     check(existing is not None and existing.is_dir() and os.access(existing, os.W_OK | os.X_OK),
           f"{short_path(out)}: cannot write in {short_path(existing or parent)}")
     return out
+
+
+# what save_pretrained writes for our exports (transformers 4.x adds special_tokens_map.json),
+# shards of a large model included: a directory with anything else is not one --overwrite takes
+EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors",
+                          "model.safetensors.index.json", "tokenizer.json",
+                          "tokenizer_config.json", "special_tokens_map.json"})
+SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+
+
+def not_an_export(directory: Path) -> str | None:
+    """Why ``directory`` is not a model directory this command wrote (a phrase), or None: only
+    regular files an export writes, and a config.json with our provenance."""
+    entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    for entry in entries:  # what --overwrite would lose most of first
+        if entry.is_symlink() or not entry.is_file():
+            kind = "a link" if entry.is_symlink() else "a subdirectory"
+            return f"holds {kind} ({entry.name!r})"
+    for entry in entries:
+        if entry.name not in EXPORT_FILES and not SHARD.fullmatch(entry.name):
+            return f"holds {entry.name!r}, which an export does not write"
+    if not (directory / "config.json").is_file():
+        return "has no config.json"
+    try:
+        prov = read_provenance(directory)
+    except ExportError:
+        prov = None
+    return None if prov is not None else "has no seqprobe provenance in its config.json"
+
+
+def stale_temp_dirs(out: Path) -> list[Path]:
+    """The temp directories earlier exports into ``out`` left beside it (killed before their
+    rename; :data:`models.loading.EXPORT_TEMP_DIR` names them)."""
+    mine = re.compile(re.escape(f".{out.name}.") + EXPORT_TEMP_SUFFIX)
+    return sorted(p for p in out.parent.iterdir()
+                  if mine.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+
+
+@contextlib.contextmanager
+def export_lock(out: Path):
+    """Hold ``.NAME.export.lock`` beside OUT_DIR for the whole export (removed at its end): a
+    second export into the same directory at the same time, from another process or thread, is
+    refused in one line (both used to report "wrote", the second silently replacing the first).
+    Directories made here for OUT_DIR's parent are removed again if the export fails."""
+    parent = out.parent
+    new = [p for p in (parent, *parent.parents) if not p.exists()]
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"{short_path(parent)}: cannot create it ({e.strerror})") from None
+    ok = False
+    try:
+        with exclusive_lock(
+                parent / f".{out.name}.export.lock",
+                busy=lambda who: ExportError(
+                    f"{short_path(out)}: {who} is exporting into this directory now; wait for "
+                    "it to finish (then --overwrite replaces its result)"),
+                unusable=lambda why: ExportError(
+                    f"{short_path(out)}: cannot lock it for the export ({why})")):
+            yield
+        ok = True
+    finally:
+        if not ok:
+            with contextlib.suppress(OSError):
+                for p in new:
+                    p.rmdir()  # only while empty
 
 
 @contextlib.contextmanager
@@ -439,6 +703,10 @@ def _portable_tokenizer_config(path: Path) -> None:
     on load; 4.x expects a dict under ``extra_special_tokens``)."""
     data = json.loads(path.read_text())
     data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if json.loads(path.with_name("tokenizer.json").read_text()).get("post_processor"):
+        # <BOS> in front: transformers 5 rebuilds the post-processor from this flag when it is
+        # given, so it must agree with tokenizer.json's template (4.x reads the template)
+        data["add_bos_token"] = True
     extra = data.pop("extra_special_tokens", [])
     if extra:
         data["additional_special_tokens"] = extra
@@ -480,47 +748,53 @@ class ExportReport:
 def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
            verify: bool = True) -> ExportReport:
     """Write checkpoint ``ckpt_path`` as an HF model directory ``out_dir`` (atomically: built in
-    a temp directory beside it, checked, then renamed into place). Every refusal comes before
-    anything is written."""
+    a temp directory beside it, checked, then renamed into place), holding :func:`export_lock`
+    throughout; temp directories a killed export left for the same OUT_DIR are removed first.
+    Every refusal comes before anything is written."""
     out = check_out_dir(out_dir, overwrite, keep=ckpt_path)
     ckpt = read_checkpoint(ckpt_path)
     exp = to_hf(ckpt)
     model = model_from_checkpoint(ckpt, ckpt_path).float().eval() if verify else None
     parent = out.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-    try:
-        with _quiet_hf():
-            _save(exp, tmp)
-            diff, top, n = 0.0, 0.0, 0
-            if model is not None:
-                tokens = verify_tokens(ckpt)
-                with torch.no_grad():
-                    top = float(model(tokens).abs().max())
-                diff = compare_logits(model, tmp, tokens)
-                n = tokens.numel()
-                if not diff <= VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding:
-                    raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
-                                      f"gives logits {diff:.3g} away from the checkpoint's "
-                                      f"(largest |logit| {top:.3g}); nothing written")
-        mask = umask()  # mkdtemp's directory is private, and some writers' files are too
-        os.chmod(tmp, 0o777 & ~mask)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o666 & ~mask)
-        if out.exists():  # an empty directory, or --overwrite: swap, then remove the old one
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, old)
-            try:
+    with export_lock(out):
+        # again under the lock: an export that finished meanwhile made OUT_DIR non-empty
+        check_out_dir(out_dir, overwrite, keep=ckpt_path)
+        for stale in stale_temp_dirs(out):  # ours to remove: no live export holds the lock
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".export.tmp", dir=parent))
+        try:
+            with _quiet_hf():
+                _save(exp, tmp)
+                diff, top, n = 0.0, 0.0, 0
+                if model is not None:
+                    tokens = verify_tokens(ckpt)
+                    with torch.no_grad():
+                        top = float(model(tokens).abs().max())
+                    diff = compare_logits(model, tmp, tokens)
+                    n = tokens.numel()
+                    if not diff <= VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding:
+                        raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
+                                          f"gives logits {diff:.3g} away from the checkpoint's "
+                                          f"(largest |logit| {top:.3g}); nothing written")
+            mask = umask()  # mkdtemp's directory is private, and some writers' files are too
+            os.chmod(tmp, 0o777 & ~mask)
+            for f in tmp.iterdir():
+                os.chmod(f, 0o666 & ~mask)
+            if out.exists():  # an empty directory, or --overwrite: swap, remove the old one
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".export.old",
+                                            dir=parent))
+                os.replace(out, old)
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(old, out)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+            else:
                 os.replace(tmp, out)
-            except BaseException:
-                os.replace(old, out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return ExportReport(out, exp.config.architectures[0], len(exp.state_dict), diff, top, n,
                         exp.notes, exp.rounding)
 

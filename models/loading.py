@@ -5,6 +5,7 @@ Its own module so that the checkpoint code and the HF code need not import each 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,6 +18,12 @@ from models.checkpoint import (
     model_from_checkpoint,
     read_checkpoint,
 )
+
+# the temp directories models.export_hf builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
+# moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
+# ``.old`` alone): complete-looking model directories that a killed export leaves behind
+EXPORT_TEMP_SUFFIX = r"[a-z0-9_]{8}(\.export)?\.(tmp|old)"  # after ".NAME." (tempfile's 8)
+EXPORT_TEMP_DIR = re.compile(r"\..+\." + EXPORT_TEMP_SUFFIX)
 
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
@@ -31,6 +38,10 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     ``archs``: the architectures the caller can use; any other is refused before the model is
     built.
     """
+    if EXPORT_TEMP_DIR.fullmatch(Path(os.path.abspath(path)).name) and Path(path).is_dir():
+        raise CheckpointError(f"{path}: is the temp directory of an export that did not finish "
+                              "(python -m models.export_hf was stopped before moving it into "
+                              "place); export the checkpoint again")
     if is_hf_source(path):
         # deferred: transformers and the bridge take seconds to import, and a suite
         # checkpoint (every training run, every test) never needs them

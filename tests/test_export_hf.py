@@ -1,25 +1,33 @@
-"""Export to HuggingFace (issue 19, item 5): every exportable architecture and PE, built tiny with
-every parameter moved off its init, comes back from ``from_pretrained`` with our logits (float32,
-eager attention, 1e-5); the tokenizer keeps our ids; every refused configuration is one line and
-writes nothing; OUT_DIR is replaced only with --overwrite; the command as a user types it."""
+"""Export to HuggingFace (issue 19, item 5; issue 30): every exportable architecture and PE, built
+tiny with every parameter moved off its init, comes back from ``from_pretrained`` with our logits
+(float32, eager attention, 1e-5) and our activations at every hook of ``HOOK_MAP``; the tokenizer
+keeps our ids, adds <BOS> and refuses foreign symbols; every refused configuration is one line and
+writes nothing; OUT_DIR is replaced only with --overwrite and only when it is an export; two
+exports at once and a killed one's temp directory (issue 29, item 10); the command as a user types
+it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 import transformers as tf
+from tokenizers import Tokenizer
 from transformer_lens.model_bridge import TransformerBridge
 
 from models import export_hf
-from models.checkpoint import make_checkpoint, save_checkpoint
+from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
 from models.export_hf import export, hf_tokenizer, main
+from models.loading import load
 from tasks.base import config_to_dict
 from tasks.registry import make_task
 
@@ -39,6 +47,11 @@ EXPORTABLE = {
     "mamba": ("mamba", dict()),
     "mamba_no_D_conv_bias": ("mamba", dict(use_D=False, conv=False, proj_bias=True,
                                            conv_bias=False, dt_rank=3)),
+    # Mamba-2 with the Markov paper's gated MLP (SiLU) -> Bamba; the paper's init and no D too
+    "mamba2_mlp": ("mamba2", dict(d_mlp=12, mlp_act="silu", n_groups=2)),
+    "mamba2_mlp_paper_init_no_D_decay_conv": ("mamba2", dict(
+        d_mlp=12, mlp_act="silu", paper_init=True, use_D=False, decay=False, conv=False,
+        proj_bias=True)),
 }
 
 # refused configurations and a word of the line that says why
@@ -50,7 +63,15 @@ REFUSED = {
     "stu": ("stu", dict(), "Spectral"),
     "lstm": ("lstm", dict(), "LSTM"),
     "mambazero": ("mambazero", dict(), "MambaZero"),
-    "mamba2_mlp": ("mamba2", dict(d_mlp=8), "no MLP"),
+    "mamba2_relu_mlp": ("mamba2", dict(d_mlp=8), "one activation (hidden_act)"),
+    "mamba2_ungated_mlp": ("mamba2", dict(d_mlp=8, mlp_gated=False, mlp_act="silu"),
+                           "gates it"),
+    "markov_paper_layernorm": ("mamba2", dict(norm="layernorm"), "bias-free LayerNorm"),
+    "markov_paper_norm_before_gate": ("mamba2", dict(norm_before_gate=True), "norm(y) ⊙"),
+    "markov_paper_model": ("mamba2", dict(d_mlp=8, norm="layernorm", norm_before_gate=True,
+                                          use_D=False, mlp_act="silu", paper_init=True),
+                           "norm=layernorm"),
+    "mamba_mlp": ("mamba", dict(d_mlp=8), "Mamba-1"),
     "mamba2_relu": ("mamba2", dict(activation="relu"), "silu"),
     "mamba_no_gate": ("mamba", dict(gated=False), "silu(z)"),
     "mamba_unembed_bias": ("mamba", dict(unembed_bias=True), "lm_head has no bias"),
@@ -70,6 +91,11 @@ def write_checkpoint(model, path: Path, task: str = "copy", task_config: dict | 
     return save_checkpoint(ck, path)
 
 
+def leftovers(directory: Path) -> list[str]:
+    """Hidden entries (temp directories, lock files) an export left in ``directory``."""
+    return sorted(p.name for p in directory.glob(".*"))
+
+
 def hf_logits(out_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
     hf = tf.AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager",
                                                  dtype=torch.float32).eval()
@@ -77,28 +103,102 @@ def hf_logits(out_dir: Path, tokens: torch.Tensor) -> torch.Tensor:
         return hf(tokens).logits
 
 
+def hf_run(out_dir: Path, tokens: torch.Tensor, sites: dict) -> tuple[torch.Tensor, dict]:
+    """(logits, {our hook name: HF activation}) of the export, read by forward hooks on the
+    modules ``sites`` (export_hf.hook_sites) names, as a user of HOOK_MAP would."""
+    hf = tf.AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager",
+                                                 dtype=torch.float32).eval()
+    acts, handles = {}, []
+    for name, site in sites.items():
+        def read(module, args, kwargs, out, name=name, site=site):
+            if site.read == "input":  # the first input, passed by position or by name
+                acts[name] = args[0] if args else next(iter(kwargs.values()))
+            else:
+                acts[name] = out[site.item] if isinstance(out, tuple) else out
+        handles.append(hf.get_submodule(site.module).register_forward_hook(read,
+                                                                           with_kwargs=True))
+    try:
+        with torch.no_grad():
+            logits = hf(tokens).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, acts
+
+
+def compare_hooks(model, out_dir: Path, x: torch.Tensor, hf_class: str) -> set[str]:
+    """Every HOOK_MAP hook our model fires equals the HF module's activation (the final
+    LayerNorm up to the shift the export stores); returns the map keys compared."""
+    sites = export_hf.hook_sites(hf_class, model.cfg.n_layers)
+    with torch.no_grad():
+        ours_logits, cache = model.run_with_cache(x)
+    logits, acts = hf_run(out_dir, x, sites)
+    torch.testing.assert_close(logits, ours_logits, atol=1e-5, rtol=0)
+    shift = export_hf.read_provenance(out_dir).get("ln_final_shift")
+    compared = set()
+    for name in sites:
+        if name not in cache.cache_dict:  # e.g. resid_mid of a parallel-residual block
+            continue
+        assert name in acts, f"{sites[name].module} did not run"
+        ours = cache[name]
+        if name == "ln_final.hook_normalized" and shift is not None:
+            ours = ours + torch.tensor(shift, dtype=ours.dtype)
+        theirs = acts[name]
+        assert theirs.numel() == ours.numel(), (name, theirs.shape, ours.shape)
+        torch.testing.assert_close(theirs, ours.reshape(theirs.shape), atol=1e-5, rtol=0,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+        compared.add(re.sub(r"blocks\.\d+\.", "blocks.{i}.", name))
+    return compared
+
+
+_COMPARED: dict[str, set[str]] = {}  # hf class -> HOOK_MAP keys compared by the tests below
+
+
 @pytest.mark.parametrize("name", list(EXPORTABLE))
-def test_export_gives_our_logits(name, tiny_model, tokens, tmp_path):
+def test_export_gives_our_logits_and_activations(name, tiny_model, tokens, tmp_path):
+    """Logits, and every activation HOOK_MAP names, equal ours (float32, eager attention)."""
     arch, overrides = EXPORTABLE[name]
     model = tiny_model(arch, random=True, **overrides).eval()
     ck = write_checkpoint(model, tmp_path / "m.pt")
     report = export(ck, tmp_path / "hf", verify=False)  # compared here, independently
     x = tokens(B=3, T=11, V=model.cfg.vocab_size)  # crosses Mamba-2's chunks of 4
-    with torch.no_grad():
-        ours = model(x)
-    torch.testing.assert_close(hf_logits(tmp_path / "hf", x), ours, atol=1e-5, rtol=0)
+    _COMPARED.setdefault(report.hf_class, set()).update(
+        compare_hooks(model, tmp_path / "hf", x, report.hf_class))
     config = tf.AutoConfig.from_pretrained(tmp_path / "hf")
-    assert config.architectures == [report.hf_class] == [export_hf.HF_CLASSES[arch]]
+    assert config.architectures == [report.hf_class] == [export_hf.hf_class(arch, model.cfg)]
     assert config.seqprobe["arch"] == arch
     assert config.seqprobe["config"] == config_to_dict(model.cfg) | {
         k: list(v) for k, v in config_to_dict(model.cfg).items() if isinstance(v, tuple)}
     assert config.seqprobe["task"]["name"] == "copy" and config.seqprobe["step"] == 7
     assert config.tie_word_embeddings is False
-    assert not list(tmp_path.glob(".hf.*")), "a temp directory was left beside OUT_DIR"
+    assert not leftovers(tmp_path), "a temp directory was left beside OUT_DIR"
     if arch == "transformer":  # what transformers 4.x reads (its default fraction is 0.25)
         raw = json.loads((tmp_path / "hf" / "config.json").read_text())
         frac = model.cfg.rotary_frac if model.cfg.pe == "rope" else 0.0
         assert (raw["rotary_pct"], raw["rotary_emb_base"]) == (frac, model.cfg.rope_base)
+
+
+def test_hook_map_is_covered():
+    """Each HOOK_MAP entry was compared by at least one export above (none is a typo that the
+    comparison skips). Runs after them: pytest keeps a module's order."""
+    if len(_COMPARED) < len(export_hf.HOOK_MAP):
+        pytest.skip("run with the export tests above (-k selected some of them only)")
+    for cls, entries in export_hf.HOOK_MAP.items():
+        assert set(entries) <= _COMPARED[cls], (cls, set(entries) - _COMPARED[cls])
+
+
+def test_ln_final_shift_is_what_the_fold_needs(tiny_model, tmp_path):
+    """GPT-NeoX's final LayerNorm holds our unembedding bias (no lm_head bias): its output is
+    ours plus the stored shift, and with a zero unembedding bias nothing is shifted."""
+    model = tiny_model("transformer", random=True, pe="rope")
+    export(write_checkpoint(model, tmp_path / "m.pt"), tmp_path / "hf", verify=False)
+    shift = torch.tensor(export_hf.read_provenance(tmp_path / "hf")["ln_final_shift"])
+    W, c = model.unembed.weight.detach().double(), model.unembed.bias.detach().double()
+    torch.testing.assert_close(W @ shift.double(), c, atol=1e-6, rtol=0)  # same logits
+    with torch.no_grad():
+        model.unembed.bias.zero_()
+    export(write_checkpoint(model, tmp_path / "z.pt"), tmp_path / "hz", verify=False)
+    assert "ln_final_shift" not in export_hf.read_provenance(tmp_path / "hz")
 
 
 def test_a_wrong_map_is_caught_and_nothing_is_written(tiny_model, tmp_path, monkeypatch):
@@ -109,7 +209,7 @@ def test_a_wrong_map_is_caught_and_nothing_is_written(tiny_model, tmp_path, monk
     monkeypatch.setattr(export_hf, "fold_unembed_bias", lambda W, c, b: (b, 0.0))
     assert main([str(ck), str(tmp_path / "hf")]) == 2
     assert not (tmp_path / "hf").exists()
-    assert not list(tmp_path.glob(".hf.*"))
+    assert not leftovers(tmp_path)
 
 
 def test_unembedding_bias_that_cannot_be_folded_is_refused(tiny_model, tmp_path, capsys):
@@ -149,16 +249,25 @@ def test_refused_is_one_line_and_writes_nothing(name, tiny_model, tmp_path, caps
                                          ("markov", {"S": 12}), ("induction", {})])
 def test_tokenizer_keeps_our_ids(task, config):
     """Our text form of a task batch (Vocab.decode) encodes to the same ids and decodes back,
-    for one-character alphabets (spaces and newlines included) and multi-character ones."""
+    for one-character alphabets (spaces and newlines included) and multi-character ones; a
+    plain string gets <BOS> in front where the task has one (issue 30: it predicted wrong
+    without); a symbol outside the vocabulary is an error, never a silent id (issue 30)."""
     t = make_task(task, config)
     tok = hf_tokenizer(t.vocab, t.vocab.size)
     assert len(tok) == t.vocab.size
+    bos = [t.vocab.id("BOS")] if "BOS" in t.vocab.specials else []
     for row in t.batch(3, torch.Generator().manual_seed(0)).tokens.tolist():
         text = t.vocab.decode(row)
         assert tok(text, add_special_tokens=False).input_ids == row
         assert tok.decode(row) == text
+        body = row[1:] if row[:1] == bos else row
+        assert tok(t.vocab.decode(body)).input_ids == bos + body
     for s in t.vocab.specials:
         assert tok.convert_tokens_to_ids(f"<{s}>") == t.vocab.id(s)
+    foreign = "€" if all(len(a) == 1 for a in t.vocab.alphabet) else "s99"
+    with pytest.raises(Exception, match="(?i)unk"):  # the tokenizers library's bare Exception
+        tok(t.vocab.alphabet[0] + " " + foreign)
+    assert tok.unk_token is None
 
 
 def test_exported_tokenizer_and_special_ids(tiny_model, tmp_path):
@@ -169,12 +278,20 @@ def test_exported_tokenizer_and_special_ids(tiny_model, tmp_path):
     tok = tf.AutoTokenizer.from_pretrained(tmp_path / "hf")
     ids = [vocab.id("BOS"), 0, 8, 3, vocab.id("COPY"), 0, 8, 3, vocab.id("EOS")]
     assert tok(vocab.decode(ids), add_special_tokens=False).input_ids == ids
+    assert tok(vocab.decode(ids[1:])).input_ids == ids  # <BOS> by the post-processor
+    assert tok("a i d <COPY>").input_ids == ids[:5]  # spaces only separate, as in to_tokens
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<BOS>", "<EOS>", "<PAD>")
     assert "<COPY>" in tok.all_special_tokens
     # the form transformers 4.x reads too: a class name it knows, extra specials as a list
     raw = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
-    assert raw["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert raw["tokenizer_class"] == "PreTrainedTokenizerFast" and raw["add_bos_token"] is True
     assert raw["additional_special_tokens"] == ["<COPY>"] and "extra_special_tokens" not in raw
+    # tokenizer.json alone (the tokenizers library, other clients) adds <BOS> and names no
+    # unknown token it does not have
+    fast = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())
+    assert fast["model"]["unk_id"] is None and "unk_token" not in fast["model"]
+    assert Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json")).encode("aid").ids == \
+        ids[:4]
     config = tf.AutoConfig.from_pretrained(tmp_path / "hf")
     assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
         vocab.id("BOS"), vocab.id("EOS"), vocab.id("PAD"))
@@ -193,21 +310,106 @@ def test_overwrite(tiny_model, tmp_path, capsys):
     out = tmp_path / "hf"
     out.mkdir()
     assert main([str(ck), str(out)]) == 0  # an empty directory is fine
-    (out / "mine.txt").write_text("keep")
     capsys.readouterr()
     assert main([str(ck), str(out)]) == 2  # non-empty: refused, untouched
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--overwrite" in err
-    assert (out / "mine.txt").read_text() == "keep"
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     refused = write_checkpoint(tiny_model("lstm"), tmp_path / "lstm.pt", "markov", {"S": 7})
     assert main([str(refused), str(out), "--overwrite"]) == 2  # refused before any writing
-    assert (out / "mine.txt").exists()
-    assert main([str(ck), str(out), "--overwrite"]) == 0
-    assert not (out / "mine.txt").exists() and (out / "config.json").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "lstm.pt", "m.pt"]
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    other = write_checkpoint(tiny_model("mamba2", random=True, d_model=12), tmp_path / "o.pt")
+    assert main([str(other), str(out), "--overwrite"]) == 0  # an export replaces an export
+    assert export_hf.read_provenance(out)["config"]["d_model"] == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "lstm.pt", "m.pt", "o.pt"]
     (tmp_path / "file").write_text("x")
     assert main([str(ck), str(tmp_path / "file"), "--overwrite"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["user_files", "export_plus_a_file", "foreign_hf_model",
+                                  "link_inside"])
+def test_overwrite_refuses_a_directory_that_is_not_an_export(kind, tiny_model, tmp_path,
+                                                             capsys):
+    """Issue 29, item 10b: --overwrite deleted any directory, subfolders and all. It replaces
+    only one of our exports (our files, our provenance); anything else stays, in one line."""
+    ck = write_checkpoint(tiny_model("mamba", random=True), tmp_path / "m.pt")
+    out = tmp_path / "target"
+    if kind == "user_files":  # a results folder given by mistake
+        (out / "runs" / "seed0").mkdir(parents=True)
+        (out / "runs" / "seed0" / "metrics.json").write_text("{}")
+        (out / "notes.txt").write_text("mine")
+        word = "subdirectory"
+    elif kind == "export_plus_a_file":
+        export(ck, out, verify=False)
+        (out / "notes.txt").write_text("mine")
+        word = "'notes.txt', which an export does not write"
+    elif kind == "foreign_hf_model":  # someone else's model: only its files, no provenance
+        out.mkdir()
+        (out / "config.json").write_text('{"model_type": "gpt2"}')
+        (out / "model.safetensors").write_bytes(b"")
+        word = "no seqprobe provenance"
+    else:
+        export(ck, out, verify=False)
+        (out / "tokenizer.json").unlink()
+        (out / "tokenizer.json").symlink_to(tmp_path / "m.pt")
+        word = "a link"
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert main([str(ck), str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "replaces only a model directory" in err and word in err
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert not leftovers(tmp_path)
+
+
+def test_two_exports_into_one_directory_at_once(tiny_model, tmp_path, monkeypatch, capsys):
+    """Issue 29, item 10a: two exports into one new directory both reported "wrote" and the
+    second silently replaced the first. The second, started (in another thread) while the first
+    writes, is refused in one line; the first finishes and its model is the one in OUT_DIR."""
+    first = write_checkpoint(tiny_model("mamba", random=True), tmp_path / "a.pt")
+    second = write_checkpoint(tiny_model("mamba", random=True, d_model=12), tmp_path / "b.pt")
+    out = tmp_path / "hf"
+    real_save, results = export_hf._save, []
+
+    def save_while_another_starts(exp, directory):
+        real_save(exp, directory)
+        if not results:  # the second export runs now, while the first holds the directory
+            other = threading.Thread(target=lambda: results.append(
+                main([str(second), str(out)])))
+            other.start()
+            other.join()
+            results.append(capsys.readouterr())
+
+    monkeypatch.setattr(export_hf, "_save", save_while_another_starts)
+    assert main([str(first), str(out)]) == 0
+    rc, captured = results
+    assert rc == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and "is exporting into this directory" in captured.err
+    assert capsys.readouterr().out.startswith(f"wrote {out}")
+    assert export_hf.read_provenance(out)["config"]["d_model"] == 8  # the first one's
+    assert not leftovers(tmp_path)
+
+
+def test_a_killed_exports_temp_directory_is_refused_and_cleaned(tiny_model, tmp_path, capsys):
+    """Issue 29, item 10c: kill -9 between the check and the rename left a complete hidden
+    temp directory, which models.load opened and the next export never removed. Fixture: that
+    directory (today's name and the older ``.tmp`` / ``.old`` names)."""
+    ck = write_checkpoint(tiny_model("mamba", random=True), tmp_path / "m.pt")
+    done = tmp_path / "done"
+    export(ck, done, verify=False)
+    stale = [tmp_path / ".hf.k9x2ab_q.export.tmp", tmp_path / ".hf.abcd1234.tmp",
+             tmp_path / ".hf.zz99yy88.export.old"]
+    for d in stale:
+        shutil.copytree(done, d)
+    other = tmp_path / ".other.abcd1234.export.tmp"  # another target's: not this export's
+    shutil.copytree(done, other)
+    for d in stale:
+        with pytest.raises(CheckpointError, match="temp directory of an export that did not "
+                                                  "finish") as e:
+            load(d)
+        assert "\n" not in str(e.value)
+    assert main([str(ck), str(tmp_path / "hf")]) == 0
+    assert all(not d.exists() for d in stale) and other.exists()
 
 
 def test_missing_checkpoint_is_one_line(tmp_path, capsys):
@@ -272,8 +474,8 @@ def test_sigterm_while_writing_leaves_out_dir_as_it_was(tiny_model, tmp_path, mo
     directory removed, the old OUT_DIR still there even with --overwrite."""
     ck = write_checkpoint(tiny_model("mamba", random=True), tmp_path / "m.pt")
     out = tmp_path / "hf"
-    out.mkdir()
-    (out / "mine.txt").write_text("keep")
+    export(ck, out, verify=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     real_save = export_hf._save
 
     def save_then_term(exp, directory):
@@ -283,8 +485,8 @@ def test_sigterm_while_writing_leaves_out_dir_as_it_was(tiny_model, tmp_path, mo
     monkeypatch.setattr(export_hf, "_save", save_then_term)
     assert main([str(ck), str(out), "--overwrite"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m.pt"]
-    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert not leftovers(tmp_path)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 @pytest.mark.parametrize("arch", ["transformer", "mamba2"])

@@ -176,7 +176,7 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
                        {"model": {"d_model": 8, "n_layers": 1},
                         "task": {"D": 8, "min_len": 6, "max_len": 8, "n": 3, "k": 1,
                                  "key": "prefix"}, "train": {**TINY_TRAIN, "seed": s}},
-                       {"quick": None, "medium": {}, "paper": None})
+                       levels=("medium",))
         monkeypatch.setitem(zoo.RECIPES, r.name, r)
     assert ngram_lookup.main(["--medium", "--train", "medium", "--models", "lstm",
                               "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path),

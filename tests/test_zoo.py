@@ -3,7 +3,7 @@ and a fine-tuned recipe trains its init recipe first."""
 
 import pytest
 
-from models import zoo
+from models import recipes, zoo
 from models.checkpoint import read_checkpoint
 from tasks.base import TaskError
 
@@ -38,22 +38,33 @@ def test_every_medium_recipe_is_a_valid_run(name, tmp_path):
         assert spec.model[key] == value
 
 
-def test_medium_is_opt_in_and_starts_from_the_quick_rows(monkeypatch):
-    from models.train import presets
-    quick_only = zoo.Recipe("test/q", "copy", "transformer")
-    medium = zoo.Recipe("test/m", "copy", "transformer", by_preset={"medium": {}})
-    assert quick_only.available("quick") and not quick_only.available("medium")
-    assert medium.available("medium") and medium.available("quick")
+def test_a_recipe_exists_at_the_levels_it_lists():
+    default = zoo.Recipe("test/q", "copy", "transformer")
+    medium = zoo.Recipe("test/m", "copy", "transformer", levels=("medium",))
+    assert default.levels == ("quick", "paper") and not default.available("medium")
+    assert medium.available("medium") and not medium.available("quick")
     with pytest.raises(TaskError, match="no medium version"):
-        quick_only.parts("medium")
-    quick = presets.preset_overrides("quick", "copy", "transformer")
-    monkeypatch.setitem(presets.PRESETS, ("medium", "copy", "*"), {"train": {"steps": 7}})
-    rows = presets.preset_overrides("medium", "copy", "transformer")
-    assert rows["train"]["steps"] == 7  # the medium row on top
-    assert rows["model"] == quick["model"]  # the rest from quick
-    assert rows["train"]["lr"] == quick["train"]["lr"]
-    with pytest.raises(TaskError, match="unknown preset 'huge'.*quick, medium, paper"):
-        presets.preset_overrides("huge", "copy", "transformer")
+        default.parts("medium")
+    with pytest.raises(TaskError, match="not among its levels"):
+        zoo.Recipe("test/x", "copy", "transformer", by_level={"quick": {}}, levels=("medium",))
+    with pytest.raises(TaskError, match="unknown levels"):
+        zoo.Recipe("test/x", "copy", "transformer", levels=("huge",))
+    with pytest.raises(TaskError, match="not set to None"):
+        zoo.Recipe("test/x", "copy", "transformer", by_level={"quick": None})
+
+
+def test_level_overrides_go_on_top_of_the_common_ones():
+    r = zoo.Recipe("test/r", "copy", "transformer", {"train": {"steps": 5, "lr": 1e-2}},
+                   {"paper": {"train": {"steps": 9}}})
+    assert r.parts("quick")["train"] == {"steps": 5, "lr": 1e-2}
+    assert r.parts("paper")["train"] == {"steps": 9, "lr": 1e-2}
+
+
+def test_building_the_table_leaves_no_loop_variables_behind():
+    leaked = [n for n in vars(recipes) if n.startswith("_") and n[1:2].islower()
+              and not callable(getattr(recipes, n)) and not n.startswith("__")]
+    assert not leaked, leaked
+    assert recipes.build_recipes().keys() == zoo.RECIPES.keys()
 
 
 @pytest.fixture
@@ -66,6 +77,14 @@ def tiny_recipes(monkeypatch):
     for r in (parent, child):
         monkeypatch.setitem(zoo.RECIPES, r.name, r)
     return parent, child
+
+
+def test_an_untrained_init_recipe_is_a_query_and_a_typed_error(tiny_recipes, tmp_path):
+    assert zoo.untrained_init("test/lookup", "quick", tmp_path) == "test/copy"
+    assert zoo.untrained_init("test/copy", "quick", tmp_path) is None  # no init recipe
+    with pytest.raises(zoo.NotTrained, match="starts from test/copy"):
+        zoo.spec("test/lookup", "quick", tmp_path)
+    assert zoo._cached("test/lookup", "quick", tmp_path, None) is None
 
 
 def test_a_recipe_is_trained_once_and_its_init_recipe_first(tiny_recipes, tmp_path):

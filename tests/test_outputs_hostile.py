@@ -10,7 +10,7 @@ import pytest
 
 from analyses import reproduce
 from analyses.common import Claim, Figure
-from analyses.reproduce import Task, write_index
+from analyses.reproduce import Job, write_index
 from tasks.atomic import output_lock, write_atomic
 from tasks.base import TaskError
 
@@ -18,7 +18,7 @@ FIG = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] 
 
 
 def index_of(stem, out):
-    o = reproduce.index_outcome(Task(stem, (), figure=FIG), out, {})
+    o = reproduce.index_outcome(Job(stem, (), figure=FIG), out, {})
     write_index([o], out, "quick")
     return o
 
@@ -83,8 +83,8 @@ def test_malformed_timings_are_ignored_with_one_line(tmp_path, capsys):
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
     for bad in ('{"f": {"seconds": "soon", "ok": "yes"}}', "[]", "{"):
         (tmp_path / "reproduce_timings.json").write_text(bad)
-        timings = reproduce._read_timings(tmp_path / "reproduce_timings.json")
-        o = reproduce.index_outcome(Task("f", (), figure=FIG), tmp_path, timings.get("f", {}))
+        timings = reproduce.read_timings(tmp_path / "reproduce_timings.json")
+        o = reproduce.index_outcome(Job("f", (), figure=FIG), tmp_path, timings.get("f", {}))
         assert o.seconds is None
     assert capsys.readouterr().err.count("ignoring") == 2
 
@@ -93,7 +93,7 @@ def test_claim_text_is_escaped_and_bounded_in_both_indexes(tmp_path):
     evil = "<script>alert(1)</script> [click](javascript:alert(1)) " + "x" * 5000
     fig = Figure("F", "Paper Fig. 1", (Claim("c", lambda d: (d["m"], True)),))
     (tmp_path / "f.json").write_text(json.dumps({"m": evil}))
-    o = reproduce.index_outcome(Task("f", (), figure=fig), tmp_path, {})
+    o = reproduce.index_outcome(Job("f", (), figure=fig), tmp_path, {})
     write_index([o], tmp_path, "quick")
     md, page = (tmp_path / "index.md").read_text(), (tmp_path / "index.html").read_text()
     assert "<script>" not in md and "<script>" not in page

@@ -223,8 +223,8 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
 
 
 def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeypatch):
-    import analyses.reproduce as rp
-    from analyses.reproduce import Task, run_tasks
+    import analyses.reproduce.runner as rp
+    from analyses.reproduce import Job, run_jobs
 
     started = []
 
@@ -236,13 +236,13 @@ def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeyp
     monkeypatch.setattr(rp, "RayCommand", Counted)
 
     def task(name, code, after=()):
-        return Task(name, (sys.executable, "-c", code), 1, after, None)
+        return Job(name, (sys.executable, "-c", code), 1, after, None)
 
     order = tmp_path / "order.txt"
     write = f"open({str(order)!r}, 'a').write('{{}}\\n'.format"
     tasks = [task("a", f"{write}('a'))"), task("b", "raise SystemExit('boom')"),
              task("c", f"{write}('c'))", after=("a",)), task("d", "print(1)", after=("b",))]
-    outs = {o.task.name: o for o in run_tasks(tasks, tmp_path, jobs=4, poll=0.05,
+    outs = {o.job.name: o for o in run_jobs(tasks, tmp_path, slots=4, poll=0.05,
                                               backend=Backend(ray=True, retries=0))}
     assert outs["a"].ok and outs["c"].ok and not outs["b"].ok
     assert not outs["d"].ok  # needs the failed b: skipped, not run

@@ -1,4 +1,4 @@
-"""The reproduce runner: plan names are real analyses, recipes become training tasks before the
+"""The reproduce runner: plan names are real analyses, recipes become training jobs before the
 analyses that read them, the index is written, failures count."""
 
 import importlib
@@ -10,7 +10,7 @@ import pytest
 
 from analyses import reproduce
 from analyses.common import Claim, Figure
-from analyses.reproduce import PLAN, TRAIN, Outcome, Task, build_tasks, run_tasks, write_index
+from analyses.reproduce import PLAN, TRAIN, Job, Outcome, build_jobs, run_jobs, write_index
 from models import zoo
 
 
@@ -24,12 +24,12 @@ def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
                 zoo.recipe(r).parts(preset)  # raises for an unknown recipe or preset
 
 
-def test_recipes_become_training_tasks_before_their_analyses(tmp_path):
-    tasks = build_tasks(["ngram_lookup"], "quick", tmp_path, tmp_path / "ck")
-    names = [t.name for t in tasks]
+def test_recipes_become_training_jobs_before_their_analyses(tmp_path):
+    jobs = build_jobs(["ngram_lookup"], "quick", tmp_path, tmp_path / "ck")
+    names = [t.name for t in jobs]
     lookup = TRAIN + "lookup_suffix/hard_alibi"
     assert lookup in names and TRAIN + "copy/hard_alibi" in names
-    by = {t.name: t for t in tasks}
+    by = {t.name: t for t in jobs}
     assert TRAIN + "copy/hard_alibi" in by[lookup].after  # fine-tuned from the copy model
     assert lookup in by["ngram_lookup"].after
     assert names.index(TRAIN + "copy/hard_alibi") < names.index(lookup)
@@ -39,16 +39,16 @@ def test_a_claim_of_another_level_is_left_out_of_the_index(tmp_path):
     fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),
                                        Claim("medium only", lambda d: None)))
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
-    assert reproduce.read_claims(Task("f", (), figure=fig), tmp_path) == [
+    assert reproduce.read_claims(Job("f", (), figure=fig), tmp_path) == [
         ("x is big", "x = 3", True)]
 
 
 def test_index_shows_claims_and_failures(tmp_path):
     fig_a = Figure("Figure A", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", True)),))
     fig_b = Figure("Figure B", "Paper Fig. 2")
-    write_index([Outcome(Task("a", (), figure=fig_a), True, 1.0, "",
+    write_index([Outcome(Job("a", (), figure=fig_a), True, 1.0, "",
                          [("x is big", "x = 3", True)]),
-                 Outcome(Task("b", (), figure=fig_b), False, 2.0, "Traceback: boom", [])],
+                 Outcome(Job("b", (), figure=fig_b), False, 2.0, "Traceback: boom", [])],
                 tmp_path, "quick")
     md = (tmp_path / "index.md").read_text()
     assert "| x is big | x = 3 | holds |" in md and "**FAILED**" in md and "boom" in md
@@ -59,7 +59,7 @@ def test_index_shows_claims_and_failures(tmp_path):
 def test_index_only_does_not_invent_a_time(tmp_path):
     fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),))
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
-    o = reproduce.index_outcome(Task("f", (), figure=fig), tmp_path, {})
+    o = reproduce.index_outcome(Job("f", (), figure=fig), tmp_path, {})
     assert o.ok and o.seconds is None
     write_index([o], tmp_path, "medium")
     md = (tmp_path / "index.md").read_text()
@@ -75,7 +75,7 @@ def test_bad_flags_are_one_line(capsys, argv):
 
 
 @pytest.mark.parametrize("flag", ["--out", "--cache-dir"])
-def test_a_file_as_output_or_cache_dir_is_refused_before_any_task(tmp_path, capsys, flag):
+def test_a_file_as_output_or_cache_dir_is_refused_before_any_job(tmp_path, capsys, flag):
     f = tmp_path / "file"
     f.write_text("x")
     other = "--cache-dir" if flag == "--out" else "--out"
@@ -85,9 +85,9 @@ def test_a_file_as_output_or_cache_dir_is_refused_before_any_task(tmp_path, caps
     assert not (tmp_path / "d" / "logs").exists()
 
 
-def _task(name: str, code: str, out, after=(), slots=1, figure=None) -> Task:
-    """A task whose process is a short Python program (``OUT`` is the output directory)."""
-    return Task(name, (sys.executable, "-c", f"OUT = {str(out)!r}\n{code}"), slots, after, figure)
+def _job(name: str, code: str, out, after=(), slots=1, figure=None) -> Job:
+    """A job whose process is a short Python program (``OUT`` is the output directory)."""
+    return Job(name, (sys.executable, "-c", f"OUT = {str(out)!r}\n{code}"), slots, after, figure)
 
 
 def _stamp(name: str, sleep: float) -> str:
@@ -96,59 +96,60 @@ def _stamp(name: str, sleep: float) -> str:
 
 
 def test_jobs_run_side_by_side_and_after_waits(tmp_path):
-    tasks = [_task(n, _stamp(n, 0.6), tmp_path, after) for n, after in
+    jobs = [_job(n, _stamp(n, 0.6), tmp_path, after) for n, after in
              (("a", ()), ("b", ()), ("c", ("a",)))]
-    outs = run_tasks(tasks, tmp_path, jobs=2, poll=0.05)
-    assert [o.task.name for o in outs] == ["a", "b", "c"] and all(o.ok for o in outs)
+    outs = run_jobs(jobs, tmp_path, slots=2, poll=0.05)
+    assert [o.job.name for o in outs] == ["a", "b", "c"] and all(o.ok for o in outs)
     t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in "abc"}
     assert t["b"]["t0"] < t["a"]["t1"] and t["a"]["t0"] < t["b"]["t1"]  # a and b overlapped
     assert t["c"]["t0"] >= t["a"]["t1"]  # c reads a's checkpoint: it waited
 
 
-def test_a_failed_task_skips_what_needs_it_and_not_the_rest(tmp_path):
+def test_a_failed_job_skips_what_needs_it_and_not_the_rest(tmp_path):
     fig = Figure("F", "P", (Claim("x >= 2", lambda d: (f"x = {d['x']}", d["x"] >= 2)),))
-    tasks = [_task(TRAIN + "r", "raise SystemExit('boom')", tmp_path),
-             _task("needs_r", "pass", tmp_path, (TRAIN + "r",), figure=fig),
-             _task("good", "open(OUT + '/good.json', 'w').write('{\"x\": 3}')", tmp_path,
+    jobs = [_job(TRAIN + "r", "raise SystemExit('boom')", tmp_path),
+             _job("needs_r", "pass", tmp_path, (TRAIN + "r",), figure=fig),
+             _job("good", "open(OUT + '/good.json', 'w').write('{\"x\": 3}')", tmp_path,
                    figure=fig)]
-    bad, skipped, good = run_tasks(tasks, tmp_path, jobs=2, poll=0.05)
+    bad, skipped, good = run_jobs(jobs, tmp_path, slots=2, poll=0.05)
     assert not bad.ok and not skipped.ok and "not run" in skipped.log_tail
     assert good.ok and good.claims == [("x >= 2", "x = 3", True)]
 
 
-def test_a_task_over_its_timeout_is_stopped(tmp_path):
+def test_a_job_over_its_timeout_is_stopped(tmp_path):
     t0 = time.time()
-    (o,) = run_tasks([_task("slow", "import time; time.sleep(30)", tmp_path)], tmp_path,
+    (o,) = run_jobs([_job("slow", "import time; time.sleep(30)", tmp_path)], tmp_path,
                      timeout=0.5, poll=0.05)
     assert not o.ok and "timed out" in o.log_tail and time.time() - t0 < 10
 
 
-def test_a_two_slot_task_runs_alone(tmp_path):
-    tasks = [_task("big", _stamp("big", 0.4), tmp_path, slots=2),
-             _task("x", _stamp("x", 0.4), tmp_path), _task("y", _stamp("y", 0.4), tmp_path)]
-    run_tasks(tasks, tmp_path, jobs=2, poll=0.05)
+def test_a_two_slot_job_runs_alone(tmp_path):
+    jobs = [_job("big", _stamp("big", 0.4), tmp_path, slots=2),
+             _job("x", _stamp("x", 0.4), tmp_path), _job("y", _stamp("y", 0.4), tmp_path)]
+    run_jobs(jobs, tmp_path, slots=2, poll=0.05)
     t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in ("big", "x", "y")}
     assert t["x"]["t0"] >= t["big"]["t1"] and t["y"]["t0"] >= t["big"]["t1"]  # both cores
-    assert t["y"]["t0"] < t["x"]["t1"]  # the two one-core tasks then share the machine
+    assert t["y"]["t0"] < t["x"]["t1"]  # the two one-core jobs then share the machine
 
 
 def test_the_longest_expected_chain_starts_first(tmp_path):
-    tasks = [_task("short", _stamp("short", 0.2), tmp_path),
-             _task("feeds", _stamp("feeds", 0.2), tmp_path),
-             _task("long", _stamp("long", 0.2), tmp_path, ("feeds",))]
-    run_tasks(tasks, tmp_path, jobs=1, poll=0.05,
+    jobs = [_job("short", _stamp("short", 0.2), tmp_path),
+             _job("feeds", _stamp("feeds", 0.2), tmp_path),
+             _job("long", _stamp("long", 0.2), tmp_path, ("feeds",))]
+    run_jobs(jobs, tmp_path, slots=1, poll=0.05,
               expected={"short": 10.0, "feeds": 1.0, "long": 500.0})
-    t = {s: json.loads((tmp_path / f"{s}.json").read_text())["t0"] for s in tasks_names(tasks)}
-    assert t["feeds"] < t["short"]  # a short task that a long one waits on goes first
+    t = {s: json.loads((tmp_path / f"{s}.json").read_text())["t0"] for s in job_names(jobs)}
+    assert t["feeds"] < t["short"]  # a short job that a long one waits on goes first
 
 
-def tasks_names(tasks):
-    return [t.name for t in tasks]
+def job_names(jobs):
+    return [t.name for t in jobs]
 
 
 def test_medium_runs_only_the_analyses_that_have_it(capsys):
     assert reproduce.main(["--medium", "--list"]) in (0, 2)
-    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line]
+    plan = capsys.readouterr().out.split("\n\n")[0]  # the ETA line follows a blank line
+    listed = [line.split()[0] for line in plan.splitlines() if line]
     assert listed == [n for n in PLAN if "medium" in reproduce.figure_of(n).presets]
 
 

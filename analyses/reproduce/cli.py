@@ -1,0 +1,217 @@
+"""``python -m analyses.reproduce``: flags, the run's progress line and its exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from analyses.common import check_output_dir
+from analyses.reproduce.eta import Eta
+from analyses.reproduce.index import (
+    Outcome,
+    index_outcome,
+    read_timings,
+    write_index,
+)
+from analyses.reproduce.plan import (
+    PLAN,
+    Job,
+    build_jobs,
+    default_jobs,
+    figure_of,
+    plan_models,
+    seed_ranges,
+)
+from analyses.reproduce.runner import log_name, run_jobs
+from figures.style import DEFAULT_OUT
+from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
+from models.sweep import add_backend_arguments, backend_of
+from models.train import dryrun
+from models.train.cache import check_cache_dir
+from models.train.costs import StepCosts
+from tasks.atomic import write_atomic
+from tasks.base import check
+
+# the first line of the package's docstring, as --help has always shown it
+DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` "
+               "on a GPU).")
+
+
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m analyses.reproduce", description=DESCRIPTION)
+    add_scale_arguments(p)
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these")
+    p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
+    p.add_argument("--out", default=None,
+                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium)")
+    p.add_argument("--cache-dir", default="checkpoints")
+    p.add_argument("--timeout", type=float,
+                   default=3600.0, help="seconds per job")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="cores' worth of jobs at once (default: 2 on a machine with >= 2 "
+                        "cores for --quick / --medium, 1 for --paper: one GPU)")
+    p.add_argument("--list", action="store_true",
+                   help="print the plan and its estimated wall time, and exit")
+    add_backend_arguments(p)
+    p.add_argument("--index-only", action="store_true",
+                   help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
+    p.add_argument("--dry-run", action="store_true",
+                   help="train nothing: two optimizer steps of every model the plan trains, "
+                        "at its real size; prints sizes, step times and projected H100 hours, "
+                        "writes OUT/dry_run.json; exit 1 if any cannot run")
+    add_device_argument(p, default="auto")  # --dry-run: batch 1 on a CPU, the real one on a GPU
+    return p
+
+
+def _check_dirs(out: Path, cache: Path) -> None:
+    """Both must be (or become) directories: checked before any job starts."""
+    check_output_dir(out)
+    for p in (cache, *cache.parents):
+        if p.exists():
+            check(p.is_dir(), f"--cache-dir {cache}: {p} is a file, not a directory")
+            break
+    check_cache_dir(cache)
+
+
+def _timings(out: Path, preset: str) -> dict:
+    """The last run's timings of this preset in ``out`` (those of another scale are not this
+    run's), marked with the preset."""
+    timings = read_timings(out / "reproduce_timings.json")
+    if timings.get("preset", preset) != preset:
+        timings = {}
+    timings["preset"] = preset
+    return timings
+
+
+def _eta_line(eta: Eta, slots: int) -> str:
+    if not eta.estimates:
+        return (f"{len(eta.jobs)} jobs; no estimate of their time (no step-cost table, no "
+                "earlier run's times)")
+    minutes = eta.remaining({}) / 60
+    return (f"{len(eta.jobs)} jobs, estimated {minutes:.0f} min wall at --jobs {slots} "
+            f"({eta.sources()})")
+
+
+def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int) -> int:
+    for n in names:
+        fig = figure_of(n)
+        recipes = ", ".join(seed_ranges(fig.recipes(preset))) if fig.trains else ""
+        print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
+    jobs = build_jobs(names, preset, out, cache)
+    eta = Eta.of(jobs, slots, preset, StepCosts.load(), _timings_if_any(out, preset))
+    print(f"\n{_eta_line(eta, slots)}; cache {cache}")
+    return 0
+
+
+def _timings_if_any(out: Path, preset: str) -> dict:
+    return _timings(out, preset) if out.is_dir() else {}
+
+
+def body(argv: list[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    for n in args.only + args.skip:
+        check(n in PLAN, f"unknown analysis {n!r}; the plan has: {', '.join(PLAN)}")
+    for n in args.only:
+        check(args.preset in figure_of(n).presets, f"{n} has no {args.preset} level (it has "
+              f"{', '.join(figure_of(n).presets)})")
+    names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip
+             and args.preset in figure_of(n).presets]
+    check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.preset} "
+          "level")
+    if args.out is None:
+        args.out = str(DEFAULT_OUT / "medium" if args.preset == "medium" else DEFAULT_OUT)
+    out, cache = Path(args.out), Path(args.cache_dir)
+    if args.list:
+        return _list(names, args.preset, out, cache, args.jobs or default_jobs(args.preset))
+    if args.dry_run:
+        check_output_dir(out)
+        return dryrun.report(plan_models(names, args.preset), args.device, out)
+    _check_dirs(out, cache)
+    out.mkdir(parents=True, exist_ok=True)
+    timings = _timings(out, args.preset)
+    if args.index_only:
+        outcomes = [index_outcome(Job(n, (), figure=figure_of(n)), out, timings.get(n, {}))
+                    for n in names]
+        write_index(outcomes, out, args.preset)
+        print(f"index: {out / 'index.html'}")
+        return 0
+    jobs = build_jobs(names, args.preset, out, cache)
+    slots = args.jobs or default_jobs(args.preset)
+    backend = backend_of(args, slots, "cuda" if args.preset == "paper" else "cpu")
+    if backend.ray and not args.jobs:  # every ready job goes to Ray, which queues them
+        slots = sum(j.slots for j in jobs)
+    eta = Eta.of(jobs, slots, args.preset, StepCosts.load(), timings)
+    print(_eta_line(eta, slots), flush=True)
+    progress = _Progress(jobs, names, eta, slots, out, args.preset, timings)
+    outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start, progress.on_done,
+                        expected=eta.costs(), backend=backend)
+    progress.close()
+    figures = [o for o in outcomes if o.job.figure is not None]
+    failed = [o.job.name for o in outcomes if not o.ok]
+    n_ok = sum(o.ok for o in figures)
+    print(f"\n{n_ok}/{len(figures)} analyses ok in {(time.time() - progress.t0) / 60:.1f} min; "
+          f"index: {out / 'index.html'}")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+class _Progress:
+    """The progress bar (running jobs, ETA), a line per finished job, and after each: the
+    timings file and the index so far."""
+
+    def __init__(self, jobs: list[Job], names: list[str], eta: Eta, slots: int, out: Path,
+                 preset: str, timings: dict):
+        self.names, self.eta, self.slots, self.out = names, eta, slots, out
+        self.preset, self.timings = preset, timings
+        self.bar = tqdm(total=len(jobs), desc="reproduce", unit="job", dynamic_ncols=True)
+        self.t0 = time.time()
+        self.started: dict[str, float] = {}  # running job -> its start
+        self.finished: list[Outcome] = []
+        self.first_eta = eta.remaining({})  # kept in the timings: how honest the start was
+        self.show()
+
+    def show(self) -> None:
+        left = self.eta.remaining(self.started)
+        running = "running " + ", ".join(self.started) if self.started else ""
+        self.bar.set_postfix_str(running + (f", ETA {left / 60:.0f} min" if left else ""))
+
+    def on_start(self, names: list[str]) -> None:
+        now = time.time()
+        self.started = {n: self.started.get(n, now) for n in names}
+        self.show()
+
+    def on_done(self, o: Outcome) -> None:
+        self.finished.append(o)
+        self.started.pop(o.job.name, None)
+        self.eta.done(o.job.name, o.seconds, o.ok)
+        self.bar.update(1)
+        self.show()
+        tqdm.write(f"{o.job.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
+                   + "".join(f"\n   {p} | {m} | {h}" for p, m, h in o.claims))
+        if not o.ok and o.log_tail.strip():
+            tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
+                       + f"  (log: {self.out / 'logs' / (log_name(o.job) + '.log')})")
+        wall = time.time() - self.t0
+        self.timings[o.job.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
+        self.timings["last_run"] = {"tasks": [f.job.name for f in self.finished],
+                                    "jobs": self.slots, "wall_s": round(wall, 1),
+                                    "first_eta_s": round(self.first_eta, 1)}
+        write_atomic(self.out / "reproduce_timings.json", json.dumps(self.timings, indent=1))
+        shown = [f for f in self.finished if f.job.figure is not None]
+        shown.sort(key=lambda f: self.names.index(f.job.name))  # the index grows in plan order
+        write_index(shown, self.out, self.preset,
+                    f"This run: {len(shown)} of {len(self.names)} analyses finished in "
+                    f"{wall / 60:.1f} min wall, {self.slots} cores' worth at a time.")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(body, argv)

@@ -1,0 +1,140 @@
+"""How long the rest of a reproduce run will take, from its first second.
+
+Each job's cost is estimated before it has ever run: a training job from its recipe's steps
+times the shipped step cost of its model (:class:`models.train.costs.StepCosts`), an analysis
+from the seconds its own process took in the run the table was filled from. A job the last run
+of this preset timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
+makespan of the pending jobs packed onto the ``--jobs`` slots the way the scheduler packs them
+(:func:`makespan`: the longest chain first, each job after the ones it needs), and the jobs
+running now hold their slots for what is left of their estimate.
+
+As jobs finish, :class:`Eta` learns how far this machine (its load, its cores) is from the
+estimates: every pending cost is scaled by the ratio of the finished jobs' real seconds to their
+estimates, shrunk toward 1 by :data:`PRIOR_SHARE` so that one early job cannot swing it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from analyses.reproduce.plan import Job, priorities
+from models.train.costs import Estimate, StepCosts
+from models.train.dryrun import recipe_spec
+from tasks.base import TaskError
+
+# The table's estimate weighs as much as finished jobs whose estimates add up to this share of
+# the whole plan's: the learned ratio moves only once a real part of the plan has run.
+PRIOR_SHARE = 0.25
+
+
+def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
+    """A job's seconds: the last run's time of it (``timings``, the same preset's), else the
+    step-cost table's estimate; None when neither knows it."""
+    last = timings.get(job.name)
+    if isinstance(last, Mapping) and last.get("ok") is True:
+        seconds = last.get("seconds")
+        if isinstance(seconds, (int, float)) and seconds > 0:
+            return Estimate(float(seconds), "timings")
+    if job.recipe is None:
+        return costs.analysis(job.name, preset)
+    try:
+        spec = recipe_spec(job.recipe, preset)
+    except TaskError:
+        return None
+    return costs.run(spec)
+
+
+def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,
+             running: Mapping[str, tuple[float, int]] | None = None) -> float:
+    """Seconds until every job in ``jobs`` has run, scheduled as
+    :func:`~analyses.reproduce.runner.run_jobs` schedules them: whenever slots are free, the
+    ready jobs in order of :func:`~analyses.reproduce.plan.priorities` that fit; a job waits
+    for the jobs it names in ``after`` (names outside ``jobs`` count as done). ``running``:
+    ``{name: (seconds left, slots held)}`` of jobs already started."""
+    running = dict(running or {})
+    priority = priorities(jobs, cost)
+    order = sorted(jobs, key=lambda j: -priority[j.name])  # stable: list order breaks ties
+    names = {j.name for j in jobs} | set(running)
+    done: set[str] = set()
+    ends = [(left, name, held) for name, (left, held) in running.items()]
+    heapq.heapify(ends)
+    free = slots - sum(held for _, _, held in ends)
+    pending = list(order)
+    now = 0.0
+    while pending or ends:
+        for j in list(pending):
+            need = min(j.slots, slots)
+            if need <= free and all(a not in names or a in done for a in j.after):
+                heapq.heappush(ends, (now + cost.get(j.name, 0.0), j.name, need))
+                pending.remove(j)
+                free -= need
+        if not ends:  # nothing can start: the scheduler raises for such a graph
+            break
+        now, name, held = heapq.heappop(ends)
+        done.add(name)
+        free += held
+    return now
+
+
+@dataclass
+class Eta:
+    """The run's estimates, and the ratio of real to estimated seconds learned as jobs end."""
+
+    jobs: list[Job]
+    slots: int
+    estimates: dict[str, Estimate]
+    finished: set[str] = field(default_factory=set)  # ended, run or not
+    measured: dict[str, float] = field(default_factory=dict)  # ran to success: real seconds
+
+    def done(self, name: str, seconds: float | None, ok: bool) -> None:
+        """Record a job's end; only a job that ran to success teaches the ratio (a failure
+        may stop early, a job not run took no time)."""
+        self.finished.add(name)
+        if ok and seconds is not None:
+            self.measured[name] = seconds
+
+    @classmethod
+    def of(cls, jobs: list[Job], slots: int, preset: str, costs: StepCosts,
+           timings: Mapping) -> Eta:
+        found = {j.name: estimate(j, preset, costs, timings) for j in jobs}
+        return cls(jobs, slots, {k: v for k, v in found.items() if v is not None})
+
+    def ratio(self) -> float:
+        """Real over estimated seconds of the finished jobs, shrunk toward 1."""
+        prior = PRIOR_SHARE * sum(e.seconds for e in self.estimates.values())
+        real = sum(s for n, s in self.measured.items() if n in self.estimates)
+        est = sum(self.estimates[n].seconds for n in self.measured if n in self.estimates)
+        return (real + prior) / (est + prior) if est + prior > 0 else 1.0
+
+    def costs(self) -> dict[str, float]:
+        """Each job's expected seconds now; a job without an estimate gets the mean of the
+        others (0 when none has one)."""
+        known = [e.seconds for e in self.estimates.values()]
+        fill = sum(known) / len(known) if known else 0.0
+        r = self.ratio()
+        return {j.name: r * (self.estimates[j.name].seconds if j.name in self.estimates
+                             else fill) for j in self.jobs}
+
+    def remaining(self, started: Mapping[str, float], now: float | None = None) -> float:
+        """Seconds until the run ends: ``started`` maps each running job to its start time."""
+        now = time.time() if now is None else now
+        cost = self.costs()
+        by_name = {j.name: j for j in self.jobs}
+        running = {n: (max(cost[n] - (now - t0), 0.0), min(by_name[n].slots, self.slots))
+                   for n, t0 in started.items()}
+        pending = [j for j in self.jobs if j.name not in self.finished and j.name not in started]
+        return makespan(pending, cost, self.slots, running)
+
+    def sources(self) -> str:
+        """Where the estimates come from, for the line printed at the start."""
+        counts: dict[str, int] = {}
+        for j in self.jobs:
+            src = self.estimates[j.name].source if j.name in self.estimates else "none"
+            counts[src] = counts.get(src, 0) + 1
+        words = {"timings": "the last run's times", "table": "the step-cost table",
+                 "flops": "the table's rate for their architecture",
+                 "median": "the table's median analysis", "none": "no estimate (mean used)"}
+        return ", ".join(f"{n} from {words.get(s, s)}" for s, n in counts.items())

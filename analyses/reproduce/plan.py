@@ -1,0 +1,147 @@
+"""The plan and its jobs: which processes a reproduce run starts, in what order."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyses.common import Figure
+from models import zoo
+from models.train import dryrun
+
+PLAN: tuple[str, ...] = (
+    "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
+    "copy_efficiency", "ngram_lookup",
+    "markov_laplace", "state_probe", "bc_orthogonality", "mamba_decay", "markov_ablations",
+    "markov_holdout",
+    "memorization",
+    "spectral_lds", "stu_induction",
+)
+TRAIN = "train:"  # prefix of the jobs that train a zoo recipe
+
+
+def figure_of(name: str) -> Figure:
+    return importlib.import_module(f"analyses.{name}").FIGURE
+
+
+@dataclass(frozen=True)
+class Job:
+    """One process of the run: training a zoo recipe, or one analysis (a synthetic *task* is
+    something else: :mod:`tasks`)."""
+
+    name: str  # the analysis name, or "train:" + recipe name
+    argv: tuple[str, ...]
+    slots: int = 1  # cores it keeps busy
+    after: tuple[str, ...] = ()  # jobs that must have succeeded first
+    figure: Figure | None = None  # analyses only
+
+    @property
+    def recipe(self) -> str | None:
+        """The zoo recipe a training job trains (None for an analysis)."""
+        return self.name[len(TRAIN):] if self.name.startswith(TRAIN) else None
+
+    @property
+    def stems(self) -> tuple[str, ...]:
+        if self.figure is None:
+            return ()
+        return self.figure.outputs or (self.name,)
+
+    def missing(self, out: Path) -> list[str]:
+        """The analysis' JSON files not (yet) in ``out``."""
+        return [f"{s}.json" for s in self.stems if not (out / f"{s}.json").exists()]
+
+
+def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -> list[str]:
+    train = ["--train", preset, "--cache-dir", str(cache)] if fig.trains else []
+    return [sys.executable, "-m", f"analyses.{name}", f"--{preset}", "--out", str(out), *train,
+            *fig.extra_args(preset)]
+
+
+def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> list[Job]:
+    """Training jobs for the recipes the analyses need that are not cached yet (each after
+    its ``init_from`` recipe), then one job per analysis, after its recipes' training."""
+    jobs: dict[str, Job] = {}
+
+    def need(recipe: str) -> str:
+        name = TRAIN + recipe
+        if name not in jobs:
+            parent = zoo.dependencies(recipe, preset)[-1:]
+            after = tuple(need(p) for p in parent if zoo.status(p, preset, cache) != "cached")
+            jobs[name] = Job(name, (sys.executable, "-m", "models.zoo", "train", recipe,
+                                    f"--{preset}", "--cache-dir", str(cache), "--no-progress"),
+                             zoo.recipe(recipe).slots, after)
+        return name
+
+    analyses = []
+    for n in names:
+        fig = figure_of(n)
+        recipes = list(fig.recipes(preset)) if fig.trains else []
+        after = [need(r) for r in recipes if zoo.status(r, preset, cache) != "cached"]
+        analyses.append(Job(n, tuple(analysis_argv(n, fig, preset, out, cache)), fig.slots,
+                            tuple(dict.fromkeys(after)), fig))
+    return [*jobs.values(), *analyses]
+
+
+def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, float]:
+    """Each job's expected seconds plus the longest chain of expected seconds that waits on
+    it: of the jobs ready to start, the highest goes first, so that no long chain is left to
+    run alone at the end (the scheduler and the ETA's packing both use it)."""
+    waiting_on: dict[str, list[str]] = {j.name: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            if a in waiting_on:
+                waiting_on[a].append(j.name)
+    memo: dict[str, float] = {}
+
+    def chain(name: str) -> float:
+        if name not in memo:
+            memo[name] = expected.get(name, 0.0) + max(
+                (chain(n) for n in waiting_on[name]), default=0.0)
+        return memo[name]
+
+    return {j.name: chain(j.name) for j in jobs}
+
+
+def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Builder]]:
+    """Every model the analyses ``names`` train at ``preset``, each once, in plan order:
+    ``(label, spec builder)``."""
+    items: dict[str, dryrun.Builder] = {}
+    for n in names:
+        fig = figure_of(n)
+        if not fig.trains:
+            continue
+        for label, build in dryrun.recipe_builders(fig.recipes(preset), preset):
+            items.setdefault(label, build)
+        for label, build in fig.dry_run_specs(preset):
+            items.setdefault(label, build)
+    return list(items.items())
+
+
+def default_jobs(preset: str) -> int:
+    """Quick and medium: two cores' worth at once (most models are too small to use a second
+    thread, the copy models take both). Paper: one at a time, each with the whole GPU."""
+    return 1 if preset == "paper" else min(2, os.cpu_count() or 1)
+
+
+def seed_ranges(recipes: Sequence[str]) -> list[str]:
+    """Recipe names with runs of consecutive seeds folded, for a plan that fits a screen:
+    ``a_s0, a_s1, a_s2, b`` -> ``a_s0-2, b`` (order kept, by each group's first name)."""
+    seeds: dict[str, list[int]] = {}
+    for name in recipes:
+        m = re.fullmatch(r"(.*_s)(\d+)", name)
+        stem, seed = (m[1], int(m[2])) if m else (name, None)
+        seeds.setdefault(stem, []).append(seed)
+    out = []
+    for stem, ss in seeds.items():
+        if ss == [None]:
+            out.append(stem)
+        elif ss == list(range(ss[0], ss[0] + len(ss))) and len(ss) > 1:
+            out.append(f"{stem}{ss[0]}-{ss[-1]}")
+        else:
+            out.extend(f"{stem}{x}" for x in ss)
+    return out

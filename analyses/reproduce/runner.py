@@ -1,0 +1,153 @@
+"""Running the jobs: each in its own process (or Ray task), at most ``jobs`` cores' worth at
+once, each after the jobs it needs; a failure is reported and the rest still run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from analyses.reproduce.index import Outcome, read_claims
+from analyses.reproduce.plan import TRAIN, Job, priorities
+from models.sweep import Backend, RayCommand
+from tasks.base import TaskError, check
+
+
+@dataclass
+class _Running:
+    job: Job
+    proc: subprocess.Popen | RayCommand
+    log: Path
+    t0: float
+    slots: int
+
+
+def log_name(job: Job) -> str:
+    return job.name.replace(TRAIN, "train-").replace("/", "_")
+
+
+def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
+           backend: Backend | None = None) -> _Running:
+    """Start a job in its own process (and process group, so a timeout also stops its
+    workers); its output goes to ``out/logs/NAME.log``."""
+    log = out / "logs" / f"{log_name(job)}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
+    n = str(slots * threads_per_slot)
+    env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+           "TQDM_MININTERVAL": "30"}  # a progress line every half minute in the log
+    if backend is not None and backend.ray:  # a Ray task with the job's cores (and a GPU)
+        own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
+        cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
+        return _Running(job, cmd, log, time.time(), slots)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(list(job.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    return _Running(job, proc, log, time.time(), slots)
+
+
+def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
+    seconds = time.time() - r.t0
+    if isinstance(r.proc, RayCommand):  # its output came back with the result
+        r.log.write_text(r.proc.output)
+    log = r.log.read_text(errors="replace")
+    if timed_out is not None:
+        ok, log = False, log + f"\n(timed out after {timed_out:.0f} s)"
+    else:
+        ok = r.proc.returncode == 0
+        if not ok:
+            log += f"\n(exit code {r.proc.returncode})"
+    missing = r.job.missing(out)
+    if ok and missing:
+        ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
+    claims: list[tuple[str, str, bool | None]] = []
+    if ok and r.job.figure:
+        try:
+            claims = read_claims(r.job, out)
+        except TaskError as e:
+            ok, log = False, log + f"\n({e})"
+    return Outcome(r.job, ok, seconds, log[-3000:], claims)
+
+
+def _kill(r: _Running) -> None:
+    if isinstance(r.proc, RayCommand):
+        r.proc.kill()
+        return
+    try:
+        os.killpg(r.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    r.proc.wait()
+
+
+def run_jobs(jobs: list[Job], out: Path, slots: int = 1, timeout: float = 3600.0,
+             on_start: Callable[[list[str]], None] = lambda names: None,
+             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
+             expected: Mapping[str, float] | None = None,
+             backend: Backend | None = None) -> list[Outcome]:
+    """Run every job, at most ``slots`` cores' worth at once (``--jobs``), each after the jobs
+    it names in ``after``. Of the jobs ready to start, the one with the highest
+    :func:`~analyses.reproduce.plan.priorities` of ``expected`` seconds goes first; list order
+    breaks ties. A job that fails or times out is reported through ``on_done``, and so are the
+    jobs that needed it (not run); the rest still run. Outcomes come back in list order."""
+    check(slots >= 1, f"--jobs must be >= 1, got {slots}")
+    threads = max(1, (os.cpu_count() or 1) // slots)
+    by_name = {j.name: j for j in jobs}
+    waiting_on: dict[str, list[str]] = {j.name: [] for j in jobs}
+    for j in jobs:
+        for a in j.after:
+            if a in waiting_on:
+                waiting_on[a].append(j.name)
+    priority = priorities(jobs, expected or {})
+    pending: list[Job] = list(jobs)
+    running: list[_Running] = []
+    done: dict[str, Outcome] = {}
+
+    def fail_dependents(name: str) -> None:
+        for n in waiting_on[name]:
+            j = by_name[n]
+            if j in pending:
+                pending.remove(j)
+                done[n] = o = Outcome(j, False, 0.0, f"not run: {name} failed", [])
+                on_done(o)
+                fail_dependents(n)
+
+    try:
+        while pending or running:
+            free = slots - sum(r.slots for r in running)
+            started = False
+            for j in sorted(pending, key=lambda j: -priority[j.name]):
+                need = min(j.slots, slots)
+                ready = all(a not in by_name or (a in done and done[a].ok) for a in j.after)
+                if need <= free and ready:
+                    running.append(_start(j, out, need, threads, backend))
+                    pending.remove(j)
+                    free -= need
+                    started = True
+            if started:
+                on_start([r.job.name for r in running])
+            if not running and pending:  # nothing can start: a bug in the job graph
+                raise TaskError(f"jobs wait on nothing that runs: "
+                                f"{', '.join(j.name for j in pending)}")
+            time.sleep(poll)
+            for r in list(running):
+                if r.proc.poll() is None:
+                    timed_out = time.time() - r.t0 > timeout
+                    if not timed_out:
+                        continue
+                    _kill(r)
+                else:  # finished, even if the poll came after the deadline
+                    timed_out = False
+                running.remove(r)
+                done[r.job.name] = o = _finish(r, out, timeout if timed_out else None)
+                on_done(o)
+                if not o.ok:
+                    fail_dependents(r.job.name)
+    finally:  # Ctrl-C: no orphaned processes left training in the background
+        for r in running:
+            _kill(r)
+    return [done[j.name] for j in jobs]

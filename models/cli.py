@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from models.train.presets import NAMES as PRESET_NAMES
+from tasks.base import check
 from tasks.errors import ConfigError, SeqprobeError, TaskError
 
 EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a traceback exits
@@ -20,8 +21,20 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one stderr line (what is wrong, where to look) and exit 2,
     not the whole usage block."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # run on the parsed namespace, in order (flags whose meaning depends on one another,
+        # such as the scale: add_scale_arguments)
+        self.resolvers: list[Callable[[argparse.Namespace], None]] = []
+
     def error(self, message: str):
         raise ConfigError(f"{message}; see `{self.prog} --help`")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, rest = super().parse_known_args(args, namespace)
+        for resolve in self.resolvers:
+            resolve(namespace)
+        return namespace, rest
 
 
 def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> None:
@@ -29,28 +42,58 @@ def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> Non
                    f"(default: {default})")
 
 
-def add_scale_arguments(p: argparse.ArgumentParser) -> None:
-    """``--quick`` (the default) / ``--medium`` / ``--paper``: ``args.preset``."""
+SCALE_HELP = {
+    "quick": "CPU-sized (the default; minutes)",
+    "medium": "CPU-sized, large enough that both sides of a headline comparison learn (the "
+              "commands that have it; tens of minutes each)",
+    "paper": "the papers' settings (for a GPU)",
+}
+
+
+def add_scale_arguments(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
+    """The one scale flag, ``--scale {quick,medium,paper}`` (default quick) into
+    ``args.preset``; ``--quick`` / ``--medium`` / ``--paper`` (and ``aliases`` of ``--scale``,
+    such as ``models.train``'s ``--preset``) are other spellings of it."""
+    check(isinstance(p, OneLineParser), "add_scale_arguments needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                   help="CPU-sized preset (default)")
-    g.add_argument("--medium", dest="preset", action="store_const", const="medium",
-                   help="CPU-sized, large enough that both sides of a headline comparison "
-                   "learn (the analyses that have it; tens of minutes each)")
-    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                   help="paper-scale preset (for a GPU)")
-    p.set_defaults(preset="quick")
+    g.add_argument("--scale", *aliases, dest="preset", choices=PRESET_NAMES, default=None,
+                   help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
+    for level in PRESET_NAMES:
+        g.add_argument(f"--{level}", dest="preset", action="store_const", const=level,
+                       help=f"--scale {level}")
+    p.set_defaults(preset=None)
+    p.resolvers.append(_resolve_scale)
 
 
-def add_preset_arguments(p: argparse.ArgumentParser) -> None:
-    """``--quick`` / ``--medium`` / ``--paper`` (the scale), ``--train`` (train what is needed,
-    cached) and ``--cache-dir``."""
+def add_preset_arguments(p: OneLineParser) -> None:
+    """The scale (:func:`add_scale_arguments`), ``--train`` (train the checkpoints the command
+    needs, at that scale; cached) and ``--cache-dir``. ``--train LEVEL`` is kept as
+    ``--scale LEVEL --train``: ``args.train`` is the level to train at, or None."""
     add_scale_arguments(p)
-    p.add_argument("--train", choices=PRESET_NAMES, default=None,
-                   help="train the checkpoints this command needs (cached, reused)")
+    p.add_argument("--train", nargs="?", const=True, default=None, metavar="LEVEL",
+                   help="train the checkpoints this command needs at the scale (cached, "
+                   "reused); --train LEVEL is --scale LEVEL --train")
     p.add_argument("--cache-dir", default="checkpoints",
                    help="where trained checkpoints are kept (default: checkpoints/)")
-    p.set_defaults(preset="quick")
+
+
+def _resolve_scale(args: argparse.Namespace) -> None:
+    """``args.preset``: the level given (by any spelling, ``--train LEVEL`` included) or
+    quick; ``args.train``: that level when training was asked for, else None. Two different
+    levels are refused, not silently ranked."""
+    level, train = args.preset, getattr(args, "train", None)
+    if isinstance(train, str):
+        if train not in PRESET_NAMES:
+            raise ConfigError(f"--train takes a level ({', '.join(PRESET_NAMES)}), got "
+                              f"{train!r}; a checkpoint goes before --train, or write "
+                              "--scale LEVEL --train")
+        if level is not None and level != train:
+            raise ConfigError(f"--train {train} and --scale {level} (or --{level}) name two "
+                              f"scales; give one: --scale LEVEL --train")
+        level = train
+    args.preset = level or "quick"
+    if hasattr(args, "train"):
+        args.train = args.preset if train else None
 
 
 def exit_code(e: SeqprobeError) -> int:

@@ -36,6 +36,7 @@ from models.cli import (
     EXIT_INTERRUPTED,
     OneLineParser,
     add_device_argument,
+    add_scale_arguments,
     exit_code,
 )
 from models.device import resolve_device
@@ -43,14 +44,14 @@ from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
-from models.train.presets import NAMES as PRESET_NAMES
 from models.train.spec import check_names, make_spec, spec_of_checkpoint
 from tasks.base import TaskError
 from tasks.errors import SeqprobeError
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
-RESERVED = ("task", "arch", "preset", "out", "device", "resume", "overwrite")
+RESERVED = ("task", "arch", "preset", "scale", "quick", "medium", "paper", "out", "device",
+            "resume", "overwrite")
 
 
 def parse_value(text: str, tp, flag: str):
@@ -84,7 +85,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
         "are given).")
     p.add_argument("--task", default="copy", help=f"one of: {', '.join(sorted(TASKS))}")
     p.add_argument("--arch", default="transformer", help=f"one of: {', '.join(sorted(ARCHS))}")
-    p.add_argument("--preset", default="quick", choices=PRESET_NAMES)
+    add_scale_arguments(p, aliases=("--preset",))  # --preset: the flag's name before --scale
     p.add_argument("--out", default=None, help="checkpoint path (.pt)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --out even if it holds a checkpoint this run does not resume")

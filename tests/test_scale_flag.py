@@ -1,0 +1,69 @@
+"""One scale flag (models.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
+``--train LEVEL`` and ``models.train``'s ``--preset`` as other spellings of it."""
+
+import pytest
+
+from models import zoo
+from models.cli import OneLineParser, add_preset_arguments, add_scale_arguments
+from models.train.cli import build_parser
+from tasks.errors import ConfigError
+
+
+def parse(argv, train=True):
+    p = OneLineParser(prog="t")
+    (add_preset_arguments if train else add_scale_arguments)(p)
+    p.add_argument("checkpoints", nargs="*")
+    return p.parse_args(argv)
+
+
+@pytest.mark.parametrize(("argv", "preset"), [
+    ([], "quick"), (["--scale", "medium"], "medium"), (["--medium"], "medium"),
+    (["--paper"], "paper"), (["--quick"], "quick"), (["--scale", "paper"], "paper")])
+def test_every_spelling_of_a_scale_is_one_value(argv, preset):
+    assert parse(argv, train=False).preset == preset
+    args = parse(argv)
+    assert (args.preset, args.train) == (preset, None)
+
+
+@pytest.mark.parametrize(("argv", "preset"), [
+    (["--train", "quick"], "quick"), (["--train", "paper"], "paper"),
+    (["--medium", "--train"], "medium"), (["--scale", "medium", "--train"], "medium"),
+    (["--medium", "--train", "medium"], "medium"), (["--train"], "quick"),
+    (["--train", "medium", "--medium"], "medium")])
+def test_train_trains_at_the_scale(argv, preset):
+    args = parse(argv)
+    assert (args.preset, args.train) == (preset, preset)
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--paper", "--train", "quick"], "name two scales"),
+    (["--train", "huge"], "--train takes a level"),
+    (["--scale", "huge"], "invalid choice"),
+    (["--medium", "--paper"], "not allowed with"),
+    (["--scale", "paper", "--quick"], "not allowed with")])
+def test_two_scales_or_an_unknown_one_are_refused(argv, match):
+    with pytest.raises(ConfigError, match=match):
+        parse(argv)
+
+
+def test_a_checkpoint_after_train_is_a_clear_error_and_before_it_works():
+    with pytest.raises(ConfigError, match="a checkpoint goes before --train"):
+        parse(["--train", "ckpt.pt"])
+    args = parse(["ckpt.pt", "--train"])
+    assert (args.checkpoints, args.train) == (["ckpt.pt"], "quick")
+
+
+def test_models_train_keeps_preset_as_a_spelling_of_the_scale():
+    p, _ = build_parser("transformer", "copy")
+    assert p.parse_args(["--preset", "paper"]).preset == "paper"
+    assert p.parse_args(["--scale", "medium"]).preset == "medium"
+    assert p.parse_args(["--paper"]).preset == "paper"
+    assert p.parse_args([]).preset == "quick"
+
+
+def test_the_zoo_takes_the_scale_between_names(tmp_path, capsys):
+    name = zoo.copy_medium_name("rope", 4, 0, 1e-3)
+    assert zoo.main(["--list", "--scale", "medium", name, "--cache-dir", str(tmp_path)]) == 0
+    assert "missing" in capsys.readouterr().out
+    assert zoo.main(["--list", name, "--cache-dir", str(tmp_path)]) == 0  # quick: none
+    assert "no quick version" in capsys.readouterr().out

@@ -9,6 +9,7 @@ import torch
 
 import models
 from models.checkpoint import make_checkpoint, read_checkpoint, save_checkpoint
+from models.export_hf import export
 from models.hf import HFError
 from models.outputs import log_probs
 from models.registry import ARCHS
@@ -174,3 +175,16 @@ def test_the_same_api_on_an_hf_model(tmp_path):
     with pytest.raises(HFError, match="not saved by the suite.*save_pretrained"):
         m.save(tmp_path / "saved")  # the bridge's wrapped modules are not an HF model's layout
     assert not (tmp_path / "saved").exists()
+
+
+def test_an_exported_model_knows_its_task(tiny_model, tmp_path):
+    """An HF model our export wrote carries its task (config.json ``seqprobe``): ``m.task`` is
+    that task, and it reads our token ids."""
+    ours = tiny_model("transformer", random=True, pe="nope").eval()
+    ours.set_task("copy", COPY)
+    ours.save(tmp_path / "m.pt")
+    export(tmp_path / "m.pt", tmp_path / "hf", verify=False)
+    m = models.load(tmp_path / "hf")
+    assert m.task.name == "copy" and config_to_dict(m.task.cfg) == COPY
+    x = ours.to_tokens("abc<COPY>ab")
+    torch.testing.assert_close(m(x), ours(x), atol=1e-4, rtol=0)

@@ -9,7 +9,7 @@ import pytest
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
-from models.train.spec import make_spec
+from models.train.spec import RunSpec, make_spec
 from models.transformer import TransformerConfig
 from tasks.base import TaskError, config_to_dict
 from tasks.copy import CopyConfig
@@ -116,3 +116,9 @@ def test_replace_overrides_sections_and_sets_model_fields():
     other = rc.replace(model={"n_heads": rc.model.n_heads}, train={"steps": 9})
     assert other.train.steps == 9 and "n_heads" in other.model_keys
     assert config_to_dict(other.task) == config_to_dict(rc.task)
+
+
+def test_a_spec_and_its_run_config_are_one_run():
+    spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
+    assert RunSpec.of(spec.config) == spec
+    assert RunSpec.of(spec.config).config == spec.config

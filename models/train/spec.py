@@ -1,4 +1,9 @@
-"""A run spec: everything that defines a training run, as plain data, and its cache hash.
+"""Building and checking runs: :func:`make_spec` and :func:`validate_spec`.
+
+A run is described by :class:`~models.train.runconfig.RunConfig` (typed sections, canonical
+form, the cache hash). :class:`RunSpec` is the same run with the model and task configs as
+plain dicts, the shape the loop, the dry run and the analyses still take; its hash is its
+:attr:`RunSpec.config`'s.
 
 :func:`make_spec` merges a preset's rows, the task's derived model fields (vocabulary size,
 classification head …) and the caller's overrides, then :func:`validate_spec` checks every
@@ -24,7 +29,8 @@ from tasks.registry import TASKS, make_task
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything that defines a run (all plain data)."""
+    """A run as plain data (``model``: the fields it sets; ``task_config``: the whole task
+    config); :attr:`config` is the same run as a :class:`RunConfig`."""
 
     arch: str
     task: str
@@ -37,6 +43,13 @@ class RunSpec:
         """This spec as a :class:`RunConfig` (the model fields in :attr:`model` are the ones
         it sets)."""
         return RunConfig.build(self.arch, self.task, self.model, self.task_config, self.train)
+
+    @classmethod
+    def of(cls, config: RunConfig) -> RunSpec:
+        """The spec of a :class:`RunConfig` (``RunSpec.of(c).config == c``)."""
+        record = config.to_dict()
+        return cls(config.arch, config.task_name, record["model"]["config"],
+                   record["task"]["config"], config.train)
 
     def hash(self) -> str:
         """The cache key: :meth:`RunConfig.hash`."""

@@ -45,7 +45,7 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from probes.bc import bc_table, conv_window, l1_count_independent, readout_ratio, window_vectors
 from probes.markov import fitted_beta, markov_task_of
 from tasks.base import check
@@ -193,10 +193,11 @@ def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: i
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layer", type=int, default=0, help="mixer layer (its b, c see windows only "
+    p.add_argument("--layer", type=flags.bounded_int(0, flags.MAX_LAYERS),
+                   default=0, help="mixer layer (its b, c see windows only "
                    "in layer 0)")
-    p.add_argument("--n-seqs", type=int, default=64, help="test sequences for the β fit")
-    p.add_argument("--trajectory", type=int, default=0,
+    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences for the β fit")
+    p.add_argument("--trajectory", type=flags.bounded_int(0, flags.MAX_SEEDS), default=0,
                    help="with --train: also N checkpoints along one constant-lr MambaZero run "
                         "(Fig. 5)")
 

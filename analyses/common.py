@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from figures.style import DEFAULT_OUT, figure_png
-from models import zoo
+from models import flags, zoo
 from models.checkpoint import is_hf_source
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
@@ -93,7 +93,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default: figures/out)")
     add_device_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation data")
+    p.add_argument("--seed", type=flags.seed, default=0, help="seed of the evaluation data")
     if training:
         add_preset_arguments(p)
         p.add_argument("--dry-run", action="store_true",

@@ -27,12 +27,12 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
-    ints,
     load_copy_models,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
+from models import flags
 from models.constructions import (
     build_hash_copy_transformer,
     gssm_error_bound,
@@ -212,12 +212,15 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--D", type=int, default=26, help="alphabet size of the construction part")
-    p.add_argument("--n", default=None, help="n-gram lengths of the construction")
-    p.add_argument("--lengths", default=None, help="string lengths of the construction")
-    p.add_argument("--model-samples", type=int, default=None,
+    p.add_argument("--D", type=flags.bounded_int(2, flags.MAX_DIM),
+                   default=26, help="alphabet size of the construction part")
+    p.add_argument("--n", type=flags.int_list(1, flags.MAX_N),
+                   default=None, help="n-gram lengths of the construction")
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="string lengths of the construction")
+    p.add_argument("--model-samples", type=flags.count, default=None,
                    help="strings per stratum run through the construction")
-    p.add_argument("--count-samples", type=int, default=None,
+    p.add_argument("--count-samples", type=flags.count, default=None,
                    help="uniform strings counted for p_n-gram")
     p.add_argument("--archs", default=None,
                    help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "
@@ -238,8 +241,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     check(not models or D == args.D,
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
     result = compute(models, args.D, args.preset, args.seed, args.device,
-                     n_values=ints(args.n) if args.n else None,
-                     lengths=ints(args.lengths) if args.lengths else None,
+                     n_values=list(args.n) if args.n else None,
+                     lengths=list(args.lengths) if args.lengths else None,
                      model_samples=args.model_samples, count_samples=args.count_samples)
     result["checkpoint_paths"] = paths
     return result

@@ -38,13 +38,13 @@ from analyses.common import (
     Claim,
     Figure,
     copy_prompts,
-    ints,
     load_copy_models,
     need,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
+from models import flags
 from models.constructions import build_hash_copy_transformer
 from probes.copying import accuracy_at
 from tasks.base import check
@@ -159,13 +159,15 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
-    p.add_argument("--lengths", default=None,
+    p.add_argument("--n", type=flags.int_list(1, flags.MAX_N),
+                   default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
+    p.add_argument("--lengths", type=flags.lengths, default=None,
                    help="test string lengths (default: max(train max_len, 2·max n + 1))")
-    p.add_argument("--n-examples", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--n-examples", type=flags.count, default=512)
+    p.add_argument("--batch-size", type=flags.batch_size, default=128)
     p.add_argument("--greedy", action="store_true", help="decode greedily (slower)")
-    p.add_argument("--reference-n", default="3,5",
+    p.add_argument("--reference-n", type=flags.int_list(1, flags.MAX_N, allow_empty=True),
+                   default="3,5",
                    help="hash-copy constructions to evaluate alongside ('' for none)")
 
 
@@ -174,10 +176,10 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
     max_len = max(int(i["max_len"] or 0) for i in info.values())
-    for n in ints(args.reference_n):
+    for n in args.reference_n:
         models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
-    n_values = ints(args.n)
-    lengths = ints(args.lengths) if args.lengths else None
+    n_values = list(args.n)
+    lengths = list(args.lengths) if args.lengths else None
     if lengths is None and not max_len and n_values:  # pretrained LMs only: no training length
         lengths = [max(2 * max(n_values) + 1, 3 * max(n_values))]
     result = compute(models, D, n_values, lengths,

@@ -33,13 +33,13 @@ from analyses.common import (
     copy_prompts,
     copy_recipes,
     fmt,
-    ints,
     load_copy_models,
     need,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
+from models import flags
 from probes.copying import accuracy_at
 from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask
@@ -109,8 +109,10 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_copy_models_argument(p)
-    p.add_argument("--lengths", default=None, help="test lengths (default: preset's)")
-    p.add_argument("--n-examples", type=int, default=None)
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="test lengths (default: preset's)")
+    p.add_argument("--n-examples", type=flags.count, default=None,
+                   help="strings per length (default: preset's)")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
@@ -118,8 +120,9 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
     pr = PRESETS[args.preset]
-    return compute(models, D, ints(args.lengths) if args.lengths else pr["lengths"],
-                   args.n_examples or pr["n_examples"], args.seed, info)
+    return compute(models, D, list(args.lengths) if args.lengths else pr["lengths"],
+                   pr["n_examples"] if args.n_examples is None else args.n_examples, args.seed,
+                   info)
 
 
 # ---------------------------------------------------------------------------- the paper's claims

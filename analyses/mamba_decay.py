@@ -25,6 +25,7 @@ import torch
 
 from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
+from models import flags
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import read_decay
 from tasks.base import check
@@ -124,7 +125,7 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=int, default=64, help="test sequences")
+    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

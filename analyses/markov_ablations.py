@@ -44,7 +44,7 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from models.sweep import Failed, backend_of
 from probes.markov import evaluate_markov, markov_task_of
 from tasks.base import TaskError, check
@@ -171,10 +171,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
                    help=f"comma-separated: {', '.join(GROUPS)} (default with --train quick: "
                         f"{','.join(QUICK_GROUPS)}; --train paper: all)")
-    p.add_argument("--steps", type=int, default=None, help="training steps of every run "
+    p.add_argument("--steps", type=flags.bounded_int(1, flags.MAX_STEPS),
+                   default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
-    p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences")
+    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
 
 

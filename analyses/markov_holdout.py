@@ -46,7 +46,7 @@ from scipy.special import betainc
 
 from analyses.common import Checkpoint, Claim, Figure, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from models.mamba2 import MARKOV_PAPER_MODEL
 from probes.estimators import cross_entropy
 from probes.markov import (
@@ -332,8 +332,9 @@ def _main_table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=int, default=256, help="test sequences per range")
-    p.add_argument("--seq-len", type=int, default=300, help="test length (≥ 300 for Table 2)")
+    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences per range")
+    p.add_argument("--seq-len", type=flags.bounded_int(1, flags.MAX_LENGTH),
+                   default=300, help="test length (≥ 300 for Table 2)")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
+from models import flags
 from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
 from tasks.base import check
 
@@ -112,9 +113,11 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=int, default=256, help="test sequences")
-    p.add_argument("--t-min", type=int, default=50, help="L1 is also averaged over t >= this")
-    p.add_argument("--seq-len", type=int, default=None, help="test length (default: training's)")
+    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences")
+    p.add_argument("--t-min", type=flags.bounded_int(0, flags.MAX_LENGTH),
+                   default=50, help="L1 is also averaged over t >= this")
+    p.add_argument("--seq-len", type=flags.bounded_int(1, flags.MAX_LENGTH),
+                   default=None, help="test length (default: training's)")
     p.add_argument("--sweep", action="store_true",
                    help="with --train: also larger S and order k (Figs 1b, 8, 10)")
 

@@ -39,7 +39,6 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
-    ints,
     label_for,
     load_model,
     need,
@@ -47,7 +46,7 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from probes.copying import accuracy_at
 from tasks.base import check, config_to_dict
 from tasks.lookup import LookupConfig, NgramLookupTask
@@ -181,8 +180,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
-    p.add_argument("--lengths", default=None, help="test lengths (default: preset's)")
-    p.add_argument("--n-examples", type=int, default=None)
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="test lengths (default: preset's)")
+    p.add_argument("--n-examples", type=flags.count, default=None,
+                   help="examples per length (default: preset's)")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
@@ -192,8 +193,9 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
     pr = PRESETS[args.preset]
-    result = compute(models, ints(args.lengths) if args.lengths else pr["lengths"],
-                     args.n_examples or pr["n_examples"], args.seed)
+    result = compute(models, list(args.lengths) if args.lengths else pr["lengths"],
+                     pr["n_examples"] if args.n_examples is None else args.n_examples,
+                     args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]
     result["level"] = args.preset  # the medium claim reads only its own level's results
     return result

@@ -37,12 +37,14 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import Claim, Figure, fmt, get, ints, run_analysis, to_jsonable
+from analyses.common import Claim, Figure, fmt, get, run_analysis, to_jsonable
 from figures.style import new_figure
+from models import flags
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
 from tasks.base import check, make_generator
 from tasks.prompts import (
@@ -67,6 +69,9 @@ PRESETS = {
     "paper": {"entries": [10, 20, 40, 70, 100, 140], "lengths": [25, 50, 100, 200, 300],
               "n_examples": 640},
 }
+# prompts x size (phone-book entries or copy tokens) of one point, all built before it runs:
+# the paper's largest point is 640 x 300 tokens
+MAX_PROMPT_UNITS = 10_000_000
 PHONEBOOK_NEW_TOKENS = 50  # authors' code: max_length = prompt + 50
 PAPER_LONG_BOOK = 70  # §4.3: "when the phone-book size is long enough (L >= 70)"
 SSM_ARCHS = (HF_MAMBA, HF_MAMBA2)  # no positional limit on the context
@@ -177,6 +182,21 @@ def context_of(model) -> int | None:
     return None if model.arch in SSM_ARCHS else int(model.cfg.n_ctx)
 
 
+def evaluate_point(model, build, n_examples: int, batch_size: int, on_batch
+                   ) -> tuple[dict, Prompt]:
+    """``(evaluate(...), first prompt)`` of the ``n_examples`` prompts ``build(k)`` makes (its
+    first k prompts do not depend on k). The first is built alone first: a point whose prompt
+    does not fit the model's context is n/a without building the others."""
+    first = build(1)[0]
+    limit, longest = context_of(model), len(first.ids) + len(first.expected)
+    if limit is not None and longest > limit:
+        on_batch(n_examples)
+        return {"n": n_examples, "prompt_tokens": float(len(first.ids)), "acc": None,
+                "note": f"prompts of {longest} tokens exceed the model's context ({limit})"}, first
+    prompts = build(n_examples)
+    return evaluate(model, prompts, batch_size, on_batch), prompts[0]
+
+
 def evaluate(model, prompts: list[Prompt], batch_size: int, on_batch=None) -> dict:
     """Accuracy on one point; n/a when a prompt does not fit the model's context."""
     longest = max(len(p.ids) + len(p.expected) for p in prompts)
@@ -205,6 +225,12 @@ def check_sizes(tasks, entries: list[int], lengths: list[int], n_examples: int,
           f"--lengths must be >= 1 token, got {lengths}")
     check(n_examples >= 1, f"--n-examples must be >= 1, got {n_examples}")
     check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
+    # the prompts of a point are all built before it runs: bound them before any is built
+    for flag, sizes, unit in (("--entries", entries, "entries"), ("--lengths", lengths, "tokens")):
+        work = n_examples * max(sizes)
+        check(work <= MAX_PROMPT_UNITS, f"--n-examples {n_examples} x {flag} up to {max(sizes)} "
+              f"is {work:,} {unit} of prompts per point, more than {MAX_PROMPT_UNITS:,}; lower "
+              "one of them")
 
 
 def model_info(model) -> dict:
@@ -243,10 +269,10 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
         for label, m in models.items():
             curves[label] = []
             for L in entries:
-                prompts = phonebook_prompts(m.tokenizer, L, n_examples, seed)
-                example = example or {"prompt": prompts[0].text, "answer": prompts[0].answer}
-                curves[label].append({"entries": L, **evaluate(m, prompts, batch_size,
-                                                               bar.update)})
+                r, first = evaluate_point(m, partial(phonebook_prompts, m.tokenizer, L,
+                                                     seed=seed), n_examples, batch_size, bar.update)
+                example = example or {"prompt": first.text, "answer": first.answer}
+                curves[label].append({"entries": L, **r})
         result["phonebook"] = {"entries": entries, "shots": 2, "curves": curves,
                                "example": example}
     if "copy" in tasks:
@@ -254,10 +280,11 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
         for label, m in models.items():
             curves[label] = []
             for n in lengths:
-                prompts = copy_prompts(m.tokenizer, text_ids[label], n, n_examples, seed, shuffle)
-                example = example or {"prompt": prompts[0].text, "answer": prompts[0].answer}
-                curves[label].append({"tokens": n, **evaluate(m, prompts, batch_size,
-                                                              bar.update)})
+                build = partial(copy_prompts, m.tokenizer, text_ids[label], n, seed=seed,
+                                shuffle=shuffle)
+                r, first = evaluate_point(m, build, n_examples, batch_size, bar.update)
+                example = example or {"prompt": first.text, "answer": first.answer}
+                curves[label].append({"tokens": n, **r})
         # characters a tokenizer cannot write (<unk>) drop out of its windows
         unknown = {label: sum(t == m.tokenizer.unk_token_id for t in text_ids[label])
                    for label, m in models.items() if m.tokenizer.unk_token_id is not None}
@@ -337,15 +364,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(preset="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
-    p.add_argument("--entries", default=None, help="phone-book sizes L (default: "
+    p.add_argument("--entries", type=flags.int_list(
+                       3, flags.MAX_ENTRIES, why="phone books need >= 3 entries: two shots and "
+                       "the query"),
+                   default=None, help="phone-book sizes L (default: "
                    f"{','.join(map(str, PRESETS['quick']['entries']))})")
-    p.add_argument("--lengths", default=None, help="copy lengths in tokens (default: "
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="copy lengths in tokens (default: "
                    f"{','.join(map(str, PRESETS['quick']['lengths']))})")
-    p.add_argument("--n-examples", type=int, default=None, help="prompts per point")
+    p.add_argument("--n-examples", type=flags.count, default=None, help="prompts per point")
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
-    p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
+    p.add_argument("--batch-size", type=flags.batch_size,
+                   default=4, help="prompts per forward pass")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
 
 
@@ -386,8 +418,8 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 def _compute(args, _checkpoints) -> dict:
     pr = PRESETS[args.preset]
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    entries = ints(args.entries) if args.entries else pr["entries"]
-    lengths = ints(args.lengths) if args.lengths else pr["lengths"]
+    entries = list(args.entries) if args.entries else pr["entries"]
+    lengths = list(args.lengths) if args.lengths else pr["lengths"]
     n_examples = pr["n_examples"] if args.n_examples is None else args.n_examples
     check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading
     text = read_text(args.text) if args.text else None

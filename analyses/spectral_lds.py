@@ -33,8 +33,9 @@ import torch
 from matplotlib import colormaps
 from tqdm.auto import tqdm
 
-from analyses.common import Checkpoint, Claim, Figure, fmt, get, numbers, run_analysis, to_jsonable
+from analyses.common import Checkpoint, Claim, Figure, fmt, get, run_analysis, to_jsonable
 from figures.style import new_figure
+from models import flags
 from models.spectral import (
     autoregressive_base,
     best_in_hindsight,
@@ -253,15 +254,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--paper", dest="preset", action="store_const", const="paper",
                    help=f"paper scale: {PRESETS['paper']}")
     p.set_defaults(preset="quick")
-    p.add_argument("--T", type=int, default=None, help="horizon / filter length")
-    p.add_argument("--k", type=int, default=None, help="number of filters")
-    p.add_argument("--d-hidden", type=int, default=None, help="hidden dimension of the LDS")
-    p.add_argument("--d-in", type=int, default=None)
-    p.add_argument("--d-out", type=int, default=None)
-    p.add_argument("--seeds", type=int, default=None, help="random systems per region")
-    p.add_argument("--qs", default="1/4,1/2,3/4,7/8,1", help="context exponents q (L = T^q)")
-    p.add_argument("--lr", type=float, default=0.3, help="step size in units of 1/E‖X_t‖²")
-    p.add_argument("--radius", type=float, default=10.0, help="r of the Frobenius balls")
+    p.add_argument("--T", type=flags.bounded_int(2, flags.MAX_HORIZON),
+                   default=None, help="horizon / filter length")
+    p.add_argument("--k", type=flags.bounded_int(1, flags.MAX_DIM),
+                   default=None, help="number of filters")
+    p.add_argument("--d-hidden", type=flags.bounded_int(1, flags.MAX_DIM),
+                   default=None, help="hidden dimension of the LDS")
+    p.add_argument("--d-in", type=flags.bounded_int(1, flags.MAX_DIM), default=None)
+    p.add_argument("--d-out", type=flags.bounded_int(1, flags.MAX_DIM), default=None)
+    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS),
+                   default=None, help="random systems per region")
+    p.add_argument("--qs", type=flags.fraction_list(0, 1, open_lo=True),
+                   default="1/4,1/2,3/4,7/8,1", help="context exponents q (L = T^q)")
+    p.add_argument("--lr", type=flags.positive, default=0.3, help="step size in units of 1/E‖X_t‖²")
+    p.add_argument("--radius", type=flags.positive, default=10.0, help="r of the Frobenius balls")
 
 
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
@@ -271,7 +277,7 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     for key in ("T", "k", "d_hidden", "d_in", "d_out", "seeds"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
-    return {**compute(**cfg, qs=tuple(numbers(args.qs)), seed=args.seed, lr=args.lr,
+    return {**compute(**cfg, qs=tuple(args.qs), seed=args.seed, lr=args.lr,
                       radius=args.radius), "preset": args.preset}
 
 

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from analyses.common import Checkpoint, Claim, Figure, fmt, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
+from models import flags
 from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
 from probes.markov import markov_batch, markov_task_of
@@ -220,10 +221,13 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=int, default=64, help="test sequences")
-    p.add_argument("--max-rows", type=int, default=12000, help="(sequence, position) samples")
-    p.add_argument("--buckets", type=int, default=4, help="position buckets")
-    p.add_argument("--alpha", type=float, default=1e-3, help="ridge penalty (standardised X)")
+    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences")
+    p.add_argument("--max-rows", type=flags.bounded_int(1, flags.MAX_ROWS),
+                   default=12000, help="(sequence, position) samples")
+    p.add_argument("--buckets", type=flags.bounded_int(1, flags.MAX_LENGTH),
+                   default=4, help="position buckets")
+    p.add_argument("--alpha", type=flags.positive,
+                   default=1e-3, help="ridge penalty (standardised X)")
     p.add_argument("--no-control", action="store_true", help="skip the random-init control")
 
 

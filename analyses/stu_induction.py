@@ -36,15 +36,13 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
-    ints,
     load_model,
     need,
-    numbers,
     run_analysis,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from probes.induction import (
     binomial_sf,
     even_lags_accuracy,
@@ -263,7 +261,7 @@ def _medium_recipes(labels: tuple[str, ...] | None, qs: tuple[float, ...] | None
 
 def _selected_recipes(args: argparse.Namespace) -> list[str]:
     archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
-    return induction_recipes(args.train, archs, tuple(numbers(args.qs)) if args.qs else None,
+    return induction_recipes(args.train, archs, tuple(args.qs) if args.qs else None,
                              args.seeds)
 
 
@@ -431,19 +429,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default=None,
                    help="architectures trained by --train (default: stu,transformer,mamba2; "
                    f"medium: the labels {','.join(zoo.INDUCTION_MEDIUM_MODELS)})")
-    p.add_argument("--qs", default=None, help="training lengths T^q with T = 256, from the "
+    p.add_argument("--qs", type=flags.fraction_list(0, 1, open_lo=True),
+                   default=None, help="training lengths T^q with T = 256, from the "
                    "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")
-    p.add_argument("--seeds", type=int, default=None,
+    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS), default=None,
                    help="seeds per (arch, q), from the zoo's runs (default quick 3, paper 5)")
-    p.add_argument("--lengths", default=None, help="evaluation lengths (default 16..256)")
-    p.add_argument("--n-eval", type=int, default=512, help="sequences per evaluation length")
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="evaluation lengths (default 16..256)")
+    p.add_argument("--n-eval", type=flags.count,
+                   default=512, help="sequences per evaluation length")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "induction checkpoints")
     models = [load_model(c.path, archs=ARCHS, device=args.device, tasks=("induction",))
               for c in checkpoints]
-    result = compute(models, lengths=ints(args.lengths) if args.lengths else None,
+    result = compute(models, lengths=list(args.lengths) if args.lengths else None,
                      n_eval=args.n_eval, seed=args.seed)
     result.update({"checkpoints": [c.path for c in checkpoints],
                    "labels": [c.label for c in checkpoints], "preset": args.train})

@@ -46,6 +46,7 @@ from typing import Any
 from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
+from models import flags
 from tasks.base import TaskError, check
 from tasks.errors import RunError
 
@@ -93,7 +94,8 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the tasks on Ray: alone, a Ray instance started here (--jobs "
                         "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
                         "cluster (needs pip install -e .[cluster])")
-    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+    p.add_argument("--retries", type=flags.bounded_int(0, flags.MAX_RETRIES),
+                   default=DEFAULT_RETRIES,
                    help=f"attempts after the first for a task that fails (default "
                         f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
 

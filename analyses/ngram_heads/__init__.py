@@ -56,16 +56,17 @@ from analyses.common import (
     Claim,
     Figure,
     get,
-    ints,
     label_for,
     load_model,
     run_analysis,
     to_jsonable,
 )
 from analyses.ngram_heads.plots import plot, table
+from models import flags
 from models.checkpoint import is_hf_source
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
+from probes.copying import ATTN_BUDGET
 from probes.match_heads import (
     ablated_accuracy,
     ablation_controls,
@@ -147,6 +148,17 @@ def check_model(model) -> str:
     return ea.kind(model)
 
 
+def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool) -> None:
+    """Before any example is built: the longest probe sequence fits the model's context, and a
+    batch of them the attention budget (the batch's patterns are held at once), or one line."""
+    fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
+    flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",
+                        getattr(model, "name", model.arch))
+    check(batch_size * fed**2 <= ATTN_BUDGET, f"--batch-size {batch_size} at L = "
+          f"{max(lengths)} holds {batch_size} x {fed}^2 attention entries per head, more than "
+          f"{ATTN_BUDGET:.0e}; lower --batch-size or --lengths")
+
+
 def compute(model, task_name: str | None = "copy", task_config: dict | None = None,
             config: HeadsConfig | None = None, *, batches: ProbeData | None = None,
             text: str | None = None, progress: bool = True, **settings) -> dict:
@@ -162,6 +174,7 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
     task_config = dict(task_config or {})
     lengths = (list(cfg.lengths) if cfg.lengths is not None
                else default_lengths(task_name, task_config, cfg.data))
+    check_fits(model, lengths, cfg.batch_size, pretrained=task_name is None)
     model.eval()
     if batches is not None:
         data = batches
@@ -225,14 +238,19 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-max", type=int, default=8, help="largest n of the match score")
-    p.add_argument("--lengths", default=None, help="string lengths to probe (default: upper "
-                   "half of the (first) checkpoint's training range)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--n-max", type=flags.bounded_int(1, flags.MAX_N), default=8,
+                   help="largest n of the match score")
+    p.add_argument("--lengths", type=flags.int_list(2, flags.MAX_LENGTH), default=None,
+                   help="string lengths to probe (default: upper half of the (first) "
+                   "checkpoint's training range)")
+    p.add_argument("--batch-size", type=flags.batch_size, default=64)
     p.add_argument("--mode", choices=MODES, default="mean", help="ablation")
-    p.add_argument("--threshold", type=float, default=0.5, help="match score of a match head")
-    p.add_argument("--top-k", type=int, default=None, help="ablate the k best heads instead")
-    p.add_argument("--draws", type=int, default=10, help="random ablations")
+    p.add_argument("--threshold", type=flags.probability, default=0.5,
+                   help="match score of a match head")
+    p.add_argument("--top-k", type=flags.bounded_int(1, flags.MAX_HEADS), default=None,
+                   help="ablate the k best heads instead")
+    p.add_argument("--draws", type=flags.bounded_int(1, flags.MAX_DRAWS), default=10,
+                   help="random ablations")
     p.add_argument("--data", choices=DATA, default="auto",
                    help="probe examples: auto (copy examples for copy models, the task's own "
                    "rows for induction models, else repeated random strings; a pretrained LM: "
@@ -246,7 +264,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_of(args) -> HeadsConfig:
     """The flags as a :class:`HeadsConfig` (checked before any model is loaded)."""
-    return HeadsConfig(n_max=args.n_max, lengths=ints(args.lengths) if args.lengths else None,
+    return HeadsConfig(n_max=args.n_max, lengths=args.lengths,
                        batch_size=args.batch_size, seed=args.seed, mode=args.mode,
                        threshold=args.threshold, draws=args.draws, top_k=args.top_k,
                        data=args.data, per_head=args.per_head)
@@ -274,8 +292,7 @@ def task_of(model) -> dict | None:
 
 
 @dataclass(frozen=True)
-class Run:
-    """One probe of one model: its label, checkpoint path, model and kind of probe data."""
+class Run:  # one probe of one model: its label, checkpoint path, model and kind of probe data
 
     label: str
     path: str

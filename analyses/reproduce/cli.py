@@ -28,6 +28,7 @@ from analyses.reproduce.plan import (
 )
 from analyses.reproduce.runner import log_name, run_jobs
 from figures.style import DEFAULT_OUT
+from models import flags
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.sweep import add_backend_arguments, backend_of
 from models.train import dryrun
@@ -49,9 +50,9 @@ def _parser() -> OneLineParser:
     p.add_argument("--out", default=None,
                    help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium)")
     p.add_argument("--cache-dir", default="checkpoints")
-    p.add_argument("--timeout", type=float,
+    p.add_argument("--timeout", type=flags.bounded_float(0, flags.MAX_SECONDS, open_lo=True),
                    default=3600.0, help="seconds per job")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
                    help="cores' worth of jobs at once (default: 2 on a machine with >= 2 "
                         "cores for --quick / --medium, 1 for --paper: one GPU)")
     p.add_argument("--list", action="store_true",

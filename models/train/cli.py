@@ -11,6 +11,8 @@ SIGTERM; the checkpoint was saved once training had started).
 ``torchrun --nproc_per_node N -m models.train …`` trains one DistributedDataParallel job over N
 processes (:mod:`models.train.distributed`): rank 0 speaks, holds ``--out`` and writes it;
 ``--resume`` works as in one process. ``--precision bf16`` and ``--compile`` are config flags.
+``python -m models.train.launch`` takes torchrun's flags and ends as this command does: a
+SIGTERM to it saves and exits 130 in one line (plain torchrun exits 1 with a traceback).
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""``python -m models.train.launch`` (torchrun with a clean end, issue 29 item 15): a SIGTERM to
+the launcher of a 2-process gloo job on the CPU saves the checkpoint and exits 130 with one line
+of its own and no traceback; a worker's bad flag ends the job with the worker's exit code."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import models
+from models.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--task", "copy", "--arch", "transformer", "--d-model", "8", "--n-layers", "1",
+        "--n-heads", "2", "--d-mlp", "16", "--max-len", "4", "--batch-size", "4",
+        "--eval-every", "0", "--eval-batches", "1", "--eval-batch-size", "4", "--device", "cpu",
+        "--no-progress"]
+START_S = 120  # the workers' start (imports, rendezvous) on a busy CPU
+
+
+def launch(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # --standalone: a rendezvous on a free local port, so jobs side by side never collide
+    return subprocess.Popen([sys.executable, "-m", "models.train.launch", "--standalone",
+                             "--nproc_per_node", "2", "-m", "models.train", *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_to_the_launcher_saves_and_exits_130_in_one_line(tmp_path):
+    out = tmp_path / "run.pt"
+    # every step is saved (--save-every 1): the file's appearance says training has started
+    p = launch(*TINY, "--steps", "1000000", "--save-every", "1", "--out", str(out))
+    try:
+        deadline = time.monotonic() + START_S
+        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists(), p.communicate(timeout=60)[1][-3000:]
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
+    assert "SIGTERM: interrupted at step" in err  # rank 0 saved where it stopped
+    assert err.strip().splitlines()[-1].startswith("SIGTERM: torchrun stopped its workers")
+    model = models.load(out)  # whole and loadable
+    assert 1 <= model.checkpoint["train"]["step"] < 1_000_000
+    assert model.checkpoint["train"]["world_size"] == 2
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_worker_refusing_its_flags_ends_the_job_with_its_code(tmp_path):
+    p = launch(*TINY, "--steps", "0", "--out", str(tmp_path / "x.pt"))
+    _, err = p.communicate(timeout=START_S)
+    assert p.returncode == EXIT_BAD_INPUT, err[-3000:]
+    assert "Traceback" not in err and "steps must be >= 1" in err
+    assert re.fullmatch(rf"torchrun: rank [01] exited with code {EXIT_BAD_INPUT}",
+                        err.strip().splitlines()[-1]), err[-3000:]

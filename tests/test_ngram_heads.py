@@ -2,6 +2,7 @@
 HuggingFace models (pretrained LMs on repeated random tokens and repeated text; our models
 exported to HF) — tiny untrained models and the hash-copy construction, no training."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,10 +12,12 @@ import torch
 from analyses import ngram_heads
 from models import load
 from models.checkpoint import FORMAT, save_checkpoint
-from models.constructions import save_hash_copy
+from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.export_hf import export
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
+from probes.match_heads import MatchHeads, find_match_heads
+from tasks.base import TaskError
 from tests.hf_fixtures import save_tiny_hf
 
 COPY = {"D": 26, "max_len": 12}
@@ -178,3 +181,20 @@ def test_our_model_exported_to_hf_gives_the_same_scores_as_its_checkpoint(tmp_pa
     np.testing.assert_allclose(theirs["match_score"], ours["match_score"], atol=1e-4)
     assert [(h["layer"], h["head"]) for h in theirs["match_heads"]] == [
         (h["layer"], h["head"]) for h in ours["match_heads"]]
+
+
+def test_the_match_head_finder_returns_a_frozen_result_and_the_settings_are_checked():
+    """probes.match_heads.find_match_heads on the hash-copy construction: its NoPE head, as a
+    frozen MatchHeads; HeadsConfig refuses bad settings in one TaskError."""
+    model = build_hash_copy_transformer(3, 26)
+    data = ngram_heads.probe_batches(model, "copy", COPY, [12], 4, seed=0)
+    found = find_match_heads(model, data, n_max=4)
+    assert isinstance(found, MatchHeads) and found.heads == ((1, 4),) and found.threshold_met
+    assert found.match_score.shape == found.best_n.shape == found.target.shape
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.heads = ()
+    assert ngram_heads.HeadsConfig(lengths=[6, 8]).lengths == (6, 8)
+    for bad in ({"top_k": 0}, {"threshold": float("nan")}, {"lengths": [1]}, {"mode": "x"},
+                {"data": "y"}, {"draws": 0}):
+        with pytest.raises(TaskError):
+            ngram_heads.HeadsConfig(**bad)

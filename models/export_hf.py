@@ -4,38 +4,20 @@ trained models open in ``transformers``, TransformerLens, nnsight or SAELens, of
 
     AutoModelForCausalLM.from_pretrained(OUT_DIR); AutoTokenizer.from_pretrained(OUT_DIR)
 
-Only classes that compute *exactly* our model are used; anything else is refused with one line:
-    transformer, pe=rope / nope  -> ``GPTNeoXForCausalLM`` (pre-LN LayerNorm blocks with biases,
-                                    NeoX rotate-half RoPE on a fraction of each head, sequential
-                                    or parallel residual, untied embeddings, final LayerNorm;
-                                    NoPE = a rotary fraction of 0). GPT-NeoX's unembedding has no
-                                    bias, so ours is moved into the final LayerNorm's bias b':
-                                    W·b' = W·b + c, solvable when the bias lies in the span of
-                                    the unembedding's columns (always when vocab ≤ d_model and W
-                                    has full rank); otherwise the checkpoint is refused.
-    mamba2                       -> ``Mamba2ForCausalLM`` (same parameter names in the mixer);
-                                    ``use_D=False`` as D = 0, ``decay=False`` as an A_log whose
-                                    exp underflows to 0 (a_t = 1), ``conv=False`` as a width-1
-                                    identity convolution.
-    mamba                        -> ``MambaForCausalLM`` (same rewrites for D and conv).
-    refused: Hard-ALiBi, ALiBi, encoders, classifier heads, normalization="none", STU, LSTM,
-    MambaZero, SSMs with an MLP after the mixer, without block / final norm, without the gate,
-    with a non-silu activation, an L1 prediction or a non-zero unembedding bias (see
-    :func:`refusal`).
+Which HF class each model becomes, what is refused and why, and :data:`HOOK_MAP` (our hook ->
+HF module) live in :mod:`models.export_map`; the tokenizer in :mod:`models.export_tokenizer`.
+Both are re-exported here.
 
-The tokenizer is a ``PreTrainedTokenizerFast`` over the checkpoint's task vocabulary (word-level,
-one token per symbol, our ids; ``<BOS>``, ``<EOS>``, ``<PAD>`` declared as HF's bos / eos / pad
-and the other specials as extra special tokens). It adds no token by itself: write ``<BOS>``
-where our tasks put one. A one-character alphabet reads text character by character
-("abc<COPY>abc"); a longer one reads whitespace-separated symbols ("s1 s0 s1"), the same strings
-``Vocab.decode`` prints.
+Before the directory is published it is loaded back with ``from_pretrained`` and compared with
+ours on a batch of the checkpoint's task, both in float32 (eager attention): the logits, and the
+activation at every ``HOOK_MAP`` hook; a difference beyond rounding refuses the export.
 
-Provenance (arch, model config, task, training step, weights digest) is stored in the HF config
-as ``seqprobe`` (:func:`read_provenance`). Weights keep the checkpoint's dtype. Before the
-directory is published it is loaded back with ``from_pretrained`` and its logits compared with
-ours on a batch of the checkpoint's task, both in float32 (eager attention); a difference beyond
-rounding refuses the export. The configs also carry what transformers 4.x reads (``rotary_pct``,
-``rotary_emb_base``, the tokenizer class by its old name), so older versions load them too.
+Writing: the export is built in a temp directory beside OUT_DIR (``.NAME.XXXXXXXX.export.tmp``,
+which :func:`models.load` refuses) and renamed into place, holding ``.NAME.export.lock`` beside
+it for the whole run: a second export into the same OUT_DIR at the same time is refused in one
+line. Temp directories a killed export left for the same OUT_DIR are removed. An existing
+non-empty OUT_DIR needs ``--overwrite``, which replaces only a directory this command wrote (our
+files and provenance; anything else is refused, nothing deleted).
 
 Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 interrupted
 (Ctrl-C or SIGTERM; the temp directory is removed and OUT_DIR is as it was).
@@ -44,9 +26,7 @@ Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import math
 import os
 import re
 import shutil
@@ -55,18 +35,12 @@ import stat
 import sys
 import tempfile
 import threading
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import einops
 import torch
 import transformers as tf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
-from tokenizers import models as tk_models
 from torch import Tensor
-from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from models.checkpoint import (
@@ -77,496 +51,32 @@ from models.checkpoint import (
     short_path,
 )
 from models.cli import OneLineParser, run_cli
+from models.export_map import (  # noqa: F401 - the names users import from models.export_hf
+    BAMBA,
+    HF_CLASSES,
+    HOOK_MAP,
+    LN_SHIFT_NOTE,
+    NO_DECAY_A_LOG,
+    REFUSED_ARCHS,
+    ExportError,
+    HFExport,
+    HFSite,
+    fold_unembed_bias,
+    hf_class,
+    hook_sites,
+    read_provenance,
+    refusal,
+    special_token_ids,
+    to_hf,
+)
+from models.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer  # noqa: F401
 from models.loading import EXPORT_TEMP_SUFFIX
-from models.recurrent import to_hf_state_dict
-from models.registry import model_class
 from tasks.atomic import exclusive_lock, umask
-from tasks.base import TaskError, Vocab, check, config_from_dict, make_generator
+from tasks.base import check, make_generator
 from tasks.registry import make_task
 
-HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
-              "mamba": "MambaForCausalLM"}
-# Mamba-2 with the Markov paper's MLP after each mixer (d_mlp > 0): Bamba's blocks are exactly
-# resid + mixer(RMSNorm(resid)), then resid + down(act(gate(·)) ⊙ up(·))(RMSNorm(resid)); with
-# no attention layer listed it is a pure Mamba-2 stack
-BAMBA = "BambaForCausalLM"
-# a_t = exp(−exp(A_log)·Δ_t): exp(−10⁴) is 0 in every float format, so a_t = 1 exactly
-NO_DECAY_A_LOG = -1.0e4
-# HF roles of our special tokens (the others become extra special tokens)
-SPECIAL_ROLES = {"BOS": "bos_token", "EOS": "eos_token", "PAD": "pad_token"}
-MIN_POSITIONS = 2048  # max_position_embeddings when the run's context is shorter (RoPE/NoPE
-# have no learned positions, so it bounds nothing in the model; tools read it as n_ctx)
 VERIFY_TOKENS = 256  # task tokens per row checked after the export
 VERIFY_RTOL = 1e-4  # of the largest |logit|: float32 rounding is far below, a wrong map far above
-
-REFUSED_ARCHS = {
-    "mambazero": "MambaZero (Markov paper §4.1) has no block norm, no final norm, no gate and "
-                 "an L1-normalised prediction; HF's Mamba2ForCausalLM always applies RMSNorms, "
-                 "the silu gate and a softmax",
-    "lstm": "transformers has no LSTM causal-LM class",
-    "stu": "the Spectral Transform Unit's fixed spectral filters exist in no HF class",
-}
-
-
-class ExportError(TaskError):
-    """A checkpoint that no HF class computes exactly, or an output directory that is refused."""
-
-
-@dataclass
-class HFExport:
-    """What :func:`to_hf` maps a checkpoint to: the HF config, its state dict (HF names), the
-    tokenizer, and notes on rewrites that keep the function but change a parameter."""
-
-    config: Any  # transformers.PretrainedConfig
-    state_dict: dict[str, Tensor]
-    tokenizer: Any  # transformers.PreTrainedTokenizerFast
-    notes: list[str] = field(default_factory=list)
-    rounding: float = 0.0  # largest logit change the rewrites make by rounding in the dtype
-
-
-# ---------------------------------------------------------------------------- refusals
-def hf_class(arch: str, cfg) -> str:
-    """The HF class an exportable ``arch`` model of config ``cfg`` becomes."""
-    if arch == "mamba2" and cfg.d_mlp:
-        return BAMBA
-    return HF_CLASSES[arch]
-
-
-def refusal(arch: str, cfg) -> str | None:
-    """Why no HF class computes the ``arch`` model of config ``cfg`` exactly, or None.
-
-    Decided from the config alone; :func:`to_hf` also refuses on weights (an unembedding bias
-    that cannot be moved, see the module docstring)."""
-    if arch in REFUSED_ARCHS:
-        return f"arch={arch}: {REFUSED_ARCHS[arch]}"
-    if arch == "transformer":
-        if cfg.pe == "hard_alibi":
-            return ("pe=hard_alibi: Hard-ALiBi's per-head windows (each masked head sees only "
-                    "its last w tokens) exist in no HF attention class")
-        if cfg.pe == "alibi":
-            return ("pe=alibi: HF's ALiBi classes differ elsewhere (BLOOM and Falcon fix the "
-                    "slopes to 2^(-8h/H) and BLOOM normalises the embeddings; MPT has no "
-                    "biases), so none computes this model exactly")
-        if not cfg.causal:
-            return "causal=False: an encoder is not a causal LM (no HF class of this layout)"
-        if cfg.head != "lm":
-            return f"head={cfg.head}: a classifier head, not next-token logits"
-        if cfg.normalization != "layernorm":
-            return (f"normalization={cfg.normalization}: GPT-NeoX always applies its "
-                    "LayerNorms; an identity norm has no HF equivalent")
-        return None
-    if arch in ("mamba2", "mamba"):
-        name = hf_class(arch, cfg)
-        if arch == "mamba2":  # the Markov paper's published model (models.mamba2) first
-            if cfg.norm != "rms":
-                return (f"norm={cfg.norm}: the Markov paper's bias-free LayerNorm subtracts the "
-                        "mean; every HF Mamba-2 class normalises with RMSNorm")
-            if cfg.norm_before_gate and cfg.mixer_norm:
-                return ("norm_before_gate=True: HF's Mamba-2 mixers compute norm(y ⊙ silu(z)), "
-                        "not the authors' norm(y) ⊙ silu(z)")
-            if cfg.d_mlp and not cfg.mlp_gated:
-                return (f"mlp_gated=False: the HF class with an MLP after a Mamba-2 mixer "
-                        f"({BAMBA}) gates it, down(act(gate(u)) ⊙ up(u))")
-            if cfg.d_mlp and cfg.mlp_act != cfg.activation:
-                return (f"d_mlp={cfg.d_mlp} with mlp_act={cfg.mlp_act}: the HF class with an MLP "
-                        f"after a Mamba-2 mixer ({BAMBA}) uses one activation (hidden_act) for "
-                        f"the MLP and the mixer, and the mixer's is {cfg.activation}")
-        elif cfg.d_mlp:
-            return (f"d_mlp={cfg.d_mlp}: {name}'s blocks have no MLP after the mixer, and no HF "
-                    "class puts one after a Mamba-1 mixer with its own norm")
-        if not cfg.block_norm:
-            return f"block_norm=False: {name} always applies an RMSNorm before the mixer"
-        if not cfg.final_norm:
-            return f"final_norm=False: {name} always applies its final RMSNorm"
-        if not cfg.gated:
-            return f"gated=False: {name} always multiplies the output by silu(z)"
-        if cfg.activation != "silu":
-            return (f"activation={cfg.activation}: {name} gates with silu whatever hidden_act "
-                    "says, and its fused CUDA kernels take silu only")
-        if cfg.prediction != "softmax":
-            return (f"prediction={cfg.prediction}: HF causal LMs read their logits through a "
-                    "softmax")
-        if arch == "mamba2" and not cfg.mixer_norm:
-            return f"mixer_norm=False: {name} always applies the gated RMSNorm"
-        return None
-    return f"arch={arch}: no HF class is known for it"
-
-
-# ---------------------------------------------------------------------------- hook map
-@dataclass(frozen=True)
-class HFSite:
-    """Where one of our hooks is in the exported HF model: the module at ``module`` (``{i}``:
-    our block index, the same index in HF's layer list), read as its ``output`` (element
-    ``item`` of a tuple) or its first positional ``input``. Values equal ours to float
-    rounding, reshaped to HF's shape (our per-head axes are flattened there); ``note`` says
-    where they are not."""
-
-    module: str
-    read: str = "output"  # output | input
-    item: int = 0
-    note: str = ""
-
-
-_NEOX = "gpt_neox.layers.{i}."
-_SSM = "backbone.layers.{i}."
-_BAMBA_L = "model.layers.{i}."
-LN_SHIFT_NOTE = ("plus seqprobe.ln_final_shift of config.json where the unembedding bias was "
-                 "moved into this LayerNorm's bias (GPT-NeoX's lm_head has none)")
-# our hook name -> HF module, per exported class (forward hooks on the module, or nnsight's
-# .output / .input, read these). Activations with no module boundary of their own in the HF
-# class (q, k, v, scores, Δ_t, B, C, the state) are not listed.
-HOOK_MAP: dict[str, dict[str, HFSite]] = {
-    "GPTNeoXForCausalLM": {
-        "hook_embed": HFSite("gpt_neox.embed_in"),
-        "blocks.{i}.hook_resid_pre": HFSite("gpt_neox.layers.{i}", "input"),
-        "blocks.{i}.ln1.hook_normalized": HFSite(_NEOX + "input_layernorm"),
-        "blocks.{i}.attn.hook_pattern": HFSite(_NEOX + "attention", item=1,
-                                               note="eager attention only (others give None)"),
-        "blocks.{i}.attn.hook_z": HFSite(_NEOX + "attention.dense", "input"),
-        "blocks.{i}.hook_attn_out": HFSite(_NEOX + "attention"),
-        # sequential blocks: the second LayerNorm reads resid_mid (parallel ones: resid_pre)
-        "blocks.{i}.hook_resid_mid": HFSite(_NEOX + "post_attention_layernorm", "input"),
-        "blocks.{i}.ln2.hook_normalized": HFSite(_NEOX + "post_attention_layernorm"),
-        "blocks.{i}.mlp.hook_pre": HFSite(_NEOX + "mlp.dense_h_to_4h"),
-        "blocks.{i}.mlp.hook_post": HFSite(_NEOX + "mlp.dense_4h_to_h", "input"),
-        "blocks.{i}.hook_mlp_out": HFSite(_NEOX + "mlp"),
-        "blocks.{i}.hook_resid_post": HFSite("gpt_neox.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
-    },
-    "Mamba2ForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_SSM + "mixer.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
-    BAMBA: {
-        "hook_embed": HFSite("model.embed_tokens"),
-        "blocks.{i}.hook_resid_pre": HFSite("model.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_BAMBA_L + "input_layernorm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_BAMBA_L + "mamba.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_BAMBA_L + "mamba"),
-        "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
-        "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
-        "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
-        "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward"),
-        "blocks.{i}.hook_resid_post": HFSite("model.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("model.final_layernorm"),
-    },
-    "MambaForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_x": HFSite(_SSM + "mixer.x_proj", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
-}
-
-
-def hook_sites(hf_class_name: str, n_layers: int) -> dict[str, HFSite]:
-    """:data:`HOOK_MAP` of one exported class with ``{i}`` filled in for every block:
-    ``{"blocks.0.hook_resid_post": HFSite("gpt_neox.layers.0"), ...}``."""
-    check(hf_class_name in HOOK_MAP, f"no hook map for {hf_class_name!r}; exported classes: "
-          f"{', '.join(sorted(HOOK_MAP))}")
-    sites = {}
-    for ours, site in HOOK_MAP[hf_class_name].items():
-        for i in range(n_layers) if "{i}" in ours else [None]:
-            sites[ours.format(i=i)] = (site if i is None else dataclasses.replace(
-                site, module=site.module.format(i=i)))
-    return sites
-
-
-# ---------------------------------------------------------------------------- tokenizer
-def hf_tokenizer(vocab: Vocab, n_tokens: int, max_len: int = MIN_POSITIONS):
-    """A ``PreTrainedTokenizerFast`` whose ids are ``vocab``'s (``n_tokens`` ≥ vocab.size; extra
-    ids of a wider embedding become ``<unused{i}>``), built with the ``tokenizers`` package.
-
-    It reads text as our models' ``to_tokens`` does and adds ``<BOS>`` in front (its
-    post-processor) when the vocabulary has one, as our tasks' sequences start. It has no
-    unknown token: our models have no id for one, and mapping a foreign symbol onto a task
-    token would be a silent wrong input, so a symbol outside the vocabulary is an error."""
-    check(n_tokens >= vocab.size, f"the model has {n_tokens} token ids but its task vocabulary "
-          f"{vocab.size}")
-    specials = [f"<{s}>" for s in vocab.specials]
-    unused = [f"<unused{i}>" for i in range(n_tokens - vocab.size)]
-    symbols = [*vocab.alphabet, *specials, *unused]
-    dup = sorted(s for s, n in Counter(symbols).items() if n > 1)
-    check(not dup, f"the task vocabulary repeats the symbol(s) {dup[:3]}: no tokenizer can "
-          "give them distinct ids")
-    ids = {s: i for i, s in enumerate(symbols)}
-    if all(len(a) == 1 for a in vocab.alphabet):
-        # Unigram without unk_id: a character outside the vocabulary raises "Encountered an
-        # unknown token but `unk_id` is missing" (WordLevel's error would name an unknown
-        # token, "[UNK]", as if the file had lost it). Unigram needs every character of a
-        # word to be a piece, so it serves one-character alphabets only.
-        tok = Tokenizer(tk_models.Unigram([(s, -1.0) for s in symbols], unk_id=None,
-                                          byte_fallback=False))
-        isolate = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-        if any(a.isspace() for a in vocab.alphabet):  # phone-book text: spaces are tokens
-            tok.pre_tokenizer = isolate
-        else:  # whitespace only separates, as in our to_tokens ("a b c" is "abc")
-            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                                         isolate])
-        tok.decoder = decoders.Fuse()
-    else:
-        check(not any(c.isspace() for a in vocab.alphabet for c in a),
-              "the task vocabulary has multi-character symbols with whitespace in them: "
-              "no text form tells them apart")
-        # one word per symbol; a word outside the vocabulary raises WordLevel's "Missing
-        # [UNK] token" (the tokenizers library has no model that both keeps multi-character
-        # words whole and refuses an unknown one in other words)
-        tok = Tokenizer(tk_models.WordLevel(vocab=ids, unk_token="[UNK]"))
-        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # decode joins with spaces
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
-                            for s in specials + unused])
-    bos = "BOS" in vocab.specials
-    if bos:  # the single and pair templates transformers itself writes for add_bos_token
-        tok.post_processor = processors.TemplateProcessing(
-            single="<BOS>:0 $A:0", pair="<BOS>:0 $A:0 <BOS>:1 $B:1",
-            special_tokens=[("<BOS>", vocab.id("BOS"))])
-    roles = {SPECIAL_ROLES[s]: f"<{s}>" for s in vocab.specials if s in SPECIAL_ROLES}
-    extra = [f"<{s}>" for s in vocab.specials if s not in SPECIAL_ROLES] + unused
-    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=max_len,
-                                   clean_up_tokenization_spaces=False, add_bos_token=bos,
-                                   extra_special_tokens=extra, **roles)
-
-
-def special_token_ids(vocab: Vocab) -> dict[str, int | None]:
-    """``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` for the HF config (None where the
-    vocabulary has no such token)."""
-    return {f"{role}_id": (vocab.id(s) if s in vocab.specials else None)
-            for s, role in SPECIAL_ROLES.items()}
-
-
-# ---------------------------------------------------------------------------- weights
-def _transformer(cfg, sd: dict[str, Tensor], ids: dict, n_ctx: int, notes: list[str]):
-    H, dh = cfg.n_heads, cfg.d_head
-    n_rot = 2 * int(dh * cfg.rotary_frac / 2) if cfg.pe == "rope" else 0
-    frac = n_rot / dh
-    if int(dh * frac) != n_rot:  # HF rotates int(d_head · fraction) channels
-        frac = math.nextafter(frac, 2.0)
-    config = tf.GPTNeoXConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=H, intermediate_size=cfg.d_mlp_, hidden_act=cfg.act_fn,
-        max_position_embeddings=n_ctx, layer_norm_eps=cfg.ln_eps,
-        use_parallel_residual=cfg.parallel_residual, attention_bias=True,
-        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_base),
-                         "partial_rotary_factor": frac},
-        tie_word_embeddings=False, attention_dropout=0.0, hidden_dropout=0.0, **ids)
-    # transformers 4.x reads these two (and would default the fraction to 0.25, silently); 5.x
-    # reads rope_parameters and drops them
-    config.rotary_pct, config.rotary_emb_base = frac, float(cfg.rope_base)
-    out = {"gpt_neox.embed_in.weight": sd["embed.weight"]}
-    for i in range(cfg.n_layers):
-        p, q = f"blocks.{i}.", f"gpt_neox.layers.{i}."
-        W = torch.stack([sd[p + "attn.W_Q"], sd[p + "attn.W_K"], sd[p + "attn.W_V"]], dim=1)
-        b = torch.stack([sd[p + "attn.b_Q"], sd[p + "attn.b_K"], sd[p + "attn.b_V"]], dim=1)
-        out |= {
-            q + "input_layernorm.weight": sd[p + "ln1.w"],
-            q + "input_layernorm.bias": sd[p + "ln1.b"],
-            q + "post_attention_layernorm.weight": sd[p + "ln2.w"],
-            q + "post_attention_layernorm.bias": sd[p + "ln2.b"],
-            # NeoX's fused rows are per head: [q of head 0, k of head 0, v of head 0, q of 1…]
-            q + "attention.query_key_value.weight": einops.rearrange(
-                W, "h j d e -> (h j e) d"),  # [3·d_model, d_model]
-            q + "attention.query_key_value.bias": b.reshape(-1),  # [3·d_model]
-            q + "attention.dense.weight": sd[p + "attn.W_O"].reshape(H * dh, -1).T,
-            q + "attention.dense.bias": sd[p + "attn.b_O"],
-            q + "mlp.dense_h_to_4h.weight": sd[p + "mlp.W_in"].T,
-            q + "mlp.dense_h_to_4h.bias": sd[p + "mlp.b_in"],
-            q + "mlp.dense_4h_to_h.weight": sd[p + "mlp.W_out"].T,
-            q + "mlp.dense_4h_to_h.bias": sd[p + "mlp.b_out"],
-        }
-    W_U, c, b_f = sd["unembed.weight"], sd["unembed.bias"], sd["ln_final.b"]
-    rounding = 0.0
-    if bool(c.any()):
-        b_f, rounding = fold_unembed_bias(W_U, c, b_f)
-        shift = float((b_f.double() - sd["ln_final.b"].double()).abs().max())
-        notes.append("the unembedding bias was moved into gpt_neox.final_layer_norm.bias "
-                     "(GPT-NeoX's lm_head has no bias; same logits"
-                     + (f" up to {rounding:.2g}, the rounding of the moved bias in "
-                        f"{str(b_f.dtype).removeprefix('torch.')}"
-                        if b_f.dtype not in (torch.float32, torch.float64) else "")
-                     + f"), so its output is ours + seqprobe.ln_final_shift (max |shift| "
-                       f"{shift:.3g})")
-    out |= {"gpt_neox.final_layer_norm.weight": sd["ln_final.w"],
-            "gpt_neox.final_layer_norm.bias": b_f, "lm_head.weight": W_U}
-    return config, out, rounding
-
-
-def fold_unembed_bias(W_U: Tensor, c: Tensor, b: Tensor) -> tuple[Tensor, float]:
-    """(b', rounding): b' with W_U·b' = W_U·b + c, the final LayerNorm's bias that makes an
-    unembedding bias c unnecessary (logits = W_U(LN(x)·w + b) + c = W_U(LN(x)·w + b')), and
-    max |W_U·b' − W_U·b − c| once b' is stored in b's dtype (its rounding: negligible in
-    float32, a bfloat16 step in bfloat16).
-
-    Solved in float64 by least squares (the minimum-norm change); refused when c is not in the
-    span of W_U's columns, as then no b' reproduces the logits."""
-    W, c64 = W_U.double(), c.double()
-    delta = torch.linalg.lstsq(W, c64[:, None], driver="gelsd").solution[:, 0]
-    off = float((W @ delta - c64).abs().max())
-    if off > 1e-6 * (1.0 + float(c64.abs().max())):
-        V, d = W_U.shape
-        why = f"vocab {V} > d_model {d}" if V > d else "W_U is rank-deficient"
-        raise ExportError(f"the unembedding bias cannot be moved into the final LayerNorm "
-                          f"(GPT-NeoX's lm_head has no bias): {why}, and the bias is off the "
-                          f"span of W_U's columns by {off:.2g}")
-    b_new = (b.double() + delta).to(b.dtype)
-    rounding = float((W @ (b_new.double() - b.double()) - c64).abs().max())
-    return b_new, rounding
-
-
-def _ssm_common(cfg, sd: dict[str, Tensor], arch: str) -> dict[str, Tensor]:
-    """HF names for the LM wrapper, and the rewrites that keep the function: no D (D = 0), no
-    conv (a width-1 identity conv). The mixer keeps our names."""
-    if cfg.unembed_bias:
-        check(not bool(sd["unembed.bias"].any()),
-              f"refused: unembed_bias: {hf_class(arch, cfg)}'s lm_head has no bias and the final "
-              "RMSNorm has none to move it into (the checkpoint's bias is non-zero)")
-    out = to_hf_state_dict({k: v for k, v in sd.items() if k != "unembed.bias"})
-    ref = sd["embed.weight"]
-    for i in range(cfg.n_layers):
-        p = f"backbone.layers.{i}.mixer."
-        heads = cfg.n_heads if arch == "mamba2" else cfg.d_inner
-        if not cfg.use_D:
-            out[p + "D"] = ref.new_zeros(heads)
-        if not cfg.conv:
-            channels = cfg.conv_dim if arch == "mamba2" else cfg.d_inner
-            out[p + "conv1d.weight"] = ref.new_ones(channels, 1, 1)
-    return out
-
-
-def _ssm_config_kwargs(cfg, ids: dict) -> dict[str, Any]:
-    return dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, state_size=cfg.d_state,
-        num_hidden_layers=cfg.n_layers, layer_norm_epsilon=cfg.norm_eps, expand=cfg.expand,
-        conv_kernel=cfg.d_conv if cfg.conv else 1, use_bias=cfg.proj_bias,
-        use_conv_bias=cfg.conv_bias and cfg.conv, hidden_act="silu",
-        residual_in_fp32=False,  # ours adds in the model's dtype
-        time_step_min=cfg.dt_min, time_step_max=cfg.dt_max, time_step_floor=cfg.dt_init_floor,
-        tie_word_embeddings=False, **ids)
-
-
-def _mamba2(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
-    out = _ssm_common(cfg, sd, "mamba2")
-    if not cfg.decay:
-        for i in range(cfg.n_layers):
-            out[f"backbone.layers.{i}.mixer.A_log"] = sd["embed.weight"].new_full(
-                (cfg.n_heads,), NO_DECAY_A_LOG)
-        notes.append(f"decay=False is written as A_log = {NO_DECAY_A_LOG:g} (a_t = 1 exactly)")
-    if cfg.d_mlp:
-        return _bamba(cfg, out, ids, notes)
-    config = tf.Mamba2Config(num_heads=cfg.n_heads, head_dim=cfg.d_head, n_groups=cfg.n_groups,
-                             chunk_size=cfg.chunk_size, time_step_limit=(0.0, float("inf")),
-                             **_ssm_config_kwargs(cfg, ids))
-    return config, out, 0.0
-
-
-# our Mamba-2 block's names (after to_hf_state_dict) -> Bamba's; the MLP's fc1 is split below
-_BAMBA_NAMES = (("backbone.embeddings.", "model.embed_tokens."),
-                ("backbone.norm_f.", "model.final_layernorm."), ("lm_head.", "lm_head."))
-_BAMBA_BLOCK = (("norm.", "input_layernorm."), ("mixer.", "mamba."),
-                ("norm2.", "pre_ff_layernorm."), ("mlp.fc2.", "feed_forward.down_proj."))
-
-
-def _bamba(cfg, hf_sd: dict[str, Tensor], ids: dict, notes: list[str]):
-    """Mamba-2 with the gated MLP as ``BambaForCausalLM`` (no attention layer): ``hf_sd`` holds
-    Mamba2ForCausalLM names; our fc1 = [value half; gate half] becomes up_proj and gate_proj."""
-    config = tf.BambaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_mlp,
-        num_hidden_layers=cfg.n_layers, attn_layer_indices=None, num_attention_heads=1,
-        num_key_value_heads=1, hidden_act=cfg.activation, mlp_bias=False,
-        rms_norm_eps=cfg.norm_eps, mamba_n_heads=cfg.n_heads, mamba_d_head=cfg.d_head,
-        mamba_n_groups=cfg.n_groups, mamba_d_state=cfg.d_state,
-        mamba_d_conv=cfg.d_conv if cfg.conv else 1, mamba_expand=cfg.expand,
-        mamba_chunk_size=cfg.chunk_size, mamba_conv_bias=cfg.conv_bias and cfg.conv,
-        mamba_proj_bias=cfg.proj_bias, time_step_limit=(0.0, float("inf")),
-        # no cache: transformers 5 asks a Bamba cache for its length through an attention
-        # layer, and this one has none (forward fails); generate() recomputes the prefix
-        tie_word_embeddings=False, use_cache=False, **ids)
-    out = {}
-    for k, v in hf_sd.items():
-        if k.startswith("backbone.layers."):
-            i, rest = k.removeprefix("backbone.layers.").split(".", 1)
-            p = f"model.layers.{i}."
-            if rest == "mlp.fc1.weight":
-                value, gate = v.chunk(2, dim=0)  # [d_mlp, d_model] each
-                out |= {p + "feed_forward.up_proj.weight": value,
-                        p + "feed_forward.gate_proj.weight": gate}
-                continue
-            old, new = next(pair for pair in _BAMBA_BLOCK if rest.startswith(pair[0]))
-            out[p + new + rest.removeprefix(old)] = v
-        else:
-            old, new = next(pair for pair in _BAMBA_NAMES if k.startswith(pair[0]))
-            out[new + k.removeprefix(old)] = v
-    notes.append(f"the MLP after each mixer makes it a {BAMBA} with no attention layer")
-    return config, out, 0.0
-
-
-def _mamba(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
-    config = tf.MambaConfig(time_step_rank=cfg.dt_rank_, time_step_scale=cfg.dt_scale,
-                            use_mambapy=False, **_ssm_config_kwargs(cfg, ids))
-    return config, _ssm_common(cfg, sd, "mamba"), 0.0
-
-
-def to_hf(ckpt: dict) -> HFExport:
-    """Map a checkpoint dict (:func:`models.read_checkpoint`) to an HF config, state dict and
-    tokenizer; raise :class:`ExportError` (one line) where no HF class computes it exactly."""
-    arch = ckpt["model"]["arch"]
-    cfg = config_from_dict(model_class(arch).config_cls, ckpt["model"]["config"])
-    why = refusal(arch, cfg)
-    if why:
-        raise ExportError(f"refused: {why}")
-    task = make_task(ckpt["task"]["name"], ckpt["task"]["config"])
-    train = ckpt.get("train", {})
-    context = int((train.get("config") or {}).get("context", 0) or 0)
-    n_ctx = max(MIN_POSITIONS, context)
-    ids = special_token_ids(task.vocab)
-    sd, notes = ckpt["state_dict"], []
-    try:
-        if arch == "transformer":
-            config, state, rounding = _transformer(cfg, sd, ids, n_ctx, notes)
-        elif arch == "mamba2":
-            config, state, rounding = _mamba2(cfg, sd, ids, notes)
-        else:
-            config, state, rounding = _mamba(cfg, sd, ids, notes)
-    except ExportError:
-        raise
-    except TaskError as e:
-        raise ExportError(str(e)) from None
-    config.architectures = [hf_class(arch, cfg)]
-    config.dtype = str(sd["embed.weight"].dtype).removeprefix("torch.")
-    config.seqprobe = {
-        "arch": arch, "config": dict(ckpt["model"]["config"]),
-        "task": {"name": ckpt["task"]["name"], "config": dict(ckpt["task"]["config"])},
-        "step": train.get("step"), "digest": ckpt.get("digest"), "notes": notes,
-    }
-    if arch == "transformer" and bool(sd["unembed.bias"].any()):
-        # the final LayerNorm's output is ours + this vector (HOOK_MAP's ln_final note): a
-        # logit lens on the HF side subtracts it to read our ln_final
-        shift = state["gpt_neox.final_layer_norm.bias"].double() - sd["ln_final.b"].double()
-        config.seqprobe["ln_final_shift"] = shift.tolist()
-    tokenizer = hf_tokenizer(task.vocab, cfg.vocab_size, n_ctx)
-    return HFExport(config, {k: v.contiguous() for k, v in state.items()}, tokenizer, notes,
-                    rounding)
-
-
-def read_provenance(hf_dir: str | os.PathLike) -> dict | None:
-    """The ``seqprobe`` entry an export stored in ``hf_dir``'s config.json (arch, model config,
-    task, step, digest, notes), or None for a model this suite did not export."""
-    path = Path(hf_dir) / "config.json"
-    try:
-        entry = json.loads(path.read_text()).get("seqprobe")
-    except (OSError, ValueError, AttributeError) as e:
-        raise ExportError(f"{short_path(path)}: not a readable HF config ({e})") from None
-    return entry if isinstance(entry, dict) else None
 
 
 # ---------------------------------------------------------------------------- writing
@@ -611,6 +121,7 @@ EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safete
                           "model.safetensors.index.json", "tokenizer.json",
                           "tokenizer_config.json", "special_tokens_map.json"})
 SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+MAX_CONFIG_BYTES = 1 << 24  # ours hold a few numbers per d_model (ln_final_shift): far below
 
 
 def not_an_export(directory: Path) -> str | None:
@@ -619,13 +130,16 @@ def not_an_export(directory: Path) -> str | None:
     entries = sorted(os.scandir(directory), key=lambda e: e.name)
     for entry in entries:  # what --overwrite would lose most of first
         if entry.is_symlink() or not entry.is_file():
-            kind = "a link" if entry.is_symlink() else "a subdirectory"
+            kind = ("a link" if entry.is_symlink() else
+                    "a subdirectory" if entry.is_dir() else "a special file")
             return f"holds {kind} ({entry.name!r})"
     for entry in entries:
         if entry.name not in EXPORT_FILES and not SHARD.fullmatch(entry.name):
             return f"holds {entry.name!r}, which an export does not write"
     if not (directory / "config.json").is_file():
         return "has no config.json"
+    if (directory / "config.json").stat().st_size > MAX_CONFIG_BYTES:
+        return "has a config.json larger than any export writes"
     try:
         prov = read_provenance(directory)
     except ExportError:
@@ -720,17 +234,54 @@ def verify_tokens(ckpt: dict, rows: int = 8, length: int = VERIFY_TOKENS) -> Ten
     return tokens[:, :length]  # [rows, pos]
 
 
-def compare_logits(model, hf_dir: str | os.PathLike, tokens: Tensor) -> float:
-    """max |ours − HF's| over the logits of ``tokens`` ([batch, pos]), HF loaded from
-    ``hf_dir`` with eager attention, both in float32: the check is of the mapping, so a
-    half-precision checkpoint is compared without HF's and our different upcasts in between."""
+def read_site(site: HFSite, args: tuple, kwargs: dict, output) -> Tensor:
+    """The value a forward hook (``register_forward_hook(..., with_kwargs=True)``) sees at
+    ``site``: the module's first input (by position or by name) or its output."""
+    if site.read == "input":
+        return args[0] if args else next(iter(kwargs.values()))
+    return output[site.item] if isinstance(output, tuple) else output
+
+
+def compare(model, hf_dir: str | os.PathLike, tokens: Tensor, hf_class_name: str,
+            ln_shift: list[float] | None = None) -> tuple[float, dict[str, float]]:
+    """(max |ours − HF's| over the logits of ``tokens`` ([batch, pos]), {our hook: max |diff|}
+    at every :data:`HOOK_MAP` site our model fires), HF loaded from ``hf_dir`` with eager
+    attention, both in float32: the check is of the mapping, so a half-precision checkpoint is
+    compared without HF's and our different upcasts in between. ``ln_shift``: what GPT-NeoX's
+    final LayerNorm adds to ours (``seqprobe.ln_final_shift``)."""
     model = model.float()
     hf = tf.AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager",
                                                  dtype=torch.float32).eval()
-    with torch.no_grad():
-        ours = model(tokens)  # [batch, pos, vocab]
-        theirs = hf(tokens).logits  # [batch, pos, vocab]
-    return float((ours - theirs).abs().max())
+    sites = hook_sites(hf_class_name, model.cfg.n_layers)
+    seen: dict[str, Tensor] = {}
+    handles = [hf.get_submodule(site.module).register_forward_hook(
+        lambda m, a, k, o, name=name, site=site: seen.__setitem__(name, read_site(site, a, k, o)),
+        with_kwargs=True) for name, site in sites.items()]
+    try:
+        with torch.no_grad():
+            # only the mapped hooks: caching every hook would keep each layer's SSM states
+            ours, cache = model.run_with_cache(tokens, names_filter=list(sites))
+            theirs = hf(tokens).logits  # [batch, pos, vocab]
+    finally:
+        for h in handles:
+            h.remove()
+    diffs = {}
+    for name in sites:
+        if name not in cache.cache_dict:  # e.g. resid_mid of a parallel-residual block
+            continue
+        check(name in seen, f"HOOK_MAP names {sites[name].module} for {name}, and it did not run")
+        a, b = cache[name], seen[name]
+        if name == "ln_final.hook_normalized" and ln_shift is not None:
+            a = a + torch.tensor(ln_shift, dtype=a.dtype)
+        check(a.numel() == b.numel(), f"HOOK_MAP: {name} has shape {tuple(a.shape)} but "
+              f"{sites[name].module} {tuple(b.shape)}")
+        diffs[name] = float((a.reshape(b.shape) - b).abs().max())
+        scale = float(a.abs().max())
+        if not diffs[name] <= VERIFY_RTOL * max(1.0, scale):  # a wrong HOOK_MAP entry
+            raise ExportError(f"refused: the exported model's {sites[name].module} differs from "
+                              f"our {name} by {diffs[name]:.3g} (largest |value| {scale:.3g}); "
+                              "nothing written")
+    return float((ours - theirs).abs().max()), diffs
 
 
 @dataclass
@@ -743,6 +294,7 @@ class ExportReport:
     tokens_checked: int
     notes: list[str]
     rounding: float  # HFExport.rounding
+    hook_diffs: dict[str, float] = field(default_factory=dict)  # our hook -> max |diff|
 
 
 def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
@@ -765,12 +317,13 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
         try:
             with _quiet_hf():
                 _save(exp, tmp)
-                diff, top, n = 0.0, 0.0, 0
+                diff, top, n, hook_diffs = 0.0, 0.0, 0, {}
                 if model is not None:
                     tokens = verify_tokens(ckpt)
                     with torch.no_grad():
                         top = float(model(tokens).abs().max())
-                    diff = compare_logits(model, tmp, tokens)
+                    diff, hook_diffs = compare(model, tmp, tokens, exp.config.architectures[0],
+                                               exp.config.seqprobe.get("ln_final_shift"))
                     n = tokens.numel()
                     if not diff <= VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding:
                         raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
@@ -796,7 +349,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return ExportReport(out, exp.config.architectures[0], len(exp.state_dict), diff, top, n,
-                        exp.notes, exp.rounding)
+                        exp.notes, exp.rounding, hook_diffs)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -806,7 +359,8 @@ def _main(argv: list[str] | None) -> int:
                                   "(config, safetensors weights, tokenizer).")
     p.add_argument("checkpoint", help="a suite checkpoint (.pt)")
     p.add_argument("out_dir", help="the HF model directory to write (must be new or empty)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT_DIR when it is an export this command wrote")
     args = p.parse_args(argv)
     try:
         r = export(args.checkpoint, args.out_dir, overwrite=args.overwrite)
@@ -819,6 +373,10 @@ def _main(argv: list[str] | None) -> int:
     print(f"checked: logits of from_pretrained({args.out_dir}) equal the checkpoint's on "
           f"{r.tokens_checked} task tokens: max |diff| = {r.max_logit_diff:.2e} "
           f"(largest |logit| {r.max_logit:.3g})")
+    if r.hook_diffs:
+        worst = max(r.hook_diffs, key=r.hook_diffs.get)
+        print(f"checked: activations at {len(r.hook_diffs)} hooks (models.export_hf.HOOK_MAP) "
+              f"equal ours: max |diff| = {r.hook_diffs[worst]:.2e} ({worst})")
     return 0
 
 

@@ -37,7 +37,7 @@ ERRORS = {k: v for k, v in CLASSES.items() if k not in NOT_ERRORS}
 
 
 def test_every_exception_class_of_the_packages_is_a_seqprobe_error():
-    assert {"tasks.errors.SeqprobeError", "models.hf.HFError", "models.export_hf.ExportError",
+    assert {"tasks.errors.SeqprobeError", "models.hf.HFError", "models.export_map.ExportError",
             "models.train.loop.TrainingDiverged", "models.sweep.CommandFailed"} <= set(CLASSES)
     assert NOT_ERRORS <= set(CLASSES)  # an entry there that no longer exists is removed
     outside = sorted(k for k, cls in ERRORS.items() if not issubclass(cls, SeqprobeError))

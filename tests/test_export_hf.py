@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import transformers as tf
 from tokenizers import Tokenizer
 from transformer_lens.model_bridge import TransformerBridge
 
-from models import export_hf
+from models import export_hf, export_map
 from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
 from models.export_hf import export, hf_tokenizer, main
 from models.loading import load
@@ -126,18 +125,18 @@ def hf_run(out_dir: Path, tokens: torch.Tensor, sites: dict) -> tuple[torch.Tens
     return logits, acts
 
 
-def compare_hooks(model, out_dir: Path, x: torch.Tensor, hf_class: str) -> set[str]:
-    """Every HOOK_MAP hook our model fires equals the HF module's activation (the final
-    LayerNorm up to the shift the export stores); returns the map keys compared."""
+def compare_hooks(model, out_dir: Path, x: torch.Tensor, hf_class: str) -> None:
+    """Every HOOK_MAP hook equals the HF module's activation (the final LayerNorm up to the
+    shift the export stores)."""
     sites = export_hf.hook_sites(hf_class, model.cfg.n_layers)
     with torch.no_grad():
         ours_logits, cache = model.run_with_cache(x)
     logits, acts = hf_run(out_dir, x, sites)
     torch.testing.assert_close(logits, ours_logits, atol=1e-5, rtol=0)
     shift = export_hf.read_provenance(out_dir).get("ln_final_shift")
-    compared = set()
     for name in sites:
-        if name not in cache.cache_dict:  # e.g. resid_mid of a parallel-residual block
+        if name not in cache.cache_dict:  # a parallel-residual block has no resid_mid
+            assert name.endswith("hook_resid_mid") and model.cfg.parallel_residual, name
             continue
         assert name in acts, f"{sites[name].module} did not run"
         ours = cache[name]
@@ -147,11 +146,6 @@ def compare_hooks(model, out_dir: Path, x: torch.Tensor, hf_class: str) -> set[s
         assert theirs.numel() == ours.numel(), (name, theirs.shape, ours.shape)
         torch.testing.assert_close(theirs, ours.reshape(theirs.shape), atol=1e-5, rtol=0,
                                    msg=lambda m, name=name: f"{name}: {m}")
-        compared.add(re.sub(r"blocks\.\d+\.", "blocks.{i}.", name))
-    return compared
-
-
-_COMPARED: dict[str, set[str]] = {}  # hf class -> HOOK_MAP keys compared by the tests below
 
 
 @pytest.mark.parametrize("name", list(EXPORTABLE))
@@ -162,8 +156,7 @@ def test_export_gives_our_logits_and_activations(name, tiny_model, tokens, tmp_p
     ck = write_checkpoint(model, tmp_path / "m.pt")
     report = export(ck, tmp_path / "hf", verify=False)  # compared here, independently
     x = tokens(B=3, T=11, V=model.cfg.vocab_size)  # crosses Mamba-2's chunks of 4
-    _COMPARED.setdefault(report.hf_class, set()).update(
-        compare_hooks(model, tmp_path / "hf", x, report.hf_class))
+    compare_hooks(model, tmp_path / "hf", x, report.hf_class)
     config = tf.AutoConfig.from_pretrained(tmp_path / "hf")
     assert config.architectures == [report.hf_class] == [export_hf.hf_class(arch, model.cfg)]
     assert config.seqprobe["arch"] == arch
@@ -178,13 +171,24 @@ def test_export_gives_our_logits_and_activations(name, tiny_model, tokens, tmp_p
         assert (raw["rotary_pct"], raw["rotary_emb_base"]) == (frac, model.cfg.rope_base)
 
 
-def test_hook_map_is_covered():
-    """Each HOOK_MAP entry was compared by at least one export above (none is a typo that the
-    comparison skips). Runs after them: pytest keeps a module's order."""
-    if len(_COMPARED) < len(export_hf.HOOK_MAP):
-        pytest.skip("run with the export tests above (-k selected some of them only)")
-    for cls, entries in export_hf.HOOK_MAP.items():
-        assert set(entries) <= _COMPARED[cls], (cls, set(entries) - _COMPARED[cls])
+# one model of each class HOOK_MAP covers (the activation test above compares them all)
+HOOK_MAP_MODELS = {"GPTNeoXForCausalLM": ("transformer", {"pe": "rope"}),
+                   "Mamba2ForCausalLM": ("mamba2", {}),
+                   "BambaForCausalLM": ("mamba2", {"d_mlp": 12, "mlp_act": "silu"}),
+                   "MambaForCausalLM": ("mamba", {})}
+
+
+def test_hook_map_names_our_hooks(tiny_model):
+    """Every HOOK_MAP key is a hook point of the models exported as that class (a typo would
+    never fire, and the comparison above would skip it silently)."""
+    assert set(HOOK_MAP_MODELS) == set(export_hf.HOOK_MAP)
+    for cls, (arch, overrides) in HOOK_MAP_MODELS.items():
+        model = tiny_model(arch, **overrides)
+        assert export_hf.hf_class(arch, model.cfg) == cls
+        sites = export_hf.hook_sites(cls, model.cfg.n_layers)
+        assert set(sites) <= set(model.hook_dict), (cls, set(sites) - set(model.hook_dict))
+        assert len(sites) == sum(model.cfg.n_layers if "{i}" in k else 1
+                                 for k in export_hf.HOOK_MAP[cls])
 
 
 def test_ln_final_shift_is_what_the_fold_needs(tiny_model, tmp_path):
@@ -206,7 +210,7 @@ def test_a_wrong_map_is_caught_and_nothing_is_written(tiny_model, tmp_path, monk
     a term) is refused, and OUT_DIR is not created."""
     model = tiny_model("transformer", random=True, pe="rope")
     ck = write_checkpoint(model, tmp_path / "m.pt")
-    monkeypatch.setattr(export_hf, "fold_unembed_bias", lambda W, c, b: (b, 0.0))
+    monkeypatch.setattr(export_map, "fold_unembed_bias", lambda W, c, b: (b, 0.0))
     assert main([str(ck), str(tmp_path / "hf")]) == 2
     assert not (tmp_path / "hf").exists()
     assert not leftovers(tmp_path)
@@ -510,7 +514,8 @@ def test_bfloat16_checkpoint_keeps_its_dtype(arch, tiny_model, tokens, tmp_path)
     torch.testing.assert_close(hf_logits(tmp_path / "hf", x), ours, atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("arch,overrides", [("transformer", {"pe": "rope"}), ("mamba2", {})])
+@pytest.mark.parametrize("arch,overrides", [("transformer", {"pe": "rope"}), ("mamba2", {}),
+                                            ("mamba2", {"d_mlp": 12, "mlp_act": "silu"})])
 def test_export_boots_in_transformerlens(arch, overrides, tiny_model, tokens, tmp_path):
     """What the export is for: TransformerLens' TransformerBridge opens the directory offline,
     gives our logits, and a transformer's cache has the attention pattern under TL's name."""

@@ -7,6 +7,7 @@ Every generator in ``tasks/`` is a pure function of its frozen config and a seed
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import types
 import typing
@@ -27,16 +28,23 @@ def check(condition: bool, message: str) -> None:
         raise TaskError(message)
 
 
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class ({} when an annotation cannot be
+    resolved): evaluating string annotations dominates building a config from a dict."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: no type check
+        return {}
+
+
 def config_from_dict(cls: type, data: dict[str, Any]):
     """Build a frozen config dataclass from a dict, rejecting unknown keys (never ignoring them)."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: skip the type check
-        hints = {}
+    hints = type_hints(cls)
     data = dict(data)
     for key, value in data.items():
         ok = _fits(value, hints.get(key))

@@ -4,6 +4,8 @@ the file (:mod:`models.checkpoint.untrusted` bounds) and the machine."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 
 import torch
@@ -42,12 +44,23 @@ def model_footprint(arch: str, config: dict) -> tuple[int, int, int]:
     Raises :class:`TaskError` for an invalid config, or one whose tensors cannot even be
     described (a size that overflows 64 bits)."""
     try:
-        return _footprint(arch, config)
+        key = json.dumps(config, sort_keys=True)
+    except (TypeError, ValueError):  # not plain data: build it, uncached
+        key = None
+    try:
+        return _cached_footprint(arch, key) if key is not None else _footprint(arch, config)
     except TaskError:
         raise
     except Exception as e:  # noqa: BLE001 - e.g. "Storage size calculation overflowed"
         raise TaskError(f"the {arch} model of this config cannot be built: "
                         f"{first_sentence(e)}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_footprint(arch: str, key: str) -> tuple[int, int, int]:
+    # a meta build still runs every initialiser (slow on the meta device), and planning a
+    # sweep asks for the same few model configs once per seed and learning rate
+    return _footprint(arch, json.loads(key))
 
 
 def _footprint(arch: str, config: dict) -> tuple[int, int, int]:

@@ -29,7 +29,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
-from tasks.base import TaskError, check, config_from_dict, config_to_dict
+from tasks.base import TaskError, check, config_from_dict, config_to_dict, type_hints
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -99,7 +98,7 @@ def _defaults(cfg) -> dict[str, Any]:
 def _section(cfg, pinned: frozenset[str] | tuple[str, ...]) -> dict[str, Any]:
     """The canonical form of one config section: the one rule of the module docstring."""
     defaults = _defaults(cfg)
-    hints = typing.get_type_hints(type(cfg))
+    hints = type_hints(type(cfg))
     out = {}
     for name, value in config_to_dict(cfg).items():
         if name in pinned or name not in defaults or value != defaults[name]:

@@ -432,9 +432,11 @@ def test_cli_as_a_user_types_it(tiny_model, tmp_path):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith(f"wrote {tmp_path / 'hf'} (GPTNeoXForCausalLM")
-    assert "unembedding bias was moved" in lines[1]
-    diff = float(lines[-1].split("max |diff| = ")[1].split()[0])
-    assert diff < 1e-5
+    assert "unembedding bias was moved" in lines[1] and "ln_final_shift" in lines[1]
+    assert lines[2].startswith("checked: logits") and lines[3].startswith(
+        f"checked: activations at {2 * 11 + 2} hooks (models.export_hf.HOOK_MAP)")
+    for line in lines[2:]:
+        assert float(line.split("max |diff| = ")[1].split()[0]) < 1e-5
     assert run.stderr == ""
     again = subprocess.run([sys.executable, "-m", "models.export_hf", str(ck),
                             str(tmp_path / "hf")], cwd=ROOT, capture_output=True, text=True,

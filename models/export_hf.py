@@ -284,7 +284,7 @@ def compare(model, hf_dir: str | os.PathLike, tokens: Tensor, hf_class_name: str
     return float((ours - theirs).abs().max()), diffs
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExportReport:
     out_dir: Path
     hf_class: str

@@ -78,7 +78,7 @@ class ExportError(TaskError):
     """A checkpoint that no HF class computes exactly, or an output directory that is refused."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class HFExport:
     """What :func:`to_hf` maps a checkpoint to: the HF config, its state dict (HF names), the
     tokenizer, and notes on rewrites that keep the function but change a parameter."""

@@ -5,12 +5,13 @@
     python -m bench.step_costs --medium --analyses-from figures/out/medium/reproduce_timings.json
 
 Each zoo recipe at the level, once per :func:`~models.train.costs.cost_key` (seeds share a
-row), runs in a fresh process with the threads the reproduce plan gives it (its ``slots``): one
-warm-up step, ``--steps`` timed optimizer steps at the real batch through the one training
-loop, and one evaluation. Times are CPU seconds per thread (``time.process_time`` over the
-threads), the cost on idle cores even when the machine is shared; the wall seconds and the
-load average are kept beside them, so a reader sees how busy the machine was. Start-up is the
-child's CPU time outside the steps and the evaluation (interpreter, imports, building the run).
+row), runs in one fresh process on one thread: one warm-up step, ``--steps`` timed optimizer
+steps at the real batch through the one training loop, and one evaluation. Each is kept in
+reference steps (:func:`~models.train.costs.reference_step`, timed just before and after the
+row in the same process): on a machine shared with other work every CPU second does less, and
+the step and the reference slow down alike, so the ratio holds where seconds do not. The raw
+CPU and wall seconds and the load average are kept beside them. Start-up is the CPU time a
+fresh process spends before its first run (interpreter, imports).
 
 ``--analyses-from`` copies each analysis' seconds (an ``ok`` entry that is not a ``train:``
 job) from a ``reproduce_timings.json`` into the table: an analysis' own process is timed by
@@ -35,7 +36,7 @@ import torch
 from bench.common import machine
 from models import zoo
 from models.train.config import TrainConfig
-from models.train.costs import FORMAT, TABLE, cost_key
+from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
 from models.train.dryrun import plan_row, recipe_spec
 from models.train.loop import Callback, Run, evaluate, train
 from models.train.spec import RunSpec
@@ -57,54 +58,65 @@ class _Clock(Callback):
         self.run: Run | None = None
 
     def on_step(self, run: Run) -> bool:
-        self.cpu.append(time.process_time())
+        self.cpu.append(time.thread_time())
         self.wall.append(time.perf_counter())
         self.run = run
         return run.step >= self.steps
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(spec: RunSpec, steps: int) -> dict[str, Any]:
-    """In this (fresh) process: per-step and per-evaluation CPU seconds per thread, and the
-    process's CPU seconds outside them."""
-    threads = torch.get_num_threads()
+    """In this process, on one thread: CPU seconds of a step and of an evaluation, and of the
+    reference step timed just before and just after (the unit the table keeps them in)."""
+    ref_before = reference_seconds(time.thread_time)
     clock = _Clock(WARM_STEPS + steps)
     train(spec, out=None, device="cpu", progress=False, callbacks=[clock])
-    check_steps = len(clock.cpu) - WARM_STEPS
-    if check_steps < 1:
+    timed = len(clock.cpu) - WARM_STEPS
+    if timed < 1:
         raise TaskError(f"the run stopped after {len(clock.cpu)} step(s)")
     run = clock.run
-    e_cpu, e_wall = time.process_time(), time.perf_counter()
+    e_cpu, e_wall = time.thread_time(), time.perf_counter()
     evaluate(run.model, run.task, spec.train, torch.device("cpu"))
-    e_cpu, e_wall = time.process_time() - e_cpu, time.perf_counter() - e_wall
-    step_cpu = (clock.cpu[-1] - clock.cpu[WARM_STEPS - 1]) / check_steps
-    step_wall = (clock.wall[-1] - clock.wall[WARM_STEPS - 1]) / check_steps
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    total_cpu = usage.ru_utime + usage.ru_stime
-    return {"threads": threads, "step_s": step_cpu / threads, "eval_s": e_cpu / threads,
-            "start_s": max(total_cpu - step_cpu * check_steps - e_cpu, 0.0),
-            "step_wall_s": step_wall, "eval_wall_s": e_wall, "timed_steps": check_steps}
+    e_cpu, e_wall = time.thread_time() - e_cpu, time.perf_counter() - e_wall
+    ref = (ref_before + reference_seconds(time.thread_time)) / 2
+    step_cpu = (clock.cpu[-1] - clock.cpu[WARM_STEPS - 1]) / timed
+    step_wall = (clock.wall[-1] - clock.wall[WARM_STEPS - 1]) / timed
+    return {"step": step_cpu / ref, "eval": e_cpu / ref, "ref_s": ref, "step_s": step_cpu,
+            "eval_s": e_cpu, "step_wall_s": step_wall, "eval_wall_s": e_wall,
+            "timed_steps": timed}
 
 
 def _child() -> int:
-    """``python -m bench.step_costs --child STEPS`` with a spec's JSON on stdin: one JSON line."""
-    try:
-        d = json.loads(sys.stdin.read())
-        spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
-                       config_from_dict(TrainConfig, d["train"]))
-        result = measure(spec, int(sys.argv[2]))
-    except Exception as e:  # noqa: BLE001 - one row's failure is reported, the rest measured
-        result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
-    print(json.dumps(result))
+    """``python -m bench.step_costs --child STEPS`` with a JSON list of specs on stdin: one
+    JSON line, a result (or ``{"error": ...}``) per spec. ``start`` is the CPU time the process
+    spent before its first run (interpreter and imports, as a job's process spends), in
+    reference steps."""
+    torch.set_num_threads(1)
+    start = _cpu() / reference_seconds(time.thread_time)
+    results = []
+    for d in json.loads(sys.stdin.read()):
+        try:
+            spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
+                           config_from_dict(TrainConfig, d["train"]))
+            results.append({**measure(spec, int(sys.argv[2])), "start": start})
+        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the rest measured
+            first = str(e).splitlines()[0][:300] if str(e) else ""
+            results.append({"error": f"{type(e).__name__}: {first}"})
+    print(json.dumps(results))
     return 0
 
 
-def run_child(spec: RunSpec, threads: int, steps: int) -> dict[str, Any]:
-    """:func:`measure` in a fresh process with ``threads`` threads (as the plan starts it)."""
-    blob = json.dumps({"arch": spec.arch, "task": spec.task, "model": spec.model,
-                       "task_config": spec.task_config, "train": config_to_dict(spec.train)},
-                      default=list)
+def run_child(specs: list[RunSpec], steps: int) -> list[dict[str, Any]]:
+    """:func:`measure` of each spec in one fresh process, on one thread."""
+    blob = json.dumps([{"arch": s.arch, "task": s.task, "model": s.model,
+                        "task_config": s.task_config, "train": config_to_dict(s.train)}
+                       for s in specs], default=list)
     root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run([sys.executable, "-m", "bench.step_costs", "--child", str(steps)],
                           input=blob, capture_output=True, text=True, env=env)
@@ -113,7 +125,7 @@ def run_child(spec: RunSpec, threads: int, steps: int) -> dict[str, Any]:
         return json.loads(lines[-1])
     except (IndexError, ValueError):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {proc.returncode}: {tail[:300]}"}
+        return [{"error": f"exit code {proc.returncode}: {tail[:300]}"}] * len(specs)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -139,44 +151,47 @@ def main(argv: list[str] | None = None) -> int:
     for lv in LEVELS:
         level.add_argument(f"--{lv}", dest="level", action="store_const", const=lv)
     p.add_argument("recipes", nargs="*", help="default: every zoo recipe at the level")
-    p.add_argument("--steps", type=int, default=3, help="timed steps per row")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per row")
     p.add_argument("--analyses-from", type=Path, action="append", default=[],
                    metavar="TIMINGS_JSON")
     p.add_argument("--out", type=Path, default=TABLE)
+    p.add_argument("--note", default="", help="kept in the table's meta: how the machine was "
+                   "shared, where --analyses-from's times were taken")
     args = p.parse_args(argv)
     level = args.level or "quick"
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
     doc = _read(args.out) or {"format": FORMAT, "rows": {}, "analysis_s": {}, "meta": {}}
-    measured: set[str] = set()
     t0, load0 = time.time(), os.getloadavg()[0]
-    for i, name in enumerate(names, 1):
+    rows: dict[str, tuple[str, RunSpec]] = {}  # key -> (first recipe, spec)
+    for name in names:
         spec = recipe_spec(name, level)
-        key = cost_key(spec)
-        if key in measured:
+        rows.setdefault(cost_key(spec), (name, spec))
+    print(f"{len(rows)} models of {len(names)} recipes...", flush=True)
+    results = run_child([spec for _, spec in rows.values()], args.steps)
+    for (key, (name, spec)), result in zip(rows.items(), results, strict=True):
+        if "error" in result:
+            print(f"{name}: FAILED {result['error']}", file=sys.stderr)
             continue
-        measured.add(key)
         plan = plan_row(name, spec)
-        result = run_child(spec, zoo.recipe(name).slots, args.steps)
-        row = {"recipe": name, "level": level, "arch": spec.arch, "params": plan["params"],
-               "batch_size": spec.train.batch_size, "seq_len": plan["seq_len"],
-               "flops_per_step": plan["flops_per_token"] * plan["tokens_per_step"], **result,
-               "load_avg_1m": round(os.getloadavg()[0], 2)}
-        if "error" in row:
-            print(f"{i}/{len(names)} {name}: FAILED {row['error']}", file=sys.stderr)
-            continue
-        doc["rows"][key] = row
-        print(f"{i}/{len(names)} {name}: step {row['step_s']:.4f} s, eval {row['eval_s']:.3f} s,"
-              f" start {row['start_s']:.1f} s (CPU per thread; wall step "
-              f"{row['step_wall_s']:.4f} s, load {row['load_avg_1m']})", flush=True)
+        doc["rows"][key] = row = {
+            "recipe": name, "level": level, "arch": spec.arch, "params": plan["params"],
+            "batch_size": spec.train.batch_size, "seq_len": plan["seq_len"],
+            "flops_per_step": plan["flops_per_token"] * plan["tokens_per_step"], **result}
+        print(f"{name}: step {row['step']:.2f}, eval {row['eval']:.2f} reference steps "
+              f"({row['step_s']:.4f} / {row['eval_s']:.3f} CPU s; reference "
+              f"{row['ref_s'] * 1000:.1f} ms)", flush=True)
+    measured = set(rows)
     for timings in args.analyses_from:
         preset, seconds = analysis_seconds(timings)
         doc["analysis_s"].setdefault(preset, {}).update(seconds)
-        doc["meta"].setdefault("analyses_from", {})[preset] = str(timings)
+        doc["meta"].setdefault("analyses_from", {}).setdefault(preset, []).append(str(timings))
     doc["meta"].setdefault("levels", {})[level] = {
         "machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "rows": len(measured), "wall_s": round(time.time() - t0, 1),
-        "load_avg_1m_at_start": round(load0, 2), "timed_steps": args.steps,
-        "clock": "CPU seconds per thread (step_s, eval_s); wall beside them"}
+        "load_avg_1m_at_start": round(load0, 2),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2), "timed_steps": args.steps,
+        "unit": "reference steps (models.train.costs.reference_step) of one thread's CPU time",
+        **({"note": args.note} if args.note else {})}
     write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True))
     print(f"wrote {args.out}")
     return 0

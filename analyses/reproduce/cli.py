@@ -103,7 +103,7 @@ def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int) -> 
         recipes = ", ".join(seed_ranges(fig.recipes(preset))) if fig.trains else ""
         print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
     jobs = build_jobs(names, preset, out, cache)
-    eta = Eta.of(jobs, slots, preset, StepCosts.load(), _timings_if_any(out, preset))
+    eta = Eta.of(jobs, slots, preset, StepCosts.load().timed(), _timings_if_any(out, preset))
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
     return 0
 
@@ -145,7 +145,7 @@ def body(argv: list[str] | None) -> int:
     backend = backend_of(args, slots, "cuda" if args.preset == "paper" else "cpu")
     if backend.ray and not args.jobs:  # every ready job goes to Ray, which queues them
         slots = sum(j.slots for j in jobs)
-    eta = Eta.of(jobs, slots, args.preset, StepCosts.load(), timings)
+    eta = Eta.of(jobs, slots, args.preset, StepCosts.load().timed(), timings)
     print(_eta_line(eta, slots), flush=True)
     progress = _Progress(jobs, names, eta, slots, out, args.preset, timings)
     outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start, progress.on_done,

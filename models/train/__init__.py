@@ -1,6 +1,8 @@
 """The training package: one config (:mod:`.config`), presets (:mod:`.presets`), run specs and
-their hash (:mod:`.spec`), the one loop with callbacks (:mod:`.loop`), the checkpoint cache
-(:mod:`.cache`) and the command line (:mod:`.cli`, ``python -m models.train``).
+their hash (:mod:`.spec`), the one loop with callbacks (:mod:`.loop`; its parts: the loss
+:mod:`.loss`, evaluation and data :mod:`.evaluation`, checkpoints :mod:`.writer`, RNG state
+:mod:`.rng`, :mod:`.callbacks`), what a run costs before it runs (:mod:`.costs`), the checkpoint
+cache (:mod:`.cache`) and the command line (:mod:`.cli`, ``python -m models.train``).
 
 Import from the submodules (``from models.train.loop import train``); this package file stays
 light so that :mod:`models.checkpoint` can read :class:`~models.train.config.TrainConfig`

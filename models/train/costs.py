@@ -2,33 +2,85 @@
 measured once per model and shipped.
 
 The table (:data:`TABLE`, written by ``python -m bench.step_costs``) holds, per
-:func:`cost_key` (the model, the batch, the sequence length, how the forward runs), the
-seconds of one optimizer step, of one evaluation and of a process's start-up, measured in a
-fresh process with the threads the run gets in the reproduce plan. Seconds there are CPU
-seconds per thread, not wall seconds: the table is measured once, often on a machine busy
-with other work, and CPU time is what a step costs on idle cores (a busy machine's wall time
-is that times the load, which no table can know; the reproduce ETA learns it from the jobs
-that finish).
+:func:`cost_key` (the model, the task's data, the batches, how the forward runs), the cost of
+one optimizer step, of one evaluation and of a process's start-up, each in *reference steps*:
+multiples of the CPU time of :func:`reference_step`, a fixed small training step timed in the
+same process at the same moment. A ratio survives what a number of seconds does not: the
+table is measured once, often on a machine busy with other work (whose every CPU second does
+less: shared caches and cores), and read on another. :func:`reference_seconds` times the
+reference step where the estimate is wanted (wall time: a busy machine's wait included) and
+turns the table into this machine's seconds.
+Jobs that use several threads are costed at their one-thread time: the suite's models gain
+little from a second thread, and the ETA learns the rest from the jobs that finish.
 
 A run whose key is not in the table (a new recipe, another size) is estimated from the
-table's rows of its architecture: their seconds per training FLOP (:func:`~models.train.
-dryrun.flops_per_token`) times this run's FLOPs per step. None when the table has no row of
-the architecture: the caller says it cannot estimate, never guesses.
+table's rows of its architecture: their cost per training FLOP (:func:`~models.train.dryrun.
+flops_per_token`) times this run's FLOPs per step. None when the table has no row of the
+architecture: the caller says it cannot estimate, never guesses.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from models.train.dryrun import plan_row
 from models.train.spec import RunSpec
 
 TABLE = Path(__file__).with_name("step_costs.json")
-FORMAT = 1  # of the table file; another format is ignored (estimates then come from timings)
+# of the table file, and of the reference step its units are: changing either makes old tables
+# unreadable (estimates then come from timings only), never silently wrong
+FORMAT = 2
+REFERENCE_WARMUP = 5  # reference steps before the timed ones (allocations, lazy init)
+REFERENCE_MIN_S = 0.3  # CPU seconds of timed reference steps: a few dozen at today's speeds
+
+
+def reference_step() -> Callable[[], None]:
+    """One step of a fixed small training run: an embedding, an MLP and a LayerNorm on a batch
+    of 32 x 64 tokens, cross-entropy, backward, AdamW. The same mix of small matmuls and
+    per-op overhead as the suite's CPU models, so the two slow down alike on a busy machine."""
+    g = torch.Generator().manual_seed(0)
+    vocab, width = 32, 64
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, width), torch.nn.Linear(width, 4 * width),
+                                torch.nn.GELU(), torch.nn.Linear(4 * width, width),
+                                torch.nn.LayerNorm(width), torch.nn.Linear(width, vocab))
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randint(0, vocab, (32, 64), generator=g)  # [batch, pos]
+    y = torch.randint(0, vocab, (32 * 64,), generator=g)
+
+    def step() -> None:
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one :func:`reference_step` on one thread of this machine, now. By default
+    wall seconds: what a job started now will meet, the other work on the machine included;
+    the table is measured in CPU seconds (``clock=time.thread_time``), steadier beside
+    other work and the same as wall on an idle core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        step = reference_step()
+        for _ in range(REFERENCE_WARMUP):
+            step()
+        n, t0 = 0, clock()
+        while clock() - t0 < REFERENCE_MIN_S:
+            step()
+            n += 1
+        return (clock() - t0) / n
+    finally:
+        torch.set_num_threads(threads)
 
 
 def cost_key(spec: RunSpec) -> str:
@@ -59,13 +111,15 @@ class Estimate:
 
 @dataclass(frozen=True)
 class StepCosts:
-    """The shipped table: ``rows[key]`` = {"step_s", "eval_s", "start_s", "flops_per_step",
-    "arch", ...}, ``analysis_s[preset][name]`` = seconds of an analysis' own process, and the
-    conditions it was measured under (``meta``)."""
+    """The shipped table: ``rows[key]`` = {"step", "eval", "start" (in reference steps),
+    "flops_per_step", "arch", ...}, ``analysis_s[preset][name]`` = wall seconds of an
+    analysis' own process in a real run, and the conditions it was measured under (``meta``).
+    ``unit_s``: seconds of a reference step here (:func:`reference_seconds`; 0 until timed)."""
 
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     analysis_s: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    unit_s: float = 0.0
 
     @classmethod
     def load(cls, path: Path = TABLE) -> StepCosts:
@@ -80,27 +134,33 @@ class StepCosts:
         return cls(dict(doc.get("rows", {})), dict(doc.get("analysis_s", {})),
                    dict(doc.get("meta", {})))
 
-    def start_s(self) -> float:
-        """A process's start-up (interpreter, imports, building the run): the rows' median."""
-        starts = [r["start_s"] for r in self.rows.values() if "start_s" in r]
+    def timed(self) -> StepCosts:
+        """This table with the reference step timed on this machine now."""
+        return StepCosts(self.rows, self.analysis_s, self.meta,
+                         reference_seconds() if self.rows else 0.0)
+
+    def _start(self) -> float:
+        """A process's start-up (interpreter, imports), in reference steps: the rows' median."""
+        starts = [r["start"] for r in self.rows.values() if "start" in r]
         return statistics.median(starts) if starts else 0.0
 
     def run(self, spec: RunSpec) -> Estimate | None:
-        """Seconds of ``spec``'s whole run: start-up, every step, every evaluation."""
+        """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
+        :meth:`timed`)."""
         evals = evaluations(spec.train.steps, spec.train.eval_every)
         r = self.rows.get(cost_key(spec))
         if r is not None:
-            return Estimate(r["start_s"] + spec.train.steps * r["step_s"] + evals * r["eval_s"],
-                            "table")
+            units = r["start"] + spec.train.steps * r["step"] + evals * r["eval"]
+            return Estimate(units * self.unit_s, "table")
         same = [r for r in self.rows.values() if r.get("arch") == spec.arch]
         if not same:
             return None
         row = plan_row(spec.arch, spec)  # this run's FLOPs (meta-device build, one batch)
-        per_flop = statistics.median(r["step_s"] / r["flops_per_step"] for r in same)
-        eval_ratio = statistics.median(r["eval_s"] / r["step_s"] for r in same)
+        per_flop = statistics.median(r["step"] / r["flops_per_step"] for r in same)
+        eval_ratio = statistics.median(r["eval"] / r["step"] for r in same)
         step = per_flop * row["flops_per_token"] * row["tokens_per_step"]
-        return Estimate(self.start_s() + spec.train.steps * step + evals * eval_ratio * step,
-                        "flops")
+        units = self._start() + spec.train.steps * step + evals * eval_ratio * step
+        return Estimate(units * self.unit_s, "flops")
 
     def analysis(self, name: str, preset: str) -> Estimate | None:
         """Seconds of analysis ``name``'s own process at ``preset`` (models it reads from the

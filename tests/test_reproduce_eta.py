@@ -1,0 +1,111 @@
+"""The reproduce ETA: estimated costs packed as the scheduler packs them, learned from the
+jobs that finish, and the step-cost table it reads."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from analyses.reproduce import PLAN, TRAIN, Eta, Job, build_jobs, makespan
+from analyses.reproduce.eta import PRIOR_SHARE
+from models.train.costs import (
+    FORMAT,
+    Estimate,
+    StepCosts,
+    cost_key,
+    evaluations,
+    reference_seconds,
+)
+from models.train.dryrun import recipe_spec
+
+
+def job(name, slots=1, after=()):
+    return Job(name, (), slots, tuple(after))
+
+
+def test_the_eta_of_a_fake_plan_is_the_longest_first_packing_of_its_costs():
+    jobs = [job(n) for n in "abcde"]
+    cost = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 3.0, "e": 3.0}
+    # longest first on two slots: a | b, then c on b's slot (t=4), d on a's (t=5), e on c's
+    # slot (t=7): the last ends at 10
+    assert makespan(jobs, cost, slots=2) == 10.0
+    assert makespan(jobs, cost, slots=1) == sum(cost.values())
+    eta = Eta(jobs, 2, {n: Estimate(s, "table") for n, s in cost.items()})
+    assert eta.remaining({}) == 10.0
+
+
+def test_packing_respects_dependencies_and_two_slot_jobs():
+    jobs = [job("train:a", slots=2), job("x"), job("y", after=["train:a"])]
+    cost = {"train:a": 10.0, "x": 4.0, "y": 1.0}
+    # the chain train:a -> y (11 s) goes first and holds both slots; x and y share them after
+    assert makespan(jobs, cost, slots=2) == 14.0
+    # a running job holds its slot for what is left of it
+    assert makespan([job("x")], {"x": 4.0}, 1, running={"r": (3.0, 1)}) == 7.0
+
+
+def test_finished_jobs_scale_the_rest_shrunk_toward_one():
+    jobs = [job(n) for n in "abcd"]
+    eta = Eta(jobs, 1, {n: Estimate(10.0, "table") for n in "abcd"})
+    assert eta.ratio() == 1.0
+    eta.done("a", 30.0, ok=True)  # three times slower than estimated
+    prior = PRIOR_SHARE * 40.0
+    assert eta.ratio() == pytest.approx((30.0 + prior) / (10.0 + prior))
+    assert eta.remaining({}) == pytest.approx(3 * 10.0 * eta.ratio())
+    eta.done("b", 0.0, ok=False)  # a failure teaches nothing of the cost
+    assert eta.ratio() == pytest.approx((30.0 + prior) / (10.0 + prior))
+    assert eta.remaining({}) == pytest.approx(2 * 10.0 * eta.ratio())
+
+
+def test_the_last_runs_time_beats_the_table(tmp_path):
+    costs = StepCosts(analysis_s={"quick": {"x": 7.0, "y": 9.0}})
+    jobs = [job("x"), job("y"), job("z")]
+    eta = Eta.of(jobs, 1, "quick", costs, {"x": {"ok": True, "seconds": 2.0},
+                                           "y": {"ok": False, "seconds": 1.0}})
+    assert eta.estimates["x"] == Estimate(2.0, "timings")
+    assert eta.estimates["y"] == Estimate(9.0, "table")  # a failed run's time is no estimate
+    assert eta.estimates["z"] == Estimate(8.0, "median")
+    assert "1 from the last run's times" in eta.sources()
+
+
+def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
+    spec = recipe_spec("markov/transformer_1L", "quick")
+    row = {"arch": spec.arch, "step": 2.0, "eval": 100.0, "start": 600.0, "flops_per_step": 1e9}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": FORMAT, "rows": {cost_key(spec): row}}))
+    costs = replace(StepCosts.load(path), unit_s=0.005)  # a reference step of 5 ms here
+    evals = evaluations(spec.train.steps, spec.train.eval_every)
+    want = 0.005 * (600.0 + spec.train.steps * 2.0 + evals * 100.0)
+    assert costs.run(spec) == Estimate(pytest.approx(want), "table")
+    eta = Eta.of([job(TRAIN + "markov/transformer_1L")], 2, "quick", costs, {})
+    assert eta.remaining({}) == pytest.approx(want)
+    # another size of the same architecture: the table's rate per FLOP
+    other = recipe_spec("markov/transformer_2L", "quick")
+    assert costs.run(other).source == "flops"
+    assert costs.run(recipe_spec("markov/mamba2", "quick")) is None  # no mamba2 row
+
+
+def test_the_reference_step_is_timed_on_one_thread_and_restores_the_threads():
+    threads = torch.get_num_threads()
+    assert 0 < reference_seconds() < 10
+    assert torch.get_num_threads() == threads
+
+
+def test_evaluations_count_the_final_one():
+    assert evaluations(1000, 250) == 4 and evaluations(1000, 300) == 4
+    assert evaluations(400, 0) == 1
+
+
+def test_a_missing_or_foreign_table_is_empty(tmp_path):
+    assert StepCosts.load(tmp_path / "none.json").rows == {}
+    (tmp_path / "t.json").write_text('{"format": 1, "rows": {"k": {}}}')  # seconds, not units
+    assert StepCosts.load(tmp_path / "t.json").rows == {}
+
+
+def test_the_shipped_table_estimates_every_job_of_the_quick_plan(tmp_path):
+    costs = replace(StepCosts.load(), unit_s=0.005)
+    assert costs.rows, "models/train/step_costs.json: run python -m bench.step_costs --quick"
+    jobs = build_jobs(PLAN, "quick", tmp_path / "out", tmp_path / "empty-cache")
+    eta = Eta.of(jobs, 2, "quick", costs, {})
+    assert [j.name for j in jobs if j.name not in eta.estimates] == []
+    assert all(e.source == "table" for e in eta.estimates.values())

@@ -1,5 +1,7 @@
 """Shared pytest setup: deterministic, single-threaded torch so tests agree across machines;
-runtime shape checks on the model code; one tiny model of every architecture."""
+runtime shape checks on the model code; the shared fixtures: one tiny model of every
+architecture (the table is tests/tiny.py), a tiny checkpoint, tiny HuggingFace model
+directories."""
 
 import os
 import sys
@@ -28,22 +30,10 @@ install_import_hook(TYPECHECKED_MODULES,
                     "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
 
 from models.registry import build_model  # noqa: E402 - after the import hook, on purpose
+from tests.tiny import TINY, good_checkpoint  # noqa: E402
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 torch.set_num_threads(1)
-
-# The one tiny configuration of each architecture (models.registry.ARCHS; the contract test
-# fails when an architecture has none). Sizes keep every axis distinct where it can be
-# (vocab, width, heads, state) so a transposed axis shows up as a shape error.
-TINY: dict[str, dict] = {
-    "transformer": dict(vocab_size=11, d_model=16, n_layers=2, n_heads=4, d_mlp=32),
-    "mamba2": dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2, d_state=4, d_conv=3,
-                   chunk_size=4),
-    "mambazero": dict(chunk_size=4),  # Thm 1's size for S = 2 (the config's defaults)
-    "mamba": dict(vocab_size=7, d_model=8, n_layers=2, d_state=4, d_conv=3),
-    "lstm": dict(vocab_size=7, d_model=8, n_layers=2),
-    "stu": dict(vocab_size=7, d_model=8, n_layers=2, filter_len=32, num_filters=6, d_mlp=16),
-}
 
 
 @pytest.fixture(autouse=True)
@@ -70,13 +60,13 @@ def randomize_parameters(model: torch.nn.Module, seed: int = 0) -> torch.nn.Modu
     return model
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def randomize():
     """randomize(model, seed=0) -> the model, every parameter moved away from its init."""
     return randomize_parameters
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_config():
     """tiny_config(arch, **overrides) -> the tiny config dict of ``arch`` with overrides."""
 
@@ -101,6 +91,35 @@ def tiny_model(tiny_config):
         return randomize_parameters(model) if random else model
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint():
+    """tiny_checkpoint(step=0, **model) -> a valid checkpoint dict of a tiny untrained
+    transformer (:func:`tests.tiny.good_checkpoint`)."""
+    return good_checkpoint
+
+
+class _HFDirs(dict):
+    """kind -> directory of a tiny HuggingFace model (tests/hf_fixtures.py), each built and
+    saved the first time a test asks for it, then shared by the whole session (read only)."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, kind: str):
+        from tests.hf_fixtures import save_tiny_hf  # transformers: only for the tests that ask
+
+        self[kind] = save_tiny_hf(kind, self.root)
+        return self[kind]
+
+
+@pytest.fixture(scope="session")
+def hf_dirs(tmp_path_factory):
+    """hf_dirs[kind] -> Path of a saved tiny HF model (gpt_neox, gpt2, llama, mamba, mamba2,
+    bert), built on first use. Tests copy a directory before damaging it."""
+    return _HFDirs(tmp_path_factory.mktemp("hf"))
 
 
 def outputs_and_grads(model, x: torch.Tensor, scan: str):

@@ -272,10 +272,12 @@ def test_eval_batch_refuses_a_bad_batch_size(name, batch_size):
 def test_huge_but_valid_lookup_config_is_not_a_crash():
     """A huge key length is valid (the strings are long enough) and must not crash the check
     of the vocabulary size (D**n printed in full would exceed Python's int-to-str limit)."""
-    try:
-        make_task("lookup", D=26, n=5000, min_len=5001, max_len=5001)
-    except TaskError:
-        pass
+    task = make_task("lookup", D=26, n=5000, min_len=5001, max_len=5001)
+    assert task.cfg.n == 5000 and task.max_example_len() > 2 * 5001
+    # a key too long for its strings is refused in one short line (no 26**5000 in it)
+    with pytest.raises(TaskError, match="min_len") as e:
+        make_task("lookup", D=26, n=5000, min_len=4000, max_len=4000)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300
 
 
 @FUZZ

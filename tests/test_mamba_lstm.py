@@ -1,12 +1,11 @@
-"""Hooked Mamba-1 (models/mamba.py) and LSTM (models/lstm.py); the SSM/LSTM trainer round trip.
-The shared contract (run_with_cache, patching, save / load, fast == plain on the tiny configs)
-is in test_model_contract.py."""
+"""Hooked Mamba-1 (models/mamba.py) and LSTM (models/lstm.py). The shared contract (hook names
+and shapes, run_with_cache, patching, save / load of a file and of a training run, fast ==
+plain on the tiny configs, the kernels on CUDA) is in test_model_contract.py."""
 
 import pytest
 import torch
 
-import models
-from models.mamba import MambaConfig, MambaLM, mamba_ssm_selective_scan
+from models.mamba import MambaConfig, MambaLM
 from models.recurrent import (
     from_hf_state_dict,
     linear_scan_parallel,
@@ -14,13 +13,7 @@ from models.recurrent import (
     to_hf_state_dict,
 )
 from models.registry import build_model
-from models.train.loop import train
-from models.train.spec import make_spec
 from tasks.base import TaskError
-
-MAMBA_HOOKS = ["hook_in_proj", "hook_conv", "hook_x", "hook_B", "hook_C", "hook_ssm_dt",
-               "hook_decay", "hook_ssm_write", "hook_ssm_state", "hook_y", "hook_gate",
-               "hook_ssm_out"]
 
 
 @pytest.fixture
@@ -31,18 +24,10 @@ def tiny(tiny_model):
 
 
 # ---------------------------------------------------------------------------- Mamba-1
-def test_mamba_shapes_hooks_and_recurrence(tiny, tokens):
+def test_mamba_hooks_reproduce_the_recurrence(tiny, tokens):
     m = tiny()
-    logits, cache = m.run_with_cache(tokens())
-    assert logits.shape == (3, 11, 7)
-    for i in range(2):
-        for h in MAMBA_HOOKS:
-            assert f"blocks.{i}.mixer.{h}" in cache, h
+    _, cache = m.run_with_cache(tokens())
     c = {k.replace("blocks.0.mixer.", ""): v for k, v in cache.items()}
-    D, N = m.cfg.d_inner, m.cfg.d_state
-    assert c["hook_ssm_state"].shape == c["hook_ssm_write"].shape == (3, 11, D, 1, N)
-    assert c["hook_decay"].shape == (3, 11, D, N)
-    assert c["hook_B"].shape == c["hook_C"].shape == (3, 11, N)
     # y_t = h_t c_t + D x_t from the hooked state, and h_t = a_t h_{t-1} + Δ x b
     mixer = m.blocks[0].mixer
     y = torch.einsum("bpdn,bpn->bpd", c["hook_ssm_state"][:, :, :, 0], c["hook_C"])
@@ -55,7 +40,6 @@ def test_mamba_shapes_hooks_and_recurrence(tiny, tokens):
         w = dx[..., None, None] * c["hook_B"][:, t, None, None]
         h = a[:, t, :, None] * h + w
         assert torch.allclose(h, c["hook_ssm_state"][:, t], atol=1e-12)
-    assert torch.allclose(logits, m(tokens()), atol=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(conv=False, gated=False, d_mlp=6),  # (the tiny config:
@@ -98,27 +82,11 @@ def test_mamba_config_checks(tiny_config):
             build_model("mamba", tiny_config("mamba", **bad))
 
 
-@pytest.mark.gpu
-def test_mamba_kernel_matches_scan_on_cuda(tiny_model, tokens):
-    if not torch.cuda.is_available() or mamba_ssm_selective_scan() is None:
-        pytest.skip("needs CUDA and mamba-ssm")
-    m = tiny_model("mamba", random=True, d_model=32, d_state=16).cuda()
-    x = tokens(2, 64).cuda()
-    m.set_scan("scan")
-    ref = m(x)
-    m.set_scan("kernel")
-    assert torch.allclose(m(x), ref, atol=1e-3, rtol=1e-3)
-
-
 # ---------------------------------------------------------------------------- LSTM
 def test_lstm_hooks_hold_the_cell_state_and_gates(tiny, tokens):
     m = tiny("lstm")
     x = tokens()
     _, cache = m.run_with_cache(x)  # hooks on c and gates: the plain loop
-    for i in range(2):
-        assert cache[f"blocks.{i}.hook_h"].shape == (3, 11, 8)
-        assert cache[f"blocks.{i}.hook_c"].shape == (3, 11, 8)
-        assert cache[f"blocks.{i}.hook_gates"].shape == (3, 11, 4, 8)
     # h_t = σ(o) tanh(c_t) from the hooked gates and cell state
     o = cache["blocks.1.hook_gates"][:, :, 3]
     assert torch.allclose(torch.sigmoid(o) * torch.tanh(cache["blocks.1.hook_c"]),
@@ -130,25 +98,3 @@ def test_lstm_config_checks():
         build_model("lstm", {"d_model": 0})
     with pytest.raises(TaskError):
         build_model("lstm", {"scan": "chunked"})
-
-
-# ---------------------------------------------------------------------------- trainer + load
-@pytest.mark.parametrize("arch,task,task_cfg,model", [
-    ("mamba2", "markov", {"seq_len": 32}, {"d_model": 8, "d_state": 4, "d_mlp": 0}),
-    ("mambazero", "markov", {"seq_len": 32}, {}),
-    ("mamba", "copy", {"max_len": 5}, {"d_model": 8, "n_layers": 1}),
-    ("lstm", "copy", {"max_len": 5}, {"d_model": 8, "n_layers": 1}),
-])
-def test_train_save_load_run_with_cache(tmp_path, arch, task, task_cfg, model):
-    spec = make_spec(arch, task, "quick", model, task_cfg,
-                     {"steps": 3, "batch_size": 4, "eval_batches": 1, "eval_batch_size": 4})
-    out = tmp_path / f"{arch}.pt"
-    ck = train(spec, out=out, progress=False)
-    assert ck["history"] and ck["history"][-1]["step"] == 3
-    if task == "markov":
-        assert {"lbeta", "loss_gap", "kl_beta"} <= set(ck["history"][-1])
-    m = models.load(out)
-    x = torch.randint(0, 2, (2, 10))
-    _, cache = m.run_with_cache(x)
-    key = "blocks.0.hook_c" if arch == "lstm" else "blocks.0.mixer.hook_ssm_state"
-    assert key in cache

@@ -3,6 +3,8 @@ analyses that read them, the index is written, failures count."""
 
 import importlib
 import json
+import os
+import signal
 import sys
 import time
 
@@ -11,6 +13,7 @@ import pytest
 from analyses import reproduce
 from analyses.common import Claim, Figure
 from analyses.reproduce import PLAN, TRAIN, Job, Outcome, build_jobs, run_jobs, write_index
+from analyses.reproduce import cli as reproduce_cli
 from models import zoo
 
 
@@ -117,10 +120,13 @@ def test_a_failed_job_skips_what_needs_it_and_not_the_rest(tmp_path):
 
 
 def test_a_job_over_its_timeout_is_stopped(tmp_path):
-    t0 = time.time()
-    (o,) = run_jobs([_job("slow", "import time; time.sleep(30)", tmp_path)], tmp_path,
-                     timeout=0.5, poll=0.05)
-    assert not o.ok and "timed out" in o.log_tail and time.time() - t0 < 10
+    code = ("import os, time; open(OUT + '/pid', 'w').write(str(os.getpid())); time.sleep(30); "
+            "open(OUT + '/finished', 'w')")
+    (o,) = run_jobs([_job("slow", code, tmp_path)], tmp_path, timeout=1.0, poll=0.05)
+    assert not o.ok and "timed out" in o.log_tail
+    assert not (tmp_path / "finished").exists()  # stopped, not waited for
+    with pytest.raises(ProcessLookupError):  # and gone, not left running
+        os.kill(int((tmp_path / "pid").read_text()), 0)
 
 
 def test_a_two_slot_job_runs_alone(tmp_path):
@@ -168,3 +174,29 @@ def test_an_analysis_without_the_level_refuses_it(capsys):
 ])
 def test_the_plan_folds_runs_of_seeds(names, folded):
     assert reproduce.seed_ranges(names) == folded
+
+
+def test_a_stopped_run_lets_its_jobs_save_and_leaves_no_orphan(tmp_path):
+    # SIGTERM / Ctrl-C on reproduce: each running job gets SIGTERM (a training job saves its
+    # checkpoint there) before it is killed; reproduce itself was killed alone before, exit 0
+    saved = tmp_path / "saved"
+    trap = (f"import signal, sys, time, pathlib\n"
+            f"def save(*a):\n    pathlib.Path({str(saved)!r}).write_text('ok'); sys.exit(143)\n"
+            f"signal.signal(signal.SIGTERM, save)\n"
+            f"pathlib.Path(OUT, 'started').write_text('')\ntime.sleep(60)")
+    job = _job("train:slow", trap, tmp_path)
+
+    def stop_when_started(names):
+        while not (tmp_path / "started").exists():
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.run_jobs([job], tmp_path, on_start=stop_when_started)
+    assert saved.read_text() == "ok"
+
+
+def test_sigterm_interrupts_reproduce_as_ctrl_c():
+    with pytest.raises(KeyboardInterrupt), reproduce_cli.interrupt_on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)

@@ -16,23 +16,17 @@ def tiny(tiny_model):
 
 
 @pytest.mark.parametrize("param", PARAMS)
-def test_shapes_and_hook_names(param, tiny):
+def test_the_residual_stream_adds_the_stu_output(param, tiny):
+    """(Hook names and shapes: test_model_contract.py.)"""
     m = tiny(param=param)
     tokens = torch.randint(0, 7, (3, 11))
-    logits, cache = m.run_with_cache(tokens)
-    assert logits.shape == (3, 11, 7)
-    feats = cache["blocks.0.stu.hook_features"]
-    assert feats.shape == ((3, 11, 2, 8) if param == "tensordot" else (3, 11, 2, 6, 8))
-    assert cache["blocks.1.stu.hook_out"].shape == (3, 11, 8)
-    for name in ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid",
-                 "blocks.1.hook_resid_post", "blocks.0.mlp.hook_post", "ln_final.hook_normalized"):
-        assert name in cache.keys()
-    assert cache["blocks.0.mlp.hook_pre"].shape == (3, 11, 16)
-    # the residual stream adds the STU output
+    _, cache = m.run_with_cache(tokens)
     torch.testing.assert_close(cache["blocks.0.hook_resid_mid"],
                                cache["blocks.0.hook_resid_pre"] + cache["blocks.0.stu.hook_out"])
+    feats = cache["blocks.0.stu.hook_features"]
     if param == "tensordot":  # the layer output is the sum of the two branches
         torch.testing.assert_close(feats.sum(2), cache["blocks.0.stu.hook_out"])
+    assert feats.shape[2] == 2  # the positive and the negative branch
     one = tiny(param=param, negative_branch=False)
     _, c1 = one.run_with_cache(tokens)
     assert c1["blocks.0.stu.hook_features"].shape[2] == 1

@@ -1,0 +1,49 @@
+"""The tiny configurations and checkpoints the tests share (one table, no test module importing
+another). conftest.py turns them into fixtures (``tiny_config``, ``tiny_model``,
+``tiny_checkpoint``); a test imports a name from here only where a fixture cannot reach:
+parametrize lists, module constants, and scripts run in a child process.
+
+Imported by conftest after its jaxtyping import hook, so the model modules it pulls in are
+checked like everywhere else under pytest.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import models
+
+# The one tiny configuration of each architecture (models.registry.ARCHS; the contract test
+# fails when an architecture has none). Sizes keep every axis distinct where it can be
+# (vocab, width, heads, state) so a transposed axis shows up as a shape error.
+TINY: dict[str, dict] = {
+    "transformer": dict(vocab_size=11, d_model=16, n_layers=2, n_heads=4, d_mlp=32),
+    "mamba2": dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2, d_state=4, d_conv=3,
+                   chunk_size=4),
+    "mambazero": dict(chunk_size=4),  # Thm 1's size for S = 2 (the config's defaults)
+    "mamba": dict(vocab_size=7, d_model=8, n_layers=2, d_state=4, d_conv=3),
+    "lstm": dict(vocab_size=7, d_model=8, n_layers=2),
+    "stu": dict(vocab_size=7, d_model=8, n_layers=2, filter_len=32, num_filters=6, d_mlp=16),
+    # the transformer of a tiny training run and of a tiny checkpoint file: one layer, two
+    # heads; a run's task sets the vocabulary (the checkpoint below: copy with D = 26)
+    "run": dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
+}
+TINY_RUN = TINY["run"]
+# the same model as `python -m models.train` flags
+TINY_RUN_FLAGS = [a for k, v in TINY_RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def good_checkpoint(step: int = 0, **model) -> dict:
+    """A valid checkpoint dict of the tiny run transformer (vocabulary 30: copy, D = 26),
+    untrained, its weights drawn from seed ``step``; ``model`` overrides config fields."""
+    cfg = {"vocab_size": 30, **TINY_RUN, **model}
+    torch.manual_seed(step)
+    m = models.build_model("transformer", cfg)
+    return {
+        "format": 1,
+        "model": {"arch": "transformer", "config": cfg},
+        "task": {"name": "copy", "config": {"D": 26, "min_len": 1, "max_len": 6}},
+        "train": {"config": {"steps": 10}, "seed": 0, "step": step, "samples_seen": 4 * step},
+        "state_dict": {k: v.detach().clone() for k, v in m.state_dict().items()},
+        "history": [],
+    }

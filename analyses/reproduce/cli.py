@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -148,8 +151,9 @@ def body(argv: list[str] | None) -> int:
     eta = Eta.of(jobs, slots, args.preset, StepCosts.load().timed(), timings)
     print(_eta_line(eta, slots), flush=True)
     progress = _Progress(jobs, names, eta, slots, out, args.preset, timings)
-    outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start, progress.on_done,
-                        expected=eta.costs(), backend=backend)
+    with interrupt_on_sigterm():
+        outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start,
+                            progress.on_done, expected=eta.costs(), backend=backend)
     progress.close()
     figures = [o for o in outcomes if o.job.figure is not None]
     failed = [o.job.name for o in outcomes if not o.ok]
@@ -212,6 +216,22 @@ class _Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm():
+    """SIGTERM stops a run as Ctrl-C does (its jobs stopped, exit 130), not by killing this
+    process alone, which left the jobs training as orphans and exited 0."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

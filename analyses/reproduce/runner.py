@@ -73,11 +73,24 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
     return Outcome(r.job, ok, seconds, log[-3000:], claims)
 
 
-def _kill(r: _Running) -> None:
+# seconds a stopped run's jobs get to save their checkpoints before they are killed
+STOP_GRACE = 30.0
+
+
+def _kill(r: _Running, grace: float = 0.0) -> None:
+    """Stop a job's process group: SIGTERM first when ``grace`` > 0 (a training job then saves
+    its checkpoint, which the next run resumes), SIGKILL after ``grace`` seconds."""
     if isinstance(r.proc, RayCommand):
         r.proc.kill()
         return
     try:
+        if grace > 0:
+            os.killpg(r.proc.pid, signal.SIGTERM)
+            try:
+                r.proc.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
         os.killpg(r.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
@@ -147,7 +160,7 @@ def run_jobs(jobs: list[Job], out: Path, slots: int = 1, timeout: float = 3600.0
                 on_done(o)
                 if not o.ok:
                     fail_dependents(r.job.name)
-    finally:  # Ctrl-C: no orphaned processes left training in the background
+    finally:  # Ctrl-C / SIGTERM: no orphaned processes left training in the background
         for r in running:
-            _kill(r)
+            _kill(r, grace=STOP_GRACE)
     return [done[j.name] for j in jobs]

@@ -49,6 +49,9 @@ BAD = {  # CLI module -> bad flags, each refused on its own
                                ["--lengths", "0"]],
     "analyses.reproduce": [["--timeout", "nan"], ["--timeout", "-1"], ["--jobs", "0"]],
     "models.zoo": [["--jobs", "0"]],
+    "analyses.memorization": [
+        ["--widths", "0,4"], ["--fractions", "0"], ["--fractions", "1.5"], ["--steps", "0"],
+        ["--threshold", "nan"], ["--seeds", "0"], ["--n-examples", HUGE], ["--jobs", "0"]],
 }
 CASES = [(mod, argv) for mod, bad in BAD.items() for argv in bad]
 

@@ -362,7 +362,7 @@ def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
     (["--data", "mnli", "--task", "token", "--data-path", "x"], "sequence-level"),
     (["--data", "conll"], "needs data_path"),
     (["--widths", "5", "--fractions", "1"], "divisible by n_heads"),
-    (["--widths", "a,b"], "comma-separated"),
+    (["--widths", "a,b"], "not an integer"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
     assert am.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2

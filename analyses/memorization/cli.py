@@ -13,7 +13,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from analyses.common import Checkpoint, ints, numbers, run_analysis
+from analyses.common import Checkpoint, run_analysis
 from analyses.memorization.claims import FIGURE, fit_summary
 from analyses.memorization.grid import NAME, THRESHOLD, dry_run_cells
 from analyses.memorization.plots import (
@@ -25,6 +25,7 @@ from analyses.memorization.plots import (
 )
 from analyses.memorization.sweep import compute
 from figures.style import save_figure
+from models import flags
 from models.sweep import backend_of
 from tasks.atomic import write_atomic
 from tasks.memorization import REAL_LEVEL
@@ -76,18 +77,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=["token", "sequence"], default=None,
                    help="label level (default: token for synthetic and conll, sequence for mnli)")
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
-    p.add_argument("--jobs", type=int, default=2, help="parallel worker processes, or the CPUs "
-                   "of the Ray instance --ray starts here (default 2)")
-    p.add_argument("--widths", default=None, help="embedding sizes m, e.g. 8,16,32")
-    p.add_argument("--fractions", default=None, help="dataset fractions (default 0.1,…,1.0)")
-    p.add_argument("--n-examples", type=int, default=None, help="N, the full dataset size")
-    p.add_argument("--steps", type=int, default=None, help="step budget per cell")
+    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=2,
+                   help="parallel worker processes, or the CPUs of the Ray instance --ray "
+                   "starts here (default 2)")
+    p.add_argument("--widths", type=flags.int_list(1, flags.MAX_DIM), default=None,
+                   help="embedding sizes m, e.g. 8,16,32")
+    p.add_argument("--fractions", type=flags.fraction_list(0.0, 1.0, open_lo=True),
+                   default=None, help="dataset fractions (default 0.1,…,1.0)")
+    p.add_argument("--n-examples", type=flags.bounded_int(0, flags.MAX_EXAMPLES), default=None,
+                   help="N, the full dataset size (0 with --data conll/mnli: every example of "
+                   "the file)")
+    p.add_argument("--steps", type=flags.bounded_int(1, flags.MAX_STEPS), default=None,
+                   help="step budget per cell")
     p.add_argument("--pe", choices=["rope", "nope", "alibi", "hard_alibi"], default=None,
                    help="positional encoding (default rope: see the module docstring)")
-    p.add_argument("--threshold", type=float, default=THRESHOLD)
-    p.add_argument("--patience", type=int, default=None,
+    p.add_argument("--threshold", type=flags.probability, default=THRESHOLD)
+    p.add_argument("--patience", type=flags.bounded_int(1, flags.MAX_STEPS), default=None,
                    help="evaluations without improvement before a cell stops")
-    p.add_argument("--seeds", type=int, default=None,
+    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS), default=None,
                    help="medium: searches, one per seed --seed, --seed + 1, … (default: the "
                    "grid's)")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
@@ -106,8 +113,8 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
         task_cfg["n_examples"] = args.n_examples
     train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
     result = compute(args.data, level, args.preset, args.out,
-                     widths=tuple(ints(args.widths)) if args.widths else None,
-                     fractions=tuple(numbers(args.fractions)) if args.fractions else None,
+                     widths=args.widths,
+                     fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
                      train=train_cfg, patience=args.patience, threshold=args.threshold,
                      n_jobs=args.jobs, device=args.device, fresh=args.fresh,

@@ -41,24 +41,21 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
-from scipy.special import betainc
 
 from analyses.common import Checkpoint, Claim, Figure, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from models import flags, zoo
 from models.mamba2 import MARKOV_PAPER_MODEL
-from probes.estimators import cross_entropy
-from probes.markov import (
+from probes.markov import (  # noqa: F401 - restricted_probs, P_HAT_BINS: found here too
+    P_HAT_BINS,
     TABLE_T,
     deviation_table,
-    fixed_sequence_curve,
-    markov_batch,
-    model_probs,
+    fixed_sequence,
+    p_hat_bins,
+    restricted_probs,
+    restricted_table,
 )
-from tasks.add_beta import add_beta_counts
 from tasks.base import check, config_to_dict
-from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 
 NAME = "markov_holdout"
 ARCHS = ("mamba2", "mambazero", "transformer")
@@ -72,73 +69,6 @@ T_LEARNT = 50  # in-range deviation is read from here on: before it add-β itsel
 # costs 0.19 nats a token.
 LOSS_SMALL = 0.01
 FIXED_SEED_OFFSET = 2  # the fixed sequence's seed: after the two ranges' chains
-# P̂(1|·) bins of the per-chain view (held-out chains have P(1|·) ≥ 0.5)
-P_HAT_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-# ---------------------------------------------------------------------------- restricted prior
-def restricted_probs(tokens: torch.Tensor, order: int, beta: float,
-                     p_range: tuple[float, float]) -> torch.Tensor:
-    """P_R(next = 1 | tokens[b, :t+1]) [batch, pos] (float64): the posterior mean of P(1 | ctx)
-    under Beta(β, β) conditioned on ``p_range``, from the counts of the current context — the
-    Bayes-optimal predictor of chains drawn as :class:`HoldoutMarkovTask` draws them."""
-    lo, hi = p_range
-    n = add_beta_counts(tokens, 2, order).double().numpy()  # [batch, pos, 2]
-    a, b = n[..., 1] + beta, n[..., 0] + beta  # posterior Beta(a, b) before conditioning
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mass = betainc(a, b, hi) - betainc(a, b, lo)
-        mean = a / (a + b) * (betainc(a + 1, b, hi) - betainc(a + 1, b, lo)) / mass
-    # Counts far outside the range: the conditioned mass underflows and the posterior piles
-    # up at the nearer end, about 1 / |d log density / dp| inside it.
-    tiny = ~(mass > 1e-250) | ~np.isfinite(mean)
-    if tiny.any():
-        def slope(p):
-            return (a - 1) / p - (b - 1) / (1 - p)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            at_hi = hi - 1.0 / np.maximum(slope(min(hi, 1 - 1e-12)), 1e-12)
-            at_lo = lo + 1.0 / np.maximum(-slope(max(lo, 1e-12)), 1e-12)
-        edge = np.where(a / (a + b) > hi, at_hi, at_lo)
-        mean = np.where(tiny, np.clip(edge, lo, hi), mean)
-    return torch.from_numpy(np.clip(mean, lo, hi))
-
-
-def restricted_table(model, order: int, beta: float, p_range: tuple[float, float],
-                     train_range: tuple[float, float], n_seqs: int, seed: int, seq_len: int,
-                     ts=TABLE_T) -> dict:
-    """On the chains :func:`deviation_table` draws for ``p_range`` (same seed): the mean
-    |P_θ − P_R| (model against the training prior's Bayes predictor) and |P_R − P_β| after t
-    tokens, and the latter per position."""
-    task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
-                                                 p_lo=p_range[0], p_hi=p_range[1]))
-    batch = markov_batch(task, n_seqs, seed)
-    x = batch.tokens
-    p = model_probs(model, x)[..., 1]  # [batch, pos]
-    r = restricted_probs(x, order, beta, train_range)  # [batch, pos]
-    q = task.optimal_probs(x)[..., 1]
-    model_r, r_q = (p - r).abs(), (r - q).abs()
-    rows = {int(t): {"model_vs_restricted": float(model_r[:, t - 1].mean()),
-                     "restricted_vs_add_beta": float(r_q[:, t - 1].mean())}
-            for t in ts if t <= seq_len}
-    lr = float(cross_entropy(torch.stack([1 - r, r], dim=-1), batch.targets))
-    lb = float(cross_entropy(task.optimal_probs(x).double(), batch.targets))
-    return {"by_t": rows, "curve": r_q.mean(0), "loss_gap": lr - lb}
-
-
-def fixed_sequence(model, order: int, beta: float, p_range: tuple[float, float], seed: int,
-                   seq_len: int, ts=TABLE_T) -> dict:
-    """The paper's view of Table 2: P_θ(1) and P_β(1) along *one* fixed test sequence with
-    every P(1 | ·) in ``p_range``, |P_θ − P_β| after t tokens for t in ``ts``, and the
-    sequence's empirical P̂(1 | 0), P̂(1 | 1) over its whole length (order 1)."""
-    task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
-                                                 p_lo=p_range[0], p_hi=p_range[1]))
-    c = fixed_sequence_curve(model, task, seed)
-    d = (c["p_model"] - c["p_beta"]).abs()
-    x = c["tokens"].long()
-    p_hat = {f"P(1|{a})": float(x[1:][x[:-1] == a].double().mean()) if (x[:-1] == a).any()
-             else None for a in (0, 1)} if order == 1 else {}
-    return {"range": list(p_range), "seed": seed, "tokens": x, "p_model": c["p_model"],
-            "p_beta": c["p_beta"], "by_t": {int(t): float(d[t - 1]) for t in ts if t <= seq_len},
-            "p_hat": p_hat}
 
 
 def compute(model, n_seqs: int = 256, seed: int = 0, seq_len: int = 300) -> dict:
@@ -166,19 +96,6 @@ def compute(model, n_seqs: int = 256, seed: int = 0, seq_len: int = 300) -> dict
         pc["bins"] = p_hat_bins(pc["p_hat"], pc["deviation"])
     out["fixed"] = fixed_sequence(model, order, beta, held, seed + FIXED_SEED_OFFSET, seq_len)
     return to_jsonable(out)
-
-
-def p_hat_bins(p_hat, deviation, edges=P_HAT_BINS) -> list[dict]:
-    """The per-chain view in bins of the chain's empirical P̂(1 | ·): how many chains and
-    their mean deviation from add-β (None for an empty bin; chains with NaN P̂ left out)."""
-    ph, dev = np.asarray(p_hat, dtype=float), np.asarray(deviation, dtype=float)
-    out = []
-    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-        last = i == len(edges) - 2
-        m = (ph >= lo) & ((ph <= hi) if last else (ph < hi))
-        out.append({"lo": lo, "hi": hi, "n": int(m.sum()),
-                    "mean": float(dev[m].mean()) if m.any() else None})
-    return out
 
 
 # ---------------------------------------------------------------------------- medium: seeds

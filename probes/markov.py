@@ -12,6 +12,10 @@ that predictor on the same fresh test sequences and compare them:
 * :func:`deviation_table`: |P_θ(1) − P_β(1)| after t tokens on chains drawn from part of the
   simplex (the hold-out experiment, App. E.5, Table 2), the test loss gap to add-β there, and
   per chain the deviation at the last t beside the chain's empirical P̂(1 | ·);
+* :func:`restricted_table`: the same chains against the *restricted* predictor
+  (:func:`restricted_probs`, the posterior mean under the prior conditioned on the training
+  range), :func:`fixed_sequence` (Table 2 along one sequence) and :func:`p_hat_bins` (the
+  per-chain view in bins of P̂), the hold-out analysis' instruments;
 * :func:`fitted_beta`: the β whose add-β estimator is closest to the model's predictions
   (Fig. 5b's count-independent part, for any model).
 
@@ -23,12 +27,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from scipy.optimize import minimize_scalar
+from scipy.special import betainc
 from torch import Tensor
 
 from probes.estimators import add_beta_probs, cross_entropy, empirical_probs
+from tasks.add_beta import add_beta_counts
 from tasks.base import Batch, check, config_to_dict, make_generator
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
@@ -161,3 +168,85 @@ def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) ->
                           options={"xatol": 1e-6})
     return {"beta_fit": math.exp(res.x), "kl_at_fit": float(res.fun),
             "kl_at_true_beta": loss(math.log(cfg.beta)), "beta_true": cfg.beta}
+
+
+# P̂(1|·) bins of the per-chain view (held-out chains have P(1|·) ≥ 0.5)
+P_HAT_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+# ---------------------------------------------------------------------------- restricted prior
+def restricted_probs(tokens: torch.Tensor, order: int, beta: float,
+                     p_range: tuple[float, float]) -> torch.Tensor:
+    """P_R(next = 1 | tokens[b, :t+1]) [batch, pos] (float64): the posterior mean of P(1 | ctx)
+    under Beta(β, β) conditioned on ``p_range``, from the counts of the current context — the
+    Bayes-optimal predictor of chains drawn as :class:`HoldoutMarkovTask` draws them."""
+    lo, hi = p_range
+    n = add_beta_counts(tokens, 2, order).double().numpy()  # [batch, pos, 2]
+    a, b = n[..., 1] + beta, n[..., 0] + beta  # posterior Beta(a, b) before conditioning
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mass = betainc(a, b, hi) - betainc(a, b, lo)
+        mean = a / (a + b) * (betainc(a + 1, b, hi) - betainc(a + 1, b, lo)) / mass
+    # Counts far outside the range: the conditioned mass underflows and the posterior piles
+    # up at the nearer end, about 1 / |d log density / dp| inside it.
+    tiny = ~(mass > 1e-250) | ~np.isfinite(mean)
+    if tiny.any():
+        def slope(p):
+            return (a - 1) / p - (b - 1) / (1 - p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at_hi = hi - 1.0 / np.maximum(slope(min(hi, 1 - 1e-12)), 1e-12)
+            at_lo = lo + 1.0 / np.maximum(-slope(max(lo, 1e-12)), 1e-12)
+        edge = np.where(a / (a + b) > hi, at_hi, at_lo)
+        mean = np.where(tiny, np.clip(edge, lo, hi), mean)
+    return torch.from_numpy(np.clip(mean, lo, hi))
+
+
+def restricted_table(model, order: int, beta: float, p_range: tuple[float, float],
+                     train_range: tuple[float, float], n_seqs: int, seed: int, seq_len: int,
+                     ts=TABLE_T) -> dict:
+    """On the chains :func:`deviation_table` draws for ``p_range`` (same seed): the mean
+    |P_θ − P_R| (model against the training prior's Bayes predictor) and |P_R − P_β| after t
+    tokens, and the latter per position."""
+    task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
+                                                 p_lo=p_range[0], p_hi=p_range[1]))
+    batch = markov_batch(task, n_seqs, seed)
+    x = batch.tokens
+    p = model_probs(model, x)[..., 1]  # [batch, pos]
+    r = restricted_probs(x, order, beta, train_range)  # [batch, pos]
+    q = task.optimal_probs(x)[..., 1]
+    model_r, r_q = (p - r).abs(), (r - q).abs()
+    rows = {int(t): {"model_vs_restricted": float(model_r[:, t - 1].mean()),
+                     "restricted_vs_add_beta": float(r_q[:, t - 1].mean())}
+            for t in ts if t <= seq_len}
+    lr = float(cross_entropy(torch.stack([1 - r, r], dim=-1), batch.targets))
+    lb = float(cross_entropy(task.optimal_probs(x).double(), batch.targets))
+    return {"by_t": rows, "curve": r_q.mean(0), "loss_gap": lr - lb}
+
+
+def fixed_sequence(model, order: int, beta: float, p_range: tuple[float, float], seed: int,
+                   seq_len: int, ts=TABLE_T) -> dict:
+    """The paper's view of Table 2: P_θ(1) and P_β(1) along *one* fixed test sequence with
+    every P(1 | ·) in ``p_range``, |P_θ − P_β| after t tokens for t in ``ts``, and the
+    sequence's empirical P̂(1 | 0), P̂(1 | 1) over its whole length (order 1)."""
+    task = HoldoutMarkovTask(HoldoutMarkovConfig(S=2, order=order, beta=beta, seq_len=seq_len,
+                                                 p_lo=p_range[0], p_hi=p_range[1]))
+    c = fixed_sequence_curve(model, task, seed)
+    d = (c["p_model"] - c["p_beta"]).abs()
+    x = c["tokens"].long()
+    p_hat = {f"P(1|{a})": float(x[1:][x[:-1] == a].double().mean()) if (x[:-1] == a).any()
+             else None for a in (0, 1)} if order == 1 else {}
+    return {"range": list(p_range), "seed": seed, "tokens": x, "p_model": c["p_model"],
+            "p_beta": c["p_beta"], "by_t": {int(t): float(d[t - 1]) for t in ts if t <= seq_len},
+            "p_hat": p_hat}
+
+
+def p_hat_bins(p_hat, deviation, edges=P_HAT_BINS) -> list[dict]:
+    """The per-chain view in bins of the chain's empirical P̂(1 | ·): how many chains and
+    their mean deviation from add-β (None for an empty bin; chains with NaN P̂ left out)."""
+    ph, dev = np.asarray(p_hat, dtype=float), np.asarray(deviation, dtype=float)
+    out = []
+    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        last = i == len(edges) - 2
+        m = (ph >= lo) & ((ph <= hi) if last else (ph < hi))
+        out.append({"lo": lo, "hi": hi, "n": int(m.sum()),
+                    "mean": float(dev[m].mean()) if m.any() else None})
+    return out

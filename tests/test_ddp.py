@@ -29,13 +29,14 @@ from models.train.loop import train
 from models.train.spec import make_spec
 from tasks import make_generator, make_task
 from tasks.base import TaskError
+from tests.tiny import TINY_RUN, TINY_RUN_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
 # the explicit attention path: PyTorch's fused CPU attention kernel rounds a batch of 5 rows
 # differently from slices of 3 and 2, and AdamW turns that rounding in the near-zero query and
 # key gradients of a fresh model into weight differences near 1e-6 within a few steps, in a
 # single process as much as under DDP; the explicit path leaves DDP only its summation order
-TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32, use_sdpa=False)
+TINY = {**TINY_RUN, "use_sdpa": False}
 # 5 rows: the two ranks take 3 and 2 (uneven slices), with different target counts (copy
 # strings of random length), which a plain mean of the ranks' mean losses would get wrong
 TRAIN = dict(steps=6, batch_size=5, eval_every=3, eval_batches=3, eval_batch_size=8,
@@ -43,10 +44,10 @@ TRAIN = dict(steps=6, batch_size=5, eval_every=3, eval_batches=3, eval_batch_siz
 # epochs over 7 examples in batches of 3: every third batch has one row, and rank 1 none
 MEM_TASK = dict(n_examples=7)
 MEM_TRAIN = dict(steps=6, batch_size=3, eval_every=0, eval_batches=1, eval_batch_size=4, seed=3)
-FLAGS = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-mlp", "32",
-         "--max-len", "6", "--steps", "6", "--batch-size", "5", "--eval-every", "3",
-         "--eval-batches", "3", "--eval-batch-size", "8", "--warmup-steps", "2", "--seed", "7",
-         "--use-sdpa", "false", "--device", "cpu", "--no-progress"]
+FLAGS = [*TINY_RUN_FLAGS, "--max-len", "6", "--steps", "6", "--batch-size", "5",
+         "--eval-every", "3", "--eval-batches", "3", "--eval-batch-size", "8",
+         "--warmup-steps", "2", "--seed", "7", "--use-sdpa", "false", "--device", "cpu",
+         "--no-progress"]
 
 # the worker of a torchrun job: the CLI's run (the issue's command, tiny), then train() on the
 # same spec stopped by a SIGTERM that only rank 1 receives (after its step 3)

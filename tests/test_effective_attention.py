@@ -12,8 +12,6 @@ from models import load
 from models.checkpoint import FORMAT, save_checkpoint
 from probes import effective_attention as ea
 from tasks.base import TaskError
-from tests.conftest import randomize_parameters
-from tests.hf_fixtures import save_tiny_hf
 
 TOKENS = torch.tensor([[1, 2, 3, 1, 2, 3, 4, 0, 5, 1, 2], [0, 0, 1, 6, 5, 4, 3, 2, 1, 0, 6]])
 
@@ -175,13 +173,12 @@ def test_our_probe_on_our_mamba2_equals_transformer_lens_on_its_hf_export(tiny_m
 
 
 @pytest.fixture(scope="module")
-def hf_models(tmp_path_factory):
+def hf_models(hf_dirs, randomize):
     """Tiny HF Mamba, Mamba-2 and GPT-NeoX (tests/hf_fixtures.py) through models.load."""
-    d = tmp_path_factory.mktemp("hf")
     out = {}
     for k in ("mamba", "mamba2", "gpt_neox"):
-        model = load(str(save_tiny_hf(k, d)))
-        randomize_parameters(model.original_model)
+        model = load(str(hf_dirs[k]))
+        randomize(model.original_model)
         out[k] = model
     return out
 

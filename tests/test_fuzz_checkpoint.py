@@ -3,8 +3,9 @@ flipped anywhere or inside the pickle, config fields set to huge / negative / wr
 values, tensors removed, reshaped, re-typed, broadcast or added, top-level entries dropped or
 replaced, the digest kept stale or recomputed). Every case must either load a model whose
 weights are bit-identical to the original file's, or be refused with one
-:class:`~models.checkpoint.CheckpointError` line; no other exception, and the loader's peak
-memory may not grow by more than :data:`BOUND` (a 100 kB file must not cost gigabytes).
+:class:`~models.checkpoint.CheckpointError` line; no other exception. (What refusing a memory
+bomb costs is measured by bench/bench_hostile.py, not asserted here: DESIGN.md keeps memory
+targets out of the default suite; test_reliability.py checks where the refusals come.)
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ import models
 from models.checkpoint import CheckpointError, save_checkpoint, tensor_digest
 from models.train.loop import train
 from models.train.spec import make_spec
-from tests.test_reliability import PeakRSS
 
-BOUND = 200 * 2**20  # peak-RSS growth allowed per load
 FAST_EXAMPLES = 1000  # the default suite's share (a few seconds); the slow test runs many more
 SLOW_EXAMPLES = 3000
 
@@ -173,20 +172,18 @@ def cases(draw) -> tuple[str, bytes, dict]:
 
 def check_case(what: str, data: bytes, expected: dict, path: Path, stats: Counter) -> None:
     path.write_bytes(data)
-    with PeakRSS() as mem:
-        try:
-            model = models.load(path)
-        except CheckpointError as e:
-            msg = str(e)
-            assert "\n" not in msg and len(msg) < 2000, (what, msg)
-            stats["refused"] += 1
-        else:  # loaded: then it holds the file's weights, bit for bit
-            own = model.state_dict()
-            assert own.keys() == expected.keys(), what
-            for k, v in own.items():
-                assert torch.equal(v, expected[k].to(v.dtype)), (what, k)
-            stats["loaded"] += 1
-    assert mem.growth < BOUND, (what, mem.growth)
+    try:
+        model = models.load(path)
+    except CheckpointError as e:
+        msg = str(e)
+        assert "\n" not in msg and len(msg) < 2000, (what, msg)
+        stats["refused"] += 1
+    else:  # loaded: then it holds the file's weights, bit for bit
+        own = model.state_dict()
+        assert own.keys() == expected.keys(), what
+        for k, v in own.items():
+            assert torch.equal(v, expected[k].to(v.dtype)), (what, k)
+        stats["loaded"] += 1
     stats["cases"] += 1
 
 

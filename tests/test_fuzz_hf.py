@@ -3,13 +3,13 @@ directory with one thing damaged — a config field set to a huge / negative / w
 a tokenizer file's field replaced or the file truncated, or the safetensors header edited (a
 dtype, shape or offsets changed, an entry dropped, the length prefix or the file's size
 changed). Every case must either load (a model whose logits are finite) or be refused with one
-:class:`~models.hf.HFError` line; no other exception, and no more than :data:`BOUND` of peak
-memory (a 100 kB directory must not cost gigabytes).
+:class:`~models.hf.HFError` line; no other exception. (What refusing a memory bomb costs is
+measured by bench/bench_hostile.py, not asserted here: DESIGN.md keeps memory targets out of
+the default suite; test_hf_hostile.py checks where the refusals come.)
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import shutil
@@ -24,10 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.hf import HFError, load_hf
-from tests.hf_fixtures import save_tiny_hf
-from tests.test_reliability import PeakRSS
 
-BOUND = 200 * 2**20  # peak-RSS growth allowed per load
 FAST_EXAMPLES = 12  # per kind in the default suite (each load boots a model: keep it short)
 SLOW_EXAMPLES = 300
 
@@ -46,11 +43,6 @@ TOKENIZER_FILES = {"tokenizer.json": ["model", "pre_tokenizer", "decoder", "adde
 DTYPES = ["F32", "F16", "BF16", "F64", "I64", "I8", "U8", "BOOL", "F8_E4M3", "XX", 7]
 HEADER_OPS = ["dtype", "shape", "offsets", "drop", "rename", "length", "truncate", "extend",
               "metadata"]
-
-
-@functools.lru_cache(maxsize=1)
-def base() -> Path:
-    return save_tiny_hf("gpt_neox", Path(tempfile.mkdtemp(prefix="fuzz-hf-")))
 
 
 def _header(path: Path) -> tuple[dict, bytes]:
@@ -112,27 +104,25 @@ def damage_header(d: Path, op: str, pick: int, value, dtype) -> None:
         _write_header(path, header, data)
 
 
-def check_case(damage, stats: Counter) -> None:
+def check_case(base: Path, damage, stats: Counter) -> None:
     """Damage a fresh copy of the base directory, then load it: a model or one HFError line."""
     with tempfile.TemporaryDirectory(prefix="fuzz-hf-case-") as tmp:
-        d = Path(shutil.copytree(base(), Path(tmp) / "model"))
+        d = Path(shutil.copytree(base, Path(tmp) / "model"))
         damage(d)
-        with PeakRSS() as rss:
-            try:
-                model = load_hf(d)
-            except HFError as e:
-                msg = str(e)
-                assert "\n" not in msg and "Traceback" not in msg, msg
-                stats["refused"] += 1
-            else:
-                with torch.no_grad():
-                    logits = model(torch.tensor([[1, 5, 9, 5]]))
-                assert bool(torch.isfinite(logits).all())
-                stats["loaded"] += 1
-        assert rss.growth < BOUND, rss.growth
+        try:
+            model = load_hf(d)
+        except HFError as e:
+            msg = str(e)
+            assert "\n" not in msg and "Traceback" not in msg, msg
+            stats["refused"] += 1
+        else:
+            with torch.no_grad():
+                logits = model(torch.tensor([[1, 5, 9, 5]]))
+            assert bool(torch.isfinite(logits).all())
+            stats["loaded"] += 1
 
 
-def run_fuzz(max_examples: int, derandomize: bool) -> Counter:
+def run_fuzz(base: Path, max_examples: int, derandomize: bool) -> Counter:
     stats: Counter = Counter()
     values = st.sampled_from(VALUES)
     configs = st.tuples(st.sampled_from(CONFIG_FIELDS), values).map(
@@ -147,18 +137,18 @@ def run_fuzz(max_examples: int, derandomize: bool) -> Counter:
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.one_of(configs, tokenizers, headers))
     def fuzz(damage):
-        check_case(damage, stats)
+        check_case(base, damage, stats)
 
     fuzz()
     return stats
 
 
-def test_fuzz_hf_loader():
-    stats = run_fuzz(3 * FAST_EXAMPLES, derandomize=True)
+def test_fuzz_hf_loader(hf_dirs):
+    stats = run_fuzz(hf_dirs["gpt_neox"], 3 * FAST_EXAMPLES, derandomize=True)
     assert stats["refused"] > 0 and sum(stats.values()) >= 3 * FAST_EXAMPLES - 2, stats
 
 
 @pytest.mark.slow
-def test_fuzz_hf_loader_long():
-    stats = run_fuzz(SLOW_EXAMPLES, derandomize=False)
+def test_fuzz_hf_loader_long(hf_dirs):
+    stats = run_fuzz(hf_dirs["gpt_neox"], SLOW_EXAMPLES, derandomize=False)
     assert stats["refused"] > 0 and stats["loaded"] > 0, stats

@@ -27,18 +27,12 @@ from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, HFError, HFModel, loa
 from probes.copying import accuracy_at
 from tasks.base import TaskError, make_generator
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
-from tests.hf_fixtures import CAUSAL_KINDS, CHARS, N_HEADS, N_LAYERS, save_tiny_hf
+from tests.hf_fixtures import CAUSAL_KINDS, CHARS, N_HEADS, N_LAYERS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 ARCH = {"gpt_neox": HF_TRANSFORMER, "gpt2": HF_TRANSFORMER, "llama": HF_TRANSFORMER,
         "mamba": HF_MAMBA, "mamba2": HF_MAMBA2}
-
-
-@pytest.fixture(scope="module")
-def hf_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    return {kind: save_tiny_hf(kind, root) for kind in (*ARCH, "bert")}
 
 
 def one_line(e: BaseException) -> str:

@@ -18,7 +18,6 @@ from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
 from probes.match_heads import MatchHeads, find_match_heads
 from tasks.base import TaskError
-from tests.hf_fixtures import save_tiny_hf
 
 COPY = {"D": 26, "max_len": 12}
 SMALL = ["--lengths", "6", "--batch-size", "4", "--draws", "2", "--n-max", "3"]
@@ -120,19 +119,13 @@ def test_induction_task_data_targets_the_token_after_the_first_flag(ckpts):
     assert r["data"] == "induction"
 
 
-@pytest.fixture(scope="module")
-def hf_dirs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hf")
-    return {k: str(save_tiny_hf(k, d)) for k in ("gpt_neox", "mamba2", "mamba")}
-
-
 HF_SMALL = ["--lengths", "5,7", "--batch-size", "3", "--draws", "1", "--n-max", "2"]
 
 
 def test_a_pretrained_lm_is_probed_on_repeated_random_tokens_and_on_repeated_text(
         hf_dirs, tmp_path, capsys):
-    assert ngram_heads.main([hf_dirs["gpt_neox"], hf_dirs["mamba2"], "--out", str(tmp_path),
-                             *HF_SMALL]) == 0
+    assert ngram_heads.main([str(hf_dirs["gpt_neox"]), str(hf_dirs["mamba2"]), "--out",
+                             str(tmp_path), *HF_SMALL]) == 0
     out = capsys.readouterr().out
     assert "not natural text" in out  # the offline default text says what it is
     r = json.loads((tmp_path / "ngram_heads.json").read_text())
@@ -147,7 +140,7 @@ def test_a_pretrained_lm_is_probed_on_repeated_random_tokens_and_on_repeated_tex
 def test_a_pretrained_mamba_on_a_named_text_file(hf_dirs, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat and the dog sat on the log. " * 4)
-    assert ngram_heads.main([hf_dirs["mamba"], "--data", "text", "--text", str(text), "--out",
+    assert ngram_heads.main([str(hf_dirs["mamba"]), "--data", "text", "--text", str(text), "--out",
                              str(tmp_path), *HF_SMALL]) == 0
     r = json.loads((tmp_path / "ngram_heads.json").read_text())
     assert r["data"] == "text" and r["heads"] == "s6" and r["text_source"] == str(text)
@@ -155,7 +148,7 @@ def test_a_pretrained_mamba_on_a_named_text_file(hf_dirs, tmp_path):
 
 
 def test_a_pretrained_lm_has_no_task_data(hf_dirs, tmp_path, capsys):
-    assert ngram_heads.main([hf_dirs["gpt_neox"], "--data", "task", "--out",
+    assert ngram_heads.main([str(hf_dirs["gpt_neox"]), "--data", "task", "--out",
                              str(tmp_path)]) == 2
     assert "no task" in capsys.readouterr().err
 

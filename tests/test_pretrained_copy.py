@@ -29,16 +29,10 @@ from tasks.prompts import (
     shuffle_words,
     text_window,
 )
-from tests.hf_fixtures import char_tokenizer, save_tiny_hf, tiny_hf_model
+from tests.hf_fixtures import char_tokenizer, tiny_hf_model
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^([A-Za-z]+ [A-Za-z]+): (\d{3}-\d{3}-\d{4})$")
-
-
-@pytest.fixture(scope="module")
-def hf_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    return {k: save_tiny_hf(k, root) for k in ("gpt_neox", "mamba2")}
 
 
 # ---------------------------------------------------------------------------- prompt formats
@@ -277,7 +271,7 @@ def test_bad_input_is_one_line(hf_dirs, tmp_path, monkeypatch, capsys, case, mes
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     good = str(hf_dirs["mamba2"])
     if case == "bert":
-        bad = [good, str(save_tiny_hf("bert", tmp_path))]
+        bad = [good, str(hf_dirs["bert"])]
     elif case == "no_tokenizer":
         model, _ = tiny_hf_model("gpt_neox")
         model.save_pretrained(tmp_path / "bare")

@@ -17,10 +17,10 @@ import torch
 import models.train.cli as C
 from models.checkpoint import save_checkpoint, tensor_digest
 from models.train.cli import main
+from tests.tiny import TINY_RUN_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--d-mlp", "32"]
-QUICK = [*TINY, "--steps", "3", "--batch-size", "4", "--eval-batches", "1",
+QUICK = [*TINY_RUN_FLAGS, "--steps", "3", "--batch-size", "4", "--eval-batches", "1",
          "--eval-batch-size", "4", "--no-progress", "--device", "cpu"]
 
 # (name, extra argv, phrases the one stderr line must contain). The last phrase usually says
@@ -138,10 +138,9 @@ def test_good_input_trains_and_exits_0(tmp_path, capsys):
     assert (tmp_path / "c.pt").exists()
 
 
-def test_resume_flags_that_contradict_the_checkpoint(tmp_path, capsys, no_compute):
-    from tests.test_checkpoint import good_checkpoint
-
-    path = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")
+def test_resume_flags_that_contradict_the_checkpoint(tmp_path, capsys, no_compute,
+                                                     tiny_checkpoint):
+    path = save_checkpoint(tiny_checkpoint(), tmp_path / "c.pt")
     code, _, err = run_main(["--resume", str(path), "--task", "lookup", "--no-progress"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--task lookup conflicts with" in err and "trained on copy" in err
@@ -247,7 +246,7 @@ ANALYSES = analysis_modules()
 
 
 @pytest.fixture(scope="module")
-def bad_analysis_inputs(tmp_path_factory):
+def bad_analysis_inputs(tmp_path_factory, tiny_checkpoint):
     d = tmp_path_factory.mktemp("analysis_inputs")
     buf = io.BytesIO()
     torch.save(torch.ones(3), buf)
@@ -256,9 +255,7 @@ def bad_analysis_inputs(tmp_path_factory):
     buf = io.BytesIO()
     torch.save({"format": 1, "x": MakesMarker(d / "MARKER")}, buf)
     (d / "evil.pt").write_bytes(buf.getvalue())
-    from tests.test_checkpoint import good_checkpoint
-
-    save_checkpoint(good_checkpoint(), d / "good.pt")  # fed with a device that does not exist
+    save_checkpoint(tiny_checkpoint(), d / "good.pt")  # fed with a device that does not exist
     return d
 
 

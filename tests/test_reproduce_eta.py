@@ -38,7 +38,8 @@ def test_the_eta_of_a_fake_plan_is_the_longest_first_packing_of_its_costs():
 def test_packing_respects_dependencies_and_two_slot_jobs():
     jobs = [job("train:a", slots=2), job("x"), job("y", after=["train:a"])]
     cost = {"train:a": 10.0, "x": 4.0, "y": 1.0}
-    # the chain train:a -> y (11 s) goes first and holds both slots; x and y share them after
+    # the chain train:a -> y (the fake plan's longest) goes first and holds both slots;
+    # x and y share them after
     assert makespan(jobs, cost, slots=2) == 14.0
     # a running job holds its slot for what is left of it
     assert makespan([job("x")], {"x": 4.0}, 1, running={"r": (3.0, 1)}) == 7.0
@@ -73,7 +74,7 @@ def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
     row = {"arch": spec.arch, "step": 2.0, "eval": 100.0, "start": 600.0, "flops_per_step": 1e9}
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"format": FORMAT, "rows": {cost_key(spec): row}}))
-    costs = replace(StepCosts.load(path), unit_s=0.005)  # a reference step of 5 ms here
+    costs = replace(StepCosts.load(path), unit_s=0.005)  # fixed: times nothing
     evals = evaluations(spec.train.steps, spec.train.eval_every)
     want = 0.005 * (600.0 + spec.train.steps * 2.0 + evals * 100.0)
     assert costs.run(spec) == Estimate(pytest.approx(want), "table")

@@ -17,7 +17,7 @@ from tasks.atomic import write_atomic
 from tasks.base import TaskError
 
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
-MAX_CLAIM_CHARS = 2000  # longest 'measured here' cell the index copies from a JSON
+MAX_CLAIM_CHARS = 2000  # bound on one claim cell the index copies from an analysis' JSON
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Outcome:
     ok: bool
     seconds: float | None  # None: not known (an --index-only read of a run without timings)
     log_tail: str
-    claims: list[tuple[str, str, bool | None]]  # (paper claim, measured, holds)
+    claims: list[tuple[str, str, bool | None]]  # (paper claim, our result, holds)
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:

@@ -67,22 +67,23 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _name_of(config_cls: type, names, class_of, what: str, config: str) -> str:
+    """The registry name (arch or task) whose class takes ``config_cls`` as its config."""
+    for name in names:
+        if class_of(name).config_cls is config_cls:
+            return name
+    raise TaskError(f"{config_cls.__name__} is no {what}'s {config}; {what}s: "
+                    f"{', '.join(sorted(names))}")
+
+
 @functools.cache
 def _arch_of(config_cls: type) -> str:
-    for arch in ARCHS:
-        if model_class(arch).config_cls is config_cls:
-            return arch
-    raise TaskError(f"{config_cls.__name__} is no arch's model config; archs: "
-                    f"{', '.join(sorted(ARCHS))}")
+    return _name_of(config_cls, ARCHS, model_class, "arch", "model config")
 
 
 @functools.cache
 def _task_of(config_cls: type) -> str:
-    for name in TASKS:
-        if task_class(name).config_cls is config_cls:
-            return name
-    raise TaskError(f"{config_cls.__name__} is no task's config; tasks: "
-                    f"{', '.join(sorted(TASKS))}")
+    return _name_of(config_cls, TASKS, task_class, "task", "config")
 
 
 def _defaults(cfg) -> dict[str, Any]:

@@ -51,19 +51,21 @@ from models.checkpoint import (
     short_path,
 )
 from models.cli import OneLineParser, run_cli
-from models.export_map import (  # noqa: F401 - the names users import from models.export_hf
+from models.export_hooks import (  # noqa: F401 - the names users import from models.export_hf
     BAMBA,
-    HF_CLASSES,
     HOOK_MAP,
     LN_SHIFT_NOTE,
+    HFSite,
+    hook_sites,
+)
+from models.export_map import (  # noqa: F401 - the names users import from models.export_hf
+    HF_CLASSES,
     NO_DECAY_A_LOG,
     REFUSED_ARCHS,
     ExportError,
     HFExport,
-    HFSite,
     fold_unembed_bias,
     hf_class,
-    hook_sites,
     read_provenance,
     refusal,
     special_token_ids,

@@ -1,6 +1,6 @@
 """What a suite checkpoint becomes as a HuggingFace model (:mod:`models.export_hf` writes it):
 the HF class, config and state dict (:func:`to_hf`), the refusals where no HF class computes our
-model exactly (:func:`refusal`), and :data:`HOOK_MAP`, our hook names at the HF modules.
+model exactly (:func:`refusal`), and the hook map (:mod:`models.export_hooks`).
 
 Only classes that compute *exactly* our model are used; anything else is refused with one line:
     transformer, pe=rope / nope  -> ``GPTNeoXForCausalLM`` (pre-LN LayerNorm blocks with biases,
@@ -36,7 +36,6 @@ versions load them too.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -50,6 +49,7 @@ import transformers as tf
 from torch import Tensor
 
 from models.checkpoint import short_path
+from models.export_hooks import BAMBA
 from models.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from models.recurrent import to_hf_state_dict
 from models.registry import model_class
@@ -61,7 +61,6 @@ HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM"
 # Mamba-2 with the Markov paper's MLP after each mixer (d_mlp > 0): Bamba's blocks are exactly
 # resid + mixer(RMSNorm(resid)), then resid + down(act(gate(·)) ⊙ up(·))(RMSNorm(resid)); with
 # no attention layer listed it is a pure Mamba-2 stack
-BAMBA = "BambaForCausalLM"
 # a_t = exp(−exp(A_log)·Δ_t): exp(−10⁴) is 0 in every float format, so a_t = 1 exactly
 NO_DECAY_A_LOG = -1.0e4
 
@@ -156,97 +155,6 @@ def refusal(arch: str, cfg) -> str | None:
             return f"mixer_norm=False: {name} always applies the gated RMSNorm"
         return None
     return f"arch={arch}: no HF class is known for it"
-
-
-# ---------------------------------------------------------------------------- hook map
-@dataclass(frozen=True)
-class HFSite:
-    """Where one of our hooks is in the exported HF model: the module at ``module`` (``{i}``:
-    our block index, the same index in HF's layer list), read as its ``output`` (element
-    ``item`` of a tuple) or its first positional ``input``. Values equal ours to float
-    rounding, reshaped to HF's shape (our per-head axes are flattened there); ``note`` says
-    where they are not."""
-
-    module: str
-    read: str = "output"  # output | input
-    item: int = 0
-    note: str = ""
-
-
-_NEOX = "gpt_neox.layers.{i}."
-_SSM = "backbone.layers.{i}."
-_BAMBA_L = "model.layers.{i}."
-LN_SHIFT_NOTE = ("plus seqprobe.ln_final_shift of config.json where the unembedding bias was "
-                 "moved into this LayerNorm's bias (GPT-NeoX's lm_head has none)")
-# our hook name -> HF module, per exported class (forward hooks on the module, or nnsight's
-# .output / .input, read these). Activations with no module boundary of their own in the HF
-# class (q, k, v, scores, Δ_t, B, C, the state) are not listed.
-HOOK_MAP: dict[str, dict[str, HFSite]] = {
-    "GPTNeoXForCausalLM": {
-        "hook_embed": HFSite("gpt_neox.embed_in"),
-        "blocks.{i}.hook_resid_pre": HFSite("gpt_neox.layers.{i}", "input"),
-        "blocks.{i}.ln1.hook_normalized": HFSite(_NEOX + "input_layernorm"),
-        "blocks.{i}.attn.hook_pattern": HFSite(_NEOX + "attention", item=1,
-                                               note="eager attention only (others give None)"),
-        "blocks.{i}.attn.hook_z": HFSite(_NEOX + "attention.dense", "input"),
-        "blocks.{i}.hook_attn_out": HFSite(_NEOX + "attention"),
-        # sequential blocks: the second LayerNorm reads resid_mid (parallel ones: resid_pre)
-        "blocks.{i}.hook_resid_mid": HFSite(_NEOX + "post_attention_layernorm", "input"),
-        "blocks.{i}.ln2.hook_normalized": HFSite(_NEOX + "post_attention_layernorm"),
-        "blocks.{i}.mlp.hook_pre": HFSite(_NEOX + "mlp.dense_h_to_4h"),
-        "blocks.{i}.mlp.hook_post": HFSite(_NEOX + "mlp.dense_4h_to_h", "input"),
-        "blocks.{i}.hook_mlp_out": HFSite(_NEOX + "mlp"),
-        "blocks.{i}.hook_resid_post": HFSite("gpt_neox.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
-    },
-    "Mamba2ForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_SSM + "mixer.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
-    BAMBA: {
-        "hook_embed": HFSite("model.embed_tokens"),
-        "blocks.{i}.hook_resid_pre": HFSite("model.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_BAMBA_L + "input_layernorm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_BAMBA_L + "mamba.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_BAMBA_L + "mamba"),
-        "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
-        "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
-        "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
-        "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward"),
-        "blocks.{i}.hook_resid_post": HFSite("model.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("model.final_layernorm"),
-    },
-    "MambaForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_x": HFSite(_SSM + "mixer.x_proj", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
-}
-
-
-def hook_sites(hf_class_name: str, n_layers: int) -> dict[str, HFSite]:
-    """:data:`HOOK_MAP` of one exported class with ``{i}`` filled in for every block:
-    ``{"blocks.0.hook_resid_post": HFSite("gpt_neox.layers.0"), ...}``."""
-    check(hf_class_name in HOOK_MAP, f"no hook map for {hf_class_name!r}; exported classes: "
-          f"{', '.join(sorted(HOOK_MAP))}")
-    sites = {}
-    for ours, site in HOOK_MAP[hf_class_name].items():
-        for i in range(n_layers) if "{i}" in ours else [None]:
-            sites[ours.format(i=i)] = (site if i is None else dataclasses.replace(
-                site, module=site.module.format(i=i)))
-    return sites
 
 
 def special_token_ids(vocab: Vocab) -> dict[str, int | None]:

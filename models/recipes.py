@@ -1,10 +1,7 @@
 """The zoo's recipes as data: every trained model an analysis uses, by name.
 
-A recipe is a task × arch with overrides on top of the preset rows of
-:mod:`models.train.presets`: ``common`` at every level it has, ``by_level[L]`` on top at level
-``L``. It exists at exactly the levels it lists (``levels``; by default ``quick`` and
-``paper``: the medium runs are recipes of their own). ``init_from[L]`` names the recipe whose
-checkpoint starts it at level ``L`` (fine-tuning).
+What a recipe is (a task × arch with overrides on the preset rows, at the levels it lists):
+:class:`models.recipe.Recipe`.
 
 The tables below are literals; recipes that come in grids (lengths × seeds × learning rates)
 are expanded by one function per family, and :func:`build_recipes` collects them all once.
@@ -14,70 +11,11 @@ measured is in the reproduce index.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Iterable, Iterator
 
-from models.train.presets import NAMES as LEVELS
+from models.recipe import DEFAULT_LEVELS, Parts, Recipe  # noqa: F401 - importable from here
 from models.train.presets import preset_overrides
 from tasks.base import check
-
-Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
-DEFAULT_LEVELS = ("quick", "paper")  # where a recipe exists unless it lists its levels
-
-
-def _frozen(parts: Mapping | None) -> Parts:
-    parts = parts or {}
-    check(set(parts) <= {"model", "task", "train"},
-          f"recipe overrides take model / task / train, got {sorted(parts)}")
-    return MappingProxyType({k: MappingProxyType(dict(parts.get(k, {})))
-                             for k in ("model", "task", "train")})
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One named checkpoint (module docstring); ``slots`` is how many cores its training keeps
-    busy (the reproduce scheduler reads it)."""
-
-    name: str
-    task: str
-    arch: str
-    common: Parts = field(default_factory=dict)
-    by_level: Mapping[str, Parts] = field(default_factory=dict)
-    init_from: Mapping[str, str] = field(default_factory=dict)  # level -> recipe name
-    slots: int = 1
-    doc: str = ""
-    levels: tuple[str, ...] = DEFAULT_LEVELS
-
-    def __post_init__(self):
-        object.__setattr__(self, "levels", tuple(self.levels))
-        for what, keys in (("levels", self.levels), ("by_level", self.by_level),
-                           ("init_from", self.init_from)):
-            unknown = sorted(set(keys) - set(LEVELS))
-            check(not unknown, f"recipe {self.name}: {what} names unknown levels {unknown}; "
-                  f"levels: {', '.join(LEVELS)}")
-        check(all(isinstance(v, Mapping) for v in self.by_level.values()),
-              f"recipe {self.name}: by_level values are dicts of model / task / train (a level "
-              "the recipe lacks is left out of levels, not set to None)")
-        outside = sorted((set(self.by_level) | set(self.init_from)) - set(self.levels))
-        check(not outside, f"recipe {self.name}: by_level / init_from name {outside}, which "
-              f"are not among its levels {list(self.levels)}")
-        object.__setattr__(self, "common", _frozen(self.common))
-        object.__setattr__(self, "by_level", MappingProxyType(
-            {lv: _frozen(v) for lv, v in self.by_level.items()}))
-        object.__setattr__(self, "init_from", MappingProxyType(dict(self.init_from)))
-
-    def available(self, level: str) -> bool:
-        return level in self.levels
-
-    def parts(self, level: str) -> dict[str, dict[str, Any]]:
-        """The recipe's overrides at ``level``: ``common``, then ``by_level[level]``."""
-        check(level in LEVELS, f"unknown preset {level!r}; allowed: {', '.join(LEVELS)}")
-        check(self.available(level), f"recipe {self.name} has no {level} version")
-        extra = self.by_level.get(level) or _frozen({})
-        return {k: {**self.common[k], **extra[k]} for k in ("model", "task", "train")}
-
 
 # Copy paper (Jelassi et al.). Quick: strings <= 20 (models.train.presets). Paper: Fig. 1b's
 # setting, strings <= 50 in contexts of C = 420 (App. A.2), tested up to 1000.

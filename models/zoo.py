@@ -22,6 +22,7 @@ from typing import Any
 from models import flags
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.device import resolve_device
+from models.recipe import Recipe
 from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAME
     ABLATION_GROUPS,
     COPY_MEDIUM,
@@ -32,11 +33,9 @@ from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAM
     INDUCTION_MEDIUM_QS,
     INDUCTION_RUNS,
     INDUCTION_T,
-    LEVELS,
     LOOKUP_MEDIUM,
     MARKOV_HOLDOUT_MEDIUM,
     RECIPES,
-    Recipe,
     copy_medium_name,
     copy_medium_recipes,
     induction_length,

@@ -10,6 +10,7 @@ from transformers import Mamba2Config, Mamba2ForCausalLM, PreTrainedTokenizerFas
 
 from models import load
 from models.checkpoint import FORMAT, save_checkpoint
+from probes import bridge_attention as ba
 from probes import effective_attention as ea
 from tasks.base import TaskError
 
@@ -203,13 +204,13 @@ def test_hf_ssm_head_ablation_sets_the_scan_output(hf_models, k):
     model = hf_models[k]
     heads = [(1, 0), (1, 2)]
     means = ea.head_means(model, TOKENS)
-    names = {"blocks.1.mixer.hook_ssm_state", ea._c_hook(model, 1)}
+    names = {"blocks.1.mixer.hook_ssm_state", ba._c_hook(model, 1)}
 
     def scan_out():
         with torch.no_grad():
             _, cache = model.run_with_cache(TOKENS, names_filter=lambda n: n in names)
-        S = ea._state_per_head(model, cache["blocks.1.mixer.hook_ssm_state"])
-        C = ea._bridge_C(model, 1, cache[ea._c_hook(model, 1)])[:, : S.shape[1]]
+        S = ba._state_per_head(model, cache["blocks.1.mixer.hook_ssm_state"])
+        C = ba._bridge_C(model, 1, cache[ba._c_hook(model, 1)])[:, : S.shape[1]]
         return torch.einsum("bthpn,bthn->bthp", S, C.expand(-1, -1, S.shape[2], -1))
 
     with ea.eager_scan(model):

@@ -398,9 +398,10 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- claims
-def mem_json(w=1.0, n=1.0, mins=(100, 100, 200), nondecreasing=True):
+def mem_json(w=1.0, n=1.0, mins=(100, 100, 200), nondecreasing=True, rho=0.87):
     return {"trends": {"width_pairs_error_not_rising": w, "n_pairs_error_not_falling": n,
                        "spearman_error_vs_width": -0.9, "spearman_error_vs_n": None,
+                       "spearman_min_params_vs_n": rho,
                        "min_params_nondecreasing": nondecreasing,
                        "n_memorized": sum(m is not None for m in mins)},
             "n_examples": [10, 20, 30], "min_params_non_embedding": list(mins),
@@ -418,7 +419,13 @@ def test_claim_trends_both_ways():
 def test_claim_params_both_ways():
     text, ok = am.claim_params(mem_json())
     assert ok and "3/3 dataset sizes" in text and "R² 0.75" in text
-    assert not am.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False))[1]
+    assert "Spearman vs N 0.87" in text
+    # one search landing a width low does not flatten a rising series; a flat one fails
+    text, ok = am.claim_params(mem_json(mins=(100, 80, 200, 300, 400), nondecreasing=False,
+                                        rho=0.9))
+    assert ok and "(not monotone)" in text
+    assert not am.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False, rho=0.5))[1]
+    assert not am.claim_params(mem_json(rho=None))[1]
     assert not am.claim_params(mem_json(mins=(None, None, 200)))[1]  # one N is no trend
     d = mem_json()
     d["fits"]["non_embedding"]["linear"] = None
@@ -494,18 +501,19 @@ def search_json(verdict_inputs, small=(0.6, (0.4, 0.9)), large=(1.0, (0.8, 1.2))
 def test_shape_claims_both_ways():
     linear = search_json((1e4, 9e4, (0.85, 1.1)))
     text, ok = am.claim_linear(linear)
-    assert ok and not am.claim_sqrt(linear)[1]
+    assert ok is True and am.claim_sqrt(linear)[1] is False
     assert "k = 0.98 [95 % CI 0.85, 1.10]" in text and "9 N = 16…512 (32x), 2 seeds" in text
     assert "2,000 steps (8,000 at N = 215, 332, 512)" in text
     assert "verdict: linear" in text and "RMSE linear 100 vs a + b*sqrt(nN) 300" in text
     # our setting beside the paper's: what could not be matched
     assert "L = 2, h = 1" in text and "L = 6, h = 12, m in steps of 12, Adam lr 2e-5" in text
     sqrt = search_json((9e4, 1e4, (0.4, 0.7)))
-    assert am.claim_sqrt(sqrt)[1] and not am.claim_linear(sqrt)[1]
+    assert am.claim_sqrt(sqrt)[1] is True and am.claim_linear(sqrt)[1] is False
     # residuals favour one shape but the exponent's interval holds the other: undecided
     for undecided in (search_json((1e4, 9e4, (0.45, 1.1))), search_json((9e4, 1e4, (0.6, 1.05)))):
         assert "undecided" in am.claim_sqrt(undecided)[0]
-        assert not am.claim_sqrt(undecided)[1] and not am.claim_linear(undecided)[1]
+        # neither shape shown: n/a, not "does not hold"
+        assert am.claim_sqrt(undecided)[1] is None and am.claim_linear(undecided)[1] is None
     assert am.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
     grid = mem_json()  # the quick grid: too few N, the shape claims do not apply
     assert am.claim_sqrt(grid) is None and am.claim_linear(grid) is None

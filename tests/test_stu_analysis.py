@@ -12,6 +12,7 @@ import torch
 
 import models
 from analyses import stu_induction as A
+from analyses.stu_induction import claims as C
 from models import zoo
 from models.train.loop import train
 from models.train.spec import make_spec
@@ -189,8 +190,8 @@ def test_describe_tells_the_medium_variants_apart(tmp_path):
             d_model=8, n_heads=2, n_layers=1)
         path = _train_tiny(tmp_path, label, arch=arch, **{**cfg, **model})
         labels[label] = A.describe(models.load(path))
-    assert labels == {"stu": A.STU, "stu_shared": A.STU_SHARED, "stu_blank0": A.STU_BLANK0,
-                      "transformer": A.BASELINES[0]}
+    assert labels == {"stu": C.STU, "stu_shared": C.STU_SHARED, "stu_blank0": C.STU_BLANK0,
+                      "transformer": C.BASELINES[0]}
 
 
 def test_padded_recall_is_recall_on_the_same_sequences(tmp_path, monkeypatch):
@@ -255,8 +256,8 @@ def test_claim_generalise_both_ways():
     text, ok = A.claim_generalise(medium_json({"stu": [0.3, 0.85]}))
     assert not ok and "not matched" in text  # a claim that fails says what was not matched
     # the variants are not the paper's setting: a generalising shared / BLANK-0 STU is no verdict
-    assert not A.claim_generalise(medium_json({"stu": [0.3, 0.3], A.STU_SHARED: [1.0, 1.0],
-                                               A.STU_BLANK0: [1.0, 1.0]}))[1]
+    assert not A.claim_generalise(medium_json({"stu": [0.3, 0.3], C.STU_SHARED: [1.0, 1.0],
+                                               C.STU_BLANK0: [1.0, 1.0]}))[1]
     assert not A.claim_generalise(medium_json({"mamba2": [1.0]}))[1]  # no STU rows
     assert A.claim_generalise(medium_json({"stu": [1.0]}, preset="quick")) is None  # not here
 
@@ -278,22 +279,22 @@ def test_claim_padding_both_ways():
 
 
 def test_claim_blank_zero_both_ways():
-    text, ok = A.claim_blank_zero(medium_json({A.STU_BLANK0: [0.3, 0.95]}, shorter=(0.93, 0.97)))
+    text, ok = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3, 0.95]}, shorter=(0.93, 0.97)))
     assert ok and "16 0.93 as is, 0.97 left-padded" in text and "1/2 seeds >= 0.9" in text
-    assert not A.claim_blank_zero(medium_json({A.STU_BLANK0: [0.3]}, shorter=(0.6, 0.97)))[1]
+    assert not A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, shorter=(0.6, 0.97)))[1]
     assert not A.claim_blank_zero(medium_json({"stu": [0.3]}))[1]  # no such rows
-    assert A.claim_blank_zero(medium_json({A.STU_BLANK0: [0.3]}, preset="quick")) is None
+    assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, preset="quick")) is None
 
 
 def test_claim_shared_mixture_both_ways():
     bound = induction.even_lags_accuracy(64, 4)  # lags 1..62, 31 even: 0.5 + 0.5 / 4
     assert bound == pytest.approx(0.625)
-    at_T = {A.STU_SHARED: [0.3, 0.3], "stu": [0.4, 0.4]}
-    text, ok = A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.62, 0.6]}))
+    at_T = {C.STU_SHARED: [0.3, 0.3], "stu": [0.4, 0.4]}
+    text, ok = A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.62, 0.6]}))
     assert ok and "even-lag bound 0.62" in text and "per-branch STU's 1.00" in text
-    assert not A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.99]}))[1]
-    assert not A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.71]}))[1]
-    assert A.claim_shared_mixture(medium_json(at_T, at_L={A.STU_SHARED: [0.6, 0.69]}))[1]
+    assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.99]}))[1]
+    assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.71]}))[1]
+    assert A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.69]}))[1]
     assert not A.claim_shared_mixture(medium_json({"stu": [0.4]}))[1]  # no shared rows
     assert A.claim_shared_mixture(medium_json(at_T, preset=None)) is None
 

@@ -36,29 +36,24 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
 from analyses.common import Claim, Figure, fmt, get, run_analysis, to_jsonable
+from analyses.pretrained_copy.prompts import (
+    Prompt,
+    copy_prompts,
+    decode,
+    greedy_verdicts,
+    phonebook_prompts,
+)
 from figures.style import new_figure
 from models import flags
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
 from tasks.base import check, make_generator
-from tasks.prompts import (
-    COPY_END,
-    GENERATED_TEXT_NOTE,
-    PHONEBOOK_END,
-    copy_prompt,
-    generated_text,
-    phonebook_prompt,
-    read_text,
-    score_continuation,
-    shuffle_words,
-    text_window,
-)
+from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "pretrained_copy"
 TASKS = ("phonebook", "copy")
@@ -72,109 +67,9 @@ PRESETS = {
 # prompts x size (phone-book entries or copy tokens) of one point, all built before it runs:
 # the paper's largest point is 640 x 300 tokens
 MAX_PROMPT_UNITS = 10_000_000
-PHONEBOOK_NEW_TOKENS = 50  # authors' code: max_length = prompt + 50
 PAPER_LONG_BOOK = 70  # §4.3: "when the phone-book size is long enough (L >= 70)"
 SSM_ARCHS = (HF_MAMBA, HF_MAMBA2)  # no positional limit on the context
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-# ---------------------------------------------------------------------------- greedy verdicts
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt: its text, the answer, the end mark and the tokens."""
-
-    text: str
-    answer: str
-    end: str  # PHONEBOOK_END or COPY_END
-    ids: list[int]  # the prompt's tokens (the tokenizer's defaults, as the authors call it)
-    expected: list[int]  # the tokens of " answer" + end: the continuation tried first
-    budget: int  # new tokens greedy decoding may write
-
-
-def make_prompt(tokenizer, text: str, answer: str, end: str) -> Prompt:
-    ids = list(tokenizer(text)["input_ids"])
-    expected = list(tokenizer((" " + answer if answer else "") + end,
-                              add_special_tokens=False)["input_ids"])
-    # authors' code: 50 new tokens for the phone-book, max_length = 1.5 * prompt + 50 to copy
-    budget = (PHONEBOOK_NEW_TOKENS if end == PHONEBOOK_END
-              else int(1.5 * len(ids)) + 50 - len(ids))
-    return Prompt(text, answer, end, ids, expected, budget)
-
-
-def decode(tokenizer, ids: list[int]) -> str:
-    return tokenizer.decode(ids, skip_special_tokens=True)
-
-
-@torch.no_grad()
-def greedy_verdicts(model, prompts: list[Prompt], batch_size: int = 4, on_batch=None
-                    ) -> list[tuple[bool, str]]:
-    """``[(right, continuation)]``: greedy decoding of each prompt, scored as the paper does.
-
-    Rows are padded on the right, which a causal model never reads. The teacher-forced argmax
-    of a row equals greedy decoding up to the first token that differs from ``expected``; the
-    continuation is that agreed prefix plus the differing token, and decoding goes on one step
-    at a time only while the verdict is still open."""
-    tok = model.tokenizer
-    eos = {t for t in (tok.eos_token_id,) if t is not None}
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    out: list[tuple[bool, str] | None] = [None] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].ids) + len(
-        prompts[i].expected))  # similar lengths share a batch: less padding
-    for start in range(0, len(order), batch_size):
-        rows = [prompts[i] for i in order[start : start + batch_size]]
-        seqs = [p.ids + p.expected[:-1] for p in rows]
-        width = max(map(len, seqs))
-        tokens = torch.full((len(rows), width), pad, dtype=torch.long)  # [batch, pos]
-        for r, s in enumerate(seqs):
-            tokens[r, : len(s)] = torch.tensor(s)
-        logits = model(tokens.to(model.device))  # [batch, pos, vocab]
-        for r, p in enumerate(rows):
-            n = len(p.ids)
-            guess = logits[r, n - 1 : n - 1 + len(p.expected)].argmax(-1).tolist()
-            agree = next((j for j, (a, b) in enumerate(zip(guess, p.expected, strict=True))
-                          if a != b), len(p.expected))
-            generated = p.expected[:agree] + guess[agree : agree + 1]
-            out[order[start + r]] = _finish(model, p, generated, eos)
-        if on_batch is not None:
-            on_batch(len(rows))
-    return out  # type: ignore[return-value]
-
-
-def _finish(model, p: Prompt, generated: list[int], eos: set[int]) -> tuple[bool, str]:
-    """Decode on from ``generated`` (greedy, no cache: rare and short) until decided."""
-    tok = model.tokenizer
-    while True:
-        stop = next((j for j, t in enumerate(generated) if t in eos), None)
-        final = stop is not None or len(generated) >= p.budget
-        generated = generated[: min(p.budget, stop if stop is not None else len(generated))]
-        text = decode(tok, generated)
-        verdict = score_continuation(text, p.answer, p.end, final=final)
-        if verdict is not None:
-            return verdict, text
-        seq = torch.tensor([p.ids + generated], device=model.device)  # [1, pos]
-        generated = generated + [int(model(seq)[0, -1].argmax())]
-
-
-# ---------------------------------------------------------------------------- prompts per point
-def phonebook_prompts(tokenizer, n_entries: int, n: int, seed: int) -> list[Prompt]:
-    """``n`` lookups in books of ``n_entries`` lines; the same books for every model."""
-    g = make_generator(seed * 100_003 + n_entries)
-    return [make_prompt(tokenizer, *phonebook_prompt(n_entries, g), PHONEBOOK_END)
-            for _ in range(n)]
-
-
-def copy_prompts(tokenizer, text_ids: list[int], n_tokens: int, n: int, seed: int,
-                 shuffle: bool = False) -> list[Prompt]:
-    """``n`` copy prompts of ``n_tokens``-token windows of the text (the same windows for
-    every model that shares a tokenizer)."""
-    g = make_generator(seed * 100_003 + 50_000 + n_tokens)
-    out = []
-    for _ in range(n):
-        window = text_window(text_ids, n_tokens, lambda ids: decode(tokenizer, ids), g)
-        if shuffle:
-            window = shuffle_words(window, g)
-        out.append(make_prompt(tokenizer, *copy_prompt(window), COPY_END))
-    return out
 
 
 def context_of(model) -> int | None:
@@ -488,6 +383,3 @@ def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

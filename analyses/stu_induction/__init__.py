@@ -41,11 +41,20 @@ from analyses.common import (
     run_analysis,
     to_jsonable,
 )
+from analyses.stu_induction.claims import (
+    GENERALISES,
+    SETTING,
+    claim_blank_zero,
+    claim_generalise,
+    claim_padding,
+    claim_recall,
+    claim_shared_mixture,
+    claim_vs_baselines,
+)
 from figures.style import COLORS, new_figure
 from models import flags, zoo
 from probes.induction import (
     binomial_sf,
-    even_lags_accuracy,
     recall_accuracy,
     recall_by_lag,
     seen_lags_accuracy,
@@ -56,21 +65,6 @@ from tasks.registry import make_task
 NAME = "stu_induction"
 ARCHS = ("stu", "transformer", "mamba2", "mamba", "lstm")  # any language model can be probed
 DEFAULT_ARCHS = ("stu", "transformer", "mamba2")
-GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"
-# above the even-lag bound a parity-blind seed may still score on 512 evaluation sequences:
-# the draw's even-lag share (±0.022) and its chance guesses at odd lags (±0.013), max of 8 seeds
-EVEN_LAG_SLACK = 0.08
-# the medium STU variants as describe() labels them
-STU, STU_SHARED, STU_BLANK0 = "stu", "stu (shared mixture)", "stu (no norm, <BLANK> = 0)"
-BASELINES = ("transformer (hard_alibi)", "mamba2")
-# what the medium runs match of §4.2 and what they cannot (the claims' texts say it)
-SETTING = ("paper's setting: two tensordot STU layers with ReLU MLPs, filters T = 256, "
-           "vocabulary 4, every seed trained to convergence (Adam, cosine-decayed step size, "
-           "no early stop)")
-UNMATCHED = ("not matched: the width and the tuned Adam's settings (the paper gives neither; "
-             "one step size from a pilot), the seed count, and the reference code's "
-             "shared-mixture tensordot, which cannot read odd lags (its own claim): the STU "
-             "here gives each ± branch its own mixture")
 
 
 def describe(model) -> str:
@@ -265,147 +259,6 @@ def _selected_recipes(args: argparse.Namespace) -> list[str]:
                              args.seeds)
 
 
-# ---------------------------------------------------------------------------- the paper's claim
-def claim_recall(d: dict) -> tuple[str, bool]:
-    """Fig. 5: some STU trained short recalls above chance at the longest length (pooled over
-    seeds, one-sided binomial p < 0.01)."""
-    rows = [r for r in d["rows"] if r["arch"] == "stu"]
-    parts = [f"trained at {r['train_length']}: {r['longest']['acc']:.2f} at "
-             f"{r['longest']['length']}"
-             f" (best seed {max(a[-1] for a in r['acc_per_model']):.2f}, p = "
-             f"{r['longest']['p_value_vs_chance']:.1e})" for r in rows]
-    ok = any(r["longest"]["p_value_vs_chance"] < 0.01 for r in rows)
-    return f"STU (chance {d['chance']:.2f}): " + "; ".join(parts), ok
-
-
-def _medium_rows(d: dict, arch: str) -> dict[int, dict] | None:
-    """{training length: row} of ``arch``; None unless ``d`` is a medium run (the readers
-    below are about runs trained to convergence)."""
-    if d.get("preset") != "medium":
-        return None
-    return {r["train_length"]: r for r in d["rows"] if r["arch"] == arch}
-
-
-def _at_train_length(d: dict, r: dict) -> list[float]:
-    """Per seed: recall at the row's own training length (convergence: ~1 for a model that
-    learnt the task)."""
-    return [a[d["lengths"].index(r["train_length"])] for a in r["acc_per_model"]]
-
-
-def _loss(r: dict) -> str:
-    losses = [v for v in r.get("final_eval_loss", []) if v == v]  # not nan
-    return f", final eval loss <= {max(losses):.1e}" if losses else ""
-
-
-def _spread(accs) -> str:
-    q1, med, q3 = np.percentile(accs, [25, 50, 75])
-    return f"median {med:.2f} (IQR {q1:.2f}–{q3:.2f}, range {min(accs):.2f}–{max(accs):.2f})"
-
-
-def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
-    """Fig. 5, the verdict, from the paper's setting (the ``stu`` runs: tensordot STU with
-    LayerNorm, trained to convergence): STU trained at T^q occasionally recalls all the way to
-    T (some seed at >= GENERALISES at the longest length)."""
-    rows = _medium_rows(d, STU)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
-    parts = []
-    for L, r in sorted(rows.items()):
-        at_T = [a[-1] for a in r["acc_per_model"]]
-        parts.append(
-            f"trained at {L} ({r['n_models']} seeds; at {L} itself min "
-            f"{min(_at_train_length(d, r)):.2f}{_loss(r)}): "
-            f"{round(r['longest']['frac_generalise'] * r['n_models'])}/{r['n_models']} seeds "
-            f">= {GENERALISES} at {r['longest']['length']}, {_spread(at_T)} (right at seen lags "
-            f"only: {r['longest']['seen_lags_acc']:.2f}); by lag: seen "
-            f"{np.nanmean(r['longest']['acc_seen_lags']):.2f}, unseen "
-            f"{np.nanmean(r['longest']['acc_unseen_lags']):.2f}")
-    ok = bool(rows) and any(r["longest"]["frac_generalise"] > 0 for r in rows.values())
-    text = f"STU, {SETTING}: " + "; ".join(parts)
-    return (text if ok else f"{text}. {UNMATCHED}"), ok
-
-
-def claim_vs_baselines(d: dict) -> tuple[str, bool | None] | None:
-    """§4.2's suggestion that spectral filtering helps length generalisation, against the
-    baselines trained at the same lengths: the STU's (paper's setting) median accuracy at T is
-    within 0.05 of (or above) Hard-ALiBi's and Mamba-2's at every training length."""
-    stu = _medium_rows(d, STU)
-    if stu is None:
-        return None  # a medium claim (runs trained to convergence)
-    base = {a: _medium_rows(d, a) for a in BASELINES}
-    parts, ok = [], bool(stu)
-    for L, r in sorted(stu.items()):
-        others = {a: rows[L]["longest"]["median"] for a, rows in base.items() if L in rows}
-        ok = ok and bool(others) and all(r["longest"]["median"] >= m - 0.05
-                                         for m in others.values())
-        parts.append(f"trained at {L}: STU {r['longest']['median']:.2f}, "
-                     + ", ".join(f"{a} {m:.2f}" for a, m in others.items()))
-    return f"median accuracy at {d['lengths'][-1]}: " + "; ".join(parts), ok
-
-
-def claim_padding(d: dict) -> tuple[str, bool | None] | None:
-    """Below its training length, the STU's lost recall is the start of the sequence (zeros in
-    the filters' window), not the lags: left-padded with BLANK to the training length, the same
-    sequences are recalled (mean >= 0.9 and >= 0.1 above as they are)."""
-    rows = _medium_rows(d, STU)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
-    parts, ok = [], False
-    for L, r in sorted(rows.items()):
-        if not r["shorter"]["lengths"]:
-            continue
-        raw, pad = np.mean(r["shorter"]["acc"]), np.mean(r["shorter"]["acc_padded"])
-        ok = ok or bool(pad >= 0.9 and pad >= raw + 0.1)
-        parts.append(f"trained at {L}, lengths {', '.join(map(str, r['shorter']['lengths']))}: "
-                     f"{raw:.2f} as is, {pad:.2f} left-padded")
-    return "STU below its training length: " + "; ".join(parts), bool(parts) and ok
-
-
-def claim_blank_zero(d: dict) -> tuple[str, bool | None] | None:
-    """The ablation of the padding finding: with BLANK's embedding held at zero and no norm
-    (BLANK then adds nothing to the first layer's filtered sums), the STU recalls below its
-    training length as is (mean >= 0.9 at every training length with shorter ones)."""
-    rows = _medium_rows(d, STU_BLANK0)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
-    parts, ok = [], True
-    for L, r in sorted(rows.items()):
-        at_T = [a[-1] for a in r["acc_per_model"]]
-        part = (f"trained at {L} ({r['n_models']} seeds; at {L} itself min "
-                f"{min(_at_train_length(d, r)):.2f})")
-        if r["shorter"]["lengths"]:
-            raw, pad = np.mean(r["shorter"]["acc"]), np.mean(r["shorter"]["acc_padded"])
-            ok = ok and bool(raw >= 0.9)
-            part += (f": lengths {', '.join(map(str, r['shorter']['lengths']))} {raw:.2f} as "
-                     f"is, {pad:.2f} left-padded")
-        parts.append(f"{part}; at {r['longest']['length']}: "
-                     f"{round(r['longest']['frac_generalise'] * r['n_models'])}/"
-                     f"{r['n_models']} seeds >= {GENERALISES}, {_spread(at_T)}")
-    shorter = any(r["shorter"]["lengths"] for r in rows.values())
-    return "STU, <BLANK> = 0, no norm: " + "; ".join(parts), bool(shorter) and ok
-
-
-def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
-    """The reference code's tensordot (hazan-lab/flash-stu-2: one filter mixture for both ±
-    branches, so U⁺ + U⁻ keeps even lags only) cannot learn the task: at its own training
-    length every seed recalls at most the even-lag bound (right at even lags, chance at odd
-    ones; + EVEN_LAG_SLACK for sampling), while the paper's model is all right there."""
-    rows = _medium_rows(d, STU_SHARED)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
-    ours = _medium_rows(d, STU) or {}
-    parts, ok = [], bool(rows)
-    for L, r in sorted(rows.items()):
-        own = _at_train_length(d, r)
-        bound = even_lags_accuracy(L, round(1 / d["chance"]))
-        ok = ok and max(own) <= bound + EVEN_LAG_SLACK
-        ref = (f", the per-branch STU's {np.median(_at_train_length(d, ours[L])):.2f}"
-               if L in ours else "")
-        parts.append(f"trained at {L} ({r['n_models']} seeds): at {L} {_spread(own)}, even-lag "
-                     f"bound {bound:.2f}{ref}")
-    return "shared-mixture tensordot STU: " + "; ".join(parts), ok
-
-
 FIGURE = Figure(
     "STU on induction heads, trained short", "Spectral paper Fig. 5",
     (Claim("STU trained short sometimes generalises to length T (above chance)",
@@ -456,6 +309,3 @@ def main(argv=None) -> int:
                         figure=FIGURE, add_arguments=add_arguments, threads=1,
                         recipes=_selected_recipes)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -246,6 +246,14 @@ def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
                    help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
 
 
+def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
+    """``--lengths`` and ``--n-examples`` (``unit`` per length), both the preset's by default."""
+    p.add_argument("--lengths", type=flags.lengths,
+                   default=None, help="test lengths (default: preset's)")
+    p.add_argument("--n-examples", type=flags.count, default=None,
+                   help=f"{unit} per length (default: preset's)")
+
+
 def copy_models_recipes(args: argparse.Namespace) -> list[str]:
     """The copy recipes of ``--train PRESET [--models ...]``."""
     return copy_recipes(args.train, args.models.split(",") if args.models else None)

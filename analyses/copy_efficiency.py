@@ -16,8 +16,9 @@ preset evaluates every 100 steps.
 setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``zoo.COPY_MEDIUM_SETTING``
 says what is matched and what is not): parameter-matched models (the transformers as the
 authors' GPT-NeoX: a quarter of each head rotated, parallel residual), strings of random length
-1..L, every model trained at each learning rate of a sweep on several seeds, a run stopped once
-past 90 %. Per model and L the sweep's best lr (:func:`best_lr`) represents the model; then
+1..L, several seeds, a run stopped once past 90 %, every model at its own learning rate: the
+one a sweep over three lrs at every seed chose (:func:`best_lr`; ``zoo.COPY_MEDIUM_LR``;
+``--sweep`` trains the whole sweep again and then credits each model with its best); then
 samples to 50 % and 90 % (mean ± sd over seeds), per GSSM the ratio of its samples to the
 fastest transformer's (ratio of the means, and the per-seed ratios, seeds paired), and the same
 ratio at a longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
@@ -351,8 +352,11 @@ def _setting_text(d: dict) -> str:
     if any(m.get("params") for m in models.values()):
         parts.append("params " + ", ".join(f"{k} {m['params'] / 1e3:.0f}k"
                                            for k, m in models.items() if m.get("params")))
+    swept = any(len([k for k in sw if k != "-"]) > 1 for sw in last.get("sweep", {}).values())
     if lrs:
-        parts.append("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
+        parts.append(("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
+                      if swept else "each model at its lr from the full sweep (zoo.COPY_MEDIUM_LR"
+                      "; README's medium table; --sweep reruns it)")
                      + " per L (" + "; ".join(
                          f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
                                                if v is not None)
@@ -398,17 +402,28 @@ FIGURE = Figure(
     presets=("quick", "medium", "paper"))
 
 
+def add_arguments(p) -> None:
+    add_copy_models_argument(p)
+    p.add_argument("--sweep", action="store_true",
+                   help="with --train medium: every lr of the sweep (zoo.COPY_MEDIUM['lrs']) at "
+                   "every seed, which picks each model's lr (zoo.COPY_MEDIUM_LR); without it "
+                   "only the chosen lrs train (a third of the runs)")
+
+
 def _recipes(args) -> list[str]:
-    """``--train PRESET [--models a,b]``; at medium every length and seed of those models."""
+    """``--train PRESET [--models a,b]``; at medium every length and seed of those models (at
+    their chosen lr, or every lr with ``--sweep``)."""
+    check(not args.sweep or args.train == "medium", "--sweep goes with --train medium")
     if args.train != "medium":
         return copy_models_recipes(args)
-    return zoo.copy_medium_recipes(args.models.split(",") if args.models else None)
+    return zoo.copy_medium_recipes(args.models.split(",") if args.models else None,
+                                   sweep=args.sweep)
 
 
 def main(argv=None) -> int:
     return run_analysis(
         NAME, __doc__, argv, compute=_compute, plot=plot, table=table, figure=FIGURE,
-        add_arguments=add_copy_models_argument, recipes=_recipes)
+        add_arguments=add_arguments, recipes=_recipes)
 
 
 if __name__ == "__main__":

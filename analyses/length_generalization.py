@@ -29,6 +29,7 @@ from analyses.common import (
     Claim,
     Figure,
     add_copy_models_argument,
+    add_test_size_arguments,
     copy_models_recipes,
     copy_prompts,
     copy_recipes,
@@ -39,7 +40,6 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from probes.copying import accuracy_at
 from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask
@@ -109,10 +109,7 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_copy_models_argument(p)
-    p.add_argument("--lengths", type=flags.lengths,
-                   default=None, help="test lengths (default: preset's)")
-    p.add_argument("--n-examples", type=flags.count, default=None,
-                   help="strings per length (default: preset's)")
+    add_test_size_arguments(p, "strings")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

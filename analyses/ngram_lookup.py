@@ -39,6 +39,7 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    add_test_size_arguments,
     label_for,
     load_model,
     need,
@@ -46,7 +47,7 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags, zoo
+from models import zoo
 from probes.copying import accuracy_at
 from tasks.base import check, config_to_dict
 from tasks.lookup import LookupConfig, NgramLookupTask
@@ -180,10 +181,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
-    p.add_argument("--lengths", type=flags.lengths,
-                   default=None, help="test lengths (default: preset's)")
-    p.add_argument("--n-examples", type=flags.count, default=None,
-                   help="examples per length (default: preset's)")
+    add_test_size_arguments(p, "examples")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

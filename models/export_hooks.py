@@ -31,6 +31,21 @@ _SSM = "backbone.layers.{i}."
 _BAMBA_L = "model.layers.{i}."
 LN_SHIFT_NOTE = ("plus seqprobe.ln_final_shift of config.json where the unembedding bias was "
                  "moved into this LayerNorm's bias (GPT-NeoX's lm_head has none)")
+def _ssm_sites(root: str, embed: str, layer: str, norm: str, mixer: str, final_norm: str,
+               more: dict[str, HFSite]) -> dict[str, HFSite]:
+    """The hooks every exported SSM class has (embedding, residual stream, block norm, the
+    mixer's in_proj and output, final norm) at its module names under ``root``, and ``more``."""
+    block = f"{root}.{layer}"
+    return {"hook_embed": HFSite(f"{root}.{embed}"),
+            "blocks.{i}.hook_resid_pre": HFSite(block, "input"),
+            "blocks.{i}.norm.hook_normalized": HFSite(f"{block}.{norm}"),
+            "blocks.{i}.mixer.hook_in_proj": HFSite(f"{block}.{mixer}.in_proj"),
+            "blocks.{i}.mixer.hook_ssm_out": HFSite(f"{block}.{mixer}"),
+            "blocks.{i}.hook_resid_post": HFSite(block),
+            "ln_final.hook_normalized": HFSite(f"{root}.{final_norm}"),
+            **more}
+
+
 # our hook name -> HF module, per exported class (forward hooks on the module, or nnsight's
 # .output / .input, read these). Activations with no module boundary of their own in the HF
 # class (q, k, v, scores, Δ_t, B, C, the state) are not listed.
@@ -52,40 +67,19 @@ HOOK_MAP: dict[str, dict[str, HFSite]] = {
         "blocks.{i}.hook_resid_post": HFSite("gpt_neox.layers.{i}"),
         "ln_final.hook_normalized": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
     },
-    "Mamba2ForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_SSM + "mixer.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
-    BAMBA: {
-        "hook_embed": HFSite("model.embed_tokens"),
-        "blocks.{i}.hook_resid_pre": HFSite("model.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_BAMBA_L + "input_layernorm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_BAMBA_L + "mamba.in_proj"),
-        "blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_BAMBA_L + "mamba"),
-        "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
-        "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
-        "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
-        "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward"),
-        "blocks.{i}.hook_resid_post": HFSite("model.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("model.final_layernorm"),
-    },
-    "MambaForCausalLM": {
-        "hook_embed": HFSite("backbone.embeddings"),
-        "blocks.{i}.hook_resid_pre": HFSite("backbone.layers.{i}", "input"),
-        "blocks.{i}.norm.hook_normalized": HFSite(_SSM + "norm"),
-        "blocks.{i}.mixer.hook_in_proj": HFSite(_SSM + "mixer.in_proj"),
-        "blocks.{i}.mixer.hook_x": HFSite(_SSM + "mixer.x_proj", "input"),
-        "blocks.{i}.mixer.hook_ssm_out": HFSite(_SSM + "mixer"),
-        "blocks.{i}.hook_resid_post": HFSite("backbone.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("backbone.norm_f"),
-    },
+    "Mamba2ForCausalLM": _ssm_sites(
+        "backbone", "embeddings", "layers.{i}", "norm", "mixer", "norm_f",
+        {"blocks.{i}.mixer.hook_y": HFSite(_SSM + "mixer.norm", "input")}),
+    BAMBA: _ssm_sites(
+        "model", "embed_tokens", "layers.{i}", "input_layernorm", "mamba", "final_layernorm",
+        {"blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
+         "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
+         "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
+         "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
+         "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward")}),
+    "MambaForCausalLM": _ssm_sites(
+        "backbone", "embeddings", "layers.{i}", "norm", "mixer", "norm_f",
+        {"blocks.{i}.mixer.hook_x": HFSite(_SSM + "mixer.x_proj", "input")}),
 }
 
 

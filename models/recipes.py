@@ -66,6 +66,14 @@ def _copy() -> Iterator[Recipe]:
 # shared step cap is short, so a GSSM that does not get there counts as a lower bound.
 # Lengths, seeds, cap and eval spacing are what fits 1800 core-seconds of training on a CPU.
 COPY_MEDIUM = {"lengths": (4, 6), "seeds": 3, "lrs": (1e-3, 3e-3, 1e-2)}
+# Each model's lr at each L, chosen by the full sweep (every lr of COPY_MEDIUM["lrs"] at every
+# seed, the analysis' best_lr rule; README's medium section has the sweep's table, and
+# `python -m analyses.copy_efficiency --train medium --sweep` runs it again). The medium plan
+# trains these alone: the sweep is three times their training.
+COPY_MEDIUM_LR = {4: {"rope": 1e-3, "hard_alibi": 3e-3, "mamba": 1e-2, "mamba2": 3e-3,
+                      "lstm": 1e-2},
+                  6: {"rope": 1e-3, "hard_alibi": 1e-3, "mamba": 1e-2, "mamba2": 1e-2,
+                      "lstm": 1e-2}}
 COPY_MEDIUM_LABELS = ("rope", "hard_alibi", "mamba", "mamba2", "lstm")
 _NEOX = {"d_model": 64, "n_layers": 2, "n_heads": 4, "parallel_residual": True}
 COPY_MEDIUM_MODEL = {
@@ -93,15 +101,17 @@ def copy_medium_name(label: str, length: int, seed: int, lr: float) -> str:
     return f"copy_medium/{label}_L{length}_lr{lr:.0e}_s{seed}".replace("e-0", "e-")
 
 
-def copy_medium_recipes(labels: Iterable[str] | None = None) -> list[str]:
-    """The medium copy-efficiency recipes of ``labels`` (default: all), every length, lr and
-    seed."""
+def copy_medium_recipes(labels: Iterable[str] | None = None, sweep: bool = False) -> list[str]:
+    """The medium copy-efficiency recipes of ``labels`` (default: all), every length and
+    seed, at each model's chosen lr (:data:`COPY_MEDIUM_LR`) or, with ``sweep``, at every lr
+    of the sweep."""
     labels = list(labels or COPY_MEDIUM_LABELS)
     for label in labels:
         check(label in COPY_MEDIUM_LABELS,
               f"unknown model {label!r}; allowed at medium: {', '.join(COPY_MEDIUM_LABELS)}")
     return [copy_medium_name(label, L, s, lr) for L in COPY_MEDIUM["lengths"] for label in labels
-            for lr in COPY_MEDIUM["lrs"] for s in range(COPY_MEDIUM["seeds"])]
+            for lr in (COPY_MEDIUM["lrs"] if sweep else (COPY_MEDIUM_LR[L][label],))
+            for s in range(COPY_MEDIUM["seeds"])]
 
 
 def _copy_medium() -> Iterator[Recipe]:

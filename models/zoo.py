@@ -27,6 +27,7 @@ from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAM
     ABLATION_GROUPS,
     COPY_MEDIUM,
     COPY_MEDIUM_LABELS,
+    COPY_MEDIUM_LR,
     COPY_MEDIUM_SETTING,
     COPY_MODELS,
     INDUCTION_MEDIUM_MODELS,

@@ -173,11 +173,17 @@ def test_medium_claims_say_the_setting():
 
 
 def test_medium_recipes_in_the_zoo():
-    names = zoo.copy_medium_recipes()
+    names = zoo.copy_medium_recipes(sweep=True)
     n = (len(zoo.COPY_MEDIUM["lengths"]) * len(zoo.COPY_MEDIUM_LABELS)
          * zoo.COPY_MEDIUM["seeds"] * len(zoo.COPY_MEDIUM["lrs"]))
     assert len(names) == len(set(names)) == n
-    assert ce.FIGURE.recipes("medium") == names
+    # the plan trains each model at its chosen lr only: one lr of the sweep per model and L
+    chosen = zoo.copy_medium_recipes()
+    assert ce.FIGURE.recipes("medium") == chosen and set(chosen) < set(names)
+    assert len(chosen) == n // len(zoo.COPY_MEDIUM["lrs"])
+    for L, lrs in zoo.COPY_MEDIUM_LR.items():
+        assert L in zoo.COPY_MEDIUM["lengths"] and set(lrs) == set(zoo.COPY_MEDIUM_LABELS)
+        assert set(lrs.values()) <= set(zoo.COPY_MEDIUM["lrs"])
     assert "medium" in ce.FIGURE.presets
     for name in names:
         r = zoo.recipe(name)
@@ -191,8 +197,11 @@ def test_medium_recipes_in_the_zoo():
     hashes = {zoo.spec(zoo.copy_medium_name("rope", L, s, lr), "medium").hash()
               for s in range(zoo.COPY_MEDIUM["seeds"]) for lr in zoo.COPY_MEDIUM["lrs"]}
     assert len(hashes) == zoo.COPY_MEDIUM["seeds"] * len(zoo.COPY_MEDIUM["lrs"])
+    L0 = zoo.COPY_MEDIUM["lengths"][0]
+    assert zoo.copy_medium_recipes(["lstm"], sweep=True)[0] == zoo.copy_medium_name(
+        "lstm", L0, 0, zoo.COPY_MEDIUM["lrs"][0])
     assert zoo.copy_medium_recipes(["lstm"])[0] == zoo.copy_medium_name(
-        "lstm", zoo.COPY_MEDIUM["lengths"][0], 0, zoo.COPY_MEDIUM["lrs"][0])
+        "lstm", L0, 0, zoo.COPY_MEDIUM_LR[L0]["lstm"])
     with pytest.raises(TaskError, match="unknown model 'gpt'"):
         zoo.copy_medium_recipes(["gpt"])
 
@@ -227,3 +236,14 @@ def test_run_of_reads_label_length_and_seed(tmp_path):
     assert run["params"] == sum(p.numel() for p in read_checkpoint(
         tmp_path / "m.pt")["state_dict"].values())
     assert len(run["history"]) == 3
+
+
+def test_sweep_flag_trains_every_lr_and_only_at_medium():
+    import argparse
+
+    sweep = argparse.Namespace(train="medium", models="lstm", sweep=True)
+    assert ce._recipes(sweep) == zoo.copy_medium_recipes(["lstm"], sweep=True)
+    chosen = argparse.Namespace(train="medium", models="lstm", sweep=False)
+    assert ce._recipes(chosen) == zoo.copy_medium_recipes(["lstm"])
+    with pytest.raises(TaskError, match="--sweep goes with --train medium"):
+        ce._recipes(argparse.Namespace(train="quick", models=None, sweep=True))

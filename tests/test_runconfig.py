@@ -122,3 +122,23 @@ def test_a_spec_and_its_run_config_are_one_run():
     spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
     assert RunSpec.of(spec.config) == spec
     assert RunSpec.of(spec.config).config == spec.config
+
+
+def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
+    """RunConfig.of(m): a trained checkpoint's model gives its spec's hash (the cache key);
+    a model built in code gives its whole config; one without a task is refused."""
+    import models
+    from models.train.loop import train
+
+    spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
+                     task_config={"max_len": 6}, train={"steps": 2, "eval_every": 0})
+    train(spec, tmp_path / "m.pt", "cpu", progress=False)
+    m = models.load(tmp_path / "m.pt")
+    assert RunConfig.of(m).hash() == spec.hash() and RunConfig.of(m) == spec.config
+    scratch = models.build_model("transformer", {"vocab_size": 30, "d_model": 16})
+    with pytest.raises(TaskError, match="without a task"):
+        RunConfig.of(scratch)
+    scratch.set_task("copy", {"D": 26})
+    rc = RunConfig.of(scratch)
+    assert rc.model == scratch.config and rc.train == TrainConfig()
+    assert RunConfig.of(models.load(scratch.save(tmp_path / "s.pt"))) == rc

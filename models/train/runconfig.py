@@ -179,6 +179,21 @@ class RunConfig:
         return cls.from_dict({"model": payload["model"], "task": payload["task"],
                               "train": config})
 
+    @classmethod
+    def of(cls, model) -> RunConfig:
+        """The run a loaded suite model records: its arch, the model fields its run set (all
+        of its config for a model built in code), its task and its training config (the
+        default one for a model that was built, not trained). Equal to the recipe's, so
+        ``RunConfig.of(m).hash()`` is the cache key of the run that made ``m``."""
+        check(getattr(model, "task", None) is not None and hasattr(model, "provenance"),
+              f"a {type(model).__name__} without a task (a HuggingFace model, or one built in "
+              "code before set_task) records no run")
+        stored = model.provenance.model_config
+        train = model.train_config
+        return cls.build(model.arch, model.task.name,
+                         config_to_dict(model.config) if stored is None else stored,
+                         config_to_dict(model.task.cfg), train if train is not None else {})
+
     def replace(self, *, model: Mapping[str, Any] | None = None,
                 task: Mapping[str, Any] | None = None,
                 train: Mapping[str, Any] | None = None) -> RunConfig:

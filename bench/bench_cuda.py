@@ -65,7 +65,7 @@ def paper_transformer(repeats: int) -> dict:
     batch, context = spec.train.batch_size, spec.train.context
     x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")
     t = interleaved_times({"train_step": ssm_step_fn(model, x)}, repeats=repeats)
-    return {"model": dict(spec.model), "params": model.n_params(), "batch": batch,
+    return {"model": spec.model_dict, "params": model.n_params(), "batch": batch,
             "context": context, "train_step_s": t["train_step"],
             "tokens_per_s": batch * context / t["train_step"]}
 

@@ -35,13 +35,12 @@ import torch
 
 from bench.common import machine
 from models import zoo
-from models.train.config import TrainConfig
 from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
 from models.train.dryrun import plan_row, recipe_spec
 from models.train.loop import Callback, Run, evaluate, train
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 from tasks.atomic import write_atomic
-from tasks.base import TaskError, config_from_dict, config_to_dict
+from tasks.base import TaskError
 
 WARM_STEPS = 1  # the first step pays one-off allocations and lazy imports: not timed
 LEVELS = ("quick", "medium", "paper")
@@ -69,7 +68,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(spec: RunSpec, steps: int) -> dict[str, Any]:
+def measure(spec: RunConfig, steps: int) -> dict[str, Any]:
     """In this process, on one thread: CPU seconds of a step and of an evaluation, and of the
     reference step timed just before and just after (the unit the table keeps them in)."""
     ref_before = reference_seconds(time.thread_time)
@@ -91,18 +90,17 @@ def measure(spec: RunSpec, steps: int) -> dict[str, Any]:
 
 
 def _child() -> int:
-    """``python -m bench.step_costs --child STEPS`` with a JSON list of specs on stdin: one
-    JSON line, a result (or ``{"error": ...}``) per spec. ``start`` is the CPU time the process
-    spent before its first run (interpreter and imports, as a job's process spends), in
-    reference steps."""
+    """``python -m bench.step_costs --child STEPS`` with a JSON list of runs
+    (:meth:`RunConfig.to_dict`) on stdin: one JSON line, a result (or ``{"error": ...}``) per
+    run. ``start`` is the CPU time the process spent before its first run (interpreter and
+    imports, as a job's process spends), in reference steps."""
     torch.set_num_threads(1)
     start = _cpu() / reference_seconds(time.thread_time)
     results = []
     for d in json.loads(sys.stdin.read()):
         try:
-            spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
-                           config_from_dict(TrainConfig, d["train"]))
-            results.append({**measure(spec, int(sys.argv[2])), "start": start})
+            results.append({**measure(RunConfig.from_dict(d), int(sys.argv[2])),
+                            "start": start})
         except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
             first = str(e).splitlines()[0][:300] if str(e) else ""
             results.append({"error": f"{type(e).__name__}: {first}"})
@@ -110,11 +108,9 @@ def _child() -> int:
     return 0
 
 
-def run_child(specs: list[RunSpec], steps: int) -> list[dict[str, Any]]:
+def run_child(specs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
     """:func:`measure` of each spec in one fresh process, on one thread."""
-    blob = json.dumps([{"arch": s.arch, "task": s.task, "model": s.model,
-                        "task_config": s.task_config, "train": config_to_dict(s.train)}
-                       for s in specs], default=list)
+    blob = json.dumps([s.to_dict() for s in specs], default=list)
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -162,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
     doc = _read(args.out) or {"format": FORMAT, "rows": {}, "analysis_s": {}, "meta": {}}
     t0, load0 = time.time(), os.getloadavg()[0]
-    rows: dict[str, tuple[str, RunSpec]] = {}  # key -> (first recipe, spec)
+    rows: dict[str, tuple[str, RunConfig]] = {}  # key -> (first recipe, spec)
     for name in names:
         spec = recipe_spec(name, level)
         rows.setdefault(cost_key(spec), (name, spec))

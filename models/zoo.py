@@ -61,7 +61,8 @@ from models.train.cache import (
     is_cached,
     train_spec_cached,
 )
-from models.train.spec import RunSpec, make_spec
+from models.train.runconfig import RunConfig
+from models.train.spec import make_spec
 from tasks.base import TaskError, check
 
 
@@ -96,8 +97,8 @@ def untrained_init(name: str, preset: str, cache_dir: str | Path) -> str | None:
 
 
 def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
-         train: Mapping[str, Any] | None = None) -> RunSpec:
-    """The run spec of a recipe at a preset; an ``init_from`` recipe must be cached already
+         train: Mapping[str, Any] | None = None) -> RunConfig:
+    """The run of a recipe at a preset; an ``init_from`` recipe must be cached already
     (:func:`checkpoint` trains it first; else :class:`NotTrained`). ``train`` overrides
     training fields on top."""
     r = recipe(name)

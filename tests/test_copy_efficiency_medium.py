@@ -190,10 +190,10 @@ def test_medium_recipes_in_the_zoo():
         assert r.available("medium") and not r.available("quick") and not r.available("paper")
     L = zoo.COPY_MEDIUM["lengths"][-1]
     spec = zoo.spec(zoo.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
-    assert (spec.task_config["min_len"], spec.task_config["max_len"]) == (1, L)  # lengths <= L
+    assert (spec.task.min_len, spec.task.max_len) == (1, L)  # lengths <= L
     assert spec.train.seed == 2 and spec.train.stop_at == 0.9 and spec.train.lr == 3e-3
     rope = zoo.spec(zoo.copy_medium_name("rope", L, 0, 1e-2), "medium")
-    assert rope.model["rotary_frac"] == 0.25 and rope.model["parallel_residual"] is True
+    assert rope.model.rotary_frac == 0.25 and rope.model.parallel_residual is True
     hashes = {zoo.spec(zoo.copy_medium_name("rope", L, s, lr), "medium").hash()
               for s in range(zoo.COPY_MEDIUM["seeds"]) for lr in zoo.COPY_MEDIUM["lrs"]}
     assert len(hashes) == zoo.COPY_MEDIUM["seeds"] * len(zoo.COPY_MEDIUM["lrs"])
@@ -216,7 +216,7 @@ def test_medium_models_are_parameter_matched():
     counts = {}
     for label in zoo.COPY_MEDIUM_LABELS:
         spec = zoo.spec(zoo.copy_medium_name(label, L, 0, 1e-3), "medium")
-        counts[label] = run_size(spec, make_task("copy", spec.task_config))[0]
+        counts[label] = run_size(spec, make_task("copy", spec.task_dict))[0]
     for label, n in counts.items():
         assert 0.8 <= n / counts["rope"] <= 1.2, (label, n, counts["rope"])
 
@@ -227,8 +227,7 @@ def test_run_of_reads_label_length_and_seed(tmp_path):
     L = zoo.COPY_MEDIUM["lengths"][0]
     spec = zoo.spec(zoo.copy_medium_name("lstm", L, 1, 3e-3), "medium",
                     train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
-    spec = type(spec)(spec.arch, spec.task, {**spec.model, "d_model": 8, "n_layers": 1},
-                      spec.task_config, spec.train)
+    spec = spec.replace(model={"d_model": 8, "n_layers": 1})
     torch.manual_seed(0)
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
     run = ce._run_of(str(tmp_path / "m.pt"))

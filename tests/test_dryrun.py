@@ -89,7 +89,7 @@ def test_flops_formula_against_flop_counter():
     spec = tiny_spec(d_model=64, n_heads=4, n_layers=2, use_sdpa=False)
     model = build_model(spec.arch, spec.model)
     L = 32
-    tokens = torch.randint(0, spec.model["vocab_size"], (2, L))
+    tokens = torch.randint(0, spec.model.vocab_size, (2, L))
     with FlopCounterMode(display=False) as counter:
         logp = model.log_probs(tokens)
         torch.nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), tokens.reshape(-1),
@@ -138,8 +138,8 @@ def test_analysis_flag(tmp_path, monkeypatch):
                               str(tmp_path)]) == 0
     cells = dict(seen["memorization_dry_run"])
     widest = cells["memorization_synthetic_token/m120_f1"]
-    assert widest.model["d_model"] == 120 and widest.task_config["fraction"] == 1.0
-    assert widest.task_config["n_examples"] == 500  # the flags' task config, as a real run's
+    assert widest.model.d_model == 120 and widest.task.fraction == 1.0
+    assert widest.task.n_examples == 500  # the flags' task config, as a real run's
     assert list(tmp_path.iterdir()) == []  # nothing computed, nothing written
 
 

@@ -61,8 +61,8 @@ def test_default_stop_at_keeps_the_cache_key():
     train_dict = config_to_dict(spec.train)
     for name in ("init_from", "precision", "compile", "stop_at"):  # the fields left out
         del train_dict[name]
-    blob = json.dumps({"arch": spec.arch, "task": spec.task, "model": spec.model,
-                       "task_config": spec.task_config, "train": train_dict},
+    blob = json.dumps({"arch": spec.arch, "task": spec.task_name, "model": spec.model_dict,
+                       "task_config": spec.task_dict, "train": train_dict},
                       sort_keys=True, default=list)
     assert spec.hash() == hashlib.sha256(blob.encode()).hexdigest()[:12]
     assert _spec(stop_at=0.99).hash() != spec.hash()

@@ -104,7 +104,7 @@ def test_the_readme_export_section_runs(tmp_path, monkeypatch):
     spec = make_spec("transformer", "copy", "quick", model={"pe": "rope"})
     model = models.build_model(spec.arch, spec.model)
     (tmp_path / "checkpoints").mkdir()
-    save_checkpoint(make_checkpoint(spec.arch, spec.model, spec.task, spec.task_config,
+    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
                                     {"step": 0}, model.state_dict()),
                     tmp_path / "checkpoints" / "copy_rope.pt")
     monkeypatch.chdir(tmp_path)  # the README's relative paths land here

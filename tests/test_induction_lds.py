@@ -151,7 +151,7 @@ def test_trainer_reports_recall_accuracy():
                      task_config=dict(length=8),
                      train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=8,
                                 warmup_steps=1))
-    assert spec.model["vocab_size"] == 6
+    assert spec.model.vocab_size == 6
     ck = train(spec, progress=False)
     last = ck["history"][-1]
     assert 0.0 <= last["string_acc"] <= 1.0 and "eval_loss" in last

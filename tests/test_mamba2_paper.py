@@ -187,7 +187,7 @@ def test_new_fields_default_to_mamba_ssm_and_leave_spec_hashes_alone():
     assert (cfg.norm, cfg.norm_before_gate, cfg.mlp_gated, cfg.paper_init) == (
         "rms", False, True, False)
     spec = make_spec("mamba2", "markov", "quick")
-    assert not set(NEW_FIELDS) & set(spec.model)  # defaults are not written into the spec
+    assert not set(NEW_FIELDS) & set(spec.model_dict)  # defaults are not written into the spec
     # the quick Markov Mamba-2's cache hash, as before these fields existed
     assert spec.hash() == QUICK_MARKOV_MAMBA2_HASH
 

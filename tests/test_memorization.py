@@ -76,10 +76,10 @@ def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes
     for level, head, tshape in (("token", "token_cls", (4, 8)), ("sequence", "seq_cls", (4,))):
         spec = make_spec("transformer", "memorization", "quick",
                          task_config={"level": level, "n_examples": 10, "n_classes": 3})
-        assert spec.model["head"] == head and spec.model["n_classes"] == 3
-        assert spec.model["causal"] is False and spec.model["vocab_size"] == 17
+        assert spec.model.head == head and spec.model.n_classes == 3
+        assert spec.model.causal is False and spec.model.vocab_size == 17
         model = build_model("transformer", spec.model)
-        batch = make_task("memorization", spec.task_config).batch(4, make_generator(0))
+        batch = make_task("memorization", spec.task_dict).batch(4, make_generator(0))
         assert batch.targets.shape == tshape
         assert torch.isfinite(loss_of(model, batch))
 
@@ -538,13 +538,13 @@ def test_concavity_only_at_small_n_both_ways():
 
 def test_step_budgets_lengthen_the_largest_n():
     ns = (16, 25, 38, 59)
-    assert am.step_budgets(ns, 2000, {"largest": 2, "factor": 4}) == {
+    assert am.step_budgets(ns, 2000, am.Long(largest=2, factor=4)) == {
         16: 2000, 25: 2000, 38: 8000, 59: 8000}
     assert am.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
-    assert am.step_budgets(ns, 2000, {"largest": 0, "factor": 4}) == dict.fromkeys(ns, 2000)
-    assert am.step_budgets(ns, 10, {"largest": 9, "factor": 3}) == dict.fromkeys(ns, 30)
+    assert am.step_budgets(ns, 2000, am.Long(largest=0, factor=4)) == dict.fromkeys(ns, 2000)
+    assert am.step_budgets(ns, 10, am.Long(largest=9, factor=3)) == dict.fromkeys(ns, 30)
     with pytest.raises(TaskError):
-        am.step_budgets(ns, 2000, {"largest": 1, "factor": 0})
+        am.Long(largest=1, factor=0)
     space = am.CellSpace("synthetic", "token", "medium",
                          {"n_examples": 16, "data": "synthetic", "level": "token"},
                          {"n_heads": 1}, {})
@@ -610,6 +610,6 @@ def test_medium_is_a_preset_of_the_figure():
     assert labels == ["memorization_synthetic_token/m48_f1",
                       "memorization_synthetic_token/m2_f0.03125"]
     largest, smallest = (build() for _, build in am.dry_run_cells("medium"))
-    assert largest.model["n_heads"] == 1
+    assert largest.model.n_heads == 1
     assert (largest.train.steps, smallest.train.steps) == (8000, 8000)  # 4x quick, every N
     assert am.dry_run_cells("quick")[0][1]().train.steps == 2000

@@ -7,7 +7,7 @@ import pytest
 from analyses import ngram_lookup
 from models import zoo
 from tasks.base import TaskError
-from tasks.lookup import LookupConfig, NgramLookupTask
+from tasks.lookup import NgramLookupTask
 
 
 def prefix_json(curves, max_len=20):
@@ -145,7 +145,7 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
         assert parts["train"]["context"] == ngram_lookup.PAPER_SETTING["context"]
         assert parts["train"]["schedule"] == "linear" and not parts["train"].get("stop_at")
         spec = zoo.spec(n, "medium")
-        assert spec.train.context >= NgramLookupTask(LookupConfig(**spec.task_config)) \
+        assert spec.train.context >= NgramLookupTask(spec.task) \
             .max_example_len() * 10  # many examples a context: the state runs across them
         assert not r.available("quick") and not r.available("paper")
     # seeds differ only in the seed

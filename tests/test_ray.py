@@ -68,9 +68,9 @@ def failing_cell(target: int, attempts_file: Path, real=am.cells.run_cell):
     ``attempts_file``. A closure, so Ray ships it by value to its workers."""
 
     def run(spec, *args):
-        if spec.model["d_model"] == target:
+        if spec.model.d_model == target:
             with open(attempts_file, "a") as fh:
-                fh.write(f"{spec.task_config['fraction']}\n")
+                fh.write(f"{spec.task.fraction}\n")
             raise RuntimeError(f"cell m={target} cannot train")
         return real(spec, *args)
 

@@ -42,7 +42,7 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
         path = cache.cache_path(run, cache_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()  # the child's recipe asks only that its parent exists
-        records[str(path)] = run.record()["model"]
+        records[str(path)] = run.to_dict()["model"]
         return run
 
     monkeypatch.setattr(zoo, "spec", stub_spec)

@@ -174,7 +174,7 @@ def test_rng_state_round_trip_restores_every_stream():
 
 def test_evaluation_does_not_disturb_any_rng_stream():
     spec = spec_for()
-    task = make_task(spec.task, spec.task_config)
+    task = make_task(spec.task_name, spec.task_dict)
     model = L.build_model(spec.arch, spec.model)
     g = make_generator(4)
     before = L.rng_state(g)

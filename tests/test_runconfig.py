@@ -9,7 +9,7 @@ import pytest
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
-from models.train.spec import RunSpec, make_spec
+from models.train.spec import make_spec
 from models.transformer import TransformerConfig
 from tasks.base import TaskError, config_to_dict
 from tasks.copy import CopyConfig
@@ -49,13 +49,19 @@ def test_dict_json_and_checkpoint_round_trips():
     assert json.loads(rc.to_json()) == rc.canonical()
 
 
-def test_a_spec_and_the_checkpoint_it_writes_have_one_hash():
+def test_make_spec_gives_a_run_config_whose_record_has_its_hash():
     spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
-    record = spec.record()
-    ck = {"model": record["model"], "task": record["task"],
-          "train": {"config": record["train_config"]}}
-    assert RunConfig.from_checkpoint(ck).hash() == spec.hash() == spec.config.hash()
-    assert RunConfig.from_checkpoint(ck).to_dict()["model"] == record["model"]
+    assert isinstance(spec, RunConfig)
+    record = spec.to_dict()
+    # the checkpoint's model entry is the fields the run sets (the task's vocabulary among
+    # them), its task entry the whole task config
+    assert record["model"]["config"] == spec.model_dict
+    assert {"d_model", "n_layers", "vocab_size"} <= set(spec.model_dict) <= spec.model_keys
+    assert "d_mlp" not in spec.model_dict  # a default the run does not set
+    assert record["task"]["config"] == spec.task_dict == config_to_dict(spec.task)
+    ck = {"model": record["model"], "task": record["task"], "train": {"config": record["train"]}}
+    assert RunConfig.from_checkpoint(ck) == spec
+    assert RunConfig.from_checkpoint(ck).hash() == spec.hash()
 
 
 def test_the_one_rule_fields_at_default_are_left_out_unless_pinned():
@@ -118,12 +124,6 @@ def test_replace_overrides_sections_and_sets_model_fields():
     assert config_to_dict(other.task) == config_to_dict(rc.task)
 
 
-def test_a_spec_and_its_run_config_are_one_run():
-    spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
-    assert RunSpec.of(spec.config) == spec
-    assert RunSpec.of(spec.config).config == spec.config
-
-
 def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
     """RunConfig.of(m): a trained checkpoint's model gives its spec's hash (the cache key);
     a model built in code gives its whole config; one without a task is refused."""
@@ -134,7 +134,7 @@ def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
                      task_config={"max_len": 6}, train={"steps": 2, "eval_every": 0})
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
     m = models.load(tmp_path / "m.pt")
-    assert RunConfig.of(m).hash() == spec.hash() and RunConfig.of(m) == spec.config
+    assert RunConfig.of(m).hash() == spec.hash() and RunConfig.of(m) == spec
     scratch = models.build_model("transformer", {"vocab_size": 30, "d_model": 16})
     with pytest.raises(TaskError, match="without a task"):
         RunConfig.of(scratch)

@@ -170,9 +170,9 @@ def test_medium_recipes_are_the_zoos_medium_block():
     base = zoo.spec("induction_medium/mamba2_L16_s1", "medium").train
     assert base.stop_at == 0 and base.schedule == "cosine" and 0 < base.steps < spec.train.steps
     blank = zoo.spec("induction_medium/stu_blank0_L16_s0", "medium").model
-    assert blank["normalization"] == "none"
-    assert blank["zero_embed"] == (make_task("induction", length=16).vocab.id("BLANK"),)
-    assert zoo.spec("induction_medium/stu_shared_L16_s0", "medium").model["mixture"] == "shared"
+    assert blank.normalization == "none"
+    assert blank.zero_embed == (make_task("induction", length=16).vocab.id("BLANK"),)
+    assert zoo.spec("induction_medium/stu_shared_L16_s0", "medium").model.mixture == "shared"
     assert A.induction_recipes("medium", ("stu",), (1 / 2,), 2) == [
         "induction_medium/stu_L16_s0", "induction_medium/stu_L16_s1"]
     for archs, qs, seeds, match in [(("lstm",), None, None, "medium induction runs are"),

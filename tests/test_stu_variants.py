@@ -118,7 +118,7 @@ def test_new_fields_at_their_defaults_leave_the_run_hash_unchanged():
     does not name mixture / zero_embed hashes as before; one that names them does not."""
     base = make_spec("stu", "induction", "quick", task_config={"length": 16})
     again = make_spec("stu", "induction", "quick", task_config={"length": 16})
-    assert base.hash() == again.hash() and "mixture" not in base.model
+    assert base.hash() == again.hash() and "mixture" not in base.model_dict
     blank = make_task("induction", {"D": 4, "length": 16}).vocab.id("BLANK")
     for model in ({"mixture": "shared"}, {"zero_embed": (blank,), "normalization": "none"}):
         assert make_spec("stu", "induction", "quick", model=model,

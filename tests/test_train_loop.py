@@ -34,7 +34,7 @@ def test_two_runs_with_one_seed_are_bit_identical():
 def test_the_training_loss_is_the_evaluation_loss():
     spec = _spec()
     model = build_model(spec.arch, spec.model).train()
-    batch = make_task(spec.task, spec.task_config).batch(4, make_generator(0))
+    batch = make_task(spec.task_name, spec.task_dict).batch(4, make_generator(0))
     loss, value = step_loss(model, spec.train, torch.device("cpu"))(batch)
     assert loss.requires_grad and value == loss.item()
     assert torch.equal(loss.detach(), loss_of(model, batch).detach())

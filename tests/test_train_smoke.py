@@ -65,7 +65,7 @@ def test_init_from_refuses_another_model(tmp_path):
                   train=dict(init_from=str(tmp_path / "copy.pt")))
     # with no model flags the run takes the init checkpoint's model config
     assert make_spec("transformer", "lookup", "quick",
-                     train=dict(init_from=str(tmp_path / "copy.pt"))).model["d_model"] == 16
+                     train=dict(init_from=str(tmp_path / "copy.pt"))).model.d_model == 16
     with pytest.raises(TaskError, match="holds a transformer model, not lstm"):
         make_spec("lstm", "lookup", "quick", train=dict(init_from=str(tmp_path / "copy.pt")))
     with pytest.raises(TaskError, match="no such file"):

@@ -18,9 +18,9 @@ TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
 def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
     spec = zoo.spec(name, "quick", tmp_path)
     r = zoo.recipe(name)
-    assert (spec.arch, spec.task) == (r.arch, r.task)
+    assert (spec.arch, spec.task_name) == (r.arch, r.task)
     for key, value in r.parts("quick")["model"].items():
-        assert spec.model[key] == value  # the recipe's overrides reach the run
+        assert spec.model_dict[key] == value  # the recipe's overrides reach the run
 
 
 def test_unknown_recipe_and_missing_preset_are_clear_errors():
@@ -35,7 +35,7 @@ def test_unknown_recipe_and_missing_preset_are_clear_errors():
 def test_every_medium_recipe_is_a_valid_run(name, tmp_path):
     spec = zoo.spec(name, "medium", tmp_path)
     for key, value in zoo.recipe(name).parts("medium")["model"].items():
-        assert spec.model[key] == value
+        assert spec.model_dict[key] == value
 
 
 def test_a_recipe_exists_at_the_levels_it_lists():

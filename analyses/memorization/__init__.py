@@ -67,7 +67,7 @@ callback (:class:`StopRule`) ends the run at convergence, so most cells stop lon
 step budget. Minibatches are seeded epochs over the fixed set (the task's ``epoch``).
 
 The package, one job a module: :mod:`.grid` (the GRIDS table, parameter count, each cell's
-RunSpec), :mod:`.cells` (training one cell, the saved cells), :mod:`.search` (the medium
+RunConfig), :mod:`.cells` (training one cell, the saved cells), :mod:`.search` (the medium
 search), :mod:`.sweep` (running a grid or a search on a backend), :mod:`.stats`,
 :mod:`.plots`, :mod:`.claims` (the paper's claims, ``FIGURE``) and :mod:`.cli`.
 """
@@ -106,6 +106,9 @@ from analyses.memorization.grid import (
     PARAM_COUNTING,
     THRESHOLD,
     CellSpace,
+    GridRow,
+    Long,
+    Search,
     dry_run_cells,
     grid_settings,
     param_count,
@@ -131,13 +134,13 @@ from analyses.memorization.sweep import check_settings, compute, compute_search,
 
 __all__ = [
     "ARCH", "BUDGET_EXPONENT", "CSV_FIELDS", "FIGURE", "FRACTIONS", "GRIDS", "GUESS_EXPONENT",
-    "NAME", "PARAM_COUNTING", "THRESHOLD", "CellSettings", "CellSpace", "CellStore",
-    "SearchJob", "StopRule", "add_arguments", "budget_text", "cell_key", "check_settings",
-    "claim_concave_small", "claim_linear", "claim_params", "claim_sqrt", "claim_trends",
-    "compute", "compute_search", "dry_run_cells", "failed_cell", "fit_summary",
-    "grid_cell_name", "grid_settings", "main", "param_count", "plan_args", "plot",
-    "plot_heatmap", "plot_params", "plot_probes", "plot_search_params", "run_cell", "run_jobs",
-    "run_search", "search_cell_name", "search_min_width", "search_specs", "setting_text",
-    "shape_verdict", "step_budgets", "summarise", "summarise_search", "table", "to_jsonable",
-    "train_cell", "train_error_evaluator", "write_csv",
+    "NAME", "PARAM_COUNTING", "THRESHOLD", "CellSettings", "CellSpace", "CellStore", "GridRow",
+    "Long", "Search", "SearchJob", "StopRule", "add_arguments", "budget_text", "cell_key",
+    "check_settings", "claim_concave_small", "claim_linear", "claim_params", "claim_sqrt",
+    "claim_trends", "compute", "compute_search", "dry_run_cells", "failed_cell", "fit_summary",
+    "grid_cell_name", "grid_settings", "main", "param_count", "plan_args", "plot", "plot_heatmap",
+    "plot_params", "plot_probes", "plot_search_params", "run_cell", "run_jobs", "run_search",
+    "search_cell_name", "search_min_width", "search_specs", "setting_text", "shape_verdict",
+    "step_budgets", "summarise", "summarise_search", "table", "to_jsonable", "train_cell",
+    "train_error_evaluator", "write_csv",
 ]

@@ -8,10 +8,11 @@ training set (:func:`train_error_evaluator`, not sampled batches), and a callbac
 budget.
 
 Finished cells are the run's own artifacts: one JSON file each in ``NAME_cells/`` beside the
-other outputs (:class:`CellStore`), looked up by the cell's RunSpec hash and stopping rule
-(:func:`cell_key`), not by file name. They stay there rather than in the zoo's checkpoint
-cache because a stopped sweep resumes from its own ``--out`` folder, and a new ``--out``
-starts a new sweep (the zoo's cache is shared by every run of the machine).
+other outputs (:class:`CellStore`), looked up by the hash of the cell's run
+(:meth:`RunConfig.hash`) and the stopping rule (:func:`cell_key`), not by file name. They
+stay there rather than in the zoo's checkpoint cache because a stopped sweep resumes from its
+own ``--out`` folder, and a new ``--out`` starts a new sweep (the zoo's cache is shared by
+every run of the machine).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from models.sweep import Failed
 from models.train.cache import check_cache_dir
 from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, TrainingDiverged, train
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 from tasks.atomic import write_atomic
 from tasks.registry import make_task
 
@@ -72,7 +73,7 @@ class StopRule(Callback):
         return bool(run.stop_reason)
 
 
-def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
+def train_cell(spec: RunConfig, threshold: float = THRESHOLD, patience: int = 10,
                device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train one grid cell to convergence; return its numbers (JSON-able).
 
@@ -93,7 +94,7 @@ def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
     else:  # diverged on the first step: the weights are still the initial ones
         torch.manual_seed(spec.train.seed)
         model = build_model(spec.arch, spec.model).to(resolve_device(device))
-        task, step, loss = make_task(spec.task, spec.task_config), 0, math.nan
+        task, step, loss = make_task(spec.task_name, spec.task_dict), 0, math.nan
     err, best = rule.error, rule.best
     if stop in ("diverged", "max_steps") or math.isnan(err):
         err = task.train_error(model)
@@ -112,7 +113,7 @@ def train_cell(spec: RunSpec, threshold: float = THRESHOLD, patience: int = 10,
 
 @dataclass(frozen=True)
 class CellSettings:
-    """How every cell of a run is trained, beside its RunSpec: the stopping rule and where."""
+    """How every cell of a run is trained, beside its RunConfig: the stopping rule and where."""
 
     threshold: float = THRESHOLD
     patience: int = 10
@@ -120,8 +121,8 @@ class CellSettings:
     threads: int = 1  # torch threads per task: the cells (or seeds) are the parallelism
 
 
-def cell_key(spec: RunSpec, threshold: float, patience: int) -> str:
-    """What a saved cell must match to be reused: the RunSpec hash (the zoo cache's key) and
+def cell_key(spec: RunConfig, threshold: float, patience: int) -> str:
+    """What a saved cell must match to be reused: the run's hash (the zoo cache's key) and
     the stopping rule, since the same run stopped by another rule is another result. The
     formula is that of the files earlier runs saved, so they stay reusable."""
     blob = f"{spec.hash()}|{threshold}|{patience}"
@@ -140,7 +141,7 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_cell(spec: RunSpec, settings: CellSettings) -> dict[str, Any]:
+def run_cell(spec: RunConfig, settings: CellSettings) -> dict[str, Any]:
     """Task body (a worker process, a Ray worker or this process): train one cell and tag it
     with its key. The caller saves it, so the cells of a cluster's workers land in the
     caller's output folder."""
@@ -173,7 +174,7 @@ class CellStore:
         check_cache_dir(self.folder)
         return self
 
-    def lookup(self, name: str, spec: RunSpec, settings: CellSettings) -> dict | None:
+    def lookup(self, name: str, spec: RunConfig, settings: CellSettings) -> dict | None:
         """The saved cell of ``spec`` under ``settings``' stopping rule, or None."""
         if self.fresh:
             return None
@@ -192,9 +193,9 @@ class CellStore:
         return self.folder.is_dir()
 
 
-def failed_cell(spec: RunSpec, failure: Failed) -> dict[str, Any]:
+def failed_cell(spec: RunConfig, failure: Failed) -> dict[str, Any]:
     """The row of a cell whose task failed on every attempt: no numbers, the error (never
     saved, so the next run tries it again)."""
-    return {"fraction": spec.task_config["fraction"], "d_model": spec.model["d_model"],
+    return {"fraction": spec.task.fraction, "d_model": spec.model.d_model,
             "failed": True, "error": failure.error, "attempts": failure.attempts,
             "train_error": math.nan, "memorized": False, "stop": "failed"}

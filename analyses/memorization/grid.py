@@ -1,13 +1,16 @@
-"""The grids: which cells a memorization run trains (a config table per preset, data set and
-label level), the parameter count of a cell's model, and the RunSpec of each cell."""
+"""The grids: which cells a memorization run trains (a table of :class:`GridRow` per preset,
+data set and label level), the parameter count of a cell's model, and the run
+(:class:`~models.train.runconfig.RunConfig`) of each cell."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.train.dryrun import Builder
-from models.train.spec import RunSpec, make_spec
+from models.train.runconfig import RunConfig
+from models.train.spec import make_spec
 from tasks.base import check
 from tasks.memorization import REAL_LEVEL
 
@@ -16,26 +19,62 @@ ARCH = "transformer"
 THRESHOLD = 0.005  # App. F: "the smallest model that reaches the training error 0.005"
 FRACTIONS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # App. F: p = 10, 20, …, 100 %
 
-# The grid of each (preset, data, level): the task config (on top of the preset rows of
-# models/train/presets.py), the widths m, and overrides of the training rows. Model shape
-# (L, h, q = 4m) comes from the preset rows; only the width varies here. Quick sizes keep the
-# synthetic grids CPU-sized, with widths chosen to straddle the memorization boundary (the
-# narrowest models fail to memorise the full set at the quick step budget, the widest do not).
-GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
+
+@dataclass(frozen=True)
+class Long:
+    """A search's longer step budget at its largest N: the ``largest`` largest N train
+    ``factor`` times the row's steps (``largest`` 0: none)."""
+
+    largest: int
+    factor: int
+
+    def __post_init__(self):
+        check(self.largest >= 0 and self.factor >= 1,
+              f"long needs largest >= 0 and factor >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class Search:
+    """A row trained by search (:func:`~analyses.memorization.search.search_min_width`) instead
+    of as a full grid: the dataset sizes N (nested prefixes of the row's set), how many seeds,
+    and an optional longer budget at the largest N."""
+
+    n_examples: tuple[int, ...]
+    seeds: int = 1
+    long: Long | None = None
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """One (preset, data, level) of :data:`GRIDS`: the task config (on top of the preset rows of
+    models/train/presets.py), the widths m, the stopping rule's patience, overrides of the
+    model and training rows, and the search that replaces the full grid, if any."""
+
+    task: Mapping[str, Any]
+    widths: tuple[int, ...]
+    patience: int
+    model: Mapping[str, Any] = field(default_factory=dict)
+    train: Mapping[str, Any] = field(default_factory=dict)
+    search: Search | None = None
+
+
+# Model shape (L, h, q = 4m) comes from the preset rows; only the width varies here. Quick sizes
+# keep the synthetic grids CPU-sized, with widths chosen to straddle the memorization boundary
+# (the narrowest models fail to memorise the full set at the quick step budget, the widest do
+# not).
+GRIDS: dict[tuple[str, str, str], GridRow] = {
     # 256 sequences of 8 tokens, 4 classes: 2048 labels of 2 bits at 100 %.
-    ("quick", "synthetic", "token"): {
-        "task": {"n_examples": 256, "seq_len": 8, "vocab": 16, "n_classes": 4},
-        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
+    ("quick", "synthetic", "token"): GridRow(
+        task={"n_examples": 256, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        widths=(4, 6, 8, 10, 12, 16), patience=10),
     # 512 sequences of 8 tokens, 8 classes: 512 labels of 3 bits at 100 %.
-    ("quick", "synthetic", "sequence"): {
-        "task": {"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 8},
-        "widths": (4, 6, 8, 10, 12, 16), "patience": 10},
-    ("quick", "conll", "token"): {
-        "task": {"n_examples": 200, "max_len": 32}, "widths": (8, 16, 24, 32, 48),
-        "patience": 10},
-    ("quick", "mnli", "sequence"): {
-        "task": {"n_examples": 400, "max_len": 48}, "widths": (8, 16, 24, 32, 48),
-        "patience": 10},
+    ("quick", "synthetic", "sequence"): GridRow(
+        task={"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 8},
+        widths=(4, 6, 8, 10, 12, 16), patience=10),
+    ("quick", "conll", "token"): GridRow(
+        task={"n_examples": 200, "max_len": 32}, widths=(8, 16, 24, 32, 48), patience=10),
+    ("quick", "mnli", "sequence"): GridRow(
+        task={"n_examples": 400, "max_len": 48}, widths=(8, 16, 24, 32, 48), patience=10),
     # Medium (issues 21, 27): Fig. 2 as a test of shape. Nine dataset sizes, geometric over
     # 32x in N (nested prefixes of one set of 512), and at each the smallest memorising width
     # found by a search per seed (:func:`search_min_width`), not a full grid: a grid fine
@@ -50,29 +89,29 @@ GRIDS: dict[tuple[str, str, str], dict[str, Any]] = {
     # budget is uniform). N stops at 512 and one seed: a failing probe runs the whole budget,
     # near the boundary a memorising one most of it, and a step's cost grows with N, so N up
     # to 1024 or several seeds would cost several times the run's allowance. One seed: the
-    # exponent's interval resamples the N, not the seeds. (A row's optional ``long``,
-    # {"largest": k, "factor": f}, trains only the k largest N f times longer.)
-    ("medium", "synthetic", "token"): {
-        "task": {"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 4},
-        "model": {"n_heads": 1}, "train": {"batch_size": 1024, "steps": 8000},
-        "widths": (*range(2, 17), *range(18, 33, 2), 36, 40, 44, 48),
-        "search": {"n_examples": (16, 25, 38, 59, 91, 140, 215, 332, 512), "seeds": 1},
-        "patience": 10},
+    # exponent's interval resamples the N, not the seeds. (A search's optional ``long``
+    # trains only the largest N longer: :class:`Long`.)
+    ("medium", "synthetic", "token"): GridRow(
+        task={"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        model={"n_heads": 1}, train={"batch_size": 1024, "steps": 8000},
+        widths=(*range(2, 17), *range(18, 33, 2), 36, 40, 44, 48),
+        search=Search(n_examples=(16, 25, 38, 59, 91, 140, 215, 332, 512), seeds=1),
+        patience=10),
     # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
     # m = 96, 192, …; 1,500 / 7,500 steps. Sized for a GPU.
-    ("paper", "conll", "token"): {
-        "task": {"n_examples": 14000, "max_len": 128}, "widths": tuple(range(12, 121, 12)),
-        "train": {"steps": 1500}, "patience": 6},
-    ("paper", "mnli", "sequence"): {
-        "task": {"n_examples": 50000, "max_len": 128}, "widths": tuple(range(96, 961, 96)),
-        "train": {"steps": 7500}, "patience": 6},
+    ("paper", "conll", "token"): GridRow(
+        task={"n_examples": 14000, "max_len": 128}, widths=tuple(range(12, 121, 12)),
+        train={"steps": 1500}, patience=6),
+    ("paper", "mnli", "sequence"): GridRow(
+        task={"n_examples": 50000, "max_len": 128}, widths=tuple(range(96, 961, 96)),
+        train={"steps": 7500}, patience=6),
     # Synthetic analogues of the paper's sizes (CoNLL sentences average ~14 tokens).
-    ("paper", "synthetic", "token"): {
-        "task": {"n_examples": 14000, "seq_len": 16, "vocab": 1000, "n_classes": 9},
-        "widths": tuple(range(12, 121, 12)), "train": {"steps": 1500}, "patience": 6},
-    ("paper", "synthetic", "sequence"): {
-        "task": {"n_examples": 50000, "seq_len": 32, "vocab": 1000, "n_classes": 3},
-        "widths": tuple(range(96, 961, 96)), "train": {"steps": 7500}, "patience": 6},
+    ("paper", "synthetic", "token"): GridRow(
+        task={"n_examples": 14000, "seq_len": 16, "vocab": 1000, "n_classes": 9},
+        widths=tuple(range(12, 121, 12)), train={"steps": 1500}, patience=6),
+    ("paper", "synthetic", "sequence"): GridRow(
+        task={"n_examples": 50000, "seq_len": 32, "vocab": 1000, "n_classes": 3},
+        widths=tuple(range(96, 961, 96)), train={"steps": 7500}, patience=6),
 }
 
 PARAM_COUNTING = (
@@ -97,7 +136,7 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_
     return total
 
 
-def grid_settings(preset: str, data: str, level: str) -> dict[str, Any]:
+def grid_settings(preset: str, data: str, level: str) -> GridRow:
     """The GRIDS row of (preset, data, level), with a clear error for a missing one."""
     check(data in ("synthetic", *REAL_LEVEL), f"data must be synthetic, conll or mnli, got "
           f"{data!r}")
@@ -128,9 +167,8 @@ class CellSpace:
         ``train`` on top."""
         grid = grid_settings(preset, data, level)
         return cls(data, level, preset,
-                   {**grid["task"], **(task_config or {}), "data": data, "level": level},
-                   {**grid.get("model", {}), **(model or {})},
-                   {**grid.get("train", {}), **(train or {})})
+                   {**grid.task, **(task_config or {}), "data": data, "level": level},
+                   {**grid.model, **(model or {})}, {**grid.train, **(train or {})})
 
     @property
     def name(self) -> str:
@@ -138,8 +176,8 @@ class CellSpace:
         return f"{NAME}_{self.data}_{self.level}"
 
     def spec(self, width: int, fraction: float, seed: int | None = None,
-             steps: int | None = None) -> RunSpec:
-        """The RunSpec of one cell: ``seed`` (a search's) seeds the data set and the
+             steps: int | None = None) -> RunConfig:
+        """The run of one cell: ``seed`` (a search's) seeds the data set and the
         initialisation; ``steps`` replaces the step budget. make_spec checks the width
         against n_heads (m = h·k) and every config before any training."""
         per_seed = {} if seed is None else {"seed": seed}
@@ -157,18 +195,18 @@ def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
     lies between theirs; the largest with a search row's longer budget, if any).
     ``task_config`` overrides the grid's (a data file, N)."""
     grid = grid_settings(preset, data, level)
-    long = (grid.get("search") or {}).get("long")
+    long = grid.search.long if grid.search else None
     space = CellSpace.of(data, level, preset, task_config)
 
     def cell(m: int, f: float, factor: int = 1) -> Builder:
-        def build() -> RunSpec:
+        def build() -> RunConfig:
             spec = space.spec(m, f)
             return spec if factor == 1 else space.spec(m, f, steps=spec.train.steps * factor)
         return build
 
-    smallest = (min(grid["search"]["n_examples"]) / grid["task"]["n_examples"]
-                if "search" in grid else min(FRACTIONS))
-    largest = long["factor"] if long and long["largest"] else 1
+    smallest = (min(grid.search.n_examples) / grid.task["n_examples"]
+                if grid.search else min(FRACTIONS))
+    largest = long.factor if long and long.largest else 1
     return [(f"{space.name}/m{m}_f{f:g}", cell(m, f, factor))
-            for m, f, factor in ((max(grid["widths"]), max(FRACTIONS), largest),
-                                 (min(grid["widths"]), smallest, 1))]
+            for m, f, factor in ((max(grid.widths), max(FRACTIONS), largest),
+                                 (min(grid.widths), smallest, 1))]

@@ -11,8 +11,8 @@ from typing import Any
 
 from analyses.memorization import cells
 from analyses.memorization.cells import CellSettings, CellStore, search_cell_name, torch_threads
-from analyses.memorization.grid import CellSpace
-from models.train.spec import RunSpec
+from analyses.memorization.grid import CellSpace, Long
+from models.train.runconfig import RunConfig
 from tasks.base import check
 
 
@@ -75,8 +75,8 @@ BUDGET_EXPONENT = 0.2
 
 def search_specs(space: CellSpace, widths: tuple[int, ...], n_examples: tuple[int, ...],
                  seed: int, steps: Mapping[int, int] | None = None
-                 ) -> dict[tuple[int, int], RunSpec]:
-    """The RunSpec of every (N, width) cell one seed's search may train: the data set and
+                 ) -> dict[tuple[int, int], RunConfig]:
+    """The run of every (N, width) cell one seed's search may train: the data set and
     the initialisation are seeded by ``seed``; N is a nested prefix (fraction N / total);
     ``steps``: the step budget of the N it names (the others: ``space``'s)."""
     total = space.task_config["n_examples"]
@@ -85,16 +85,14 @@ def search_specs(space: CellSpace, widths: tuple[int, ...], n_examples: tuple[in
             for n in n_examples for m in widths}
 
 
-def step_budgets(n_examples: tuple[int, ...], base: int, long: dict | None) -> dict[int, int]:
-    """The step budget of each N: ``base``, times ``long["factor"]`` for the
-    ``long["largest"]`` largest N (none without ``long``)."""
+def step_budgets(n_examples: tuple[int, ...], base: int, long: Long | None) -> dict[int, int]:
+    """The step budget of each N: ``base``, times ``long.factor`` for the ``long.largest``
+    largest N (none without ``long``)."""
     if not long:
         return {n: base for n in n_examples}
-    check(long["largest"] >= 0 and long["factor"] >= 1,
-          f"long needs largest >= 0 and factor >= 1, got {long}")
-    top = set(sorted(n_examples)[max(0, len(n_examples) - long["largest"]):]
-              if long["largest"] else ())
-    return {n: base * long["factor"] if n in top else base for n in n_examples}
+    top = set(sorted(n_examples)[max(0, len(n_examples) - long.largest):]
+              if long.largest else ())
+    return {n: base * long.factor if n in top else base for n in n_examples}
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ class SearchJob:
     store: CellStore
     steps: Mapping[int, int] = field(default_factory=dict)
 
-    def specs(self) -> dict[tuple[int, int], RunSpec]:
+    def specs(self) -> dict[tuple[int, int], RunConfig]:
         return search_specs(self.space, self.widths, self.n_examples, self.seed, self.steps)
 
 

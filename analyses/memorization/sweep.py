@@ -35,7 +35,7 @@ from analyses.memorization.search import (
 from analyses.memorization.stats import summarise, summarise_search
 from models.device import resolve_device
 from models.sweep import Backend, Failed, failures, map_tasks
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 from tasks.base import check, config_to_dict
 
 # What a landed result leaves: the (file name, cell) pairs to save, and the progress note.
@@ -91,7 +91,7 @@ def run_fields(space: CellSpace, settings: CellSettings, backend: Backend) -> di
             "n_jobs": backend.jobs, "backend": backend.describe(), "device": settings.device}
 
 
-def run_record(spec: RunSpec, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
+def run_record(spec: RunConfig, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
     """The fields a grid's or a search's JSON shares: timing, the machine, how parameters are
     counted, and the config every cell shares (``spec``'s, less the width and the
     ``per_cell`` fields that differ between cells)."""
@@ -99,8 +99,8 @@ def run_record(spec: RunSpec, wall: float, name: str, per_cell: tuple[str, ...])
         "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "param_counting": PARAM_COUNTING,
-        "config": {"model": {k: v for k, v in spec.model.items() if k != "d_model"},
-                   "task": {k: v for k, v in spec.task_config.items() if k not in per_cell},
+        "config": {"model": {k: v for k, v in spec.model_dict.items() if k != "d_model"},
+                   "task": {k: v for k, v in spec.task_dict.items() if k not in per_cell},
                    "train": {k: v for k, v in config_to_dict(spec.train).items()
                              if k not in per_cell}},
         "name": name,
@@ -125,13 +125,13 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     """
     grid = grid_settings(preset, data, level)
     space = CellSpace.of(data, level, preset, task_config, model, train)
-    patience = grid["patience"] if patience is None else patience
+    patience = grid.patience if patience is None else patience
     store = CellStore(Path(out_dir) / f"{space.name}_cells", fresh)
-    if "search" in grid:
+    if grid.search:
         return compute_search(space, store, widths=widths, fractions=fractions,
                               threshold=threshold, patience=patience, n_jobs=n_jobs,
                               device=device, progress=progress, backend=backend, seeds=seeds)
-    widths = tuple(sorted(widths or grid["widths"]))
+    widths = tuple(sorted(widths or grid.widths))
     fractions = tuple(sorted(fractions or FRACTIONS))
     check(len(widths) >= 1 and len(fractions) >= 1, "need at least one width and one fraction")
     check_settings(fractions, threshold, patience, n_jobs)
@@ -183,11 +183,11 @@ def compute_search(space: CellSpace, store: CellStore, *,
     parameter count against N (:func:`~.stats.summarise_search`). The seeds run as parallel
     tasks on ``backend``."""
     grid = grid_settings(space.preset, space.data, space.level)
-    widths = tuple(sorted(widths or grid["widths"]))
+    widths = tuple(sorted(widths or grid.widths))
     total = space.task_config["n_examples"]
     n_examples = (tuple(sorted({max(1, round(f * total)) for f in fractions})) if fractions
-                  else tuple(n for n in grid["search"]["n_examples"] if n <= total))
-    n_seeds = seeds or grid["search"]["seeds"]
+                  else tuple(n for n in grid.search.n_examples if n <= total))
+    n_seeds = seeds or grid.search.seeds
     check(len(widths) >= 1 and len(n_examples) >= 1, "need at least one width and one N")
     check_settings(fractions or (), threshold, patience, n_jobs)
     check(n_seeds >= 1, f"seeds must be >= 1, got {n_seeds}")
@@ -199,7 +199,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     for n in n_examples:  # every spec checked (widths against n_heads, N) before any training
         first = search_specs(space, widths, (n,), base_seed)
     budgets = step_budgets(n_examples, first[(n, widths[0])].train.steps,
-                           grid["search"].get("long"))
+                           grid.search.long)
     store.open()
     backend = backend or Backend(jobs=n_jobs)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))

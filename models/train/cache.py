@@ -1,6 +1,6 @@
-"""The checkpoint cache: train once per distinct run spec, reuse ever after.
+"""The checkpoint cache: train once per distinct run, reuse ever after.
 
-Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunSpec.hash`). A lock file beside
+Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunConfig.hash`). A lock file beside
 each entry makes a second process that asks for the same checkpoint (two analyses run side by
 side) wait for the first and reuse it instead of training it again. An entry is served only
 when it is this spec's finished run (:func:`entry_state`): a broken file or another run's
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -22,12 +21,12 @@ from models.device import resolve_device
 from models.train import distributed
 from models.train.loop import train
 from models.train.runconfig import RunConfig
-from models.train.spec import RunSpec, make_spec, spec_of_checkpoint
+from models.train.spec import make_spec, spec_of_checkpoint
 from tasks.base import TaskError, check
 
 
-def cache_path(spec: RunSpec, cache_dir: str | Path) -> Path:
-    return Path(cache_dir) / f"{spec.arch}-{spec.task}-{spec.hash()}.pt"
+def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
 
 
 def check_cache_dir(cache_dir: str | Path) -> Path:
@@ -56,7 +55,7 @@ def _spec_hash(ck: dict) -> str | None:
         return None
 
 
-def entry_state(path: Path, spec: RunSpec | None = None) -> str:
+def entry_state(path: Path, spec: RunConfig | None = None) -> str:
     """What is at a cache path: ``missing``; ``broken`` (not a readable, sound checkpoint);
     ``other`` (a checkpoint of another run than ``spec``, e.g. a file copied there);
     ``interrupted`` (this run, stopped by a signal before its last step: resumable); or
@@ -76,12 +75,12 @@ def entry_state(path: Path, spec: RunSpec | None = None) -> str:
     return "done"
 
 
-def is_cached(path: Path, spec: RunSpec | None = None) -> bool:
+def is_cached(path: Path, spec: RunConfig | None = None) -> bool:
     """``spec``'s finished run is at ``path`` (without ``spec``: some finished run)."""
     return entry_state(path, spec) == "done"
 
 
-def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", device: str = "auto",
+def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", device: str = "auto",
                       progress: bool = True, resume: str | Path | None = None) -> Path:
     """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
 
@@ -116,10 +115,10 @@ def train_spec_cached(spec: RunSpec, cache_dir: str | Path = "checkpoints", devi
     return path
 
 
-def _check_continues(spec: RunSpec, resume: str | Path) -> None:
+def _check_continues(spec: RunConfig, resume: str | Path) -> None:
     ck = read_checkpoint(resume)
     earlier = spec_of_checkpoint(ck)
-    same = replace(earlier, train=replace(earlier.train, steps=spec.train.steps))
+    same = earlier.replace(train={"steps": spec.train.steps})
     check(spec.train.schedule == "constant" and same.hash() == spec.hash()
           and ck["train"]["step"] <= spec.train.steps,
           f"resume {resume}: not this run stopped earlier (it must differ in steps alone, "

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 from tasks.base import check
 
 
@@ -19,7 +19,7 @@ class Run:
     """The state of a run that callbacks see (and may read the model of). Mutable: the loop
     advances it step by step."""
 
-    spec: RunSpec
+    spec: RunConfig
     model: torch.nn.Module
     task: Any
     device: torch.device
@@ -58,7 +58,7 @@ class StopAt(Callback):
         self.level = level
 
     def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
-        check("string_acc" in record, f"stop_at: the {run.spec.task} task's evaluation has no "
+        check("string_acc" in record, f"stop_at: the {run.spec.task_name} task's evaluation has no "
               "string accuracy to stop on")
         if record["string_acc"] >= self.level:
             run.stop_reason = (f"stop_at: string_acc {record['string_acc']:.4g} >= "

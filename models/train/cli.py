@@ -204,7 +204,7 @@ def _main(argv: list[str]) -> int:
         # the writer (the other ranks never write)
         with exclusive_writer(out) if world.is_main else nullcontext():
             ddp = f" (DDP over {world.size} processes)" if world.active else ""
-            say(f"training {spec.arch} ({n_params:,} parameters) on {spec.task} for "
+            say(f"training {spec.arch} ({n_params:,} parameters) on {spec.task_name} for "
                 f"{spec.train.steps} steps -> {out}{ddp}")
             ck = train(spec, out=out, device=args.device, resume=resume,
                        progress=not args.no_progress)

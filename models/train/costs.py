@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from models.train.dryrun import plan_row
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 
 TABLE = Path(__file__).with_name("step_costs.json")
 # of the table file, and of the reference step its units are: changing either makes old tables
@@ -83,12 +83,12 @@ def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
         torch.set_num_threads(threads)
 
 
-def cost_key(spec: RunSpec) -> str:
+def cost_key(spec: RunConfig) -> str:
     """What a step's and an evaluation's cost depend on: the model, the task's data (its
     config sets the sequence lengths), the batches and how the forward runs. Seeds, learning
     rates and step counts do not change it, so all seeds of a recipe share one row."""
     cfg = spec.train
-    return json.dumps([spec.arch, spec.model, spec.task, spec.task_config, cfg.batch_size,
+    return json.dumps([spec.arch, spec.model_dict, spec.task_name, spec.task_dict, cfg.batch_size,
                        cfg.context, cfg.eval_batches, cfg.eval_batch_size, cfg.greedy_eval,
                        cfg.precision, cfg.compile], sort_keys=True, default=list)
 
@@ -144,7 +144,7 @@ class StepCosts:
         starts = [r["start"] for r in self.rows.values() if "start" in r]
         return statistics.median(starts) if starts else 0.0
 
-    def run(self, spec: RunSpec) -> Estimate | None:
+    def run(self, spec: RunConfig) -> Estimate | None:
         """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
         :meth:`timed`)."""
         evals = evaluations(spec.train.steps, spec.train.eval_every)

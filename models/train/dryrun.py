@@ -35,7 +35,6 @@ bf16 autocast (``--precision bf16``); an fp32 run is slower.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import resource
@@ -52,12 +51,11 @@ import torch
 from models import zoo
 from models.checkpoint import model_footprint
 from models.device import human_bytes, resolve_device
-from models.registry import model_class
-from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, batches, train
-from models.train.spec import BYTES_PER_PARAM, RunSpec, make_spec, run_size, validate_spec
+from models.train.runconfig import RunConfig
+from models.train.spec import BYTES_PER_PARAM, make_spec, run_size, validate_spec
 from tasks.atomic import write_atomic
-from tasks.base import TaskError, config_from_dict, config_to_dict, make_generator
+from tasks.base import TaskError, make_generator
 from tasks.registry import make_task
 
 DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
@@ -70,19 +68,19 @@ H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
 CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
 EXIT_SOME_FAILED = 1
 
-Builder = Callable[[], RunSpec]
+Builder = Callable[[], RunConfig]
 
 
 # ---------------------------------------------------------------------------- specs
-def recipe_spec(name: str, preset: str) -> RunSpec:
-    """The run spec of zoo recipe ``name`` at ``preset`` without its ``init_from`` (the
+def recipe_spec(name: str, preset: str) -> RunConfig:
+    """The run of zoo recipe ``name`` at ``preset`` without its ``init_from`` (the
     starting weights change no cost, and the recipe it starts from need not be trained)."""
     r = zoo.recipe(name)
     parts = r.parts(preset)
     model = parts["model"]
     if preset in r.init_from:  # fine-tuned: the model is the parent's (make_spec takes the init
         # file's config), with this recipe's own model fields on top
-        model = {**recipe_spec(r.init_from[preset], preset).model, **model}
+        model = {**recipe_spec(r.init_from[preset], preset).model_dict, **model}
     return make_spec(r.arch, r.task, preset, model, parts["task"], parts["train"])
 
 
@@ -90,37 +88,35 @@ def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builde
     return [(n, lambda n=n: recipe_spec(n, preset)) for n in names]
 
 
-def dry_batch_size(spec: RunSpec, device: torch.device) -> int:
+def dry_batch_size(spec: RunConfig, device: torch.device) -> int:
     """One row on the CPU (the real batch is a GPU's job), the real batch elsewhere."""
     return 1 if device.type == "cpu" else spec.train.batch_size
 
 
-def dry_spec(spec: RunSpec, device: torch.device) -> RunSpec:
+def dry_spec(spec: RunConfig, device: torch.device) -> RunConfig:
     """``spec`` as the dry run trains it: the dry batch, no evaluation, no checkpoint, no
     init file; steps and schedule as they are (at least :data:`DRY_STEPS`)."""
     b = dry_batch_size(spec, device)
-    cfg = dataclasses.replace(
-        spec.train, batch_size=b, eval_every=0, save_every=0, init_from="",
+    return spec.replace(train=dict(
+        batch_size=b, eval_every=0, save_every=0, init_from="",
         steps=max(spec.train.steps, DRY_STEPS),
-        eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size)
-    return dataclasses.replace(spec, train=cfg)
+        eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size))
 
 
-def _key(spec: RunSpec, length: int) -> str:
+def _key(spec: RunConfig, length: int) -> str:
     """What a step's cost depends on: the model, the batch's shape and how the forward runs.
     Runs that share it (seeds of one recipe, one model on two tasks of one length) are
     measured once."""
     cfg = spec.train
-    return json.dumps([spec.arch, spec.model, cfg.batch_size, length, cfg.precision,
+    return json.dumps([spec.arch, spec.model_dict, cfg.batch_size, length, cfg.precision,
                        cfg.compile], sort_keys=True, default=list)
 
 
-def flops_per_token(spec: RunSpec, n_params: int, length: int) -> float:
+def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
     """Training FLOPs per token (see the module docstring)."""
     flops = 6.0 * n_params
     if spec.arch == "transformer":
-        cfg = config_from_dict(model_class(spec.arch).config_cls, spec.model)
-        flops += 12.0 * cfg.n_layers * cfg.d_model * length
+        flops += 12.0 * spec.model.n_layers * spec.model.d_model * length
     return flops
 
 
@@ -183,7 +179,7 @@ def _warm_up() -> None:
         opt.step()
 
 
-def measure(spec: RunSpec, device: str | torch.device) -> dict[str, Any]:
+def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
     """Train ``spec`` (already the dry spec) for :data:`DRY_STEPS` steps here: parameters,
     seconds of the last step, seconds to the end of the first (build and start-up included)
     and peak memory. Meant for a fresh process (:func:`run_isolated`): the RSS delta is the
@@ -214,13 +210,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def _child(argv: list[str]) -> int:
-    """``python -m models.train.dryrun --child DEVICE`` with a spec's JSON on stdin: one JSON
-    line on stdout, the measurement or ``{"error": "one line"}``."""
+    """``python -m models.train.dryrun --child DEVICE`` with a run's JSON
+    (:meth:`RunConfig.to_dict`) on stdin: one JSON line on stdout, the measurement or
+    ``{"error": "one line"}``."""
     device = argv[1]
     try:
-        d = json.loads(sys.stdin.read())
-        spec = RunSpec(d["arch"], d["task"], d["model"], d["task_config"],
-                       config_from_dict(TrainConfig, d["train"]))
+        spec = RunConfig.from_dict(json.loads(sys.stdin.read()))
         result = measure(spec, device)
     except TaskError as e:
         result = {"error": str(e).splitlines()[0]}
@@ -230,13 +225,11 @@ def _child(argv: list[str]) -> int:
     return 0
 
 
-def run_isolated(spec: RunSpec, device: torch.device,
+def run_isolated(spec: RunConfig, device: torch.device,
                  timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
     """:func:`measure` in a fresh Python process: the result, or ``{"error": ...}`` for a run
     that raised, was killed (the kernel's out-of-memory killer sends SIGKILL) or timed out."""
-    blob = json.dumps({"arch": spec.arch, "task": spec.task, "model": spec.model,
-                       "task_config": spec.task_config, "train": config_to_dict(spec.train)},
-                      default=list)
+    blob = json.dumps(spec.to_dict(), default=list)
     root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -261,17 +254,17 @@ def run_isolated(spec: RunSpec, device: torch.device,
 
 
 # ---------------------------------------------------------------------------- the dry run
-def plan_row(name: str, spec: RunSpec) -> dict[str, Any]:
+def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
     """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
     the full run and its projected H100 hours, the memory it needs at its real batch."""
-    task = make_task(spec.task, spec.task_config)
-    n_params = model_footprint(spec.arch, spec.model)[0]
+    task = make_task(spec.task_name, spec.task_dict)
+    n_params = model_footprint(spec.arch, spec.model_dict)[0]
     batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
     tokens, length = batch.tokens.numel(), batch.tokens.shape[1]
     fpt = flops_per_token(spec, n_params, length)
     need = run_size(spec, task)[1]
     total = fpt * tokens * spec.train.steps
-    return {"name": name, "arch": spec.arch, "task": spec.task, "params": n_params,
+    return {"name": name, "arch": spec.arch, "task": spec.task_name, "params": n_params,
             "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
             "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
             "gpu_hours_h100": gpu_hours(total), "need_bytes": need,

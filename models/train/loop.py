@@ -51,7 +51,8 @@ from models.train.evaluation import (
 )
 from models.train.loss import StepLoss, loss_of, nll, reference_metrics, step_loss
 from models.train.rng import rng_state, seed_all, set_rng_state
-from models.train.spec import RunSpec, check_run_size, validate_spec
+from models.train.runconfig import RunConfig
+from models.train.spec import check_run_size, validate_spec
 from models.train.writer import CheckpointWriter, check_resumable, rescue_dirs, restore
 from tasks.base import TaskError, check, make_generator
 from tasks.errors import RunError
@@ -111,7 +112,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
                              lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
 
-def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
+def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
           resume: str | Path | None = None, progress: bool = True,
           callbacks: Sequence[Callback] = (), evaluator: Evaluator = evaluate) -> dict[str, Any]:
     """Run (or continue) training; returns the final checkpoint dict (also saved to ``out``).
@@ -144,12 +145,12 @@ def train(spec: RunSpec, out: str | Path | None = None, device: str = "auto",
         return _train(spec, out, dev, resume, progress, callbacks, evaluator, world)
 
 
-def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress: bool,
+def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progress: bool,
            callbacks: Sequence[Callback], evaluator: Evaluator,
            world: World = distributed.SINGLE) -> dict[str, Any]:
     cfg = spec.train
     callbacks = [*callbacks, StopAt(cfg.stop_at)] if cfg.stop_at else list(callbacks)
-    task = make_task(spec.task, spec.task_config)
+    task = make_task(spec.task_name, spec.task_dict)
     if dev.type != "cpu":  # validate_spec checked the host's memory
         check_run_size(spec, task, dev)
     data_gen = make_generator(cfg.seed)
@@ -168,7 +169,7 @@ def _train(spec: RunSpec, out: Path | None, dev: torch.device, resume, progress:
     loss_fn = step_loss(model, cfg, dev, world)  # after the restore: DDP copies rank 0's weights
     model.train()
     bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress or not world.is_main,
-               desc=f"{spec.arch}/{spec.task}", dynamic_ncols=True, leave=False)
+               desc=f"{spec.arch}/{spec.task_name}", dynamic_ncols=True, leave=False)
     # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     data = batches(task, cfg, data_gen, dev)

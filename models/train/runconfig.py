@@ -141,6 +141,16 @@ class RunConfig:
     def task_name(self) -> str:
         return _task_of(type(self.task))
 
+    @property
+    def model_dict(self) -> dict[str, Any]:
+        """The model fields the run sets, as plain data: the checkpoint's ``model.config``."""
+        return _section(self.model, self.model_keys)
+
+    @property
+    def task_dict(self) -> dict[str, Any]:
+        """The whole task config as plain data: the checkpoint's ``task.config``."""
+        return config_to_dict(self.task)
+
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, arch: str, task: str, model: Mapping[str, Any] | None = None,
@@ -208,8 +218,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """The record a checkpoint stores: the model as the fields the run sets, the task and
         training configs whole (readers take any of their fields without knowing defaults)."""
-        return {"model": {"arch": self.arch, "config": _section(self.model, self.model_keys)},
-                "task": {"name": self.task_name, "config": config_to_dict(self.task)},
+        return {"model": {"arch": self.arch, "config": self.model_dict},
+                "task": {"name": self.task_name, "config": self.task_dict},
                 "train": config_to_dict(self.train)}
 
     def canonical(self) -> dict[str, Any]:
@@ -219,7 +229,7 @@ class RunConfig:
             if f.metadata.get("content") == "file" and train.get(f.name):
                 train[f.name] = file_digest(train[f.name])
         return {"arch": self.arch, "task": self.task_name,
-                "model": _section(self.model, self.model_keys),
+                "model": self.model_dict,
                 "task_config": _section(self.task,
                                         FORMAT1_FIELDS.get(type(self.task).__name__, ())),
                 "train": train}

@@ -1,9 +1,7 @@
 """Building and checking runs: :func:`make_spec` and :func:`validate_spec`.
 
 A run is described by :class:`~models.train.runconfig.RunConfig` (typed sections, canonical
-form, the cache hash). :class:`RunSpec` is the same run with the model and task configs as
-plain dicts, the shape the loop, the dry run and the analyses still take; its hash is its
-:attr:`RunSpec.config`'s.
+form, the cache hash); every function here takes or returns one.
 
 :func:`make_spec` merges a preset's rows, the task's derived model fields (vocabulary size,
 classification head …) and the caller's overrides, then :func:`validate_spec` checks every
@@ -14,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
@@ -27,41 +24,6 @@ from tasks.base import TaskError, check, config_from_dict, config_to_dict
 from tasks.registry import TASKS, make_task
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """A run as plain data (``model``: the fields it sets; ``task_config``: the whole task
-    config); :attr:`config` is the same run as a :class:`RunConfig`."""
-
-    arch: str
-    task: str
-    model: dict[str, Any]
-    task_config: dict[str, Any]
-    train: TrainConfig
-
-    @property
-    def config(self) -> RunConfig:
-        """This spec as a :class:`RunConfig` (the model fields in :attr:`model` are the ones
-        it sets)."""
-        return RunConfig.build(self.arch, self.task, self.model, self.task_config, self.train)
-
-    @classmethod
-    def of(cls, config: RunConfig) -> RunSpec:
-        """The spec of a :class:`RunConfig` (``RunSpec.of(c).config == c``)."""
-        record = config.to_dict()
-        return cls(config.arch, config.task_name, record["model"]["config"],
-                   record["task"]["config"], config.train)
-
-    def hash(self) -> str:
-        """The cache key: :meth:`RunConfig.hash`."""
-        return self.config.hash()
-
-    def record(self) -> dict[str, Any]:
-        """The spec as it is stored in a checkpoint (``model``, ``task``, ``train.config``)."""
-        return {"model": {"arch": self.arch, "config": dict(self.model)},
-                "task": {"name": self.task, "config": dict(self.task_config)},
-                "train_config": config_to_dict(self.train)}
-
-
 def check_names(arch: str, task: str) -> None:
     if arch not in ARCHS:
         raise TaskError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
@@ -70,8 +32,9 @@ def check_names(arch: str, task: str) -> None:
 
 
 def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
-              task_config: dict | None = None, train: dict | None = None) -> RunSpec:
-    """Preset rows, then the task's derived model fields (vocab size…), then user overrides.
+              task_config: dict | None = None, train: dict | None = None) -> RunConfig:
+    """The run of ``arch`` on ``task`` at ``preset``: preset rows, then the task's derived
+    model fields (vocab size…), then user overrides.
     With ``init_from``, the model config starts from that checkpoint's instead of the preset's
     (fine-tuning a checkpoint needs no model flags)."""
     check_names(arch, task)
@@ -84,64 +47,62 @@ def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = 
         init = _init_model_entry(train_cfg.init_from)
         base = init["config"] if init["arch"] == arch else base
     model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
-    spec = RunSpec(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
+    spec = RunConfig.build(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
     validate_spec(spec)  # every config checked before any compute
     return spec
 
 
 def spec_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,
-                       train: dict | None = None) -> RunSpec:
-    """The spec a checkpoint was trained with (``--resume``), with overrides on top."""
-    spec = RunSpec(ck["model"]["arch"], ck["task"]["name"],
-                   {**ck["model"]["config"], **(model or {})},
-                   {**ck["task"]["config"], **(task_config or {})},
-                   config_from_dict(TrainConfig, {**ck["train"].get("config", {}),
-                                                  **(train or {})}))
+                       train: dict | None = None) -> RunConfig:
+    """The run a checkpoint was trained with (``--resume``), with overrides on top."""
+    spec = RunConfig.build(ck["model"]["arch"], ck["task"]["name"],
+                           {**ck["model"]["config"], **(model or {})},
+                           {**ck["task"]["config"], **(task_config or {})},
+                           {**ck["train"].get("config", {}), **(train or {})})
     validate_spec(spec)
     return spec
 
 
-def validate_spec(spec: RunSpec) -> None:
-    """Raise :class:`TaskError` unless the run can start: names, configs and their fit.
+def validate_spec(spec: RunConfig) -> None:
+    """Raise :class:`TaskError` unless the run can start: its configs and their fit (the
+    names and the types of the sections :class:`RunConfig` checked already).
 
     Cheap (no training step; the model is sized on the meta device, so a config too large for
     this machine is one line, not an allocator failure); called by :func:`make_spec`, by
     ``--resume`` and by the loop.
     """
-    check_names(spec.arch, spec.task)
-    check(isinstance(spec.train, TrainConfig), "spec.train must be a TrainConfig")
-    check_task_bounds(spec.task, spec.task_config)
-    task = make_task(spec.task, spec.task_config)
+    check_task_bounds(spec.task_name, spec.task_dict)
+    task = make_task(spec.task_name, spec.task_dict)
     check_run_size(spec, task)
-    vocab = spec.model.get("vocab_size")
-    if vocab is not None and hasattr(task, "vocab") and spec.model.get("head", "lm") == "lm":
+    vocab = getattr(spec.model, "vocab_size", None)
+    if vocab is not None and hasattr(task, "vocab") and getattr(spec.model, "head", "lm") == "lm":
         check(vocab >= task.vocab.size,
-              f"vocab_size {vocab} is smaller than the {spec.task} task's vocabulary "
+              f"vocab_size {vocab} is smaller than the {spec.task_name} task's vocabulary "
               f"({task.vocab.size} tokens)")
     if spec.train.init_from:
         _check_init(spec)
     if spec.train.context:
         check(spec.train.context >= task.max_example_len(),
-              f"context {spec.train.context} is shorter than the longest {spec.task} example "
-              f"({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
+              f"context {spec.train.context} is shorter than the longest {spec.task_name} "
+              f"example ({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
               f"{task.max_example_len()}")
 
 
 BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
 
 
-def run_size(spec: RunSpec, task) -> tuple[int, int, str]:
+def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
     """``(parameters, bytes, what)``: a lower bound on the memory this run needs (weights,
     gradients, optimizer state, rebuilt buffers, and one batch's tokens and logits), from the
     configs alone (meta-device builds: nothing is allocated)."""
-    n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model)
+    n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model_dict)
     cfg = spec.train
     try:
         length = cfg.context or task.max_example_len()
     except (TaskError, NotImplementedError):  # fixed-length tasks (Markov chains)
         length = int(getattr(task.cfg, "seq_len", 0)) + 1
     rows = max(cfg.batch_size, cfg.eval_batch_size)
-    vocab = int(spec.model.get("vocab_size") or 0)
+    vocab = int(getattr(spec.model, "vocab_size", 0) or 0)
     # int64 tokens and targets; fp32 logits, their log-softmax and its gradient
     batch_bytes = rows * length * (16 + 12 * vocab)
     need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes
@@ -150,7 +111,7 @@ def run_size(spec: RunSpec, task) -> tuple[int, int, str]:
     return n_params, need, what
 
 
-def check_run_size(spec: RunSpec, task, device="cpu") -> int:
+def check_run_size(spec: RunConfig, task, device="cpu") -> int:
     """Raise :class:`TaskError` (one line) when :func:`run_size` exceeds ``device``'s memory;
     returns the parameter count."""
     n_params, need, what = run_size(spec, task)
@@ -174,7 +135,7 @@ def _model_entry(path: str, mtime_ns: int, size: int) -> dict:
     return read_checkpoint(path)["model"]
 
 
-def _check_init(spec: RunSpec) -> None:
+def _check_init(spec: RunConfig) -> None:
     """The ``init_from`` checkpoint must hold this run's arch and model config."""
     path = spec.train.init_from
     entry = _init_model_entry(path)
@@ -182,7 +143,7 @@ def _check_init(spec: RunSpec) -> None:
     check(arch == spec.arch, f"init_from {path} holds a {arch} model, not {spec.arch}")
     cls = model_class(arch).config_cls  # full configs: a default left out is not a difference
     config = config_to_dict(config_from_dict(cls, entry["config"]))
-    ours = config_to_dict(config_from_dict(cls, spec.model))
+    ours = config_to_dict(spec.model)
     differ = sorted(k for k in set(config) | set(ours) if config.get(k) != ours.get(k))
     check(not differ, f"init_from {path}: its model config differs from this run's in "
           + ", ".join(f"{k} ({config.get(k)!r} vs {ours.get(k)!r})" for k in differ[:4]))

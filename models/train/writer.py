@@ -27,7 +27,7 @@ from models.train import distributed
 from models.train.callbacks import Run
 from models.train.distributed import World
 from models.train.rng import rng_state, set_rng_state
-from models.train.spec import RunSpec
+from models.train.runconfig import RunConfig
 from tasks.base import config_to_dict
 
 
@@ -79,7 +79,8 @@ class CheckpointWriter:
                       "time_s": run.time_s(), "world_size": self.world.size,
                       **({"stop": run.stop_reason} if run.stop_reason else {})}
         spec = run.spec
-        return make_checkpoint(spec.arch, spec.model, spec.task, spec.task_config, train_meta,
+        return make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+                               train_meta,
                                run.model.state_dict(), run.history, self.opt.state_dict())
 
     def kept(self) -> str:
@@ -140,14 +141,14 @@ def check_resumable(ck: dict, model, path) -> None:
         raise CheckpointError(f"{path}: weights do not match the model config: {mismatch}")
 
 
-def restore(spec: RunSpec, resume, model, opt, data_gen) -> tuple[int, int, list, float]:
+def restore(spec: RunConfig, resume, model, opt, data_gen) -> tuple[int, int, list, float]:
     """Load a run's state from ``resume`` into the model, optimizer and every RNG; returns
     ``(step, samples_seen, history, seconds trained)``."""
     ck = read_checkpoint(resume)
-    if (ck["model"]["arch"], ck["task"]["name"]) != (spec.arch, spec.task):
+    if (ck["model"]["arch"], ck["task"]["name"]) != (spec.arch, spec.task_name):
         raise CheckpointError(
             f"{resume}: holds a {ck['model']['arch']} model trained on {ck['task']['name']}, "
-            f"not {spec.arch} on {spec.task}")
+            f"not {spec.arch} on {spec.task_name}")
     tr = ck["train"]
     check_resumable(ck, model, resume)
     try:

@@ -1,0 +1,48 @@
+"""The memorization grid table (rows of GridRow) and the keys of its cells: a cell's run is a
+RunConfig, and the key a saved cell is found by never moves (saved cells stay reusable)."""
+
+import dataclasses
+
+import pytest
+
+import analyses.memorization as am
+from models.train.runconfig import RunConfig
+
+# cell_key of three cells, recorded at 2473091 (before a cell's run became a RunConfig):
+# (preset, data, level), width, fraction, seed / steps of a search cell, threshold, patience
+PINNED = [
+    (("quick", "synthetic", "token"), 4, 0.1, {}, 0.005, 10, "e9d3d41256ca0e1a"),
+    (("quick", "synthetic", "sequence"), 16, 1.0, {}, 0.005, 10, "1a2e91cc95313f91"),
+    (("medium", "synthetic", "token"), 48, 1.0, {"seed": 3, "steps": 77}, 0.005, 6,
+     "5c02f8d86527789b"),
+]
+
+
+@pytest.mark.parametrize(("row", "m", "f", "search", "threshold", "patience", "key"), PINNED)
+def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
+    preset, data, level = row
+    spec = am.CellSpace.of(data, level, preset).spec(m, f, **search)
+    assert isinstance(spec, RunConfig)
+    assert (spec.model.d_model, spec.task.fraction) == (m, f)
+    assert am.cell_key(spec, threshold, patience) == key
+    assert am.cell_key(spec, threshold, patience + 1) != key  # the key can fail
+
+
+def test_the_table_is_rows_of_frozen_dataclasses():
+    for (preset, data, level), row in am.GRIDS.items():
+        assert isinstance(row, am.GridRow) and am.grid_settings(preset, data, level) is row
+        assert row.widths == tuple(sorted(row.widths)) and row.patience >= 0
+        if row.search is not None:
+            assert max(row.search.n_examples) <= row.task["n_examples"]
+    medium = am.GRIDS["medium", "synthetic", "token"]
+    assert medium.search.seeds == 1 and medium.search.long is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        medium.patience = 3
+
+
+def test_a_rows_overrides_reach_its_cells():
+    space = am.CellSpace.of("synthetic", "token", "medium", model={"n_layers": 1})
+    spec = space.spec(5, 0.5)
+    assert (spec.model.n_heads, spec.model.n_layers) == (1, 1)  # the row's, then the caller's
+    assert (spec.train.batch_size, spec.train.steps) == (1024, 8000)
+    assert spec.task.n_examples == 512 and "d_model" in spec.model_keys

@@ -37,8 +37,8 @@ def write_stand_in(path: Path) -> None:
     train = {"config": config_to_dict(spec.train), "seed": spec.train.seed, "step": 0,
              "samples_seen": 0}
     path.parent.mkdir(parents=True)
-    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict, train,
-                                    model.state_dict()), path)
+    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+                                    train, model.state_dict()), path)
 
 
 def test_the_readme_ipython_section_runs(tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ def plot(result: dict):
         color = COLORS.get(base)
         L = [r["L"] for r in rows]
         steps = result["train"].get(label, {}).get("steps")
-        label = f"{label} ({steps} steps)" if steps else label  # budgets may differ (the zoo's recipes)
+        label = f"{label} ({steps} steps)" if steps else label  # budgets may differ
         axes[0].plot(L, [r["string_acc"] for r in rows], marker="o", color=color, label=label)
         axes[1].plot(L, [r["char_acc"] for r in rows], marker="o", color=color, label=label)
     max_lens = {v.get("max_len") for v in result["train"].values() if v.get("max_len")}

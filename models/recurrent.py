@@ -297,4 +297,4 @@ def from_hf_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     """HF / mamba-ssm names -> ours (inverse of :func:`to_hf_state_dict`)."""
     back = tuple((hf, ours) for ours, hf in _HF_PREFIXES)
     return rename_prefixes(sd, (("backbone.embeddings.weight", "embed.weight"),
-                        ("backbone.embedding.weight", "embed.weight"), *back))
+                                ("backbone.embedding.weight", "embed.weight"), *back))

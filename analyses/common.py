@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -39,6 +39,7 @@ from tasks.base import TaskError, check, config_to_dict
 from tasks.copy import CopyTask, TokenCopyPrompts
 
 Measure = Callable[[dict], "tuple[str, bool | None] | None"]
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,16 @@ def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
                    default=None, help="test lengths (default: preset's)")
     p.add_argument("--n-examples", type=flags.count, default=None,
                    help=f"{unit} per length (default: preset's)")
+
+
+def with_flags(settings: S, args: argparse.Namespace, *names: str, **flag_of: str) -> S:
+    """A preset's settings (an analysis' frozen ``Settings``) with the value of each flag the
+    command line gave in place of the preset's. ``names``: fields set by the flag of the same
+    name (``--n-examples`` -> ``n_examples``); ``flag_of``: field -> the flag that sets it
+    where the names differ (``n_values="n"``). A flag left out (None) keeps the preset's."""
+    given = {field: getattr(args, flag) for field, flag in
+             (*((n, n) for n in names), *flag_of.items())}
+    return dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
 
 
 def copy_models_recipes(args: argparse.Namespace) -> list[str]:

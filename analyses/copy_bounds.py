@@ -17,7 +17,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,6 +32,7 @@ from analyses.common import (
     load_copy_models,
     run_analysis,
     to_jsonable,
+    with_flags,
 )
 from figures.style import COLORS, new_figure
 from models import flags
@@ -46,17 +49,36 @@ from tasks.copy import CopyConfig, CopyTask
 NAME = "copy_bounds"
 GSSM_ARCHS = ("mamba", "mamba2", "lstm")
 ARCHS = (*GSSM_ARCHS, "transformer")
-PRESETS = {
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much of each part a preset measures. Construction (part 1): ``n_values`` n-gram
+    lengths × ``lengths`` string lengths, p_n-gram counted on ``count_samples`` uniform
+    strings, ``model_samples`` strings per stratum run through it. Checkpoints (part 2):
+    ``gssm_samples`` strings at each of ``gssm_lengths``; ``gssm_archs``, the GSSMs that
+    ``--train`` trains (``--archs`` picks others)."""
+
+    n_values: tuple[int, ...]
+    lengths: tuple[int, ...]
+    count_samples: int
+    model_samples: int
+    gssm_lengths: tuple[int, ...]
+    gssm_samples: int
+    gssm_archs: tuple[str, ...]
+
+
+PRESETS: dict[str, Settings] = {
     # quick: CPU-sized estimates; paper: tighter estimates and longer strings (GPU). Quick
     # measures the LSTM only: the quick Mamba does not learn to copy at CPU budgets and its
     # reference scan is slow; ``--archs mamba,lstm`` adds it.
-    "quick": {"n_values": [3, 4, 5], "lengths": [20, 50, 100, 200, 500, 1000],
-              "count_samples": 4000, "model_samples": 16, "gssm_lengths": [10, 20, 40, 80, 160],
-              "gssm_samples": 64, "gssm_archs": ["lstm"]},
-    "paper": {"n_values": [3, 4, 5, 6], "lengths": [20, 50, 100, 200, 500, 1000, 2000],
-              "count_samples": 100_000, "model_samples": 128,
-              "gssm_lengths": [10, 20, 50, 100, 200, 500, 1000], "gssm_samples": 640,
-              "gssm_archs": ["mamba", "lstm"]},
+    "quick": Settings(n_values=(3, 4, 5), lengths=(20, 50, 100, 200, 500, 1000),
+                      count_samples=4000, model_samples=16, gssm_lengths=(10, 20, 40, 80, 160),
+                      gssm_samples=64, gssm_archs=("lstm",)),
+    "paper": Settings(n_values=(3, 4, 5, 6), lengths=(20, 50, 100, 200, 500, 1000, 2000),
+                      count_samples=100_000, model_samples=128,
+                      gssm_lengths=(10, 20, 50, 100, 200, 500, 1000), gssm_samples=640,
+                      gssm_archs=("mamba", "lstm")),
 }
 
 
@@ -127,18 +149,20 @@ def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int
 
 
 def compute(models: dict | None = None, D: int = 26, preset: str = "quick", seed: int = 0,
-            device: str = "cpu", progress: bool = True, **overrides) -> dict:
-    """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty)."""
+            device: str = "cpu", progress: bool = True, settings: Settings | None = None
+            ) -> dict:
+    """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty);
+    ``settings``: the preset's unless given."""
     check(preset in PRESETS, f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
-    cfg = {**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
-    constr = construction_errors(cfg["n_values"], cfg["lengths"], D, cfg["count_samples"],
-                                 cfg["model_samples"], seed, device, progress)
+    cfg = settings or PRESETS[preset]
+    constr = construction_errors(list(cfg.n_values), list(cfg.lengths), D, cfg.count_samples,
+                                 cfg.model_samples, seed, device, progress)
     gssm = []
     for label, model in (models or {}).items():
         model.eval()
         entry = {"label": label, "arch": model.arch,
-                 "measured": checkpoint_errors(model, D, cfg["gssm_lengths"],
-                                               cfg["gssm_samples"], seed, progress)}
+                 "measured": checkpoint_errors(model, D, list(cfg.gssm_lengths),
+                                               cfg.gssm_samples, seed, progress)}
         if model.arch in GSSM_ARCHS:
             floats = state_floats(model)
             entry["state_floats"] = floats
@@ -148,7 +172,8 @@ def compute(models: dict | None = None, D: int = 26, preset: str = "quick", seed
                                             floats * b, r["L"], D)} for r in entry["measured"]]}
                                for b in (32, 8)}
         gssm.append(entry)
-    return to_jsonable({"D": D, "preset": preset, "seed": seed, "settings": cfg,
+    return to_jsonable({"D": D, "preset": preset, "seed": seed,
+                        "settings": dataclasses.asdict(cfg),
                         "construction": constr, "checkpoints": gssm})
 
 
@@ -229,7 +254,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def gssm_recipes(preset: str, archs: list[str] | None = None) -> list[str]:
     """The zoo's copy recipes of the GSSMs (default: the preset's ``gssm_archs``)."""
-    archs = archs or PRESETS[preset]["gssm_archs"]
+    archs = archs or PRESETS[preset].gssm_archs
     for a in archs:
         check(a in GSSM_ARCHS, f"unknown GSSM {a!r}; allowed: {', '.join(GSSM_ARCHS)}")
     return [f"copy/{a}" for a in archs]
@@ -240,10 +265,9 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models, _, D = load_copy_models(paths, args.device, ARCHS)
     check(not models or D == args.D,
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
-    result = compute(models, args.D, args.preset, args.seed, args.device,
-                     n_values=list(args.n) if args.n else None,
-                     lengths=list(args.lengths) if args.lengths else None,
-                     model_samples=args.model_samples, count_samples=args.count_samples)
+    settings = with_flags(PRESETS[args.preset], args, "lengths", "model_samples",
+                          "count_samples", n_values="n")
+    result = compute(models, args.D, args.preset, args.seed, args.device, settings=settings)
     result["checkpoint_paths"] = paths
     return result
 

@@ -20,6 +20,7 @@ tokens; ``analyses.common.copy_prompts``).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
@@ -38,6 +39,7 @@ from analyses.common import (
     need,
     run_analysis,
     to_jsonable,
+    with_flags,
 )
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at
@@ -45,17 +47,28 @@ from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"
-PRESETS = {  # the models: analyses.common.COPY_LABELS
-    "quick": {"lengths": [5, 10, 20, 30, 40, 60, 80, 120, 160], "n_examples": 128},
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a preset tests the copy models (which models: analyses.common.COPY_LABELS):
+    ``n_examples`` uniform strings at each of the test ``lengths``."""
+
+    lengths: tuple[int, ...]
+    n_examples: int
+
+
+PRESETS: dict[str, Settings] = {
+    "quick": Settings(lengths=(5, 10, 20, 30, 40, 60, 80, 120, 160), n_examples=128),
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
-    "paper": {"lengths": [10, 20, 50, 100, 200, 300, 500, 750, 1000], "n_examples": 1280},
+    "paper": Settings(lengths=(10, 20, 50, 100, 200, 300, 500, 750, 1000), n_examples=1280),
 }
 
 
 def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examples: int = 128,
             seed: int = 0, train_info: dict | None = None, progress: bool = True) -> dict:
     """Accuracy vs length for {label: model}; ``train_info`` = {label: {max_len, context}}."""
-    lengths = lengths or PRESETS["quick"]["lengths"]
+    lengths = lengths or list(PRESETS["quick"].lengths)
     check(all(L >= 1 for L in lengths), f"lengths must be >= 1, got {lengths}")
     task = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
     # a pretrained LM reads the strings in its own tokens (checked before any work)
@@ -83,7 +96,7 @@ def plot(result: dict):
         color = COLORS.get(base)
         L = [r["L"] for r in rows]
         steps = result["train"].get(label, {}).get("steps")
-        label = f"{label} ({steps} steps)" if steps else label  # budgets may differ (PRESETS)
+        label = f"{label} ({steps} steps)" if steps else label  # budgets may differ
         axes[0].plot(L, [r["string_acc"] for r in rows], marker="o", color=color, label=label)
         axes[1].plot(L, [r["char_acc"] for r in rows], marker="o", color=color, label=label)
     max_lens = {v.get("max_len") for v in result["train"].values() if v.get("max_len")}
@@ -116,10 +129,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
-    pr = PRESETS[args.preset]
-    return compute(models, D, list(args.lengths) if args.lengths else pr["lengths"],
-                   pr["n_examples"] if args.n_examples is None else args.n_examples, args.seed,
-                   info)
+    s = with_flags(PRESETS[args.preset], args, "lengths", "n_examples")
+    return compute(models, D, list(s.lengths), s.n_examples, args.seed, info)
 
 
 # ---------------------------------------------------------------------------- the paper's claims

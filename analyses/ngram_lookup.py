@@ -29,6 +29,7 @@ table adds each model's mean over its seeds at every length.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from statistics import fmean
 from typing import TypeVar
 
@@ -45,6 +46,7 @@ from analyses.common import (
     need,
     run_analysis,
     to_jsonable,
+    with_flags,
 )
 from figures.style import COLORS, new_figure
 from models import zoo
@@ -60,14 +62,27 @@ GSSMS = ("mamba", "mamba2", "lstm")
 # the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
 # copy model), "none" = from random init at any preset
 INITS = ("copy", "none")
-PRESETS = {  # task and training settings: the zoo's lookup_* recipes
-    "quick": {"labels": ["hard_alibi", "lstm"], "lengths": [10, 20, 30, 40, 60, 80, 100],
-              "n_examples": 256},
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A preset's models and how they are tested: ``labels``, the zoo's lookup models that
+    ``--train`` trains (``--models`` picks others); ``lengths``, the test string lengths;
+    ``n_examples`` strings per length (``--lengths`` and ``--n-examples`` override those)."""
+
+    labels: tuple[str, ...]
+    lengths: tuple[int, ...]
+    n_examples: int
+
+
+PRESETS: dict[str, Settings] = {
+    "quick": Settings(labels=("hard_alibi", "lstm"), lengths=(10, 20, 30, 40, 60, 80, 100),
+                      n_examples=256),
     # prefix key only, from random init; the labels and seeds are models.zoo.LOOKUP_MEDIUM's
-    "medium": {"labels": list(zoo.LOOKUP_MEDIUM["labels"]),
-               "lengths": [5, 10, 20, 25, 30, 40, 60, 100], "n_examples": 256},
-    "paper": {"labels": ["hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"],
-              "lengths": [10, 20, 30, 50, 75, 100, 150], "n_examples": 1280},
+    "medium": Settings(labels=tuple(zoo.LOOKUP_MEDIUM["labels"]),
+                       lengths=(5, 10, 20, 25, 30, 40, 60, 100), n_examples=256),
+    "paper": Settings(labels=("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"),
+                      lengths=(10, 20, 30, 50, 75, 100, 150), n_examples=1280),
 }
 
 
@@ -77,7 +92,7 @@ def lookup_recipes(preset: str, labels: list[str] | None = None,
     ``lookup_{key}/{label}`` (``init`` None or "copy"), ``lookup_scratch_{key}/{label}``
     ("none"); an unknown label is the zoo's unknown recipe."""
     check(init in (None, *INITS), f"init must be one of {', '.join(INITS)}, got {init!r}")
-    labels = labels or PRESETS[preset]["labels"]
+    labels = labels or list(PRESETS[preset].labels)
     if preset == "medium":
         check(init != "copy", "--init copy: the medium lookup models train from random init")
         return zoo.lookup_medium_recipes(labels)
@@ -190,10 +205,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     for c in checkpoints:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
-    pr = PRESETS[args.preset]
-    result = compute(models, list(args.lengths) if args.lengths else pr["lengths"],
-                     pr["n_examples"] if args.n_examples is None else args.n_examples,
-                     args.seed)
+    s = with_flags(PRESETS[args.preset], args, "lengths", "n_examples")
+    result = compute(models, list(s.lengths), s.n_examples, args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]
     result["level"] = args.preset  # the medium claim reads only its own level's results
     return result

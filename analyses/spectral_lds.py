@@ -26,14 +26,25 @@ No suite model is trained: the predictors are the closed-form online learners of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from matplotlib import colormaps
 from tqdm.auto import tqdm
 
-from analyses.common import Checkpoint, Claim, Figure, fmt, get, run_analysis, to_jsonable
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    fmt,
+    get,
+    run_analysis,
+    to_jsonable,
+    with_flags,
+)
 from figures.style import new_figure
 from models import flags
 from models.spectral import (
@@ -50,11 +61,27 @@ from tasks.lds import LDSConfig, region_bounds, sample_sequence
 
 NAME = "spectral_lds"
 QS = (1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
-PRESETS = {
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The random systems of a preset (each field's flag overrides it): horizon ``T`` (also
+    the filter length), ``k`` spectral filters, the LDS's dimensions and ``seeds`` systems per
+    region."""
+
+    T: int
+    k: int
+    d_hidden: int
+    d_in: int
+    d_out: int
+    seeds: int
+
+
+PRESETS: dict[str, Settings] = {
     # quick: a CPU-sized horizon and hidden dimension, the paper's number of filters
-    "quick": {"T": 2**13, "k": 24, "d_hidden": 256, "d_in": 4, "d_out": 4, "seeds": 3},
+    "quick": Settings(T=2**13, k=24, d_hidden=256, d_in=4, d_out=4, seeds=3),
     # paper §4.1: T = 2^14, k = 24, hidden dimension 512 (d_in, d_out and seeds unspecified)
-    "paper": {"T": 2**14, "k": 24, "d_hidden": 512, "d_in": 4, "d_out": 4, "seeds": 5},
+    "paper": Settings(T=2**14, k=24, d_hidden=512, d_in=4, d_out=4, seeds=5),
 }
 REGION_SEED = {"A": 0, "B": 500_009}  # separate streams per region
 
@@ -250,9 +277,9 @@ FIGURE = Figure(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                   help=f"CPU preset (default): {PRESETS['quick']}")
+                   help=f"CPU preset (default): {dataclasses.asdict(PRESETS['quick'])}")
     g.add_argument("--paper", dest="preset", action="store_const", const="paper",
-                   help=f"paper scale: {PRESETS['paper']}")
+                   help=f"paper scale: {dataclasses.asdict(PRESETS['paper'])}")
     p.set_defaults(preset="quick")
     p.add_argument("--T", type=flags.bounded_int(2, flags.MAX_HORIZON),
                    default=None, help="horizon / filter length")
@@ -273,11 +300,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     check(args.device in ("cpu", "auto"),
           "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
-    cfg = dict(PRESETS[args.preset])
-    for key in ("T", "k", "d_hidden", "d_in", "d_out", "seeds"):
-        if getattr(args, key) is not None:
-            cfg[key] = getattr(args, key)
-    return {**compute(**cfg, qs=tuple(args.qs), seed=args.seed, lr=args.lr,
+    s = with_flags(PRESETS[args.preset], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
+    return {**compute(**dataclasses.asdict(s), qs=tuple(args.qs), seed=args.seed, lr=args.lr,
                       radius=args.radius), "preset": args.preset}
 
 

@@ -78,6 +78,12 @@ def check_tokens(tokens: Tensor) -> None:
         raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
 
 
+def check_counts(cfg, *names: str) -> None:
+    """Each of a config's sizes and counts ``names`` (vocab_size, d_model, n_layers, …) is >= 1."""
+    for name in names:
+        check(getattr(cfg, name) >= 1, f"{name} must be >= 1, got {getattr(cfg, name)}")
+
+
 class TLConfigFields:
     """TransformerLens' config names on a suite config dataclass, read-only (a mixin).
 

@@ -32,7 +32,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields
+from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import RMSNorm, has_hooks
 from tasks.base import check
 
@@ -51,8 +51,7 @@ class LSTMConfig(TLConfigFields):
     scan: str = "auto"  # auto | plain | fused
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check_counts(self, "vocab_size", "d_model", "n_layers")
         check(self.scan in SCANS, f"scan must be auto, plain or fused, got {self.scan!r}")
         check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
 

@@ -35,7 +35,12 @@ from torch import Tensor, nn
 
 from models.layers import BiasFreeLayerNorm, PlainMLP
 from models.mambazero import MambaZeroConfig, MambaZeroLM
-from models.recurrent import SSMLanguageModel, from_hf_state_dict, to_hf_state_dict
+from models.recurrent import (
+    SSMLanguageModel,
+    from_hf_state_dict,
+    rename_prefixes,
+    to_hf_state_dict,
+)
 from models.ssd import Mamba2Config, Mamba2Mixer, mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
 
 __all__ = [
@@ -58,14 +63,7 @@ def from_markov_paper_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     """The authors' ``MambaLMHeadModel`` state dict (Bond1995/Markov-Mamba) -> ours, for a
     :class:`Mamba2LM` with :data:`MARKOV_PAPER_MODEL` (their block's ``norm``, ``mixer``,
     ``norm2``, ``mlp`` names are ours already)."""
-    out = {}
-    for k, v in sd.items():
-        for old, new in _MARKOV_PAPER_PREFIXES:
-            if k.startswith(old):
-                k = new + k[len(old):]
-                break
-        out[k] = v
-    return out
+    return rename_prefixes(sd, _MARKOV_PAPER_PREFIXES)
 
 
 class Mamba2LM(SSMLanguageModel):

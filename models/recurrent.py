@@ -30,7 +30,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields
+from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import GatedMLP, RMSNorm, has_hooks
 from tasks.base import check
 
@@ -78,8 +78,7 @@ class SSMLMConfig(TLConfigFields):
     dt_init_floor: float = 1e-4
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "expand", "d_state", "d_conv"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check_counts(self, "vocab_size", "d_model", "n_layers", "expand", "d_state", "d_conv")
         check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
         check(self.mlp_act in SSM_ACTIVATIONS, f"mlp_act must be one of {SSM_ACTIVATIONS}")
         check(self.activation in SSM_ACTIVATIONS,
@@ -274,7 +273,8 @@ _HF_PREFIXES = (("blocks.", "backbone.layers."), ("ln_final.", "backbone.norm_f.
                 ("unembed.", "lm_head."))
 
 
-def _rename(sd: dict[str, Tensor], prefixes) -> dict[str, Tensor]:
+def rename_prefixes(sd: dict[str, Tensor], prefixes) -> dict[str, Tensor]:
+    """``sd`` with each key's first matching ``(old, new)`` prefix of ``prefixes`` replaced."""
     out = {}
     for k, v in sd.items():
         for old, new in prefixes:
@@ -290,11 +290,11 @@ def to_hf_state_dict(sd: dict[str, Tensor], flavor: str = "hf") -> dict[str, Ten
     mamba-ssm's ``MambaLMHeadModel`` (``"mamba_ssm"``) names. Mixer parameters keep theirs."""
     check(flavor in ("hf", "mamba_ssm"), f"flavor must be hf or mamba_ssm, got {flavor!r}")
     emb = "backbone.embeddings.weight" if flavor == "hf" else "backbone.embedding.weight"
-    return _rename(sd, (("embed.weight", emb), *_HF_PREFIXES))
+    return rename_prefixes(sd, (("embed.weight", emb), *_HF_PREFIXES))
 
 
 def from_hf_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     """HF / mamba-ssm names -> ours (inverse of :func:`to_hf_state_dict`)."""
     back = tuple((hf, ours) for ours, hf in _HF_PREFIXES)
-    return _rename(sd, (("backbone.embeddings.weight", "embed.weight"),
-                        ("backbone.embedding.weight", "embed.weight"), *back))
+    return rename_prefixes(sd, (("backbone.embeddings.weight", "embed.weight"),
+                                ("backbone.embedding.weight", "embed.weight"), *back))

@@ -78,6 +78,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from models.base import check_counts
 from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
 from models.recurrent import (
     SSMLMConfig,
@@ -110,8 +111,7 @@ class Mamba2Config(SSMLMConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("n_heads", "n_groups", "chunk_size"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check_counts(self, "n_heads", "n_groups", "chunk_size")
         check(self.d_inner % self.n_heads == 0,
               f"d_inner = expand·d_model = {self.d_inner} must be divisible by n_heads "
               f"({self.n_heads})")

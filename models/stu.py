@@ -53,7 +53,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields
+from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
 from tasks.base import check
@@ -79,8 +79,7 @@ class STUConfig(TLConfigFields):
     zero_embed: tuple[int, ...] = ()  # token ids whose embeddings are held at zero
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "filter_len", "num_filters"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check_counts(self, "vocab_size", "d_model", "n_layers", "filter_len", "num_filters")
         check(self.num_filters <= self.filter_len,
               f"num_filters ({self.num_filters}) must be <= filter_len ({self.filter_len})")
         check(self.param in PARAMS, f"param must be one of {PARAMS}, got {self.param!r}")

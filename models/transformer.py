@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields
+from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import MLP, LayerNorm, has_hooks
 from tasks.base import check
 
@@ -71,8 +71,7 @@ class TransformerConfig(TLConfigFields):
     def __post_init__(self):
         check(self.pe in PES, f"pe must be one of {PES}, got {self.pe!r}")
         check(self.head in HEADS, f"head must be one of {HEADS}, got {self.head!r}")
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check_counts(self, "vocab_size", "d_model", "n_layers", "n_heads")
         check(self.d_model % self.n_heads == 0,
               f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, PromptBatch, Vocab, check, letters
-from tasks.registry import Task
+from tasks.base import IGNORE, PromptBatch, Vocab, check
+from tasks.registry import LetterTask
 
 COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
 
@@ -46,13 +46,10 @@ def copy_sequence(x: torch.Tensor, vocab: Vocab) -> tuple[torch.Tensor, torch.Te
     return tokens, targets
 
 
-class CopyTask(Task):
+class CopyTask(LetterTask):
     name = "copy"
     config_cls = CopyConfig
-
-    def __init__(self, cfg: CopyConfig):
-        super().__init__(cfg)
-        self.vocab = Vocab(letters(cfg.D), COPY_SPECIALS)
+    specials = COPY_SPECIALS
 
     def sample_length(self, g: torch.Generator) -> int:
         return int(torch.randint(self.cfg.min_len, self.cfg.max_len + 1, (1,), generator=g))

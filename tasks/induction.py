@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, Batch, PromptBatch, Vocab, check, letters
-from tasks.registry import Task
+from tasks.base import IGNORE, Batch, PromptBatch, check
+from tasks.registry import LetterTask
 
 SPECIALS = ("BLANK", "FLAG")
 MIN_LENGTH = 3  # flag, recalled token, query
@@ -38,13 +38,10 @@ class InductionConfig:
               f"length must be >= {MIN_LENGTH} (flag, token, query), got {self.length}")
 
 
-class InductionHeadsTask(Task):
+class InductionHeadsTask(LetterTask):
     name = "induction"
     config_cls = InductionConfig
-
-    def __init__(self, cfg: InductionConfig):
-        super().__init__(cfg)
-        self.vocab = Vocab(letters(cfg.D), SPECIALS)
+    specials = SPECIALS
 
     @property
     def pad_id(self) -> int:

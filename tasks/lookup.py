@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, PromptBatch, Vocab, check, letters
+from tasks.base import IGNORE, PromptBatch, check
 from tasks.copy import COPY_SPECIALS
-from tasks.registry import Task
+from tasks.registry import LetterTask
 
 MAX_TRIES = 1000
 
@@ -58,13 +58,10 @@ def unique_key_positions(x: torch.Tensor, n: int, k: int) -> list[int]:
     return [i for i in range(L - n - k + 1) if counts[grams[i]] == 1]
 
 
-class NgramLookupTask(Task):
+class NgramLookupTask(LetterTask):
     name = "lookup"
     config_cls = LookupConfig
-
-    def __init__(self, cfg: LookupConfig):
-        super().__init__(cfg)
-        self.vocab = Vocab(letters(cfg.D), COPY_SPECIALS)
+    specials = COPY_SPECIALS
 
     def max_example_len(self) -> int:
         extra = 1 if self.cfg.key == "prefix" else 0

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import IGNORE, Batch, TaskError, Vocab, check, config_from_dict
+from tasks.base import IGNORE, Batch, TaskError, Vocab, check, config_from_dict, letters
 
 TASKS: dict[str, str] = {
     "copy": "tasks.copy:CopyTask",
@@ -67,6 +67,17 @@ class Task:
     def max_example_len(self) -> int:
         """Longest example this config can produce (packing checks it fits the context)."""
         raise NotImplementedError
+
+
+class LetterTask(Task):
+    """A task over the first ``cfg.D`` letters (:func:`~tasks.base.letters`) and its
+    ``specials`` after them (copy, n-gram lookup, induction heads)."""
+
+    specials: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.vocab = Vocab(letters(cfg.D), self.specials)
 
 
 def packed_batch(task: Task, batch_size: int, context: int, g: torch.Generator) -> Batch:

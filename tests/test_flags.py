@@ -96,7 +96,7 @@ def test_n_examples_0_is_refused_and_unset_takes_the_preset(monkeypatch, tmp_pat
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
     args.n_examples = 7
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
-    assert seen == [length_generalization.PRESETS["quick"]["n_examples"], 7]
+    assert seen == [length_generalization.PRESETS["quick"].n_examples, 7]
 
 
 @pytest.fixture(scope="module")

@@ -53,13 +53,18 @@ def check_copy_example(task, tokens, targets):
     return x
 
 
+def checked_copy_examples(name: str, cfg: dict, seed: int, n: int = 3):
+    """``(task, generator, [x])``: task ``name`` of ``cfg`` and the strings of its first ``n``
+    examples, each checked by :func:`check_copy_example`."""
+    task = make_task(name, cfg)
+    g = make_generator(seed)
+    return task, g, [check_copy_example(task, *task.example(g)) for _ in range(n)]
+
+
 @FUZZ
 @given(cfg=copy_configs(), seed=seeds)
 def test_copy_invariants(cfg, seed):
-    task = make_task("copy", cfg)
-    g = make_generator(seed)
-    for _ in range(3):
-        check_copy_example(task, *task.example(g))
+    task, g, _ = checked_copy_examples("copy", cfg, seed)
     batch = task.batch(3, g)
     for row in range(3):  # padding carries no loss
         t, y = batch.tokens[row], batch.targets[row]
@@ -98,11 +103,9 @@ def has_repeated_ngram(x: list[int], n: int) -> bool:
 @FUZZ
 @given(cfg=dup_configs(), seed=seeds)
 def test_duplicated_ngram_invariants(cfg, seed):
-    task = make_task("dup_ngram_copy", cfg)
-    g = make_generator(seed)
+    task, g, strings = checked_copy_examples("dup_ngram_copy", cfg, seed)
     n = cfg["n"]
-    for _ in range(3):
-        x = check_copy_example(task, *task.example(g))
+    for x in strings:
         assert has_repeated_ngram(x.tolist(), n)
     pb = task.eval_batch(3, g)
     for row in pb.answers.tolist():

@@ -138,28 +138,17 @@ def test_fits_recover_exact_trends():
 
 
 # ---------------------------------------------------------------------------- real data
-CONLL = """-DOCSTART- -X- -X- O
-
-EU NNP B-NP B-ORG
+DOCSTART = "-DOCSTART- -X- -X- O\n\n"
+EU_SENTENCE = """EU NNP B-NP B-ORG
 rejects VBZ B-VP O
 German JJ B-NP B-MISC
 call NN I-NP O
 . . O O
 
-Peter NNP B-NP B-PER
-Blackburn NNP I-NP I-PER
-
--DOCSTART- -X- -X- O
-
-EU NNP B-NP B-ORG
-rejects VBZ B-VP O
-German JJ B-NP B-MISC
-call NN I-NP O
-. . O O
-
-BRUSSELS NNP B-NP B-LOC
-1996-08-22 CD I-NP O
 """
+# two documents that both hold the EU sentence: the loader keeps one copy
+CONLL = (DOCSTART + EU_SENTENCE + "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n"
+         + DOCSTART + EU_SENTENCE + "BRUSSELS NNP B-NP B-LOC\n1996-08-22 CD I-NP O\n")
 
 
 def test_conll_loader_on_a_fixture(tmp_path):

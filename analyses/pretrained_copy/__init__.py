@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import Claim, Figure, fmt, get, run_analysis, to_jsonable
+from analyses.common import Claim, Figure, fmt, get, run_analysis, to_jsonable, with_flags
 from analyses.pretrained_copy.prompts import (
     Prompt,
     copy_prompts,
@@ -57,13 +58,26 @@ from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "pretrained_copy"
 TASKS = ("phonebook", "copy")
-PRESETS = {
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A preset's points: phone books of each of ``entries`` entries, copy windows of each of
+    ``lengths`` tokens, ``n_examples`` prompts per point (each has a flag that overrides it)."""
+
+    entries: tuple[int, ...]
+    lengths: tuple[int, ...]
+    n_examples: int
+
+
+PRESETS: dict[str, Settings] = {
     # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
-    "quick": {"entries": [5, 20, 70], "lengths": [10, 50, 100], "n_examples": 20},
+    "quick": Settings(entries=(5, 20, 70), lengths=(10, 50, 100), n_examples=20),
     # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
-    "paper": {"entries": [10, 20, 40, 70, 100, 140], "lengths": [25, 50, 100, 200, 300],
-              "n_examples": 640},
+    "paper": Settings(entries=(10, 20, 40, 70, 100, 140), lengths=(25, 50, 100, 200, 300),
+                      n_examples=640),
 }
+
 # prompts x size (phone-book entries or copy tokens) of one point, all built before it runs:
 # the paper's largest point is 640 x 300 tokens
 MAX_PROMPT_UNITS = 10_000_000
@@ -143,8 +157,8 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
     """Accuracies of {label: model} (``models.hf.HFModel``s) on the phone-book and copy
     prompts. ``text``: the text copy windows are cut from (``text_source`` names where it came
     from; default: the suite's generated sentences)."""
-    entries = entries or PRESETS["quick"]["entries"]
-    lengths = lengths or PRESETS["quick"]["lengths"]
+    entries = entries or list(PRESETS["quick"].entries)
+    lengths = lengths or list(PRESETS["quick"].lengths)
     check_sizes(tasks, entries, lengths, n_examples, batch_size)
     natural = text is not None
     if text is None:  # enough words for every window length to start anywhere
@@ -263,10 +277,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        3, flags.MAX_ENTRIES, why="phone books need >= 3 entries: two shots and "
                        "the query"),
                    default=None, help="phone-book sizes L (default: "
-                   f"{','.join(map(str, PRESETS['quick']['entries']))})")
+                   f"{','.join(map(str, PRESETS['quick'].entries))})")
     p.add_argument("--lengths", type=flags.lengths,
                    default=None, help="copy lengths in tokens (default: "
-                   f"{','.join(map(str, PRESETS['quick']['lengths']))})")
+                   f"{','.join(map(str, PRESETS['quick'].lengths))})")
     p.add_argument("--n-examples", type=flags.count, default=None, help="prompts per point")
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
@@ -311,11 +325,9 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 
 
 def _compute(args, _checkpoints) -> dict:
-    pr = PRESETS[args.preset]
+    s = with_flags(PRESETS[args.preset], args, "entries", "lengths", "n_examples")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    entries = list(args.entries) if args.entries else pr["entries"]
-    lengths = list(args.lengths) if args.lengths else pr["lengths"]
-    n_examples = pr["n_examples"] if args.n_examples is None else args.n_examples
+    entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
     check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading
     text = read_text(args.text) if args.text else None
     models = load_models(args.models, args.device, DTYPES[args.dtype])

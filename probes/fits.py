@@ -59,15 +59,36 @@ def _profile(x: np.ndarray, y: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, 
     return rss, b
 
 
+def _two_level_resamples(groups: np.ndarray, boot: int, rng: np.random.Generator
+                         ) -> np.ndarray:
+    """``[boot, points]`` indices: per resample, as many groups as there are, drawn with
+    replacement, and for each drawn group as many of its points as the groups hold on
+    average, drawn with replacement from that group."""
+    labels = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in labels]
+    per_group = max(1, round(len(groups) / len(labels)))
+    sizes = np.array([len(m) for m in members])
+    padded = np.zeros((len(members), sizes.max()), int)  # [group, its points (padded)]
+    for i, m in enumerate(members):
+        padded[i, :len(m)] = m
+    drawn = rng.integers(0, len(members), size=(boot, len(members)))  # [boot, group slot]
+    within = (rng.random((boot, len(members), per_group))
+              * sizes[drawn][..., None]).astype(int)  # [boot, group slot, point]
+    return padded[drawn[..., None], within].reshape(boot, -1)
+
+
 def power_fit(x, y, ks: np.ndarray | None = None, boot: int = 1000, seed: int = 0,
               groups=None) -> dict[str, Any]:
     """``y ≈ a + b·x^k`` by least squares, k on a grid (``ks``, default 0.05 … 2.5 in 0.01):
     the best k with a 95 % bootstrap interval (percentiles of ``boot`` resamples, seeded).
 
-    ``groups``: resample within each group (the seeds of one N), so every N stays in each
-    resample; default, or when every group has one point (one seed): resample all points
-    together, keeping only the resamples with three distinct x or more (fewer fit any k).
-    Points with x <= 0 are refused.
+    ``groups`` (the N each point was measured at; default: each point its own): a two-level
+    bootstrap, the groups with replacement and then, within each group drawn, its points (the
+    seeds of that N) with replacement. Resampling the seeds alone would give an interval of
+    zero width wherever the seeds agree (a search on a ladder of widths often lands every
+    seed on the same rung), though the fit over a few N is far from exact; with one point per
+    group it is the plain bootstrap over the points. Only resamples with three distinct x or
+    more are kept (fewer fit any k). Points with x <= 0 are refused.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 3 or len(set(x.tolist())) < 3 or (x <= 0).any():
@@ -78,11 +99,8 @@ def power_fit(x, y, ks: np.ndarray | None = None, boot: int = 1000, seed: int = 
     k, slope = float(ks[i]), float(b[0, i])
     a = float(y.mean() - slope * np.power(x, k).mean())
     rng = np.random.default_rng(seed)
-    groups = np.zeros(len(x), int) if groups is None else np.asarray(groups)
-    if len(np.unique(groups)) == len(x):  # one point per group: nothing to resample within
-        groups = np.zeros(len(x), int)
-    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-    idx = np.concatenate([rng.choice(m, size=(boot, len(m))) for m in members], axis=1)
+    idx = _two_level_resamples(np.arange(len(x)) if groups is None else np.asarray(groups),
+                               boot, rng)  # [boot, points]
     idx = idx[[len(set(x[row].tolist())) >= 3 for row in idx]]
     rss_b, _ = _profile(x[idx], y[idx], ks)  # [kept resamples, K]
     k_b = ks[np.nanargmin(np.where(np.isfinite(rss_b), rss_b, np.inf), axis=1)]

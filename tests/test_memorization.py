@@ -462,6 +462,10 @@ def test_power_fit_and_loglog_slope_recover_exact_shapes():
     assert one["ci"][0] < one["k"] < one["ci"][1] and one["ci"][0] <= 1.0 <= one["ci"][1]
     assert 0 < one["boot_kept"] <= 200
     assert power_fit(ns, noisy, groups=ns, boot=200) == one  # seeded
+    # two seeds that agree at every N: the N are still resampled, so the interval is not the
+    # zero-width one that resampling only the seeds within each N would give
+    agree = power_fit(np.r_[ns, ns], np.r_[noisy, noisy], groups=np.r_[ns, ns], boot=200)
+    assert agree["k"] == one["k"] and agree["ci"][1] - agree["ci"][0] > 0.1
     ll = loglog_slope(n, 5 * n**0.75)
     assert ll["slope"] == pytest.approx(0.75) and ll["ci"][0] == pytest.approx(0.75)
     assert power_fit([1, 2], [3, 4])["k"] is None  # too few distinct N to fit three numbers

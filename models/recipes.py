@@ -34,6 +34,10 @@ COPY_PAPER = {"task": {"min_len": 1, "max_len": 50}, "train": {"context": 420}}
 # quick copy models get 1500: NoPE and RoPE are near-perfect in distribution by then, and
 # more steps do not teach positions never seen; the GSSMs stay far behind either way.
 COPY_QUICK = {"train": {"steps": 1500}}
+# The copy and lookup models train on one core each (the Recipe default), like every other
+# zoo model: a second thread speeds a quick copy step up by far less than 2x, so two of them
+# side by side get through more of the plan, and a one-thread job keeps its pace when other
+# work shares the machine, where a two-thread one waits on its slower thread.
 COPY_QUICK_BY_LABEL = {"hard_alibi": {}}
 
 
@@ -41,7 +45,7 @@ def _copy() -> Iterator[Recipe]:
     for label, (arch, model) in COPY_MODELS.items():
         yield Recipe(f"copy/{label}", "copy", arch, {"model": model},
                      {"quick": COPY_QUICK_BY_LABEL.get(label, COPY_QUICK), "paper": COPY_PAPER},
-                     slots=2, doc=f"{label} trained to copy (copy paper §3, Figs. 1a-b)")
+                     doc=f"{label} trained to copy (copy paper §3, Figs. 1a-b)")
 
 
 # ---- medium: copy efficiency (issue 21, made fair in issue 27)
@@ -150,7 +154,7 @@ def _lookup() -> Iterator[Recipe]:
                              {"model": model, "task": {**LOOKUP_TASK, "key": key}},
                              {"quick": {"train": LOOKUP_QUICK_TRAIN},
                               "paper": {"train": LOOKUP_PAPER_TRAIN}},
-                             init_from=init, slots=2,
+                             init_from=init,
                              doc=f"{label}, {key}-key n-gram lookup (copy paper Figs. 5-6)"
                                  + ("" if init else ", from random init"))
 

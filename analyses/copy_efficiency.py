@@ -356,7 +356,7 @@ def _setting_text(d: dict) -> str:
     if lrs:
         parts.append(("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
                       if swept else "each model at its lr from the full sweep (zoo.COPY_MEDIUM_LR"
-                      "; README's medium table; --sweep reruns it)")
+                      "; --sweep reruns it)")
                      + " per L (" + "; ".join(
                          f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
                                                if v is not None)

@@ -71,10 +71,10 @@ def _copy() -> Iterator[Recipe]:
 # Lengths, seeds, cap and eval spacing are what fits 1800 core-seconds of training on a CPU.
 COPY_MEDIUM = {"lengths": (4, 6), "seeds": 3, "lrs": (1e-3, 3e-3, 1e-2)}
 # Each model's lr at each L, chosen by the full sweep (every lr of COPY_MEDIUM["lrs"] at every
-# seed, the analysis' best_lr rule; README's medium section has the sweep's table, and
-# `python -m analyses.copy_efficiency --train medium --sweep` runs it again). The medium plan
-# trains these alone: the sweep is three times their training.
-COPY_MEDIUM_LR = {4: {"rope": 1e-3, "hard_alibi": 3e-3, "mamba": 1e-2, "mamba2": 3e-3,
+# seed, the analysis' best_lr rule; `python -m analyses.copy_efficiency --train medium
+# --sweep` runs it again and credits each model with its best). The medium plan trains these
+# alone: the sweep is three times their training.
+COPY_MEDIUM_LR = {4: {"rope": 1e-3, "hard_alibi": 1e-3, "mamba": 1e-2, "mamba2": 3e-3,
                       "lstm": 1e-2},
                   6: {"rope": 1e-3, "hard_alibi": 1e-3, "mamba": 1e-2, "mamba2": 1e-2,
                       "lstm": 1e-2}}

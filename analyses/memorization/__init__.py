@@ -31,8 +31,8 @@ data set and initialisation), the seeds as parallel tasks. Every N gets four tim
 step budget: the smallest memorising width still falls with more steps, so the budget is long
 and the same at every N.
 Then, over every (N, seed) point: the linear and a + b·√(nN) fits and their residuals, the
-exponent k of a + b·N^k with a bootstrap interval (seeds resampled within each N; with one
-seed, the N resampled), the same exponent over the smaller and the larger half of the N, the
+exponent k of a + b·N^k with a bootstrap interval (the N resampled, then the seeds within
+each: :func:`probes.fits.power_fit`), the same exponent over the smaller and the larger half of the N, the
 log-log slope, and a verdict (:func:`shape_verdict`).
 
 What the paper claims for Fig. 2 (§5.2) is a *linear* trend: "We observe a linear trend in the

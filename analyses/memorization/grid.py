@@ -90,8 +90,8 @@ GRIDS: dict[tuple[str, str, str], GridRow] = {
     # boundary a memorising one most of it, and a step's cost grows with N, so N up to 1024
     # would cost several times the run's allowance. Two seeds (issue 27: a verdict with its
     # spread): each seed's search is one process, so the plan's two cores run them side by
-    # side, where one seed left a core idle; the exponent's interval resamples the seeds
-    # within each N. (A search's optional ``long`` trains only the largest N longer:
+    # side, where one seed left a core idle; the exponent's interval resamples the N and the
+    # seeds within each. (A search's optional ``long`` trains only the largest N longer:
     # :class:`Long`.)
     ("medium", "synthetic", "token"): GridRow(
         task={"n_examples": 512, "seq_len": 8, "vocab": 16, "n_classes": 4},

@@ -46,14 +46,17 @@ SCALE_HELP = {
     "quick": "CPU-sized (the default; minutes)",
     "medium": "CPU-sized, large enough that both sides of a headline comparison learn (the "
               "commands that have it; tens of minutes each)",
+    "large": "one GPU machine with 16 CPU cores, about an hour: the smallest settings that "
+             "decide each headline claim (the commands that have it)",
     "paper": "the papers' settings (for a GPU)",
 }
 
 
 def add_scale_arguments(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
-    """The one scale flag, ``--scale {quick,medium,paper}`` (default quick) into
-    ``args.preset``; ``--quick`` / ``--medium`` / ``--paper`` (and ``aliases`` of ``--scale``,
-    such as ``models.train``'s ``--preset``) are other spellings of it."""
+    """The one scale flag, ``--scale {quick,medium,large,paper}`` (default quick)
+    into ``args.preset``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper`` (and
+    ``aliases`` of ``--scale``, such as ``models.train``'s ``--preset``) are other spellings
+    of it."""
     check(isinstance(p, OneLineParser), "add_scale_arguments needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scale", *aliases, dest="preset", choices=PRESET_NAMES, default=None,

@@ -6,7 +6,7 @@ rows at each level it has, and optionally another recipe whose checkpoint starts
 :mod:`models.train.cache`: trained once, reused by every analysis and by
 ``python -m analyses.reproduce``, which trains what its plan needs from here.
 
-    python -m models.zoo --list [--scale medium | --paper] [--cache-dir DIR]  # cached or not
+    python -m models.zoo --list [--medium | --large | --paper] [--cache-dir DIR]  # cached or not
     python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
     python -m models.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
 """
@@ -19,31 +19,45 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from models import flags
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.device import resolve_device
 from models.recipe import Recipe
 from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAME
     ABLATION_GROUPS,
+    COPY_LARGE,
+    COPY_LARGE_LABELS,
+    COPY_LARGE_SETTING,
     COPY_MEDIUM,
     COPY_MEDIUM_LABELS,
     COPY_MEDIUM_LR,
     COPY_MEDIUM_SETTING,
     COPY_MODELS,
+    INDUCTION_LARGE_MODELS,
+    INDUCTION_LARGE_QS,
     INDUCTION_MEDIUM_MODELS,
     INDUCTION_MEDIUM_QS,
     INDUCTION_RUNS,
     INDUCTION_T,
+    LARGE_DEVICES,
+    LOOKUP_LARGE,
     LOOKUP_MEDIUM,
+    MARKOV_HOLDOUT_LARGE,
     MARKOV_HOLDOUT_MEDIUM,
     RECIPES,
+    copy_large_recipes,
     copy_medium_name,
     copy_medium_recipes,
+    induction_large_recipes,
     induction_length,
     induction_medium_name,
     induction_name,
+    lookup_large_recipes,
     lookup_medium_name,
     lookup_medium_recipes,
+    markov_holdout_large_recipes,
     markov_holdout_medium_recipes,
 )
 from models.sweep import (
@@ -80,31 +94,42 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def _init_path(name: str, preset: str, cache_dir: str | Path) -> Path | None:
-    """Where the checkpoint that starts recipe ``name`` at ``preset`` is cached (None: the
-    recipe starts from random init)."""
+def _init_path(name: str, preset: str, cache_dir: str | Path,
+               device: str | torch.device = "auto") -> Path | None:
+    """Where the checkpoint that starts recipe ``name`` at ``preset`` on ``device`` is cached
+    (None: the recipe starts from random init)."""
     r = recipe(name)
     if preset not in r.init_from:
         return None
-    return cache_path(spec(r.init_from[preset], preset, cache_dir), cache_dir)
+    return cache_path(_resolved(spec(r.init_from[preset], preset, cache_dir, None, device),
+                                device), cache_dir)
 
 
-def untrained_init(name: str, preset: str, cache_dir: str | Path) -> str | None:
+def _resolved(run: RunConfig, device: str | torch.device) -> RunConfig:
+    """``run`` as ``device`` trains it (its cache key): what the cache serves."""
+    return run.resolved(resolve_device(device))
+
+
+def untrained_init(name: str, preset: str, cache_dir: str | Path,
+                   device: str | torch.device = "auto") -> str | None:
     """The recipe that starts ``name`` at ``preset`` when it is not in the cache yet (so
     neither is ``name``); None when there is none to wait for."""
-    init = _init_path(name, preset, cache_dir)
+    init = _init_path(name, preset, cache_dir, device)
     return None if init is None or init.exists() else recipe(name).init_from[preset]
 
 
 def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
-         train: Mapping[str, Any] | None = None) -> RunConfig:
-    """The run of a recipe at a preset; an ``init_from`` recipe must be cached already
-    (:func:`checkpoint` trains it first; else :class:`NotTrained`). ``train`` overrides
-    training fields on top."""
+         train: Mapping[str, Any] | None = None,
+         device: str | torch.device = "auto") -> RunConfig:
+    """The run of a recipe at a preset; an ``init_from`` recipe must be cached already (on
+    ``device``; :func:`checkpoint` trains it first; else :class:`NotTrained`). ``train``
+    overrides training fields on top. Its precision, compile and device type are as written
+    (usually "auto"); :meth:`RunConfig.resolved` gives the run ``device`` trains, which the
+    cache keys."""
     r = recipe(name)
     parts = r.parts(preset)
     tr = {**parts["train"], **(train or {})}
-    init = _init_path(name, preset, cache_dir)
+    init = _init_path(name, preset, cache_dir, device)
     if init is not None:
         if not init.exists():
             raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
@@ -129,9 +154,10 @@ def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkp
     first) if it is not cached. ``train`` overrides training fields (another cache entry);
     ``resume`` continues the same run stopped earlier (see ``train_spec_cached``)."""
     for dep in dependencies(name, preset):
-        train_spec_cached(spec(dep, preset, cache_dir), cache_dir, device, progress)
-    return train_spec_cached(spec(name, preset, cache_dir, train), cache_dir, device, progress,
-                             resume)
+        train_spec_cached(spec(dep, preset, cache_dir, None, device), cache_dir, device,
+                          progress)
+    return train_spec_cached(spec(name, preset, cache_dir, train, device), cache_dir, device,
+                             progress, resume)
 
 
 def checkpoints(names: Iterable[str], preset: str = "quick",
@@ -148,10 +174,10 @@ def _train_one(name: str, preset: str, cache_dir: str, device: str,
 
 
 def _cached(name: str, preset: str, cache_dir: str | Path,
-            train: Mapping[str, Any] | None) -> Path | None:
-    if untrained_init(name, preset, cache_dir):
+            train: Mapping[str, Any] | None, device: str = "auto") -> Path | None:
+    if untrained_init(name, preset, cache_dir, device):
         return None  # its init recipe is not trained yet: so neither is it
-    run = spec(name, preset, cache_dir, train)
+    run = _resolved(spec(name, preset, cache_dir, train, device), device)
     path = cache_path(run, cache_dir)
     return path if is_cached(path, run) else None
 
@@ -170,7 +196,7 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
     out: dict[str, Path | Failed] = {}
     todo = []
     for n in names:
-        path = _cached(n, preset, cache_dir, train)
+        path = _cached(n, preset, cache_dir, train, device)
         if path is None:
             todo.append(n)
         else:
@@ -184,14 +210,15 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
     return {n: out[n] for n in names}
 
 
-def status(name: str, preset: str, cache_dir: str | Path) -> str:
+def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") -> str:
     """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet) /
-    ``interrupted`` (resumed when trained) / ``broken`` or ``other run`` (retrained)."""
+    ``interrupted`` (resumed when trained) / ``broken`` or ``other run`` (retrained), of the
+    run ``device`` would train (a CPU checkpoint is not a CUDA run's)."""
     try:
-        needs = untrained_init(name, preset, cache_dir)
+        needs = untrained_init(name, preset, cache_dir, device)
         if needs:
             return f"needs {needs}"
-        run = spec(name, preset, cache_dir)
+        run = _resolved(spec(name, preset, cache_dir, None, device), device)
     except TaskError as e:
         return "invalid: " + str(e).splitlines()[0][:60]
     state = entry_state(cache_path(run, cache_dir), run)
@@ -237,7 +264,8 @@ def _main(argv: list[str] | None) -> int:
     check(bool(names), f"no recipe starts with {', '.join(args.names)}; see "
           "`python -m models.zoo --list`")
     rows = [(n, RECIPES[n].task, RECIPES[n].arch,
-             status(n, args.preset, args.cache_dir) if RECIPES[n].available(args.preset)
+             status(n, args.preset, args.cache_dir, args.device)
+             if RECIPES[n].available(args.preset)
              else f"(no {args.preset} version)", RECIPES[n].doc) for n in names]
     widths = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
     for r in rows:

@@ -52,8 +52,8 @@ from tasks.errors import SeqprobeError
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
-RESERVED = ("task", "arch", "preset", "scale", "quick", "medium", "paper", "out", "device",
-            "resume", "overwrite")
+RESERVED = ("task", "arch", "preset", "scale", "quick", "medium", "large", "paper", "out",
+            "device", "resume", "overwrite")
 
 
 def parse_value(text: str, tp, flag: str):

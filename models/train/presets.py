@@ -1,6 +1,7 @@
 """Named levels of scale: ``quick`` (CPU-sized, minutes), ``medium`` (CPU-sized, each headline
-comparison learned by both sides: tens of minutes a figure) and ``paper`` (the papers'
-settings, for a GPU).
+comparison learned by both sides: tens of minutes a figure), ``large`` (one GPU machine, about
+an hour: the smallest settings that decide each claim) and ``paper`` (the papers' settings, for
+a GPU).
 
 :data:`PRESETS` is one table of literals, rows keyed ``(level, task, arch)``, where ``"*"``
 stands for every task or arch and more specific rows win. A level with a
@@ -18,8 +19,15 @@ from typing import Any
 from tasks.base import TaskError
 
 Row = dict[str, dict[str, Any]]
-NAMES = ("quick", "medium", "paper")  # the levels, smallest first
-BASE = {"medium": "quick"}  # a level that is an overlay on another
+NAMES = ("quick", "medium", "large", "paper")  # the levels, smallest first
+# ``large`` (issue 36 §2): the smallest settings that decide each headline claim, sized for one
+# machine with one 80 GB GPU and 16 CPU cores; its runs are recipes of their own
+# (models.recipes), like medium's, so its rows start from medium's.
+BASE = {"medium": "quick", "large": "medium"}  # a level that is an overlay on another
+# The levels whose analyses run several seeds per setting and read each claim with its spread
+# (the quick and paper results are single runs): an analysis' JSON records its level, and a
+# claim reader that needs the seeds checks ``level in SEEDED``.
+SEEDED = ("medium", "large")
 
 PRESETS: dict[tuple[str, str, str], Row] = {
     # ---------------------------------------------------------------- defaults

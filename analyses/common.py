@@ -38,16 +38,75 @@ from tasks.atomic import output_lock, write_atomic
 from tasks.base import TaskError, check, config_to_dict
 from tasks.copy import CopyTask, TokenCopyPrompts
 
-Measure = Callable[[dict], "tuple[str, bool | None] | None"]
 S = TypeVar("S")
+
+# The three reasons a claim reader may leave a claim undecided (Undecided's constructors).
+OUTSIDE_REGIME = "outside the paper's regime"
+NOT_LEARNT = "no model learnt the task"
+EITHER_SHAPE = "the interval fits either shape"
+NOT_DECIDED = "not decided at this level"
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """The verdict "not decided at this level", with its reason: the run cannot say whether
+    the paper's claim holds, because it was measured outside the paper's regime (a length,
+    scale or step budget where the paper's own numbers predict no clear effect), because no
+    model learnt the task (so how it behaves cannot be read), or because the interval fits
+    either answer. Distinct from "does not hold" (``False``: the run contradicts the claim in
+    a setting where it should show) and from n/a (``None``: the claim does not apply or is
+    vacuous). Make one with :meth:`regime`, :meth:`not_learnt` or :meth:`either_shape`."""
+
+    reason: str
+
+    def __post_init__(self):
+        check(isinstance(self.reason, str) and bool(self.reason.strip()),
+              "an undecided verdict needs its reason")
+
+    @classmethod
+    def regime(cls, why: str) -> Undecided:
+        return cls(f"{OUTSIDE_REGIME}: {why}")
+
+    @classmethod
+    def not_learnt(cls, why: str) -> Undecided:
+        return cls(f"{NOT_LEARNT}: {why}")
+
+    @classmethod
+    def either_shape(cls, why: str) -> Undecided:
+        return cls(f"{EITHER_SHAPE}: {why}")
+
+    def __str__(self) -> str:
+        return f"{NOT_DECIDED} — {self.reason}"
+
+
+# holds, does not hold, n/a (None), or not decided at this level
+Verdict = bool | None | Undecided
+Measure = Callable[[dict], "tuple[str, Verdict] | None"]
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """How the index writes a verdict: holds / does not hold / n/a / not decided at this
+    level — REASON."""
+    if isinstance(verdict, Undecided):
+        return str(verdict)
+    return {True: "holds", False: "does not hold", None: "n/a"}[
+        None if verdict is None else bool(verdict)]
+
+
+def with_not_matched(text: str, not_matched: str | None) -> str:
+    """A claim's measured text with what differs from the paper's setting first ("not
+    matched: …"), so a reader sees the setting before the number."""
+    return f"not matched: {not_matched}. {text}" if not_matched else text
 
 
 @dataclass(frozen=True)
 class Claim:
     """A paper's claim and how to read whether it holds from the analysis' JSON:
-    ``measure(json) -> (what we measured, holds?)``; holds ``None``: not applicable. A reader
-    returns ``None`` instead of the pair for a claim measured at another level only (a medium
-    claim read from a quick run): the index leaves it out."""
+    ``measure(json) -> (what we measured, verdict)``: ``True`` holds, ``False`` does not hold
+    (in a setting where the paper's claim should show), ``None`` not applicable (or vacuous),
+    or :class:`Undecided` (not decided at this level, with its reason). A reader returns
+    ``None`` instead of the pair for a claim measured at another level only (a medium claim
+    read from a quick run): the index leaves it out."""
 
     paper: str
     measure: Measure

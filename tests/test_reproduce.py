@@ -8,13 +8,16 @@ import signal
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from analyses import reproduce
-from analyses.common import Claim, Figure
+from analyses.common import Claim, Figure, Undecided, verdict_text
 from analyses.reproduce import PLAN, TRAIN, Job, Outcome, build_jobs, run_jobs, write_index
 from analyses.reproduce import cli as reproduce_cli
+from analyses.reproduce.index import LEVEL_SCALE
 from models import zoo
+from tasks.base import TaskError
 
 
 def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
@@ -57,6 +60,34 @@ def test_index_shows_claims_and_failures(tmp_path):
     assert "| x is big | x = 3 | holds |" in md and "**FAILED**" in md and "boom" in md
     assert "Figure B" in (tmp_path / "index.html").read_text()
     assert "ok in 1 s" in md
+
+
+def test_the_index_writes_not_decided_with_its_reason_apart_from_does_not_hold(tmp_path):
+    fig = Figure("F", "Paper Fig. 1", (
+        Claim("a", lambda d: ("short L", Undecided.regime("L ≤ 6, the paper's trend: 2x"))),
+        Claim("b", lambda d: ("x = 1", np.bool_(False))),
+        Claim("c", lambda d: ("vacuous", None))))
+    (tmp_path / "f.json").write_text("{}")
+    claims = reproduce.read_claims(Job("f", (), figure=fig), tmp_path)
+    assert [type(h) for _, _, h in claims] == [Undecided, bool, type(None)]
+    write_index([Outcome(Job("f", (), figure=fig), True, 1.0, "", claims)], tmp_path, "quick")
+    md = (tmp_path / "index.md").read_text()
+    assert ("| a | short L | not decided at this level — outside the paper's regime: L ≤ 6, "
+            "the paper's trend: 2x |") in md
+    assert "| b | x = 1 | does not hold |" in md and "| c | vacuous | n/a |" in md
+    page = (tmp_path / "index.html").read_text()
+    assert "class='und'>not decided at this level" in page and "class='bad'>does not hold" in page
+    # the header gives the level's scale against the papers'
+    assert "Scale of this level — quick" in md and "160M" in md and "Scale of this level" in page
+
+
+def test_every_level_has_a_scale_line_and_an_undecided_verdict_needs_a_reason():
+    assert {"quick", "medium", "large", "paper"} <= set(LEVEL_SCALE)
+    with pytest.raises(TaskError, match="reason"):
+        Undecided(" ")
+    assert verdict_text(Undecided.not_learnt("0.3 < 0.9")) == (
+        "not decided at this level — no model learnt the task: 0.3 < 0.9")
+    assert verdict_text(True) == "holds" and verdict_text(False) == "does not hold"
 
 
 def test_index_only_does_not_invent_a_time(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from analyses.common import check_output_dir
+from analyses.common import check_output_dir, verdict_text
 from analyses.reproduce.eta import Eta
 from analyses.reproduce.index import (
     Outcome,
@@ -198,7 +198,7 @@ class _Progress:
         self.bar.update(1)
         self.show()
         tqdm.write(f"{o.job.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
-                   + "".join(f"\n   {p} | {m} | {h}" for p, m, h in o.claims))
+                   + "".join(f"\n   {p} | {m} | {verdict_text(h)}" for p, m, h in o.claims))
         if not o.ok and o.log_tail.strip():
             tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
                        + f"  (log: {self.out / 'logs' / (log_name(o.job) + '.log')})")

@@ -12,12 +12,44 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from analyses.common import Undecided, Verdict, verdict_text
 from analyses.reproduce.plan import Job
 from tasks.atomic import write_atomic
 from tasks.base import TaskError
 
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
 MAX_CLAIM_CHARS = 2000  # bound on one claim cell the index copies from an analysis' JSON
+
+# Each level's scale against the papers', the index's first lines: a verdict is read at this
+# scale, and a claim that needs the papers' says "not decided at this level" with its reason.
+# Settings only (what the recipes train), kept beside the levels the plan runs.
+PAPERS_SCALE = ("the papers: copy models of ~160M parameters on strings of length <= 300 "
+                "(copy Fig. 1a; <= 30 in Fig. 9b), lookup strings <= 30 over 26 letters "
+                "trained 15 epochs; Markov models at Table 7's 10,000 steps × batch 64; STU "
+                "at T = 256 trained at T^q for q in {1/2, 5/8, 3/4, 7/8}; memorization with "
+                "BERT (6 layers) on 14,000 sentences")
+LEVEL_SCALE = {
+    "quick": "quick (CPU minutes per model): copy transformers of ~0.4M parameters and an "
+             "LSTM of ~1M on strings of length <= 20, one seed, the GSSMs far from trained; "
+             "prefix lookup fine-tuned from them; the Mamba-2 Markov models at 1,500-2,000 "
+             "steps × batch 32; 3 STU seeds at q = 1/2, 3/4; memorization on five dataset "
+             "sizes",
+    "medium": "medium (a 2-core CPU, about an hour): parameter-matched copy models of "
+              "~100k parameters on strings of length <= 4 and <= 6, 3 seeds; prefix lookup "
+              "over 8 letters, strings 5-20, 2 seeds; the paper's Markov model at 2,700 steps "
+              "× batch 16 (27 % of Table 7's steps), 3 seeds; STU trained to convergence, 8 "
+              "seeds per training length; memorization N = 16...512",
+    "large": "large (one 80 GB GPU and 16 CPU cores, about an hour): the smallest settings "
+             "that decide each claim — copy models of ~1M parameters on strings of length "
+             "<= 10, 20, 30; Table 7 in full for the Markov hold-out; more seeds throughout",
+    "paper": "paper: the papers' own settings (GPU-sized; see README 'Scaling up')",
+}
+
+
+def scale_text(level: str) -> str:
+    """The index's scale line of ``level`` against the papers' ('' for a level not listed)."""
+    own = LEVEL_SCALE.get(level)
+    return f"Scale of this level — {own}. Against {PAPERS_SCALE}." if own else ""
 
 
 @dataclass
@@ -26,7 +58,7 @@ class Outcome:
     ok: bool
     seconds: float | None  # None: not known (an --index-only read of a run without timings)
     log_tail: str
-    claims: list[tuple[str, str, bool | None]]  # (paper claim, our result, holds)
+    claims: list[tuple[str, str, Verdict]]  # (paper claim, our result, verdict)
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
@@ -54,18 +86,21 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
     return data
 
 
-def read_claims(job: Job, out: Path) -> list[tuple[str, str, bool | None]]:
-    """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured, holds).
-    A JSON that cannot be read raises :class:`TaskError` (one line naming the file)."""
+def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
+    """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured,
+    verdict: True / False / None / :class:`~analyses.common.Undecided`). A JSON that cannot be
+    read raises :class:`TaskError` (one line naming the file)."""
     stems = job.stems
     data = {s: read_json(out / f"{s}.json") for s in stems}
-    claims: list[tuple[str, str, bool | None]] = []
+    claims: list[tuple[str, str, Verdict]] = []
     for c in job.figure.claims:
         try:
             read = c.measure(data if len(data) > 1 else data[stems[0]])
             if read is None:
                 continue  # a claim of another level (Claim says why)
             measured, holds = read
+            if not isinstance(holds, Undecided) and holds is not None:
+                holds = bool(holds)  # a numpy bool reads as the verdict it is
         except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
         claims.append((c.paper, _bounded(str(measured)), holds))
@@ -85,7 +120,7 @@ def index_outcome(job: Job, out: Path, timing: dict) -> Outcome:
     seconds = timing.get("seconds")
     seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) \
         else None
-    claims: list[tuple[str, str, bool | None]] = []
+    claims: list[tuple[str, str, Verdict]] = []
     if not missing:
         try:
             claims = read_claims(job, out)
@@ -115,11 +150,20 @@ def _cell(text: str) -> str:
     return text.replace("\n", " ")
 
 
+def _css_class(verdict: Verdict) -> str:
+    if isinstance(verdict, Undecided):
+        return "und"
+    return "ok" if verdict else "bad" if verdict is False else ""
+
+
 def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "") -> None:
-    mark = {True: "holds", False: "does not hold", None: "n/a"}
+    scale = scale_text(preset)
     md = [f"# Reproduced figures ({preset} preset)", "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
-          "paper's, the measured column is ours." + (f" {note}" if note else ""), ""]
+          "paper's, the measured column is ours; \"not decided at this level\" says why this "
+          "level cannot decide a claim." + (f" {note}" if note else ""), ""]
+    if scale:
+        md += [_cell(scale), ""]
     rows_html = []
     for o in outcomes:
         j, fig = o.job, o.job.figure
@@ -131,7 +175,8 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
                 md.append(f"![{stem}]({stem}.png)")
         if o.claims:
             md += ["", "| paper's claim | measured here | verdict |", "|---|---|---|"]
-            md += [f"| {_cell(p)} | {_cell(m)} | {mark[h]} |" for p, m, h in o.claims]
+            md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} |"
+                   for p, m, h in o.claims]
         if not o.ok:
             md += ["", "```", o.log_tail.strip()[-1500:], "```"]
         md.append("")
@@ -139,7 +184,7 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
                        for stem in j.stems if (out / f"{stem}.png").exists())
         claims = "".join(
             f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
-            f"<td class='{'ok' if h else 'bad' if h is False else ''}'>{mark[h]}</td></tr>"
+            f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td></tr>"
             for p, m, h in o.claims)
         rows_html.append(
             f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
@@ -152,6 +197,8 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
     write_atomic(out / "index.html",
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
-        "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}</style>"
+        "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}"
+        ".und{color:#a60}</style>"
         f"<h1>Reproduced figures ({preset} preset)</h1><p>{html.escape(note)}</p>"
+        + (f"<p class='scale'>{html.escape(scale)}</p>" if scale else "") +
         f"{''.join(rows_html)}")

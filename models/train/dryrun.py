@@ -14,11 +14,14 @@ after listing every model when any could not run. A run whose memory at its real
 is flagged in the table's note; it is not a failure (mamba-ssm's kernels, where installed,
 need far less than the suite's own scans).
 
-The projected cost of the full run on one H100 comes from its FLOPs, not from the time of a
-step here (a CPU step says nothing about a GPU's)::
+The cost of the full run on one H100 (its "H100-hours") never comes from the time of a step
+here (a CPU step says nothing about a GPU's). It is *measured* where the CUDA step-cost table
+(:mod:`models.train.gpu_costs`) has the run's row on an H100 (same model, batch, micro-batch,
+length, precision and compile): steps x the measured seconds per step. Otherwise it is a
+*projection* from the run's FLOPs, and each row of the table says which::
 
     FLOPs per token  = 6 N  (+ 12 n_layers d_model L  for transformers)
-    GPU-hours        = steps x tokens per step x FLOPs per token / (UTILISATION x H100_PEAK)
+    GPU-hours        = steps x tokens per step x FLOPs per token / (UTILISATION x peak)
 
 N is every trainable parameter: a forward pass costs one multiply-add (2 FLOPs) per parameter
 and token, the backward pass twice that. The attention term is QK^T and the weighted sum over
@@ -26,8 +29,9 @@ the L positions of a row (2 x 2 L d_model per layer and token in the forward, x 
 backward), counted over all L positions as dense kernels compute them. Recurrent and SSM
 scans, the STU's convolutions and the embedding lookup (counted in N as a matmul) are left at
 that: at these sizes they are small beside 6 N. Tokens per step are those of one real batch
-as the loop draws it, padding included (the model computes on it). The projection assumes
-bf16 autocast (``--precision bf16``); an fp32 run is slower.
+as the loop draws it, padding included (the model computes on it). The peak is that of the
+precision the run is configured for on a GPU (:data:`~models.train.gpu_costs.PEAK_FLOPS`:
+bf16 tensor cores for a bf16 run, the fp32 units for an fp32 one; ``"auto"`` is bf16 on CUDA).
 
     python -m analyses.reproduce --paper --dry-run [--device cuda] [--out DIR]
     python -m analyses.NAME --train paper --dry-run
@@ -51,6 +55,8 @@ import torch
 from models import zoo
 from models.checkpoint import model_footprint
 from models.device import human_bytes, resolve_device
+from models.train import gpu_costs
+from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
 from models.train.loop import Callback, Run, batches, train
 from models.train.runconfig import RunConfig
 from models.train.spec import BYTES_PER_PARAM, make_spec, run_size, validate_spec
@@ -59,11 +65,8 @@ from tasks.base import TaskError, make_generator
 from tasks.registry import make_task
 
 DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
-H100_PEAK = 989e12  # FLOP/s: an H100 SXM's dense bf16 tensor-core peak (datasheet, no sparsity)
-# A typical model-FLOPs utilisation of well-tuned dense transformer training in bf16; the
-# suite's small models, fp32 runs and recurrent scans reach less, so for them the projection
-# is a lower bound.
-UTILISATION = 0.40
+H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
+UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
 H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
 CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
 EXIT_SOME_FAILED = 1
@@ -120,9 +123,26 @@ def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
     return flops
 
 
-def gpu_hours(flops: float) -> float:
-    """Hours of one H100 for ``flops`` at :data:`UTILISATION` of its bf16 peak."""
-    return flops / (UTILISATION * H100_PEAK) / 3600.0
+def gpu_hours(flops: float, precision: str = "bf16") -> float:
+    """Hours of one H100 for ``flops`` at :data:`UTILISATION` of its peak in ``precision``."""
+    return gpu_costs.projected_seconds(flops, precision) / 3600.0
+
+
+def gpu_cost(spec: RunConfig, length: int, total_flops: float,
+             table: gpu_costs.CudaTable | None = None) -> dict[str, Any]:
+    """The full run's H100-hours and where they come from: ``"measured"`` (steps x the step
+    time of the CUDA table's row of this run on an H100) or ``"projection"`` (its FLOPs at
+    :data:`UTILISATION` of the peak of the precision it runs in on a GPU)."""
+    table = gpu_costs.cuda_table() if table is None else table
+    precision, comp = gpu_costs.run_settings(spec, "cuda")
+    row = table.lookup(spec, length)
+    if row is not None:
+        return {"gpu_hours_h100": row["seconds_per_step"] * spec.train.steps / 3600.0,
+                "gpu_hours_source": MEASURED, "gpu_seconds_per_step": row["seconds_per_step"],
+                "gpu_precision": precision, "gpu_compile": comp,
+                "gpu_measured": f"{row['card']}, {row.get('date', '?')}"}
+    return {"gpu_hours_h100": gpu_hours(total_flops, precision),
+            "gpu_hours_source": PROJECTION, "gpu_precision": precision, "gpu_compile": comp}
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -256,7 +276,8 @@ def run_isolated(spec: RunConfig, device: torch.device,
 # ---------------------------------------------------------------------------- the dry run
 def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
     """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
-    the full run and its projected H100 hours, the memory it needs at its real batch."""
+    the full run and its H100 hours (:func:`gpu_cost`: measured or projected), the memory it
+    needs at its real batch."""
     task = make_task(spec.task_name, spec.task_dict)
     n_params = model_footprint(spec.arch, spec.model_dict)[0]
     batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
@@ -267,7 +288,7 @@ def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
     return {"name": name, "arch": spec.arch, "task": spec.task_name, "params": n_params,
             "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
             "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
-            "gpu_hours_h100": gpu_hours(total), "need_bytes": need,
+            **gpu_cost(spec, length, total), "need_bytes": need,
             "fits_one_h100": need <= H100_MEMORY}
 
 
@@ -330,11 +351,19 @@ def _fmt_count(n: float | None) -> str:
     return f"{n:.0f}"
 
 
+def hours_from(row: dict[str, Any]) -> str:
+    """Where a row's H100-hours come from, in a few words: ``measured`` (the CUDA table's step
+    time) or ``projection`` and the precision it was projected at."""
+    if row.get("gpu_hours_source") == MEASURED:
+        return f"{MEASURED} {row['gpu_seconds_per_step']:.3g} s/step"
+    return f"{PROJECTION} ({row.get('gpu_precision', 'bf16')})"
+
+
 def table(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     """The printed table: a header and a row per model."""
     gpu = any("hours_at_measured_rate" in r for r in rows)
     head = ["model", "params", "tokens/step", "peak mem", "s/step here",
-            "H100-hours", *(["h at this rate"] if gpu else []), "note"]
+            "H100-hours", "hours from", *(["h at this rate"] if gpu else []), "note"]
     out = [head]
     for r in rows:
         if "params" not in r:  # the config itself failed
@@ -354,7 +383,7 @@ def table(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
             f"{_fmt_count(r['tokens_per_step'])} ({r['batch_size']}x{r['seq_len']})",
             human_bytes(r["peak_memory_bytes"]) if "peak_memory_bytes" in r else "-",
             f"{r['seconds_per_step']:.3g}" if "seconds_per_step" in r else "-",
-            f"{r['gpu_hours_h100']:.3g}",
+            f"{r['gpu_hours_h100']:.3g}", hours_from(r),
             *([f"{r['hours_at_measured_rate']:.3g}" if "hours_at_measured_rate" in r else "-"]
               if gpu else []),
             note])
@@ -373,8 +402,13 @@ def summary(rows: Sequence[dict[str, Any]], device: str | torch.device,
     """The JSON document of a dry run."""
     failed = [r["name"] for r in rows if "error" in r]
     return {"device": str(resolve_device(device)), "dry_steps": DRY_STEPS,
-            "h100_peak_flops": H100_PEAK, "utilisation": UTILISATION,
+            "h100_peak_flops": H100_PEAK, "peak_flops": PEAK_FLOPS, "utilisation": UTILISATION,
             "flops_per_token": "6 N (+ 12 n_layers d_model L for transformers)",
+            "gpu_hours": "measured: steps x the CUDA step-cost table's s/step on "
+                         f"{gpu_costs.REFERENCE_CARD}; projection: FLOPs at {UTILISATION:.0%} "
+                         "of the peak of the run's precision on a GPU",
+            "gpu_hours_measured": sum(r.get("gpu_hours_source") == MEASURED for r in rows),
+            "gpu_hours_projected": sum(r.get("gpu_hours_source") == PROJECTION for r in rows),
             "total_gpu_hours_h100": sum(r.get("gpu_hours_h100", 0.0) for r in rows),
             "wall_s": round(wall_s, 1), "failed": failed, "rows": rows}
 
@@ -390,8 +424,12 @@ def report(items: Sequence[tuple[str, Builder]], device: str | torch.device = "c
     dev = resolve_device(device)
     print(f"\n{len(rows)} models, {len(doc['failed'])} cannot run; {doc['dry_steps']} steps "
           f"each at batch {'1' if dev.type == 'cpu' else 'of the recipe'} on {dev}; "
-          f"H100-hours: the full runs at {UTILISATION:.0%} of {H100_PEAK / 1e12:.0f} TFLOP/s "
-          f"(total {doc['total_gpu_hours_h100']:.3g}); {doc['wall_s']:.0f} s wall")
+          f"H100-hours of the full runs (total {doc['total_gpu_hours_h100']:.3g}): "
+          f"{doc['gpu_hours_measured']} measured (the CUDA step-cost table's "
+          f"{gpu_costs.REFERENCE_CARD} rows), {doc['gpu_hours_projected']} projected at "
+          f"{UTILISATION:.0%} of the peak of the run's precision (bf16 "
+          f"{PEAK_FLOPS['bf16'] / 1e12:.0f}, fp32 {PEAK_FLOPS['fp32'] / 1e12:.0f} TFLOP/s); "
+          f"{doc['wall_s']:.0f} s wall")
     if out is not None:
         path = write_atomic(Path(out) / f"{name}.json", json.dumps(doc, indent=1))
         print(f"wrote {path}")

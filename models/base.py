@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+import torch.utils.checkpoint
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache, HookedRootModule
@@ -241,6 +242,9 @@ class SuiteModel(TaskText, HookedRootModule):
         self.cfg = copy.copy(cfg)
         self.train_config: TrainConfig | None = None
         self.provenance = Provenance()
+        # recompute each block in the backward pass instead of keeping its activations
+        # (TrainConfig.checkpoint_blocks, which the training loop sets; see run_blocks)
+        self.checkpoint_blocks = False
 
     def setup(self) -> None:
         """TransformerLens' hook registry (subclasses call this last in ``__init__``)."""
@@ -292,9 +296,20 @@ class SuiteModel(TaskText, HookedRootModule):
         """Logits of the stack embed -> blocks -> ln_final -> unembed (subclasses that compute
         otherwise override this, not ``forward``)."""
         resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
+        return self.unembed(self.ln_final(self.run_blocks(resid)))
+
+    def run_blocks(self, resid: Float[Tensor, "batch pos d_model"]
+                   ) -> Float[Tensor, "batch pos d_model"]:
+        """``resid`` through every block in order. With :attr:`checkpoint_blocks` and gradients
+        on, each block runs under ``torch.utils.checkpoint``: the backward pass keeps only the
+        blocks' inputs and recomputes one block at a time (the same numbers; a block's hooks
+        fire again during that recomputation, so analyses run with it off, as it is unless the
+        training loop turned it on)."""
+        checkpointed = self.checkpoint_blocks and torch.is_grad_enabled()
         for block in self.blocks:
-            resid = block(resid)
-        return self.unembed(self.ln_final(resid))
+            resid = (torch.utils.checkpoint.checkpoint(block, resid, use_reentrant=False)
+                     if checkpointed else block(resid))
+        return resid
 
     def log_probs(self, input: str | list[str] | Tensor) -> Tensor:
         """Log-probabilities of the next token (or class): ``model(input,

@@ -37,9 +37,16 @@ Paths (same numbers; tests compare outputs and gradients in float64):
     scan    :func:`~models.recurrent.linear_scan_parallel`, a log-depth (Hillis–Steele) scan
             of the same linear recurrence (few, large operations: the default on CUDA
             without mamba-ssm);
-    kernel  mamba-ssm's ``selective_scan_fn`` on CUDA, imported lazily, taken only when no
-            hook is attached to hook_decay, hook_ssm_write or hook_ssm_state.
-The plain and scan paths materialise every h_t, so every hook fires on them.
+    chunked :func:`~models.recurrent.selective_scan_chunked`, chunks of ``chunk_size``
+            positions whose a_t, writes and h_t are recomputed in the backward pass from the
+            state at each chunk boundary: training memory that does not grow with
+            d_state × pos (what lets the paper-size model train without mamba-ssm). ``auto``
+            takes it when gradients are needed and one [batch, pos, d_inner, d_state] tensor
+            has at least ``MambaConfig.CHUNKED_MIN_ELEMENTS`` elements;
+    kernel  mamba-ssm's ``selective_scan_fn`` on CUDA, imported lazily.
+The chunked and kernel paths are taken only when no hook is attached to hook_decay,
+hook_ssm_write or hook_ssm_state; the plain and scan paths materialise every h_t, so every hook
+fires on them.
 
 Parameter names equal mamba-ssm / HF ``MambaForCausalLM`` inside the mixer; the LM wrapper
 (embedding, pre-norm blocks, ln_final, unembed) is :mod:`models.recurrent`'s, and
@@ -67,6 +74,7 @@ from models.recurrent import (
     linear_scan_parallel,
     linear_scan_plain,
     optional_kernel,
+    selective_scan_chunked,
 )
 from tasks.base import check
 
@@ -76,16 +84,28 @@ class MambaConfig(SSMLMConfig):
     """Mamba LM config: the shared SSM fields (:class:`~models.recurrent.SSMLMConfig`) plus
     the rank and scale of the Δ projection."""
 
-    SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "scan", "kernel")
+    SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "scan", "chunked", "kernel")
+    # scan="auto" trains through the chunked path once one [batch, pos, d_inner, d_state]
+    # tensor of a layer has this many elements (64 MiB in fp32): the plain and log-depth paths
+    # keep several such tensors per layer for the backward pass, which stops mattering only
+    # where they are small beside the rest of a step; below it they are faster (no
+    # recomputation). Quick-level models stay below it, the paper copy Mamba (d_inner 2048,
+    # N 32, 420 positions) is above it even at batch 1.
+    CHUNKED_MIN_ELEMENTS: ClassVar[int] = 2**24
     vocab_size: int = 30
     d_model: int = 64
     n_layers: int = 2
     dt_rank: int = 0  # 0: ⌈d_model / 16⌉
     dt_scale: float = 1.0
+    # positions per chunk of the chunked scan (memory only; any value gives the same numbers):
+    # the backward pass holds one chunk's [batch, chunk, d_inner, d_state] tensors, the
+    # forward one [batch, d_inner, d_state] state per chunk
+    chunk_size: int = 64
 
     def __post_init__(self):
         super().__post_init__()
         check(self.dt_rank >= 0, f"dt_rank must be >= 0, got {self.dt_rank}")
+        check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
 
     @property
     def dt_rank_(self) -> int:
@@ -140,6 +160,11 @@ class MambaMixer(SSMMixer):
             self.D.fill_(1.0)
 
     def _path(self, x: Tensor) -> str:
+        """The path this forward takes (module docstring). ``auto``: mamba-ssm's kernel on CUDA
+        where installed; else the chunked path when gradients are needed and the per-position
+        states would be large (:attr:`MambaConfig.CHUNKED_MIN_ELEMENTS`); else the log-depth
+        scan on CUDA, the loop elsewhere. A hook on a_t, the writes or h_t takes a path that
+        materialises them (plain / scan), whatever was asked for."""
         needs_state = self.state_hooked()
         if self.scan in ("plain", "scan"):
             return self.scan
@@ -148,6 +173,11 @@ class MambaMixer(SSMMixer):
                 return "kernel"
         if self.scan == "kernel" and not needs_state:
             raise RuntimeError("scan='kernel' needs CUDA tensors and mamba-ssm installed")
+        if not needs_state and (self.scan == "chunked" or (
+                self.scan == "auto" and torch.is_grad_enabled()
+                and x.shape[0] * x.shape[1] * x.shape[2] * self.cfg.d_state
+                >= self.cfg.CHUNKED_MIN_ELEMENTS)):
+            return "chunked"
         return "scan" if x.is_cuda else "plain"
 
     def forward(self, u: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
@@ -170,6 +200,8 @@ class MambaMixer(SSMMixer):
             y = scan(x.transpose(1, 2).contiguous(), dt.transpose(1, 2).contiguous(),
                      A.float().contiguous(), Bm.transpose(1, 2).contiguous(),
                      Cm.transpose(1, 2).contiguous()).transpose(1, 2).to(x.dtype)
+        elif path == "chunked":  # hook_decay / hook_ssm_write / hook_ssm_state do not fire
+            y = selective_scan_chunked(x, dt, A, Bm, Cm, cfg.chunk_size, parallel=x.is_cuda)
         else:
             a = self.hook_decay(torch.exp(dt[..., None] * A))  # [batch, pos, d_inner, d_state]
             write = (dt * x)[..., None, None] * Bm[:, :, None, None, :]
@@ -188,11 +220,11 @@ class MambaMixer(SSMMixer):
 class MambaLM(SSMLanguageModel):
     """Mamba (S6) language model; same wrapper, trainer and checkpoints as Mamba-2.
 
-    Paths (``scans``, :meth:`set_scan`): auto | plain | scan | kernel.
+    Paths (``scans``, :meth:`set_scan`): auto | plain | scan | chunked | kernel.
     """
 
     arch = "mamba"
     config_cls = MambaConfig
     mixer_cls = MambaMixer
     scans = MambaConfig.SCANS
-    fast_scans = ("scan",)
+    fast_scans = ("scan", "chunked")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.utils.checkpoint
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
@@ -138,6 +139,52 @@ def linear_scan_parallel(a: Float[Tensor, "batch pos *state"], w: Float[Tensor, 
             a = torch.cat([a[:, :off], a[:, off:] * a[:, :-off]], dim=1)
         off *= 2
     return w
+
+
+def _selective_chunk(h0: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                     parallel: bool) -> tuple[Tensor, Tensor]:
+    """One chunk of K positions of Mamba-1's selective scan, from the state ``h0`` before it:
+    ``(y [batch, K, d_inner], h_K [batch, d_inner, d_state])``. The chunk's a_t, writes and
+    states live only inside this call (and its recomputation in the backward pass)."""
+    a = torch.exp(dt[..., None] * A)  # [batch, K, d_inner, d_state]
+    w = (dt * x)[..., None] * B[:, :, None, :]  # [batch, K, d_inner, d_state]
+    # carry h0 in through the first write: h_1 = a_1·h0 + w_1 is then the plain loop's step
+    w = torch.cat([w[:, :1] + a[:, :1] * h0[:, None], w[:, 1:]], dim=1)
+    states = (linear_scan_parallel if parallel else linear_scan_plain)(a, w)
+    return torch.einsum("bkdn,bkn->bkd", states, C), states[:, -1]
+
+
+def selective_scan_chunked(x: Float[Tensor, "batch pos d_inner"],
+                           dt: Float[Tensor, "batch pos d_inner"],
+                           A: Float[Tensor, "d_inner d_state"],
+                           B: Float[Tensor, "batch pos d_state"],
+                           C: Float[Tensor, "batch pos d_state"],
+                           chunk: int, parallel: bool = False
+                           ) -> Float[Tensor, "batch pos d_inner"]:
+    """y_t = h_t c_t of Mamba-1's recurrence h_t = exp(Δ_t·A) ⊙ h_{t−1} + (Δ_t x_t) ⊗ b_t,
+    in chunks of ``chunk`` positions, without keeping h_t for backward.
+
+    The plain and log-depth paths keep every [batch, pos, d_inner, d_state] tensor of a layer
+    (a_t, the writes, h_t: the log-depth one once per pass) until the backward pass, which is
+    what made the paper-size Mamba run out of memory. Here the forward keeps only the state at
+    each chunk boundary ([batch, d_inner, d_state], one per chunk), and the backward pass
+    recomputes one chunk at a time from it (``torch.utils.checkpoint``), so training memory is
+    that of the inputs plus one chunk's states. Each chunk scans by the plain loop, or with
+    ``parallel`` by the log-depth scan (few, large operations: for CUDA). Without gradients
+    nothing is recomputed and the chunks run as they are."""
+    check(chunk >= 1, f"chunk must be >= 1, got {chunk}")
+    h = x.new_zeros(x.shape[0], x.shape[2], A.shape[1])  # [batch, d_inner, d_state]
+    ys = []
+    for lo in range(0, x.shape[1], chunk):
+        part = (h, x[:, lo:lo + chunk], dt[:, lo:lo + chunk], A, B[:, lo:lo + chunk],
+                C[:, lo:lo + chunk], parallel)
+        if torch.is_grad_enabled():
+            y, h = torch.utils.checkpoint.checkpoint(_selective_chunk, *part,
+                                                     use_reentrant=False)
+        else:
+            y, h = _selective_chunk(*part)
+        ys.append(y)  # [batch, K, d_inner]
+    return torch.cat(ys, dim=1)
 
 
 @functools.cache

@@ -318,9 +318,7 @@ class HookedTransformerLM(SuiteModel):
     def compute_logits(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch ..."]:
         """Logits [batch, pos, vocab | n_classes], or [batch, n_classes] for ``seq_cls``."""
         resid = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
-        for block in self.blocks:
-            resid = block(resid)
-        x = self.ln_final(resid)
+        x = self.ln_final(self.run_blocks(resid))
         if self.cfg.head == "seq_cls":
             x = self.hook_pooled(x[:, -1] if self.cfg.causal else x.mean(dim=1))  # [batch, d_model]
         return self.unembed(x)

@@ -77,7 +77,8 @@ def test_hf_mamba_parity(randomize, tokens):
 
 
 def test_mamba_config_checks(tiny_config):
-    for bad in (dict(d_state=0), dict(activation="tanh"), dict(scan="chunked"), dict(dt_rank=-1)):
+    for bad in (dict(d_state=0), dict(activation="tanh"), dict(scan="sdpa"), dict(dt_rank=-1),
+                dict(chunk_size=0)):
         with pytest.raises(TaskError):
             build_model("mamba", tiny_config("mamba", **bad))
 

@@ -3,10 +3,21 @@ resumed run needs no scheduler object)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from tasks.base import check
+
+# How a run uses its device. "auto" is resolved for the device the run trains on
+# (:func:`resolve_train`) before the run starts and before its cache key is taken, so the
+# checkpoint's record and the key hold what was used: a CPU run is never served as a CUDA run
+# or the reverse. Each field's metadata "cpu" is its value on a CPU: the cache key leaves that
+# value out (as it leaves out "auto"), so every CPU run keeps the key it had before "auto".
+DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -34,11 +45,23 @@ class TrainConfig:
     # e.g. lookup from a copy model); "" = random init. The run's cache hash covers the file's
     # bytes, not its path, so a retrained init file gives a new run.
     init_from: str = field(default="", metadata={"content": "file"})  # hashed by its bytes
-    # how the training forward runs; both change the numbers (so they are in the checkpoint's
-    # record and the cache hash), neither the weights' or the optimizer's dtype (fp32):
-    # "bf16" runs it under torch.autocast (bfloat16 matmuls), "fp32" as it is
-    precision: str = "fp32"
-    compile: bool = False  # torch.compile the training forward (evaluation runs uncompiled)
+    # how the training forward runs; all three change the numbers (so they are in the
+    # checkpoint's record and the cache hash), none the weights' or the optimizer's dtype
+    # (fp32). "auto" (module comment): bf16 autocast and torch.compile on CUDA, fp32 eager
+    # elsewhere; an explicit value wins. device_type: the kind of device the run trains on
+    # (an explicit one refuses to train on another kind)
+    device_type: str = field(default="auto", metadata={"cpu": "cpu"})
+    # "bf16" runs the forward under torch.autocast (bfloat16 matmuls), "fp32" as it is
+    precision: str = field(default="auto", metadata={"cpu": "fp32"})
+    # True: torch.compile the training forward (evaluation runs uncompiled); "auto" or a bool
+    compile: bool | str = field(default="auto", metadata={"cpu": False})
+    # memory, not numbers (the same loss and gradients up to rounding, so neither is in the
+    # cache key: metadata "hash" False): recompute each block's activations in the backward
+    # pass instead of keeping them (torch.utils.checkpoint, every architecture), and run the
+    # global batch as micro-batches of this many rows whose gradients add up to the whole
+    # batch's (0: the whole batch at once)
+    checkpoint_blocks: bool = field(default=False, metadata={"hash": False})
+    micro_batch: int = field(default=0, metadata={"hash": False})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):
@@ -54,10 +77,37 @@ class TrainConfig:
         check(not self.stop_at or self.eval_every,
               "stop_at needs eval_every > 0 (it stops at an evaluation)")
         check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
-        check(self.precision in ("fp32", "bf16"),
-              f"precision must be fp32 or bf16, got {self.precision!r}")
+        check(self.micro_batch >= 0, f"micro_batch must be >= 0, got {self.micro_batch}")
+        check(not self.micro_batch or self.batch_size % self.micro_batch == 0,
+              f"batch_size {self.batch_size} must be a multiple of micro_batch "
+              f"{self.micro_batch}: the global batch is split into equal micro-batches")
+        check(self.precision in PRECISIONS,
+              f"precision must be auto, fp32 or bf16, got {self.precision!r}")
+        check(self.compile is True or self.compile is False or self.compile == "auto",
+              f"compile must be true, false or auto, got {self.compile!r}")
+        check(self.device_type in DEVICE_TYPES,
+              f"device_type must be one of {', '.join(DEVICE_TYPES)}, got {self.device_type!r}")
         check(self.schedule in ("linear", "cosine", "constant"),
               f"schedule must be linear, cosine or constant, got {self.schedule!r}")
+
+
+def resolve_train(cfg: TrainConfig, device: torch.device) -> TrainConfig:
+    """``cfg`` as it runs on ``device``: every "auto" field set (CUDA: bf16 autocast where the
+    card has bfloat16, and torch.compile; any other device: fp32, eager), ``device_type`` the
+    device's kind. Explicit values are kept. Raises :class:`TaskError` when ``cfg`` names
+    another kind of device (a CUDA run's record resumed on a CPU, say): that would be another
+    run under this one's name."""
+    check(cfg.device_type in ("auto", device.type),
+          f"this run is a {cfg.device_type} run (device_type {cfg.device_type}) and would train "
+          f"on {device.type}; use --device {cfg.device_type}, or --device-type {device.type} "
+          "for a run of its own")
+    cuda = device.type == "cuda"
+    precision = cfg.precision
+    if precision == "auto":
+        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    compile_ = cuda if cfg.compile == "auto" else cfg.compile
+    return dataclasses.replace(cfg, device_type=device.type, precision=precision,
+                               compile=compile_)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:

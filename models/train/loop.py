@@ -49,7 +49,7 @@ from models.train.evaluation import (
     evaluate,
     run_evaluator,
 )
-from models.train.loss import StepLoss, loss_of, nll, reference_metrics, step_loss
+from models.train.loss import StepLoss, backward, loss_of, nll, reference_metrics, step_loss
 from models.train.rng import rng_state, seed_all, set_rng_state
 from models.train.runconfig import RunConfig
 from models.train.spec import check_run_size, validate_spec
@@ -103,13 +103,23 @@ class _StopSignals:
             signal.signal(s, old)
 
 
+def fused_adamw(device: torch.device) -> bool:
+    """Whether AdamW runs fused (one kernel for all parameters) on ``device``: on CUDA, where
+    it saves a launch per parameter tensor and step. The CPU keeps the per-tensor loop, so
+    CPU runs keep their numbers bit for bit (and resume bit-identically across versions)."""
+    return device.type == "cuda"
+
+
 def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with weight decay on the matrices only (not on biases and norm gains)."""
+    """AdamW with weight decay on the matrices only (not on biases and norm gains); fused on
+    the devices of :func:`fused_adamw` (the model's device)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    device = next(model.parameters()).device
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}],
-                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+                             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             fused=fused_adamw(device) or None)
 
 
 def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
@@ -128,6 +138,8 @@ def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
     """
     validate_spec(spec)
     dev = distributed.rank_device(resolve_device(device))
+    # "auto" precision / compile set for this device: the checkpoint records what was used
+    spec = spec.resolved(dev)
     world = distributed.world()
     check(spec.train.batch_size >= world.size,
           f"batch_size {spec.train.batch_size} is smaller than the {world.size} processes of "
@@ -216,11 +228,12 @@ def _step(run: Run, opt: torch.optim.Optimizer, loss_fn: StepLoss, batch, clip: 
     cfg = run.spec.train
     for group in opt.param_groups:
         group["lr"] = lr_at(cfg, run.step)
-    loss, value = loss_fn(batch)
+    opt.zero_grad(set_to_none=True)
+    # forward and backward (in micro-batches when cfg.micro_batch); a non-finite loss stops
+    # the run before the step, so its gradients never reach the weights
+    value = backward(loss_fn, batch, cfg.micro_batch)
     if not math.isfinite(value):
         raise _diverged(run, writer, "loss", value)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
     # a finite loss can still give inf gradients; stepping on them would write NaN weights
     # that the next save would keep as "good"
     norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)

@@ -21,9 +21,11 @@ from torch.nn.parallel import DistributedDataParallel
 from models.train import distributed
 from models.train.config import TrainConfig
 from models.train.distributed import World
-from tasks.base import IGNORE, Batch
+from tasks.base import IGNORE, Batch, check
 
-StepLoss = Callable[[Batch], tuple[torch.Tensor, float]]  # (loss to backpropagate, its value)
+# (batch, count=None) -> (loss to backpropagate, its value): the batch's summed NLL over
+# ``count`` target positions (a micro-batch's share of its global batch), or its mean NLL
+StepLoss = Callable[..., tuple[torch.Tensor, float]]
 
 
 def nll(logp: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -66,14 +68,17 @@ class _LogProbs(torch.nn.Module):
         return self.model.log_probs(tokens)
 
 
-def _shard_loss(forward, batch: Batch, world: World) -> tuple[torch.Tensor, float]:
+def _shard_loss(forward, batch: Batch, world: World, count: int | None = None
+                ) -> tuple[torch.Tensor, float]:
     """``(loss to backpropagate, the global batch's mean loss)`` of this rank's slice.
 
     The slice's summed NLL over the global batch's target count, times the world size: DDP
     averages the ranks' gradients, so the sum is the gradient of the single-process loss. A rank
     left without rows (the last, short batch of an epoch) runs one row at weight 0, so every
-    parameter still gets its (zero) gradient from this rank."""
-    count = int((batch.targets != IGNORE).sum())
+    parameter still gets its (zero) gradient from this rank. ``count``: the target count to
+    divide by (a micro-batch's global batch's; default the batch's own)."""
+    if count is None:
+        count = int((batch.targets != IGNORE).sum())
     lo, hi = distributed.shard_bounds(len(batch.tokens), world)
     weight = world.size / count if count else math.nan
     if lo == hi:
@@ -91,9 +96,15 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
     under ``torch.autocast``. Build it after the model's weights are final (a resume's): DDP
     starts every rank from rank 0's weights."""
     forward: Callable[[torch.Tensor], torch.Tensor] = model.log_probs
+    if cfg.checkpoint_blocks:
+        check(hasattr(model, "run_blocks"),
+              f"checkpoint_blocks needs a suite model's blocks; {type(model).__name__} has none")
+        model.checkpoint_blocks = True
+    no_sync = nullcontext  # what skips DDP's gradient sync for all but the last micro-batch
     if world.active:
         forward = DistributedDataParallel(
             _LogProbs(model), device_ids=[dev.index] if dev.type == "cuda" else None)
+        no_sync = forward.no_sync
     elif cfg.compile:
         forward = _LogProbs(model)
     if cfg.compile:
@@ -104,13 +115,45 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
                 else nullcontext())
 
     if world.active:
-        def sharded(batch: Batch) -> tuple[torch.Tensor, float]:
+        def sharded(batch: Batch, count: int | None = None) -> tuple[torch.Tensor, float]:
             with autocast():
-                return _shard_loss(forward, batch, world)
+                return _shard_loss(forward, batch, world, count)
+        sharded.no_sync = no_sync
         return sharded
 
-    def single(batch: Batch) -> tuple[torch.Tensor, float]:
+    def single(batch: Batch, count: int | None = None) -> tuple[torch.Tensor, float]:
         with autocast():
-            loss = nll(forward(batch.tokens), batch.targets)
+            if count is None:
+                loss = nll(forward(batch.tokens), batch.targets)
+            else:
+                loss = nll(forward(batch.tokens), batch.targets, "sum") / (count or math.nan)
         return loss, loss.item()
+    single.no_sync = no_sync
     return single
+
+
+def backward(loss_fn: StepLoss, batch: Batch, micro_batch: int = 0) -> float:
+    """Backpropagate ``loss_fn``'s loss of ``batch`` (gradients add up in ``.grad``) and return
+    its value, the batch's mean NLL.
+
+    With ``micro_batch`` (``TrainConfig.micro_batch``) the batch runs as micro-batches of that
+    many rows, one forward and backward each, so only one micro-batch's activations are alive
+    at a time. Each one's loss is its summed NLL over the *whole* batch's target count, so the
+    gradients add up to the whole batch's and the values to its mean loss (the same numbers,
+    up to rounding). Under DDP all but the last micro-batch skip the gradient sync
+    (``no_sync``): the ranks exchange gradients once per step, as without micro-batches."""
+    n = len(batch.tokens)
+    if not micro_batch or micro_batch >= n:
+        loss, value = loss_fn(batch)
+        loss.backward()
+        return value
+    count = int((batch.targets != IGNORE).sum())
+    no_sync = getattr(loss_fn, "no_sync", nullcontext)
+    value = 0.0
+    for lo in range(0, n, micro_batch):
+        part = Batch(batch.tokens[lo:lo + micro_batch], batch.targets[lo:lo + micro_batch])
+        with nullcontext() if lo + micro_batch >= n else no_sync():
+            loss, part_value = loss_fn(part, count)
+            loss.backward()
+        value += part_value
+    return value

@@ -21,6 +21,18 @@ the cache key it had before this class existed:
 
 A field whose metadata says ``{"content": "file"}`` (``TrainConfig.init_from``) is written as
 the digest of the file it names: a retrained init checkpoint is another run, a moved one is not.
+
+A field whose metadata has a ``"cpu"`` value (``TrainConfig.device_type``, ``precision``,
+``compile``: "auto" until the run's device is known) is left out at "auto" and at that CPU
+value, written otherwise. Resolve a run for its device first (:meth:`RunConfig.resolved`; the
+cache and the loop do): an unresolved run hashes as its CPU run, a CUDA one as what it uses.
+A field whose metadata says ``{"hash": False}`` (``TrainConfig.checkpoint_blocks``,
+``micro_batch``: how much memory a step takes, not what it computes) is never written.
+
+A task with a length distribution (``eval_lengths``: copy, lookup) adds ``eval``, the name of
+how its evaluation is drawn (:data:`~models.train.evaluation.LENGTH_EVAL`): what an evaluation
+scores is part of the run (its recorded history and where ``stop_at`` ends it), so the runs
+evaluated on a few drawn lengths before every length was scored are other cache entries.
 """
 
 from __future__ import annotations
@@ -34,8 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from models.registry import ARCHS, model_class
-from models.train.config import TrainConfig
+from models.train.config import TrainConfig, resolve_train
+from models.train.evaluation import LENGTH_EVAL
 from tasks.base import TaskError, check, config_from_dict, config_to_dict, type_hints
 from tasks.registry import TASKS, task_class
 
@@ -100,8 +115,12 @@ def _section(cfg, pinned: frozenset[str] | tuple[str, ...]) -> dict[str, Any]:
     """The canonical form of one config section: the one rule of the module docstring."""
     defaults = _defaults(cfg)
     hints = type_hints(type(cfg))
+    # per-device fields (TrainConfig's "auto" ones) at "auto" or at their CPU value: left out
+    cpu = {f.name: f.metadata["cpu"] for f in dataclasses.fields(cfg) if "cpu" in f.metadata}
     out = {}
     for name, value in config_to_dict(cfg).items():
+        if name in cpu and (value == "auto" or value is cpu[name] or value == cpu[name]):
+            continue
         if name in pinned or name not in defaults or value != defaults[name]:
             if hints.get(name) is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # lr=1 and lr=1.0 are one run
@@ -214,6 +233,13 @@ class RunConfig:
             dataclasses.replace(self.train, **(train or {})),
             self.model_keys | set(model or {}))
 
+    def resolved(self, device: torch.device) -> RunConfig:
+        """This run as it trains on ``device`` (:func:`~models.train.config.resolve_train`:
+        its "auto" precision, compile and device type set): what the cache keys and the
+        checkpoint records."""
+        return RunConfig(self.model, self.task, resolve_train(self.train, device),
+                         self.model_keys)
+
     # ------------------------------------------------------------------ forms
     def to_dict(self) -> dict[str, Any]:
         """The record a checkpoint stores: the model as the fields the run sets, the task and
@@ -228,11 +254,16 @@ class RunConfig:
         for f in dataclasses.fields(self.train):
             if f.metadata.get("content") == "file" and train.get(f.name):
                 train[f.name] = file_digest(train[f.name])
-        return {"arch": self.arch, "task": self.task_name,
-                "model": self.model_dict,
-                "task_config": _section(self.task,
-                                        FORMAT1_FIELDS.get(type(self.task).__name__, ())),
-                "train": train}
+            if f.metadata.get("hash") is False:  # memory settings: the same run either way
+                train.pop(f.name, None)
+        out = {"arch": self.arch, "task": self.task_name,
+               "model": self.model_dict,
+               "task_config": _section(self.task,
+                                       FORMAT1_FIELDS.get(type(self.task).__name__, ())),
+               "train": train}
+        if hasattr(task_class(self.task_name), "eval_lengths"):  # module docstring
+            out["eval"] = LENGTH_EVAL
+        return out
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, tuples as lists."""

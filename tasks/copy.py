@@ -67,6 +67,12 @@ class CopyTask(LetterTask):
         """Tokens of one evaluation example (prompt and answer) for a length-``L`` string."""
         return 2 * L + 3
 
+    def eval_lengths(self) -> tuple[int, ...]:
+        """Every string length of the training distribution (L uniform in min_len..max_len):
+        the trainer's evaluation scores each of them, so its accuracy is over the distribution
+        and it has the score at exactly L (``models.train.evaluation``)."""
+        return tuple(range(self.cfg.min_len, self.cfg.max_len + 1))
+
     def strings(self, batch_size: int, L: int, g: torch.Generator) -> torch.Tensor:
         """[batch, L] uniform strings (overridden by variants that plant structure)."""
         return torch.randint(0, self.cfg.D, (batch_size, L), generator=g)

@@ -67,6 +67,11 @@ class NgramLookupTask(LetterTask):
         extra = 1 if self.cfg.key == "prefix" else 0
         return 1 + self.cfg.max_len + 1 + self.cfg.n + extra + self.cfg.k + 1
 
+    def eval_lengths(self) -> tuple[int, ...]:
+        """Every string length of the training distribution (uniform in min_len..max_len): the
+        trainer's evaluation scores each of them (``models.train.evaluation``)."""
+        return tuple(range(self.cfg.min_len, self.cfg.max_len + 1))
+
     def sample(self, L: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, int]:
         """``(x, key, i)``: a string of length L with a unique key x[i:i+n] (resampled if none)."""
         n, k = self.cfg.n, self.cfg.k

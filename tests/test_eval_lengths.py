@@ -2,11 +2,14 @@
 length of it, the same examples at every evaluation, and records the score at each length; tasks
 without one are evaluated as before (issue 36)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from models.registry import build_model
 from models.train import distributed, evaluation
+from models.train.callbacks import StopAt
 from models.train.config import TrainConfig
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length
@@ -142,3 +145,17 @@ def test_length_tasks_hash_their_evaluation():
     markov = make_spec("lstm", "markov", "quick")
     assert copy.canonical()["eval"] == evaluation.LENGTH_EVAL
     assert "eval" not in markov.canonical()
+
+
+def test_stop_at_waits_for_every_length():
+    run = SimpleNamespace(spec=SimpleNamespace(task_name="copy"), step=7, stop_reason=None)
+    stop = StopAt(0.9)
+    # the mean over lengths is past the level, the longest strings are not
+    assert stop.on_eval(run, {"string_acc": 0.95, "string_acc_at": {1: 1.0, 2: 1.0, 3: 0.85}}
+                        ) is None and run.stop_reason is None
+    assert stop.on_eval(run, {"string_acc": 0.97, "string_acc_at": {1: 1.0, 2: 1.0, 3: 0.9}})
+    assert "lowest 0.9 at L=3" in run.stop_reason
+    # a task scored without lengths stops on its one accuracy, as before
+    run.stop_reason = None
+    assert stop.on_eval(run, {"string_acc": 0.9})
+    assert run.stop_reason == "stop_at: string_acc 0.9 >= 0.9 at step 7"

@@ -52,7 +52,10 @@ class Callback:
 
 class StopAt(Callback):
     """``TrainConfig.stop_at``: end the run at the first evaluation whose string accuracy
-    reaches ``level``; the reason (and so the step it stopped at) goes in the checkpoint."""
+    reaches ``level`` — for a task scored at every length (``string_acc_at``), at every one of
+    them: the analyses read the score at exactly L beside the mean over lengths (copy paper
+    Fig. 1a), and a run stopped on the mean alone could end before the longest strings got
+    there. The reason (and so the step it stopped at) goes in the checkpoint."""
 
     def __init__(self, level: float):
         self.level = level
@@ -60,8 +63,12 @@ class StopAt(Callback):
     def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
         check("string_acc" in record, f"stop_at: the {run.spec.task_name} task's evaluation has no "
               "string accuracy to stop on")
-        if record["string_acc"] >= self.level:
+        at = record.get("string_acc_at") or {}
+        worst = min(at.items(), key=lambda kv: kv[1]) if at else None
+        if record["string_acc"] >= self.level and (worst is None or worst[1] >= self.level):
+            every = ("" if worst is None
+                     else f" (every length; lowest {worst[1]:.4g} at L={worst[0]})")
             run.stop_reason = (f"stop_at: string_acc {record['string_acc']:.4g} >= "
-                               f"{self.level:g} at step {run.step}")
+                               f"{self.level:g}{every} at step {run.step}")
             return True
         return None

@@ -39,6 +39,7 @@ bf16 tensor cores for a bf16 run, the fp32 units for an fp32 one; ``"auto"`` is 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -98,10 +99,12 @@ def dry_batch_size(spec: RunConfig, device: torch.device) -> int:
 
 def dry_spec(spec: RunConfig, device: torch.device) -> RunConfig:
     """``spec`` as the dry run trains it: the dry batch, no evaluation, no checkpoint, no
-    init file; steps and schedule as they are (at least :data:`DRY_STEPS`)."""
+    init file; steps, schedule and block checkpointing as they are (at least
+    :data:`DRY_STEPS`); the whole batch in one pass (on a GPU :func:`measure` then looks for
+    the largest micro-batch that fits)."""
     b = dry_batch_size(spec, device)
     return spec.replace(train=dict(
-        batch_size=b, eval_every=0, save_every=0, init_from="",
+        batch_size=b, eval_every=0, save_every=0, init_from="", micro_batch=0,
         steps=max(spec.train.steps, DRY_STEPS),
         eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size))
 
@@ -133,16 +136,14 @@ def gpu_cost(spec: RunConfig, length: int, total_flops: float,
     """The full run's H100-hours and where they come from: ``"measured"`` (steps x the step
     time of the CUDA table's row of this run on an H100) or ``"projection"`` (its FLOPs at
     :data:`UTILISATION` of the peak of the precision it runs in on a GPU)."""
-    table = gpu_costs.cuda_table() if table is None else table
-    precision, comp = gpu_costs.run_settings(spec, "cuda")
-    row = table.lookup(spec, length)
-    if row is not None:
-        return {"gpu_hours_h100": row["seconds_per_step"] * spec.train.steps / 3600.0,
-                "gpu_hours_source": MEASURED, "gpu_seconds_per_step": row["seconds_per_step"],
-                "gpu_precision": precision, "gpu_compile": comp,
-                "gpu_measured": f"{row['card']}, {row.get('date', '?')}"}
-    return {"gpu_hours_h100": gpu_hours(total_flops, precision),
-            "gpu_hours_source": PROJECTION, "gpu_precision": precision, "gpu_compile": comp}
+    c = gpu_costs.measured_or_projected(spec, length, total_flops / spec.train.steps, table)
+    out = {"gpu_hours_h100": c["seconds_per_step"] * spec.train.steps / 3600.0,
+           "gpu_hours_source": c["source"], "gpu_precision": c["precision"],
+           "gpu_compile": c["compile"]}
+    if c["source"] == MEASURED:
+        out.update(gpu_seconds_per_step=c["seconds_per_step"],
+                   gpu_measured=f"{c['row']['card']}, {c['row'].get('date', '?')}")
+    return out
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -153,12 +154,14 @@ class _StopAfter(Callback):
         self.steps, self.device = steps, device
         self.ends: list[float] = []
         self.params = 0
+        self.paths: set[str] = set()  # the computation paths the layers took (Mamba's scan)
 
     def on_step(self, run: Run) -> bool:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the step's kernels, not their launch
         self.ends.append(time.perf_counter())
         self.params = sum(p.numel() for p in run.model.parameters())
+        self.paths |= {m.last_path for m in run.model.modules() if hasattr(m, "last_path")}
         return run.step >= self.steps
 
 
@@ -199,13 +202,47 @@ def _warm_up() -> None:
         opt.step()
 
 
+def micro_batches(batch_size: int) -> list[int]:
+    """The micro-batches a GPU dry run tries, largest first: the whole batch, then halving
+    (the largest divisor of the batch at most half the last one tried) down to one row."""
+    out = [batch_size]
+    while out[-1] > 1:
+        out.append(max(d for d in range(1, out[-1] // 2 + 1) if batch_size % d == 0))
+    return out
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """A CUDA out-of-memory error, also where torch.compile wraps it in its own."""
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(e)
+
+
 def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
     """Train ``spec`` (already the dry spec) for :data:`DRY_STEPS` steps here: parameters,
-    seconds of the last step, seconds to the end of the first (build and start-up included)
-    and peak memory. Meant for a fresh process (:func:`run_isolated`): the RSS delta is the
-    run's own only there."""
+    seconds of the last step, seconds to the end of the first (build and start-up included),
+    peak memory and the memory settings used (``micro_batch``, ``checkpoint_blocks``,
+    ``scan_paths``). On a GPU the largest micro-batch that fits the card: the whole batch
+    first, then smaller ones (:func:`micro_batches`) after each out-of-memory error. Meant for
+    a fresh process (:func:`run_isolated`): the RSS delta is the run's own only there."""
     dev = resolve_device(device)
     validate_spec(spec)  # also imports what the checks import: in the baseline, not the run
+    if dev.type != "cuda":
+        return _measure_once(spec, dev)
+    batch = spec.train.batch_size
+    for micro in micro_batches(batch):
+        try:
+            return _measure_once(spec.replace(train={"micro_batch": 0 if micro == batch
+                                                     else micro}), dev)
+        except Exception as e:  # noqa: BLE001 - only out-of-memory errors try a smaller one
+            if not _out_of_memory(e):
+                raise
+        # outside the handler: the traceback that held the failed try's tensors is gone
+        gc.collect()
+        torch.cuda.empty_cache()
+    raise TaskError(f"out of memory on {dev} even at micro-batch 1")
+
+
+def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
+    """:func:`measure` of one setting."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     else:
@@ -221,7 +258,9 @@ def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
     return {"params": stop.params, "seconds_per_step": stop.ends[-1] - stop.ends[-2],
             "first_step_s": stop.ends[0] - t0, "peak_memory_bytes": int(peak),
             "memory": "cuda_max_allocated" if dev.type == "cuda" else "rss_delta",
-            "device": str(dev)}
+            "device": str(dev), "micro_batch": spec.train.micro_batch or spec.train.batch_size,
+            "checkpoint_blocks": spec.train.checkpoint_blocks,
+            "scan_paths": sorted(stop.paths)}
 
 
 def _one_line(e: BaseException) -> str:
@@ -359,6 +398,19 @@ def hours_from(row: dict[str, Any]) -> str:
     return f"{PROJECTION} ({row.get('gpu_precision', 'bf16')})"
 
 
+def memory_note(row: dict[str, Any]) -> str:
+    """The memory settings a measured row used, where any is not the plain one: a
+    micro-batch smaller than the batch it ran, checkpointed blocks, a chunked scan."""
+    parts = []
+    if row.get("micro_batch", row.get("dry_batch_size")) != row.get("dry_batch_size"):
+        parts.append(f"micro-batch {row['micro_batch']}")
+    if row.get("checkpoint_blocks"):
+        parts.append("checkpointed blocks")
+    if "chunked" in row.get("scan_paths", ()):
+        parts.append("chunked scan")
+    return ", ".join(parts)
+
+
 def table(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     """The printed table: a header and a row per model."""
     gpu = any("hours_at_measured_rate" in r for r in rows)
@@ -377,6 +429,7 @@ def table(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
             notes.append(f"~{human_bytes(r['memory_at_batch'])} at batch {r['batch_size']}"
                          + (" (extrapolated)" if r["dry_batch_size"] != r["batch_size"] else "")
                          + ": more than one H100")
+        notes.append(memory_note(r))
         note = "; ".join(n for n in notes if n)
         out.append([
             r["name"], _fmt_count(r["params"]),

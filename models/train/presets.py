@@ -96,7 +96,12 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     ("quick", "copy", "mamba"): {"model": {"d_model": 64, "n_layers": 2, "d_state": 16}},
     ("quick", "copy", "lstm"): {"model": {"d_model": 256, "n_layers": 2}},
     # Copy paper App. A.2: Mamba 24 layers, hidden 1024, state size 32; LSTM 4 layers, 1024.
-    ("paper", "copy", "mamba"): {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32}},
+    # The Mamba trains with checkpointed blocks (TrainConfig.checkpoint_blocks; its scan="auto"
+    # takes the chunked scan at this size): without mamba-ssm's kernels, 24 layers of
+    # activations at 420 positions would not fit one 80 GB card at batch 64. Memory settings
+    # change no number and no cache key.
+    ("paper", "copy", "mamba"): {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32},
+                                 "train": {"checkpoint_blocks": True}},
     ("paper", "copy", "lstm"): {"model": {"d_model": 1024, "n_layers": 4}},
     # ---------------------------------------------------------------- memorization (Kim et al.)
     # Encoder classifiers, d_mlp = 4m (q/m = 4), k = m/h; RoPE gives positions with no extra
@@ -163,7 +168,8 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     ("paper", "lookup", "transformer"): {
         "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "hard_alibi_heads": 6},
     },
-    ("paper", "lookup", "mamba"): {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32}},
+    ("paper", "lookup", "mamba"): {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32},
+                                   "train": {"checkpoint_blocks": True}},
     ("paper", "lookup", "lstm"): {"model": {"d_model": 1024, "n_layers": 4}},
 }
 

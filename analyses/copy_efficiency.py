@@ -27,6 +27,8 @@ ratio at a longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
 from __future__ import annotations
 
 import math
+import os
+from statistics import fmean
 
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
@@ -35,6 +37,8 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Undecided,
+    Verdict,
     add_copy_models_argument,
     copy_models_recipes,
     copy_recipes,
@@ -44,14 +48,21 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import zoo
+from models import flags, zoo
 from models.checkpoint import read_checkpoint
+from models.sweep import Failed, backend_of
+from models.train.presets import SEEDED
 from probes.sample_efficiency import (  # noqa: F401 - best_lr, TRANSFORMERS: found here too
+    CLEAR_GAP,
     GSSMS,
     LEVELS,
     TRANSFORMERS,
     best_lr,
+    gap_is_clear,
+    lr_key,
+    mean_interval,
     medium_by_length,
+    paper_gap,
     samples_to_reach,
 )
 from tasks.base import check
@@ -82,7 +93,7 @@ def compute(histories: dict[str, list[dict]], info: dict | None = None) -> dict:
 
 
 def plot(result: dict):
-    if result.get("level") == "medium":
+    if result.get("level") in SEEDED:
         return plot_medium(result)
     fig, axes = new_figure(2, width_per_panel=4.6, height=3.5)
     for label, rows in result["curves"].items():
@@ -105,7 +116,7 @@ def plot(result: dict):
 
 
 def table(result: dict) -> list[list]:
-    if result.get("level") == "medium":
+    if result.get("level") in SEEDED:
         return table_medium(result)
     rows = [["model", "final string", "final char", "samples→50%", "samples→90%", "×fastest"]]
     ratio = result["ratio_to_fastest"].get(f"string_{LEVELS[-1]}", {})
@@ -120,7 +131,8 @@ def table(result: dict) -> list[list]:
 
 
 # ---------------------------------------------------------------------------- medium
-def compute_medium(runs: list[dict], setting: dict | None = None) -> dict:
+def compute_medium(runs: list[dict], setting: dict | None = None,
+                   level: str = "medium") -> dict:
     """Samples-to-accuracy over seeds, learning rates and string lengths, and the GSSM /
     transformer ratios.
 
@@ -132,9 +144,10 @@ def compute_medium(runs: list[dict], setting: dict | None = None) -> dict:
     (``ratio``), and per seed, GSSM seed s over reference seed s (``per_seed``: their min and
     max are the spread). A GSSM seed that never got there leaves its ratio None and the mean
     ratio a lower bound (``all_reached`` False). ``setting``: what was trained, as the zoo
-    states it (the paper's setting and what could not be matched), passed through."""
+    states it (the paper's setting and what could not be matched), passed through;
+    ``level``: the level the runs are of (medium or large), recorded."""
     flat, by_length = medium_by_length(runs)
-    return to_jsonable({"level": "medium", "runs": flat, "by_length": by_length,
+    return to_jsonable({"level": level, "runs": flat, "by_length": by_length,
                         "setting": setting or {}})
 
 
@@ -291,10 +304,56 @@ def _median_text(s: dict) -> str:
     return f"{med:,.0f}" if math.isfinite(med) else "never"
 
 
+# ---------------------------------------------------------------------------- large
+def large_choice(runs: list[dict]) -> dict[tuple[str, int], float]:
+    """{(label, L): lr} each model's best lr at each length (:func:`best_lr`) from the large
+    level's lr sweep at the sweep seed (``runs``: :func:`_run_of` of those checkpoints)."""
+    sweep = [r for r in runs if r["seed"] == zoo.COPY_LARGE["sweep_seed"]]
+    _, by_length = medium_by_length(sweep)
+    return {(label, int(L)): lr for L, m in by_length.items()
+            for label, lr in m["best_lr"].items() if lr is not None}
+
+
+def large_followups(choice: dict[tuple[str, int], float]) -> list[str]:
+    """The recipes of the other seeds at each model's chosen lr (the sweep seed is trained)."""
+    seeds = [s for s in range(zoo.COPY_LARGE["seeds"]) if s != zoo.COPY_LARGE["sweep_seed"]]
+    return [zoo.copy_large_name(label, L, s, lr) for (label, L), lr in choice.items()
+            for s in seeds]
+
+
+def compute_large(runs: list[dict], train=None) -> dict:
+    """Fig. 1a / 9b at large: each model and L at the best lr of the sweep seed's runs
+    (:func:`large_choice`), its seeds summarised as at medium (:func:`compute_medium`, the
+    other lrs left out: they have one seed), and the sweep itself (``lr_sweep``: samples to
+    90 % per model, L and lr at the sweep seed). ``train(names) -> [run]``: trains the other
+    seeds' recipes and returns their runs (None: ``runs`` already hold them)."""
+    choice = large_choice(runs)
+    if train is not None:
+        def key(r: dict) -> tuple:
+            return r["label"], r["length"], r["seed"], lr_key(r["lr"])
+        have = {key(r) for r in runs}
+        runs = [*runs, *[r for r in train(large_followups(choice)) if key(r) not in have]]
+    chosen = [r for r in runs if (r["label"], r["length"]) in choice
+              and lr_key(r["lr"]) == lr_key(choice[(r["label"], r["length"])])]
+    sweep = [r for r in runs if r["seed"] == zoo.COPY_LARGE["sweep_seed"]]
+    _, by_length = medium_by_length(sweep)
+    result = compute_medium(chosen, zoo.COPY_LARGE_SETTING, level="large")
+    result["lr_sweep"] = to_jsonable({L: m["sweep"] for L, m in by_length.items()})
+    return result
+
+
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     if (args.train or args.preset) == "medium":
         return compute_medium([_run_of(c.path) for c in checkpoints], zoo.COPY_MEDIUM_SETTING)
+    if (args.train or args.preset) == "large":
+        def train(names: list[str]) -> list[dict]:
+            jobs = args.jobs or os.cpu_count() or 1
+            done = zoo.train_recipes(names, "large", args.cache_dir, args.device,
+                                     backend_of(args, jobs, args.device), progress=False)
+            return [_run_of(str(p)) for p in done.values() if not isinstance(p, Failed)]
+        return compute_large([_run_of(c.path) for c in checkpoints],
+                             train if args.train else None)
     models, info, _ = load_copy_models([c.path for c in checkpoints], args.device)
     histories = {label: list(m.provenance.history) for label, m in models.items()}
     for label, h in histories.items():
@@ -304,46 +363,109 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_fewer_samples(d: dict) -> tuple[str, bool | None]:
+def _seeded(d: dict) -> bool:
+    """A result over seeds and lengths (medium and the levels above it), not one run each."""
+    return d.get("level") in SEEDED and "by_length" in d
+
+
+def _trend_text(gssms, lengths) -> str:
+    """What the paper's trend (:func:`paper_gap`) predicts for these GSSMs at these L."""
+    return "the paper's trend (gap ∝ L: Mamba 10× at L <= 30, 100× at 300; LSTM 100× at 30) " \
+        "predicts " + "; ".join(
+            f"L={L}: " + ", ".join(f"{g} {paper_gap(g, L):.1f}×" for g in gssms
+                                   if paper_gap(g, L) is not None)
+            for L in lengths)
+
+
+def _combine(failed: list[tuple[str, int]], unlearnt: list[int]) -> Verdict:
+    """The claim's verdict from where it failed: (GSSM, L) pairs where a GSSM was as fast as the
+    fastest transformer, and lengths where no transformer learnt the task. A failure where the
+    paper's trend predicts a clear gap does not hold; one where it predicts <= CLEAR_GAP, or an
+    unlearnt length, leaves the claim not decided; none at all: it holds."""
+    decided = [(g, L) for g, L in failed if gap_is_clear(g, L)]
+    if decided:
+        return False
+    if failed:
+        where = ", ".join(f"{g} at L={L}" for g, L in failed)
+        return Undecided.regime(
+            f"GSSMs as fast as the transformers only where the paper's own trend predicts a gap "
+            f"of at most {CLEAR_GAP:g}× ({where}): too short to show it")
+    if unlearnt:
+        return Undecided.not_learnt(
+            f"no transformer reached 90 % in every seed at L={', '.join(map(str, unlearnt))}")
+    return True
+
+
+def claim_fewer_samples(d: dict) -> tuple[str, Verdict]:
     """Every GSSM needs more samples to reach 90 % string accuracy than the fastest
-    transformer (or never reaches it); n/a without a GSSM. Medium: at every length, in every
-    seed pairing (each per-seed ratio > 1; a GSSM seed that never got there counts as slower)."""
-    if d.get("level") == "medium":
+    transformer (or never reaches it); n/a without a GSSM. Medium and above: at every length,
+    in every seed pairing (each per-seed ratio > 1; a GSSM seed that never got there counts
+    as slower). Where a GSSM is not slower the claim does not hold only if the paper's own
+    trend (:func:`paper_gap`) predicts a gap above :data:`CLEAR_GAP` at that length; else it
+    is not decided at this level (too short to show the gap), as it is when no model learnt."""
+    if _seeded(d):
         return _fewer_samples_medium(d)
     key = "string_0.9"
     reach = {k: v.get(key) for k, v in d["samples_to_reach"].items()}
     text = "samples to 90 % string accuracy: " + ", ".join(
         f"{k} {v:,}" if v is not None else f"{k} never" for k, v in reach.items())
-    gssm = [v for k, v in reach.items() if k.split("'")[0] in GSSMS]
+    gssm = {k: v for k, v in reach.items() if k.split("'")[0] in GSSMS}
     tf = [v for k, v in reach.items() if k.split("'")[0] not in GSSMS and v is not None]
-    if not tf or not gssm:
-        return text, None if not gssm else False
+    if not gssm:
+        return text, None
+    tops = [i.get("max_len") for i in (d.get("train") or {}).values() if i.get("max_len")]
+    L = max(tops) if tops else None
+    if L is not None:
+        names = sorted({k.split("'")[0] for k in gssm})
+        text += f" (strings of length <= {L}; {_trend_text(names, [L])})"
+    if not tf:
+        if all(v is None for v in gssm.values()):
+            return text, Undecided.not_learnt("no model reached 90 %")
+        return text, False  # a GSSM got there and no transformer did
     best = min(tf)
-    return text, all(v is None or v > best for v in gssm)
+    slow = [k.split("'")[0] for k, v in gssm.items() if v is not None and v <= best]
+    if not slow:
+        return text, True
+    if L is None:  # the length is not recorded: nothing says the run is outside the regime
+        return text, False
+    return text, _combine([(g, L) for g in slow], [])
 
 
-def _fewer_samples_medium(d: dict) -> tuple[str, bool | None]:
-    parts, holds, any_gssm = [], True, False
+def _fewer_samples_medium(d: dict) -> tuple[str, Verdict]:
+    parts, failed, unlearnt, any_gssm, gssms = [], [], [], False, set()
     for L, m in _by_length(d).items():
         ref = m["reference"]
         if ref is None:
             parts.append(f"L={L}: no transformer reached 90 % in every seed")
-            holds = False
+            unlearnt.append(L)
             continue
         mean = m["models"][ref][f"string_{LEVELS[-1]}"]["mean"]
         ratios = m["ratio_to_reference"]
         any_gssm |= bool(ratios)
+        gssms |= set(ratios)
         parts.append(f"L={L}: {ref} {mean:,.0f} samples; " + ", ".join(
             f"{g} {_ratio_text(r)}" for g, r in ratios.items()))
-        holds &= all(x is None or x > 1 for r in ratios.values() for x in r["per_seed"])
-    text = ("samples to 90 % string accuracy, GSSM / fastest transformer (per-seed min–max): "
-            + "; ".join(parts) + _setting_text(d))
-    return text, (holds if any_gssm or not holds else None)
+        failed += [(g, L) for g, r in ratios.items()
+                   if not all(x is None or x > 1 for x in r["per_seed"])]
+    lengths = list(_by_length(d))
+    text = (_not_matched_text(d) + "samples to 90 % string accuracy, GSSM / fastest transformer "
+            "(per-seed min–max): " + "; ".join(parts)
+            + (f"; {_trend_text(sorted(gssms), lengths)}" if gssms else "") + _setting_text(d))
+    if not any_gssm and not unlearnt:
+        return text, None
+    return text, _combine(failed, unlearnt)
+
+
+def _not_matched_text(d: dict) -> str:
+    """"not matched: …. " of the zoo's setting, the first words of a medium claim's text."""
+    nm = (d.get("setting") or {}).get("not_matched")
+    return f"not matched: {nm}. " if nm else ""
 
 
 def _setting_text(d: dict) -> str:
-    """What was trained (each model at its best lr of the sweep, its parameter count) and
-    what of the paper's setting could not be matched, for a medium claim's text."""
+    """What was trained (each model at its best lr of the sweep, its parameter count), for a
+    medium claim's text (what of the paper's setting is not matched comes first:
+    :func:`_not_matched_text`)."""
     last = list(_by_length(d).values())[-1] if d.get("by_length") else {}
     models = last.get("models", {})
     seeds = max((len(m.get("seeds", [])) for m in models.values()), default=0)
@@ -366,30 +488,78 @@ def _setting_text(d: dict) -> str:
     setting = d.get("setting") or {}
     if setting.get("paper"):
         parts.append(f"setting: {setting['paper']}")
-    if setting.get("not_matched"):
-        parts.append(f"not matched: {setting['not_matched']}")
     return (" [" + "; ".join(parts) + "]") if parts else ""
 
 
-def claim_gap_grows(d: dict) -> tuple[str, bool | None] | None:
-    """Medium: each GSSM measured (every seed at 90 %) at two or more lengths needs more
-    samples relative to the fastest transformer as the strings get longer (its ratio rises
-    from each length to the next). None on a quick result (one length, the GSSMs never get
-    there): a medium claim, left out of the quick index."""
-    if d.get("level") != "medium":
+def _paired(m: dict, g: str) -> dict:
+    """{seed: GSSM / reference samples ratio} of GSSM ``g`` at one length (a seed that never
+    got there left out); seeds by id where the result has them, else by position."""
+    r = m["ratio_to_reference"].get(g)
+    if not r:
+        return {}
+    seeds = (m.get("models", {}).get(g) or {}).get("seeds") or range(len(r["per_seed"]))
+    return {s: x for s, x in zip(seeds, r["per_seed"], strict=False) if x is not None}
+
+
+def claim_gap_grows(d: dict) -> tuple[str, Verdict] | None:
+    """Medium and above: each GSSM needs more samples relative to the fastest transformer as
+    the strings get longer. Per GSSM and pair of neighbouring lengths, the per-seed change of
+    its ratio (seed s's ratio at the longer L minus at the shorter) with a 95 % bootstrap
+    interval of its mean (:func:`mean_interval`): holds when every interval lies above 0; does
+    not hold when one lies below 0 at lengths where the paper's trend predicts a clear gap
+    (:func:`gap_is_clear` at the shorter L); otherwise not decided (the interval holds 0, or
+    the lengths are too short). None on a quick result (one length): left out of its index."""
+    if not _seeded(d):
         return None
-    series: dict[str, list[tuple[int, float]]] = {}
-    for L, m in _by_length(d).items():
-        for g, r in m["ratio_to_reference"].items():
-            if r["all_reached"]:
-                series.setdefault(g, []).append((L, r["ratio"]))
-    series = {g: pts for g, pts in series.items() if len(pts) >= 2}
-    if not series:
-        return "no GSSM reached 90 % in every seed at two lengths", None
-    text = "; ".join(f"{g} " + " → ".join(f"{r:.1f}× (L={L})" for L, r in pts)
-                     for g, pts in series.items())
-    grows = all(b[1] > a[1] for pts in series.values() for a, b in zip(pts, pts[1:], strict=False))
-    return f"GSSM / fastest transformer, samples to 90 %: {text}{_setting_text(d)}", grows
+    at = _by_length(d)
+    lengths = list(at)
+    parts, up, down, either, short, thin = [], [], [], [], [], []
+    gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
+    for g in gssms:
+        for a, b in zip(lengths, lengths[1:], strict=False):
+            pa, pb = _paired(at[a], g), _paired(at[b], g)
+            both = [s for s in pa if s in pb]
+            if len(both) == 1:  # one seed pairing: a change, but no interval
+                s0 = both[0]
+                parts.append(f"{g} L={a}→{b}: {pa[s0]:.1f}× → {pb[s0]:.1f}× (one seed)")
+                thin.append(f"{g} L={a}→{b}")
+            if len(both) < 2:
+                continue
+            change = [pb[s] - pa[s] for s in both]
+            lo, hi = mean_interval(change)
+            parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
+                         f"{fmean(pb[s] for s in both):.1f}×, change {fmean(change):+.2f} "
+                         f"[95 % CI {lo:+.2f}, {hi:+.2f}] ({len(both)} seeds)")
+            if lo > 0:
+                up.append(g)
+            elif hi < 0 and gap_is_clear(g, a):
+                down.append(f"{g} L={a}→{b}")
+            elif hi < 0:
+                short.append(f"{g} L={a}→{b}")
+            else:
+                either.append(f"{g} L={a}→{b}")
+    if len(lengths) < 2:
+        return _not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d), None
+    if not parts:
+        return (_not_matched_text(d) + "no GSSM reached 90 % in the same seed at two lengths"
+                + _setting_text(d)), Undecided.not_learnt(
+                    "no GSSM reached 90 % in the same seed at two lengths")
+    text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
+            "change of the ratio (bootstrap over seeds): " + "; ".join(parts)
+            + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
+    if down:
+        return text, False
+    if short:
+        return text, Undecided.regime(
+            f"the ratio falls ({', '.join(short)}) only where the paper's own trend predicts a "
+            f"gap of at most {CLEAR_GAP:g}×")
+    if either or thin:
+        return text, Undecided.either_shape(
+            "; ".join(([f"the interval of the change holds 0 ({', '.join(either)})"]
+                       if either else [])
+                      + ([f"one seed pairing, no interval ({', '.join(thin)})"]
+                         if thin else [])))
+    return text, True
 
 
 FIGURE = Figure(
@@ -397,9 +567,12 @@ FIGURE = Figure(
     (Claim("transformers learn to copy from far fewer samples than GSSMs", claim_fewer_samples),
      Claim("the gap grows with string length (Mamba ~10× at length <= 30, Fig. 9b; ~100× at "
            "300, Fig. 1a)", claim_gap_grows)),
+    # large: the lr sweep at the sweep seed; the analysis then trains each model's best lr
+    # at the other seeds (compute_large)
     recipes=lambda preset: (zoo.copy_medium_recipes() if preset == "medium"
+                            else zoo.copy_large_recipes() if preset == "large"
                             else copy_recipes(preset)),
-    presets=("quick", "medium", "paper"))
+    presets=("quick", "medium", "large", "paper"))
 
 
 def add_arguments(p) -> None:
@@ -408,12 +581,17 @@ def add_arguments(p) -> None:
                    help="with --train medium: every lr of the sweep (zoo.COPY_MEDIUM['lrs']) at "
                    "every seed, which picks each model's lr (zoo.COPY_MEDIUM_LR); without it "
                    "only the chosen lrs train (a third of the runs)")
+    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
+                   help="with --train large: the other seeds' runs trained side by side "
+                   "(default: this machine's cores)")
 
 
 def _recipes(args) -> list[str]:
     """``--train PRESET [--models a,b]``; at medium every length and seed of those models (at
     their chosen lr, or every lr with ``--sweep``)."""
     check(not args.sweep or args.train == "medium", "--sweep goes with --train medium")
+    if args.train == "large":  # the sweep seed at every lr (compute_large trains the rest)
+        return zoo.copy_large_recipes(args.models.split(",") if args.models else None)
     if args.train != "medium":
         return copy_models_recipes(args)
     return zoo.copy_medium_recipes(args.models.split(",") if args.models else None,

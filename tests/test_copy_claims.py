@@ -11,6 +11,7 @@ from analyses import (
     ngram_heads,
     ngram_lookup,
 )
+from analyses.common import Undecided
 
 
 def verdict(claim, d):
@@ -114,8 +115,11 @@ def test_length_generalization_claims():
 
 
 # ---------------------------------------------------------------------------- copy_efficiency
-def reach_json(**samples):
-    return {"samples_to_reach": {k: {"string_0.9": v} for k, v in samples.items()}}
+def reach_json(max_len=None, **samples):
+    d = {"samples_to_reach": {k: {"string_0.9": v} for k, v in samples.items()}}
+    if max_len is not None:  # the training strings' length, as compute records it
+        d["train"] = {k: {"max_len": max_len} for k in samples}
+    return d
 
 
 def test_efficiency_claim():
@@ -123,20 +127,38 @@ def test_efficiency_claim():
     assert verdict(claim, reach_json(hard_alibi=3200, nope=6400, lstm=None)) is True
     assert verdict(claim, reach_json(hard_alibi=3200, mamba=64000, lstm=None)) is True
     assert verdict(claim, reach_json(hard_alibi=3200, lstm=1600)) is False  # the GSSM is faster
-    assert verdict(claim, reach_json(hard_alibi=None, lstm=None)) is False  # no transformer learnt
+    # at L <= 20 the paper's trend predicts the LSTM ~67x slower: a faster LSTM contradicts it
+    assert verdict(claim, reach_json(20, hard_alibi=3200, lstm=1600)) is False
+    # ... but Mamba only 2x at L <= 6 (10x at 30, ∝ L): too short to show the gap
+    und = verdict(claim, reach_json(6, hard_alibi=3200, mamba=1600))
+    assert isinstance(und, Undecided) and "paper's regime" in und.reason
+    assert verdict(claim, reach_json(7, hard_alibi=3200, mamba=1600)) is False  # 2.3x
+    und = verdict(claim, reach_json(hard_alibi=None, lstm=None))  # no model learnt it
+    assert isinstance(und, Undecided) and "learnt" in und.reason
+    assert verdict(claim, reach_json(hard_alibi=None, lstm=3200)) is False  # only the GSSM did
     assert verdict(claim, reach_json(hard_alibi=3200, nope=6400)) is None  # no GSSM
 
 
 def test_efficiency_gap_claim():  # medium level; more in tests/test_copy_efficiency_medium.py
-    def medium(ratios):  # {L: mamba's mean ratio to the fastest transformer}
+    def medium(ratios):  # {L: mamba's ratio to the fastest transformer in each of 3 seeds}
         return {"level": "medium", "by_length": {str(L): {"ratio_to_reference": {"mamba": {
-            "ratio": r, "per_seed": [r], "min": r, "max": r, "all_reached": True}}}
-            for L, r in ratios.items()}}
+            "ratio": sum(r) / 3, "per_seed": r, "min": min(r), "max": max(r),
+            "all_reached": True}}} for L, r in ratios.items()}}
 
     claim = copy_efficiency.claim_gap_grows
-    assert verdict(claim, medium({5: 2.0, 8: 9.0})) is True
-    assert verdict(claim, medium({5: 9.0, 8: 2.0})) is False
-    assert verdict(claim, medium({5: 2.0})) is None  # one length
+    assert verdict(claim, medium({10: [2.0, 2.2, 2.4], 20: [9.0, 8.0, 10.0]})) is True
+    assert verdict(claim, medium({10: [9.0, 8.0, 10.0], 20: [2.0, 2.2, 2.4]})) is False
+    # the same fall at L = 4 -> 6, where the paper's trend predicts <= 2x: not decided
+    und = verdict(claim, medium({4: [9.0, 8.0, 10.0], 6: [2.0, 2.2, 2.4]}))
+    assert isinstance(und, Undecided) and "paper's regime" in und.reason
+    # one seed up, two down: the bootstrap interval of the change holds 0
+    und = verdict(claim, medium({10: [2.0, 2.0, 2.0], 20: [6.0, 1.9, 1.8]}))
+    assert isinstance(und, Undecided) and "either" in und.reason
+    assert verdict(claim, medium({5: [2.0, 2.0, 2.0]})) is None  # one length: n/a
+    never = medium({5: [2.0, 2.0, 2.0], 8: [9.0, 9.0, 9.0]})
+    never["by_length"]["8"]["ratio_to_reference"]["mamba"]["per_seed"] = [None] * 3
+    assert verdict(claim, never) == Undecided.not_learnt(
+        "no GSSM reached 90 % in the same seed at two lengths")
     assert claim(reach_json(hard_alibi=3200, lstm=None)) is None  # quick: left out
 
 

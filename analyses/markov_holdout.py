@@ -46,6 +46,7 @@ from analyses.common import Checkpoint, Claim, Figure, load_model, run_analysis,
 from figures.style import COLORS, new_figure
 from models import flags, zoo
 from models.mamba2 import MARKOV_PAPER_MODEL
+from models.train.presets import SEEDED
 from probes.markov import (  # noqa: F401 - restricted_probs, P_HAT_BINS: found here too
     P_HAT_BINS,
     TABLE_T,
@@ -252,10 +253,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences per range")
     p.add_argument("--seq-len", type=flags.bounded_int(1, flags.MAX_LENGTH),
                    default=300, help="test length (≥ 300 for Table 2)")
+    p.add_argument("--cpu-batch", action="store_true",
+                   help="with --train large: the batch-16 runs (for a machine without a GPU; "
+                   "every other setting kept)")
+
+
+def _recipes(args: argparse.Namespace) -> list[str]:
+    """The preset's runs; at large with ``--cpu-batch`` the batch-16 ones."""
+    check(not args.cpu_batch or args.train == "large", "--cpu-batch goes with --train large")
+    if args.train == "large":
+        return zoo.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
+    return list(FIGURE.recipes(args.train))
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    medium = (args.train or args.preset) == "medium"
+    level = args.train or args.preset
+    if level == "large":
+        return _compute_large(args, checkpoints)
+    medium = level in SEEDED
     check(len(checkpoints) >= 1 and (medium or len(checkpoints) == 1),
           f"markov_holdout takes exactly one checkpoint (or --train quick / medium), got "
           f"{len(checkpoints)}")
@@ -274,7 +289,32 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     if not medium:
         return runs[0]
     result = combine(runs)
-    result["level"] = "medium"
+    result["level"] = level
+    return result
+
+
+# the width whose seeds the claims read at large (medium's, so that the level reads medium's
+# setting deeper); every width's combined result is in ``by_width``
+LARGE_CLAIM_WIDTH = 16
+
+
+def _compute_large(args, checkpoints: list[Checkpoint]) -> dict:
+    """Large: the runs grouped by width d = N, each group's seeds combined as at medium; the
+    claims read the :data:`LARGE_CLAIM_WIDTH` group (top level), ``by_width`` holds all."""
+    by_width: dict[int, list[Checkpoint]] = {}
+    for c in checkpoints:
+        m = load_model(c.path, archs=ARCHS, device="cpu")
+        by_width.setdefault(int(m.cfg.d_model), []).append(c)
+    check(LARGE_CLAIM_WIDTH in by_width, f"the large runs must include d = {LARGE_CLAIM_WIDTH} "
+          f"(the claims read it), got d = {sorted(by_width)}")
+    results = {}
+    for w, cs in sorted(by_width.items()):
+        sub = argparse.Namespace(**{**vars(args), "train": "medium", "preset": "medium"})
+        results[w] = _compute(sub, cs)
+        results[w]["level"] = "large"
+    result = dict(results[LARGE_CLAIM_WIDTH])
+    result["by_width"] = {str(w): r for w, r in results.items()}
+    result["claim_width"] = LARGE_CLAIM_WIDTH
     return result
 
 
@@ -414,14 +454,16 @@ FIGURE = Figure(
      Claim("(medium; our check, not in the paper) on held-out kernels the model is no closer "
            "to add-β than the Bayes predictor of its training prior, which stays in [0, 0.5]",
            claim_restricted)),
-    presets=("quick", "medium", "paper"),
+    presets=("quick", "medium", "large", "paper"),
     recipes=lambda preset: (zoo.markov_holdout_medium_recipes() if preset == "medium"
+                            else zoo.markov_holdout_large_recipes() if preset == "large"
                             else (RECIPE,)))
 
 
 def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE, add_arguments=add_arguments, threads=1)
+                        figure=FIGURE, add_arguments=add_arguments, threads=1,
+                        recipes=_recipes)
 
 
 if __name__ == "__main__":

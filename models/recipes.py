@@ -424,10 +424,8 @@ def _induction_medium() -> Iterator[Recipe]:
 # machine with one 80 GB GPU and 16 CPU cores (each analysis <= 10 min, the level <= 60 min).
 # Small models run side by side: the copy and lookup models several at once on the one GPU,
 # the tiny ones (STU, Markov, memorization) one per CPU core, where a GPU does not help (a
-# tiny model is launch-bound there). Which device each job uses: LARGE_DEVICES, read by the
-# reproduce plan.
-LARGE_DEVICES = {"copy": "auto", "lookup": "auto", "induction": "cpu", "markov_holdout": "cpu",
-                 "memorization": "cpu"}
+# tiny model is launch-bound there). Which device each job uses: the reproduce plan's
+# PLACEMENT (analyses.reproduce.plan).
 
 # Copy paper Fig. 1a / 9b at large: strings of random length 1..L over the paper's 26
 # letters for L = 10, 20, 30 (Fig. 9b's L <= 30 is where the paper puts Mamba ~10x and the
@@ -601,41 +599,52 @@ def _lookup_large() -> Iterator[Recipe]:
 # Markov paper Table 2 (App. E.5) at large: Table 7 in full where medium cut it — 10,000
 # steps, sequences of 512, batch 64 — at every d = N of {8, 16, 32} (Table 7's grid; medium
 # had 16 only), 5 seeds; the authors' model and optimiser as at medium (MARKOV_HOLDOUT_MEDIUM).
-# Warm-up 2 % as medium's. ``--batch-size 16`` on the analysis' train flags is the CPU
-# fallback the issue names (every other setting kept).
-MARKOV_HOLDOUT_LARGE = {"seeds": (0, 1, 2, 3, 4), "widths": (8, 16, 32),
+# Warm-up 2 % as medium's. Batch 16 (``_b16`` recipes; ``analyses.markov_holdout --train large
+# --cpu-batch``) is the fallback for a machine without a GPU: Table 7's smallest batch, every
+# other setting kept (issue 36 §2).
+MARKOV_HOLDOUT_LARGE = {"seeds": (0, 1, 2, 3, 4), "widths": (8, 16, 32), "cpu_batch": 16,
                         "task": {"seq_len": 512},
                         "train": {"steps": 10000, "batch_size": 64, "warmup_steps": 200,
                                   "eval_every": 2500}}
 
 
-def markov_holdout_large_name(width: int, seed: int) -> str:
-    return f"markov_holdout_large/mamba2_d{width}_s{seed}"
+def markov_holdout_large_name(width: int, seed: int, cpu_batch: bool = False) -> str:
+    batch = f"_b{MARKOV_HOLDOUT_LARGE['cpu_batch']}" if cpu_batch else ""
+    return f"markov_holdout_large/mamba2_d{width}{batch}_s{seed}"
 
 
-def markov_holdout_large_recipes(widths: Iterable[int] | None = None) -> list[str]:
+def markov_holdout_large_recipes(widths: Iterable[int] | None = None,
+                                 cpu_batch: bool = False) -> list[str]:
+    """The large hold-out runs of ``widths`` (default: all), every seed; ``cpu_batch``: the
+    batch-16 fallback for a machine without a GPU."""
     widths = list(widths or MARKOV_HOLDOUT_LARGE["widths"])
     check(all(w in MARKOV_HOLDOUT_LARGE["widths"] for w in widths),
           f"the large Markov hold-out widths are {MARKOV_HOLDOUT_LARGE['widths']}, got {widths}")
-    return [markov_holdout_large_name(w, s) for w in widths for s in MARKOV_HOLDOUT_LARGE["seeds"]]
+    return [markov_holdout_large_name(w, s, cpu_batch) for w in widths
+            for s in MARKOV_HOLDOUT_LARGE["seeds"]]
 
 
 def _markov_holdout_large() -> Iterator[Recipe]:
     rows = _markov_rows("quick", ("model", "task", "train"))
-    for w in MARKOV_HOLDOUT_LARGE["widths"]:
-        for s in MARKOV_HOLDOUT_LARGE["seeds"]:
-            yield Recipe(markov_holdout_large_name(w, s), "markov_holdout", "mamba2",
-                         {"task": {"p_lo": 0.0, "p_hi": 0.5}},
-                         {"large": {
-                             # d = N (Table 7 ties them), MLP 4d as the preset row
-                             "model": {**rows["model"], **MARKOV_HOLDOUT_MEDIUM["model"],
-                                       "d_model": w, "d_state": w, "d_mlp": 4 * w},
-                             "task": {**rows["task"], **MARKOV_HOLDOUT_LARGE["task"]},
-                             "train": {**rows["train"], **MARKOV_HOLDOUT_MEDIUM["train"],
-                                       **MARKOV_HOLDOUT_LARGE["train"], "seed": s}}},
-                         levels=("large",),
-                         doc=f"the Markov paper's Mamba-2, d = N = {w}, trained on P(1|·) in "
-                             f"[0, 0.5] with Table 7's full budget, seed {s} (App. E.5)")
+    large = MARKOV_HOLDOUT_LARGE
+    for cpu in (False, True):
+        batch = {"batch_size": large["cpu_batch"]} if cpu else {}
+        for w in large["widths"]:
+            for s in large["seeds"]:
+                yield Recipe(
+                    markov_holdout_large_name(w, s, cpu), "markov_holdout", "mamba2",
+                    {"task": {"p_lo": 0.0, "p_hi": 0.5}},
+                    {"large": {
+                        # d = N (Table 7 ties them), MLP 4d as the preset row
+                        "model": {**rows["model"], **MARKOV_HOLDOUT_MEDIUM["model"],
+                                  "d_model": w, "d_state": w, "d_mlp": 4 * w},
+                        "task": {**rows["task"], **large["task"]},
+                        "train": {**rows["train"], **MARKOV_HOLDOUT_MEDIUM["train"],
+                                  **large["train"], **batch, "seed": s}}},
+                    levels=("large",),
+                    doc=f"the Markov paper's Mamba-2, d = N = {w}, trained on P(1|·) in [0, 0.5] "
+                        f"with Table 7's full budget{' at batch 16 (CPU)' if cpu else ''}, "
+                        f"seed {s} (App. E.5)")
 # ---- end large
 
 

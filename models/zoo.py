@@ -41,7 +41,6 @@ from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAM
     INDUCTION_MEDIUM_QS,
     INDUCTION_RUNS,
     INDUCTION_T,
-    LARGE_DEVICES,
     LOOKUP_LARGE,
     LOOKUP_MEDIUM,
     MARKOV_HOLDOUT_LARGE,

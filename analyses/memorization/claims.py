@@ -161,7 +161,7 @@ FIGURE = Figure(
      Claim("context, not the paper's reading of Fig. 2: Thm 3.1's Õ(d + n + √(nN)) "
            "parameters (a construction of width 16, depth Õ(n + √(nN)), bit complexity "
            "Õ(√(nN))) — a + b·√(nN) fits better than a line (medium)", claim_sqrt)),
-    presets=("quick", "medium", "paper"),
+    presets=("quick", "medium", "large", "paper"),
     recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
     dry_run_specs=dry_run_cells)  # the plan's grid: synthetic, token level

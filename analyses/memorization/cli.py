@@ -16,6 +16,7 @@ from typing import Any
 from analyses.common import Checkpoint, run_analysis
 from analyses.memorization.claims import FIGURE, fit_summary
 from analyses.memorization.grid import NAME, THRESHOLD, dry_run_cells
+from analyses.memorization.inverse import METHOD, plot_max_n, table_max_n
 from analyses.memorization.plots import (
     plot,
     plot_heatmap,
@@ -24,7 +25,7 @@ from analyses.memorization.plots import (
     plot_search_params,
 )
 from analyses.memorization.sweep import compute
-from figures.style import save_figure
+from figures.style import new_figure, save_figure
 from models import flags
 from models.sweep import backend_of
 from tasks.atomic import write_atomic
@@ -50,6 +51,8 @@ def write_csv(result: dict, path: str | Path) -> Path:
 def table(result: dict) -> list[list[Any]]:
     """Training error per N (rows) and width (columns), then the smallest memorising model;
     a search: per N, each seed's smallest memorising width and the parameter counts."""
+    if result.get("search", {}).get("method") == METHOD:
+        return table_max_n(result)
     if "search" in result:
         sr = result["search"]
         summ = sr["summary"]["non_embedding"]
@@ -70,6 +73,16 @@ def table(result: dict) -> list[list[Any]]:
     rows.append(["params", *result["params_total"], "", "", ""])
     rows.append(["non-emb", *result["params_non_embedding"], "", "", ""])
     return rows
+
+
+def _plot(result: dict):
+    """Both panels (:func:`~.plots.plot`); the inverted search's Fig. 2 beside its probes."""
+    if result.get("search", {}).get("method") != METHOD:
+        return plot(result)
+    fig, (a, b) = new_figure(2, width_per_panel=4.5, height=3.6)
+    plot_probes(result, a)
+    plot_max_n(result, b)
+    return fig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,14 +137,16 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     csv_path = write_csv(result, out / f"{name}_cells.csv")
     if "search" in result:
         save_figure(plot_probes(result), out / f"{name}_probes.png")
-        save_figure(plot_search_params(result), out / f"{name}_params.png")
+        save_figure(plot_max_n(result) if result["search"].get("method") == METHOD
+                    else plot_search_params(result), out / f"{name}_params.png")
         print(f"wrote {out / (name + '_probes.png')}, {out / (name + '_params.png')}, "
               f"{csv_path}")
         print(f"{result['cells_trained']} cells trained ({result['train_cpu_s']} CPU-s), "
               f"{result['cells_reused']} reused, {result['wall_time_s']} s wall "
               f"({result['backend']}); {fit_summary(result)}")
         for c in result["cells_failed"]:
-            print(f"search of seed {c['seed']} failed after {c['attempts']} attempt(s): "
+            print(f"search of seed {c['seed']}{' m=' + str(c['d_model']) if 'd_model' in c else ''}"
+                  f" failed after {c['attempts']} attempt(s): "
                   f"{c['error']}")
         return result
     save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
@@ -151,7 +166,7 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
 def main(argv=None) -> int:
     """Exit 0, or 1 when the outputs were written but some cells failed on every attempt
     (rerun to retry just those)."""
-    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
+    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=_plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         dry_run_specs=lambda a: dry_run_cells(
                             a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),

@@ -42,6 +42,13 @@ class Search:
     n_examples: tuple[int, ...]
     seeds: int = 1
     long: Long | None = None
+    # "min_width": per N, the smallest memorising width (medium); "max_n": per width, the
+    # largest memorised N of the ``n_examples`` ladder (large; analyses.memorization.inverse)
+    method: str = "min_width"
+
+    def __post_init__(self):
+        check(self.method in ("min_width", "max_n"),
+              f"search method must be min_width or max_n, got {self.method!r}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,10 @@ class GridRow:
     train: Mapping[str, Any] = field(default_factory=dict)
     search: Search | None = None
 
+
+# The large row's dataset sizes: 8 a doubling from 8 to 4096 (what
+# analyses.memorization.inverse.n_ladder(8, 4096, 8) gives; tests check it).
+LARGE_SIZES = tuple(sorted({round(8 * 2 ** (i / 8)) for i in range(73)}))
 
 # Model shape (L, h, q = 4m) comes from the preset rows; only the width varies here. Quick sizes
 # keep the synthetic grids CPU-sized, with widths chosen to straddle the memorization boundary
@@ -99,6 +110,18 @@ GRIDS: dict[tuple[str, str, str], GridRow] = {
         widths=(*range(2, 17), *range(18, 33, 2), 36, 40, 44, 48),
         search=Search(n_examples=(16, 25, 38, 59, 91, 140, 215, 332, 512), seeds=2),
         patience=10),
+    # Large (issue 36 §2): the search inverted — for each of 8 widths spanning ~30x in
+    # parameters (geometric in the parameter count, widths 4..26), the largest N memorised,
+    # bisected over a ladder of 8 sizes a doubling (~9 % apart) up to 4096 nested prefixes of
+    # one set per seed: the parameter count of each point is exact, where medium's width
+    # ladder quantised it. Medium's task, one head, full batch (4096 >= N) and its uniform
+    # 8,000-step budget (issue 27: the budget sets the boundary, so it is the same at every
+    # cell). Two seeds; every (width, seed) search is one process on one CPU core.
+    ("large", "synthetic", "token"): GridRow(
+        task={"n_examples": 4096, "seq_len": 8, "vocab": 16, "n_classes": 4},
+        model={"n_heads": 1}, train={"batch_size": 4096, "steps": 8000},
+        widths=(4, 5, 7, 9, 12, 15, 20, 26),
+        search=Search(n_examples=LARGE_SIZES, seeds=2, method="max_n"), patience=10),
     # Paper (§5.1, App. F): 14,000 CoNLL sentences, widths m = 12, 24, …; 50,000 MNLI pairs,
     # m = 96, 192, …; 1,500 / 7,500 steps. Sized for a GPU.
     ("paper", "conll", "token"): GridRow(

@@ -25,6 +25,7 @@ from analyses.memorization.grid import (
     CellSpace,
     grid_settings,
 )
+from analyses.memorization.inverse import METHOD, compute_max_n
 from analyses.memorization.search import (
     SearchJob,
     run_search,
@@ -127,6 +128,10 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     space = CellSpace.of(data, level, preset, task_config, model, train)
     patience = grid.patience if patience is None else patience
     store = CellStore(Path(out_dir) / f"{space.name}_cells", fresh)
+    if grid.search and grid.search.method == METHOD:
+        return compute_inverse(space, store, threshold=threshold, patience=patience,
+                               n_jobs=n_jobs, device=device, progress=progress,
+                               backend=backend, seeds=seeds, widths=widths)
     if grid.search:
         return compute_search(space, store, widths=widths, fractions=fractions,
                               threshold=threshold, patience=patience, n_jobs=n_jobs,
@@ -168,6 +173,27 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
                          for i in ran.failed()],
         **run_record(next(iter(specs.values())), ran.wall, space.name, per_cell=("fraction",)),
     })
+    return result
+
+
+def compute_inverse(space: CellSpace, store: CellStore, *, threshold: float, patience: int,
+                    n_jobs: int, device: str, progress: bool, backend: Backend | None,
+                    seeds: int | None, widths: tuple[int, ...] | None) -> dict[str, Any]:
+    """Fig. 2 by the inverted search (:func:`~.inverse.compute_max_n`: per width the largest
+    N memorised), with the fields every run's JSON has."""
+    check_settings((), threshold, patience, n_jobs)
+    backend = backend or Backend(jobs=n_jobs)
+    result = compute_max_n(space, store, run_jobs, threshold=threshold, patience=patience,
+                           n_jobs=n_jobs, device=device, progress=progress, backend=backend,
+                           seeds=seeds, widths=widths)
+    settings = CellSettings(threshold, patience, str(resolve_device(device)))
+    grid = grid_settings(space.preset, space.data, space.level)
+    total = space.task_config["n_examples"]
+    any_spec = space.spec(min(widths or grid.widths), min(grid.search.n_examples) / total,
+                          seed=space.task_config.get("seed", 0))
+    result.update({**run_fields(space, settings, backend),
+                   **run_record(any_spec, result.pop("wall"), space.name,
+                                per_cell=("fraction", "seed"))})
     return result
 
 

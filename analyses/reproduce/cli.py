@@ -26,6 +26,7 @@ from analyses.reproduce.plan import (
     build_jobs,
     default_jobs,
     figure_of,
+    placement,
     plan_models,
     seed_ranges,
 )
@@ -37,6 +38,7 @@ from models.sweep import add_backend_arguments, backend_of
 from models.train import dryrun
 from models.train.cache import check_cache_dir
 from models.train.costs import StepCosts
+from models.train.gpu_costs import REFERENCE_CARD, UTILISATION, device_kind
 from tasks.atomic import write_atomic
 from tasks.base import check
 
@@ -51,7 +53,8 @@ def _parser() -> OneLineParser:
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these")
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
     p.add_argument("--out", default=None,
-                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium)")
+                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium, "
+                   f"{DEFAULT_OUT / 'large'} for --large)")
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--timeout", type=flags.bounded_float(0, flags.MAX_SECONDS, open_lo=True),
                    default=3600.0, help="seconds per job")
@@ -100,14 +103,28 @@ def _eta_line(eta: Eta, slots: int) -> str:
             f"({eta.sources()})")
 
 
-def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int) -> int:
+def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
+          device: str = "cpu") -> int:
+    """The plan and its estimated wall time; ``device`` ``cuda`` (given, or ``auto`` on a GPU
+    machine) estimates it for one GPU from the CUDA step-cost table, on any machine."""
+    kind = device_kind(device)
     for n in names:
         fig = figure_of(n)
         recipes = ", ".join(seed_ranges(fig.recipes(preset))) if fig.trains else ""
-        print(f"{n:24s} {fig.paper}" + (f"  [{recipes}]" if recipes else ""))
+        device, jobs = placement(n, preset)
+        where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
+                 if device else "")
+        print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
     jobs = build_jobs(names, preset, out, cache)
-    eta = Eta.of(jobs, slots, preset, StepCosts.load().timed(), _timings_if_any(out, preset))
+    # an earlier run's times here are of this machine's device, not a GPU's: not used for one
+    timings = _timings_if_any(out, preset) if kind != "cuda" else {}
+    eta = Eta.of(jobs, slots, preset, StepCosts.load(device=kind).timed(), timings)
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
+    if kind == "cuda":
+        print(f"GPU estimate: training jobs on one {REFERENCE_CARD}, their steps only "
+              "(start-up, torch.compile and evaluations not counted), measured where the CUDA "
+              f"table has the run, else its FLOPs at {UTILISATION:.0%} of the peak of its "
+              "precision; analyses at their CPU seconds")
     return 0
 
 
@@ -127,10 +144,12 @@ def body(argv: list[str] | None) -> int:
     check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.preset} "
           "level")
     if args.out is None:
-        args.out = str(DEFAULT_OUT / "medium" if args.preset == "medium" else DEFAULT_OUT)
+        args.out = str(DEFAULT_OUT / args.preset if args.preset in ("medium", "large")
+                       else DEFAULT_OUT)
     out, cache = Path(args.out), Path(args.cache_dir)
     if args.list:
-        return _list(names, args.preset, out, cache, args.jobs or default_jobs(args.preset))
+        return _list(names, args.preset, out, cache, args.jobs or default_jobs(args.preset),
+                     args.device)
     if args.dry_run:
         check_output_dir(out)
         return dryrun.report(plan_models(names, args.preset), args.device, out)

@@ -24,6 +24,30 @@ PLAN: tuple[str, ...] = (
 )
 TRAIN = "train:"  # prefix of the jobs that train a zoo recipe
 
+# Where a level's jobs run, for the levels that say (the others: the analyses' defaults, the
+# zoo's training on "auto"): analysis -> (device, jobs). The device is that of the analysis and
+# of every recipe it trains (both get ``--device``, so a checkpoint is asked for on the device
+# it was trained on); ``jobs``, where not None, is the cores its own job keeps busy, passed as
+# its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
+# Large (issue 36 §2; one GPU and 16 CPU cores): the tiny models (STU, the Markov Mamba-2, the
+# memorization cells) on CPU cores, one process per core, because on a GPU they are
+# launch-bound; the copy and lookup models (~1M parameters, contexts of 420) on the GPU
+# ("auto": the GPU where there is one, so the level also runs on a CPU-only machine), several
+# processes at once; copy_efficiency trains its best lrs' other seeds itself, memorization its
+# (width, seed) searches.
+PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
+    "large": {"copy_efficiency": ("auto", 8), "ngram_lookup": ("auto", None),
+              "stu_induction": ("cpu", None), "markov_holdout": ("cpu", None),
+              "memorization": ("cpu", 16)},
+}
+
+
+def placement(name: str, preset: str) -> tuple[str | None, int | None]:
+    """(device, jobs) of analysis ``name`` at ``preset`` (:data:`PLACEMENT`; (None, None):
+    the defaults). ``jobs`` is capped at this machine's cores."""
+    device, jobs = PLACEMENT.get(preset, {}).get(name, (None, None))
+    return device, None if jobs is None else max(1, min(jobs, os.cpu_count() or 1))
+
 
 def figure_of(name: str) -> Figure:
     return importlib.import_module(f"analyses.{name}").FIGURE
@@ -39,6 +63,7 @@ class Job:
     slots: int = 1  # cores it keeps busy
     after: tuple[str, ...] = ()  # jobs that must have succeeded first
     figure: Figure | None = None  # analyses only
+    device: str | None = None  # the --device it was given (None: its default)
 
     @property
     def recipe(self) -> str | None:
@@ -58,8 +83,10 @@ class Job:
 
 def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -> list[str]:
     train = ["--train", preset, "--cache-dir", str(cache)] if fig.trains else []
+    device, jobs = placement(name, preset)
+    placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
     return [sys.executable, "-m", f"analyses.{name}", f"--{preset}", "--out", str(out), *train,
-            *fig.extra_args(preset)]
+            *fig.extra_args(preset), *placed]
 
 
 def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> list[Job]:
@@ -67,23 +94,26 @@ def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> lis
     its ``init_from`` recipe), then one job per analysis, after its recipes' training."""
     jobs: dict[str, Job] = {}
 
-    def need(recipe: str) -> str:
+    def need(recipe: str, device: str | None) -> str:
         name = TRAIN + recipe
         if name not in jobs:
             parent = zoo.dependencies(recipe, preset)[-1:]
-            after = tuple(need(p) for p in parent if zoo.status(p, preset, cache) != "cached")
+            after = tuple(need(p, device) for p in parent
+                          if zoo.status(p, preset, cache) != "cached")
+            on = ("--device", device) if device else ()
             jobs[name] = Job(name, (sys.executable, "-m", "models.zoo", "train", recipe,
-                                    f"--{preset}", "--cache-dir", str(cache), "--no-progress"),
-                             zoo.recipe(recipe).slots, after)
+                                    f"--{preset}", "--cache-dir", str(cache), "--no-progress",
+                                    *on), zoo.recipe(recipe).slots, after, device=device)
         return name
 
     analyses = []
     for n in names:
         fig = figure_of(n)
+        device, slots = placement(n, preset)
         recipes = list(fig.recipes(preset)) if fig.trains else []
-        after = [need(r) for r in recipes if zoo.status(r, preset, cache) != "cached"]
-        analyses.append(Job(n, tuple(analysis_argv(n, fig, preset, out, cache)), fig.slots,
-                            tuple(dict.fromkeys(after)), fig))
+        after = [need(r, device) for r in recipes if zoo.status(r, preset, cache) != "cached"]
+        analyses.append(Job(n, tuple(analysis_argv(n, fig, preset, out, cache)),
+                            slots or fig.slots, tuple(dict.fromkeys(after)), fig, device))
     return [*jobs.values(), *analyses]
 
 
@@ -124,7 +154,10 @@ def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Bui
 
 def default_jobs(preset: str) -> int:
     """Quick and medium: two cores' worth at once (most models are too small to use a second
-    thread, the copy models take both). Paper: one at a time, each with the whole GPU."""
+    thread, the copy models take both). Large: every core (its small models side by side,
+    :data:`PLACEMENT`). Paper: one at a time, each with the whole GPU."""
+    if preset == "large":
+        return os.cpu_count() or 1
     return 1 if preset == "paper" else min(2, os.cpu_count() or 1)
 
 

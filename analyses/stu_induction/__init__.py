@@ -217,6 +217,8 @@ def induction_recipes(preset: str, archs: tuple[str, ...] | None = None,
     runs it has."""
     if preset == "medium":
         return _medium_recipes(archs, qs, seeds)
+    if preset == "large":  # both STUs at every q, two lrs, 16 seeds (zoo.INDUCTION_LARGE_*)
+        return zoo.induction_large_recipes(archs, qs, seeds)
     archs = archs or DEFAULT_ARCHS
     runs = zoo.INDUCTION_RUNS[preset]
     qs = tuple(qs or runs["qs"])
@@ -274,14 +276,15 @@ FIGURE = Figure(
      Claim("(finding) the reference code's tensordot STU (one filter mixture shared by the ± "
            "branches) reads even lags only: at its training length it recalls no better than "
            "right at even lags and chance at odd ones", claim_shared_mixture)),
-    presets=("quick", "medium", "paper"), recipes=induction_recipes)
+    presets=("quick", "medium", "large", "paper"), recipes=induction_recipes)
 
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default=None,
                    help="architectures trained by --train (default: stu,transformer,mamba2; "
-                   f"medium: the labels {','.join(zoo.INDUCTION_MEDIUM_MODELS)})")
+                   f"medium: the labels {','.join(zoo.INDUCTION_MEDIUM_MODELS)}; large: "
+                   f"{','.join(zoo.INDUCTION_LARGE_MODELS)})")
     p.add_argument("--qs", type=flags.fraction_list(0, 1, open_lo=True),
                    default=None, help="training lengths T^q with T = 256, from the "
                    "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.train.presets import SEEDED
 from probes.induction import even_lags_accuracy
 
 GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"
@@ -38,9 +39,9 @@ def claim_recall(d: dict) -> tuple[str, bool]:
 
 
 def _medium_rows(d: dict, arch: str) -> dict[int, dict] | None:
-    """{training length: row} of ``arch``; None unless ``d`` is a medium run (the readers
-    below are about runs trained to convergence)."""
-    if d.get("preset") != "medium":
+    """{training length: row} of ``arch``; None unless ``d`` is a medium or large run (the
+    readers below are about runs trained to convergence)."""
+    if d.get("preset") not in SEEDED:
         return None
     return {r["train_length"]: r for r in d["rows"] if r["arch"] == arch}
 
@@ -92,6 +93,8 @@ def claim_vs_baselines(d: dict) -> tuple[str, bool | None] | None:
     if stu is None:
         return None  # a medium claim (runs trained to convergence)
     base = {a: _medium_rows(d, a) for a in BASELINES}
+    if not any(base.values()):
+        return None  # no baselines in this run set (large: medium settled them)
     parts, ok = [], bool(stu)
     for L, r in sorted(stu.items()):
         others = {a: rows[L]["longest"]["median"] for a, rows in base.items() if L in rows}
@@ -125,8 +128,8 @@ def claim_blank_zero(d: dict) -> tuple[str, bool | None] | None:
     (BLANK then adds nothing to the first layer's filtered sums), the STU recalls below its
     training length as is (mean >= 0.9 at every training length with shorter ones)."""
     rows = _medium_rows(d, STU_BLANK0)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
+    if not rows:
+        return None  # a medium claim (runs trained to convergence), with that ablation
     parts, ok = [], True
     for L, r in sorted(rows.items()):
         at_T = [a[-1] for a in r["acc_per_model"]]

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from analyses import reproduce
 from models.train import dryrun, gpu_costs
+from models.train.costs import StepCosts
 from models.train.dryrun import plan_row, recipe_spec
 from models.train.gpu_costs import CudaTable, cuda_table, run_settings
 
@@ -104,3 +106,25 @@ def test_dry_run_hours_measured_or_projected_at_the_runs_precision():
     assert cells[1][6].startswith("measured 0.626") and cells[2][6] == "projection (fp32)"
     doc = dryrun.summary([measured, fp32], "cpu", 1.0)
     assert doc["gpu_hours_measured"] == 1 and doc["gpu_hours_projected"] == 1
+
+
+def test_step_costs_on_cuda_measured_or_projected():
+    costs = StepCosts.load(device="cuda").timed()
+    assert costs.unit_s == 0.0  # seconds already: no reference step timed
+    rope = paper("copy/rope")  # "auto": bf16 + compile on a GPU, the report's 0.070 row
+    est = costs.run(rope)
+    assert est.source == "measured" and est.seconds == pytest.approx(0.070 * rope.train.steps)
+    assert costs.run(paper("copy/mamba")).source == "projection"
+    assert StepCosts.load(device="cpu").run(rope) is None or \
+        StepCosts.load(device="cpu").timed().run(rope).source != "measured"
+
+
+@pytest.mark.parametrize("level, only, measured", [("quick", "copy_efficiency", False),
+                                                   ("paper", "copy_efficiency", True)])
+def test_list_estimates_a_gpu_plan_on_a_cpu_machine(level, only, measured, tmp_path, capsys):
+    assert reproduce.main([f"--{level}", "--list", "--device", "cuda", "--only", only,
+                           "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "GPU estimate: training jobs on one NVIDIA H100" in out
+    assert "estimated" in out and "FLOPs projection" in out
+    assert ("CUDA step-cost table (step times measured on a GPU)" in out) == measured

@@ -136,5 +136,8 @@ class Eta:
             counts[src] = counts.get(src, 0) + 1
         words = {"timings": "the last run's times", "table": "the step-cost table",
                  "flops": "the table's rate for their architecture",
-                 "median": "the table's median analysis", "none": "no estimate (mean used)"}
-        return ", ".join(f"{n} from {words.get(s, s)}" for s, n in counts.items())
+                 "median": "the table's median analysis", "none": "no estimate (mean used)",
+                 "measured": "the CUDA step-cost table (step times measured on a GPU)",
+                 "projection": "a FLOPs projection (no measured GPU step time)"}
+        return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
+                         for s, n in counts.items())

@@ -17,6 +17,12 @@ A run whose key is not in the table (a new recipe, another size) is estimated fr
 table's rows of its architecture: their cost per training FLOP (:func:`~models.train.dryrun.
 flops_per_token`) times this run's FLOPs per step. None when the table has no row of the
 architecture: the caller says it cannot estimate, never guesses.
+
+On a GPU (``StepCosts.load(device="cuda")``) a run costs its steps times the seconds per step
+of the CUDA table (:mod:`models.train.gpu_costs`: measured on a named card) where it has the
+run's row, else its FLOPs at the assumed utilisation of its precision's peak (a projection);
+the estimate's ``source`` says which. Start-up, ``torch.compile`` and evaluations are not in a
+GPU estimate: no GPU measurement of them is in the table.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 
 import torch
 
+from models.train import gpu_costs
+from models.train.config import resolve_train
 from models.train.dryrun import plan_row
 from models.train.runconfig import RunConfig
 
@@ -88,6 +96,8 @@ def cost_key(spec: RunConfig) -> str:
     config sets the sequence lengths), the batches and how the forward runs. Seeds, learning
     rates and step counts do not change it, so all seeds of a recipe share one row."""
     cfg = spec.train
+    if cfg.device_type == "auto":  # the table is measured on CPUs: an unresolved run as there
+        cfg = resolve_train(cfg, torch.device("cpu"))
     return json.dumps([spec.arch, spec.model_dict, spec.task_name, spec.task_dict, cfg.batch_size,
                        cfg.context, cfg.eval_batches, cfg.eval_batch_size, cfg.greedy_eval,
                        cfg.precision, cfg.compile], sort_keys=True, default=list)
@@ -106,7 +116,9 @@ class Estimate:
     """Seconds a run is expected to take on idle cores, and where the number comes from."""
 
     seconds: float
-    source: str  # "table" (this run's row), "flops" (its architecture's rate), or "timings"
+    # "table" (this run's row), "flops" (its architecture's rate), "timings"; on a GPU
+    # "measured" (the CUDA table's row) or "projection" (FLOPs at an assumed utilisation)
+    source: str
 
 
 @dataclass(frozen=True)
@@ -114,30 +126,39 @@ class StepCosts:
     """The shipped table: ``rows[key]`` = {"step", "eval", "start" (in reference steps),
     "flops_per_step", "arch", ...}, ``analysis_s[preset][name]`` = wall seconds of an
     analysis' own process in a real run, and the conditions it was measured under (``meta``).
-    ``unit_s``: seconds of a reference step here (:func:`reference_seconds`; 0 until timed)."""
+    ``unit_s``: seconds of a reference step here (:func:`reference_seconds`; 0 until timed).
+    ``device``: the kind of device the runs train on; ``"cuda"`` costs them from ``cuda``
+    (:class:`~models.train.gpu_costs.CudaTable`)."""
 
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     analysis_s: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     unit_s: float = 0.0
+    device: str = "cpu"
+    cuda: gpu_costs.CudaTable = field(default_factory=gpu_costs.CudaTable)
 
     @classmethod
-    def load(cls, path: Path = TABLE) -> StepCosts:
+    def load(cls, path: Path = TABLE, device: str = "cpu",
+             cuda_path: Path = gpu_costs.TABLE) -> StepCosts:
         """The table at ``path``; an empty one when it is missing, unreadable or of another
-        format (estimates are a convenience: never a reason to refuse a run)."""
+        format (estimates are a convenience: never a reason to refuse a run). ``device``
+        ``"cuda"``: runs are costed from the CUDA table at ``cuda_path`` (analyses' own
+        processes still from ``path``: they are not GPU work)."""
+        cuda = gpu_costs.CudaTable.load(cuda_path) if device == "cuda" else gpu_costs.CudaTable()
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, ValueError):
-            return cls()
+            doc = {}
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            return cls()
+            doc = {}
         return cls(dict(doc.get("rows", {})), dict(doc.get("analysis_s", {})),
-                   dict(doc.get("meta", {})))
+                   dict(doc.get("meta", {})), device=device, cuda=cuda)
 
     def timed(self) -> StepCosts:
-        """This table with the reference step timed on this machine now."""
-        return StepCosts(self.rows, self.analysis_s, self.meta,
-                         reference_seconds() if self.rows else 0.0)
+        """This table with the reference step timed on this machine now (a GPU estimate is in
+        seconds already: nothing to time)."""
+        unit = reference_seconds() if self.rows and self.device != "cuda" else 0.0
+        return StepCosts(self.rows, self.analysis_s, self.meta, unit, self.device, self.cuda)
 
     def _start(self) -> float:
         """A process's start-up (interpreter, imports), in reference steps: the rows' median."""
@@ -146,7 +167,9 @@ class StepCosts:
 
     def run(self, spec: RunConfig) -> Estimate | None:
         """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
-        :meth:`timed`)."""
+        :meth:`timed`); on a GPU, its steps (:meth:`gpu_run`)."""
+        if self.device == "cuda":
+            return self.gpu_run(spec)
         evals = evaluations(spec.train.steps, spec.train.eval_every)
         r = self.rows.get(cost_key(spec))
         if r is not None:
@@ -162,11 +185,26 @@ class StepCosts:
         units = self._start() + spec.train.steps * step + evals * eval_ratio * step
         return Estimate(units * self.unit_s, "flops")
 
+    def gpu_run(self, spec: RunConfig) -> Estimate:
+        """Seconds of ``spec``'s steps on one GPU: steps x the CUDA table's measured seconds
+        per step of this run (source ``"measured"``), else its FLOPs at the utilisation assumed
+        for its precision (``"projection"``)."""
+        row = plan_row(spec.arch, spec)  # this run's length and FLOPs (one batch, on the CPU)
+        cost = gpu_costs.measured_or_projected(
+            spec, row["seq_len"], row["flops_per_token"] * row["tokens_per_step"], self.cuda)
+        return Estimate(cost["seconds_per_step"] * spec.train.steps, cost["source"])
+
     def analysis(self, name: str, preset: str) -> Estimate | None:
         """Seconds of analysis ``name``'s own process at ``preset`` (models it reads from the
         zoo not included: they are jobs of their own); else the median analysis of that
         preset; None when the table has none."""
         known = self.analysis_s.get(preset, {})
+        if not known and self.device == "cuda" and self.analysis_s:
+            # a GPU plan of a level no run has timed yet: its analyses' own processes (CPU work
+            # beside the GPU's training) at the largest level timed, the closest in size
+            level = max(self.analysis_s, key=lambda lv: sum(self.analysis_s[lv].values()))
+            est = self.analysis(name, level)
+            return Estimate(est.seconds, f"level {level}") if est else None
         if name in known:
             return Estimate(float(known[name]), "table")
         if known:

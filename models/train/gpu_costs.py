@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from models.registry import model_class
 from models.train.runconfig import RunConfig
 from tasks.base import TaskError, config_from_dict, config_to_dict
@@ -61,6 +63,18 @@ def run_settings(spec: RunConfig, device_type: str) -> tuple[str, bool]:
     elif isinstance(comp, str):
         comp = comp.lower() in ("on", "true", "1", "yes")
     return precision, bool(comp)
+
+
+def device_kind(name: str) -> str:
+    """The kind (``cpu``, ``cuda``, ``mps``) a ``--device`` value names, without asking for the
+    device: a plan for a GPU machine is estimated on a machine without one. ``auto`` is this
+    machine's (cuda where available)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return torch.device(name).type
+    except RuntimeError:
+        raise TaskError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
 
 
 def micro_batch(spec: RunConfig) -> int:
@@ -145,6 +159,22 @@ class CudaTable:
     def rows(self, card: str | None = None) -> list[dict[str, Any]]:
         name = self.card(card)
         return list(self.cards[name].get("rows", [])) if name else []
+
+
+def measured_or_projected(spec: RunConfig, seq_len: int, flops_per_step: float,
+                          table: CudaTable | None = None,
+                          card: str | None = None) -> dict[str, Any]:
+    """One step of ``spec`` on ``card`` (default :data:`REFERENCE_CARD`): ``seconds_per_step``
+    and ``source`` (:data:`MEASURED`, with the table's ``row``, or :data:`PROJECTION`), and the
+    ``precision`` and ``compile`` it runs with on CUDA."""
+    table = cuda_table() if table is None else table
+    precision, comp = run_settings(spec, "cuda")
+    row = table.lookup(spec, seq_len, card)
+    if row is not None:
+        return {"seconds_per_step": float(row["seconds_per_step"]), "source": MEASURED,
+                "row": row, "precision": precision, "compile": comp}
+    return {"seconds_per_step": projected_seconds(flops_per_step, precision),
+            "source": PROJECTION, "precision": precision, "compile": comp}
 
 
 @functools.lru_cache(maxsize=4)

@@ -190,7 +190,7 @@ def test_lookup_prefix_claim():
     d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
     assert verdict(claim, d) is False
     d = lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1], "lstm": [0.2, 0.1, 0.1]})
-    assert verdict(claim, d) is False  # as good, but neither learnt it
+    assert isinstance(verdict(claim, d), Undecided)  # as good, but neither learnt it
     assert verdict(claim, lookup_json({}, {"lstm": [0.9, 0.9, 0.9]})) is None
 
 

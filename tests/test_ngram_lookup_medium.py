@@ -5,6 +5,7 @@ import json
 import pytest
 
 from analyses import ngram_lookup
+from analyses.common import Undecided
 from models import zoo
 from tasks.base import TaskError
 from tasks.lookup import NgramLookupTask
@@ -31,8 +32,16 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
     d = prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "hard_alibi'": [1.0, 1.0, 1.0],
                      "lstm": [1.0, 1.0, 1.0], "lstm'": [0.1, 0.1, 0.1]})
     assert claim(d)[1] is False
-    # as good, but neither learnt it
+    # as good, but neither learnt it in distribution (L = 10 <= 20): not decided
     d = prefix_json({"hard_alibi": [0.2, 0.1, 0.1], "mamba": [0.2, 0.1, 0.1]})
+    assert claim(d)[1] == Undecided.not_learnt(
+        f"no model reaches {ngram_lookup.LEARNT:.2f} up to its training length, so which learns "
+        "it better cannot be read")
+    # Mamba beats Hard-ALiBi, but neither learnt it (the medium run's case): not decided
+    d = prefix_json({"hard_alibi": [0.5, 0.3, 0.2], "mamba": [0.8, 0.4, 0.3]})
+    assert isinstance(claim(d)[1], Undecided)
+    # the transformer learnt it in distribution and the GSSM did not: does not hold
+    d = prefix_json({"hard_alibi": [0.95, 0.3, 0.2], "mamba": [0.5, 0.2, 0.1]})
     assert claim(d)[1] is False
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]}))[1] is None
 
@@ -45,8 +54,10 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
                         "lstm'": [1.0, 0.9, 0.94], "mamba": [1.0, 0.3, 0.2]}), "level": "medium"}
     text, holds = claim(d)
     assert holds is True
-    assert text.startswith("prefix key, up to the training length: hard_alibi 1.00, lstm 1.00 "
-                           "(seeds 1.00-1.00), mamba 1.00; ")
+    # what differs from the paper's setting first
+    assert text.startswith("not matched: strings <= 20 (paper: <= 30). prefix key, up to the "
+                           "training length: hard_alibi 1.00, lstm 1.00 (seeds 1.00-1.00), "
+                           "mamba 1.00; ")
     assert "beyond the training length, L = 40: hard_alibi 1.00, lstm 0.93 (seeds 0.90-0.96)" \
         in text and "mamba 0.30" in text
     assert "at L = 80: hard_alibi 0.90, lstm 0.93 (seeds 0.92-0.94), mamba 0.20" in text
@@ -57,8 +68,8 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
     d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [0.4, 0.3, 0.2],
                         "mamba": [0.5, 0.4, 0.3]}), "level": "medium"}
     text, holds = claim(d)
-    assert holds is None and text.endswith("no GSSM learnt it in distribution (>= 0.90), so how "
-                                           "it generalises cannot be read")
+    assert isinstance(holds, Undecided) and holds.reason.startswith(
+        "no model learnt the task: no GSSM reaches 0.90 up to its training length")
     assert "up to the training length: hard_alibi 1.00, lstm 0.40, mamba 0.50" in text
     assert claim(prefix_json({"hard_alibi": [1.0, 1.0, 0.9]}) | {"level": "medium"})[1] is None
     # the quick index leaves it out: no model learns the prefix key there
@@ -120,8 +131,11 @@ def test_prefix_length_claim_text_carries_the_setting():
 
 def test_prefix_claim_text_at_one_seed_is_the_quick_one():
     d = prefix_json({"hard_alibi": [0.1, 0.1, 0.1], "lstm": [0.0, 0.1, 0.2]})
-    assert ngram_lookup.claim_prefix(d) == (
-        "prefix key, mean accuracy over all lengths: hard_alibi 0.10, lstm 0.10", False)
+    text, holds = ngram_lookup.claim_prefix(d)
+    assert text == ("not matched: strings <= 20 (paper: <= 30). prefix key, mean accuracy over "
+                    "all lengths: hard_alibi 0.10, lstm 0.10; up to the training length: "
+                    "hard_alibi 0.10, lstm 0.00")
+    assert isinstance(holds, Undecided)  # neither learnt it: not "does not hold"
 
 
 def test_table_adds_the_seed_means():
@@ -191,7 +205,8 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     assert r["level"] == "medium"
     text = ngram_lookup.claim_prefix_length(r)[0]
     # the JSON records how the models trained, and the claim says it
-    assert text.startswith("prefix key, up to the training length: lstm ")
+    assert text.startswith("not matched: alphabet 8 (paper: 26); strings 6-8 (paper: <= 30)")
+    assert "prefix key, up to the training length: lstm " in text
     assert "; beyond the training length, L = 12: lstm " in text
     assert "alphabet 8 (paper: 26), strings 6-8 (paper: <= 30)" in text
     assert "one example a row, unpacked (paper: packed to 420)" in text

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from analyses import memorization as am
+from analyses.common import Undecided
 from models.registry import build_model
 from models.train.loop import loss_of, train
 from models.train.spec import make_spec
@@ -505,8 +506,10 @@ def test_shape_claims_both_ways():
     # residuals favour one shape but the exponent's interval holds the other: undecided
     for undecided in (search_json((1e4, 9e4, (0.45, 1.1))), search_json((9e4, 1e4, (0.6, 1.05)))):
         assert "undecided" in am.claim_sqrt(undecided)[0]
-        # neither shape shown: n/a, not "does not hold"
-        assert am.claim_sqrt(undecided)[1] is None and am.claim_linear(undecided)[1] is None
+        # neither shape shown: not decided at this level, not "does not hold" (nor n/a)
+        for claim in (am.claim_sqrt, am.claim_linear):
+            v = claim(undecided)[1]
+            assert isinstance(v, Undecided) and "either shape" in v.reason
     assert am.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
     grid = mem_json()  # the quick grid: too few N, the shape claims do not apply
     assert am.claim_sqrt(grid) is None and am.claim_linear(grid) is None
@@ -519,14 +522,19 @@ def test_concavity_only_at_small_n_both_ways():
     assert ok
     assert "N = 16…91: k = 0.60 [0.40, 0.90]" in text
     assert "N = 91…512: k = 1.00 [0.80, 1.20]" in text
-    for small, large in (((0.8, (0.5, 1.05)), (1.0, (0.8, 1.2))),  # small half may be linear
-                         ((0.6, (0.4, 0.9)), (0.6, (0.4, 0.95))),  # concave throughout
-                         ((0.6, (0.4, 0.9)), (1.5, (1.2, 1.8)))):  # convex at large N
-        assert not am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), small, large))[1]
+    for small, large in (((0.6, (0.4, 0.9)), (0.6, (0.4, 0.95))),  # concave throughout
+                         ((0.6, (0.4, 0.9)), (1.5, (1.2, 1.8))),  # convex at large N
+                         ((1.4, (1.1, 1.7)), (1.0, (0.8, 1.2)))):  # convex at small N
+        assert am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), small,
+                                                  large))[1] is False
+    # the small half's interval holds k < 1 and k = 1: either shape, not decided
+    v = am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), (0.8, (0.5, 1.05)),
+                                           (1.0, (0.8, 1.2))))[1]
+    assert isinstance(v, Undecided) and "either shape" in v.reason
     d = search_json((1e4, 9e4, (0.85, 1.1)))
     d["fits"]["non_embedding"]["power_small"] = {"k": None, "ci": None}  # too few N
     text, ok = am.claim_concave_small(d)
-    assert not ok and "N = 16…91: k n/a" in text
+    assert isinstance(ok, Undecided) and "N = 16…91: k n/a" in text
 
 
 def test_step_budgets_lengthen_the_largest_n():

@@ -3,7 +3,7 @@ and the :data:`FIGURE` the reproduce plan reads."""
 
 from __future__ import annotations
 
-from analyses.common import Claim, Figure, fmt, get
+from analyses.common import Claim, Figure, Undecided, Verdict, fmt, get
 from analyses.memorization.grid import dry_run_cells
 
 
@@ -95,13 +95,17 @@ def power_text(name: str, pw: dict | None) -> str:
     return f"{name} k = {pw['k']:.2f} [{pw['ci'][0]:.2f}, {pw['ci'][1]:.2f}]"
 
 
-def shape_holds(verdict: str, shape: str) -> bool | None:
+def shape_holds(verdict: str, shape: str) -> Verdict:
     """A shape claim from :func:`~analyses.memorization.stats.shape_verdict`: holds for its
-    shape, does not for the other, n/a (None) when the fit cannot tell them apart."""
-    return None if verdict == "undecided" else verdict == shape
+    shape, does not for the other, not decided at this level when the fit cannot tell them
+    apart (the exponent's interval holds both, or the residuals and the interval disagree)."""
+    if verdict == "undecided":
+        return Undecided.either_shape("the exponent's 95 % interval (or the residuals) fits "
+                                      "both the line and √(nN)")
+    return verdict == shape
 
 
-def claim_sqrt(d: dict) -> tuple[str, bool | None] | None:
+def claim_sqrt(d: dict) -> tuple[str, Verdict] | None:
     """Thm 3.1 as context: its Õ(d + n + √(nN)) is what a construction of depth Õ(n + √(nN))
     and bit complexity Õ(√(nN)) needs, not the paper's reading of Fig. 2 (fixed depth and
     precision: linear, Thms B.1 / B.2). Holds when a + b·√(nN) leaves smaller residuals than
@@ -112,7 +116,7 @@ def claim_sqrt(d: dict) -> tuple[str, bool | None] | None:
     return fit_summary(d), shape_holds(d["fits"]["non_embedding"]["verdict"], "sqrt")
 
 
-def claim_linear(d: dict) -> tuple[str, bool | None] | None:
+def claim_linear(d: dict) -> tuple[str, Verdict] | None:
     """§5.2's reading of Fig. 2: the smallest memorising model grows linearly in N — the line
     leaves smaller residuals than a + b·√(nN) and the exponent's interval excludes 1/2."""
     if "search" not in d:
@@ -121,9 +125,13 @@ def claim_linear(d: dict) -> tuple[str, bool | None] | None:
             shape_holds(d["fits"]["non_embedding"]["verdict"], "linear"))
 
 
-def claim_concave_small(d: dict) -> tuple[str, bool] | None:
+def claim_concave_small(d: dict) -> tuple[str, Verdict] | None:
     """§5.2: the concavity is "only at the low dataset size" — the exponent over the smaller
-    half of the N has its interval below 1 and the one over the larger half holds 1."""
+    half of the N has its interval below 1 and the one over the larger half holds 1. Does not
+    hold when the smaller half's interval lies above 1 (no concavity there) or the larger
+    half's excludes 1 (concave throughout, or not the line the paper reads there); not decided
+    when the smaller half's interval holds 1 (it fits a concave and a linear shape alike), or
+    a half has no interval."""
     if "search" not in d:
         return None
     fit = d["fits"]["non_embedding"]
@@ -133,9 +141,15 @@ def claim_concave_small(d: dict) -> tuple[str, bool] | None:
     text = (f"{power_text(f'N = {ns[0]}…{ns[half - 1]}:', small)}; "
             f"{power_text(f'N = {ns[-half]}…{ns[-1]}:', large)} (a + b*N^k per half, "
             f"95 % CI; {budget_text(d)})")
-    ok = (small.get("ci") is not None and large.get("ci") is not None
-          and small["ci"][1] < 1 and large["ci"][0] <= 1 <= large["ci"][1])
-    return text, ok
+    if small.get("ci") is None or large.get("ci") is None:
+        return text, Undecided("too few N in a half for an interval of its exponent")
+    (s_lo, s_hi), (l_lo, l_hi) = small["ci"], large["ci"]
+    if s_lo > 1 or (s_hi < 1 and not l_lo <= 1 <= l_hi):
+        return text, False
+    if s_hi < 1:
+        return text, True
+    return text, Undecided.either_shape(
+        f"the smaller half's interval [{s_lo:.2f}, {s_hi:.2f}] holds 1 as well as k < 1")
 
 
 def plan_args(preset: str) -> list[str]:

@@ -24,7 +24,7 @@ def test_a_level_with_a_base_is_an_overlay_on_it(monkeypatch):
     assert rows["train"]["steps"] == 7  # the medium row on top
     assert rows["model"] == quick["model"]  # the rest from quick
     assert rows["train"]["lr"] == quick["train"]["lr"]
-    with pytest.raises(TaskError, match="unknown preset 'huge'.*quick, medium, paper"):
+    with pytest.raises(TaskError, match="unknown preset 'huge'.*quick, medium, large, paper"):
         presets.preset_overrides("huge", "copy", "transformer")
 
 

@@ -12,6 +12,7 @@ import torch
 
 import models
 from analyses import stu_induction as A
+from analyses.common import Undecided
 from analyses.stu_induction import claims as C
 from models import zoo
 from models.train.loop import train
@@ -124,22 +125,40 @@ def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch,
 
 
 # ---------------------------------------------------------------------------- claim
-def stu_json(p_values, archs=None):
-    archs = archs or ["stu"] * len(p_values)
-    return {"chance": 0.25, "rows": [
-        {"arch": a, "train_length": 16 * (i + 1), "acc_per_model": [[0.9, 0.4], [0.8, 0.3]],
-         "longest": {"acc": 0.35, "length": 256, "p_value_vs_chance": p}}
-        for i, (a, p) in enumerate(zip(archs, p_values, strict=True))]}
+def stu_json(accs, archs=None, preset="quick"):
+    """STU rows trained at 64 (and 128, ...), evaluated at 256 on 2 seeds × 512 sequences:
+    ``accs`` their pooled accuracies at 256. The seen-lags bound at 64 -> 256 (D = 4) is
+    62/254 + (192/254)/4 = 0.433."""
+    archs = archs or ["stu"] * len(accs)
+    return {"chance": 0.25, "preset": preset, "lengths": [64, 128, 256], "n_eval": 512,
+            "rows": [
+                {"arch": a, "train_length": 64 * (i + 1), "n_models": 2,
+                 "acc_per_model": [[1.0, 0.6, acc], [0.95, 0.5, acc]],
+                 "longest": {"acc": acc, "length": 256, "n": 1024, "p_value_vs_chance": 1e-9}}
+                for i, (a, acc) in enumerate(zip(archs, accs, strict=True))]}
 
 
-def test_claim_recall_both_ways():
-    text, ok = A.claim_recall(stu_json([0.5, 1e-4]))
-    assert ok and "chance 0.25" in text and "best seed 0.40" in text and "1.0e-04" in text
-    assert not A.claim_recall(stu_json([0.5, 0.02]))[1]  # not significant at 1 %
-    # another architecture above chance does not make the STU claim hold
-    assert not A.claim_recall(stu_json([1e-9, 0.5], archs=["transformer (hard_alibi)",
-                                                           "stu"]))[1]
-    assert not A.claim_recall(stu_json([]))[1]  # no STU rows at all
+def test_claim_recall_reads_the_seen_lags_bound_not_chance():
+    # 0.38 at 256 is far above chance (0.25) but below the 0.433 of a model that recalls only
+    # the lags it saw at 64: no extrapolation, and at quick not decided (few seeds)
+    text, ok = A.claim_recall(stu_json([0.38]))
+    assert isinstance(ok, Undecided) and "paper's regime" in ok.reason
+    assert "seen-lags bound 0.43" in text and "best seed 0.38" in text
+    # well above the bound: holds
+    assert A.claim_recall(stu_json([0.5]))[1] is True
+    # a second training length above its own bound (128 -> 256: 0.62) is enough
+    assert A.claim_recall(stu_json([0.38, 0.7]))[1] is True
+    # the same at medium (seeds trained to convergence): does not hold
+    assert A.claim_recall(stu_json([0.38], preset="medium"))[1] is False
+    # no seed learnt the task at its training length: not decided (not learnt)
+    d = stu_json([0.38])
+    d["rows"][0]["acc_per_model"] = [[0.5, 0.4, 0.38], [0.6, 0.4, 0.38]]
+    v = A.claim_recall(d)[1]
+    assert isinstance(v, Undecided) and "learnt" in v.reason
+    # another architecture above the bound does not make the STU claim hold
+    assert A.claim_recall(stu_json([0.9, 0.38], archs=["transformer (hard_alibi)", "stu"]))[1] \
+        is not True
+    assert A.claim_recall(stu_json([]))[1] is None  # no STU rows at all
 
 
 @pytest.mark.slow

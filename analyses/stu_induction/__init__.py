@@ -263,8 +263,8 @@ def _selected_recipes(args: argparse.Namespace) -> list[str]:
 
 FIGURE = Figure(
     "STU on induction heads, trained short", "Spectral paper Fig. 5",
-    (Claim("STU trained short sometimes generalises to length T (above chance)",
-           claim_recall),
+    (Claim("STU trained short sometimes generalises to length T (above the seen-lags bound: "
+           "right at the lags seen in training, chance beyond)", claim_recall),
      Claim(f"Fig. 5 ({SETTING}): STU trained at T^q occasionally recalls all the way to T "
            f"(some seed >= {GENERALISES} at T; bimodal over seeds)", claim_generalise),
      Claim("§4.2: the STU length-generalises at least as well as Hard-ALiBi and Mamba-2 "

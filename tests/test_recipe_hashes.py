@@ -37,8 +37,8 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
     records: dict[str, dict] = {}
     real_spec = zoo.spec
 
-    def stub_spec(name, preset, cache_dir=cache_dir, train=None):
-        run = real_spec(name, preset, cache_dir, train)
+    def stub_spec(name, preset, cache_dir=cache_dir, train=None, device="cpu"):
+        run = real_spec(name, preset, cache_dir, train, device)
         path = cache.cache_path(run, cache_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()  # the child's recipe asks only that its parent exists

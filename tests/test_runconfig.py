@@ -5,6 +5,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
@@ -134,7 +135,9 @@ def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
                      task_config={"max_len": 6}, train={"steps": 2, "eval_every": 0})
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
     m = models.load(tmp_path / "m.pt")
-    assert RunConfig.of(m).hash() == spec.hash() and RunConfig.of(m) == spec
+    # the record holds what the CPU used ("auto" resolved), which keys as the spec did
+    assert RunConfig.of(m).hash() == spec.hash()
+    assert RunConfig.of(m) == spec.resolved(torch.device("cpu"))
     scratch = models.build_model("transformer", {"vocab_size": 30, "d_model": 16})
     with pytest.raises(TaskError, match="without a task"):
         RunConfig.of(scratch)

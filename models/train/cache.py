@@ -26,6 +26,8 @@ from tasks.base import TaskError, check
 
 
 def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
+    """Where ``spec``'s run is cached; resolve it for its device first
+    (:meth:`RunConfig.resolved`: an unresolved run is keyed as its CPU run)."""
     return Path(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
 
 
@@ -88,6 +90,9 @@ def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", de
     at step 0 (checkpoints along one run). Only where that is the same run: the spec may differ
     in ``steps`` alone and the schedule must be ``constant``, so the learning rate of a step
     does not depend on where the run ends."""
+    # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
+    # never served for a CUDA run, nor the reverse (their keys differ)
+    spec = spec.resolved(resolve_device(device))
     path = cache_path(spec, cache_dir)
     world = distributed.world()
     if world.is_main:

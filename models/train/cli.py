@@ -10,7 +10,9 @@ SIGTERM; the checkpoint was saved once training had started).
 
 ``torchrun --nproc_per_node N -m models.train …`` trains one DistributedDataParallel job over N
 processes (:mod:`models.train.distributed`): rank 0 speaks, holds ``--out`` and writes it;
-``--resume`` works as in one process. ``--precision bf16`` and ``--compile`` are config flags.
+``--resume`` works as in one process. ``--precision`` and ``--compile`` are config flags, "auto"
+by default (bf16 autocast and torch.compile on CUDA, fp32 eager elsewhere); ``--precision
+fp32`` and ``--no-compile`` (or ``--compile false``) win.
 ``python -m models.train.launch`` takes torchrun's flags and ends as this command does: a
 SIGTERM to it saves and exits 130 in one line (plain torchrun exits 1 with a traceback).
 """
@@ -22,6 +24,7 @@ import dataclasses
 import signal
 import sys
 import threading
+import types
 import typing
 from contextlib import nullcontext
 from typing import Any
@@ -57,8 +60,18 @@ RESERVED = ("task", "arch", "preset", "scale", "quick", "medium", "large", "pape
 
 
 def parse_value(text: str, tp, flag: str):
-    """A flag's text as the config field's type (bool, int, float, str, tuple[int, ...])."""
+    """A flag's text as the config field's type (bool, int, float, str, tuple[int, ...], or a
+    union of them: its first member that reads the text, e.g. ``bool | str`` for
+    ``--compile false`` and ``--compile auto``)."""
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for member in typing.get_args(tp):
+            if member is not type(None):
+                try:
+                    return parse_value(text, member, flag)
+                except TaskError:
+                    pass
+        raise TaskError(f"{flag}: cannot read {text!r} as {tp}")
     try:
         if tp is bool:
             low = text.lower()
@@ -118,10 +131,15 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             dest = f"{part}__{f.name}"
             owners[dest] = (part, f.name, tp)
             # a bool flag alone means true (--compile), as well as --compile false
-            bare = {"nargs": "?", "const": "true"} if tp is bool else {}
+            boolean = tp is bool or bool in typing.get_args(tp)
+            bare = {"nargs": "?", "const": "true"} if boolean else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
                                help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})",
                                **bare)
+            if boolean and seen[f.name] == 1 and f.name not in RESERVED:  # --no-compile
+                group.add_argument(f"--no-{f.name.replace('_', '-')}", dest=dest,
+                                   action="store_const", const="false",
+                                   help=f"{f.name} false")
     return p, owners
 
 

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from models.train import distributed
-from models.train.config import TrainConfig
+from models.train.compiled import CompiledForward
+from models.train.config import TrainConfig, resolve_train
 from models.train.distributed import World
 from tasks.base import IGNORE, Batch, check
 
@@ -92,9 +93,12 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
               world: World = distributed.SINGLE) -> StepLoss:
     """The training loss of one batch, its forward chosen once: ``model.log_probs``; under
     DDP, a DistributedDataParallel wrapper over this rank's slice (:func:`_shard_loss`); with
-    ``cfg.compile``, either through ``torch.compile``. ``precision="bf16"`` runs the forward
-    under ``torch.autocast``. Build it after the model's weights are final (a resume's): DDP
-    starts every rank from rank 0's weights."""
+    ``cfg.compile``, either through ``torch.compile`` (:class:`CompiledForward`: eager after
+    one warning if the compile fails). ``precision="bf16"`` runs the forward under
+    ``torch.autocast``. An "auto" field of ``cfg`` is resolved for ``dev`` first. Build it
+    after the model's weights are final (a resume's): DDP starts every rank from rank 0's
+    weights."""
+    cfg = resolve_train(cfg, dev)  # "auto" is never truthy here: it means "decide per device"
     forward: Callable[[torch.Tensor], torch.Tensor] = model.log_probs
     if cfg.checkpoint_blocks:
         check(hasattr(model, "run_blocks"),
@@ -107,8 +111,8 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
         no_sync = forward.no_sync
     elif cfg.compile:
         forward = _LogProbs(model)
-    if cfg.compile:
-        forward = torch.compile(forward)
+    if cfg.compile:  # a compile failure falls back to eager with one warning (compiled.py)
+        forward = CompiledForward(forward)
 
     def autocast():
         return (torch.autocast(dev.type, dtype=torch.bfloat16) if cfg.precision == "bf16"

@@ -17,11 +17,14 @@ setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``zoo.COPY_
 says what is matched and what is not): parameter-matched models (the transformers as the
 authors' GPT-NeoX: a quarter of each head rotated, parallel residual), strings of random length
 1..L, several seeds, a run stopped once past 90 %, every model at its own learning rate: the
-one a sweep over three lrs at every seed chose (:func:`best_lr`; ``zoo.COPY_MEDIUM_LR``;
-``--sweep`` trains the whole sweep again and then credits each model with its best); then
-samples to 50 % and 90 % (mean ± sd over seeds), per GSSM the ratio of its samples to the
-fastest transformer's (ratio of the means, and the per-seed ratios, seeds paired), and the same
-ratio at a longer L, where the paper finds the gap grows (Fig. 9b vs 1a).
+one a sweep over the lr grid at every seed chose (:func:`best_lr`; ``zoo.COPY_MEDIUM_LR``;
+``--sweep`` trains the whole sweep of ``zoo.COPY_MEDIUM["lrs"]`` again and then credits each
+model with its best; a chosen lr at an end of its grid is flagged, ``lr_edge``); then
+samples to 50 % and 90 % at exactly L, as Fig. 1a's caption scores (the score over the
+training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds), per GSSM
+the ratio of its samples to the fastest transformer's (ratio of the means, and the per-seed
+ratios, seeds paired), and the same ratio at a longer L, where the paper finds the gap grows
+(Fig. 9b vs 1a).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from probes.sample_efficiency import (  # noqa: F401 - best_lr, TRANSFORMERS: fo
     GSSMS,
     LEVELS,
     TRANSFORMERS,
+    acc_at,
     best_lr,
     gap_is_clear,
     lr_key,
@@ -71,15 +75,21 @@ NAME = "copy_efficiency"
 
 
 def compute(histories: dict[str, list[dict]], info: dict | None = None) -> dict:
-    """Curves and samples-to-accuracy for {label: checkpoint history}."""
+    """Curves and samples-to-accuracy for {label: checkpoint history}: over the training
+    distribution (``string_*``, ``char_*``) and, where ``info[label]["max_len"]`` names L and
+    the history scored it, at exactly L (``exact_string_*``, Fig. 1a's caption)."""
     curves, reach = {}, {}
     for label, hist in histories.items():
+        L = (info or {}).get(label, {}).get("max_len")
         rows = [{"samples_seen": int(h["samples_seen"]), "step": int(h.get("step", 0)),
                  "string_acc": h.get("string_acc"), "char_acc": h.get("char_acc"),
+                 "string_acc_at_L": None if L is None else acc_at(h, "string_acc_at", L),
                  "eval_loss": h.get("eval_loss")} for h in hist if "samples_seen" in h]
         curves[label] = rows
         reach[label] = {f"string_{lv}": samples_to_reach(rows, "string_acc", lv) for lv in LEVELS}
         reach[label].update({f"char_{lv}": samples_to_reach(rows, "char_acc", lv)
+                             for lv in LEVELS})
+        reach[label].update({f"exact_string_{lv}": samples_to_reach(rows, "string_acc_at_L", lv)
                              for lv in LEVELS})
     ratios = {}
     for key in (f"string_{LEVELS[-1]}", f"string_{LEVELS[0]}"):
@@ -146,7 +156,9 @@ def compute_medium(runs: list[dict], setting: dict | None = None,
     ratio a lower bound (``all_reached`` False). ``setting``: what was trained, as the zoo
     states it (the paper's setting and what could not be matched), passed through;
     ``level``: the level the runs are of (medium or large), recorded."""
-    flat, by_length = medium_by_length(runs)
+    # a model trained at one lr is flagged against the grid that chose it (zoo.COPY_MEDIUM_LR)
+    flat, by_length = medium_by_length(runs, zoo.COPY_MEDIUM_LR_GRID if level == "medium"
+                                       else None)
     return to_jsonable({"level": level, "runs": flat, "by_length": by_length,
                         "setting": setting or {}})
 
@@ -190,14 +202,17 @@ def plot_medium(result: dict):
         if run["length"] != base or not run.get("best_lr", True):
             continue
         label = run["label"]
-        axes[0].plot([r["samples_seen"] for r in run["curve"]],
-                     [np.nan if r["string_acc"] is None else r["string_acc"] for r in run["curve"]],
-                     color=COLORS.get(label), lw=1, alpha=0.8,
-                     label=None if label in seen else label)
+        x = [r["samples_seen"] for r in run["curve"]]
+        for key, ls in (("string_acc_at_L", "-"), ("string_acc", "--")):  # exactly L; 1..L
+            y = [np.nan if r.get(key) is None else r[key] for r in run["curve"]]
+            axes[0].plot(x, y, color=COLORS.get(label), lw=1 if ls == "-" else 0.7,
+                         ls=ls, alpha=0.8, label=None if label in seen or ls != "-" else label)
         seen.add(label)
     axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8)
     axes[0].set(xscale="log", xlabel="training examples seen", ylabel="string-level accuracy",
-                ylim=(-0.02, 1.02), title=f"copy, L = {base} (each seed, best lr)")
+                ylim=(-0.02, 1.02),
+                title=f"copy, L = {base} (each seed, best lr)\nsolid: at exactly L; "
+                      f"dashed: lengths 1..L")
     key = f"string_{LEVELS[-1]}"
     labels = list(dict.fromkeys(r["label"] for r in result["runs"]))
     for i, label in enumerate(labels):
@@ -277,26 +292,32 @@ def _plot_sweep(ax, m: dict, L: int) -> None:
 
 def table_medium(result: dict) -> list[list]:
     rows = [["L", "model", "params", "best lr", "reached 90%", "samples→50%", "samples→90%",
-             "×fastest transformer", "sweep: lr reached median→90%"]]
+             "→90% over 1..L", "×fastest transformer", "sweep: lr reached median→90%"]]
     key = f"string_{LEVELS[-1]}"
     for L, m in _by_length(result).items():
         for label, s in m["models"].items():
             cells = []
-            for lv in LEVELS:
-                x = s[f"string_{lv}"]
-                cells.append("never" if x["mean"] is None
+            for k in (*(f"string_{lv}" for lv in LEVELS), f"dist_string_{LEVELS[-1]}"):
+                x = s.get(k)
+                cells.append("-" if x is None else "never" if x["mean"] is None
                              else f"{x['mean']:,.0f} ± {x['sd']:,.0f}")
+            edge = (m.get("lr_edge") or {}).get(label)
             r = m["ratio_to_reference"].get(label)
             sweep = "; ".join(
                 f"{lr} {v[key]['reached']}/{len(v['seeds'])} {_median_text(v[key])}"
                 for lr, v in sorted(m.get("sweep", {}).get(label, {}).items(),
                                     key=lambda kv: float(kv[0]) if kv[0] != "-" else 0.0))
             rows.append([L, label, "-" if s.get("params") is None else f"{s['params']:,}",
-                         "-" if s.get("lr") is None else f"{s['lr']:g}",
+                         "-" if s.get("lr") is None else f"{s['lr']:g}"
+                         + (f" (at the {edge} end of {_grid_text(m, label)})" if edge else ""),
                          f"{s[key]['reached']}/{len(s['seeds'])}",
                          *cells, "reference" if label == m["reference"]
                          else _ratio_text(r) if r else "-", sweep or "-"])
     return rows
+
+
+def _grid_text(m: dict, label: str) -> str:
+    return "/".join(f"{x:g}" for x in (m.get("lr_grid") or {}).get(label, []))
 
 
 def _median_text(s: dict) -> str:

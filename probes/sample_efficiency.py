@@ -78,7 +78,18 @@ def reaches(rows: list[dict]) -> dict:
     return out
 
 
-def medium_by_length(runs: list[dict]) -> tuple[list[dict], dict[int, dict]]:
+def lr_edge(chosen: float | None, grid) -> str | None:
+    """"low" / "high" when ``chosen`` is the smallest / largest lr of ``grid`` (the optimum
+    may lie beyond it: the grid does not bracket it), else None (also with under two lrs)."""
+    grid = sorted(float(x) for x in grid or ())
+    if chosen is None or len(grid) < 2:
+        return None
+    if math.isclose(chosen, grid[0], rel_tol=1e-9):
+        return "low"
+    return "high" if math.isclose(chosen, grid[-1], rel_tol=1e-9) else None
+
+
+def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int, dict]]:
     """``(runs, by_length)`` of :func:`analyses.copy_efficiency.compute_medium` (which says
     what they hold), before they are made JSON.
 
@@ -86,7 +97,11 @@ def medium_by_length(runs: list[dict]) -> tuple[list[dict], dict[int, dict]]:
     claims read) are at exactly L, Fig. 1a's caption's score, when every run at that L
     recorded it (``by_length[L]["scored_at"]`` "exactly L"), else over the training
     distribution ("training distribution": checkpoints from before per-length scores);
-    ``dist_string_*`` beside them are always over the training distribution."""
+    ``dist_string_*`` beside them are always over the training distribution.
+
+    ``lr_grid`` / ``lr_edge`` per model: the lrs its choice was made among (those in ``runs``
+    when there are several, else ``grid``: the sweep that chose the one lr trained) and
+    whether the chosen lr is at an end of them (:func:`lr_edge`)."""
     by_length: dict[int, dict] = {}
     flat = []
     key = f"string_{LEVELS[-1]}"
@@ -103,7 +118,7 @@ def medium_by_length(runs: list[dict]) -> tuple[list[dict], dict[int, dict]]:
         for f in at:
             f.update({f"string_{lv}": f[f"{'exact' if exact else 'dist'}_string_{lv}"]
                       for lv in LEVELS})
-        models, sweep, chosen = {}, {}, {}
+        models, sweep, chosen, grids = {}, {}, {}, {}
         for label in dict.fromkeys(f["label"] for f in at):
             mine = [f for f in at if f["label"] == label]
             groups: dict[str, list[dict]] = {}
@@ -118,6 +133,8 @@ def medium_by_length(runs: list[dict]) -> tuple[list[dict], dict[int, dict]]:
                                        for lv in LEVELS for kind in ("", "dist_")}}
             lr = best_lr({k: v[key] for k, v in sweep[label].items()})
             chosen[label] = lr
+            lrs = [lr_value(k) for k in sweep[label] if k != "-"]
+            grids[label] = sorted(lrs) if len(lrs) > 1 else sorted(grid or ())
             models[label] = {**sweep[label][lr], "lr": lr_value(lr),
                              "params": next((f["params"] for f in mine if f["params"]), None)}
             for f in mine:
@@ -141,7 +158,9 @@ def medium_by_length(runs: list[dict]) -> tuple[list[dict], dict[int, dict]]:
         by_length[L] = {"scored_at": "exactly L" if exact else "training distribution",
                         "models": models, "reference": ref, "ratio_to_reference": ratios,
                         "best_gssm": min(full, key=full.get) if full else None,
-                        "sweep": sweep, "best_lr": {k: lr_value(v) for k, v in chosen.items()}}
+                        "sweep": sweep, "best_lr": {k: lr_value(v) for k, v in chosen.items()},
+                        "lr_grid": grids,
+                        "lr_edge": {k: lr_edge(lr_value(v), grids[k]) for k, v in chosen.items()}}
     return flat, by_length
 
 

@@ -90,7 +90,11 @@ def test_each_model_is_credited_with_its_best_lr():
     assert "best lr of 0.001/0.003/0.01" in text and text.startswith("not matched: scale")
     assert "params mamba 1k, rope 1k" in text
     rows = ce.table(d)
-    assert rows[0][3] == "best lr" and any(r[1] == "mamba" and r[3] == "0.01" for r in rows)
+    # each model's 1e-2 is the top of the lrs it was swept over: the optimum may lie beyond
+    assert m["lr_edge"] == {"rope": "high", "mamba": "high"}
+    assert rows[0][3] == "best lr" and any(
+        r[1] == "mamba" and r[3] == "0.01 (at the high end of 0.001/0.003/0.01)" for r in rows)
+    assert any(r[1] == "rope" and r[3] == "0.01 (at the high end of 0.001/0.01)" for r in rows)
     ce.plot(d)  # draws, the sweep panel too
     assert ce.best_lr({"0.001": {"per_seed": [5, 5], "reached": 2},
                        "0.01": {"per_seed": [5, 5], "reached": 2}}) == "0.001"  # tie: lower
@@ -279,3 +283,35 @@ def test_paper_trend_and_the_bootstrap_of_the_ratio_change():
     assert lo < 0 < hi
     many = [float(x) for x in range(20)]  # seeded draws: the same interval every call
     assert mean_interval(many) == mean_interval(many) and mean_interval(many)[0] > 5
+
+
+def test_samples_to_90_are_read_at_exactly_L_with_the_distribution_beside():
+    """Fig. 1a's caption scores at exactly L: a run whose mean over 1..L reaches 90 % before its
+    length-L strings do is credited when the length-L score gets there."""
+    def hist(dist_at: int, exact_at: int, L: int) -> list[dict]:
+        return [{"step": t, "samples_seen": 100 * t, "string_acc": float(t >= dist_at),
+                 "char_acc": 1.0,
+                 "string_acc_at": {ell: float(t >= (exact_at if ell == L else dist_at))
+                                   for ell in range(1, L + 1)}} for t in range(1, 11)]
+    runs = [{"label": "rope", "length": 4, "seed": s, "lr": 1e-3, "history": hist(2, 3, 4)}
+            for s in range(2)]
+    runs += [{"label": "mamba", "length": 4, "seed": s, "lr": 3e-3, "history": hist(3, 9, 4)}
+             for s in range(2)]
+    d = json.loads(json.dumps(ce.compute_medium(runs)))  # JSON: the {L: acc} keys as strings
+    m = d["by_length"]["4"]
+    assert m["scored_at"] == "exactly L"
+    assert m["models"]["rope"]["string_0.9"]["per_seed"] == [300, 300]
+    assert m["models"]["rope"]["dist_string_0.9"]["per_seed"] == [200, 200]
+    assert m["ratio_to_reference"]["mamba"]["per_seed"] == [3.0, 3.0]  # 900 / 300
+    # medium runs at their one chosen lr are flagged against the grid that chose it
+    assert m["lr_grid"]["rope"] == list(zoo.COPY_MEDIUM_LR_GRID)
+    assert m["lr_edge"] == {"rope": "low", "mamba": None}
+    rows = ce.table(d)
+    assert rows[0][7] == "→90% over 1..L" and any(r[7] == "200 ± 0" for r in rows)
+    ce.plot(d)
+    # a run from before per-length scores: every run at that L read over the distribution
+    runs[0]["history"] = [{k: v for k, v in h.items() if k != "string_acc_at"}
+                          for h in runs[0]["history"]]
+    m = ce.compute_medium(runs)["by_length"]["4"]
+    assert m["scored_at"] == "training distribution"
+    assert m["models"]["mamba"]["string_0.9"]["per_seed"] == [300, 300]

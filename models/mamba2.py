@@ -19,8 +19,12 @@ The Markov paper's published model (the authors' code, Bond1995/Markov-Mamba, ru
 :data:`MARKOV_PAPER_MODEL`: bias-free LayerNorm before the mixer, before the MLP, on y_t and
 before the unembedding (``norm="layernorm"``); o_t = out_proj(LN(y_t) ⊙ act(z_t))
 (``norm_before_gate``); no D (``use_D=False``); the gated MLP with SiLU; the authors' init
-(``paper_init``). Without ``--gate`` their MLP is ungated (``mlp_gated=False``).
-:func:`from_markov_paper_state_dict` renames their state dict to ours.
+(``paper_init``). Without ``--gate`` their runs drop both gates: the MLP is ungated
+(``mlp_gated=False``) and the mixer has no act(z_t) gate either, o_t = out_proj(LN(y_t))
+(``gated=False`` too); their in_proj still computes z_t, so its W_z rows are there, unused
+(as issue 36 read the authors' code; not checked here against it).
+:func:`from_markov_paper_state_dict` renames their state dict to ours, and with
+``gated=False`` drops those rows.
 
 This module also re-exports the names other code imports from it (the SSD scans, the config,
 MambaZero), so they keep one import path.
@@ -42,6 +46,7 @@ from models.recurrent import (
     to_hf_state_dict,
 )
 from models.ssd import Mamba2Config, Mamba2Mixer, mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
+from tasks.base import check
 
 __all__ = [
     "MARKOV_PAPER_MODEL", "Mamba2Config", "Mamba2LM", "Mamba2Mixer", "MambaZeroConfig",
@@ -59,11 +64,33 @@ _MARKOV_PAPER_PREFIXES = (("embedding.", "embed."), ("layers.", "blocks."),
                           ("norm_f.", "ln_final."), ("lm_head.", "unembed."))
 
 
-def from_markov_paper_state_dict(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+def from_markov_paper_state_dict(sd: dict[str, Tensor], gated: bool = True
+                                 ) -> dict[str, Tensor]:
     """The authors' ``MambaLMHeadModel`` state dict (Bond1995/Markov-Mamba) -> ours, for a
     :class:`Mamba2LM` with :data:`MARKOV_PAPER_MODEL` (their block's ``norm``, ``mixer``,
-    ``norm2``, ``mlp`` names are ours already)."""
-    return rename_prefixes(sd, _MARKOV_PAPER_PREFIXES)
+    ``norm2``, ``mlp`` names are ours already).
+
+    ``gated=False``: a run without ``--gate``, for our model with ``gated=False`` and
+    ``mlp_gated=False`` (module docstring): each mixer's in_proj loses its W_z rows, the first
+    ed of mamba-ssm's [W_z; W_X; W_B; W_C; w_Δ] order (ed read from out_proj's columns), which
+    the authors' model computes and never uses."""
+    out = rename_prefixes(sd, _MARKOV_PAPER_PREFIXES)
+    if gated:
+        return out
+    for key in [k for k in out if k.endswith("mixer.in_proj.weight")]:
+        mixer = key[: -len("in_proj.weight")]
+        d_inner = out[mixer + "out_proj.weight"].shape[1]  # ed
+        conv = out.get(mixer + "conv1d.weight")  # [ed + 2·G·N, 1, w]
+        heads = out[mixer + "dt_bias"].shape[0]
+        rows = out[key].shape[0]
+        want = None if conv is None else d_inner + conv.shape[0] + heads  # z + xBC + dt
+        check(rows > d_inner and (want is None or rows == want),
+              f"{key}: {rows} rows, not a gated in_proj of ed = {d_inner} (W_z; W_X; W_B; W_C; "
+              f"w_Δ{'' if want is None else f': {want} rows'}); was the run made with --gate?")
+        for name in ("in_proj.weight", "in_proj.bias"):
+            if mixer + name in out:
+                out[mixer + name] = out[mixer + name][d_inner:]
+    return out
 
 
 class Mamba2LM(SSMLanguageModel):

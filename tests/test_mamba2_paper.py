@@ -200,3 +200,23 @@ def test_config_checks():
 
 
 QUICK_MARKOV_MAMBA2_HASH = "820fab78b18c"
+
+
+def test_a_run_without_gate_maps_dropping_the_unused_z_rows():
+    """Without --gate the authors' mixer has no act(z) gate either (gated=False) while its
+    in_proj keeps the W_z rows: the loader drops them, and only them."""
+    sd = _authors_state_dict(False)
+    model = _ours(False, gated=False)
+    ours = from_markov_paper_state_dict(sd, gated=False)
+    assert set(ours) == set(model.state_dict())
+    model.load_state_dict(ours, strict=True)
+    for i in range(L):
+        theirs = sd[f"layers.{i}.mixer.in_proj.weight"]  # [2ed + 2N + 1, d]: z first
+        assert torch.equal(model.blocks[i].mixer.in_proj.weight, theirs[DI:])
+    # the gated mapping of the same dict keeps every row: it does not fit gated=False
+    with pytest.raises(RuntimeError, match="in_proj"):
+        model.load_state_dict(from_markov_paper_state_dict(sd), strict=True)
+    # a dict whose in_proj has no W_z rows (already ungated) is refused with one line
+    bad = {k: (v[DI:] if k.endswith("in_proj.weight") else v) for k, v in sd.items()}
+    with pytest.raises(TaskError, match="--gate"):
+        from_markov_paper_state_dict(bad, gated=False)

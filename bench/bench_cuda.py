@@ -2,8 +2,13 @@
 
 * Mamba-2 and Mamba training step: the mamba-ssm kernel path vs our plain and chunked / scan
   paths (same model, same batch), when mamba-ssm is installed;
-* tokens/s of one training step of the paper-scale copy transformer (copy paper App. A.2:
-  12 layers, width 1024, 16 heads, Hard-ALiBi, context 420, batch 64).
+* every paper copy model (copy paper App. A.2: the transformer with each positional encoding,
+  12 layers, width 1024, 16 heads; Mamba, 24 layers, width 1024, state 32; a Mamba-2 of
+  Mamba's size; LSTM, 4 layers, 1024) at batch 64 x 420, each in a fresh process through the
+  training loop's own step (:func:`train_step_cost`) with the defaults a CUDA run gets (the
+  run's ``"auto"`` precision and compile): s/step, tokens/s, MFU against the card's bf16
+  peak, peak memory. ``python -m bench.gpu_check`` runs the same with the GPU tests and the
+  dry run.
 
 On a machine without CUDA it writes ``{"skipped": ...}`` and exits 0, so ``python -m bench``
 stays green on CPU; the numbers only mean something on a GPU.
@@ -12,13 +17,30 @@ stays green on CPU; the numbers only mean something on a GPU.
 from __future__ import annotations
 
 import argparse
+import time
+from typing import Any
 
 import torch
 
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
-from bench.common import interleaved_times, write_results
+from bench.common import in_fresh_process, interleaved_times, write_results
 from models import zoo
 from models.registry import build_model
+from models.train import gpu_costs
+from models.train.dryrun import plan_row, recipe_spec
+from models.train.loop import Callback, Run, train
+from models.train.runconfig import RunConfig
+from models.train.spec import make_spec
+
+# The paper copy models by the name the bench reports them under: the zoo's paper recipes, and
+# a Mamba-2 of the paper Mamba's width, depth and state (the copy paper has no Mamba-2), with
+# heads of 64 channels (Mamba-2's usual head size: 2048 inner channels / 64).
+COPY_RECIPES = {"transformer_nope": "copy/nope", "transformer_alibi": "copy/alibi",
+                "transformer_hard_alibi": "copy/hard_alibi", "transformer_rope": "copy/rope",
+                "mamba": "copy/mamba", "lstm": "copy/lstm"}
+MAMBA2_PAPER = {"d_model": 1024, "n_layers": 24, "d_state": 32, "n_heads": 32}
+WARM_STEPS = 3  # untimed: allocations, autotuning and torch.compile's first graphs
+TIMED_STEPS = 5
 
 
 def _kernels_available() -> dict[str, bool]:
@@ -70,6 +92,84 @@ def paper_transformer(repeats: int) -> dict:
             "tokens_per_s": batch * context / t["train_step"]}
 
 
+def paper_copy_specs() -> dict[str, RunConfig]:
+    """The paper copy models' runs at the paper level, as their recipes configure them."""
+    specs = {name: recipe_spec(recipe, "paper") for name, recipe in COPY_RECIPES.items()}
+    parts = zoo.recipe("copy/mamba").parts("paper")
+    specs["mamba2"] = make_spec("mamba2", "copy", "paper", MAMBA2_PAPER, parts["task"],
+                                parts["train"])
+    return specs
+
+
+class _Timer(Callback):
+    """The end of every step (CUDA synchronised: the step's kernels, not their launch); stops
+    the run after ``steps``."""
+
+    def __init__(self, steps: int, device: torch.device):
+        self.steps, self.device, self.ends = steps, device, []
+
+    def on_step(self, run: Run) -> bool:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.ends.append(time.perf_counter())
+        return run.step >= self.steps
+
+
+def train_step_cost(spec_dict: dict[str, Any], device: str, warm: int = WARM_STEPS,
+                    timed: int = TIMED_STEPS, bf16_peak: float = gpu_costs.PEAK_FLOPS["bf16"]
+                    ) -> dict[str, Any]:
+    """``warm`` + ``timed`` optimizer steps of a run through the training loop (what a user's
+    run executes: data, autocast, compile, clipping, AdamW) on ``device``: seconds per timed
+    step, tokens/s, MFU (model FLOPs, :func:`~models.train.dryrun.flops_per_token`, over the
+    card's bf16 peak) and peak memory (CUDA: max allocated). Module-level: run it in a fresh
+    process (:func:`~bench.common.in_fresh_process`) so each model's peak is its own. A failure
+    (out of memory…) is ``{"error": one line}``."""
+    spec = RunConfig.from_dict(spec_dict)
+    dev = torch.device(device)
+    try:
+        spec = spec.replace(train=dict(eval_every=0, save_every=0, init_from="",
+                                       steps=max(spec.train.steps, warm + timed)))
+        plan = plan_row(spec.arch, spec)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        timer = _Timer(warm + timed, dev)
+        t0 = time.perf_counter()
+        train(spec, out=None, device=str(dev), progress=False, callbacks=[timer])
+        if len(timer.ends) < warm + timed:
+            return {"error": f"the run stopped after {len(timer.ends)} step(s)"}
+        step_s = (timer.ends[-1] - timer.ends[warm - 1]) / timed
+    except Exception as e:  # noqa: BLE001 - one model's failure is its row, the others still run
+        text = str(e).strip().splitlines()
+        return {"error": f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__}
+    precision, comp = gpu_costs.run_settings(spec, dev.type)
+    tokens = plan["tokens_per_step"]
+    out = {"arch": spec.arch, "model": spec.model_dict, "params": plan["params"],
+           "batch_size": spec.train.batch_size, "micro_batch": gpu_costs.micro_batch(spec),
+           "seq_len": plan["seq_len"], "precision": precision, "compile": comp,
+           "attention": (("sdpa" if spec.model.use_sdpa else "explicit")
+                         if spec.arch == "transformer" else None),
+           "checkpoint_blocks": bool(getattr(spec.train, "checkpoint_blocks", False)),
+           "seconds_per_step": step_s, "tokens_per_s": tokens / step_s,
+           "mfu_bf16": plan["flops_per_token"] * tokens / step_s / bf16_peak,
+           "first_steps_s": timer.ends[warm - 1] - t0, "timed_steps": timed}
+    if dev.type == "cuda":
+        out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev))
+    return out
+
+
+def copy_models(specs: dict[str, RunConfig], device: str, warm: int = WARM_STEPS,
+                timed: int = TIMED_STEPS, log=print) -> dict[str, dict[str, Any]]:
+    """:func:`train_step_cost` of each run, each in a fresh process."""
+    rows = {}
+    for name, spec in specs.items():
+        rows[name] = row = in_fresh_process(train_step_cost, spec.to_dict(), device, warm, timed)
+        log(f"{name}: " + (f"FAILED {row['error']}" if "error" in row else
+                           f"{row['seconds_per_step']:.4g} s/step, "
+                           f"{row['tokens_per_s'] / 1e3:.4g}k tokens/s, "
+                           f"MFU {row['mfu_bf16']:.1%}"))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_cuda", description=__doc__)
     p.add_argument("--repeats", type=int, default=7)
@@ -79,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                                           "benchmarks need a GPU"})
         return 0
     write_results("cuda", {"ssm_paths": ssm_paths(args.repeats),
-                           "paper_transformer": paper_transformer(args.repeats)})
+                           "paper_transformer": paper_transformer(args.repeats),
+                           "paper_copy_models": copy_models(paper_copy_specs(), "cuda")})
     return 0
 
 

@@ -112,7 +112,12 @@ def fused_adamw(device: torch.device) -> bool:
 
 def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with weight decay on the matrices only (not on biases and norm gains); fused on
-    the devices of :func:`fused_adamw` (the model's device)."""
+    the devices of :func:`fused_adamw` (the model's device).
+
+    Every matrix: the embedding and (Mamba's, Mamba-2's) conv filters are decayed too. The
+    papers' optimisers differ: the Markov paper's scripts (as issue 36 read them) decay the
+    Linear layers' weights only, so a preset copying their weight decay is that much
+    stronger here on the embedding and the conv."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     device = next(model.parameters()).device

@@ -76,7 +76,11 @@ PRESETS: dict[tuple[str, str, str], Row] = {
                   "d_mlp": 64},
     },
     # Paper App. F, Tables 6-7: AdamW (0.9, 0.95), lr 1e-3, cosine, weight decay 1e-3, 10 000
-    # iterations, 1 layer, 1 head, embedding d in {2..32}, window w in 2..6, MLP 4d.
+    # iterations, 1 layer, 1 head, embedding d in {2..32}, window w in 2..6, MLP 4d. The paper's
+    # table, not the authors' scripts (Bond1995/Markov-Mamba, as issue 36 read them): those run
+    # lr 2e-3 in every script, a OneCycleLR (from lr/100 to lr/5) and weight decay on the
+    # Linear layers' weights only, where make_optimizer decays every matrix (the embedding and
+    # the conv filters too).
     ("paper", "markov", "*"): {
         "task": {"S": 2, "order": 1, "beta": 1.0, "seq_len": 256},
         "train": {"steps": 10000, "batch_size": 64, "lr": 1e-3, "beta1": 0.9, "beta2": 0.95,

@@ -16,6 +16,7 @@ from analyses.memorization.cells import CellSettings, CellStore, cell_key, searc
 from analyses.memorization.claims import FIGURE as MEMORIZATION
 from analyses.memorization.grid import GRIDS, LARGE_SIZES, CellSpace
 from analyses.reproduce.plan import PLAN, build_jobs, default_jobs, placement
+from analyses.stu_induction import claims as stu_claims
 from models import zoo
 from models.recipes import COPY_LARGE_PARAMS
 from models.registry import build_model
@@ -279,3 +280,11 @@ def test_markov_holdout_cpu_batch_picks_the_batch_16_runs():
     assert markov_holdout._recipes(args) == zoo.markov_holdout_large_recipes(cpu_batch=True)
     with pytest.raises(TaskError, match="goes with --train large"):
         markov_holdout._recipes(argparse.Namespace(train="medium", cpu_batch=True))
+
+
+def test_stu_claims_of_models_the_large_level_does_not_train_are_left_out():
+    row = {"arch": "stu", "train_length": 16, "longest": {"median": 1.0}}
+    d = {"preset": "large", "rows": [row], "lengths": [16, 256]}
+    assert stu_claims.claim_vs_baselines(d) is None
+    assert stu_claims.claim_blank_zero(d) is None
+    assert stu_claims.claim_vs_baselines({**d, "preset": "medium"})[1] is False

@@ -34,11 +34,12 @@ TRAIN = "train:"  # prefix of the jobs that train a zoo recipe
 # launch-bound; the copy and lookup models (~1M parameters, contexts of 420) on the GPU
 # ("auto": the GPU where there is one, so the level also runs on a CPU-only machine), several
 # processes at once; copy_efficiency trains its best lrs' other seeds itself, memorization its
-# (width, seed) searches.
+# 16 (width, seed) searches: 8 cores each, so that neither holds the whole machine (a job
+# waits until its cores are free) and the other jobs run beside them.
 PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
     "large": {"copy_efficiency": ("auto", 8), "ngram_lookup": ("auto", None),
               "stu_induction": ("cpu", None), "markov_holdout": ("cpu", None),
-              "memorization": ("cpu", 16)},
+              "memorization": ("cpu", 8)},
 }
 
 

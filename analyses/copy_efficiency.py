@@ -25,6 +25,11 @@ training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds),
 the ratio of its samples to the fastest transformer's (ratio of the means, and the per-seed
 ratios, seeds paired), and the same ratio at a longer L, where the paper finds the gap grows
 (Fig. 9b vs 1a).
+
+``--large`` (``--train large``; issue 36 §2): the same at L <= 10, 20, 30 over 26 letters in
+packed contexts, models matched at ~1M parameters (``zoo.COPY_LARGE_SETTING``): a sweep of four
+lrs at seed 0 (the zoo's ``copy_large/*`` recipes the plan trains), then each model's best lr of
+it at the other seeds, trained here side by side (:func:`compute_large`, ``--jobs``).
 """
 
 from __future__ import annotations

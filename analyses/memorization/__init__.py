@@ -30,6 +30,10 @@ each cell stops as soon as it memorises), once per seed (``--seeds``, default th
 data set and initialisation), the seeds as parallel tasks. Every N gets four times the quick
 step budget: the smallest memorising width still falls with more steps, so the budget is long
 and the same at every N.
+Large (``--large``, issue 36 §2): the search inverted (:mod:`.inverse`): for 8 widths over
+~30x in parameters, the largest N each memorises, bisected over a ladder of nested N (8 a
+doubling, to 4096), one search per (width, seed), 2 seeds; the same fits over the (N*, P)
+points, so each point's parameter count is exact instead of a width step's.
 Then, over every (N, seed) point: the linear and a + b·√(nN) fits and their residuals, the
 exponent k of a + b·N^k with a bootstrap interval (the N resampled, then the seeds within
 each: :func:`probes.fits.power_fit`), the same exponent over the smaller and the larger half of the N, the

@@ -2,7 +2,11 @@
 
 ``--medium`` runs the analyses that have a medium level (``FIGURE.presets``): CPU-sized still,
 but large enough that both sides of each headline comparison learn; its outputs and index go
-to ``figures/out/medium`` unless ``--out`` says otherwise.
+to ``figures/out/medium`` unless ``--out`` says otherwise. ``--large`` (issue 36 §2) runs the
+analyses that have a large level: the smallest settings that decide each headline claim, for
+one machine with one GPU and 16 CPU cores, small models side by side (where each analysis and
+its training run, GPU or CPU cores: :data:`~analyses.reproduce.plan.PLACEMENT`); outputs in
+``figures/out/large``.
 
 The plan is the ordered list :data:`~analyses.reproduce.plan.PLAN` of analysis names; each
 analysis module says what it needs in its ``FIGURE`` (title, paper, claims, the zoo recipes it

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,37 +100,72 @@ def ablated_accuracy(model, data: ProbeData, heads: list[Head], mode: str,
         return accuracy(model, data)
 
 
-def _control_summary(runs: list[dict], base: dict) -> dict:
-    """Mean and max accuracy drop over the random-ablation draws."""
+def _control_summary(runs: list[dict], base: dict, exhaustive: bool = False) -> dict:
+    """The accuracy drop over the control's head sets: mean, min, max, sd and quartiles of
+    the string drop (its spread), mean and max of the character drop; ``exhaustive``: every
+    set of that size was ablated (else a draw of distinct sets, :func:`control_sets`)."""
     if not runs:
-        return {"runs": [], "string_drop_mean": None, "string_drop_max": None,
-                "char_drop_mean": None, "char_drop_max": None}
+        return {"runs": [], "n_sets": 0, "exhaustive": exhaustive, "string_drop_mean": None,
+                "string_drop_max": None, "string_drop_min": None, "string_drop_sd": None,
+                "string_drop_quartiles": None, "char_drop_mean": None, "char_drop_max": None}
     ds = [base["string_acc"] - r["string_acc"] for r in runs]
     dc = [base["char_acc"] - r["char_acc"] for r in runs]
-    return {"runs": runs, "string_drop_mean": float(np.mean(ds)), "string_drop_max": float(max(ds)),
+    return {"runs": runs, "n_sets": len(runs), "exhaustive": exhaustive,
+            "string_drop_mean": float(np.mean(ds)), "string_drop_max": float(max(ds)),
+            "string_drop_min": float(min(ds)),
+            "string_drop_sd": float(np.std(ds, ddof=1)) if len(ds) > 1 else 0.0,
+            "string_drop_quartiles": [float(q) for q in np.percentile(ds, [25, 50, 75])],
             "char_drop_mean": float(np.mean(dc)), "char_drop_max": float(max(dc))}
+
+
+def control_sets(pool: list[Head], k: int, most: int, seed: int
+                 ) -> tuple[list[list[Head]], bool]:
+    """``(sets, exhaustive)``: the sets of ``k`` heads of ``pool`` a random-ablation control
+    ablates, drawn without replacement. Every such set, in order (deterministic, no draw),
+    when there are at most ``most``; else ``most`` distinct sets dealt from seeded shuffles of
+    the pool, each shuffle cut into disjoint sets of ``k``, so every head of the pool is
+    ablated about equally often: a draw with replacement can hit the same few heads (those a
+    copy model cannot lose, as its first layer's) again and again, and its mean then says
+    more about them than about "random heads"."""
+    n = len(pool)
+    if k <= 0 or most <= 0 or n < k:
+        return [], True
+    if math.comb(n, k) <= most:
+        return [list(c) for c in itertools.combinations(pool, k)], True
+    rng = np.random.default_rng(seed)
+    seen: set[tuple[int, ...]] = set()
+    out: list[list[Head]] = []
+    while len(out) < most:
+        perm = rng.permutation(n)
+        for i in range(0, n - k + 1, k):
+            key = tuple(sorted(int(j) for j in perm[i:i + k]))
+            if key not in seen:
+                seen.add(key)
+                out.append([pool[j] for j in key])
+            if len(out) == most:
+                break
+    return out, False
 
 
 def ablation_controls(model, data: ProbeData, top: list[Head], base: dict, mode: str,
                       means: dict[int, torch.Tensor], draws: int, seed: int,
                       tick: Callable[[], object] = _no_tick) -> dict[str, dict]:
-    """``{"random": …, "random_same_layer": …}``: ``draws`` ablations of as many heads as
-    ``top`` drawn from the other heads anywhere, and from the other heads of ``top``'s layers;
-    each with its runs and the mean and max accuracy drop against ``base``."""
+    """``{"random": …, "random_same_layer": …}``: ablations of as many heads as ``top``, from
+    the other heads anywhere and from the other heads of ``top``'s layers — every such set
+    when there are at most ``draws``, else ``draws`` distinct sets (:func:`control_sets`);
+    each control with its runs and the spread of the accuracy drop against ``base``."""
     layers, n_heads = model.cfg.n_layers, ea.n_heads(model)
     others = [(i, h) for i in range(layers) for h in range(n_heads) if (i, h) not in top]
     top_layers = {i for i, _ in top}
     same_layer = [(i, h) for i, h in others if i in top_layers]
-    rng = np.random.default_rng(seed)
     controls = {}
-    for name, pool in (("random", others), ("random_same_layer", same_layer)):
+    for i, (name, pool) in enumerate((("random", others), ("random_same_layer", same_layer))):
+        sets, exhaustive = control_sets(pool, min(len(top), len(pool)), draws, seed + i)
         runs = []
-        k = min(len(top), len(pool))
-        for _ in range(draws if k else 0):
-            pick = [pool[j] for j in rng.choice(len(pool), size=k, replace=False)]
+        for pick in sets:
             runs.append({"heads": pick, **ablated_accuracy(model, data, pick, mode, means)})
             tick()
-        controls[name] = _control_summary(runs, base)
+        controls[name] = _control_summary(runs, base, exhaustive)
     return controls
 
 

@@ -4,19 +4,21 @@ exported to HF) — tiny untrained models and the hash-copy construction, no tra
 
 import dataclasses
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
 
 from analyses import ngram_heads
+from analyses.ngram_heads import claim_ablation
 from models import load
 from models.checkpoint import FORMAT, save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.export_hf import export
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
-from probes.match_heads import MatchHeads, find_match_heads
+from probes.match_heads import MatchHeads, control_sets, find_match_heads
 from tasks.base import TaskError
 
 COPY = {"D": 26, "max_len": 12}
@@ -191,3 +193,30 @@ def test_the_match_head_finder_returns_a_frozen_result_and_the_settings_are_chec
                 {"data": "y"}, {"draws": 0}):
         with pytest.raises(TaskError):
             ngram_heads.HeadsConfig(**bad)
+
+
+def test_control_sets_are_drawn_without_replacement_or_all_of_them():
+    pool = [(0, h) for h in range(4)] + [(1, h) for h in range(4)]
+    # C(8, 1) = 8 <= 10: every head once, in order, no draw
+    sets, exhaustive = control_sets(pool, 1, 10, seed=0)
+    assert exhaustive and sets == [[h] for h in pool]
+    # C(8, 2) = 28 > 10: 10 distinct pairs, every head in 2 or 3 of them (shuffles cut into
+    # disjoint pairs), the same for the same seed
+    sets, exhaustive = control_sets(pool, 2, 10, seed=0)
+    assert not exhaustive and len({tuple(s) for s in sets}) == 10
+    counts = Counter(h for s in sets for h in s)
+    assert set(counts) == set(pool) and max(counts.values()) - min(counts.values()) <= 1
+    assert sets == control_sets(pool, 2, 10, seed=0)[0]
+    assert control_sets(pool, 2, 28, seed=0)[1] is True  # all 28 pairs
+    assert control_sets(pool, 0, 10, seed=0) == ([], True)
+
+
+def test_ablation_claim_reports_the_random_sets_spread():
+    d = {"ablated": {"drop": {"string_acc": 0.99}},
+         "random": {"string_drop_mean": 0.2, "string_drop_min": 0.0, "string_drop_max": 0.9,
+                    "string_drop_quartiles": [0.0, 0.05, 0.3], "n_sets": 14,
+                    "exhaustive": True}}
+    text, ok = claim_ablation(d)
+    assert ok is True and "mean 20 pts, range 0–90, IQR 0–30, all 14 sets" in text
+    d["random"]["string_drop_mean"] = 0.6  # random sets as costly on average: no
+    assert claim_ablation(d)[1] is False

@@ -13,7 +13,8 @@
 3. Causal check: mean- (or zero-) ablate the match heads and measure string- and character-
    level copy accuracy (§3.1; decoded greedily here, where the paper's synthetic evaluation
    is one teacher-forced pass: the string accuracy is the same), against ablating as many
-   randomly chosen other heads (several draws).
+   randomly chosen other heads (distinct sets, drawn without replacement; all of them when
+   few).
 
 On an induction-heads checkpoint the examples are its task's own rows (flag, token, query:
 repeated random letters would be out of its distribution); on one trained on another
@@ -116,7 +117,9 @@ class HeadsConfig:
     seed: int = 0
     mode: str = "mean"
     threshold: float = 0.5  # match score of a match head
-    draws: int = 10  # random ablations per control
+    # most random-ablation sets per control: every set of that size when there are no more
+    # (probes.match_heads.control_sets), else this many distinct ones
+    draws: int = 24
     top_k: int | None = None
     n_hashing: int = 4  # feeding heads reported as hashing heads
     data: str = "auto"  # which probe examples: probes.ngram_data.DATA
@@ -249,8 +252,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="match score of a match head")
     p.add_argument("--top-k", type=flags.bounded_int(1, flags.MAX_HEADS), default=None,
                    help="ablate the k best heads instead")
-    p.add_argument("--draws", type=flags.bounded_int(1, flags.MAX_DRAWS), default=10,
-                   help="random ablations")
+    p.add_argument("--draws", type=flags.bounded_int(1, flags.MAX_DRAWS),
+                   default=HeadsConfig.draws,
+                   help="most random-ablation sets per control (every set of heads when "
+                   "there are no more, else this many distinct ones)")
     p.add_argument("--data", choices=DATA, default="auto",
                    help="probe examples: auto (copy examples for copy models, the task's own "
                    "rows for induction models, else repeated random strings; a pretrained LM: "
@@ -425,14 +430,28 @@ def claim_match_heads(d: dict) -> tuple[str, bool]:
 
 
 def claim_ablation(d: dict) -> tuple[str, bool]:
-    """Ablating the match heads costs >= 50 points of string accuracy, and random heads less
-    than half of that."""
+    """Ablating the match heads costs >= 50 points of string accuracy, and as many random other
+    heads (distinct sets drawn without replacement, or all of them) less than half of that on
+    average; the text gives the random sets' spread."""
     drop = get(d, "ablated", "drop", "string_acc")
     rnd = get(d, "random", "string_drop_mean")
     if drop is None:
         return "no ablation result in the JSON", False
     text = f"string-accuracy drop {100 * drop:.0f} pts (random heads: "
-    text += f"{100 * rnd:.0f} pts)" if rnd is not None else "n/a)"
+    if rnd is None:
+        text += "n/a)"
+    else:
+        r = d["random"]
+        lo, hi, n = r.get("string_drop_min"), r.get("string_drop_max"), r.get("n_sets")
+        text += f"mean {100 * rnd:.0f} pts"
+        if lo is not None and hi is not None:
+            text += f", range {100 * lo:.0f}–{100 * hi:.0f}"
+        if r.get("string_drop_quartiles"):
+            q1, _, q3 = r["string_drop_quartiles"]
+            text += f", IQR {100 * q1:.0f}–{100 * q3:.0f}"
+        if n:
+            text += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
+        text += ")"
     return text, drop >= 0.5 and (rnd is None or rnd < drop / 2)
 
 

@@ -73,7 +73,7 @@ def plot(result: dict):
         rs = np.array([[r["string_acc"], r["char_acc"]] for r in runs])
         ax[3].bar(x + (0.5 + j) * w, rs.mean(0), w, color=color, capsize=3,
                   yerr=[rs.mean(0) - rs.min(0), rs.max(0) - rs.mean(0)],
-                  label=f"{label} ({len(rs)} draws, range)")
+                  label=f"{label} ({len(rs)} sets, range)")
     ax[3].set(xticks=x, xticklabels=["string", "char"], ylabel="copy accuracy", ylim=(0, 1.05),
               title=f"{result['mode']}-ablation")
     ax[3].legend(loc="lower left", fontsize=6)

@@ -104,7 +104,7 @@ def dry_spec(spec: RunConfig, device: torch.device) -> RunConfig:
     the largest micro-batch that fits)."""
     b = dry_batch_size(spec, device)
     return spec.replace(train=dict(
-        batch_size=b, eval_every=0, save_every=0, init_from="", micro_batch=0,
+        batch_size=b, eval_every=0, stop_at=0.0, save_every=0, init_from="", micro_batch=0,
         steps=max(spec.train.steps, DRY_STEPS),
         eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size))
 

@@ -1,6 +1,6 @@
 """The claims of :mod:`analyses.stu_induction` read from its JSON (spectral paper §4.2,
-Fig. 5): recall above the seen-lags bound when trained short, and at medium (runs trained to convergence)
-the verdict, the baselines, and the padding, BLANK = 0 and shared-mixture findings."""
+Fig. 5): recall above the seen-lags bound when trained short, and at medium (runs trained to
+convergence) the verdict, the baselines, and the padding, BLANK = 0 and shared-mixture findings."""
 
 from __future__ import annotations
 

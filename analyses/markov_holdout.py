@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import torch
 
 from analyses.common import (
     Checkpoint,
@@ -265,6 +266,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-batch", action="store_true",
                    help="with --train large: the batch-16 runs (for a machine without a GPU; "
                    "every other setting kept)")
+
+
+def large_cpu_batch() -> bool:
+    """Whether the large level's runs take the batch-16 fallback here: on a machine without a
+    GPU (Table 7's batch 64 is the GPU machine's; issue 36 §2 runs batch 16 on CPU cores)."""
+    return not torch.cuda.is_available()
 
 
 def _recipes(args: argparse.Namespace) -> list[str]:
@@ -508,8 +515,9 @@ FIGURE = Figure(
            claim_restricted)),
     presets=("quick", "medium", "large", "paper"),
     recipes=lambda preset: (zoo.markov_holdout_medium_recipes() if preset == "medium"
-                            else zoo.markov_holdout_large_recipes() if preset == "large"
-                            else (RECIPE,)))
+                            else zoo.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
+                            if preset == "large" else (RECIPE,)),
+    extra_args=lambda preset: ("--cpu-batch",) if preset == "large" and large_cpu_batch() else ())
 
 
 def main(argv=None) -> int:

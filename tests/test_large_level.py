@@ -107,7 +107,8 @@ def test_the_five_analyses_have_large_and_their_recipes():
     assert list(copy_efficiency.FIGURE.recipes("large")) == zoo.copy_large_recipes()
     assert list(stu_induction.FIGURE.recipes("large")) == zoo.induction_large_recipes()
     assert list(ngram_lookup.FIGURE.recipes("large")) == zoo.lookup_large_recipes()
-    assert list(markov_holdout.FIGURE.recipes("large")) == zoo.markov_holdout_large_recipes()
+    assert list(markov_holdout.FIGURE.recipes("large")) == zoo.markov_holdout_large_recipes(
+        cpu_batch=markov_holdout.large_cpu_batch())
     assert [n for n in PLAN if "large" in reproduce.figure_of(n).presets] == [
         "copy_efficiency", "ngram_lookup", "markov_holdout", "memorization", "stu_induction"]
 
@@ -257,7 +258,7 @@ def test_the_plan_places_tiny_models_on_cpu_and_copy_on_the_gpu(tmp_path):
                                           tmp_path / "out", tmp_path / "ck")}
     mk = jobs["markov_holdout"]
     assert mk.device == "cpu" and mk.argv[mk.argv.index("--device") + 1] == "cpu"
-    train = jobs["train:" + zoo.markov_holdout_large_recipes()[0]]
+    train = jobs["train:" + markov_holdout.FIGURE.recipes("large")[0]]
     assert train.argv[train.argv.index("--device") + 1] == "cpu" and "--large" in train.argv
     ce = jobs["copy_efficiency"]
     assert ce.argv[ce.argv.index("--device") + 1] == "auto" and "--jobs" in ce.argv
@@ -288,3 +289,13 @@ def test_stu_claims_of_models_the_large_level_does_not_train_are_left_out():
     assert stu_claims.claim_vs_baselines(d) is None
     assert stu_claims.claim_blank_zero(d) is None
     assert stu_claims.claim_vs_baselines({**d, "preset": "medium"})[1] is False
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_markov_large_takes_table_7s_batch_with_a_gpu_and_16_without(monkeypatch, gpu):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    names = list(markov_holdout.FIGURE.recipes("large"))
+    assert names == zoo.markov_holdout_large_recipes(cpu_batch=not gpu)
+    assert {zoo.spec(n, "large").train.batch_size for n in names} == {64 if gpu else 16}
+    assert ("--cpu-batch" in markov_holdout.FIGURE.extra_args("large")) is not gpu
+    assert markov_holdout.FIGURE.extra_args("medium") == ()

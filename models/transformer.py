@@ -17,14 +17,21 @@ mlp(ln2(resid_mid)); with ``parallel_residual`` (GPT-NeoX's option) both branche
 resid_pre. ``causal=False`` gives an encoder; ``head`` switches the unembedding between
 next-token logits and token / sequence classification (memorization experiments).
 
-Two attention paths give the same numbers (tested, outputs and gradients): plain (scores and
-pattern materialised, every hook fires) and PyTorch's fused ``scaled_dot_product_attention``,
-taken (``use_sdpa``, or ``set_scan("sdpa")``) only while no hook reads the scores or pattern.
+Three attention paths give the same numbers (tested, outputs and gradients): plain (scores
+and pattern materialised, every hook fires), PyTorch's fused ``scaled_dot_product_attention``,
+and FlexAttention (``torch.nn.attention.flex_attention``), which adds the ALiBi slope and the
+Hard-ALiBi / causal masks inside the kernel (``score_mod``) instead of reading a float bias.
+A fused path is taken (``use_sdpa``, or ``set_scan``) only while no hook reads the scores or
+pattern; ``auto`` picks FlexAttention for ALiBi and Hard-ALiBi on CUDA (where SDPA's float
+mask keeps them off the flash kernel), SDPA otherwise. FlexAttention runs compiled on CUDA; on
+the CPU it runs eager and forward only (PyTorch has no CPU backward for it), so there it is a
+forced path for tests.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
 
 import einops
@@ -32,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import flex_attention
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
@@ -138,6 +146,45 @@ def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device
     return bias
 
 
+def alibi_score_mod(cfg: TransformerConfig, device: torch.device):
+    """FlexAttention's ``score_mod`` adding :func:`positional_bias` to each scaled score:
+    −m_h·|i − j| (ALiBi), −∞ beyond head h's window (Hard-ALiBi) and −∞ for j > i (causal).
+    The slopes are the float32 numbers :func:`positional_bias` uses, so float32 and float64
+    scores get the same bias as the plain path."""
+    H = cfg.n_heads
+    slopes = torch.tensor(cfg.slopes if cfg.pe == "alibi" else (0.0,) * H, device=device)
+    windows = torch.full((H,), float("inf"), device=device)  # unmasked heads: no window
+    if cfg.pe == "hard_alibi":
+        windows[: len(cfg.windows)] = torch.tensor(cfg.windows, dtype=torch.float32)
+    alibi, hard, causal = cfg.pe == "alibi", cfg.pe == "hard_alibi", cfg.causal
+
+    # FlexAttention calls this under vmap and its own dynamo trace, where a runtime type
+    # check (the test suite's import hook) cannot run: jaxtyping skips a no_type_check function
+    @typing.no_type_check
+    def score_mod(score, b, h, q_idx, k_idx):
+        dist = q_idx - k_idx  # i − j
+        if alibi:
+            score = score - slopes[h] * dist.abs()
+        if hard:
+            score = torch.where(dist.abs() >= windows[h], float("-inf"), score)
+        if causal:
+            score = torch.where(dist < 0, float("-inf"), score)
+        return score
+
+    return score_mod
+
+
+_FLEX: list = []  # the compiled flex_attention, made on first use (compiling costs seconds)
+
+
+def _compiled_flex():
+    """flex_attention through torch.compile: on CUDA its eager form materialises the scores;
+    compiled it is one fused kernel (inside a compiled model dynamo inlines it)."""
+    if not _FLEX:
+        _FLEX.append(torch.compile(flex_attention))
+    return _FLEX[0]
+
+
 def rope_cos_sin(n_rot: int, positions: Int[Tensor, " pos"], base: float
                  ) -> tuple[Float[Tensor, "pos rot"], Float[Tensor, "pos rot"]]:
     """cos and sin of the rotation angles pos·θ_i, θ_i = base^(−2i / n_rot), NeoX layout."""
@@ -179,7 +226,7 @@ class Attention(nn.Module):
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint()  # [batch, pos, head, d_model] per-head output
         self._cache: dict = {}
-        self.scan = "auto"  # auto | plain | sdpa (SuiteModel.set_scan)
+        self.scan = "auto"  # auto | plain | sdpa | flex (SuiteModel.set_scan)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         cfg = self.cfg
@@ -207,7 +254,14 @@ class Attention(nn.Module):
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [batch, head, pos, d_head]
 
-        if self._fast():
+        path = self._path(x.device)
+        if path == "flex":
+            # the bias is computed per score inside the kernel: nothing of [head, T, T] is read
+            flex = _compiled_flex() if qh.device.type == "cuda" else flex_attention
+            score_mod = self._cached("score_mod", 0, x.device, None,
+                                     lambda: alibi_score_mod(cfg, x.device))
+            z = flex(qh, kh, vh, score_mod=score_mod).transpose(1, 2)  # [batch, pos, head, d_head]
+        elif path == "sdpa":
             # Fast path: same maths in one fused call; taken only when no hook reads the pattern.
             # No positional bias (NoPE, RoPE) -> is_causal, which lets PyTorch pick its fastest
             # kernel (flash on GPU); ALiBi / Hard-ALiBi -> the bias as a float mask in q's dtype
@@ -230,11 +284,20 @@ class Attention(nn.Module):
         return F.linear(z.reshape(B, T, H * dh), self.W_O.reshape(H * dh, -1).T, self.b_O)
 
     def _fast(self) -> bool:
-        """SDPA unless the plain path is forced or a hook reads scores / pattern (which SDPA
-        never materialises)."""
+        """A fused path (SDPA or FlexAttention) unless the plain path is forced or a hook reads
+        scores / pattern (which neither materialises)."""
         if self.scan == "plain" or has_hooks(self.hook_attn_scores) or has_hooks(self.hook_pattern):
             return False
-        return self.scan == "sdpa" or self.cfg.use_sdpa
+        return self.scan in ("sdpa", "flex") or self.cfg.use_sdpa
+
+    def _path(self, device: torch.device) -> str:
+        """``plain``, ``sdpa`` or ``flex`` for inputs on ``device`` (module docstring)."""
+        if not self._fast():
+            return "plain"
+        if self.scan in ("sdpa", "flex"):
+            return self.scan
+        return "flex" if device.type == "cuda" and self.cfg.pe in ("alibi", "hard_alibi") \
+            else "sdpa"
 
     def _bias(self, T: int, like: Tensor) -> Float[Tensor, "head q_pos k_pos"]:
         """Positional bias + mask for T positions in ``like``'s dtype and device (SDPA refuses a
@@ -290,7 +353,7 @@ class HookedTransformerLM(SuiteModel):
 
     arch = "transformer"
     config_cls = TransformerConfig
-    scans = ("auto", "plain", "sdpa")
+    scans = ("auto", "plain", "sdpa", "flex")
     fast_scans = ("sdpa",)
 
     def __init__(self, cfg: TransformerConfig):

@@ -44,6 +44,9 @@ TRAIN = dict(steps=6, batch_size=5, eval_every=3, eval_batches=3, eval_batch_siz
 # epochs over 7 examples in batches of 3: every third batch has one row, and rank 1 none
 MEM_TASK = dict(n_examples=7)
 MEM_TRAIN = dict(steps=6, batch_size=3, eval_every=0, eval_batches=1, eval_batch_size=4, seed=3)
+# gradient accumulation under DDP: 6 rows in micro-batches of 2 (one row per rank each), the
+# gradient sync skipped for all but the last (no_sync)
+MICRO_TRAIN = {**TRAIN, "batch_size": 6, "micro_batch": 2}
 FLAGS = [*TINY_RUN_FLAGS, "--max-len", "6", "--steps", "6", "--batch-size", "5",
          "--eval-every", "3", "--eval-batches", "3", "--eval-batch-size", "8",
          "--warmup-steps", "2", "--seed", "7", "--use-sdpa", "false", "--device", "cpu",
@@ -69,6 +72,9 @@ WORKER = textwrap.dedent("""
     train(make_spec("transformer", "memorization", "quick", model=a["model"],
                     task_config=a["mem_task"], train=a["mem_train"]),
           out=a["mem"], device="cpu", progress=False)
+    train(make_spec("transformer", "copy", "quick", model=a["model"],
+                    task_config={"max_len": 6}, train=a["micro_train"]),
+          out=a["micro"], device="cpu", progress=False)
     spec = make_spec("transformer", "copy", "quick", model=a["model"],
                      task_config={"max_len": 6}, train=a["train"])
     try:
@@ -111,7 +117,8 @@ def ddp_job(tmp_path_factory):
     a = {"model": TINY, "train": TRAIN, "flags": ["--task", "copy", "--arch", "transformer",
                                                   "--pe", "hard_alibi", *FLAGS],
          "full": str(d / "full.pt"), "part": str(d / "part.pt"), "mem": str(d / "mem.pt"),
-         "mem_task": MEM_TASK, "mem_train": MEM_TRAIN}
+         "mem_task": MEM_TASK, "mem_train": MEM_TRAIN, "micro": str(d / "micro.pt"),
+         "micro_train": MICRO_TRAIN}
     first = torchrun(str(script), json.dumps(a))
     assert (d / "part.pt").exists(), first.stderr[-3000:]
     part = read_checkpoint(d / "part.pt")  # as the interrupted job left it
@@ -152,6 +159,20 @@ def test_a_rank_without_rows_in_a_short_epoch_batch_still_agrees(ddp_job):
     assert ddp["train"]["samples_seen"] == single["train"]["samples_seen"] == 14  # 3+3+1, twice
     for k, v in single["state_dict"].items():
         assert (ddp["state_dict"][k] - v).abs().max().item() < 1e-6, k
+
+
+def test_micro_batches_under_ddp_equal_the_whole_batch_in_one_process(ddp_job):
+    d = ddp_job[0]
+    ddp = read_checkpoint(d / "micro.pt")
+    single = train(spec(batch_size=6), device="cpu", progress=False)  # no micro-batches
+    assert ddp["train"]["samples_seen"] == single["train"]["samples_seen"] == 36
+    diff = {k: (ddp["state_dict"][k] - v).abs().max().item()
+            for k, v in single["state_dict"].items()}
+    noise = diff.pop("blocks.0.attn.b_K")  # zero true gradient: see the test above
+    assert max(diff.values()) < 1e-6, diff
+    assert noise < 1e-5
+    for h_ddp, h_one in zip(ddp["history"], single["history"], strict=True):
+        assert h_ddp["loss"] == pytest.approx(h_one["loss"], abs=1e-5)
 
 
 def test_a_signal_on_one_rank_stops_every_rank_and_rank_0_saves(ddp_job):
@@ -226,7 +247,7 @@ def test_bf16_runs_and_is_recorded(tmp_path, capsys):
 def test_bad_precision_is_one_line(tmp_path, capsys):
     assert main([*FLAGS, "--precision", "fp8", "--out", str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: precision must be fp32 or bf16, got 'fp8'"]
+    assert err == ["error: precision must be auto, fp32 or bf16, got 'fp8'"]
 
 
 def test_batch_smaller_than_the_job_is_refused(tmp_path, monkeypatch):

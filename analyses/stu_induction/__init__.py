@@ -130,6 +130,8 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
             "arch": arch, "train_length": train_len, "n_models": len(ms),
             "n_params": ms[0].n_params(),
             "train_steps": [m.provenance.step for m in ms],
+            # per model: a group may pool learning rates as seeds (large: two lrs per seed)
+            "lr": [(m.provenance.train.get("config") or {}).get("lr") for m in ms],
             "acc_mean": acc.mean(0).tolist(), "acc_min": acc.min(0).tolist(),
             "acc_max": acc.max(0).tolist(), "acc_per_model": acc.tolist(),
             "stop": [m.provenance.stop for m in ms],

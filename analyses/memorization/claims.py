@@ -60,6 +60,9 @@ def fit_summary(d: dict, which: str = "non_embedding") -> str:
     fit = d["fits"][which]
     lin, th, pw, ll = fit["linear"], fit["theory"], fit["power"], fit["loglog"]
     sr = d["search"]
+    if not d["n_examples"]:  # the inverted search (large): no width below the ladder's top
+        return (f"no width memorised a dataset size below the top of its ladder, "
+                f"{len(sr['seeds'])} seed(s), {budget_text(d)}; verdict: {fit['verdict']}")
     text = (f"{len(d['n_examples'])} N = {min(d['n_examples'])}…{max(d['n_examples'])} "
             f"({d['n_ratio']:.0f}x), {len(sr['seeds'])} seed{'s' * (len(sr['seeds']) != 1)}, "
             f"{budget_text(d)} "

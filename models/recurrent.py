@@ -151,7 +151,8 @@ def _selective_chunk(h0: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C:
     # carry h0 in through the first write: h_1 = a_1·h0 + w_1 is then the plain loop's step
     w = torch.cat([w[:, :1] + a[:, :1] * h0[:, None], w[:, 1:]], dim=1)
     states = (linear_scan_parallel if parallel else linear_scan_plain)(a, w)
-    return torch.einsum("bkdn,bkn->bkd", states, C), states[:, -1]
+    # a copy of the last state: a view would keep the whole chunk's states alive with it
+    return torch.einsum("bkdn,bkn->bkd", states, C), states[:, -1].clone()
 
 
 def selective_scan_chunked(x: Float[Tensor, "batch pos d_inner"],

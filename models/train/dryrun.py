@@ -69,6 +69,7 @@ DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one 
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
 H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
+MALLOC_TRIM_THRESHOLD = 2**20  # bytes: see run_isolated
 CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
 EXIT_SOME_FAILED = 1
 
@@ -292,6 +293,13 @@ def run_isolated(spec: RunConfig, device: torch.device,
     root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    # glibc's malloc keeps freed memory once its mmap threshold has grown (it does, after the
+    # first large free), so a run that allocates and frees chunk after chunk (the chunked scan,
+    # checkpointed blocks) would show the memory it freed in its RSS: the CPU's peak would
+    # then measure the allocator, not what the run needs at once, which is what the
+    # extrapolation to a GPU batch stands on. A fixed trim threshold returns it (and turns the
+    # dynamic threshold off); other C libraries ignore the variable. A user's setting wins.
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
     try:
         proc = subprocess.run([sys.executable, "-m", "models.train.dryrun", "--child",
                                str(device)], input=blob, capture_output=True, text=True,

@@ -59,7 +59,8 @@ def test_stop_at_is_checked():
 def test_default_stop_at_keeps_the_cache_key():
     spec = _spec()
     train_dict = config_to_dict(spec.train)
-    for name in ("init_from", "device_type", "precision", "compile", "stop_at"):  # left out
+    for name in ("init_from", "device_type", "precision", "compile", "stop_at",  # left out
+                 "checkpoint_blocks", "micro_batch"):
         del train_dict[name]
     blob = json.dumps({"arch": spec.arch, "task": spec.task_name, "model": spec.model_dict,
                        "task_config": spec.task_dict, "train": train_dict},

@@ -19,6 +19,10 @@ how the global batch is split and why the weights equal a single process's): eve
 each step on whether to stop, evaluation is split over the ranks and gathered, and rank 0 alone
 writes checkpoints. ``precision="bf16"`` runs the training forward under ``torch.autocast`` and
 ``compile=True`` through ``torch.compile``; weights, optimizer state and evaluation stay fp32.
+Two settings trade compute for memory without changing the numbers: ``micro_batch`` runs the
+global batch as micro-batches whose gradients add up to its own
+(:func:`models.train.loss.backward`), ``checkpoint_blocks`` recomputes each block in the
+backward pass (:meth:`models.base.SuiteModel.run_blocks`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def ssm_paths(repeats: int) -> dict:
     return {"kernels_available": have, "batch": BATCH, "seq": LONG,
             "mamba2": _time_paths(lambda: Mamba2LM(Mamba2Config(**M2)), x, ("chunked", "plain"),
                                   have["mamba2"], repeats),
-            "mamba": _time_paths(lambda: MambaLM(MambaConfig(**M1)), x, ("scan", "plain"),
+            "mamba": _time_paths(lambda: MambaLM(MambaConfig(**M1)), x,
+                                 ("scan", "chunked", "plain"),
                                  have["mamba"], repeats)}
 
 

@@ -121,3 +121,22 @@ def test_chunked_without_gradients_equals_plain(tiny, tokens):
         ref = m(x)
         m.set_scan("chunked")
         torch.testing.assert_close(m(x), ref, atol=1e-12, rtol=0)
+
+
+@pytest.mark.gpu
+def test_chunked_path_on_cuda_equals_plain_and_keeps_less(tiny, tokens, assert_paths_agree):
+    """On CUDA the chunks scan by the log-depth scan: the same numbers in float64, and a
+    training step's peak memory below the log-depth path's, which keeps every pass."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    m = tiny(chunk_size=16, d_state=16).cuda()
+    x = tokens(B=2, T=100, V=m.cfg.vocab_size).cuda()
+    peaks = {}
+    for scan in ("scan", "chunked"):
+        m.set_scan(scan)
+        torch.cuda.reset_peak_memory_stats()
+        m.zero_grad()
+        m(x).pow(2).mean().backward()
+        peaks[scan] = torch.cuda.max_memory_allocated()
+    assert peaks["chunked"] < peaks["scan"]
+    assert_paths_agree(m, x, "chunked", atol=1e-10)

@@ -67,5 +67,5 @@ def test_tiny_pipeline_on_cpu(tmp_path, monkeypatch):
     [rope] = [r for r in doc["table_rows"] if r["recipe"] == "copy/rope"]
     assert rope["seconds_per_step"] == doc["bench"]["transformer_rope"]["seconds_per_step"]
     assert rope["attention"] == "sdpa" and rope["card"] == "cpu"
-    assert [r["name"] for r in doc["dry_run"]["rows"]] == ["copy/rope", "mamba2"]
+    assert [r["name"] for r in doc["dry_run"]["rows"]] == ["copy/rope", "copy/mamba2"]
     assert doc["dry_run"]["failed"] == []

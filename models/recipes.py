@@ -116,10 +116,7 @@ def copy_medium_recipes(labels: Iterable[str] | None = None, sweep: bool = False
     """The medium copy-efficiency recipes of ``labels`` (default: all), every length and
     seed, at each model's chosen lr (:data:`COPY_MEDIUM_LR`) or, with ``sweep``, at every lr
     of the sweep."""
-    labels = list(labels or COPY_MEDIUM_LABELS)
-    for label in labels:
-        check(label in COPY_MEDIUM_LABELS,
-              f"unknown model {label!r}; allowed at medium: {', '.join(COPY_MEDIUM_LABELS)}")
+    labels = checked_labels(labels, COPY_MEDIUM_LABELS, "medium")
     return [copy_medium_name(label, L, s, lr) for L in COPY_MEDIUM["lengths"] for label in labels
             for lr in (COPY_MEDIUM["lrs"] if sweep else (COPY_MEDIUM_LR[L][label],))
             for s in range(COPY_MEDIUM["seeds"])]
@@ -198,13 +195,20 @@ def lookup_medium_name(label: str, seed: int) -> str:
     return f"lookup_medium_prefix/{label}_s{seed}"
 
 
+def checked_labels(labels: Iterable[str] | None, allowed: Iterable[str], level: str) -> list[str]:
+    """``labels`` (default: every one ``allowed``), each checked to be a model of the level."""
+    allowed = tuple(allowed)
+    labels = list(labels or allowed)
+    for label in labels:
+        check(label in allowed,
+              f"unknown model {label!r}; allowed at {level}: {', '.join(allowed)}")
+    return labels
+
+
 def lookup_medium_recipes(labels: Iterable[str] | None = None) -> list[str]:
     """The medium prefix-lookup recipes of ``labels`` (default: all), every seed."""
-    labels = list(labels or LOOKUP_MEDIUM["labels"])
-    for label in labels:
-        check(label in LOOKUP_MEDIUM["labels"], f"unknown model {label!r}; allowed at medium: "
-              f"{', '.join(LOOKUP_MEDIUM['labels'])}")
-    return [lookup_medium_name(label, s) for label in labels
+    return [lookup_medium_name(label, s)
+            for label in checked_labels(labels, LOOKUP_MEDIUM["labels"], "medium")
             for s in range(LOOKUP_MEDIUM["seeds"])]
 
 
@@ -494,12 +498,9 @@ def copy_large_recipes(labels: Iterable[str] | None = None,
     """The large copy-efficiency recipes of ``labels`` (default: all) at every length; by
     default the lr sweep at the sweep seed (each model's best lr then trains at the other
     seeds: analyses.copy_efficiency)."""
-    labels = list(labels or COPY_LARGE_LABELS)
+    labels = checked_labels(labels, COPY_LARGE_LABELS, "large")
     seeds = list((COPY_LARGE["sweep_seed"],) if seeds is None else seeds)
     lrs = list(COPY_LARGE["lrs"] if lrs is None else lrs)
-    for label in labels:
-        check(label in COPY_LARGE_LABELS,
-              f"unknown model {label!r}; allowed at large: {', '.join(COPY_LARGE_LABELS)}")
     for s in seeds:
         check(0 <= s < COPY_LARGE["seeds"], f"large copy seeds are 0..{COPY_LARGE['seeds'] - 1}"
               f", got {s}")
@@ -591,11 +592,9 @@ def lookup_large_name(label: str, seed: int) -> str:
 
 def lookup_large_recipes(labels: Iterable[str] | None = None) -> list[str]:
     """The large prefix-lookup recipes of ``labels`` (default: all), every seed."""
-    labels = list(labels or LOOKUP_LARGE["labels"])
-    for label in labels:
-        check(label in LOOKUP_LARGE["labels"], f"unknown model {label!r}; allowed at large: "
-              f"{', '.join(LOOKUP_LARGE['labels'])}")
-    return [lookup_large_name(label, s) for label in labels for s in range(LOOKUP_LARGE["seeds"])]
+    return [lookup_large_name(label, s)
+            for label in checked_labels(labels, LOOKUP_LARGE["labels"], "large")
+            for s in range(LOOKUP_LARGE["seeds"])]
 
 
 def _lookup_large() -> Iterator[Recipe]:

@@ -36,8 +36,8 @@ doubling, to 4096), one search per (width, seed), 2 seeds; the same fits over th
 points, so each point's parameter count is exact instead of a width step's.
 Then, over every (N, seed) point: the linear and a + b·√(nN) fits and their residuals, the
 exponent k of a + b·N^k with a bootstrap interval (the N resampled, then the seeds within
-each: :func:`probes.fits.power_fit`), the same exponent over the smaller and the larger half of the N, the
-log-log slope, and a verdict (:func:`shape_verdict`).
+each: :func:`probes.fits.power_fit`), the same exponent over the smaller and the larger half of
+the N, the log-log slope, and a verdict (:func:`shape_verdict`).
 
 What the paper claims for Fig. 2 (§5.2) is a *linear* trend: "We observe a linear trend in the
 number of parameters with a subtle concavity as our theory predicts, but only at the low data

@@ -192,6 +192,21 @@ class CellStore:
         """Whether this process sees the folder (a remote Ray worker may not)."""
         return self.folder.is_dir()
 
+    def cell(self, name: str, spec: RunConfig, settings: CellSettings, seed: int,
+             train=None) -> dict[str, Any]:
+        """The cell of ``spec``: the saved one (``reused`` True), else trained now by
+        ``train(spec, settings)`` (default :func:`run_cell`; tests pass an oracle) and saved
+        as it lands where the folder is reachable."""
+        cell = self.lookup(name, spec, settings)
+        if cell is not None:
+            return {**cell, "reused": True}
+        t = time.process_time()
+        cell = (train or run_cell)(spec, settings)
+        cell.update(seed=seed, cpu_s=round(time.process_time() - t, 2))
+        if self.reachable():
+            self.save(name, cell)
+        return {**cell, "reused": False}
+
 
 def failed_cell(spec: RunConfig, failure: Failed) -> dict[str, Any]:
     """The row of a cell whose task failed on every attempt: no numbers, the error (never

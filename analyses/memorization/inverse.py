@@ -82,17 +82,8 @@ def run_max_n(job: MaxNJob, train_cell=cells.run_cell) -> dict[str, Any]:
 
     def memorises(i: int) -> bool:
         n = job.sizes[i]
-        spec, name = job.spec(n), search_cell_name(n, job.width, job.seed)
-        cell = job.store.lookup(name, spec, job.settings)
-        if cell is None:
-            t = time.process_time()
-            cell = train_cell(spec, job.settings)
-            cell.update(seed=job.seed, cpu_s=round(time.process_time() - t, 2))
-            if job.store.reachable():
-                job.store.save(name, cell)
-            cell["reused"] = False
-        else:
-            cell["reused"] = True
+        cell = job.store.cell(search_cell_name(n, job.width, job.seed), job.spec(n),
+                              job.settings, job.seed, train_cell)
         found.append(cell)
         return bool(cell["memorized"])
 

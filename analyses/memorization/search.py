@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyses.memorization import cells
 from analyses.memorization.cells import CellSettings, CellStore, search_cell_name, torch_threads
 from analyses.memorization.grid import CellSpace, Long
 from models.train.runconfig import RunConfig
@@ -135,17 +134,8 @@ def run_search(job: SearchJob) -> dict[str, Any]:
     with torch_threads(job.settings.threads):
         for n in job.n_examples:
             def memorises(i: int, n=n) -> bool:
-                spec, name = specs[(n, widths[i])], search_cell_name(n, widths[i], job.seed)
-                cell = job.store.lookup(name, spec, job.settings)
-                if cell is None:
-                    t = time.process_time()
-                    cell = cells.run_cell(spec, job.settings)
-                    cell.update(seed=job.seed, cpu_s=round(time.process_time() - t, 2))
-                    if job.store.reachable():
-                        job.store.save(name, cell)
-                    cell["reused"] = False
-                else:
-                    cell["reused"] = True
+                cell = job.store.cell(search_cell_name(n, widths[i], job.seed),
+                                      specs[(n, widths[i])], job.settings, job.seed)
                 found_cells.append(cell)
                 return bool(cell["memorized"])
 

@@ -104,8 +104,8 @@ def summarise_search(searches: list[dict], n_examples: tuple[int, ...],
                      widths: tuple[int, ...], threshold: float, level: str) -> dict[str, Any]:
     """Per N: the smallest memorising width and parameter counts of each seed, their mean
     and spread; fits over every (N, seed) point: linear and a + b·√(nN) (their residuals),
-    the exponent k of a + b·N^k with a bootstrap interval (the N resampled, then the seeds within each),
-    the log-log slope, and the verdict (:func:`shape_verdict`)."""
+    the exponent k of a + b·N^k with a bootstrap interval (the N resampled, then the seeds
+    within each), the log-log slope, and the verdict (:func:`shape_verdict`)."""
     searches = sorted(searches, key=lambda r: r["seed"])
     by_width: dict[int, dict] = {}
     for r in searches:

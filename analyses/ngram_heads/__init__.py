@@ -437,18 +437,21 @@ def claim_ablation(d: dict) -> tuple[str, bool]:
     rnd = get(d, "random", "string_drop_mean")
     if drop is None:
         return "no ablation result in the JSON", False
-    text = f"string-accuracy drop {100 * drop:.0f} pts (random heads: "
+
+    def pts(x: float) -> str:  # a drop in points, rounded to an int: a tiny gain prints 0, not -0
+        return f"{round(100 * x) + 0:d}"
+    text = f"string-accuracy drop {pts(drop)} pts (random heads: "
     if rnd is None:
         text += "n/a)"
     else:
         r = d["random"]
         lo, hi, n = r.get("string_drop_min"), r.get("string_drop_max"), r.get("n_sets")
-        text += f"mean {100 * rnd:.0f} pts"
+        text += f"mean {pts(rnd)} pts"
         if lo is not None and hi is not None:
-            text += f", range {100 * lo:.0f}–{100 * hi:.0f}"
+            text += f", range {pts(lo)}–{pts(hi)}"
         if r.get("string_drop_quartiles"):
             q1, _, q3 = r["string_drop_quartiles"]
-            text += f", IQR {100 * q1:.0f}–{100 * q3:.0f}"
+            text += f", IQR {pts(q1)}–{pts(q3)}"
         if n:
             text += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
         text += ")"

@@ -34,14 +34,17 @@ LEVEL_SCALE = {
              "prefix lookup fine-tuned from them; the Mamba-2 Markov models at 1,500-2,000 "
              "steps × batch 32; 3 STU seeds at q = 1/2, 3/4; memorization on five dataset "
              "sizes",
-    "medium": "medium (a 2-core CPU, about an hour): parameter-matched copy models of "
+    "medium": "medium (a 2-core CPU, about half an hour): parameter-matched copy models of "
               "~100k parameters on strings of length <= 4 and <= 6, 3 seeds; prefix lookup "
               "over 8 letters, strings 5-20, 2 seeds; the paper's Markov model at 2,700 steps "
               "× batch 16 (27 % of Table 7's steps), 3 seeds; STU trained to convergence, 8 "
               "seeds per training length; memorization N = 16...512",
     "large": "large (one 80 GB GPU and 16 CPU cores, about an hour): the smallest settings "
-             "that decide each claim — copy models of ~1M parameters on strings of length "
-             "<= 10, 20, 30; Table 7 in full for the Markov hold-out; more seeds throughout",
+             "that decide each claim — parameter-matched copy models of ~1M parameters on "
+             "strings of length <= 10, 20, 30 over 26 letters, 3 seeds; prefix lookup over 26 "
+             "letters, strings 5-30 packed to 420, 2 seeds; Table 7 in full for the Markov "
+             "hold-out (d = N 8, 16, 32, 5 seeds; batch 16 without a GPU); STU at q = 1/2, "
+             "5/8, 3/4, 7/8, 16 seeds, 2 lrs; memorization's largest N per width, 8 widths",
     "paper": "paper: the papers' own settings (GPU-sized; see README 'Scaling up')",
 }
 

@@ -110,11 +110,14 @@ def test_dry_run_hours_measured_or_projected_at_the_runs_precision():
 
 def test_step_costs_on_cuda_measured_or_projected():
     costs = StepCosts.load(device="cuda").timed()
-    assert costs.unit_s == 0.0  # seconds already: no reference step timed
     rope = paper("copy/rope")  # "auto": bf16 + compile on a GPU, the report's 0.070 row
     est = costs.run(rope)
     assert est.source == "measured" and est.seconds == pytest.approx(0.070 * rope.train.steps)
     assert costs.run(paper("copy/mamba")).source == "projection"
+    # a job the plan places on the CPU cores of the GPU machine is costed from the CPU table
+    quick_copy = dryrun.recipe_spec("copy/rope", "quick")
+    assert costs.run(quick_copy, "cpu").source == "table" and costs.unit_s > 0
+    assert costs.run(quick_copy).source in ("measured", "projection")
     assert StepCosts.load(device="cpu").run(rope) is None or \
         StepCosts.load(device="cpu").timed().run(rope).source != "measured"
 

@@ -44,7 +44,7 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
         spec = recipe_spec(job.recipe, preset)
     except TaskError:
         return None
-    return costs.run(spec)
+    return costs.run(spec, job.device)
 
 
 def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,

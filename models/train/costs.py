@@ -157,7 +157,7 @@ class StepCosts:
     def timed(self) -> StepCosts:
         """This table with the reference step timed on this machine now (a GPU estimate is in
         seconds already: nothing to time)."""
-        unit = reference_seconds() if self.rows and self.device != "cuda" else 0.0
+        unit = reference_seconds() if self.rows else 0.0  # a GPU plan's CPU jobs need it too
         return StepCosts(self.rows, self.analysis_s, self.meta, unit, self.device, self.cuda)
 
     def _start(self) -> float:
@@ -165,10 +165,11 @@ class StepCosts:
         starts = [r["start"] for r in self.rows.values() if "start" in r]
         return statistics.median(starts) if starts else 0.0
 
-    def run(self, spec: RunConfig) -> Estimate | None:
+    def run(self, spec: RunConfig, device: str | None = None) -> Estimate | None:
         """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
-        :meth:`timed`); on a GPU, its steps (:meth:`gpu_run`)."""
-        if self.device == "cuda":
+        :meth:`timed`); on a GPU, its steps (:meth:`gpu_run`). ``device`` "cpu": a job the plan
+        places on the CPU cores (the tiny models of a GPU machine's plan), costed as one."""
+        if self.device == "cuda" and device != "cpu":
             return self.gpu_run(spec)
         evals = evaluations(spec.train.steps, spec.train.eval_every)
         r = self.rows.get(cost_key(spec))

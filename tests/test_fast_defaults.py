@@ -17,7 +17,7 @@ from models.train.cli import build_parser, parse_value
 from models.train.compiled import CompiledForward, CompileFallbackWarning
 from models.train.config import TrainConfig, resolve_train
 from models.train.evaluation import batches
-from models.train.loop import fused_adamw, make_optimizer
+from models.train.loop import fused_adamw, make_optimizer, train
 from models.train.loss import nll, step_loss
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
@@ -146,6 +146,19 @@ def test_a_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     assert len(fell) == 1 and "no C compiler here" in str(fell[0].message)
     assert value == eager.item() and second.item() == eager.item()
     first.backward()  # the fallback's loss trains
+
+
+def test_a_run_that_fell_back_says_so_in_its_history(monkeypatch):
+    """The checkpoint's record keeps compile=True (the run's key); its history says it ran
+    eager, and why."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=_boom))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompileFallbackWarning)
+        ckpt = train(_spec(compile=True, eval_batches=1, eval_batch_size=2), progress=False)
+    assert ckpt["train"]["config"]["compile"] is True
+    assert "no C compiler here" in ckpt["history"][-1]["compile_fallback"]
+    plain = train(_spec(eval_batches=1, eval_batch_size=2), progress=False)
+    assert "compile_fallback" not in plain["history"][-1]
 
 
 def test_errors_of_the_computation_are_not_swallowed():

@@ -207,6 +207,9 @@ def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progres
                               "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
                               "time_s": run.time_s(),
                               **run_evaluator(evaluator, model, task, cfg, dev, world)}
+                    compiled = getattr(loss_fn, "compiled", None)
+                    if compiled is not None and compiled.fallback:  # the record says compile
+                        record["compile_fallback"] = compiled.fallback  # but it ran eager
                     run.history.append(record)
                     bar.set_postfix({k: round(v, 4) for k, v in record.items()
                                      if k in ("loss", "eval_loss", "string_acc", "char_acc")})

@@ -123,6 +123,7 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
             with autocast():
                 return _shard_loss(forward, batch, world, count)
         sharded.no_sync = no_sync
+        sharded.compiled = forward if cfg.compile else None
         return sharded
 
     def single(batch: Batch, count: int | None = None) -> tuple[torch.Tensor, float]:
@@ -133,6 +134,7 @@ def step_loss(model: torch.nn.Module, cfg: TrainConfig, dev: torch.device,
                 loss = nll(forward(batch.tokens), batch.targets, "sum") / (count or math.nan)
         return loss, loss.item()
     single.no_sync = no_sync
+    single.compiled = forward if cfg.compile else None  # its .fallback says if it went eager
     return single
 
 

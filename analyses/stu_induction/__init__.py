@@ -269,8 +269,9 @@ FIGURE = Figure(
            "right at the lags seen in training, chance beyond)", claim_recall),
      Claim(f"Fig. 5 ({SETTING}): STU trained at T^q occasionally recalls all the way to T "
            f"(some seed >= {GENERALISES} at T; bimodal over seeds)", claim_generalise),
-     Claim("§4.2: the STU length-generalises at least as well as Hard-ALiBi and Mamba-2 "
-           "trained at the same lengths", claim_vs_baselines),
+     Claim("(our comparison, not the paper's: its §5 leaves comparisons with transformers "
+           "and SSMs to future work) the STU length-generalises at least as well as Hard-ALiBi "
+           "and Mamba-2 trained at the same lengths", claim_vs_baselines),
      Claim("(finding) the STU's lower recall below its training length comes from the "
            "sequence start, not the lags: left-padded with BLANK it recalls", claim_padding),
      Claim("(ablation) with BLANK's embedding held at zero and no norm, the STU recalls below "

@@ -5,6 +5,7 @@ recall / binomial probes of probes.induction."""
 import json
 import math
 from math import comb
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -314,7 +315,7 @@ def test_claim_shared_mixture_both_ways():
     assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.99]}))[1]
     assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.71]}))[1]
     assert A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.69]}))[1]
-    assert not A.claim_shared_mixture(medium_json({"stu": [0.4]}))[1]  # no shared rows
+    assert A.claim_shared_mixture(medium_json({"stu": [0.4]})) is None  # no shared runs: left out
     assert A.claim_shared_mixture(medium_json(at_T, preset=None)) is None
 
 
@@ -324,3 +325,21 @@ def test_even_lags_accuracy_is_the_parity_blind_optimum():
     _, _, pos = task.sequences(20000, 16, torch.Generator().manual_seed(0))
     even = ((16 - 2 - pos) % 2 == 0).float().mean().item()  # query at 15, token at pos + 1
     assert induction.even_lags_accuracy(16, 4) == pytest.approx(even + (1 - even) / 4, abs=0.01)
+
+
+def test_a_group_at_several_lrs_keeps_the_tuned_one(monkeypatch):
+    """The large level trains each (arch, q) at two lrs; the group keeps the lr whose seeds
+    recall best at their training length (the paper's tuned Adam), not a pool of both."""
+    def model(lr, right):
+        m = SimpleNamespace(provenance=SimpleNamespace(train={"config": {"lr": lr}}), right=right)
+        m.eval = lambda: m
+        return m
+    monkeypatch.setattr(A, "recall_accuracy", lambda m, task, lengths, n, seed: [m.right])
+    good, bad = [model(1e-3, 100), model(1e-3, 90)], [model(3e-3, 100), model(3e-3, 20)]
+    kept, scores = A._tuned_lr(good + bad, None, 64, 100, 0)
+    assert kept == good and scores == {"0.001": 0.95, "0.003": 0.6}
+    assert A._tuned_lr(good, None, 64, 100, 0) == (good, {})
+
+
+def test_the_shared_mixture_claim_is_left_out_without_its_runs():
+    assert C.claim_shared_mixture({"preset": "large", "rows": [], "chance": 0.25}) is None

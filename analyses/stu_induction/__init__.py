@@ -91,7 +91,11 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     """Recall accuracy of induction-heads checkpoints at each evaluation length.
 
     ``models``: loaded suite models (``models.load``) trained on the ``induction`` task; they
-    are grouped by (architecture, training length) and averaged over the group (seeds).
+    are grouped by (architecture, training length) and averaged over the group (seeds). A
+    group trained at several learning rates (the large level's grid) keeps the lr whose seeds
+    recall best at their own training length — the paper's "tuned Adam" — and records every
+    lr's score in ``lr_choice``, so runs that never learnt the task at a poor lr do not stand
+    for the architecture.
     """
     check(len(models) >= 1, "stu_induction needs at least one model")
     check(n_eval >= 1, f"n_eval must be >= 1, got {n_eval}")
@@ -114,6 +118,7 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     rows = []
     bar = tqdm(total=len(models), desc=NAME, disable=not progress, leave=False)
     for (arch, train_len), ms in sorted(groups.items()):
+        ms, lr_choice = _tuned_lr(ms, task, train_len, n_eval, seed)
         per_seed, padded, by_lag = [], [], []
         shorter = [L for L in lengths if L < train_len]
         for m in ms:
@@ -131,7 +136,8 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
             "n_params": ms[0].n_params(),
             "train_steps": [m.provenance.step for m in ms],
             # per model: a group may pool learning rates as seeds (large: two lrs per seed)
-            "lr": [(m.provenance.train.get("config") or {}).get("lr") for m in ms],
+            "lr": [_lr(m) for m in ms],
+            "lr_choice": lr_choice,  # lr -> mean recall at the training length ({} if one lr)
             "acc_mean": acc.mean(0).tolist(), "acc_min": acc.min(0).tolist(),
             "acc_max": acc.max(0).tolist(), "acc_per_model": acc.tolist(),
             "stop": [m.provenance.stop for m in ms],
@@ -156,6 +162,26 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     bar.close()
     return to_jsonable({"lengths": lengths, "n_eval": n_eval, "seed": seed, "D": D,
                         "chance": chance, "rows": rows})
+
+
+def _lr(model) -> float | None:
+    return (model.provenance.train.get("config") or {}).get("lr")
+
+
+def _tuned_lr(ms: list, task, train_len: int, n_eval: int, seed: int
+              ) -> tuple[list, dict[str, float]]:
+    """``ms`` at the lr whose seeds recall best at ``train_len`` (all of ``ms`` when they share
+    one lr), and each lr's mean recall there."""
+    by_lr: dict = defaultdict(list)
+    for m in ms:
+        by_lr[_lr(m)].append(m)
+    if len(by_lr) == 1:
+        return ms, {}
+    score = {lr: float(np.mean([recall_accuracy(m.eval(), task, [train_len], n_eval, seed)[0]
+                                for m in group])) / n_eval
+             for lr, group in by_lr.items()}
+    best = max(score, key=lambda lr: (score[lr], -lr))  # a tie: the smaller step size
+    return by_lr[best], {f"{lr:g}": v for lr, v in sorted(score.items())}
 
 
 def _final_eval_loss(model) -> float:

@@ -195,8 +195,8 @@ def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
     length every seed recalls at most the even-lag bound (right at even lags, chance at odd
     ones; + EVEN_LAG_SLACK for sampling), while the paper's model is all right there."""
     rows = _medium_rows(d, STU_SHARED)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
+    if not rows:
+        return None  # a medium claim (runs trained to convergence), or none of these runs
     ours = _medium_rows(d, STU) or {}
     parts, ok = [], bool(rows)
     for L, r in sorted(rows.items()):

@@ -339,6 +339,8 @@ def test_a_group_at_several_lrs_keeps_the_tuned_one(monkeypatch):
     kept, scores = A._tuned_lr(good + bad, None, 64, 100, 0)
     assert kept == good and scores == {"0.001": 0.95, "0.003": 0.6}
     assert A._tuned_lr(good, None, 64, 100, 0) == (good, {})
+    tie = [model(3e-3, 100), model(3e-3, 91)]  # 0.955 vs 0.95: both learnt it, they pool
+    assert A._tuned_lr(good + tie, None, 64, 100, 0)[0] == good + tie
 
 
 def test_the_shared_mixture_claim_is_left_out_without_its_runs():

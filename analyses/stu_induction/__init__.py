@@ -92,10 +92,10 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
 
     ``models``: loaded suite models (``models.load``) trained on the ``induction`` task; they
     are grouped by (architecture, training length) and averaged over the group (seeds). A
-    group trained at several learning rates (the large level's grid) keeps the lr whose seeds
-    recall best at their own training length — the paper's "tuned Adam" — and records every
-    lr's score in ``lr_choice``, so runs that never learnt the task at a poor lr do not stand
-    for the architecture.
+    group trained at several learning rates (the large level's grid) keeps the lrs whose seeds
+    recall best at their own training length (within :data:`LR_TIE` of the best) — the paper's
+    "tuned Adam" — and records every lr's score in ``lr_choice``, so runs that never learnt the
+    task at a poor lr do not stand for the architecture, and lrs that all learnt it pool.
     """
     check(len(models) >= 1, "stu_induction needs at least one model")
     check(n_eval >= 1, f"n_eval must be >= 1, got {n_eval}")
@@ -164,14 +164,19 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
                         "chance": chance, "rows": rows})
 
 
+# two lrs whose seeds recall this close at the training length both learnt the task: their
+# runs pool (the sampling error of the mean over 8 seeds x 512 sequences is below it)
+LR_TIE = 0.01
+
+
 def _lr(model) -> float | None:
     return (model.provenance.train.get("config") or {}).get("lr")
 
 
 def _tuned_lr(ms: list, task, train_len: int, n_eval: int, seed: int
               ) -> tuple[list, dict[str, float]]:
-    """``ms`` at the lr whose seeds recall best at ``train_len`` (all of ``ms`` when they share
-    one lr), and each lr's mean recall there."""
+    """``ms`` at the lrs whose seeds recall best at ``train_len`` (within :data:`LR_TIE`; all
+    of ``ms`` when they share one lr), and each lr's mean recall there."""
     by_lr: dict = defaultdict(list)
     for m in ms:
         by_lr[_lr(m)].append(m)
@@ -180,8 +185,9 @@ def _tuned_lr(ms: list, task, train_len: int, n_eval: int, seed: int
     score = {lr: float(np.mean([recall_accuracy(m.eval(), task, [train_len], n_eval, seed)[0]
                                 for m in group])) / n_eval
              for lr, group in by_lr.items()}
-    best = max(score, key=lambda lr: (score[lr], -lr))  # a tie: the smaller step size
-    return by_lr[best], {f"{lr:g}": v for lr, v in sorted(score.items())}
+    best = max(score.values())
+    kept = [m for lr, group in by_lr.items() if score[lr] >= best - LR_TIE for m in group]
+    return kept, {f"{lr:g}": v for lr, v in sorted(score.items())}
 
 
 def _final_eval_loss(model) -> float:

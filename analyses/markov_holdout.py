@@ -335,9 +335,20 @@ def _compute_large(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def _fmt(row: dict) -> str:
-    return (f"{row['mean']:.3f} ± {row['seed_sd']:.3f}" if "seed_sd" in row
-            else f"{row['mean']:.3f}")
+def _fmt(row: dict, digits: int = 3) -> str:
+    """``mean ± sd`` over seeds; the mean alone for one run (an sd of one seed says nothing)."""
+    if "seed_sd" in row and len(row.get("seeds", ())) != 1:
+        return f"{row['mean']:.{digits}f} ± {row['seed_sd']:.{digits}f}"
+    return f"{row['mean']:.{digits}f}"
+
+
+def _over(n: int) -> str:
+    return "one seed" if n == 1 else f"mean ± sd over {n} seeds"
+
+
+def _n_seeds(d: dict) -> str:
+    n = len(d["runs"])
+    return "1 seed" if n == 1 else f"{n} seeds"
 
 
 def _ts(by_t: dict) -> list[str]:
@@ -410,7 +421,7 @@ def claim_shrinks(d: dict) -> tuple[str, Verdict]:
     if "runs" not in d:
         return text, in_regime(d, by_t[ts[-1]]["mean"] < by_t[ts[0]]["mean"])
     first, last = by_t[ts[0]]["seeds"], by_t[ts[-1]]["seeds"]
-    text += f" (mean ± sd over {len(first)} seeds{setting_text(d)})"
+    text += f" ({_over(len(first))}{setting_text(d)})"
     return text, in_regime(d, all(b < a / 2 for a, b in zip(first, last, strict=True)))
 
 
@@ -426,7 +437,7 @@ def claim_in_range(d: dict) -> tuple[str, Verdict] | None:
         return f"no in-range row at t ≥ {T_LEARNT}", False
     text = (not_matched_text(d) + "in-range |model − add-β| at " + ", ".join(
         f"t={t}: {_fmt(by_t[t])} (floor {by_t[t]['restricted_vs_add_beta']:.3f})" for t in ts)
-        + f" ({len(d['runs'])} seeds; small: < {SMALL})")
+        + f" ({_n_seeds(d)}; small: < {SMALL})")
     return text, in_regime(d, all(max(by_t[t]["seeds"]) < SMALL for t in ts))
 
 
@@ -440,7 +451,7 @@ def claim_to_zero(d: dict) -> tuple[str, Verdict] | None:
     ir = d["in_range"]["by_t"].get(t)
     text = (not_matched_text(d) + f"held-out |model − add-β| at t={t}: {_fmt(by_t[t])}"
             + (f", in-range {_fmt(ir)}" if ir else "")
-            + f" ({len(d['runs'])} seeds; small: < {SMALL})")
+            + f" ({_n_seeds(d)}; small: < {SMALL})")
     return text, in_regime(d, max(by_t[t]["seeds"]) < SMALL)
 
 
@@ -457,7 +468,7 @@ def claim_restricted(d: dict) -> tuple[str, bool] | None:
     mr, rq = by_t[t]["model_vs_restricted"], by_t[t]["restricted_vs_add_beta"]
     text = (f"held-out at t={t}: |model − add-β| {_fmt(by_t[t])}, |restricted-prior Bayes − "
             f"add-β| {rq:.3f}, |model − restricted-prior Bayes| {_fmt(mr)} "
-            f"({len(d['runs'])} seeds)")
+            f"({_n_seeds(d)})")
     return text, rq > SMALL and min(by_t[t]["seeds"]) > rq - SMALL
 
 
@@ -475,7 +486,7 @@ def claim_fixed_sequence(d: dict) -> tuple[str, Verdict]:
     if not seeds:
         return text, in_regime(d, vals[ts[-1]]["mean"] < vals[ts[0]]["mean"])
     first, last = fx["by_t"][ts[0]]["seeds"], fx["by_t"][ts[-1]]["seeds"]
-    text += f" (mean ± sd over {len(first)} seeds)"
+    text += f" ({_over(len(first))})"
     return text, in_regime(d, all(b < a / 2 for a, b in zip(first, last, strict=True)))
 
 
@@ -490,9 +501,9 @@ def claim_loss_converges(d: dict) -> tuple[str, Verdict] | None:
     rg = d["held_out"]["restricted"]["loss_gap"]
     text = (not_matched_text(d)
             + f"test loss − add-β's (nats/token, t = 1..{d['seq_len']}): held-out "
-            f"{h['mean']:.4f} ± {h['seed_sd']:.4f}, in-range {i['mean']:.4f} ± "
-            f"{i['seed_sd']:.4f}; the training prior's Bayes predictor on held-out chains "
-            f"{rg:.4f} ({len(d['runs'])} seeds; converged: < {LOSS_SMALL})")
+            f"{_fmt(h, 4)}, in-range {_fmt(i, 4)}; the training prior's Bayes predictor "
+            "on held-out chains "
+            f"{rg:.4f} ({_n_seeds(d)}; converged: < {LOSS_SMALL})")
     return text, in_regime(d, max(h["seeds"]) < LOSS_SMALL)
 
 

@@ -23,7 +23,17 @@ import argparse
 import numpy as np
 import torch
 
-from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    Undecided,
+    Verdict,
+    load_model,
+    need,
+    run_analysis,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
 from models import flags
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
@@ -144,19 +154,37 @@ def claim_markov(d: dict) -> tuple[str, bool]:
     return f"mean a_t on Markov data {r['mean']:.3f} ({r['label']})", r["mean"] >= 0.95
 
 
-def claim_switch(d: dict) -> tuple[str, bool]:
-    """Fig. 13: a_t drops at switch tokens (mean < 0.2) so the counts restart."""
+# Fig. 13's reading: a_t = 0 at every switch (the counts restart) and 1 elsewhere. Below RESET
+# the old counts keep under a tenth of their weight: a reset. At or above half of a_t elsewhere
+# the switch barely resets anything. In between is a partial reset, where a single threshold
+# would read one recipe differently on two devices (the value of a briefly trained model moves
+# with the device's float rounding): not decided there.
+RESET = 0.1
+
+
+def claim_switch(d: dict) -> tuple[str, Verdict]:
+    """Fig. 13: a_t drops to ≈ 0 at switch tokens (mean < :data:`RESET`) so the counts restart;
+    does not hold where it stays at half of its value elsewhere or more; a partial reset in
+    between is not decided at this level."""
     r = next((x for x in d["models"] if x.get("mean_at_switch") is not None), None)
     if r is None:
         return "no switching model", False
-    return (f"a_t at switch tokens {r['mean_at_switch']:.3f}, elsewhere "
-            f"{r['mean_elsewhere']:.3f}"), r["mean_at_switch"] < 0.2
+    at, elsewhere = r["mean_at_switch"], r["mean_elsewhere"]
+    text = f"a_t at switch tokens {at:.3f}, elsewhere {elsewhere:.3f}"
+    if at < RESET:
+        return text, True
+    if at >= elsewhere / 2:
+        return text, False
+    return text, Undecided.regime(
+        f"a partial reset: a_t at switches is between a full reset (< {RESET}) and none (>= "
+        f"half of elsewhere, {elsewhere / 2:.2f}); the paper's converged model sets it to 0, "
+        "and a briefly trained model's value in between moves with the device that trained it")
 
 
 FIGURE = Figure(
     "a_t on Markov and switching Markov data", "Markov paper Figs. 4, 13",
     (Claim("a_t ≈ 1 on Markov data (no forgetting; mean >= 0.95)", claim_markov),
-     Claim("a_t ≈ 0 at switch tokens (counts reset; mean < 0.2)", claim_switch)),
+     Claim(f"a_t ≈ 0 at switch tokens (counts reset; mean < {RESET})", claim_switch)),
     recipes=lambda preset: list(RECIPES))
 
 

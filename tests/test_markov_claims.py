@@ -10,6 +10,7 @@ from analyses import (
     markov_laplace,
     state_probe,
 )
+from analyses.common import Undecided
 
 
 def _laplace(l1: float, gaps: tuple[float, float, float]) -> dict:
@@ -66,12 +67,17 @@ def test_bc_orthogonality_claim():
 def test_mamba_decay_claims():
     markov = {"label": "markov/mamba2", "mean": 0.98}
     switch = {"label": "switching_markov/mamba2", "mean": 0.9, "p_switch": 0.01,
-              "mean_at_switch": 0.1, "mean_elsewhere": 0.97}
+              "mean_at_switch": 0.05, "mean_elsewhere": 0.97}
     assert mamba_decay.claim_markov({"models": [switch, markov]})[1] is True
     assert mamba_decay.claim_markov({"models": [{**markov, "mean": 0.9}]})[1] is False
     assert mamba_decay.claim_switch({"models": [markov, switch]})[1] is True
     assert mamba_decay.claim_switch({"models": [{**switch, "mean_at_switch": 0.5}]})[1] is False
     assert mamba_decay.claim_switch({"models": [markov]}) == ("no switching model", False)
+    # a partial reset is not decided: the same quick recipe measured 0.158 on a CPU and 0.255
+    # on a GPU, and a threshold between them would flip the verdict with the device
+    for partial in (0.158, 0.255):
+        verdict = mamba_decay.claim_switch({"models": [{**switch, "mean_at_switch": partial}]})[1]
+        assert isinstance(verdict, Undecided) and "partial reset" in verdict.reason
 
 
 def _ablation(full: float, noconv: float, zero: float | None) -> dict:

@@ -345,3 +345,10 @@ def test_a_group_at_several_lrs_keeps_the_tuned_one(monkeypatch):
 
 def test_the_shared_mixture_claim_is_left_out_without_its_runs():
     assert C.claim_shared_mixture({"preset": "large", "rows": [], "chance": 0.25}) is None
+
+
+def test_a_row_pooling_lrs_says_runs_not_seeds():
+    assert C.runs_text({"n_models": 16, "lr": [1e-3] * 8 + [3e-3] * 8}) == \
+        "16 runs: 8 seeds x 2 lrs"
+    assert C.runs_text({"n_models": 8, "lr": [3e-3] * 8}) == "8 seeds"
+    assert C.runs_text({"n_models": 3}) == "3 seeds"  # a JSON from before rows recorded lrs

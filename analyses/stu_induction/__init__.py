@@ -50,6 +50,7 @@ from analyses.stu_induction.claims import (
     claim_recall,
     claim_shared_mixture,
     claim_vs_baselines,
+    runs_text,
 )
 from figures.style import COLORS, new_figure
 from models import flags, zoo
@@ -214,7 +215,7 @@ def plot(result: dict):
         for i, r in enumerate(sorted(rows, key=lambda r: r["train_length"])):
             ls = styles[i % len(styles)]
             ax.plot(x, r["acc_mean"], ls, marker="o", ms=3, color=_color(arch),
-                    label=f"trained at L = {r['train_length']} ({r['n_models']} seeds)")
+                    label=f"trained at L = {r['train_length']} ({runs_text(r)})")
             # every seed a dot, nudged sideways by training length: bimodality shows as two
             # clusters at one length
             nudge = 2 ** (0.06 * (i - (len(rows) - 1) / 2))

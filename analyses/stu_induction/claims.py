@@ -27,6 +27,13 @@ UNMATCHED = ("the width and the tuned Adam's settings (the paper gives neither; 
              "own mixture")
 
 
+def runs_text(row: dict) -> str:
+    """"8 seeds", or "16 runs: 8 seeds x 2 lrs" for a row that pools learning rates."""
+    lrs = len(set(row.get("lr") or [None]))
+    n = row["n_models"]
+    return f"{n} seeds" if lrs <= 1 else f"{n} runs: {n // lrs} seeds x {lrs} lrs"
+
+
 SIGNIFICANT = 0.01  # one-sided binomial p-value below which recall is above a bound
 
 
@@ -115,7 +122,7 @@ def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
     for L, r in sorted(rows.items()):
         at_T = [a[-1] for a in r["acc_per_model"]]
         parts.append(
-            f"trained at {L} ({r['n_models']} seeds; at {L} itself min "
+            f"trained at {L} ({runs_text(r)}; at {L} itself min "
             f"{min(_at_train_length(d, r)):.2f}{_loss(r)}): "
             f"{round(r['longest']['frac_generalise'] * r['n_models'])}/{r['n_models']} seeds "
             f">= {GENERALISES} at {r['longest']['length']}, {_spread(at_T)} (right at seen lags "

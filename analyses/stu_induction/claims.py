@@ -116,8 +116,8 @@ def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
     LayerNorm, trained to convergence): STU trained at T^q occasionally recalls all the way to
     T (some seed at >= GENERALISES at the longest length)."""
     rows = _medium_rows(d, STU)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
+    if not rows:
+        return None  # a medium claim (runs trained to convergence), or none of these runs
     parts = []
     for L, r in sorted(rows.items()):
         at_T = [a[-1] for a in r["acc_per_model"]]
@@ -159,8 +159,8 @@ def claim_padding(d: dict) -> tuple[str, bool | None] | None:
     the filters' window), not the lags: left-padded with BLANK to the training length, the same
     sequences are recalled (mean >= 0.9 and >= 0.1 above as they are)."""
     rows = _medium_rows(d, STU)
-    if rows is None:
-        return None  # a medium claim (runs trained to convergence)
+    if not rows:
+        return None  # a medium claim (runs trained to convergence), or none of these runs
     parts, ok = [], False
     for L, r in sorted(rows.items()):
         if not r["shorter"]["lengths"]:

@@ -14,7 +14,7 @@ Jobs that use several threads are costed at their one-thread time: the suite's m
 little from a second thread, and the ETA learns the rest from the jobs that finish.
 
 A run whose key is not in the table (a new recipe, another size) is estimated from the
-table's rows of its architecture: their cost per training FLOP (:func:`~models.train.dryrun.
+table's rows of its architecture: their cost per training FLOP (:func:`~models.train.plan.
 flops_per_token`) times this run's FLOPs per step. None when the table has no row of the
 architecture: the caller says it cannot estimate, never guesses.
 
@@ -39,7 +39,7 @@ import torch
 
 from models.train import gpu_costs
 from models.train.config import resolve_train
-from models.train.dryrun import plan_row
+from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 
 TABLE = Path(__file__).with_name("step_costs.json")

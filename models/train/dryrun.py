@@ -54,21 +54,25 @@ from typing import Any
 import torch
 
 from models import zoo
-from models.checkpoint import model_footprint
 from models.device import human_bytes, resolve_device
 from models.train import gpu_costs
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
-from models.train.loop import Callback, Run, batches, train
+from models.train.loop import Callback, Run, train
+from models.train.plan import (  # noqa: F401 - moved there (costs reads them without the zoo)
+    H100_MEMORY,
+    flops_per_token,
+    gpu_cost,
+    gpu_hours,
+    plan_row,
+)
 from models.train.runconfig import RunConfig
-from models.train.spec import BYTES_PER_PARAM, make_spec, run_size, validate_spec
+from models.train.spec import BYTES_PER_PARAM, make_spec, validate_spec
 from tasks.atomic import write_atomic
-from tasks.base import TaskError, make_generator
-from tasks.registry import make_task
+from tasks.base import TaskError
 
 DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
-H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
 MALLOC_TRIM_THRESHOLD = 2**20  # bytes: see run_isolated
 CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
 EXIT_SOME_FAILED = 1
@@ -117,34 +121,6 @@ def _key(spec: RunConfig, length: int) -> str:
     cfg = spec.train
     return json.dumps([spec.arch, spec.model_dict, cfg.batch_size, length, cfg.precision,
                        cfg.compile], sort_keys=True, default=list)
-
-
-def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
-    """Training FLOPs per token (see the module docstring)."""
-    flops = 6.0 * n_params
-    if spec.arch == "transformer":
-        flops += 12.0 * spec.model.n_layers * spec.model.d_model * length
-    return flops
-
-
-def gpu_hours(flops: float, precision: str = "bf16") -> float:
-    """Hours of one H100 for ``flops`` at :data:`UTILISATION` of its peak in ``precision``."""
-    return gpu_costs.projected_seconds(flops, precision) / 3600.0
-
-
-def gpu_cost(spec: RunConfig, length: int, total_flops: float,
-             table: gpu_costs.CudaTable | None = None) -> dict[str, Any]:
-    """The full run's H100-hours and where they come from: ``"measured"`` (steps x the step
-    time of the CUDA table's row of this run on an H100) or ``"projection"`` (its FLOPs at
-    :data:`UTILISATION` of the peak of the precision it runs in on a GPU)."""
-    c = gpu_costs.measured_or_projected(spec, length, total_flops / spec.train.steps, table)
-    out = {"gpu_hours_h100": c["seconds_per_step"] * spec.train.steps / 3600.0,
-           "gpu_hours_source": c["source"], "gpu_precision": c["precision"],
-           "gpu_compile": c["compile"]}
-    if c["source"] == MEASURED:
-        out.update(gpu_seconds_per_step=c["seconds_per_step"],
-                   gpu_measured=f"{c['row']['card']}, {c['row'].get('date', '?')}")
-    return out
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -321,24 +297,6 @@ def run_isolated(spec: RunConfig, device: torch.device,
 
 
 # ---------------------------------------------------------------------------- the dry run
-def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
-    """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
-    the full run and its H100 hours (:func:`gpu_cost`: measured or projected), the memory it
-    needs at its real batch."""
-    task = make_task(spec.task_name, spec.task_dict)
-    n_params = model_footprint(spec.arch, spec.model_dict)[0]
-    batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
-    tokens, length = batch.tokens.numel(), batch.tokens.shape[1]
-    fpt = flops_per_token(spec, n_params, length)
-    need = run_size(spec, task)[1]
-    total = fpt * tokens * spec.train.steps
-    return {"name": name, "arch": spec.arch, "task": spec.task_name, "params": n_params,
-            "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
-            "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
-            **gpu_cost(spec, length, total), "need_bytes": need,
-            "fits_one_h100": need <= H100_MEMORY}
-
-
 def at_batch(row: dict[str, Any]) -> int:
     """The peak memory of ``row``'s run at its real batch: measured when it ran at it, else
     extrapolated (weights, gradients and AdamW state as they are; the rest, activations,

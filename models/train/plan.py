@@ -1,0 +1,65 @@
+"""What the configs alone say about a training run, before anything runs: its size, one real
+batch's tokens, its FLOPs and its cost on one H100 (measured or projected; see
+:mod:`models.train.dryrun` for the formulas). Apart from the dry run so that the step-cost
+table (:mod:`models.train.costs`) can estimate a run without importing the zoo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.checkpoint import model_footprint
+from models.train import gpu_costs
+from models.train.gpu_costs import MEASURED
+from models.train.loop import batches
+from models.train.runconfig import RunConfig
+from models.train.spec import run_size
+from tasks.base import make_generator
+from tasks.registry import make_task
+
+H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
+
+
+def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
+    """Training FLOPs per token (see the module docstring)."""
+    flops = 6.0 * n_params
+    if spec.arch == "transformer":
+        flops += 12.0 * spec.model.n_layers * spec.model.d_model * length
+    return flops
+
+
+def gpu_hours(flops: float, precision: str = "bf16") -> float:
+    """Hours of one H100 for ``flops`` at :data:`UTILISATION` of its peak in ``precision``."""
+    return gpu_costs.projected_seconds(flops, precision) / 3600.0
+
+
+def gpu_cost(spec: RunConfig, length: int, total_flops: float,
+             table: gpu_costs.CudaTable | None = None) -> dict[str, Any]:
+    """The full run's H100-hours and where they come from: ``"measured"`` (steps x the step
+    time of the CUDA table's row of this run on an H100) or ``"projection"`` (its FLOPs at
+    :data:`UTILISATION` of the peak of the precision it runs in on a GPU)."""
+    c = gpu_costs.measured_or_projected(spec, length, total_flops / spec.train.steps, table)
+    out = {"gpu_hours_h100": c["seconds_per_step"] * spec.train.steps / 3600.0,
+           "gpu_hours_source": c["source"], "gpu_precision": c["precision"],
+           "gpu_compile": c["compile"]}
+    if c["source"] == MEASURED:
+        out.update(gpu_seconds_per_step=c["seconds_per_step"],
+                   gpu_measured=f"{c['row']['card']}, {c['row'].get('date', '?')}")
+    return out
+
+
+def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
+    """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
+    the full run and its H100 hours (:func:`gpu_cost`: measured or projected), the memory it
+    needs at its real batch."""
+    task = make_task(spec.task_name, spec.task_dict)
+    n_params = model_footprint(spec.arch, spec.model_dict)[0]
+    batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
+    tokens, length = batch.tokens.numel(), batch.tokens.shape[1]
+    fpt = flops_per_token(spec, n_params, length)
+    need = run_size(spec, task)[1]
+    total = fpt * tokens * spec.train.steps
+    return {"name": name, "arch": spec.arch, "task": spec.task_name, "params": n_params,
+            "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
+            "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
+            **gpu_cost(spec, length, total), "need_bytes": need,
+            "fits_one_h100": need <= H100_MEMORY}

@@ -79,6 +79,7 @@ from models.train.cache import (
     is_cached,
     train_spec_cached,
 )
+from models.train.presets import preset_overrides
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
 from tasks.base import TaskError, check
@@ -90,6 +91,23 @@ class NotTrained(TaskError):
 
 
 # ---------------------------------------------------------------------------- serving
+# Every recipe's training seed shifted by this many (``reproduce --seed-offset K`` sets it for
+# its own process and every job it starts), to measure a claim over seeds of the models it
+# reads; unset or 0: the recipes as written, their cache keys unchanged.
+SEED_OFFSET_ENV = "SEQPROBE_SEED_OFFSET"
+MAX_SEED_OFFSET = 1000
+
+
+def seed_offset() -> int:
+    """The seed offset of :data:`SEED_OFFSET_ENV` (0 when unset), or one clear error."""
+    text = os.environ.get(SEED_OFFSET_ENV, "").strip()
+    if not text:
+        return 0
+    check(text.isdigit() and int(text) <= MAX_SEED_OFFSET,
+          f"{SEED_OFFSET_ENV}={text!r}: expected an integer in 0..{MAX_SEED_OFFSET}")
+    return int(text)
+
+
 def recipe(name: str) -> Recipe:
     if name not in RECIPES:
         close = [n for n in RECIPES if n.split("/")[0] == name.split("/")[0]][:6]
@@ -133,6 +151,10 @@ def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
     r = recipe(name)
     parts = r.parts(preset)
     tr = {**parts["train"], **(train or {})}
+    offset = seed_offset()
+    if offset:  # the recipe's seed, shifted: another run, so another cache key
+        seed = {**preset_overrides(preset, r.task, r.arch)["train"], **tr}.get("seed", 0)
+        tr["seed"] = int(seed) + offset
     init = _init_path(name, preset, cache_dir, device)
     if init is not None:
         if not init.exists():

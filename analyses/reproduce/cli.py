@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -32,7 +33,7 @@ from analyses.reproduce.plan import (
 )
 from analyses.reproduce.runner import log_name, run_jobs
 from figures.style import DEFAULT_OUT
-from models import flags
+from models import flags, zoo
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.sweep import add_backend_arguments, backend_of
 from models.train import dryrun
@@ -61,6 +62,10 @@ def _parser() -> OneLineParser:
     p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
                    help="cores' worth of jobs at once (default: 2 on a machine with >= 2 "
                         "cores for --quick / --medium, 1 for --paper: one GPU)")
+    p.add_argument("--seed-offset", type=flags.bounded_int(0, zoo.MAX_SEED_OFFSET), default=0,
+                   help="shift every recipe's training seed (and each analysis' --seed) by K: "
+                        "the same plan over other seeds of its models, cached apart (default 0: "
+                        "the recipes as written)")
     p.add_argument("--list", action="store_true",
                    help="print the plan and its estimated wall time, and exit")
     add_backend_arguments(p)
@@ -147,6 +152,8 @@ def body(argv: list[str] | None) -> int:
         args.out = str(DEFAULT_OUT / args.preset if args.preset in ("medium", "large")
                        else DEFAULT_OUT)
     out, cache = Path(args.out), Path(args.cache_dir)
+    if args.seed_offset:  # read by the zoo here (the plan's cache states) and in every job
+        os.environ[zoo.SEED_OFFSET_ENV] = str(args.seed_offset)
     if args.list:
         return _list(names, args.preset, out, cache, args.jobs or default_jobs(args.preset),
                      args.device)

@@ -86,8 +86,10 @@ def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -
     train = ["--train", preset, "--cache-dir", str(cache)] if fig.trains else []
     device, jobs = placement(name, preset)
     placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
+    offset = zoo.seed_offset()  # the models' seeds shifted: their evaluation data's too
+    seed = ["--seed", str(offset)] if offset else []
     return [sys.executable, "-m", f"analyses.{name}", f"--{preset}", "--out", str(out), *train,
-            *fig.extra_args(preset), *placed]
+            *fig.extra_args(preset), *placed, *seed]
 
 
 def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> list[Job]:

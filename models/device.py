@@ -8,6 +8,7 @@ import os
 import torch
 
 from tasks.base import TaskError
+from tasks.memory import human_bytes  # noqa: F401 - imported from here by models.*
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -46,15 +47,6 @@ def memory_bytes(device: str | torch.device = "cpu") -> int:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not POSIX: no check rather than a wrong one
         return 1 << 62
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 GB``-style size (powers of 1000, as disk and memory sizes are quoted)."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} PB"
 
 
 def check_fits(n_bytes: int, what: str, device: str | torch.device = "cpu") -> None:

@@ -65,6 +65,31 @@ class SwitchingMarkovConfig(MarkovConfig):
         check(0.0 <= self.p_switch < 1.0, f"p_switch must be in [0, 1), got {self.p_switch}")
 
 
+# Elements of one block's [batch, positions, states, S] comparison: the scan over positions
+# works on blocks of positions small enough that memory stays bounded for any batch and order.
+BLOCK_ELEMENTS = 1 << 22
+
+
+def _block_len(batch: int, states: int, S: int) -> int:
+    return max(1, BLOCK_ELEMENTS // max(1, batch * states * S))
+
+
+def _states_before(F: Int[Tensor, "batch L N"], z0: Int[Tensor, " batch"]
+                   ) -> tuple[Int[Tensor, "batch L"], Int[Tensor, " batch"]]:
+    """Run a chain whose step at position i maps state z to ``F[:, i, z]``, from ``z0``: the
+    state before each position, and the state after the last. The maps are composed by a
+    doubling (Hillis-Steele) scan, log2(L) gathers instead of L Python steps; integer maps, so
+    the result is exactly the loop's."""
+    L = F.shape[1]
+    G = F  # G[:, i] = F_i ∘ … ∘ F_{max(0, i-o+1)} after the step with offset o
+    o = 1
+    while o < L:
+        G = torch.cat([G[:, :o], torch.gather(G[:, o:], 2, G[:, :-o])], 1)
+        o *= 2
+    after = torch.gather(G, 2, z0[:, None, None].expand(-1, L, 1)).squeeze(2)  # [batch, L]
+    return torch.cat([z0[:, None], after[:, :-1]], 1), after[:, -1]
+
+
 def _numpy_rng(g: torch.Generator) -> np.random.Generator:
     """A numpy generator seeded from (and advancing) the torch generator ``g``."""
     seed = int(torch.randint(0, 2**62, (1,), generator=g))
@@ -114,10 +139,19 @@ class MarkovTask(Task):
         x = torch.empty(batch_size, T1, dtype=torch.long)
         first = min(k, T1)
         x[:, :first] = torch.randint(0, S, (batch_size, first), generator=g)  # x_1..x_k uniform
-        rows = torch.arange(batch_size)
-        for t in range(k, T1):
-            c = window_index(x[:, t - k : t], S)  # [batch]
-            x[:, t] = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
+        if T1 <= k:
+            return x, P
+        # The chain as a scan: at position t every context c has its draw d[b, t, c] (the
+        # inverse CDF of row c at u[b, t]); the next context is (c·S + d) mod S^k.
+        C = S**k
+        shifted = torch.arange(C) * S % C  # [ctx]: c·S mod S^k, the oldest symbol dropped
+        c = window_index(x[:, :k], S)  # [batch]: the context before position k
+        step = _block_len(batch_size, C, S)
+        for t0 in range(k, T1, step):
+            t1 = min(T1, t0 + step)
+            d = (u[:, t0:t1, None, None] > cdf[:, None]).sum(-1).clamp(max=S - 1)  # [b, L, ctx]
+            before, c = _states_before(shifted + d, c)  # [batch, L]
+            x[:, t0:t1] = torch.gather(d, 2, before[..., None]).squeeze(2)
         return x, P
 
     def batch(self, batch_size: int, g: torch.Generator) -> Batch:
@@ -162,29 +196,43 @@ class SwitchingMarkovTask(MarkovTask):
         cfg = self.cfg
         S, k, T1 = cfg.S, cfg.order, cfg.seq_len + 1
         rng = _numpy_rng(g)
-        P = torch.from_numpy(rng.dirichlet(np.full(S, cfg.beta), size=(batch_size, S**k)))
-        cdf = P.cumsum(-1)  # [batch, S^k, S]
+        C = S**k
+        P = torch.from_numpy(rng.dirichlet(np.full(S, cfg.beta), size=(batch_size, C)))
         switch = torch.rand(batch_size, T1, generator=g) < cfg.p_switch  # [batch, T1]
         u = torch.rand(batch_size, T1, generator=g, dtype=torch.float64)
         uniform = torch.randint(0, S, (batch_size, T1), generator=g)
+        # A fresh kernel for every switch (App. E.7 step 2), drawn in (position, sequence)
+        # order as a position-by-position loop draws them; a position reads the kernel of the
+        # last switch before it (its sequence's first kernel before any).
+        hit_t, hit_b = switch.T.nonzero(as_tuple=True)  # [H], position-major
+        fresh = torch.from_numpy(rng.dirichlet(np.full(S, cfg.beta), size=(len(hit_t), C)))
+        kernels = torch.cat([P, fresh])  # [batch + H, ctx, S]
+        cdf = kernels.cumsum(-1)
+        hit_id = torch.full((batch_size, T1), -1, dtype=torch.long)
+        hit_id[hit_b, hit_t] = torch.arange(len(hit_t))
+        last = hit_id.cummax(1).values  # [batch, T1]: the last switch at or before t
+        own = torch.arange(batch_size)[:, None]
+        kernel_at = torch.where(last >= 0, batch_size + last, own)  # after position t
+        kernel_before = torch.cat([own, kernel_at[:, :-1]], 1)  # [batch, T1]: used at t
+        # The chain as a scan over the state z = (context c, symbols since the last (re)start
+        # s, capped at k): at s < k the symbol is uniform (a restart), at SWITCH s = 0.
+        K1 = k + 1
+        zc, zs = torch.arange(C * K1) // K1, torch.arange(C * K1) % K1  # [states]
+        z = torch.zeros(batch_size, dtype=torch.long)  # c = 0, s = 0 at the start
         x = torch.empty(batch_size, T1, dtype=torch.long)
-        since = torch.zeros(batch_size, dtype=torch.long)  # symbols since the last (re)start
-        rows = torch.arange(batch_size)
-        for t in range(T1):
-            if t >= k:
-                c = window_index(x[:, t - k : t].clamp(max=S - 1), S)
-                drawn = (u[:, t, None] > cdf[rows, c]).sum(-1).clamp(max=S - 1)
-            else:
-                drawn = uniform[:, t]
-            sym = torch.where(since < k, uniform[:, t], drawn)  # restart: k uniform symbols
-            x[:, t] = torch.where(switch[:, t], torch.full_like(sym, self.switch_id), sym)
-            since = torch.where(switch[:, t], torch.zeros_like(since), since + 1)
-            hit = switch[:, t].nonzero().flatten()
-            if len(hit):  # a new kernel for every sequence that just switched (App. E.7 step 2)
-                fresh = rng.dirichlet(np.full(S, cfg.beta), size=(len(hit), S**k))
-                P[hit] = torch.from_numpy(fresh)
-                cdf[hit] = P[hit].cumsum(-1)
-        return x, P
+        step = _block_len(batch_size, C * K1, S)
+        for t0 in range(0, T1, step):
+            t1 = min(T1, t0 + step)
+            rows = cdf[kernel_before[:, t0:t1]]  # [batch, L, ctx, S]
+            d = (u[:, t0:t1, None, None] > rows).sum(-1).clamp(max=S - 1)  # [batch, L, ctx]
+            sw = switch[:, t0:t1, None]  # [batch, L, 1]
+            sym = torch.where(zs < k, uniform[:, t0:t1, None], d[:, :, zc])  # [batch, L, states]
+            sym = torch.where(sw, self.switch_id, sym)
+            c_next = zc * S % C + sym.clamp(max=S - 1)  # SWITCH enters the context as S - 1
+            s_next = torch.where(sw, 0, (zs + 1).clamp(max=k))
+            before, z = _states_before(c_next * K1 + s_next, z)
+            x[:, t0:t1] = torch.gather(sym, 2, before[..., None]).squeeze(2)
+        return x, kernels[kernel_at[:, -1]]
 
     def optimal_probs(self, tokens):
         """(1 − p_switch)·add-β since the last SWITCH, and p_switch on SWITCH (§5.1)."""

@@ -29,6 +29,7 @@ from models.checkpoint import is_hf_source
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
 from models.loading import load
+from models.recipe import is_zoo_ref, parse_zoo_ref
 from models.registry import HF_ARCHS
 from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from models.train import distributed, dryrun
@@ -148,8 +149,11 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p = OneLineParser(prog=f"python -m analyses.{name}", description=description)
     if checkpoints:
         p.add_argument("checkpoints", nargs="*",
-                       help="suite checkpoint file(s) (.pt), or HuggingFace causal LM(s) where "
-                       "the analysis takes them: a model directory or a hub name")
+                       help="suite checkpoint file(s) (.pt) or zoo name(s) (zoo:copy/rope, "
+                       "zoo:NAME@LEVEL: the cached checkpoint, never trained), a suite export "
+                       "(python -m models.export_hf) as the checkpoint it came from, or "
+                       "HuggingFace causal LM(s) where the analysis takes them: a model "
+                       "directory or a hub name")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default: figures/out)")
     add_device_argument(p)
@@ -223,7 +227,8 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                    else figure.dry_run_specs(args.train))
             return dryrun.report([*dryrun.recipe_builders(names, args.train), *own],
                                  args.device, args.out, f"{name}_dry_run")
-        given = [Checkpoint(Path(c).stem, str(c)) for c in getattr(args, "checkpoints", [])]
+        given = [given_checkpoint(c, getattr(args, "cache_dir", "checkpoints"))
+                 for c in getattr(args, "checkpoints", [])]
         if training and args.train:
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             for n in names:  # every name checked before any training
@@ -250,6 +255,17 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         return EXIT_SOME_FAILED if failed_key and result.get(failed_key) else 0
 
     return run_cli(body, argv)
+
+
+def given_checkpoint(path: str, cache_dir: str | Path = "checkpoints") -> Checkpoint:
+    """A checkpoint named on the command line: a file or model directory as it is, or a zoo
+    name (``zoo:NAME[@LEVEL]``) as its cached file in ``cache_dir`` (the analysis'
+    ``--cache-dir``), labelled with the recipe's name as ``--train`` labels it. A zoo name not
+    trained yet is one line saying how to train it, before any work (nothing is trained)."""
+    if is_zoo_ref(path):
+        name, _ = parse_zoo_ref(path)
+        return Checkpoint(name, str(zoo.resolve(path, cache_dir)))
+    return Checkpoint(Path(path).stem, str(path))
 
 
 def load_model(path: str, archs: Iterable[str] | None = None, device: str | torch.device = "cpu",

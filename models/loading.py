@@ -18,6 +18,7 @@ from models.checkpoint import (
     model_from_checkpoint,
     read_checkpoint,
 )
+from models.recipe import is_zoo_ref
 
 # the temp directories models.export_hf builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
 # moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
@@ -37,7 +38,18 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     ``model.provenance`` (source, training record, history); see :mod:`models.base`.
     ``archs``: the architectures the caller can use; any other is refused before the model is
     built.
+
+    ``path`` may also name a zoo checkpoint, ``zoo:NAME`` or ``zoo:NAME@LEVEL`` (quick by
+    default): the recipe's finished checkpoint in ``checkpoints/`` (:func:`models.zoo.resolve`;
+    another cache: ``models.load(zoo.path(NAME, LEVEL, cache_dir))``). One not trained yet is
+    one line with the command that trains it; nothing is ever trained here.
     """
+    if is_zoo_ref(path):
+        # deferred: the zoo sits above the loader (it trains through the cache, whose
+        # checkpoints this module reads); importing it here at the top would be a circle
+        from models.zoo import resolve
+
+        path = resolve(path)
     if EXPORT_TEMP_DIR.fullmatch(Path(os.path.abspath(path)).name) and Path(path).is_dir():
         raise CheckpointError(f"{path}: is the temp directory of an export that did not finish "
                               "(python -m models.export_hf was stopped before moving it into "

@@ -15,6 +15,9 @@ from models.train.presets import NAMES as LEVELS
 from tasks.base import check
 
 Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
+# A recipe's cached checkpoint where a checkpoint path goes (``models.load``, every analysis):
+# ``zoo:NAME`` (quick) or ``zoo:NAME@LEVEL``; resolved by :func:`models.zoo.resolve`
+ZOO_PREFIX = "zoo:"
 DEFAULT_LEVELS = ("quick", "paper")  # where a recipe exists unless it lists its levels
 
 
@@ -65,6 +68,26 @@ class Recipe:
     def parts(self, level: str) -> dict[str, dict[str, Any]]:
         """The recipe's overrides at ``level``: ``common``, then ``by_level[level]``."""
         check(level in LEVELS, f"unknown preset {level!r}; allowed: {', '.join(LEVELS)}")
-        check(self.available(level), f"recipe {self.name} has no {level} version")
+        check(self.available(level), f"recipe {self.name} has no {level} version (it has "
+              f"{', '.join(self.levels)})")
         extra = self.by_level.get(level) or _frozen({})
         return {k: {**self.common[k], **extra[k]} for k in ("model", "task", "train")}
+
+
+def is_zoo_ref(text: object) -> bool:
+    """``text`` names a zoo checkpoint (``zoo:NAME[@LEVEL]``) rather than a file."""
+    return isinstance(text, str) and text.startswith(ZOO_PREFIX)
+
+
+def parse_zoo_ref(ref: str) -> tuple[str, str]:
+    """``"zoo:copy/rope@medium"`` -> ``("copy/rope", "medium")``; the level defaults to quick.
+    A malformed reference or an unknown level is one line (the name is checked by the zoo)."""
+    check(is_zoo_ref(ref), f"{ref!r} is not a zoo name ({ZOO_PREFIX}NAME or "
+          f"{ZOO_PREFIX}NAME@LEVEL)")
+    name, at, level = ref[len(ZOO_PREFIX):].partition("@")
+    check(bool(name.strip()), f"{ref!r}: no recipe name after {ZOO_PREFIX!r} (e.g. "
+          f"{ZOO_PREFIX}copy/hard_alibi; `python -m models.zoo --list` lists them)")
+    level = level if at else "quick"
+    check(level in LEVELS, f"{ref!r}: unknown level {level!r} after '@'; levels: "
+          f"{', '.join(LEVELS)}")
+    return name, level

@@ -13,7 +13,9 @@ rows at each level it has, and optionally another recipe whose checkpoint starts
 
 from __future__ import annotations
 
+import difflib
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,7 +26,7 @@ import torch
 from models import flags
 from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
 from models.device import resolve_device
-from models.recipe import Recipe
+from models.recipe import Recipe, parse_zoo_ref
 from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAME
     ABLATION_GROUPS,
     COPY_LARGE,
@@ -110,8 +112,10 @@ def seed_offset() -> int:
 
 def recipe(name: str) -> Recipe:
     if name not in RECIPES:
-        close = [n for n in RECIPES if n.split("/")[0] == name.split("/")[0]][:6]
-        hint = f"; e.g. {', '.join(close)}" if close else "; see `python -m models.zoo --list`"
+        close = difflib.get_close_matches(name, RECIPES, n=5, cutoff=0.6) or [
+            n for n in RECIPES if n.split("/")[0] == name.split("/")[0]][:5]
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                "; `python -m models.zoo --list` lists them")
         raise TaskError(f"unknown recipe {name!r}{hint}")
     return RECIPES[name]
 
@@ -181,9 +185,9 @@ def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkp
     ``resume`` continues the same run stopped earlier (see ``train_spec_cached``)."""
     for dep in dependencies(name, preset):
         train_spec_cached(spec(dep, preset, cache_dir, None, device), cache_dir, device,
-                          progress)
+                          progress, label=dep)
     return train_spec_cached(spec(name, preset, cache_dir, train, device), cache_dir, device,
-                             progress, resume)
+                             progress, resume, label=name)
 
 
 def checkpoints(names: Iterable[str], preset: str = "quick",
@@ -251,13 +255,55 @@ def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") 
     return {"done": "cached", "other": "other run"}.get(state, state)
 
 
+def train_command(names: Iterable[str], preset: str = "quick",
+                  cache_dir: str | Path = "checkpoints") -> str:
+    """The command that trains ``names`` at ``preset`` into ``cache_dir`` (and what they start
+    from), as a user would type it."""
+    flags_ = ([] if preset == "quick" else [f"--{preset}"]) + (
+        [] if str(cache_dir) == "checkpoints" else ["--cache-dir", str(cache_dir)])
+    return shlex.join(["python", "-m", "models.zoo", "train", *names, *flags_])
+
+
+def not_trained(pairs: Iterable[tuple[str, str]], preset: str,
+                cache_dir: str | Path) -> NotTrained:
+    """One line for recipes ``(name, state)`` that are not served: their states and the exact
+    command that trains them."""
+    pairs = list(pairs)
+    what = ", ".join(f"{n} ({st})" for n, st in pairs)
+    return NotTrained(f"not trained at {preset} in {cache_dir}: {what}; train "
+                      f"{'it' if len(pairs) == 1 else 'them'} with `"
+                      f"{train_command([n for n, _ in pairs], preset, cache_dir)}`")
+
+
+def path(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+         device: str = "auto") -> Path:
+    """The path of recipe ``name``'s finished checkpoint at ``preset`` in ``cache_dir`` (the run
+    ``device`` trains: "auto" is this machine's); never trains, never writes. Not cached
+    (missing, interrupted, another run's or a broken file, or what it starts from not trained
+    yet): :class:`NotTrained`, one line with the command that trains it."""
+    recipe(name).parts(preset)  # an unknown name or level: one line, with near matches
+    state = status(name, preset, cache_dir, device)
+    if state != "cached":
+        raise not_trained([(name, state)], preset, cache_dir)
+    return cache_path(_resolved(spec(name, preset, cache_dir, None, device), device), cache_dir)
+
+
+def resolve(ref: str, cache_dir: str | Path = "checkpoints", device: str = "auto") -> Path:
+    """``zoo:NAME`` / ``zoo:NAME@LEVEL`` (:func:`models.recipe.parse_zoo_ref`) -> the cached
+    checkpoint's path (:func:`path`): what ``models.load`` and the analyses open for it."""
+    name, preset = parse_zoo_ref(ref)
+    return path(name, preset, cache_dir, device)
+
+
 # ---------------------------------------------------------------------------- command line
 def _main(argv: list[str] | None) -> int:
     p = OneLineParser(prog="python -m models.zoo", description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", help="`train NAME...`: recipes to train; else name "
+    p.add_argument("names", nargs="*", help="`train NAME...`: recipes to train; `path "
+                   "NAME...`: their cached checkpoints' paths (never trains); else name "
                    "prefixes to list (default: all)")
-    p.add_argument("--list", action="store_true", help="list the recipes (the default)")
-    add_scale_arguments(p)
+    p.add_argument("--list", action="store_true", help="list the recipes that exist at the "
+                   "level, with each one's state and path (the default; creates nothing)")
+    add_scale_arguments(p, aliases=("--level",))
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
@@ -265,8 +311,10 @@ def _main(argv: list[str] | None) -> int:
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
-    check_cache_dir(args.cache_dir)
+    if args.names[:1] == ["path"] and not args.list:
+        return _print_paths(args.names[1:], args.preset, args.cache_dir, args.device)
     if args.names[:1] == ["train"] and not args.list:
+        check_cache_dir(args.cache_dir)
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
@@ -286,16 +334,55 @@ def _main(argv: list[str] | None) -> int:
             print(f"{n}: {path.error} (failed after {path.attempts} attempt(s))"
                   if isinstance(path, Failed) else f"{n}: {path}")
         return EXIT_SOME_FAILED if any(isinstance(r, Failed) for r in done.values()) else 0
-    names = [n for n in RECIPES if not args.names or n.startswith(tuple(args.names))]
-    check(bool(names), f"no recipe starts with {', '.join(args.names)}; see "
+    return _print_list(args.names, args.preset, args.cache_dir, args.device)
+
+
+def _readable_cache_dir(cache_dir: str | Path) -> None:
+    """Listing and looking up read the cache and create nothing: a missing directory is an
+    empty cache; a file in its place is one line."""
+    check(not Path(cache_dir).exists() or Path(cache_dir).is_dir(),
+          f"cache directory {cache_dir}: is a file, not a directory")
+
+
+def _print_paths(names: list[str], preset: str, cache_dir: str, device: str) -> int:
+    """``path NAME...``: each recipe's cached checkpoint, one path a line; any not cached is
+    one line naming them and the command that trains them (nothing is trained)."""
+    check(bool(names), "name the recipes whose paths to print (see --list)")
+    _readable_cache_dir(cache_dir)
+    for n in names:  # every name checked before any lookup
+        recipe(n).parts(preset)
+    states = {n: status(n, preset, cache_dir, device) for n in names}
+    missing = [(n, st) for n, st in states.items() if st != "cached"]
+    if missing:
+        raise not_trained(missing, preset, cache_dir)
+    for n in names:
+        print(path(n, preset, cache_dir, device))
+    return 0
+
+
+def _print_list(prefixes: list[str], preset: str, cache_dir: str, device: str) -> int:
+    """The recipes that exist at ``preset`` (and start with one of ``prefixes``): name, state,
+    the path their checkpoint has (or will have) in ``cache_dir``, and what it is."""
+    _readable_cache_dir(cache_dir)
+    named = [n for n in RECIPES if not prefixes or n.startswith(tuple(prefixes))]
+    check(bool(named), f"no recipe starts with {', '.join(prefixes)}; see "
           "`python -m models.zoo --list`")
-    rows = [(n, RECIPES[n].task, RECIPES[n].arch,
-             status(n, args.preset, args.cache_dir, args.device)
-             if RECIPES[n].available(args.preset)
-             else f"(no {args.preset} version)", RECIPES[n].doc) for n in names]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
+    names = [n for n in named if RECIPES[n].available(preset)]
+    check(bool(names), f"none of the {len(named)} recipe(s) starting with "
+          f"{', '.join(prefixes) or '(any)'} has a {preset} version; their levels: "
+          f"{', '.join(sorted({lv for n in named for lv in RECIPES[n].levels}))}")
+    rows = []
+    for n in names:
+        state = status(n, preset, cache_dir, device)
+        try:
+            where = str(cache_path(_resolved(spec(n, preset, cache_dir, None, device), device),
+                                   cache_dir))
+        except NotTrained:  # fine-tuned from a recipe not trained yet: no key until it is
+            where = "-"
+        rows.append((n, state, where, RECIPES[n].doc))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
     return 0
 
 

@@ -19,6 +19,7 @@ from filelock import FileLock
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.device import resolve_device
 from models.train import distributed
+from models.train.announce import announce
 from models.train.loop import train
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec, spec_of_checkpoint
@@ -83,13 +84,17 @@ def is_cached(path: Path, spec: RunConfig | None = None) -> bool:
 
 
 def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", device: str = "auto",
-                      progress: bool = True, resume: str | Path | None = None) -> Path:
+                      progress: bool = True, resume: str | Path | None = None,
+                      label: str | None = None) -> Path:
     """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
 
     ``resume``: a checkpoint of this same run stopped earlier, to continue instead of starting
     at step 0 (checkpoints along one run). Only where that is the same run: the spec may differ
     in ``steps`` alone and the schedule must be ``constant``, so the learning rate of a step
-    does not depend on where the run ends."""
+    does not depend on where the run ends.
+
+    Before training it says so in one line (:func:`models.train.announce.announce`: ``label``,
+    the recipe's name, where there is one)."""
     # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
     # never served for a CUDA run, nor the reverse (their keys differ)
     spec = spec.resolved(resolve_device(device))
@@ -116,6 +121,9 @@ def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", de
                 resume = path  # the same spec stopped by a signal: continue it, not serve it
             elif resume is not None:
                 _check_continues(spec, resume)
+            if world.is_main:
+                announce(spec, path, what=label, device=device, resume_step=read_checkpoint(
+                    resume)["train"].get("step") if resume else None)
             train(spec, out=path, device=device, progress=progress, resume=resume)
     return path
 

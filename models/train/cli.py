@@ -46,6 +46,7 @@ from models.cli import (
 )
 from models.device import resolve_device
 from models.registry import ARCHS, model_class
+from models.train.announce import announce
 from models.train.config import TrainConfig
 from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
@@ -222,8 +223,8 @@ def _main(argv: list[str]) -> int:
         # the writer (the other ranks never write)
         with exclusive_writer(out) if world.is_main else nullcontext():
             ddp = f" (DDP over {world.size} processes)" if world.active else ""
-            say(f"training {spec.arch} ({n_params:,} parameters) on {spec.task_name} for "
-                f"{spec.train.steps} steps -> {out}{ddp}")
+            announce(spec, out, device=args.device, detail=f"{n_params:,} parameters{ddp}",
+                     resume_step=ck["train"].get("step") if ck is not None else None)
             ck = train(spec, out=out, device=args.device, resume=resume,
                        progress=not args.no_progress)
     except TrainingDiverged as e:

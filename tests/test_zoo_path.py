@@ -1,0 +1,143 @@
+"""Finding a checkpoint by name (issue 37, first item): ``python -m models.zoo path NAME`` and
+``--list`` read the cache and never train or create anything; ``zoo:NAME[@LEVEL]`` opens the
+cached checkpoint in ``models.load`` and in every analysis; a command that is about to train
+says so first in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import models
+from analyses.common import given_checkpoint
+from models import zoo
+from models.recipe import parse_zoo_ref
+from models.train import loop as L
+from models.train.announce import training_line
+from models.train.cache import cache_path
+from models.train.loop import TrainingInterrupted
+from tasks.base import TaskError
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "task": {"min_len": 1, "max_len": 6},
+        "train": {"steps": 4, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+                  "eval_batch_size": 4, "warmup_steps": 1}}
+
+
+@pytest.fixture
+def tiny_recipe(monkeypatch, tmp_path):
+    """A tiny copy recipe at quick only, and the working directory a temp dir (so the default
+    cache, ``checkpoints/``, is a fresh one there)."""
+    r = zoo.Recipe("test/tiny", "copy", "transformer", TINY, levels=("quick",))
+    monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    monkeypatch.chdir(tmp_path)
+    return r
+
+
+def run_zoo(capsys, *argv):
+    code = zoo.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_path_of_a_missing_entry_says_not_trained_and_how_and_creates_nothing(tiny_recipe,
+                                                                              tmp_path, capsys):
+    code, out, err = run_zoo(capsys, "path", "test/tiny")
+    assert code != 0 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "not trained" in lines[0] and "(missing)" in lines[0]
+    assert "`python -m models.zoo train test/tiny`" in lines[0]
+    assert not (tmp_path / "checkpoints").exists()  # nothing trained, nothing created
+    code, _, err = run_zoo(capsys, "path", "test/tiny", "--cache-dir", "elsewhere")
+    assert code != 0 and "train test/tiny --cache-dir elsewhere`" in err
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_path_load_and_analyses_find_the_cached_checkpoint(tiny_recipe, tmp_path, capsys):
+    trained = zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
+    err = capsys.readouterr().err
+    # the one line before training: what, where, steps, an ETA (or why there is none)
+    said = [ln for ln in err.splitlines() if ln.startswith("about to train")]
+    assert len(said) == 1 and "test/tiny (transformer on copy)" in said[0]
+    assert "4 steps" in said[0] and str(trained) in said[0] and "ETA" in said[0]
+    code, out, _ = run_zoo(capsys, "path", "test/tiny")
+    assert code == 0 and out.strip() == str(trained)
+    code, out, _ = run_zoo(capsys, "path", "test/tiny", "--level", "quick")
+    assert code == 0 and out.strip() == str(trained)
+    m = models.load("zoo:test/tiny")
+    assert m.provenance.source == str(trained) and m.task.name == "copy"
+    assert models.load("zoo:test/tiny@quick").provenance.source == str(trained)
+    assert given_checkpoint("zoo:test/tiny") == given_checkpoint("zoo:test/tiny", "checkpoints")
+    assert given_checkpoint("zoo:test/tiny").label == "test/tiny"
+    assert given_checkpoint("zoo:test/tiny").path == str(trained)
+    # served from the cache: no second "about to train" line
+    zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
+    assert "about to train" not in capsys.readouterr().err
+
+
+def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_path,
+                                                              monkeypatch, capsys):
+    orig, fired = L.lr_at, []
+
+    def lr_at(cfg, step):  # a real SIGINT while step 3 runs: the loop saves and stops
+        if step == 2 and not fired:
+            fired.append(step)
+            os.kill(os.getpid(), signal.SIGINT)
+        return orig(cfg, step)
+
+    monkeypatch.setattr(L, "lr_at", lr_at)
+    with pytest.raises(TrainingInterrupted):
+        zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
+    monkeypatch.setattr(L, "lr_at", orig)
+    capsys.readouterr()
+    code, _, err = run_zoo(capsys, "path", "test/tiny")
+    assert code != 0 and "(interrupted)" in err and "train test/tiny" in err
+    with pytest.raises(TaskError, match=r"not trained .*interrupted.*zoo train test/tiny"):
+        models.load("zoo:test/tiny")
+    with pytest.raises(TaskError, match="interrupted"):
+        given_checkpoint("zoo:test/tiny")
+    cache_path(zoo.spec("test/tiny", "quick"), "checkpoints").write_bytes(b"junk")
+    code, _, err = run_zoo(capsys, "path", "test/tiny")
+    assert code != 0 and "(broken)" in err
+
+
+def test_list_shows_only_the_level_asked_with_states_and_paths(tiny_recipe, tmp_path,
+                                                              capsys):
+    code, out, _ = run_zoo(capsys, "--list", "test/")
+    rows = out.strip().splitlines()
+    assert code == 0 and len(rows) == 1
+    expected = str(cache_path(zoo.spec("test/tiny", "quick"), "checkpoints"))
+    assert rows[0].split()[:3] == ["test/tiny", "missing", expected]
+    assert not (tmp_path / "checkpoints").exists()  # listing creates nothing
+    code, out, err = run_zoo(capsys, "--list", "test/", "--level", "medium")
+    assert code != 0 and out == "" and "no" in err and "medium version" in err
+    code, out, _ = run_zoo(capsys, "--list", "--medium")
+    assert code == 0 and "no medium version" not in out
+    assert all(zoo.RECIPES[r.split()[0]].available("medium") for r in out.splitlines())
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_unknown_names_and_levels_are_one_line_with_near_matches(tiny_recipe, capsys):
+    code, _, err = run_zoo(capsys, "path", "copy/hard_albi")
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert "did you mean copy/hard_alibi" in err
+    with pytest.raises(TaskError, match="did you mean copy/rope"):
+        models.load("zoo:copy/rop")
+    with pytest.raises(TaskError, match="no medium version .it has quick"):
+        models.load("zoo:test/tiny@medium")
+    with pytest.raises(TaskError, match="unknown level 'huge'"):
+        parse_zoo_ref("zoo:copy/rope@huge")
+    assert parse_zoo_ref("zoo:copy/rope@paper") == ("copy/rope", "paper")
+    assert parse_zoo_ref("zoo:copy/rope") == ("copy/rope", "quick")
+
+
+def test_the_training_line_says_what_where_steps_and_eta():
+    spec = zoo.spec("copy/hard_alibi", "quick")
+    line = training_line(spec, "c/x.pt", what="copy/hard_alibi", device="cpu")
+    assert line.startswith("about to train copy/hard_alibi (transformer on copy): ")
+    assert f"{spec.train.steps:,} steps" in line and "-> c/x.pt" in line
+    assert "ETA" in line and "ETA unknown" not in line  # the shipped table has this row
+    resumed = training_line(spec, "c/x.pt", device="cpu", resume_step=1000)
+    assert f"steps 1,000 to {spec.train.steps:,} (resumed)" in resumed

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from analyses.reproduce.index import Outcome, read_claims
 from analyses.reproduce.plan import TRAIN, Job, priorities
+from analyses.reproduce.pool import ForkedJob, forkable
 from models.sweep import Backend, RayCommand
 from tasks.base import TaskError, check
 
@@ -20,7 +21,7 @@ from tasks.base import TaskError, check
 @dataclass
 class _Running:
     job: Job
-    proc: subprocess.Popen | RayCommand
+    proc: subprocess.Popen | ForkedJob | RayCommand
     log: Path
     t0: float
     slots: int
@@ -33,7 +34,8 @@ def log_name(job: Job) -> str:
 def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
            backend: Backend | None = None) -> _Running:
     """Start a job in its own process (and process group, so a timeout also stops its
-    workers); its output goes to ``out/logs/NAME.log``."""
+    workers): forked from this one where it can be (:mod:`.pool`), else a subprocess; its
+    output goes to ``out/logs/NAME.log``."""
     log = out / "logs" / f"{log_name(job)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
@@ -44,6 +46,11 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
         return _Running(job, cmd, log, time.time(), slots)
+    module = forkable(job.argv)
+    if module is not None:  # forked from this process: torch and the suite imported once
+        own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
+        proc = ForkedJob(module, job.argv[3:], log, own, slots * threads_per_slot)
+        return _Running(job, proc, log, time.time(), slots)
     with open(log, "w") as f:
         proc = subprocess.Popen(list(job.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)

@@ -1,0 +1,141 @@
+"""Jobs forked from this process, which has torch, TransformerLens and the suite imported
+already, instead of a fresh ``python -m MODULE`` per job that pays those imports again.
+
+A forked job is isolated as a process is: its own process group (a timeout or a stop ends it
+and whatever it started), its output in its own log file, its exit code its own, and a crash
+(an exception, a segfault, ``os._exit``) ends only it. It runs the module's ``main(argv)`` —
+what ``python -m MODULE ARGV`` runs — with the job's thread count, default signal handlers
+(SIGTERM reaches the training loop's own handler, which saves the checkpoint) and its unseeded
+generators (torch, numpy, random) seeded afresh as a new interpreter seeds them, so a run is the
+same run as in its own process.
+
+Only jobs of the form ``python -m MODULE ...`` whose module has a ``main`` are forked; any
+other command, and every job on a platform without ``os.fork``, starts as a subprocess.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import tqdm.std
+
+# No tqdm monitor thread in a process that forks: a fork copies only the forking thread, and a
+# lock the monitor held at that moment would stay held in the job.
+tqdm.std.tqdm.monitor_interval = 0
+
+
+
+def forkable(argv: Sequence[str]) -> str | None:
+    """The module of ``python -m MODULE ...`` if this process can run it forked, else None."""
+    if not hasattr(os, "fork") or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return None
+    try:
+        mod = importlib.import_module(argv[2])
+    except Exception:  # noqa: BLE001 - then it starts as a subprocess, which reports it
+        return None
+    return argv[2] if callable(getattr(mod, "main", None)) else None
+
+
+class ForkedJob:
+    """A job forked from this process, with the part of :class:`subprocess.Popen` the runner
+    uses: ``pid`` (also its process group), ``poll()``, ``wait(timeout)``, ``returncode``."""
+
+    def __init__(self, module: str, args: Sequence[str], log: Path, env: Mapping[str, str],
+                 threads: int):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.returncode: int | None = None
+        pid = os.fork()
+        if pid == 0:  # the job: never returns into the caller's code
+            code = 1
+            try:
+                code = _child(module, list(args), log, env, threads)
+            finally:
+                os._exit(code)
+        self.pid = pid
+        self.args = [sys.executable, "-m", module, *args]
+
+    def _reap(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = -1
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reap(os.WNOHANG)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is None:
+            return self._reap(0)
+        end = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+
+def _child(module: str, args: list[str], log: Path, env: Mapping[str, str],
+           threads: int) -> int:
+    """The forked job's body: its session, its log, its threads and signals, then main."""
+    os.setsid()  # its own process group, as start_new_session gives a subprocess
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    # new Python streams on the log: the caller's may be wrappers that are not file 1 and 2
+    sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+    # unseeded generators seeded afresh, as in a new interpreter (a fork copies this one's:
+    # every job would draw the same numbers); the suite's runs seed their own
+    torch.seed()
+    random.seed()
+    np.random.seed()
+    interval = env.get("TQDM_MININTERVAL")
+    if interval:  # tqdm read its environment when this process imported it
+        tqdm.std.tqdm.__init__ = functools.partialmethod(tqdm.std.tqdm.__init__,
+                                                         mininterval=float(interval))
+    sys.argv = [module, *args]
+    try:
+        code = importlib.import_module(module).main(args)
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - reported in the job's log, as python -m would
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)  # sys.exit("message"): printed, exit 1
+    return 1

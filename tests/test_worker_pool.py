@@ -1,0 +1,83 @@
+"""The reproduce runner forks its jobs from a process that has torch and the suite imported
+(analyses.reproduce.pool): each job keeps a process's isolation — its own process group, log,
+exit code, timeout, SIGTERM handling — and starts from a fresh interpreter's torch generator."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from analyses.reproduce import Job, run_jobs
+from analyses.reproduce.pool import ForkedJob, forkable
+from analyses.reproduce.runner import _kill, _Running
+
+MOD = "tests.worker_pool_jobs"
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+
+
+def job(name: str, *args: str) -> Job:
+    return Job(name, (sys.executable, "-m", MOD, *args))
+
+
+def test_only_suite_modules_with_main_are_forked():
+    assert forkable((sys.executable, "-m", MOD, "ok")) == MOD
+    assert forkable((sys.executable, "-c", "print(1)")) is None
+    assert forkable((sys.executable, "-m", "no_such_module_here")) is None
+    assert forkable(("/bin/echo", "-m", MOD)) is None
+
+
+def test_exit_codes_logs_and_failures_stay_in_their_job(tmp_path):
+    jobs = [job("ok", "ok"), job("code", "code", "4"), job("raise", "raise"),
+            job("text", "exit-text"), job("segv", "segv")]
+    out = {o.job.name: o for o in run_jobs(jobs, tmp_path, slots=2)}
+    assert out["ok"].ok and not any(out[n].ok for n in ("code", "raise", "text", "segv"))
+    assert "(exit code 4)" in out["code"].log_tail
+    assert "ValueError: boom in the job" in out["raise"].log_tail
+    assert "a message" in out["text"].log_tail and "(exit code 1)" in out["text"].log_tail
+    assert f"(exit code {-signal.SIGSEGV})" in out["segv"].log_tail
+    log = (tmp_path / "logs" / "ok.log").read_text()
+    pid, pgid = (int(w) for w in log.split()[1:4:2])
+    assert pid == pgid != os.getpgid(0)  # its own process group, as a subprocess had
+    assert "threads 1 omp 1" in log  # the job's share of the cores, as its environment says
+
+
+def test_forked_jobs_seed_their_unseeded_generators_afresh(tmp_path):
+    """Two processes draw different unseeded numbers; two forks of one process would draw the
+    same, so each job seeds torch (and numpy, random) afresh as a new interpreter does."""
+    run_jobs([job("a", "ok"), job("b", "ok")], tmp_path, slots=2)
+    draws = {(tmp_path / "logs" / f"{n}.log").read_text().split("rand ")[1].split()[0]
+             for n in "ab"}
+    assert len(draws) == 2
+
+
+def test_a_timeout_kills_the_forked_job(tmp_path):
+    t = time.time()
+    [o] = run_jobs([job("slow", "sleep", "60")], tmp_path, timeout=1.0)
+    assert not o.ok and "timed out" in o.log_tail and time.time() - t < 20
+
+
+def test_sigterm_reaches_the_jobs_own_handler(tmp_path):
+    """A stop (Ctrl-C / SIGTERM of the run) sends SIGTERM with a grace period; the job's own
+    handler (the training loop's saves its checkpoint) runs, not the runner's."""
+    log = tmp_path / "j.log"
+    proc = ForkedJob(MOD, ["sigterm"], log, {"OMP_NUM_THREADS": "1"}, 1)
+    for _ in range(200):
+        if log.exists() and "waiting" in log.read_text():
+            break
+        time.sleep(0.05)
+    _kill(_Running(job("j", "sigterm"), proc, log, time.time(), 1), grace=10)
+    assert proc.returncode == 3 and "saved on SIGTERM" in log.read_text()
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    proc = ForkedJob(MOD, ["sleep", "60"], tmp_path / "s.log", {}, 1)
+    t = time.time()
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.2)
+    _kill(_Running(job("s", "sleep", "60"), proc, tmp_path / "s.log", t, 1), grace=0.5)
+    assert proc.returncode is not None and time.time() - t < 10

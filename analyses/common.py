@@ -29,6 +29,7 @@ from models.checkpoint import is_hf_source
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
 from models.loading import load
+from models.memory import check_evaluation_fits
 from models.recipe import is_zoo_ref, parse_zoo_ref
 from models.registry import HF_ARCHS
 from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
@@ -282,6 +283,7 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
               f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
               "trained on its task, not a HuggingFace model")
     model = load(path, device=resolve_device(device), archs=archs)
+    check_evaluation_fits(model, str(path))  # in-range task lengths can still ask for GBs
     # an HF model's task (an export's provenance) is left to the analysis, as before it had one
     if tasks is not None and model.arch not in HF_ARCHS and model.task is not None:
         task = model.task.name

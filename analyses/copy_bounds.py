@@ -37,18 +37,25 @@ from analyses.common import (
 from figures.style import COLORS, new_figure
 from models import flags
 from models.constructions import (
+    HashCopyConfig,
     build_hash_copy_transformer,
     gssm_error_bound,
     has_repeated_ngram,
+    hash_copy_model_config,
     lemma_2_4_bound,
 )
+from models.memory import forward_bytes, weight_bytes
 from probes.copying import state_floats, string_errors
+from tasks import memory
 from tasks.base import check, make_generator
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "copy_bounds"
 GSSM_ARCHS = ("mamba", "mamba2", "lstm")
 ARCHS = (*GSSM_ARCHS, "transformer")
+COUNT_BATCH = 2000  # uniform strings counted at once by construction_errors
+CONSTRUCTION_ROWS = 8  # copy_errors' batch through the construction
+CHECKPOINT_ROWS = 32  # checkpoint_errors' batch
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ PRESETS: dict[str, Settings] = {
 }
 
 
-def copy_errors(model, x: torch.Tensor, D: int, batch_size: int = 8) -> torch.Tensor:
+def copy_errors(model, x: torch.Tensor, D: int,
+                batch_size: int = CONSTRUCTION_ROWS) -> torch.Tensor:
     """[batch] bool: the model's copy of each row of x (``<BOS> x <COPY>``) is wrong."""
     vocab = CopyTask(CopyConfig(D=D)).vocab
     B = x.shape[0]
@@ -107,7 +115,7 @@ def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
             g = make_generator(seed + 7919 * n + L)
             rep_x, norep_x, n_rep, done = [], [], 0, 0
             while done < count_samples:  # count repeats; keep a few strings of each stratum
-                b = min(2000, count_samples - done)
+                b = min(COUNT_BATCH, count_samples - done)
                 x = torch.randint(0, D, (b, L), generator=g)
                 r = has_repeated_ngram(x, n, D)
                 n_rep += int(r.sum())
@@ -143,7 +151,7 @@ def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int
     rows = []
     for L in tqdm(lengths, desc=f"{NAME}: {model.arch}", disable=not progress, leave=False):
         x = torch.randint(0, D, (samples, L), generator=make_generator(seed + L))
-        err = copy_errors(model, x, D, batch_size=32)
+        err = copy_errors(model, x, D, batch_size=CHECKPOINT_ROWS)
         rows.append({"L": L, "error": float(err.float().mean()), "samples": samples})
     return rows
 
@@ -260,6 +268,26 @@ def gssm_recipes(preset: str, archs: list[str] | None = None) -> list[str]:
     return [f"copy/{a}" for a in archs]
 
 
+def memory_estimate(settings: Settings, D: int, models: dict) -> int:
+    """Bytes the run needs at its peak, from the settings and configs alone (erring high).
+    One construction is held at a time (built per n), so the peak is the largest of
+
+        weights(construction n) + forward(8 rows, 2·L_max + 4) + 2000·L_max·8·4
+
+    (its weights grow as n⁴: n = 64 is a 42,240-wide model; the last term is the counting of
+    repeated n-grams: strings, their n-gram codes, sorted, compared) and, per checkpoint,
+    forward(32 rows, 2·max(gssm_lengths) + 4) (:func:`models.memory.forward_bytes`)."""
+    L = max(settings.lengths)
+    counting = COUNT_BATCH * L * 8 * 4
+    peaks = [weight_bytes("transformer", cfg)
+             + forward_bytes("transformer", cfg, CONSTRUCTION_ROWS, 2 * L + 4) + counting
+             for cfg in (hash_copy_model_config(HashCopyConfig(n=n, D=D))
+                         for n in settings.n_values)]  # built even where 2n > L
+    peaks += [forward_bytes(m.arch, m.cfg, CHECKPOINT_ROWS, 2 * max(settings.gssm_lengths) + 4)
+              for m in models.values()]
+    return max(peaks, default=0)
+
+
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     paths = [c.path for c in checkpoints]
     models, _, D = load_copy_models(paths, args.device, ARCHS)
@@ -267,6 +295,10 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
     settings = with_flags(PRESETS[args.preset], args, "lengths", "model_samples",
                           "count_samples", n_values="n")
+    memory.check_fits(memory_estimate(settings, args.D, models),
+                      f"{NAME} (constructions for n = {list(settings.n_values)} at L up to "
+                      f"{max(settings.lengths)})",
+                      "lower --n (a construction's weights grow as n^4) or --lengths")
     result = compute(models, args.D, args.preset, args.seed, args.device, settings=settings)
     result["checkpoint_paths"] = paths
     return result

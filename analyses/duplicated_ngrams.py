@@ -45,8 +45,15 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from models import flags
-from models.constructions import build_hash_copy_transformer
+from models.constructions import (
+    HashCopyConfig,
+    build_hash_copy_transformer,
+    hash_copy_model_config,
+)
+from models.memory import forward_bytes, weight_bytes
+from models.registry import HF_ARCHS
 from probes.copying import accuracy_at
+from tasks import memory
 from tasks.base import check
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
@@ -171,11 +178,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hash-copy constructions to evaluate alongside ('' for none)")
 
 
+def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list[int],
+                    lengths: list[int] | None, max_len: int, batch_size: int) -> int:
+    """Bytes the run needs at its peak, from the flags and configs alone (erring high):
+
+        Σ_n weights(construction n)  +  max over models of forward(batch_size, 2·L_max + 4)
+
+    The constructions for every ``reference_n`` are held at once (their width grows as n²,
+    so their weights as n⁴: n = 64 is a 42,240-wide model); the models are evaluated one after
+    the other, each on ``batch_size`` strings of the longest length L_max (the default lengths
+    of :func:`compute` when none are given) held twice in a copy example
+    (:func:`models.memory.forward_bytes`). A pretrained LM's forward is not estimated (no
+    suite architecture to run on the meta device)."""
+    n_top = max(n_values, default=1)
+    L = max(lengths) if lengths else max(max_len, 3, 2 * n_top + 1, 3 * n_top)
+    positions = 2 * L + 4
+    configs = [("transformer", hash_copy_model_config(HashCopyConfig(n=n, D=D)))
+               for n in reference_n]
+    weights = sum(weight_bytes(arch, cfg) for arch, cfg in configs)
+    configs += [(m.arch, m.cfg) for m in models.values() if m.arch not in HF_ARCHS]
+    peak = max((forward_bytes(arch, cfg, batch_size, positions) for arch, cfg in configs),
+               default=0)
+    return weights + peak
+
+
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
     max_len = max(int(i["max_len"] or 0) for i in info.values())
+    memory.check_fits(memory_estimate(models, D, list(args.reference_n), list(args.n),
+                                      args.lengths, max_len, args.batch_size),
+                      f"{NAME} (constructions for --reference-n {list(args.reference_n)}, "
+                      f"--batch-size {args.batch_size})",
+                      "lower --reference-n (a construction's weights grow as n^4), "
+                      "--batch-size or --lengths")
     for n in args.reference_n:
         models[f"construction n={n}"] = build_hash_copy_transformer(n, D).to(args.device)
     n_values = list(args.n)

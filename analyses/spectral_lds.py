@@ -48,6 +48,7 @@ from analyses.common import (
 from figures.style import new_figure
 from models import flags
 from models.spectral import (
+    DENSE_MAX_T,
     autoregressive_base,
     best_in_hindsight,
     context_length,
@@ -56,6 +57,7 @@ from models.spectral import (
     predictor_features,
     true_weights,
 )
+from tasks import memory
 from tasks.base import check, make_generator
 from tasks.lds import LDSConfig, region_bounds, sample_sequence
 
@@ -297,10 +299,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--radius", type=flags.positive, default=10.0, help="r of the Frobenius balls")
 
 
+def memory_estimate(s: Settings, n_qs: int) -> int:
+    """Bytes one system needs at its peak (systems run one after the other), float64, from the
+    settings alone (erring high). With F = T·k·d_in (one context's regressors):
+
+    * features: the n_qs contexts' regressors, listed and then stacked, the full-context ones,
+      least squares' copy and its work (6 F), and one FFT convolution in flight: spectra of
+      size S = 2^⌈log2(2T)⌉ ≤ 4T (complex, 16 bytes) and its real output (≤ 9 F in all):
+      8·F·(2·n_qs + 15);
+    * the system: its simulation (drive and states, T × d_hidden each), the impulse response
+      (powers T × d_hidden, and T × d_out × d_hidden inside the einsum), the eigenbasis
+      (4 d_hidden²), and per-step inputs, outputs and losses (T·(d_in + d_out)·(n_qs + 6));
+    * the filters: a dense eigh of the T × T Hankel matrix (3 T²) up to ``DENSE_MAX_T``, else
+      the subspace iteration's row blocks (1024 × T, gathered and indexed: 2 + 1 int64) and
+      four T × (k + 20) bases.
+    """
+    T, k, h = s.T, s.k, s.d_hidden
+    features = 8 * T * k * s.d_in * (2 * n_qs + 15)
+    system = 8 * (T * h * (3 + s.d_out) + 4 * h * h + T * (s.d_in + s.d_out) * (n_qs + 6))
+    filters = (8 * 3 * T * T if T <= DENSE_MAX_T
+               else 8 * (3 * 1024 * T + 4 * T * (k + 20)))
+    return features + system + filters
+
+
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     check(args.device in ("cpu", "auto"),
           "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
     s = with_flags(PRESETS[args.preset], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
+    memory.check_fits(memory_estimate(s, len(args.qs)),
+                      f"{NAME} at T = {s.T}, k = {s.k}, d_in = {s.d_in}, d_hidden = {s.d_hidden}",
+                      "lower --T, --k or --d-in (the regressors are T x k x d_in per context)")
     return {**compute(**dataclasses.asdict(s), qs=tuple(args.qs), seed=args.seed, lr=args.lr,
                       radius=args.radius), "preset": args.preset}
 

@@ -1,0 +1,110 @@
+"""What running a suite model costs in memory, estimated before it runs (issue 39 item 5).
+
+:func:`forward_bytes` runs the model on the meta device (shapes, no memory) at three short
+lengths and fits what its hooks hold as ``a + b·T + c·T²`` per row — the constant (per-row
+state), linear (residual streams, SSM states) and quadratic (attention scores and patterns)
+parts of any architecture — then evaluates that at the rows and length asked for. The estimate
+errs high: everything ``run_with_cache`` would keep, times :data:`TEMPORARIES` for the
+temporaries no hook sees, plus logits, log-probabilities and the int64 tokens and targets.
+
+:func:`check_evaluation_fits` is the check an analysis makes when it loads a checkpoint to
+evaluate it (:func:`analyses.common.load_model`): a task config whose lengths are within the
+per-int bound (a Markov ``seq_len`` of 2^24) can still ask for gigabytes per batch, so one
+forward pass of :data:`EVAL_ROWS` rows at the task's longest sequence must fit in what this
+process can still allocate (:func:`tasks.memory.check_fits`), or the load is refused in one
+line before any data is drawn.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import torch
+
+from models.checkpoint.rebuild import meta_model, model_footprint
+from tasks.base import config_to_dict
+from tasks.memory import check_fits, human_bytes
+
+TEMPORARIES = 2.0  # unhooked temporaries (softmax, norms, einsum outputs) at most double it
+FIT_LENGTHS = (8, 16, 32)  # short meta runs: three points fix a + b·T + c·T²
+# rows an analysis runs through a model at once: probes.markov.model_probs' chunk and
+# ngram_heads' default batch (larger batches are the analysis' own flags, checked there)
+EVAL_ROWS = 64
+# the task fields that are sequence lengths -> (factor, extra): the positions of the longest
+# sequence they make. A copy-style string is held twice plus specials (<BOS> x <COPY> x <EOS>;
+# a lookup's key and answer are shorter than the string); a Markov sequence draws seq_len + 1
+# symbols; an induction row is its length.
+LENGTH_FIELDS = {"max_len": (2, 4), "seq_len": (1, 1), "length": (1, 1)}
+
+
+def _config_dict(config) -> dict:
+    return config if isinstance(config, dict) else config_to_dict(config)
+
+
+@functools.lru_cache(maxsize=64)
+def _per_row_fit(arch: str, config_json: str) -> tuple[float, float, float, int]:
+    """``(a, b, c, vocab)``: hooked bytes of one row of length T ≈ a + b·T + c·T²."""
+    model = meta_model(arch, json.loads(config_json))
+    held = [0]
+
+    def count(t: torch.Tensor, hook) -> None:
+        held[0] += t.numel() * t.element_size()
+
+    ys = []
+    for T in FIT_LENGTHS:
+        held[0] = 0
+        tokens = torch.zeros(1, T, dtype=torch.long, device="meta")
+        with torch.no_grad():
+            model.run_with_hooks(tokens, fwd_hooks=[(lambda name: True, count)])
+        ys.append(held[0])
+    c, b, a = np.polyfit(np.array(FIT_LENGTHS, dtype=float), np.array(ys, dtype=float), 2)
+    vocab = int(getattr(model.cfg, "vocab_size", 0) or 0)
+    return max(a, 0.0), max(b, 0.0), max(c, 0.0), vocab
+
+
+def forward_bytes(arch: str, config, rows: int, positions: int) -> int:
+    """Bytes of one forward pass of ``rows`` sequences of ``positions`` tokens (with every
+    activation cached, the temporaries, logits and data), excluding the weights."""
+    a, b, c, vocab = _per_row_fit(arch, json.dumps(_config_dict(config), sort_keys=True))
+    T = float(positions)
+    hooked = rows * (a + b * T + c * T * T) * TEMPORARIES
+    logits = rows * T * vocab * 4 * 2  # logits and their log-softmax, float32
+    data = rows * T * 8 * 2  # int64 tokens and targets
+    return int(hooked + logits + data)
+
+
+def weight_bytes(arch: str, config) -> int:
+    """Bytes of the model's parameters and buffers (a meta-device build, nothing allocated)."""
+    _, params, buffers = model_footprint(arch, _config_dict(config))
+    return int(params + buffers)
+
+
+def task_positions(task_config: dict) -> int:
+    """The longest sequence a task config feeds a model (see :data:`LENGTH_FIELDS`); 0 when it
+    names no length."""
+    positions = [LENGTH_FIELDS[k][0] * v + LENGTH_FIELDS[k][1] for k, v in task_config.items()
+                 if k in LENGTH_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
+    return max(positions, default=0)
+
+
+def check_evaluation_fits(model, what: str, rows: int = EVAL_ROWS) -> None:
+    """Refuse (one line) a suite model whose task's longest sequence makes one forward pass of
+    ``rows`` rows larger than the memory this process can still get. Models without a suite
+    task or architecture (a pretrained LM) pass: they have no task sizes to check."""
+    task = getattr(model, "task", None)
+    arch = getattr(model, "arch", None)
+    if task is None or arch is None or getattr(model, "cfg", None) is None:
+        return
+    positions = task_positions(config_to_dict(task.cfg))
+    if positions == 0:
+        return
+    try:
+        need = forward_bytes(arch, model.cfg, rows, positions)
+    except Exception:  # noqa: BLE001 - an architecture the meta device cannot run: no estimate
+        return
+    check_fits(need, f"{what}: evaluating it at its task's length ({positions:,} positions, "
+               f"{rows} rows of {task.name} at once)",
+               f"its task config asks for sequences this machine cannot run "
+               f"({human_bytes(need / rows)} per row)")

@@ -193,11 +193,12 @@ def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: i
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layer", type=flags.bounded_int(0, flags.MAX_LAYERS),
+    p.add_argument("--layer", type=flags.flag("--layer"),
                    default=0, help="mixer layer (its b, c see windows only "
                    "in layer 0)")
-    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences for the β fit")
-    p.add_argument("--trajectory", type=flags.bounded_int(0, flags.MAX_SEEDS), default=0,
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64,
+                   help="test sequences for the β fit")
+    p.add_argument("--trajectory", type=flags.flag("--trajectory"), default=0,
                    help="with --train: also N checkpoints along one constant-lr MambaZero run "
                         "(Fig. 5)")
 

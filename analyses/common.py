@@ -158,7 +158,8 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default: figures/out)")
     add_device_argument(p)
-    p.add_argument("--seed", type=flags.seed, default=0, help="seed of the evaluation data")
+    p.add_argument("--seed", type=flags.flag("--seed"), default=0,
+                   help="seed of the evaluation data")
     if training:
         add_preset_arguments(p)
         p.add_argument("--dry-run", action="store_true",
@@ -326,9 +327,9 @@ def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
 
 def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
     """``--lengths`` and ``--n-examples`` (``unit`` per length), both the preset's by default."""
-    p.add_argument("--lengths", type=flags.lengths,
+    p.add_argument("--lengths", type=flags.flag("--lengths"),
                    default=None, help="test lengths (default: preset's)")
-    p.add_argument("--n-examples", type=flags.count, default=None,
+    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
                    help=f"{unit} per length (default: preset's)")
 
 

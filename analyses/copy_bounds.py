@@ -245,15 +245,15 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--D", type=flags.bounded_int(2, flags.MAX_DIM),
+    p.add_argument("--D", type=flags.flag("--D"),
                    default=26, help="alphabet size of the construction part")
-    p.add_argument("--n", type=flags.int_list(1, flags.MAX_N),
+    p.add_argument("--n", type=flags.flag("--n"),
                    default=None, help="n-gram lengths of the construction")
-    p.add_argument("--lengths", type=flags.lengths,
+    p.add_argument("--lengths", type=flags.flag("--lengths"),
                    default=None, help="string lengths of the construction")
-    p.add_argument("--model-samples", type=flags.count, default=None,
+    p.add_argument("--model-samples", type=flags.flag("--model-samples"), default=None,
                    help="strings per stratum run through the construction")
-    p.add_argument("--count-samples", type=flags.count, default=None,
+    p.add_argument("--count-samples", type=flags.flag("--count-samples"), default=None,
                    help="uniform strings counted for p_n-gram")
     p.add_argument("--archs", default=None,
                    help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "

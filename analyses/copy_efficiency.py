@@ -607,7 +607,7 @@ def add_arguments(p) -> None:
                    help="with --train medium: every lr of the sweep (zoo.COPY_MEDIUM['lrs']) at "
                    "every seed, which picks each model's lr (zoo.COPY_MEDIUM_LR); without it "
                    "only the chosen lrs train (a third of the runs)")
-    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --train large: the other seeds' runs trained side by side "
                    "(default: this machine's cores)")
 

@@ -166,14 +166,14 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=flags.int_list(1, flags.MAX_N),
+    p.add_argument("--n", type=flags.flag("--n"),
                    default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
-    p.add_argument("--lengths", type=flags.lengths, default=None,
+    p.add_argument("--lengths", type=flags.flag("--lengths"), default=None,
                    help="test string lengths (default: max(train max_len, 2·max n + 1))")
-    p.add_argument("--n-examples", type=flags.count, default=512)
-    p.add_argument("--batch-size", type=flags.batch_size, default=128)
+    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=512)
+    p.add_argument("--batch-size", type=flags.flag("--batch-size"), default=128)
     p.add_argument("--greedy", action="store_true", help="decode greedily (slower)")
-    p.add_argument("--reference-n", type=flags.int_list(1, flags.MAX_N, allow_empty=True),
+    p.add_argument("--reference-n", type=flags.flag("--reference-n"),
                    default="3,5",
                    help="hash-copy constructions to evaluate alongside ('' for none)")
 

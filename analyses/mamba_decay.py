@@ -135,7 +135,7 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences")
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64, help="test sequences")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

@@ -172,11 +172,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
                    help=f"comma-separated: {', '.join(GROUPS)} (default with --train quick: "
                         f"{','.join(QUICK_GROUPS)}; --train paper: all)")
-    p.add_argument("--steps", type=flags.bounded_int(1, flags.MAX_STEPS),
+    p.add_argument("--steps", type=flags.flag("--steps"),
                    default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
-    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences")
-    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256, help="test sequences")
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
 
 

@@ -260,8 +260,9 @@ def _main_table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences per range")
-    p.add_argument("--seq-len", type=flags.bounded_int(1, flags.MAX_LENGTH),
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256,
+                   help="test sequences per range")
+    p.add_argument("--seq-len", type=flags.flag("--seq-len"),
                    default=300, help="test length (≥ 300 for Table 2)")
     p.add_argument("--cpu-batch", action="store_true",
                    help="with --train large: the batch-16 runs (for a machine without a GPU; "

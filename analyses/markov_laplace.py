@@ -113,10 +113,10 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.count, default=256, help="test sequences")
-    p.add_argument("--t-min", type=flags.bounded_int(0, flags.MAX_LENGTH),
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256, help="test sequences")
+    p.add_argument("--t-min", type=flags.flag("--t-min"),
                    default=50, help="L1 is also averaged over t >= this")
-    p.add_argument("--seq-len", type=flags.bounded_int(1, flags.MAX_LENGTH),
+    p.add_argument("--seq-len", type=flags.flag("--seq-len"),
                    default=None, help="test length (default: training's)")
     p.add_argument("--sweep", action="store_true",
                    help="with --train: also larger S and order k (Figs 1b, 8, 10)")

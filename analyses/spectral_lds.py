@@ -283,20 +283,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--paper", dest="preset", action="store_const", const="paper",
                    help=f"paper scale: {dataclasses.asdict(PRESETS['paper'])}")
     p.set_defaults(preset="quick")
-    p.add_argument("--T", type=flags.bounded_int(2, flags.MAX_HORIZON),
+    p.add_argument("--T", type=flags.flag("--T"),
                    default=None, help="horizon / filter length")
-    p.add_argument("--k", type=flags.bounded_int(1, flags.MAX_DIM),
+    p.add_argument("--k", type=flags.flag("--k"),
                    default=None, help="number of filters")
-    p.add_argument("--d-hidden", type=flags.bounded_int(1, flags.MAX_DIM),
+    p.add_argument("--d-hidden", type=flags.flag("--d-hidden"),
                    default=None, help="hidden dimension of the LDS")
-    p.add_argument("--d-in", type=flags.bounded_int(1, flags.MAX_DIM), default=None)
-    p.add_argument("--d-out", type=flags.bounded_int(1, flags.MAX_DIM), default=None)
-    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS),
+    p.add_argument("--d-in", type=flags.flag("--d-in"), default=None)
+    p.add_argument("--d-out", type=flags.flag("--d-out"), default=None)
+    p.add_argument("--seeds", type=flags.flag("--seeds"),
                    default=None, help="random systems per region")
-    p.add_argument("--qs", type=flags.fraction_list(0, 1, open_lo=True),
+    p.add_argument("--qs", type=flags.flag("--qs"),
                    default="1/4,1/2,3/4,7/8,1", help="context exponents q (L = T^q)")
-    p.add_argument("--lr", type=flags.positive, default=0.3, help="step size in units of 1/E‖X_t‖²")
-    p.add_argument("--radius", type=flags.positive, default=10.0, help="r of the Frobenius balls")
+    p.add_argument("--lr", type=flags.flag("spectral_lds --lr"), default=0.3,
+                   help="step size in units of 1/E‖X_t‖²")
+    p.add_argument("--radius", type=flags.flag("--radius"), default=10.0,
+                   help="r of the Frobenius balls")
 
 
 def memory_estimate(s: Settings, n_qs: int) -> int:

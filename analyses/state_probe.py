@@ -221,12 +221,12 @@ def table(result: dict) -> list[list]:
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.count, default=64, help="test sequences")
-    p.add_argument("--max-rows", type=flags.bounded_int(1, flags.MAX_ROWS),
+    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64, help="test sequences")
+    p.add_argument("--max-rows", type=flags.flag("--max-rows"),
                    default=12000, help="(sequence, position) samples")
-    p.add_argument("--buckets", type=flags.bounded_int(1, flags.MAX_LENGTH),
+    p.add_argument("--buckets", type=flags.flag("--buckets"),
                    default=4, help="position buckets")
-    p.add_argument("--alpha", type=flags.positive,
+    p.add_argument("--alpha", type=flags.flag("--alpha"),
                    default=1e-3, help="ridge penalty (standardised X)")
     p.add_argument("--no-control", action="store_true", help="skip the random-init control")
 

@@ -24,7 +24,7 @@ import torch
 
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
 from bench.common import in_fresh_process, interleaved_times, write_results
-from models import zoo
+from models import flags, zoo
 from models.registry import build_model
 from models.train import gpu_costs
 from models.train.dryrun import plan_row, recipe_spec
@@ -166,7 +166,7 @@ def copy_models(specs: dict[str, RunConfig], device: str, warm: int = WARM_STEPS
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_cuda", description=__doc__)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=flags.flag("--repeats"), default=7)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         write_results("cuda", {"skipped": "no CUDA device: the kernel-path and paper-scale "

@@ -19,6 +19,7 @@ import warnings
 import torch
 
 from bench.common import interleaved_times, peak_memory_mb, train_step_fn, write_results
+from models import flags
 from models.lstm import LSTMLM, LSTMConfig
 from models.mamba import MambaConfig, MambaLM
 from models.mamba2 import Mamba2Config, Mamba2LM, ssd_chunked, ssd_plain
@@ -123,8 +124,9 @@ def _peak_m1_hf():
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_ssm", description=__doc__)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    p.add_argument("--repeats", type=flags.flag("--repeats"), default=7)
+    p.add_argument("--threads", type=flags.flag("--threads"), default=0,
+                   help="torch threads (0: leave as is)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
     args = p.parse_args(argv)
     if args.threads:

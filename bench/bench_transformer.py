@@ -21,6 +21,7 @@ from bench.common import (
     train_step_fn,
     write_results,
 )
+from models import flags
 from models.transformer import HookedTransformerLM, TransformerConfig
 
 # The quick copy preset's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
@@ -113,7 +114,7 @@ def run(repeats: int = 15) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.bench_transformer")
-    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--repeats", type=flags.flag("--repeats"), default=15)
     args = p.parse_args(argv)
     write_results("transformer", run(args.repeats))
 

@@ -37,6 +37,7 @@ import torch
 
 from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_specs
 from bench.common import RESULTS
+from models import flags
 from models.train import dryrun, gpu_costs
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
@@ -127,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true",
                    help="tiny models of each architecture (checks the pipeline, e.g. on a CPU)")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--budget-s", type=float, default=BUDGET_S,
+    p.add_argument("--budget-s", type=flags.flag("--budget-s"), default=BUDGET_S,
                    help="seconds for the whole check; each stage gets what is left")
     p.add_argument("--tests", nargs="*", default=list(GPU_TESTS),
                    help="test files of stage 1 (none: skip it)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL",
                    help="only these models of stages 2 and 3 (transformer_rope, mamba2, ...)")
-    p.add_argument("--warm-steps", type=int, default=None)
-    p.add_argument("--timed-steps", type=int, default=None)
+    p.add_argument("--warm-steps", type=flags.flag("--warm-steps"), default=None)
+    p.add_argument("--timed-steps", type=flags.flag("--timed-steps"), default=None)
     args = p.parse_args(argv)
     kind = gpu_costs.device_kind(args.device)
     if kind == "cuda" and not torch.cuda.is_available():

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from bench.common import machine
-from models import zoo
+from models import flags, zoo
 from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
 from models.train.dryrun import plan_row, recipe_spec
 from models.train.loop import Callback, Run, evaluate, train
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for lv in LEVELS:
         level.add_argument(f"--{lv}", dest="level", action="store_const", const=lv)
     p.add_argument("recipes", nargs="*", help="default: every zoo recipe at the level")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per row")
+    p.add_argument("--steps", type=flags.flag("--steps"), default=5, help="timed steps per row")
     p.add_argument("--analyses-from", type=Path, action="append", default=[],
                    metavar="TIMINGS_JSON")
     p.add_argument("--out", type=Path, default=TABLE)

@@ -94,7 +94,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the tasks on Ray: alone, a Ray instance started here (--jobs "
                         "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
                         "cluster (needs pip install -e .[cluster])")
-    p.add_argument("--retries", type=flags.bounded_int(0, flags.MAX_RETRIES),
+    p.add_argument("--retries", type=flags.flag("--retries"),
                    default=DEFAULT_RETRIES,
                    help=f"attempts after the first for a task that fails (default "
                         f"{DEFAULT_RETRIES}); then it is reported and the rest go on")

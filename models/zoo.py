@@ -306,7 +306,7 @@ def _main(argv: list[str] | None) -> int:
     add_scale_arguments(p, aliases=("--level",))
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
     add_backend_arguments(p)

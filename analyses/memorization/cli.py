@@ -90,24 +90,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=["token", "sequence"], default=None,
                    help="label level (default: token for synthetic and conll, sequence for mnli)")
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
-    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=2,
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=2,
                    help="parallel worker processes, or the CPUs of the Ray instance --ray "
                    "starts here (default 2)")
-    p.add_argument("--widths", type=flags.int_list(1, flags.MAX_DIM), default=None,
+    p.add_argument("--widths", type=flags.flag("--widths"), default=None,
                    help="embedding sizes m, e.g. 8,16,32")
-    p.add_argument("--fractions", type=flags.fraction_list(0.0, 1.0, open_lo=True),
+    p.add_argument("--fractions", type=flags.flag("--fractions"),
                    default=None, help="dataset fractions (default 0.1,…,1.0)")
-    p.add_argument("--n-examples", type=flags.bounded_int(0, flags.MAX_EXAMPLES), default=None,
+    p.add_argument("--n-examples", type=flags.flag("memorization --n-examples"), default=None,
                    help="N, the full dataset size (0 with --data conll/mnli: every example of "
                    "the file)")
-    p.add_argument("--steps", type=flags.bounded_int(1, flags.MAX_STEPS), default=None,
+    p.add_argument("--steps", type=flags.flag("--steps"), default=None,
                    help="step budget per cell")
     p.add_argument("--pe", choices=["rope", "nope", "alibi", "hard_alibi"], default=None,
                    help="positional encoding (default rope: see the module docstring)")
-    p.add_argument("--threshold", type=flags.probability, default=THRESHOLD)
-    p.add_argument("--patience", type=flags.bounded_int(1, flags.MAX_STEPS), default=None,
+    p.add_argument("--threshold", type=flags.flag("--threshold"), default=THRESHOLD)
+    p.add_argument("--patience", type=flags.flag("--patience"), default=None,
                    help="evaluations without improvement before a cell stops")
-    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS), default=None,
+    p.add_argument("--seeds", type=flags.flag("--seeds"), default=None,
                    help="medium: searches, one per seed --seed, --seed + 1, … (default: the "
                    "grid's)")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")

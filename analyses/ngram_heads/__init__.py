@@ -241,18 +241,18 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-max", type=flags.bounded_int(1, flags.MAX_N), default=8,
+    p.add_argument("--n-max", type=flags.flag("--n-max"), default=8,
                    help="largest n of the match score")
-    p.add_argument("--lengths", type=flags.int_list(2, flags.MAX_LENGTH), default=None,
+    p.add_argument("--lengths", type=flags.flag("ngram_heads --lengths"), default=None,
                    help="string lengths to probe (default: upper half of the (first) "
                    "checkpoint's training range)")
-    p.add_argument("--batch-size", type=flags.batch_size, default=64)
+    p.add_argument("--batch-size", type=flags.flag("--batch-size"), default=64)
     p.add_argument("--mode", choices=MODES, default="mean", help="ablation")
-    p.add_argument("--threshold", type=flags.probability, default=0.5,
+    p.add_argument("--threshold", type=flags.flag("--threshold"), default=0.5,
                    help="match score of a match head")
-    p.add_argument("--top-k", type=flags.bounded_int(1, flags.MAX_HEADS), default=None,
+    p.add_argument("--top-k", type=flags.flag("--top-k"), default=None,
                    help="ablate the k best heads instead")
-    p.add_argument("--draws", type=flags.bounded_int(1, flags.MAX_DRAWS),
+    p.add_argument("--draws", type=flags.flag("--draws"),
                    default=HeadsConfig.draws,
                    help="most random-ablation sets per control (every set of heads when "
                    "there are no more, else this many distinct ones)")

@@ -273,19 +273,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(preset="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
-    p.add_argument("--entries", type=flags.int_list(
-                       3, flags.MAX_ENTRIES, why="phone books need >= 3 entries: two shots and "
-                       "the query"),
+    p.add_argument("--entries", type=flags.flag("--entries"),
                    default=None, help="phone-book sizes L (default: "
                    f"{','.join(map(str, PRESETS['quick'].entries))})")
-    p.add_argument("--lengths", type=flags.lengths,
+    p.add_argument("--lengths", type=flags.flag("--lengths"),
                    default=None, help="copy lengths in tokens (default: "
                    f"{','.join(map(str, PRESETS['quick'].lengths))})")
-    p.add_argument("--n-examples", type=flags.count, default=None, help="prompts per point")
+    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
+                   help="prompts per point")
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
-    p.add_argument("--batch-size", type=flags.batch_size,
+    p.add_argument("--batch-size", type=flags.flag("--batch-size"),
                    default=4, help="prompts per forward pass")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
 

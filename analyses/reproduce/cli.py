@@ -57,12 +57,12 @@ def _parser() -> OneLineParser:
                    help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium, "
                    f"{DEFAULT_OUT / 'large'} for --large)")
     p.add_argument("--cache-dir", default="checkpoints")
-    p.add_argument("--timeout", type=flags.bounded_float(0, flags.MAX_SECONDS, open_lo=True),
+    p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
-    p.add_argument("--jobs", type=flags.bounded_int(1, flags.MAX_JOBS), default=None,
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="cores' worth of jobs at once (default: 2 on a machine with >= 2 "
                         "cores for --quick / --medium, 1 for --paper: one GPU)")
-    p.add_argument("--seed-offset", type=flags.bounded_int(0, zoo.MAX_SEED_OFFSET), default=0,
+    p.add_argument("--seed-offset", type=flags.flag("--seed-offset"), default=0,
                    help="shift every recipe's training seed (and each analysis' --seed) by K: "
                         "the same plan over other seeds of its models, cached apart (default 0: "
                         "the recipes as written)")

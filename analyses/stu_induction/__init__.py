@@ -321,14 +321,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="architectures trained by --train (default: stu,transformer,mamba2; "
                    f"medium: the labels {','.join(zoo.INDUCTION_MEDIUM_MODELS)}; large: "
                    f"{','.join(zoo.INDUCTION_LARGE_MODELS)})")
-    p.add_argument("--qs", type=flags.fraction_list(0, 1, open_lo=True),
+    p.add_argument("--qs", type=flags.flag("--qs"),
                    default=None, help="training lengths T^q with T = 256, from the "
                    "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")
-    p.add_argument("--seeds", type=flags.bounded_int(1, flags.MAX_SEEDS), default=None,
+    p.add_argument("--seeds", type=flags.flag("--seeds"), default=None,
                    help="seeds per (arch, q), from the zoo's runs (default quick 3, paper 5)")
-    p.add_argument("--lengths", type=flags.lengths,
+    p.add_argument("--lengths", type=flags.flag("--lengths"),
                    default=None, help="evaluation lengths (default 16..256)")
-    p.add_argument("--n-eval", type=flags.count,
+    p.add_argument("--n-eval", type=flags.flag("--n-eval"),
                    default=512, help="sequences per evaluation length")
 
 

@@ -45,6 +45,7 @@ from models.cli import (
     exit_code,
 )
 from models.device import resolve_device
+from models.flags import BOUNDS, flag
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
 from models.train.config import TrainConfig
@@ -64,6 +65,8 @@ def parse_value(text: str, tp, flag: str):
     """A flag's text as the config field's type (bool, int, float, str, tuple[int, ...], or a
     union of them: its first member that reads the text, e.g. ``bool | str`` for
     ``--compile false`` and ``--compile auto``)."""
+    if not isinstance(text, str):  # a numeric flag, parsed and bounded by its type=
+        return text
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         for member in typing.get_args(tp):
@@ -91,6 +94,15 @@ def parse_value(text: str, tp, flag: str):
     else:
         return text
     raise TaskError(f"{flag}: cannot read {text!r} as {getattr(tp, '__name__', tp)}")
+
+
+def is_numeric(tp) -> bool:
+    """Whether a config field of annotation ``tp`` takes numbers (int, float, a tuple of them,
+    or a union with one of them; bool is not a number here)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType, tuple):
+        return any(is_numeric(a) for a in typing.get_args(tp) if a is not Ellipsis)
+    return tp in (int, float)
 
 
 def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentParser, dict]:
@@ -125,7 +137,8 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             if not f.init:
                 continue
             tp = hints[f.name]
-            flags = [f"--{part}.{f.name}"]
+            row = f"--{part}.{f.name}"  # the flag's row in models.flags.BOUNDS
+            flags = [row]
             if seen[f.name] == 1 and f.name not in RESERVED:
                 flags = [f"--{f.name}", f"--{f.name.replace('_', '-')}", *flags]
                 flags += [f"--{a}" for a, target in ALIASES.items() if target == f.name]
@@ -134,9 +147,11 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             # a bool flag alone means true (--compile), as well as --compile false
             boolean = tp is bool or bool in typing.get_args(tp)
             bare = {"nargs": "?", "const": "true"} if boolean else {}
+            # a number is parsed and bounded by its row of the one table (models.flags.BOUNDS)
+            bound = {"type": flag(row)} if is_numeric(tp) and row in BOUNDS else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
                                help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})",
-                               **bare)
+                               **bare, **bound)
             if boolean and seen[f.name] == 1 and f.name not in RESERVED:  # --no-compile
                 group.add_argument(f"--no-{f.name.replace('_', '-')}", dest=dest,
                                    action="store_const", const="false",

@@ -273,7 +273,7 @@ def compare(model, hf_dir: str | os.PathLike, tokens: Tensor, hf_class_name: str
             continue
         check(name in seen, f"HOOK_MAP names {sites[name].module} for {name}, and it did not run")
         a, b = cache[name], seen[name]
-        if name == "ln_final.hook_normalized" and ln_shift is not None:
+        if name == "ln_final.hook_out" and ln_shift is not None:
             a = a + torch.tensor(ln_shift, dtype=a.dtype)
         check(a.numel() == b.numel(), f"HOOK_MAP: {name} has shape {tuple(a.shape)} but "
               f"{sites[name].module} {tuple(b.shape)}")

@@ -38,34 +38,36 @@ def _ssm_sites(root: str, embed: str, layer: str, norm: str, mixer: str, final_n
     block = f"{root}.{layer}"
     return {"hook_embed": HFSite(f"{root}.{embed}"),
             "blocks.{i}.hook_resid_pre": HFSite(block, "input"),
-            "blocks.{i}.norm.hook_normalized": HFSite(f"{block}.{norm}"),
+            "blocks.{i}.norm.hook_out": HFSite(f"{block}.{norm}"),
             "blocks.{i}.mixer.hook_in_proj": HFSite(f"{block}.{mixer}.in_proj"),
             "blocks.{i}.mixer.hook_ssm_out": HFSite(f"{block}.{mixer}"),
             "blocks.{i}.hook_resid_post": HFSite(block),
-            "ln_final.hook_normalized": HFSite(f"{root}.{final_norm}"),
+            "ln_final.hook_out": HFSite(f"{root}.{final_norm}"),
             **more}
 
 
 # our hook name -> HF module, per exported class (forward hooks on the module, or nnsight's
-# .output / .input, read these). Activations with no module boundary of their own in the HF
+# .output / .input, read these). A norm module's output is our hook_out (after the affine, the
+# TL bridge's name too); hook_normalized is before the affine, as TransformerLens has it, and
+# has no module boundary. Activations with no module boundary of their own in the HF
 # class (q, k, v, scores, Δ_t, B, C, the state) are not listed.
 HOOK_MAP: dict[str, dict[str, HFSite]] = {
     "GPTNeoXForCausalLM": {
         "hook_embed": HFSite("gpt_neox.embed_in"),
         "blocks.{i}.hook_resid_pre": HFSite("gpt_neox.layers.{i}", "input"),
-        "blocks.{i}.ln1.hook_normalized": HFSite(_NEOX + "input_layernorm"),
+        "blocks.{i}.ln1.hook_out": HFSite(_NEOX + "input_layernorm"),
         "blocks.{i}.attn.hook_pattern": HFSite(_NEOX + "attention", item=1,
                                                note="eager attention only (others give None)"),
         "blocks.{i}.attn.hook_z": HFSite(_NEOX + "attention.dense", "input"),
         "blocks.{i}.hook_attn_out": HFSite(_NEOX + "attention"),
         # sequential blocks: the second LayerNorm reads resid_mid (parallel ones: resid_pre)
         "blocks.{i}.hook_resid_mid": HFSite(_NEOX + "post_attention_layernorm", "input"),
-        "blocks.{i}.ln2.hook_normalized": HFSite(_NEOX + "post_attention_layernorm"),
+        "blocks.{i}.ln2.hook_out": HFSite(_NEOX + "post_attention_layernorm"),
         "blocks.{i}.mlp.hook_pre": HFSite(_NEOX + "mlp.dense_h_to_4h"),
         "blocks.{i}.mlp.hook_post": HFSite(_NEOX + "mlp.dense_4h_to_h", "input"),
         "blocks.{i}.hook_mlp_out": HFSite(_NEOX + "mlp"),
         "blocks.{i}.hook_resid_post": HFSite("gpt_neox.layers.{i}"),
-        "ln_final.hook_normalized": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
+        "ln_final.hook_out": HFSite("gpt_neox.final_layer_norm", note=LN_SHIFT_NOTE),
     },
     "Mamba2ForCausalLM": _ssm_sites(
         "backbone", "embeddings", "layers.{i}", "norm", "mixer", "norm_f",
@@ -74,7 +76,7 @@ HOOK_MAP: dict[str, dict[str, HFSite]] = {
         "model", "embed_tokens", "layers.{i}", "input_layernorm", "mamba", "final_layernorm",
         {"blocks.{i}.mixer.hook_y": HFSite(_BAMBA_L + "mamba.norm", "input"),
          "blocks.{i}.hook_resid_mid": HFSite(_BAMBA_L + "pre_ff_layernorm", "input"),
-         "blocks.{i}.norm2.hook_normalized": HFSite(_BAMBA_L + "pre_ff_layernorm"),
+         "blocks.{i}.norm2.hook_out": HFSite(_BAMBA_L + "pre_ff_layernorm"),
          "blocks.{i}.mlp.hook_post": HFSite(_BAMBA_L + "feed_forward.down_proj", "input"),
          "blocks.{i}.hook_mlp_out": HFSite(_BAMBA_L + "feed_forward")}),
     "MambaForCausalLM": _ssm_sites(

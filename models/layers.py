@@ -38,6 +38,11 @@ def has_hooks(hp: HookPoint) -> bool:
     return bool(hp._forward_hooks) or bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
 
 
+def has_backward_hooks(hp: HookPoint) -> bool:
+    """True when a backward hook is attached to ``hp`` (its activation must be in the graph)."""
+    return bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
+
+
 # ---------------------------------------------------------------------------- norms
 class LayerNorm(nn.Module):
     """LayerNorm with TransformerLens' hooks; the identity when ``enabled`` is False (hand-set
@@ -49,17 +54,21 @@ class LayerNorm(nn.Module):
         self.enabled = enabled
         self.w = nn.Parameter(torch.ones(d))
         self.b = nn.Parameter(torch.zeros(d))
+        # TransformerLens' meaning: hook_scale the denominator, hook_normalized (x − mean)/scale
+        # *before* the affine w, b; hook_out the norm's output (the TL bridge's name for it)
         self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d]
+        self.hook_out = HookPoint()  # [batch, pos, d]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
         if not self.enabled:
-            return self.hook_normalized(x)
+            return self.hook_out(self.hook_normalized(x))
         if not (has_hooks(self.hook_scale) or has_hooks(self.hook_normalized)):
-            return F.layer_norm(x, x.shape[-1:], self.w, self.b, self.eps)  # fused, same maths
+            # fused, same maths
+            return self.hook_out(F.layer_norm(x, x.shape[-1:], self.w, self.b, self.eps))
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w + self.b)
+        return self.hook_out(self.hook_normalized(x / scale) * self.w + self.b)
 
 
 class RMSNorm(nn.Module):
@@ -72,13 +81,24 @@ class RMSNorm(nn.Module):
         self.enabled = enabled
         if enabled:
             self.weight = nn.Parameter(torch.ones(d))
+        # TransformerLens' meaning, as LayerNorm: hook_normalized before the weight, hook_out after
+        self.hook_scale = HookPoint()  # [batch, pos, 1], sqrt(mean(x²) + eps)
         self.hook_normalized = HookPoint()  # [batch, pos, d]
+        self.hook_out = HookPoint()  # [batch, pos, d]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
         if not self.enabled:
-            return self.hook_normalized(x)
-        scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.hook_normalized(self.weight * (x * scale))
+            return self.hook_out(self.hook_normalized(x))
+        ms = x.pow(2).mean(-1, keepdim=True) + self.eps  # [batch, pos, 1]
+        inv = torch.rsqrt(ms)
+        if has_hooks(self.hook_scale):
+            scale = ms.sqrt()
+            hooked = self.hook_scale(scale)
+            # an edit (a reading hook returns None: the same tensor), or a backward hook that
+            # needs the scale in the graph
+            if hooked is not scale or has_backward_hooks(self.hook_scale):
+                inv = 1.0 / hooked
+        return self.hook_out(self.weight * self.hook_normalized(x * inv))
 
 
 class GatedRMSNorm(nn.Module):
@@ -147,10 +167,25 @@ class BiasFreeLayerNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d))
+        # TransformerLens' meaning, as LayerNorm: hook_normalized before the weight, hook_out after
+        self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d]
+        self.hook_out = HookPoint()  # [batch, pos, d]
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
-        return self.hook_normalized(F.layer_norm(x, x.shape[-1:], self.weight, None, self.eps))
+        out = F.layer_norm(x, x.shape[-1:], self.weight, None, self.eps)  # fused
+        if has_hooks(self.hook_scale) or has_hooks(self.hook_normalized):
+            # the unfused parts for the hooks; the fused output stands unless a hook edits one
+            xc = x - x.mean(-1, keepdim=True)
+            scale = xc.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt()
+            hooked_scale = self.hook_scale(scale)
+            normalized = xc / hooked_scale
+            hooked = self.hook_normalized(normalized)
+            if (hooked is not normalized or hooked_scale is not scale
+                    or has_backward_hooks(self.hook_scale)
+                    or has_backward_hooks(self.hook_normalized)):
+                out = hooked * self.weight
+        return self.hook_out(out)
 
 
 class PlainMLP(nn.Module):

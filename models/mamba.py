@@ -70,6 +70,7 @@ from models.recurrent import (
     SSMLanguageModel,
     SSMLMConfig,
     SSMMixer,
+    causal_conv_from,
     init_dt_bias,
     linear_scan_parallel,
     linear_scan_plain,
@@ -165,6 +166,8 @@ class MambaMixer(SSMMixer):
         states would be large (:attr:`MambaConfig.CHUNKED_MIN_ELEMENTS`); else the log-depth
         scan on CUDA, the loop elsewhere. A hook on a_t, the writes or h_t takes a path that
         materialises them (plain / scan), whatever was asked for."""
+        if self.start_state is not None:  # only the loop starts from a given state
+            return "plain"
         needs_state = self.state_hooked()
         if self.scan in ("plain", "scan"):
             return self.scan
@@ -182,12 +185,12 @@ class MambaMixer(SSMMixer):
 
     def forward(self, u: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         cfg = self.cfg
-        T = u.shape[1]
         N, R = cfg.d_state, cfg.dt_rank_
         xz = self.hook_in_proj(self.in_proj(u))  # [batch, pos, (2·)d_inner]
         x, z = (xz.chunk(2, dim=-1) if cfg.gated else (xz, None))
+        start = self.start_state  # None: h_0 = 0 and a zero-padded conv window
         if cfg.conv:
-            x = self.conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2)
+            x = causal_conv_from(self.conv1d, x, None if start is None else start.conv)
         x = self.hook_x(self.act(self.hook_conv(x)))  # [batch, pos, d_inner]
         dt, Bm, Cm = self.x_proj(x).split([R, N, N], dim=-1)
         Bm, Cm = self.hook_B(Bm), self.hook_C(Cm)  # [batch, pos, d_state]
@@ -207,7 +210,9 @@ class MambaMixer(SSMMixer):
             write = (dt * x)[..., None, None] * Bm[:, :, None, None, :]
             write = self.hook_ssm_write(write)  # [batch, pos, d_inner, 1, d_state]
             scan = linear_scan_plain if path == "plain" else linear_scan_parallel
-            states = self.hook_ssm_state(scan(a[..., None, :], write))
+            h0 = None if start is None else start.h  # [batch, d_inner, 1, d_state]
+            states = self.hook_ssm_state(scan(a[..., None, :], write) if h0 is None
+                                         else linear_scan_plain(a[..., None, :], write, h0))
             y = torch.einsum("bpden,bpn->bpd", states, Cm)  # contract the state with c_t
         if cfg.use_D:
             y = y + self.D * x

@@ -109,11 +109,12 @@ def init_dt_bias(n: int, cfg: SSMLMConfig) -> Float[Tensor, " n"]:
 
 
 # ---------------------------------------------------------------------------- scans
-def linear_scan_plain(a: Float[Tensor, "batch pos *#state"], w: Float[Tensor, "batch pos *state"]
+def linear_scan_plain(a: Float[Tensor, "batch pos *#state"], w: Float[Tensor, "batch pos *state"],
+                      h0: Float[Tensor, "batch ..."] | None = None
                       ) -> Float[Tensor, "batch pos *state"]:
-    """h_t = a_t·h_{t−1} + w_t (h_0 = 0) along dim 1, by a loop: the reference every faster
-    path is tested against, and the path that materialises every h_t."""
-    h = torch.zeros_like(w[:, 0])
+    """h_t = a_t·h_{t−1} + w_t (h_0 = 0, or ``h0``) along dim 1, by a loop: the reference every
+    faster path is tested against, and the path that materialises every h_t."""
+    h = torch.zeros_like(w[:, 0]) if h0 is None else h0
     out = []
     # unbind, not a[:, t]: the backward of each indexing op would write a zero tensor of the
     # full [batch, pos, ...] size (quadratic in the length); unbind's backward is one stack
@@ -198,6 +199,39 @@ def optional_kernel(module: str, name: str) -> Any:
         return None
 
 
+# ---------------------------------------------------------------------------- state
+@dataclass(frozen=True)
+class SSMState:
+    """The whole recurrent state of one selective-SSM mixer after position t: what its outputs
+    at every later position depend on besides the later inputs.
+
+    ``h`` is H_t as ``hook_ssm_state`` holds it at t; ``conv`` the causal convolution's window,
+    its last w − 1 inputs (positions t − w + 2 … t of ``hook_in_proj``'s conv channels: xBC for
+    Mamba-2, x for Mamba; zeros before the sequence start; width 0 without a conv). H_t alone
+    is not the state: the conv outputs at t + 1 … t + w − 1 still read the window.
+    :mod:`probes.ssm_patching` reads, transplants and zeroes it."""
+
+    h: Float[Tensor, "batch heads d_head d_state"]
+    conv: Float[Tensor, "batch window channels"]
+
+    def zeroed(self) -> SSMState:
+        """The state a run starts from (H_0 = 0, the window all padding)."""
+        return SSMState(torch.zeros_like(self.h), torch.zeros_like(self.conv))
+
+
+def causal_conv_from(conv1d: nn.Conv1d, x: Float[Tensor, "batch pos channels"],
+                     window: Float[Tensor, "batch win channels"] | None
+                     ) -> Float[Tensor, "batch pos channels"]:
+    """The depthwise causal conv of ``x`` (left padding w − 1, the first T outputs), its window
+    filled by ``window`` (the w − 1 inputs before ``x``) instead of zeros when given."""
+    T = x.shape[1]
+    if window is None:
+        return conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2)
+    w = window.shape[1]
+    full = torch.cat([window, x], dim=1).transpose(1, 2)  # [batch, channels, w − 1 + T]
+    return conv1d(full)[..., w : w + T].transpose(1, 2)
+
+
 # ---------------------------------------------------------------------------- mixer base
 class SSMMixer(nn.Module):
     """The hook points every selective-SSM mixer exposes (DESIGN.md's SSM vocabulary, shared
@@ -209,6 +243,9 @@ class SSMMixer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.scan = cfg.scan  # auto | plain | the mixer's fast paths (SuiteModel.set_scan)
+        # an SSMState to start the next forward from instead of the zero state (None: zero);
+        # set and cleared by probes.ssm_patching.start_from, which takes the plain scan
+        self.start_state: SSMState | None = None
         self.hook_in_proj = HookPoint()  # [batch, pos, d_in_proj]
         self.hook_conv = HookPoint()  # [batch, pos, conv channels], before the activation
         self.hook_x = HookPoint()  # [batch, pos, heads, d_head] / [batch, pos, d_inner]

@@ -83,6 +83,7 @@ from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
 from models.recurrent import (
     SSMLMConfig,
     SSMMixer,
+    causal_conv_from,
     init_dt_bias,
     linear_scan_plain,
     optional_kernel,
@@ -135,11 +136,12 @@ class Mamba2Config(SSMLMConfig):
 
 
 # ---------------------------------------------------------------------------- scans
-def ssd_plain(a: Float[Tensor, "batch pos heads"], write: Float[Tensor, "batch pos heads p n"]
+def ssd_plain(a: Float[Tensor, "batch pos heads"], write: Float[Tensor, "batch pos heads p n"],
+              h0: Float[Tensor, "batch heads p n"] | None = None
               ) -> Float[Tensor, "batch pos heads p n"]:
-    """H_t = a_t·H_{t−1} + write_t, H_0 = 0, by a loop over positions (the reference): one
-    scalar a_t per head, broadcast over the head's [d_head, d_state] state."""
-    return linear_scan_plain(a[..., None, None], write)
+    """H_t = a_t·H_{t−1} + write_t, H_0 = 0 (or ``h0``), by a loop over positions (the
+    reference): one scalar a_t per head, broadcast over the head's [d_head, d_state] state."""
+    return linear_scan_plain(a[..., None, None], write, h0)
 
 
 def _segsum_exp(cs: Float[Tensor, "*batch L"]) -> Float[Tensor, "*batch L L"]:
@@ -243,7 +245,7 @@ class Mamba2Mixer(SSMMixer):
             self.D.fill_(1.0)
 
     def _path(self, x: Tensor) -> str:
-        if self.scan == "plain" or self.state_hooked():
+        if self.scan == "plain" or self.state_hooked() or self.start_state is not None:
             return "plain"
         if self.scan == "chunked":
             return "chunked"
@@ -261,8 +263,9 @@ class Mamba2Mixer(SSMMixer):
         zxbcdt = self.hook_in_proj(self.in_proj(u))  # [batch, pos, d_in_proj]
         d_z = cfg.d_inner if cfg.gated else 0
         z, xBC, dt = zxbcdt.split([d_z, cfg.conv_dim, H], dim=-1)
+        start = self.start_state  # None: H_0 = 0 and a zero-padded conv window
         if cfg.conv:  # depthwise causal conv: left padding w − 1, keep the first T outputs
-            xBC = self.conv1d(xBC.transpose(1, 2))[..., :T].transpose(1, 2)
+            xBC = causal_conv_from(self.conv1d, xBC, None if start is None else start.conv)
         xBC = self.act(self.hook_conv(xBC))  # [batch, pos, conv_dim]
         x, Bm, Cm = xBC.split([cfg.d_inner, G * N, G * N], dim=-1)
         x = self.hook_x(x.reshape(Bsz, T, H, P))
@@ -278,7 +281,8 @@ class Mamba2Mixer(SSMMixer):
             Bh = einops.repeat(Bm, "b p g n -> b p (g r) n", r=H // G)
             Ch = einops.repeat(Cm, "b p g n -> b p (g r) n", r=H // G)
             write = self.hook_ssm_write(torch.einsum("bph,bphd,bphn->bphdn", dt, x, Bh))
-            states = self.hook_ssm_state(ssd_plain(a, write))  # [batch, pos, heads, p, n]
+            h0 = None if start is None else start.h  # [batch, heads, p, n]
+            states = self.hook_ssm_state(ssd_plain(a, write, h0))  # [batch, pos, heads, p, n]
             y = torch.einsum("bphdn,bphn->bphd", states, Ch)
         elif path == "kernel":
             scan = mamba_ssm_chunk_scan()

@@ -4,7 +4,11 @@ Glossary (code name -> paper symbol; Jelassi et al. "Repeat After Me", §2.1, §
     d_model          dl, the residual width (l heads of dimension d)
     n_heads, d_head  l, d
     W_Q, W_K, W_V    W_q, W_k, W_v of each head; W_O the output projection of the heads
-    hook_attn_scores K_i·q_i + b_i: scaled scores *with* the positional bias b_i added
+    hook_q, hook_k   q_i, k_i before the rotary embedding; hook_rot_q, hook_rot_k after it
+                     (pe="rope" only), as TransformerLens names them
+    hook_attn_scores K_i·q_i + b_i: scaled scores *with* the positional bias b_i added; a
+                     masked score (b_i = −∞) reads torch.finfo(dtype).min, TransformerLens'
+                     fill, so the hook holds finite numbers (the pattern is the same: 0 there)
     hook_pattern     softmax(K_i·q_i + b_i), the pattern actually used
     pe="nope"        no positional information (Fig. 8a)
     pe="alibi"       b_{i,j} = −m_h·(i − j), m_h = 2^(−h/2) (Fig. 8b, App. A.2)
@@ -218,10 +222,15 @@ class Attention(nn.Module):
         self.b_K = nn.Parameter(torch.zeros(H, dh))
         self.b_V = nn.Parameter(torch.zeros(H, dh))
         self.b_O = nn.Parameter(torch.zeros(d))
-        self.hook_q = HookPoint()  # [batch, pos, head, d_head] (after RoPE when pe=rope)
+        # TransformerLens' meaning: hook_q / hook_k before RoPE, hook_rot_q / hook_rot_k after
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()  # [batch, pos, head, d_head]
+        if cfg.pe == "rope":
+            self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
+            self.hook_rot_k = HookPoint()  # [batch, pos, head, d_head]
         self.hook_v = HookPoint()  # [batch, pos, head, d_head]
-        self.hook_attn_scores = HookPoint()  # [batch, head, q_pos, k_pos], bias + mask applied
+        # [batch, head, q_pos, k_pos], bias added, masked scores finfo(dtype).min
+        self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()  # [batch, head, q_pos, k_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint()  # [batch, pos, head, d_model] per-head output
@@ -239,19 +248,20 @@ class Attention(nn.Module):
         W = W.permute(1, 0, 2).reshape(cfg.d_model, 3 * H * dh)  # [d_model, 3·head·d_head]
         b = torch.cat([self.b_Q, self.b_K, self.b_V], dim=0).flatten()
         qkv = F.linear(x, W.T, b).view(B, T, 3 * H, dh)  # [batch, pos, 3·head, d_head]
+        q0, k0, v = qkv.split(H, dim=2)  # each [batch, pos, head, d_head]
+        q, k, v = self.hook_q(q0), self.hook_k(k0), self.hook_v(v)
         if cfg.pe == "rope":
             n_rot = 2 * int(dh * cfg.rotary_frac / 2)
             # float32 angles cast to qkv's dtype (a bf16 q must stay bf16 for SDPA)
             cos, sin = self._cached("rope", T, x.device, qkv.dtype, lambda: tuple(
                 t.to(qkv.dtype) for t in rope_cos_sin(
                     n_rot, torch.arange(T, device=x.device), cfg.rope_base)))
-            # q and k sit side by side in qkv: one rotation for both (elementwise, same numbers)
-            qk = apply_rope(qkv[:, :, :2 * H], cos, sin, n_rot)  # [batch, pos, 2·head, d_head]
+            # q and k sit side by side in qkv: one rotation for both (elementwise, same numbers),
+            # unless a hook replaced one of them
+            qk = qkv[:, :, :2 * H] if (q is q0 and k is k0) else torch.cat([q, k], dim=2)
+            qk = apply_rope(qk, cos, sin, n_rot)  # [batch, pos, 2·head, d_head]
             q, k = qk.split(H, dim=2)
-            v = qkv[:, :, 2 * H:]
-        else:
-            q, k, v = qkv.split(H, dim=2)  # each [batch, pos, head, d_head]
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+            q, k = self.hook_rot_q(q), self.hook_rot_k(k)
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [batch, head, pos, d_head]
 
         path = self._path(x.device)
@@ -274,7 +284,9 @@ class Attention(nn.Module):
             ).transpose(1, 2)  # [batch, pos, head, d_head]
         else:
             scores = qh @ kh.transpose(-1, -2) / math.sqrt(dh)  # [batch, head, q_pos, k_pos]
-            scores = self.hook_attn_scores(scores + self._bias(T, scores))
+            scores = (scores + self._bias(T, scores)).masked_fill(
+                self._masked(T, scores), torch.finfo(scores.dtype).min)  # TL's fill
+            scores = self.hook_attn_scores(scores)
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
             z = (pattern @ vh).transpose(1, 2)  # [batch, pos, head, d_head]
         z = self.hook_z(z)
@@ -306,6 +318,11 @@ class Attention(nn.Module):
         plain path has always added."""
         return self._cached("bias", T, like.device, like.dtype, lambda: positional_bias(
             self.cfg, T, T, like.device).to(like.dtype))
+
+    def _masked(self, T: int, like: Tensor) -> Tensor:
+        """[head, q_pos, k_pos] bool: where :meth:`_bias` is −∞ (causal and Hard-ALiBi masks)."""
+        return self._cached("masked", T, like.device, None, lambda: torch.isneginf(
+            positional_bias(self.cfg, T, T, like.device)))
 
     def _cached(self, name: str, T: int, device, dtype, make):
         key = (name, T, str(device), dtype)

@@ -140,7 +140,7 @@ def compare_hooks(model, out_dir: Path, x: torch.Tensor, hf_class: str) -> None:
             continue
         assert name in acts, f"{sites[name].module} did not run"
         ours = cache[name]
-        if name == "ln_final.hook_normalized" and shift is not None:
+        if name == "ln_final.hook_out" and shift is not None:
             ours = ours + torch.tensor(shift, dtype=ours.dtype)
         theirs = acts[name]
         assert theirs.numel() == ours.numel(), (name, theirs.shape, ours.shape)

@@ -58,7 +58,7 @@ def test_nnsight_reads_and_patches_an_export_as_we_do(arch, overrides, tiny_mode
     vocab = make_task("copy", task).vocab
     tokens = torch.tensor([[vocab.id("BOS"), 0, 1, 2, 3, vocab.id("COPY"), 0, 1]])
     sites = export_hf.hook_sites(report.hf_class, model.cfg.n_layers)
-    names = ["blocks.0.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_normalized"]
+    names = ["blocks.0.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_out"]
     with torch.no_grad():
         ours_logits, cache = model.run_with_cache(tokens)
         zeroed = model.run_with_hooks(tokens, fwd_hooks=[
@@ -75,7 +75,7 @@ def test_nnsight_reads_and_patches_an_export_as_we_do(arch, overrides, tiny_mode
     shift = export_hf.read_provenance(tmp_path / "hf").get("ln_final_shift")
     for name in names:
         ours = cache[name]
-        if name == "ln_final.hook_normalized" and shift is not None:
+        if name == "ln_final.hook_out" and shift is not None:
             ours = ours + torch.tensor(shift)
         torch.testing.assert_close(theirs[name], ours, atol=1e-5, rtol=0, msg=name)
     with lm.trace(prompt):

@@ -86,8 +86,9 @@ def test_rope_scores_depend_only_on_relative_position(tiny):
     m = tiny(pe="rope", n_layers=1)
     # Same two tokens at distance 3, placed at different absolute offsets: equal scores.
     seq = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
-    _, cache = m.run_with_cache(seq, names_filter=lambda n: n.endswith(("hook_q", "hook_k")))
-    q, k = cache["blocks.0.attn.hook_q"][0], cache["blocks.0.attn.hook_k"][0]  # [pos, head, e]
+    _, cache = m.run_with_cache(seq, names_filter=lambda n: n.endswith(("rot_q", "rot_k")))
+    # after RoPE: hook_rot_q / hook_rot_k (TransformerLens' names); [pos, head, e]
+    q, k = cache["blocks.0.attn.hook_rot_q"][0], cache["blocks.0.attn.hook_rot_k"][0]
     # Build rotated q/k for one fixed content vector at every position and compare dot products.
     content_q, content_k = torch.randn(1, 1, 4, 4), torch.randn(1, 1, 4, 4)
     cos, sin = rope_cos_sin(4, torch.arange(12), 10000.0)

@@ -231,3 +231,14 @@ def test_sigterm_interrupts_reproduce_as_ctrl_c():
     with pytest.raises(KeyboardInterrupt), reproduce_cli.interrupt_on_sigterm():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
+
+
+def test_after_a_timeout_the_index_and_stdout_count_the_same(tmp_path, capsys):
+    """Issue 39: after --timeout 0.001 the index said '1 of 1 analyses finished' while stdout
+    said 0/1 ok; both count the analyses that ran to success."""
+    code = reproduce_cli.main(["--quick", "--only", "copy_bounds", "--timeout", "0.001",
+                               "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 1
+    assert "0/1 analyses ok" in capsys.readouterr().out
+    md = (tmp_path / "o" / "index.md").read_text()
+    assert "This run: 0 of 1 analyses ok, 1 failed in" in md and "finished" not in md

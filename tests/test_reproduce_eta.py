@@ -110,3 +110,29 @@ def test_the_shipped_table_estimates_every_job_of_the_quick_plan(tmp_path):
     eta = Eta.of(jobs, 2, "quick", costs, {})
     assert [j.name for j in jobs if j.name not in eta.estimates] == []
     assert all(e.source == "table" for e in eta.estimates.values())
+
+
+def test_a_running_job_past_its_estimate_raises_the_ratio_before_it_ends():
+    """A loaded machine shows in the ETA while its first long job still runs (issue 38)."""
+    jobs = [job(n) for n in "abcd"]
+    eta = Eta(jobs, 1, {n: Estimate(10.0, "table") for n in "abcd"})
+    calm = eta.remaining({"a": 100.0}, now=105.0)  # a within its estimate: ratio 1
+    assert calm == pytest.approx(5.0 + 30.0)
+    late = eta.remaining({"a": 100.0}, now=130.0)  # a at 30 s of its 10: three times slower
+    prior = PRIOR_SHARE * 40.0
+    assert eta.ratio({"a": 30.0}) == pytest.approx((30.0 + prior) / (10.0 + prior))
+    assert late == pytest.approx(3 * 10.0 * eta.ratio({"a": 30.0}))
+    assert eta.ratio({"a": 5.0}) == 1.0
+
+
+def test_a_forked_job_is_estimated_without_a_process_start_up(tmp_path):
+    import sys
+
+    from analyses.reproduce.eta import estimate
+    costs = replace(StepCosts(analysis_s={"quick": {"x": 10.0}},
+                              rows={"k": {"start": 100.0, "step": 1.0, "eval": 1.0}}),
+                    unit_s=0.02)
+    forked = Job("x", (sys.executable, "-m", "tests.worker_pool_jobs"))
+    spawned = Job("x", (sys.executable, "-c", "pass"))
+    assert estimate(spawned, "quick", costs, {}).seconds == 10.0
+    assert estimate(forked, "quick", costs, {}).seconds == pytest.approx(10.0 - 100 * 0.02)

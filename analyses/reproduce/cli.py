@@ -236,9 +236,16 @@ class _Progress:
         write_atomic(self.out / "reproduce_timings.json", json.dumps(self.timings, indent=1))
         shown = [f for f in self.finished if f.job.figure is not None]
         shown.sort(key=lambda f: self.names.index(f.job.name))  # the index grows in plan order
-        write_index(shown, self.out, self.preset,
-                    f"This run: {len(shown)} of {len(self.names)} analyses finished in "
-                    f"{wall / 60:.1f} min wall, {self.slots} cores' worth at a time.")
+        write_index(shown, self.out, self.preset, self.summary(shown, wall))
+
+    def summary(self, shown: list[Outcome], wall: float) -> str:
+        """The index's line on this run, counted as the closing line on stdout counts: ok
+        analyses of the plan's (a failed or timed-out one is not 'finished')."""
+        ok = sum(f.ok for f in shown)
+        failed = len(shown) - ok
+        return (f"This run: {ok} of {len(self.names)} analyses ok"
+                + (f", {failed} failed" if failed else "")
+                + f" in {wall / 60:.1f} min wall, {self.slots} cores' worth at a time.")
 
     def close(self) -> None:
         self.bar.close()

@@ -10,7 +10,13 @@ running now hold their slots for what is left of their estimate.
 
 As jobs finish, :class:`Eta` learns how far this machine (its load, its cores) is from the
 estimates: every pending cost is scaled by the ratio of the finished jobs' real seconds to their
-estimates, shrunk toward 1 by :data:`PRIOR_SHARE` so that one early job cannot swing it.
+estimates, shrunk toward 1 by :data:`PRIOR_SHARE` so that one early job cannot swing it; a job
+still running past its estimate counts with the seconds it has run so far, so a machine slower
+than the table (other work on it) shows in the ETA before its first long job ends.
+
+The table's seconds are of jobs in processes of their own; the run forks its jobs from a
+process that has the imports paid (:mod:`.pool`), so a forked job's estimate is the table's
+less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from analyses.reproduce.plan import Job, priorities
+from analyses.reproduce.pool import forkable
 from models.train.costs import Estimate, StepCosts
 from models.train.dryrun import recipe_spec
 from tasks.base import TaskError
@@ -28,6 +35,8 @@ from tasks.base import TaskError
 # The table's estimate weighs as much as finished jobs whose estimates add up to this share of
 # the whole plan's: the learned ratio moves only once a real part of the plan has run.
 PRIOR_SHARE = 0.25
+# A forked job's estimate keeps at least this share of its own process' estimate.
+MIN_SHARE = 0.5
 
 
 def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
@@ -39,12 +48,19 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
         if isinstance(seconds, (int, float)) and seconds > 0:
             return Estimate(float(seconds), "timings")
     if job.recipe is None:
-        return costs.analysis(job.name, preset)
-    try:
-        spec = recipe_spec(job.recipe, preset)
-    except TaskError:
-        return None
-    return costs.run(spec, job.device)
+        found = costs.analysis(job.name, preset)
+    else:
+        try:
+            spec = recipe_spec(job.recipe, preset)
+        except TaskError:
+            return None
+        found = costs.run(spec, job.device)
+    if found is None or costs.device == "cuda" or forkable(job.argv) is None:
+        return found
+    # The table's seconds are of a process of its own, its interpreter and imports included; a
+    # forked job (analyses.reproduce.pool) starts with them paid.
+    start = costs.start_seconds()
+    return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
 
 
 def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,
@@ -102,29 +118,36 @@ class Eta:
         found = {j.name: estimate(j, preset, costs, timings) for j in jobs}
         return cls(jobs, slots, {k: v for k, v in found.items() if v is not None})
 
-    def ratio(self) -> float:
-        """Real over estimated seconds of the finished jobs, shrunk toward 1."""
+    def ratio(self, running: Mapping[str, float] | None = None) -> float:
+        """Real over estimated seconds of the finished jobs, shrunk toward 1. ``running``:
+        seconds so far of the jobs still running; one already past its estimate is at least
+        that much slower, and counts so (a loaded machine shows before its jobs end)."""
         prior = PRIOR_SHARE * sum(e.seconds for e in self.estimates.values())
         real = sum(s for n, s in self.measured.items() if n in self.estimates)
         est = sum(self.estimates[n].seconds for n in self.measured if n in self.estimates)
+        for n, so_far in (running or {}).items():
+            if n in self.estimates and so_far > self.estimates[n].seconds:
+                real += so_far
+                est += self.estimates[n].seconds
         return (real + prior) / (est + prior) if est + prior > 0 else 1.0
 
-    def costs(self) -> dict[str, float]:
-        """Each job's expected seconds now; a job without an estimate gets the mean of the
-        others (0 when none has one)."""
+    def costs(self, running: Mapping[str, float] | None = None) -> dict[str, float]:
+        """Each job's expected seconds now (``running``: as :meth:`ratio`); a job without an
+        estimate gets the mean of the others (0 when none has one)."""
         known = [e.seconds for e in self.estimates.values()]
         fill = sum(known) / len(known) if known else 0.0
-        r = self.ratio()
+        r = self.ratio(running)
         return {j.name: r * (self.estimates[j.name].seconds if j.name in self.estimates
                              else fill) for j in self.jobs}
 
     def remaining(self, started: Mapping[str, float], now: float | None = None) -> float:
         """Seconds until the run ends: ``started`` maps each running job to its start time."""
         now = time.time() if now is None else now
-        cost = self.costs()
+        so_far = {n: now - t0 for n, t0 in started.items()}
+        cost = self.costs(so_far)
         by_name = {j.name: j for j in self.jobs}
-        running = {n: (max(cost[n] - (now - t0), 0.0), min(by_name[n].slots, self.slots))
-                   for n, t0 in started.items()}
+        running = {n: (max(cost[n] - so_far[n], 0.0), min(by_name[n].slots, self.slots))
+                   for n in started}
         pending = [j for j in self.jobs if j.name not in self.finished and j.name not in started]
         return makespan(pending, cost, self.slots, running)
 

@@ -165,6 +165,10 @@ class StepCosts:
         starts = [r["start"] for r in self.rows.values() if "start" in r]
         return statistics.median(starts) if starts else 0.0
 
+    def start_seconds(self) -> float:
+        """A process's start-up here, in seconds (needs :meth:`timed`)."""
+        return self._start() * self.unit_s
+
     def run(self, spec: RunConfig, device: str | None = None) -> Estimate | None:
         """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
         :meth:`timed`); on a GPU, its steps (:meth:`gpu_run`). ``device`` "cpu": a job the plan

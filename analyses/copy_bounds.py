@@ -272,19 +272,21 @@ def memory_estimate(settings: Settings, D: int, models: dict) -> int:
     """Bytes the run needs at its peak, from the settings and configs alone (erring high).
     One construction is held at a time (built per n), so the peak is the largest of
 
-        weights(construction n) + forward(8 rows, 2·L_max + 4) + 2000·L_max·8·4
+        weights(construction n) + plain forward(8 rows, 2·L_max + 4) + 2000·L_max·8·4
 
     (its weights grow as n⁴: n = 64 is a 42,240-wide model; the last term is the counting of
     repeated n-grams: strings, their n-gram codes, sorted, compared) and, per checkpoint,
-    forward(32 rows, 2·max(gssm_lengths) + 4) (:func:`models.memory.forward_bytes`)."""
+    plain forward(32 rows, 2·max(gssm_lengths) + 4) (:func:`models.memory.forward_bytes`: a
+    teacher-forced pass holds one block's activations at a time)."""
     L = max(settings.lengths)
     counting = COUNT_BATCH * L * 8 * 4
     peaks = [weight_bytes("transformer", cfg)
-             + forward_bytes("transformer", cfg, CONSTRUCTION_ROWS, 2 * L + 4) + counting
+             + forward_bytes("transformer", cfg, CONSTRUCTION_ROWS, 2 * L + 4, cached=False)
+             + counting
              for cfg in (hash_copy_model_config(HashCopyConfig(n=n, D=D))
                          for n in settings.n_values)]  # built even where 2n > L
-    peaks += [forward_bytes(m.arch, m.cfg, CHECKPOINT_ROWS, 2 * max(settings.gssm_lengths) + 4)
-              for m in models.values()]
+    peaks += [forward_bytes(m.arch, m.cfg, CHECKPOINT_ROWS, 2 * max(settings.gssm_lengths) + 4,
+                           cached=False) for m in models.values()]
     return max(peaks, default=0)
 
 

@@ -182,14 +182,14 @@ def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list
                     lengths: list[int] | None, max_len: int, batch_size: int) -> int:
     """Bytes the run needs at its peak, from the flags and configs alone (erring high):
 
-        Σ_n weights(construction n)  +  max over models of forward(batch_size, 2·L_max + 4)
+        Σ_n weights(construction n)  +  max over models of plain forward(batch_size, 2·L_max + 4)
 
     The constructions for every ``reference_n`` are held at once (their width grows as n²,
     so their weights as n⁴: n = 64 is a 42,240-wide model); the models are evaluated one after
     the other, each on ``batch_size`` strings of the longest length L_max (the default lengths
-    of :func:`compute` when none are given) held twice in a copy example
-    (:func:`models.memory.forward_bytes`). A pretrained LM's forward is not estimated (no
-    suite architecture to run on the meta device)."""
+    of :func:`compute` when none are given) held twice in a copy example, in one teacher-forced
+    pass (:func:`models.memory.forward_bytes`, ``cached=False``). A pretrained LM's forward is
+    not estimated (no suite architecture to run on the meta device)."""
     n_top = max(n_values, default=1)
     L = max(lengths) if lengths else max(max_len, 3, 2 * n_top + 1, 3 * n_top)
     positions = 2 * L + 4
@@ -197,8 +197,8 @@ def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list
                for n in reference_n]
     weights = sum(weight_bytes(arch, cfg) for arch, cfg in configs)
     configs += [(m.arch, m.cfg) for m in models.values() if m.arch not in HF_ARCHS]
-    peak = max((forward_bytes(arch, cfg, batch_size, positions) for arch, cfg in configs),
-               default=0)
+    peak = max((forward_bytes(arch, cfg, batch_size, positions, cached=False)
+                for arch, cfg in configs), default=0)
     return weights + peak
 
 

@@ -43,31 +43,57 @@ def _config_dict(config) -> dict:
     return config if isinstance(config, dict) else config_to_dict(config)
 
 
+# attention hooks a fused SDPA forward never materialises (T² per head) when nothing reads them
+SDPA_SKIPS = ("attn.hook_attn_scores", "attn.hook_pattern")
+
+
+def _quadratic(ys: list[float]) -> tuple[float, float, float]:
+    c, b, a = np.polyfit(np.array(FIT_LENGTHS, dtype=float), np.array(ys, dtype=float), 2)
+    return max(a, 0.0), max(b, 0.0), max(c, 0.0)
+
+
 @functools.lru_cache(maxsize=64)
-def _per_row_fit(arch: str, config_json: str) -> tuple[float, float, float, int]:
-    """``(a, b, c, vocab)``: hooked bytes of one row of length T ≈ a + b·T + c·T²."""
-    model = meta_model(arch, json.loads(config_json))
-    held = [0]
+def _per_row_fit(arch: str, config_json: str) -> tuple[tuple, tuple, int]:
+    """``(cached, plain, vocab)``: each ``(a, b, c)`` with bytes of one row of length T ≈
+    a + b·T + c·T². ``cached``: every hook's activation (what ``run_with_cache`` keeps);
+    ``plain``: a forward without hooks, which holds the activations outside the blocks and one
+    block's at a time (without the T² scores where the model uses SDPA)."""
+    config = json.loads(config_json)
+    model = meta_model(arch, config)
+    sdpa = bool(getattr(model.cfg, "use_sdpa", False))
+    held: dict[str, int] = {}
 
     def count(t: torch.Tensor, hook) -> None:
-        held[0] += t.numel() * t.element_size()
+        held[hook.name] = held.get(hook.name, 0) + t.numel() * t.element_size()
 
-    ys = []
+    cached, plain = [], []
     for T in FIT_LENGTHS:
-        held[0] = 0
+        held.clear()
         tokens = torch.zeros(1, T, dtype=torch.long, device="meta")
         with torch.no_grad():
             model.run_with_hooks(tokens, fwd_hooks=[(lambda name: True, count)])
-        ys.append(held[0])
-    c, b, a = np.polyfit(np.array(FIT_LENGTHS, dtype=float), np.array(ys, dtype=float), 2)
+        cached.append(sum(held.values()))
+        blocks: dict[str, int] = {}
+        outside = 0
+        for name, n in held.items():
+            if name.startswith("blocks."):
+                if not (sdpa and name.endswith(SDPA_SKIPS)):
+                    i = name.split(".")[1]
+                    blocks[i] = blocks.get(i, 0) + n
+            else:
+                outside += n
+        plain.append(outside + max(blocks.values(), default=0))
     vocab = int(getattr(model.cfg, "vocab_size", 0) or 0)
-    return max(a, 0.0), max(b, 0.0), max(c, 0.0), vocab
+    return _quadratic(cached), _quadratic(plain), vocab
 
 
-def forward_bytes(arch: str, config, rows: int, positions: int) -> int:
-    """Bytes of one forward pass of ``rows`` sequences of ``positions`` tokens (with every
-    activation cached, the temporaries, logits and data), excluding the weights."""
-    a, b, c, vocab = _per_row_fit(arch, json.dumps(_config_dict(config), sort_keys=True))
+def forward_bytes(arch: str, config, rows: int, positions: int, cached: bool = True) -> int:
+    """Bytes of one forward pass of ``rows`` sequences of ``positions`` tokens (the temporaries,
+    logits and data included), excluding the weights: with every activation cached
+    (``run_with_cache``, the default), or a plain forward (``cached=False``)."""
+    fit_cached, fit_plain, vocab = _per_row_fit(
+        arch, json.dumps(_config_dict(config), sort_keys=True))
+    a, b, c = fit_cached if cached else fit_plain
     T = float(positions)
     hooked = rows * (a + b * T + c * T * T) * TEMPORARIES
     logits = rows * T * vocab * 4 * 2  # logits and their log-softmax, float32

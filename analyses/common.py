@@ -28,6 +28,7 @@ from models import flags, zoo
 from models.checkpoint import is_hf_source
 from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
 from models.device import resolve_device
+from models.export_map import ExportError, read_provenance
 from models.loading import load
 from models.memory import check_evaluation_fits
 from models.recipe import is_zoo_ref, parse_zoo_ref
@@ -85,6 +86,74 @@ class Undecided:
 Verdict = bool | None | Undecided
 Measure = Callable[[dict], "tuple[str, Verdict] | None"]
 
+RELATIONS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far a claim's measured value sits from what decides it, in the claim's own units:
+    ``quantity`` measured ``value``, against ``threshold`` (a cut-off, or the other side of a
+    comparison) by ``relation``: the claim's condition is ``value RELATION threshold``.
+    :attr:`distance` is signed: > 0 on the side where the condition holds. ``interval``: a
+    confidence interval of ``value`` where the reader has one (seeds, a bootstrap)."""
+
+    quantity: str
+    value: float
+    relation: str
+    threshold: float
+    unit: str = ""
+    interval: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        check(self.relation in RELATIONS, f"margin relation must be one of {list(RELATIONS)}, "
+              f"got {self.relation!r}")
+        object.__setattr__(self, "value", float(self.value))
+        object.__setattr__(self, "threshold", float(self.threshold))
+        if self.interval is not None:
+            object.__setattr__(self, "interval", tuple(float(x) for x in self.interval))
+
+    @property
+    def distance(self) -> float:
+        """``value − threshold`` for > / >=, ``threshold − value`` for < / <=."""
+        d = self.value - self.threshold
+        return d if self.relation.startswith(">") else -d
+
+    @property
+    def holds(self) -> bool:
+        """Whether ``value RELATION threshold``."""
+        return bool(RELATIONS[self.relation](self.value, self.threshold))
+
+    def to_dict(self) -> dict:
+        return {"quantity": self.quantity, "value": self.value, "relation": self.relation,
+                "threshold": self.threshold, "unit": self.unit, "distance": self.distance,
+                "interval": list(self.interval) if self.interval else None}
+
+    def __str__(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        ci = (f" (95 % CI {self.interval[0]:.3g}–{self.interval[1]:.3g})" if self.interval
+              else "")
+        return (f"{self.quantity} {self.value:.3g}{ci} vs {self.relation} "
+                f"{self.threshold:.3g}{unit}: {self.distance:+.3g}{unit}")
+
+
+def tightest(*margins: Margin) -> Margin:
+    """Of the conditions a claim needs all of, the one closest to failing (smallest distance
+    relative to its threshold's size): the claim's margin."""
+    return min(margins, key=lambda m: m.distance / max(abs(m.threshold), 1e-12))
+
+
+class Reading(tuple):
+    """What a claim reader returns: the pair ``(measured text, verdict)`` — it unpacks and
+    compares as that pair — with the claim's :class:`Margin` as ``.margin`` (None where the
+    verdict is not a comparison with a number: n/a, no run to read)."""
+
+    margin: Margin | None
+
+    def __new__(cls, measured: str, verdict: Verdict, margin: Margin | None = None):
+        self = super().__new__(cls, (measured, verdict))
+        self.margin = margin
+        return self
+
 
 def verdict_text(verdict: Verdict) -> str:
     """How the index writes a verdict: holds / does not hold / n/a / not decided at this
@@ -106,9 +175,11 @@ class Claim:
     """A paper's claim and how to read whether it holds from the analysis' JSON:
     ``measure(json) -> (what we measured, verdict)``: ``True`` holds, ``False`` does not hold
     (in a setting where the paper's claim should show), ``None`` not applicable (or vacuous),
-    or :class:`Undecided` (not decided at this level, with its reason). A reader returns
-    ``None`` instead of the pair for a claim measured at another level only (a medium claim
-    read from a quick run): the index leaves it out."""
+    or :class:`Undecided` (not decided at this level, with its reason). The pair is a
+    :class:`Reading` carrying the claim's :class:`Margin` (how far the measured value sits
+    from what decides it), which the index shows. A reader returns ``None`` instead of the
+    pair for a claim measured at another level only (a medium claim read from a quick run):
+    the index leaves it out."""
 
     paper: str
     measure: Measure
@@ -235,7 +306,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             for n in names:  # every name checked before any training
                 zoo.recipe(n).parts(args.train)
-            check_cache_dir(args.cache_dir)
+            check_cache_dir(args.cache_dir, write=False)  # a read-only cache serves what it has
             if args.ray is not None and names:  # not cached yet: Ray tasks, retried
                 backend = backend_of(args, os.cpu_count() or 1, args.device, num_cpus=max(
                     zoo.recipe(n).slots for n in names))
@@ -270,23 +341,66 @@ def given_checkpoint(path: str, cache_dir: str | Path = "checkpoints") -> Checkp
     return Checkpoint(Path(path).stem, str(path))
 
 
+def export_of_dir(path: str | os.PathLike) -> dict | None:
+    """The provenance a suite export (``python -m models.export_hf``) stored in ``path``'s
+    config.json (``seqprobe``: arch, model config, task, step), or None for anything else (a
+    checkpoint file, a hub name, another HF model, an unreadable config: the loader says
+    what is wrong with it)."""
+    if not (Path(path).is_dir() and (Path(path) / "config.json").is_file()):
+        return None
+    try:
+        prov = read_provenance(path)
+    except ExportError:
+        return None
+    return prov if prov is not None and isinstance(prov.get("task"), dict) else None
+
+
+def export_of(model) -> dict | None:
+    """A loaded model's export provenance (see :func:`export_of_dir`): a HuggingFace model
+    booted from a suite export, which analyses treat as the checkpoint it came from (its task,
+    token ids and logits are the checkpoint's); None for a suite model or a pretrained LM."""
+    if model.arch not in HF_ARCHS or model.task is None:
+        return None
+    prov = ((model.provenance.pretrained or {}).get("config") or {}).get("seqprobe")
+    return prov if isinstance(prov, dict) else None
+
+
+def is_pretrained(model) -> bool:
+    """A HuggingFace LM the suite did not train: no task of ours, its own tokenizer's text."""
+    return model.arch in HF_ARCHS and export_of(model) is None
+
+
 def load_model(path: str, archs: Iterable[str] | None = None, device: str | torch.device = "cpu",
                tasks: Iterable[str] | None = None):
     """``models.load`` (a suite checkpoint or a HuggingFace model) plus checks that the model
-    suits this analysis: its arch is in ``archs`` and a suite checkpoint's task in ``tasks``.
+    suits this analysis: its arch is in ``archs`` and its task (a suite checkpoint's, or a
+    suite export's) in ``tasks``.
 
     A HuggingFace model (arch in ``models.registry.HF_ARCHS``) is taken only by an analysis
     whose ``archs`` names its arch: it has no training task, so an analysis that reads one (or
-    a suite config) must say it can do without."""
+    a suite config) must say it can do without. A suite export (:func:`export_of_dir`) is taken
+    as the checkpoint it came from by an analysis that reads only a model's outputs: one whose
+    ``archs`` names HF archs, or takes any model (``archs`` None); an analysis that reads the
+    suite model itself (its config, hooks or training record) refuses it in one line naming
+    the checkpoint to give instead."""
     if is_hf_source(path):
+        export = export_of_dir(path)
         takes = sorted(set(archs or ()) & set(HF_ARCHS))
-        check(bool(takes), f"{path}: this analysis needs a suite checkpoint (.pt) "
-              f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
-              "trained on its task, not a HuggingFace model")
+        if export is not None:
+            check(archs is None or bool(takes), f"{path}: is a suite export (a "
+                  f"{export.get('arch')} model trained on {export['task'].get('name')}, "
+                  "written by python -m models.export_hf); this analysis reads the suite "
+                  "model itself (its config, hooks or training record), which an export does "
+                  "not keep: give the checkpoint it was exported from (.pt, or its zoo: name)")
+            archs = None if archs is None else [*archs, *HF_ARCHS]
+        else:
+            check(bool(takes), f"{path}: this analysis needs a suite checkpoint (.pt) "
+                  f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
+                  "trained on its task, not a HuggingFace model")
     model = load(path, device=resolve_device(device), archs=archs)
     check_evaluation_fits(model, str(path))  # in-range task lengths can still ask for GBs
-    # an HF model's task (an export's provenance) is left to the analysis, as before it had one
-    if tasks is not None and model.arch not in HF_ARCHS and model.task is not None:
+    # a suite model's task, or an export's (its provenance); a pretrained LM has none
+    if tasks is not None and not is_pretrained(model) and model.task is not None:
         task = model.task.name
         check(task in set(tasks), f"{path}: this analysis needs a checkpoint trained on "
               f"{' or '.join(sorted(set(tasks)))}, but the file's task is {task!r}")
@@ -351,7 +465,12 @@ def copy_models_recipes(args: argparse.Namespace) -> list[str]:
 def label_for(model) -> str:
     """``hard_alibi`` / ``nope`` / … for transformers, the arch name otherwise (the zoo's copy
     labels, which are also colour keys of figures.style); hand-set constructions
-    (models/constructions.py) are labelled as such, HuggingFace models by their name."""
+    (models/constructions.py) are labelled as such, HuggingFace models by their name, and a
+    suite export as the checkpoint it came from."""
+    export = export_of(model)
+    if export is not None:
+        cfg = export.get("config") or {}
+        return cfg.get("pe", "nope") if export.get("arch") == "transformer" else export["arch"]
     if model.arch in HF_ARCHS:
         return model.name
     train = model.provenance.train
@@ -364,31 +483,38 @@ def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_A
                      tasks: Iterable[str] = COPY_TASKS) -> tuple[dict, dict, int]:
     """Load copy-style checkpoints that share one alphabet: ``({label: model}, {label: train
     info}, D)``; a repeated label gets a ``'``. Pretrained LMs (where ``archs`` admits
-    HF_ARCHS) bring their own tokens (:func:`copy_prompts`) and leave D alone."""
+    HF_ARCHS) bring their own tokens (:func:`copy_prompts`) and leave D alone. A suite export
+    is its checkpoint's model: its task's alphabet, its step (an export keeps no training
+    config: steps, context and samples seen are None)."""
     models, info, D = {}, {}, None
     for path in paths:
         m = load_model(path, archs=archs, device=device, tasks=tasks)
         label = label_for(m)
         while label in models:
             label += "'"
-        if m.arch in HF_ARCHS:  # a pretrained LM: no alphabet of ours (see copy_prompts)
+        if is_pretrained(m):  # a pretrained LM: no alphabet of ours (see copy_prompts)
             models[label] = m
             info[label] = {"path": path, "pretrained": m.provenance.source,
                            "max_len": None, "context": None, "steps": None,
                            "greedy_eval": True, "samples_seen": None}
             continue
-        task = config_to_dict(m.require_task("a copy analysis").cfg)
+        if export_of(m) is not None:  # a suite export: the task its checkpoint was trained on
+            task = config_to_dict(m.task.cfg)
+        else:
+            task = config_to_dict(m.require_task("a copy analysis").cfg)
         d = int(task.get("D", 26))
         check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
         D = d
         models[label] = m
         # the stored record, not train_config: a key an older checkpoint lacks keeps the
         # default this reader always gave it (greedy_eval True), not today's dataclass default
-        tc = m.provenance.train.get("config") or {}
+        tc = m.provenance.train.get("config") or {}  # an export's: {} (it keeps none)
         info[label] = {"path": path, "max_len": task.get("max_len"),
-                       "context": tc.get("context", 0), "steps": tc.get("steps"),
+                       "context": tc.get("context", None if export_of(m) else 0),
+                       "steps": tc.get("steps"),
                        "greedy_eval": tc.get("greedy_eval", True),
-                       "samples_seen": m.provenance.samples_seen}
+                       "samples_seen": (m.provenance.samples_seen if export_of(m) is None
+                                        else None)}
     return models, info, D if D is not None else 26
 
 
@@ -404,8 +530,9 @@ def copy_prompts(model, task: CopyTask, lengths: Iterable[int] = ()):
     tokenizer, so neither L nor the answer's tokens would be defined.
 
     ``lengths``: the string lengths to be asked for, checked here so that a prompt longer than
-    a pretrained LM's context is one line before any work."""
-    if model.arch not in HF_ARCHS:
+    a pretrained LM's context is one line before any work. A suite export
+    (:func:`export_of`) reads its task's token ids, as its checkpoint does: the task itself."""
+    if not is_pretrained(model):
         return task
     alphabet = model.ordinary_token_ids()
     sep = model.text_ids(PRETRAINED_SEP)

@@ -9,10 +9,10 @@ import math
 import os
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyses.common import Undecided, Verdict, verdict_text
+from analyses.common import Margin, Undecided, Verdict, verdict_text
 from analyses.reproduce.plan import Job
 from tasks.atomic import write_atomic
 from tasks.base import TaskError
@@ -62,6 +62,7 @@ class Outcome:
     seconds: float | None  # None: not known (an --index-only read of a run without timings)
     log_tail: str
     claims: list[tuple[str, str, Verdict]]  # (paper claim, our result, verdict)
+    margins: list[Margin | None] = field(default_factory=list)  # each claim's, in order
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
@@ -93,21 +94,35 @@ def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
     """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured,
     verdict: True / False / None / :class:`~analyses.common.Undecided`). A JSON that cannot be
     read raises :class:`TaskError` (one line naming the file)."""
+    return [(p, m, h) for p, m, h, _ in read_claim_margins(job, out)]
+
+
+def read_claim_margins(job: Job, out: Path) -> list[tuple[str, str, Verdict, Margin | None]]:
+    """:func:`read_claims` with each claim's :class:`~analyses.common.Margin` (None where its
+    reader gives none)."""
     stems = job.stems
     data = {s: read_json(out / f"{s}.json") for s in stems}
-    claims: list[tuple[str, str, Verdict]] = []
+    claims: list[tuple[str, str, Verdict, Margin | None]] = []
     for c in job.figure.claims:
+        margin = None
         try:
             read = c.measure(data if len(data) > 1 else data[stems[0]])
             if read is None:
                 continue  # a claim of another level (Claim says why)
             measured, holds = read
+            margin = getattr(read, "margin", None)
             if not isinstance(holds, Undecided) and holds is not None:
                 holds = bool(holds)  # a numpy bool reads as the verdict it is
         except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
-        claims.append((c.paper, _bounded(str(measured)), holds))
+        claims.append((c.paper, _bounded(str(measured)), holds,
+                       margin if isinstance(margin, Margin) else None))
     return claims
+
+
+def margin_text(margin: Margin | None) -> str:
+    """How the index writes a claim's margin ('—' where the reader gives none)."""
+    return "—" if margin is None else str(margin)
 
 
 def _bounded(text: str, limit: int = MAX_CLAIM_CHARS) -> str:
@@ -123,13 +138,13 @@ def index_outcome(job: Job, out: Path, timing: dict) -> Outcome:
     seconds = timing.get("seconds")
     seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) \
         else None
-    claims: list[tuple[str, str, Verdict]] = []
+    read: list[tuple[str, str, Verdict, Margin | None]] = []
     if not missing:
         try:
-            claims = read_claims(job, out)
+            read = read_claim_margins(job, out)
         except TaskError as e:  # this figure is reported unreadable; the others still index
             ok, log = False, str(e)
-    return Outcome(job, ok, seconds, log, claims)
+    return Outcome(job, ok, seconds, log, [r[:3] for r in read], [r[3] for r in read])
 
 
 def read_timings(path: Path) -> dict:
@@ -159,12 +174,19 @@ def _css_class(verdict: Verdict) -> str:
     return "ok" if verdict else "bad" if verdict is False else ""
 
 
+def _margins(o: Outcome) -> list[Margin | None]:
+    """An outcome's margins, one per claim (None for each where it carries none)."""
+    return list(o.margins) if len(o.margins) == len(o.claims) else [None] * len(o.claims)
+
+
 def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "") -> None:
     scale = scale_text(preset)
     md = [f"# Reproduced figures ({preset} preset)", "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
           "paper's, the measured column is ours; \"not decided at this level\" says why this "
-          "level cannot decide a claim." + (f" {note}" if note else ""), ""]
+          "level cannot decide a claim; the margin is how far the measured value sits from what "
+          "decides the claim (> 0: on the side where it holds), in the claim's units."
+          + (f" {note}" if note else ""), ""]
     if scale:
         md += [_cell(scale), ""]
     rows_html = []
@@ -176,10 +198,13 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
         for stem in j.stems:
             if (out / f"{stem}.png").exists():
                 md.append(f"![{stem}]({stem}.png)")
+        margins = _margins(o)
         if o.claims:
-            md += ["", "| paper's claim | measured here | verdict |", "|---|---|---|"]
-            md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} |"
-                   for p, m, h in o.claims]
+            md += ["", "| paper's claim | measured here | verdict | margin |",
+                   "|---|---|---|---|"]
+            md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} | "
+                   f"{_cell(margin_text(g))} |" for (p, m, h), g in zip(o.claims, margins,
+                                                                           strict=True)]
         if not o.ok:
             md += ["", "```", o.log_tail.strip()[-1500:], "```"]
         md.append("")
@@ -187,13 +212,15 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
                        for stem in j.stems if (out / f"{stem}.png").exists())
         claims = "".join(
             f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
-            f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td></tr>"
-            for p, m, h in o.claims)
+            f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td>"
+            f"<td>{html.escape(margin_text(g))}</td></tr>"
+            for (p, m, h), g in zip(o.claims, margins, strict=True))
         rows_html.append(
             f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
             f"<code>python -m analyses.{j.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'}"
             f"{took}</p>{imgs}"
-            + (f"<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th></tr>"
+            + ("<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th>"
+               f"<th>margin</th></tr>"
                f"{claims}</table>" if claims else "")
             + ("" if o.ok else f"<pre>{html.escape(o.log_tail[-1500:])}</pre>") + "</section>")
     write_atomic(out / "index.md", "\n".join(md))

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from analyses.reproduce.index import Outcome, read_claims
+from analyses.reproduce.index import Outcome, read_claim_margins
 from analyses.reproduce.plan import TRAIN, Job, priorities
 from analyses.reproduce.pool import ForkedJob, forkable
 from models.sweep import Backend, RayCommand
@@ -71,13 +71,13 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
     missing = r.job.missing(out)
     if ok and missing:
         ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
-    claims: list[tuple[str, str, bool | None]] = []
+    read = []
     if ok and r.job.figure:
         try:
-            claims = read_claims(r.job, out)
+            read = read_claim_margins(r.job, out)
         except TaskError as e:
             ok, log = False, log + f"\n({e})"
-    return Outcome(r.job, ok, seconds, log[-3000:], claims)
+    return Outcome(r.job, ok, seconds, log[-3000:], [c[:3] for c in read], [c[3] for c in read])
 
 
 # seconds a stopped run's jobs get to save their checkpoints before they are killed

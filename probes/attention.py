@@ -32,6 +32,8 @@ def ngram_match_mask(tokens: Int[Tensor, "batch pos"], n: int) -> Bool[Tensor, "
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     B, T = tokens.shape
+    if n > T:  # no key q >= n exists in a sequence shorter than n: no match anywhere
+        return torch.zeros(B, T, T, dtype=torch.bool, device=tokens.device)
     eq = tokens[:, :, None] == tokens[:, None, :]  # [batch, p, q]: s_p == s_q
     mask = torch.ones(B, T, T, dtype=torch.bool, device=tokens.device)
     for t in range(1, n + 1):

@@ -151,9 +151,14 @@ def check_model(model) -> str:
     return ea.kind(model)
 
 
-def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool) -> None:
-    """Before any example is built: the longest probe sequence fits the model's context, and a
-    batch of them the attention budget (the batch's patterns are held at once), or one line."""
+def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool,
+               n_max: int = 1) -> None:
+    """Before any example is built: n-grams no longer than the longest probe string, the
+    longest probe sequence within the model's context, and a batch of them within the
+    attention budget (the batch's patterns are held at once), or one line."""
+    check(n_max <= max(lengths), f"--n-max {n_max} is longer than the probe strings (the "
+          f"longest is L = {max(lengths)} tokens): an n-gram match needs n <= L; lower --n-max "
+          "or raise --lengths")
     fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
     flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",
                         getattr(model, "name", model.arch))
@@ -177,7 +182,7 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
     task_config = dict(task_config or {})
     lengths = (list(cfg.lengths) if cfg.lengths is not None
                else default_lengths(task_name, task_config, cfg.data))
-    check_fits(model, lengths, cfg.batch_size, pretrained=task_name is None)
+    check_fits(model, lengths, cfg.batch_size, pretrained=task_name is None, n_max=cfg.n_max)
     model.eval()
     if batches is not None:
         data = batches

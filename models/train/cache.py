@@ -10,6 +10,7 @@ checkpoint at the path is retrained, a run stopped by Ctrl-C or SIGTERM is resum
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,12 +33,18 @@ def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
     return Path(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
 
 
-def check_cache_dir(cache_dir: str | Path) -> Path:
+def check_cache_dir(cache_dir: str | Path, write: bool = True) -> Path:
     """``cache_dir`` as a directory this process can write in (created if missing), or one
-    :class:`TaskError` line before any work."""
+    :class:`TaskError` line before any work. ``write=False``: a directory that exists and can
+    be listed is enough (a shared read-only cache serves its finished entries; whether a write
+    is needed is known only per entry, :func:`train_spec_cached`)."""
     path = Path(cache_dir)
     if path.exists() and not path.is_dir():
         raise TaskError(f"cache directory {path}: is a file, not a directory")
+    if not write and path.is_dir():
+        check(os.access(path, os.R_OK | os.X_OK),
+              f"cache directory {path}: cannot read it (permission denied)")
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
@@ -46,6 +53,15 @@ def check_cache_dir(cache_dir: str | Path) -> Path:
         raise TaskError(f"cache directory {path}: cannot write in it "
                         f"({e.strerror or type(e).__name__})") from None
     return path
+
+
+def check_lock_file(lock: Path) -> None:
+    """A lock path the lock may open: absent or a regular file. A symbolic link is refused,
+    never followed (opening it would truncate the file it points to, anywhere, or loop)."""
+    check(not lock.is_symlink(), f"{lock}: is a symbolic link, not a lock file (this suite "
+          "never makes one, and does not follow it); remove it and run again")
+    check(not lock.exists() or lock.is_file(),
+          f"{lock}: is not a lock file (a directory?); remove it and run again")
 
 
 def _spec_hash(ck: dict) -> str | None:
@@ -101,10 +117,14 @@ def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", de
     path = cache_path(spec, cache_dir)
     world = distributed.world()
     if world.is_main:
-        check_cache_dir(path.parent)
-        lock = Path(str(path) + ".lock")
-        check(not lock.exists() or lock.is_file(),
-              f"{lock}: is not a lock file (a directory?); remove it and run again")
+        check_cache_dir(path.parent, write=False)
+        # A finished, verified entry is only read: served without the lock (its writer renamed
+        # it into place whole), so a read-only cache serves it. Under torchrun every rank
+        # takes part in the broadcast below, so there the locked path is taken as before.
+        if not world.active and entry_state(path, spec) == "done":
+            return path
+        check_cache_dir(path.parent)  # this entry needs a write: the lock, then training
+        check_lock_file(Path(str(path) + ".lock"))
     # Under torchrun only rank 0 takes the lock and looks at the cache, and tells the others;
     # then every rank trains (DDP) and rank 0 writes. Every rank taking the lock would leave
     # rank 1 waiting on it while rank 0 waits on rank 1 inside training.

@@ -365,6 +365,12 @@ def export_of(model) -> dict | None:
     return prov if isinstance(prov, dict) else None
 
 
+def suite_arch(model) -> str:
+    """The suite architecture a model is: its own, or for a suite export the checkpoint's."""
+    export = export_of(model)
+    return export["arch"] if export is not None else model.arch
+
+
 def is_pretrained(model) -> bool:
     """A HuggingFace LM the suite did not train: no task of ours, its own tokenizer's text."""
     return model.arch in HF_ARCHS and export_of(model) is None

@@ -24,7 +24,16 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from analyses.common import Checkpoint, Claim, Figure, load_model, need, run_analysis, to_jsonable
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    load_model,
+    need,
+    run_analysis,
+    suite_arch,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
 from models import flags
 from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
@@ -60,7 +69,7 @@ def compute(models: list[tuple[str, object]], n_seqs: int = 256, seed: int = 0,
         ev = evaluate_markov(model, task, n_seqs, seed, t_min)
         fixed = fixed_sequence_curve(model, task, seed + 7919)
         cfg = task.cfg
-        rows.append({"label": label, "arch": model.arch,
+        rows.append({"label": label, "arch": suite_arch(model),
                      "n_layers": getattr(model.cfg, "n_layers", None),
                      "task": task.name, "S": cfg.S, "order": cfg.order, "beta": cfg.beta,
                      **ev, "fixed": fixed})

@@ -195,7 +195,9 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
     # Mamba's heads are its channels: ablating each in turn is hundreds of runs, and its
     # conv, not a head, does the local hashing the feeding-head search looks for; a
     # pretrained LM has hundreds of heads before its match heads
-    feeding_on = (kind != "s6" and not ea.is_hf(model)) if cfg.feeding is None else cfg.feeding
+    # (a suite export, an HF model with its task, is searched as its checkpoint is)
+    feeding_on = ((kind != "s6" and (not ea.is_hf(model) or model.task is not None))
+                  if cfg.feeding is None else cfg.feeding)
     n_heads = model.cfg.n_layers * ea.n_heads(model)
     steps = 3 + 2 * cfg.draws + n_heads * (int(feeding_on) + int(cfg.per_head))
     bar = tqdm(total=steps, desc=NAME, disable=not progress, leave=False)

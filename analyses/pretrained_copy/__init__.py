@@ -42,7 +42,16 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import Claim, Figure, fmt, get, run_analysis, to_jsonable, with_flags
+from analyses.common import (
+    Claim,
+    Figure,
+    export_of_dir,
+    fmt,
+    get,
+    run_analysis,
+    to_jsonable,
+    with_flags,
+)
 from analyses.pretrained_copy.prompts import (
     Prompt,
     copy_prompts,
@@ -53,6 +62,7 @@ from analyses.pretrained_copy.prompts import (
 from figures.style import new_figure
 from models import flags
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
+from models.recipe import is_zoo_ref
 from tasks.base import check, make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
@@ -309,9 +319,15 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
     check(len(sources) >= 1, "give one or more HuggingFace causal LMs (directories or hub "
           "names), e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf")
     for s in sources:
-        check(not str(s).endswith(".pt"), f"{s}: a suite checkpoint; this analysis prompts "
-              "pretrained HuggingFace language models with text")
+        check(not str(s).endswith(".pt") and not is_zoo_ref(s), f"{s}: a suite checkpoint; "
+              "this analysis prompts pretrained HuggingFace language models with text")
         resolve_source(s)
+        export = export_of_dir(s)
+        check(export is None, f"{s}: a suite export (a {export and export.get('arch')} model "
+              f"trained on {export and export['task'].get('name')}); this analysis prompts "
+              "pretrained language models with text (names, numbers, words) that a task's "
+              "vocabulary cannot write: run analyses.length_generalization or "
+              "analyses.duplicated_ngrams on it, as on its checkpoint")
     models = {}
     for s in sources:
         m = load_hf(s, device, dtype=dtype)

@@ -50,18 +50,21 @@ checks is also found here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
 import warnings
 from pathlib import Path
 from typing import Any, NoReturn
+from unittest import mock
 from urllib.parse import urlparse
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.model_bridge.sources import _bridge_builder
 from transformer_lens.model_bridge.sources.transformers import (
     determine_architecture_from_hf_config,
     get_hf_model_class_for_architecture,
@@ -299,6 +302,42 @@ def arch_of(config: PretrainedConfig) -> str:
 
 
 
+@contextlib.contextmanager
+def _probe_in_vocabulary(tokenizer):
+    """TransformerBridge's boot encodes ``"a"`` to learn whether the tokenizer puts a BOS
+    first. An export's tokenizer reads its task's vocabulary only and has no unknown token (a
+    symbol outside it is an error, as for our models), and a task may have no ``a`` (a Markov
+    chain's symbols are digits): for such a tokenizer the boot asks with the first symbol of
+    its own vocabulary instead. Any other tokenizer boots untouched."""
+    try:
+        tokenizer.encode("a")
+        yield
+        return
+    except Exception:  # noqa: BLE001 - the tokenizers library raises bare Exception
+        pass
+    special = set(tokenizer.all_special_tokens)
+    symbol = next((t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+                   if t not in special), None)
+    if symbol is None:
+        yield  # nothing to ask with: the boot says what is wrong
+        return
+
+    class Probe:  # the tokenizer, with the boot's probe text read as ``symbol``
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+        def encode(self, text, *args, **kwargs):
+            return self.tok.encode(symbol if text == "a" else text, *args, **kwargs)
+
+    detect = _bridge_builder.detect_tokenizer_bos_eos
+    with mock.patch.object(_bridge_builder, "detect_tokenizer_bos_eos",
+                           lambda tok: detect(Probe(tok))):
+        yield
+
+
 def short_name(source: str) -> str:
     """``out/pythia-410m/`` or ``EleutherAI/pythia-410m`` -> ``pythia-410m``."""
     return Path(source.rstrip("/")).name or source
@@ -338,9 +377,11 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
     hf_logging.disable_progress_bar()  # per-tensor "Loading weights" bars say nothing here
     try:
         loader = _CheckedLoad(cls)
-        bridge = TransformerBridge.boot_transformers(source, device=device, dtype=dtype,
-                                                     tokenizer=tokenizer, model_class=loader,
-                                                     trust_remote_code=False)
+        with _probe_in_vocabulary(tokenizer):
+            bridge = TransformerBridge.boot_transformers(source, device=device, dtype=dtype,
+                                                         tokenizer=tokenizer,
+                                                         model_class=loader,
+                                                         trust_remote_code=False)
     except Exception as e:  # noqa: BLE001 - a config value or file no check anticipated
         raise HFError(f"{source}: TransformerBridge cannot boot it: {_first_line(e)}") from None
     finally:

@@ -17,7 +17,10 @@ which :func:`models.load` refuses) and renamed into place, holding ``.NAME.expor
 it for the whole run: a second export into the same OUT_DIR at the same time is refused in one
 line. Temp directories a killed export left for the same OUT_DIR are removed. An existing
 non-empty OUT_DIR needs ``--overwrite``, which replaces only a directory this command wrote (our
-files and provenance; anything else is refused, nothing deleted).
+files and provenance; anything else is refused, nothing deleted), in one atomic swap where the
+system has ``renameat2`` (:func:`publish`); elsewhere the old directory is moved aside first, and
+an export killed between the two renames leaves it as ``.NAME.XXXXXXXX.export.old``, which
+``models.load(OUT_DIR)`` reports and the next export restores.
 
 Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 interrupted
 (Ctrl-C or SIGTERM; the temp directory is removed and OUT_DIR is as it was).
@@ -26,6 +29,7 @@ Exit codes: 0 written, 2 bad input (one line on stderr, nothing written), 130 in
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -72,7 +76,7 @@ from models.export_map import (  # noqa: F401 - the names users import from mode
     to_hf,
 )
 from models.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer  # noqa: F401
-from models.loading import EXPORT_TEMP_SUFFIX
+from models.loading import EXPORT_TEMP_SUFFIX, interrupted_swap
 from tasks.atomic import exclusive_lock, umask
 from tasks.base import check, make_generator
 from tasks.registry import make_task
@@ -155,6 +159,61 @@ def stale_temp_dirs(out: Path) -> list[Path]:
     mine = re.compile(re.escape(f".{out.name}.") + EXPORT_TEMP_SUFFIX)
     return sorted(p for p in out.parent.iterdir()
                   if mine.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h: renameat2 swaps the two paths in one step
+AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` atomically (Linux ``renameat2(RENAME_EXCHANGE)``):
+    True when done, False where the C library, the kernel or the file system lacks it (the
+    caller falls back to two renames); another failure is an OSError."""
+    try:
+        import ctypes  # noqa: PLC0415 - only for this call
+
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move the finished export ``tmp`` to ``out``, replacing what is there. Where the system
+    can, in one atomic swap (``out`` is a whole export at every instant; the old one, now at
+    ``tmp``, is removed after). Else in two renames, the old one first moved aside under a name
+    :func:`models.loading.interrupted_swap` recognises: a kill between them leaves no ``out``,
+    which ``models.load`` reports and the next export restores before anything else."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    if exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)  # the old export, swapped out
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".export.old", dir=out.parent))
+    os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_interrupted(out: Path) -> None:
+    """Put back the previous export a stopped ``--overwrite`` left aside (one note on stderr),
+    before anything else looks at OUT_DIR; nothing where there is none."""
+    aside = interrupted_swap(out)
+    if aside is not None:
+        os.replace(aside, out)
+        print(f"note: restored {short_path(out)} from {aside.name}, left by an export stopped "
+              "while replacing it", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -311,6 +370,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
     model = model_from_checkpoint(ckpt, ckpt_path).float().eval() if verify else None
     parent = out.absolute().parent
     with export_lock(out):
+        restore_interrupted(out)  # before the checks: it is OUT_DIR's content again
         # again under the lock: an export that finished meanwhile made OUT_DIR non-empty
         check_out_dir(out_dir, overwrite, keep=ckpt_path)
         for stale in stale_temp_dirs(out):  # ours to remove: no live export holds the lock
@@ -335,18 +395,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
             os.chmod(tmp, 0o777 & ~mask)
             for f in tmp.iterdir():
                 os.chmod(f, 0o666 & ~mask)
-            if out.exists():  # an empty directory, or --overwrite: swap, remove the old one
-                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".export.old",
-                                            dir=parent))
-                os.replace(out, old)
-                try:
-                    os.replace(tmp, out)
-                except BaseException:
-                    os.replace(old, out)
-                    raise
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
+            publish(tmp, out)  # an empty directory, or --overwrite: swapped, the old removed
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

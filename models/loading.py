@@ -27,6 +27,20 @@ EXPORT_TEMP_SUFFIX = r"[a-z0-9_]{8}(\.export)?\.(tmp|old)"  # after ".NAME." (te
 EXPORT_TEMP_DIR = re.compile(r"\..+\." + EXPORT_TEMP_SUFFIX)
 
 
+def interrupted_swap(out: str | os.PathLike) -> Path | None:
+    """The previous export of ``out`` that ``python -m models.export_hf --overwrite`` moved
+    aside (``.NAME.XXXXXXXX.export.old``) and was stopped before moving the new one in: where
+    ``out`` is missing and such a directory is beside it (the newest), else None."""
+    out = Path(os.path.abspath(out))
+    if os.path.lexists(out) or not out.parent.is_dir():
+        return None
+    aside = re.compile(re.escape(f".{out.name}.") + r"[a-z0-9_]{8}\.export\.old")
+    found = [p for p in out.parent.iterdir()
+             if aside.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+             and (p / "config.json").is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
          archs: Iterable[str] | None = None):
     """``models.load(path)``: a suite model rebuilt from a checkpoint file alone, or a
@@ -50,6 +64,11 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
         from models.zoo import resolve
 
         path = resolve(path)
+    aside = interrupted_swap(path)
+    if aside is not None:
+        raise CheckpointError(f"{path}: missing: an export into it was stopped while replacing "
+                              f"it, and the previous export is at {aside}; export again (it "
+                              "restores that one first) or move it back")
     if EXPORT_TEMP_DIR.fullmatch(Path(os.path.abspath(path)).name) and Path(path).is_dir():
         raise CheckpointError(f"{path}: is the temp directory of an export that did not finish "
                               "(python -m models.export_hf was stopped before moving it into "

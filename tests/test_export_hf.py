@@ -402,7 +402,7 @@ def test_a_killed_exports_temp_directory_is_refused_and_cleaned(tiny_model, tmp_
     done = tmp_path / "done"
     export(ck, done, verify=False)
     stale = [tmp_path / ".hf.k9x2ab_q.export.tmp", tmp_path / ".hf.abcd1234.tmp",
-             tmp_path / ".hf.zz99yy88.export.old"]
+             tmp_path / ".hf.zz99yy88.old"]
     for d in stale:
         shutil.copytree(done, d)
     other = tmp_path / ".other.abcd1234.export.tmp"  # another target's: not this export's

@@ -1,0 +1,159 @@
+"""Issue 39, fourth hostile round (part B): tracebacks and warnings turned into one line, a
+served entry, or a recoverable state — ngram_heads' n longer than its strings, a symlinked lock
+file in the cache, a read-only cache serving finished entries, an ``export_hf --overwrite``
+killed between its two renames, and a checkpoint whose task config was edited."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import models
+from analyses import ngram_heads
+from models import export_hf, zoo
+from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
+from models.export_hf import export
+from models.loading import interrupted_swap, load
+from models.train import cache
+from models.train.cache import cache_path, check_cache_dir
+from probes.attention import ngram_match_mask
+from tasks.base import TaskError, config_to_dict
+from tests.tiny import good_checkpoint
+
+TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+        "task": {"min_len": 1, "max_len": 6},
+        "train": {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+                  "eval_batch_size": 4, "warmup_steps": 1}}
+
+
+# ---------------------------------------------------------------------------- ngram_heads
+def test_ngram_heads_n_longer_than_the_strings_is_one_line(tmp_path, capsys):
+    ck = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")  # copy, max_len 6
+    code = ngram_heads.main([str(ck), "--n-max", "64", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "--n-max 64" in err and "L = 6" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_ngram_longer_than_the_sequence_matches_nothing():
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    assert not ngram_match_mask(tokens, 9).any()
+    assert ngram_match_mask(tokens, 2).any()  # all-equal tokens match at n <= T
+
+
+# ---------------------------------------------------------------------------- the cache
+@pytest.fixture
+def recipe(monkeypatch):
+    r = zoo.Recipe("test/round4", "copy", "transformer", TINY)
+    monkeypatch.setitem(zoo.RECIPES, r.name, r)
+    return r.name
+
+
+def test_a_symlinked_lock_file_is_refused_and_not_followed(recipe, tmp_path):
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    path = cache_path(zoo.spec(recipe, "quick", cache_dir), cache_dir)
+    lock = Path(str(path) + ".lock")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    lock.symlink_to(victim)  # opening it for the lock would truncate the victim
+    with pytest.raises(TaskError, match="is a symbolic link") as e:
+        zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
+    assert "\n" not in str(e.value) and victim.read_text() == "keep me"
+    lock.unlink()
+    lock.symlink_to(lock)  # a loop: "too many levels of symbolic links" before
+    with pytest.raises(TaskError, match="is a symbolic link"):
+        zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
+    assert not path.exists()
+
+
+def test_a_read_only_cache_serves_its_finished_entries(recipe, tmp_path, monkeypatch):
+    cache_dir = tmp_path / "cache"
+    served = zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
+    Path(str(served) + ".lock").unlink(missing_ok=True)
+
+    def read_only(*args, **kwargs):  # what a read-only mount does to any write (even root's)
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(cache, "FileLock", read_only)
+    monkeypatch.setattr(cache.tempfile, "NamedTemporaryFile", read_only)
+    assert check_cache_dir(cache_dir, write=False) == cache_dir
+    with pytest.raises(TaskError, match="cannot write in it"):
+        check_cache_dir(cache_dir)
+    assert zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False) == served
+    assert zoo.status(recipe, "quick", cache_dir) == "cached"
+    served.unlink()  # an entry that needs training: one line, nothing written
+    with pytest.raises(TaskError, match="cannot write in it"):
+        zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
+
+
+# ---------------------------------------------------------------------------- export swap
+def _export_checkpoint(tmp_path: Path, d_model: int, name: str) -> Path:
+    cfg = {"vocab_size": 7, "d_model": d_model, "n_layers": 1, "d_state": 4, "d_conv": 3}
+    torch.manual_seed(d_model)
+    m = models.build_model("mamba", cfg)
+    ck = make_checkpoint("mamba", config_to_dict(m.cfg), "copy",
+                         {"D": 3, "min_len": 1, "max_len": 6}, {"step": 1}, m.state_dict())
+    return save_checkpoint(ck, tmp_path / name)
+
+
+class Killed(BaseException):
+    """kill -9: nothing after it runs, not even the restoring handler."""
+
+
+def test_an_overwrite_killed_between_its_renames_is_recovered(tmp_path, monkeypatch, capsys):
+    first = _export_checkpoint(tmp_path, 8, "a.pt")
+    second = _export_checkpoint(tmp_path, 12, "b.pt")
+    out = tmp_path / "hf"
+    export(first, out, verify=False)
+    monkeypatch.setattr(export_hf, "exchange", lambda a, b: False)  # the two-rename fallback
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src).name.endswith(".export.tmp") or Path(src).name.endswith(".export.old"):
+            raise Killed  # the second rename (and the handler's restore) never happen
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        export(second, out, overwrite=True, verify=False)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not out.exists()
+    aside = interrupted_swap(out)
+    assert aside is not None and aside.name.endswith(".export.old")
+    with pytest.raises(CheckpointError, match="stopped while replacing it") as e:
+        load(out)
+    assert "\n" not in str(e.value) and aside.name in str(e.value)
+    # the next export restores the old one first: without --overwrite it is refused, kept
+    assert export_hf.main([str(second), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "restored" in err and "--overwrite" in err
+    assert export_hf.read_provenance(out)["config"]["d_model"] == 8
+    assert export_hf.main([str(second), str(out), "--overwrite"]) == 0
+    assert export_hf.read_provenance(out)["config"]["d_model"] == 12
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf.")]
+
+
+def test_the_overwrite_swap_is_one_step_where_the_system_has_it(tmp_path, monkeypatch):
+    first = _export_checkpoint(tmp_path, 8, "a.pt")
+    second = _export_checkpoint(tmp_path, 12, "b.pt")
+    out = tmp_path / "hf"
+    export(first, out, verify=False)
+    (tmp_path / "x").mkdir()
+    if not export_hf.exchange(tmp_path / "x", out):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here: the fallback is tested above")
+    export_hf.exchange(tmp_path / "x", out)  # swapped back
+    real_replace = os.replace
+
+    def replace(src, dst):  # the swap must not move OUT_DIR away with a rename
+        assert Path(dst) != out or not out.exists(), "OUT_DIR renamed away"
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    export(second, out, overwrite=True, verify=False)
+    assert export_hf.read_provenance(out)["config"]["d_model"] == 12
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf.")]

@@ -48,6 +48,20 @@ def _copy() -> Iterator[Recipe]:
                      doc=f"{label} trained to copy (copy paper §3, Figs. 1a-b)")
 
 
+# A Mamba-2 copy model that models.export_hf accepts with an MLP: the gated MLP with the mixer's
+# own SiLU is exactly HF's BambaForCausalLM block (the quick Markov Mamba-2's ReLU MLP is
+# refused), two layers at the width of the quick Mamba (64), so that an export of a Mamba-2
+# that copies can be opened in transformers, TransformerLens and nnsight (issue 37).
+COPY_MAMBA2_EXPORT = {"d_model": 64, "n_layers": 2, "n_heads": 2, "d_state": 16,
+                      "d_mlp": 128, "mlp_act": "silu"}
+
+
+def _copy_export() -> Iterator[Recipe]:
+    yield Recipe("copy/mamba2_mlp", "copy", "mamba2", {"model": COPY_MAMBA2_EXPORT},
+                 {"quick": COPY_QUICK}, levels=("quick",),
+                 doc="Mamba-2 with a gated SiLU MLP trained to copy; exports as Bamba")
+
+
 # ---- medium: copy efficiency (issue 21, made fair in issue 27)
 # Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --medium): samples to
 # 90 % string accuracy, GSSMs against transformers, several seeds, every model at its own best
@@ -664,7 +678,7 @@ def _markov_holdout_large() -> Iterator[Recipe]:
 def build_recipes() -> dict[str, Recipe]:
     """Every recipe by name, in the order ``python -m models.zoo --list`` shows them."""
     recipes: dict[str, Recipe] = {}
-    for r in (*_copy(), *_copy_medium(), *_lookup(), *_lookup_medium(), *MARKOV_RECIPES,
+    for r in (*_copy(), *_copy_export(), *_copy_medium(), *_lookup(), *_lookup_medium(), *MARKOV_RECIPES,
               *_markov_variants(), *_markov_holdout_medium(), *MAMBAZERO_RECIPES,
               *_ablations(), *_induction(), *_induction_medium(), *_copy_large(),
               *_induction_large(), *_lookup_large(), *_markov_holdout_large()):

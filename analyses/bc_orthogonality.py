@@ -38,6 +38,8 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     fmt,
     load_model,
     need,
@@ -216,7 +218,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_pinned(d: dict) -> tuple[str, bool]:
+def claim_pinned(d: dict) -> Reading:
     """Fig. 5 is about MambaZero at convergence, and the loss pins only the off-diagonal
     entries of transitions that do not enter the current context (module docstring): the
     latest trained MambaZero's pinned ratio decides (< 0.1); the full ratios are shown."""
@@ -232,7 +234,10 @@ def claim_pinned(d: dict) -> tuple[str, bool]:
         f"{fmt(r.get('ratio_free'))} (step {r['step']}, β fit {fmt(r.get('beta_fit'))})"
         for r in last.values())
     m = last.get("mambazero")
-    return text, m is not None and m.get("ratio_pinned") is not None and m["ratio_pinned"] < 0.1
+    if m is None or m.get("ratio_pinned") is None:
+        return Reading(text, False)
+    margin = Margin("MambaZero pinned off/on-diagonal |b·c|", m["ratio_pinned"], "<", 0.1)
+    return Reading(text, margin.holds, margin)
 
 
 FIGURE = Figure(

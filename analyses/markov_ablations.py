@@ -37,6 +37,8 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     fmt,
     get,
     load_model,
@@ -221,23 +223,26 @@ def _row(d: dict, label: str) -> dict | None:
     return next((r for r in d["models"] if r.get("label") == label), None)
 
 
-def claim_noconv(d: dict) -> tuple[str, bool]:
+def claim_noconv(d: dict) -> Reading:
     """Fig. 3a: without the convolution the gap is at least 5x the full model's."""
     v = get(d, "summary", "conv_noconv_over_full_gap")
     full, nc = _row(d, "mamba2"), _row(d, "mamba2 no conv")
     text = (f"loss gap: full {full['abs_gap']:.4f}, no conv {nc['abs_gap']:.4f} nats "
             f"(ratio {fmt(v, '.1f')})")
-    return text, v is not None and v >= 5
+    return Reading(text, v is not None and v >= 5,
+                   None if v is None else Margin("no-conv gap / full gap", v, ">=", 5, "×"))
 
 
-def claim_mambazero(d: dict) -> tuple[str, bool]:
+def claim_mambazero(d: dict) -> Reading:
     """Fig. 3a: MambaZero (convolution, no gate or MLP) has under half the no-conv gap."""
     full, z, nc = _row(d, "mamba2"), _row(d, "mambazero"), _row(d, "mamba2 no conv")
     if z is None:
-        return "no MambaZero run", False
+        return Reading("no MambaZero run", False)
     text = (f"MambaZero gap {z['abs_gap']:.4f} vs full {full['abs_gap']:.4f}, "
             f"no conv {nc['abs_gap']:.4f}")
-    return text, z["abs_gap"] < nc["abs_gap"] / 2
+    share = z["abs_gap"] / nc["abs_gap"] if nc["abs_gap"] else float("inf")
+    m = Margin("MambaZero gap / no-conv gap", share, "<", 0.5)
+    return Reading(text, z["abs_gap"] < nc["abs_gap"] / 2, m)
 
 
 FIGURE = Figure(

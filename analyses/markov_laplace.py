@@ -28,10 +28,13 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     load_model,
     need,
     run_analysis,
     suite_arch,
+    tightest,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
@@ -146,22 +149,27 @@ def _row(d: dict, label: str) -> dict | None:
     return next((r for r in d["models"] if r.get("label") == label), None)
 
 
-def claim_l1(d: dict) -> tuple[str, bool]:
+def claim_l1(d: dict) -> Reading:
     """Fig. 1: the 1-layer Mamba-2 follows add-β (mean L1 deviation < 0.05 after t_min)."""
     r = _row(d, "mamba2 1L")
     v = r["l1_mean_t_min"]
-    return (f"1-layer Mamba-2: mean L1 deviation {v:.4f} over t >= {d['t_min']}, loss gap "
-            f"{r['loss_gap']:.4f} nats"), v < 0.05
+    m = Margin("mean L1 deviation from add-β", v, "<", 0.05)
+    return Reading(f"1-layer Mamba-2: mean L1 deviation {v:.4f} over t >= {d['t_min']}, loss "
+                   f"gap {r['loss_gap']:.4f} nats", m.holds, m)
 
 
-def claim_vs_transformers(d: dict) -> tuple[str, bool]:
+def claim_vs_transformers(d: dict) -> Reading:
     """Fig. 7: Mamba-2's gap is below both transformers', and one transformer layer is worse
     than two."""
     m, t1, t2 = (_row(d, lab) for lab in QUICK_RECIPES.values())
     text = (f"loss gap: Mamba-2 1L {m['loss_gap']:.4f}, transformer 1L {t1['loss_gap']:.4f}, "
             f"2L {t2['loss_gap']:.4f} nats")
     gaps = m["loss_gap"], t1["loss_gap"], t2["loss_gap"]
-    return text, gaps[0] < min(gaps[1:]) and gaps[1] > gaps[2]
+    margin = tightest(Margin("Mamba-2 loss gap vs the best transformer's", gaps[0], "<",
+                             min(gaps[1:]), "nats"),
+                      Margin("1-layer transformer's gap vs 2 layers'", gaps[1], ">", gaps[2],
+                             "nats"))
+    return Reading(text, gaps[0] < min(gaps[1:]) and gaps[1] > gaps[2], margin)
 
 
 FIGURE = Figure(

@@ -35,7 +35,18 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from analyses.common import Checkpoint, Claim, Figure, fmt, load_model, run_analysis, to_jsonable
+from analyses.common import (
+    Checkpoint,
+    Claim,
+    Figure,
+    Margin,
+    Reading,
+    fmt,
+    load_model,
+    run_analysis,
+    tightest,
+    to_jsonable,
+)
 from figures.style import COLORS, new_figure
 from models import flags
 from probes.counts import count_targets
@@ -242,7 +253,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_counts(d: dict) -> tuple[str, bool]:
+def claim_counts(d: dict) -> Reading:
     """Thm 1: the counts are linear in H_t (R² >= 0.9, above every random-init twin)."""
     tr, rnd_max = d["trained"][0], d.get("random_init_max", {})
     rnd = rnd_max.get("r2_mean")
@@ -250,16 +261,25 @@ def claim_counts(d: dict) -> tuple[str, bool]:
     text = (f"count probe R² {tr['r2_mean']:.3f} (random-init max {fmt(rnd)}, shuffled "
             f"{fmt(shuf)}); readout probe {fmt(tr.get('readout_r2_mean'))} (random-init max "
             f"{fmt(rnd_max.get('readout_r2_mean'))})")
-    return text, tr["r2_mean"] >= 0.9 and (rnd is None or rnd < tr["r2_mean"])
+    margins = [Margin("count probe R²", tr["r2_mean"], ">=", 0.9)]
+    if rnd is not None:
+        margins.append(Margin("count probe R² vs the best random-init twin's", tr["r2_mean"],
+                              ">", rnd))
+    return Reading(text, tr["r2_mean"] >= 0.9 and (rnd is None or rnd < tr["r2_mean"]),
+                   tightest(*margins))
 
 
-def claim_readout(d: dict) -> tuple[str, bool]:
+def claim_readout(d: dict) -> Reading:
     """Eq. 5: what y_t carries (the current context's counts) is learned: every random-init
     twin's readout probe scores under half the trained one's."""
     tr = d["trained"][0]
     rnd = d.get("random_init_max", {}).get("readout_r2_mean")
-    return (f"what the model reads out: trained {tr.get('readout_r2_mean', 0):.3f} vs random "
-            f"init {fmt(rnd)}"), rnd is not None and rnd < 0.5 * tr.get("readout_r2_mean", 0)
+    trained = tr.get("readout_r2_mean", 0)
+    m = (None if rnd is None else
+         Margin("best random-init readout R² / trained", rnd / trained if trained else 1.0, "<",
+                0.5))
+    return Reading(f"what the model reads out: trained {trained:.3f} vs random init "
+                   f"{fmt(rnd)}", rnd is not None and rnd < 0.5 * trained, m)
 
 
 FIGURE = Figure(

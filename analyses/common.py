@@ -116,7 +116,7 @@ class Margin:
     def distance(self) -> float:
         """``value − threshold`` for > / >=, ``threshold − value`` for < / <=."""
         d = self.value - self.threshold
-        return d if self.relation.startswith(">") else -d
+        return (d if self.relation.startswith(">") else -d) + 0.0  # + 0.0: never "-0"
 
     @property
     def holds(self) -> bool:

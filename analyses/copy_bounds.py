@@ -29,8 +29,11 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     load_copy_models,
     run_analysis,
+    tightest,
     to_jsonable,
     with_flags,
 )
@@ -307,26 +310,32 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_no_repeat(d: dict) -> tuple[str, bool]:
+def claim_no_repeat(d: dict) -> Reading:
     """Thm 2.3: the construction never errs on a string with no repeated n-gram."""
     errs = [r["error_given_no_repeat"] for r in d["construction"]
             if r["error_given_no_repeat"] is not None]
-    return (f"error on strings with no repeated n-gram: max {max(errs):.3f} over "
-            f"{len(errs)} (n, L) cells", max(errs) == 0.0)
+    m = Margin("largest error with no repeated n-gram", max(errs), "<=", 0.0)
+    return Reading(f"error on strings with no repeated n-gram: max {max(errs):.3f} over "
+                   f"{len(errs)} (n, L) cells", max(errs) == 0.0, m)
 
 
-def claim_lemma_2_4(d: dict) -> tuple[str, bool]:
+def claim_lemma_2_4(d: dict) -> Reading:
     """Lemma 2.4: at the longest length, every n's error is within L²·D^(−n)."""
     rows = [r for r in d["construction"] if r["L"] == max(r2["L"] for r2 in d["construction"])]
     parts = [f"n = {r['n']}: error {r['error']:.3f} (bound {min(r['bound'], 1):.3f}, "
              f"repeat prob {r['p_ngram']:.3f})" for r in rows]
-    return f"L = {rows[0]['L']}: " + "; ".join(parts), all(r["within_bound"] for r in rows)
+    # a bound of 1 or more says nothing: the margin is that of the bounds below 1
+    binding = [Margin(f"error at n = {r['n']}", r["error"], "<=", r["bound"]) for r in rows
+               if r["bound"] < 1]
+    m = tightest(*binding) if binding else None
+    return Reading(f"L = {rows[0]['L']}: " + "; ".join(parts),
+                   all(r["within_bound"] for r in rows), m)
 
 
-def claim_gssm_bound(d: dict) -> tuple[str, bool | None]:
+def claim_gssm_bound(d: dict) -> Reading:
     """Error >= the bound everywhere; n/a when the bound is 0 at every tested length (a state
     of that many bits could copy them all, so the check says nothing)."""
-    parts, ok, vacuous = [], True, True
+    parts, ok, vacuous, margins = [], True, True, []
     for e in d["checkpoints"]:
         if "bounds" not in e:
             continue
@@ -337,9 +346,13 @@ def claim_gssm_bound(d: dict) -> tuple[str, bool | None]:
         for m, b in zip(e["measured"], b32["by_L"], strict=True):
             ok &= m["error"] >= b["bound"] - 1e-9
             vacuous &= b["bound"] <= 0
+            margins.append(Margin(f"{e['label']} error at L = {m['L']}", m["error"], ">=",
+                                  b["bound"]))
     if not parts:
-        return "no GSSM checkpoint", None
-    return "; ".join(parts), None if vacuous else ok
+        return Reading("no GSSM checkpoint", None)
+    # vacuous (n/a): every bound is 0, so no margin says anything
+    return Reading("; ".join(parts), None if vacuous else ok,
+                   None if vacuous else min(margins, key=lambda g: g.distance))
 
 
 FIGURE = Figure(

@@ -37,10 +37,13 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     copy_prompts,
     load_copy_models,
     need,
     run_analysis,
+    tightest,
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
@@ -227,7 +230,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_flat_then_falls(d: dict) -> tuple[str, bool]:
+def claim_flat_then_falls(d: dict) -> Reading:
     """Fig. 4: flat for small n, falling for larger n (first curve, longest length)."""
     label, per_len = next(iter(d["curves"].items()))
     e = per_len[-1]
@@ -240,7 +243,10 @@ def claim_flat_then_falls(d: dict) -> tuple[str, bool]:
             f"{small:.2f}; n = {max(accs)}: {large:.2f}; first clear drop at n = {drop_n}")
     flat = small is not None and small >= base - 0.1
     falls = large is not None and large < base - 0.1 and drop_n is not None and drop_n > min(accs)
-    return text, flat and falls
+    margins = [Margin(f"string accuracy at n = {n}", a, rel, base - 0.1)
+               for n, a, rel in ((min(accs), small, ">="), (max(accs), large, "<"))
+               if a is not None]
+    return Reading(text, flat and falls, tightest(*margins) if margins else None)
 
 
 FIGURE = Figure(

@@ -56,10 +56,13 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     get,
     label_for,
     load_model,
     run_analysis,
+    tightest,
     to_jsonable,
 )
 from analyses.ngram_heads.plots import plot, table
@@ -427,23 +430,25 @@ def compute_many(runs: list[Run], config: HeadsConfig, text: str | None = None) 
 
 
 # ---------------------------------------------------------------------------- the paper's claims
-def claim_match_heads(d: dict) -> tuple[str, bool]:
+def claim_match_heads(d: dict) -> Reading:
     """Some head's match score reaches the threshold (the heads found are listed)."""
     heads = d.get("match_heads", [])
     best = max((h["match_score"] for h in heads), default=0.0)
     names = ", ".join(f"L{h['layer']}H{h['head']}" for h in heads[:4])
-    return (f"{len(heads)} heads ({names}) with match score >= {d.get('threshold')}, best "
-            f"{best:.2f}", bool(d.get("threshold_met")) and bool(heads))
+    m = (Margin("best head's match score", best, ">=", d["threshold"])
+         if d.get("threshold") is not None else None)
+    return Reading(f"{len(heads)} heads ({names}) with match score >= {d.get('threshold')}, "
+                   f"best {best:.2f}", bool(d.get("threshold_met")) and bool(heads), m)
 
 
-def claim_ablation(d: dict) -> tuple[str, bool]:
+def claim_ablation(d: dict) -> Reading:
     """Ablating the match heads costs >= 50 points of string accuracy, and as many random other
     heads (distinct sets drawn without replacement, or all of them) less than half of that on
     average; the text gives the random sets' spread."""
     drop = get(d, "ablated", "drop", "string_acc")
     rnd = get(d, "random", "string_drop_mean")
     if drop is None:
-        return "no ablation result in the JSON", False
+        return Reading("no ablation result in the JSON", False)
 
     def pts(x: float) -> str:  # a drop in points, rounded to an int: a tiny gain prints 0, not -0
         return f"{round(100 * x) + 0:d}"
@@ -462,7 +467,10 @@ def claim_ablation(d: dict) -> tuple[str, bool]:
         if n:
             text += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
         text += ")"
-    return text, drop >= 0.5 and (rnd is None or rnd < drop / 2)
+    margins = [Margin("string-accuracy drop", drop, ">=", 0.5)]
+    if rnd is not None:
+        margins.append(Margin("random heads' mean drop", rnd, "<", drop / 2))
+    return Reading(text, drop >= 0.5 and (rnd is None or rnd < drop / 2), tightest(*margins))
 
 
 FIGURE = Figure(

@@ -45,6 +45,8 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     Undecided,
     Verdict,
     add_copy_models_argument,
@@ -422,7 +424,7 @@ def _combine(failed: list[tuple[str, int]], unlearnt: list[int]) -> Verdict:
     return True
 
 
-def claim_fewer_samples(d: dict) -> tuple[str, Verdict]:
+def claim_fewer_samples(d: dict) -> Reading:
     """Every GSSM needs more samples to reach 90 % string accuracy than the fastest
     transformer (or never reaches it); n/a without a GSSM. Medium and above: at every length,
     in every seed pairing (each per-seed ratio > 1; a GSSM seed that never got there counts
@@ -450,11 +452,24 @@ def claim_fewer_samples(d: dict) -> tuple[str, Verdict]:
         return text, False  # a GSSM got there and no transformer did
     best = min(tf)
     slow = [k.split("'")[0] for k, v in gssm.items() if v is not None and v <= best]
+    m = _fewer_margin(d, gssm, best)
     if not slow:
-        return text, True
+        return Reading(text, True, m)
     if L is None:  # the length is not recorded: nothing says the run is outside the regime
-        return text, False
-    return text, _combine([(g, L) for g in slow], [])
+        return Reading(text, False, m)
+    return Reading(text, _combine([(g, L) for g in slow], []), m)
+
+
+def _fewer_margin(d: dict, gssm: dict, best: int) -> Margin:
+    """The fastest GSSM's samples to 90 % over the fastest transformer's (> 1: slower); a GSSM
+    that never got there counts with the samples it saw, a lower bound of its own."""
+    seen = {k: (d.get("train") or {}).get(k, {}).get("samples_seen") for k in gssm}
+    need = [v if v is not None else seen[k] for k, v in gssm.items()]
+    need = [v for v in need if v is not None]
+    never = all(v is None for v in gssm.values())
+    return Margin("fastest GSSM's samples to 90 % / fastest transformer's"
+                  + (" (never reached: the samples it saw, a lower bound)" if never else ""),
+                  min(need) / best if need else float("inf"), ">", 1, "×")
 
 
 def _fewer_samples_medium(d: dict) -> tuple[str, Verdict]:

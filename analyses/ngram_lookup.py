@@ -40,6 +40,8 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     Undecided,
     Verdict,
     add_test_size_arguments,
@@ -238,7 +240,7 @@ def _split(means: dict[str, float]) -> tuple[list[float], list[float]]:
             [v for k, v in means.items() if model_of(k) in GSSMS])
 
 
-def claim_suffix(d: dict) -> tuple[str, bool | None] | None:
+def claim_suffix(d: dict) -> Reading | None:
     """Fig. 5: the best transformer beats the best GSSM by > 10 points beyond the training
     length; n/a without both kinds; not a claim of a level without suffix-key models
     (medium)."""
@@ -248,7 +250,11 @@ def claim_suffix(d: dict) -> tuple[str, bool | None] | None:
     tf, ss = _split(means)
     text = ("suffix key, mean accuracy beyond the training length: "
             + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
-    return text, (max(tf) > max(ss) + 0.1) if tf and ss else None
+    if not (tf and ss):
+        return Reading(text, None)
+    m = Margin("best transformer − best GSSM, beyond the training length", max(tf) - max(ss),
+               ">", 0.1)
+    return Reading(text, max(tf) > max(ss) + 0.1, m)
 
 
 def model_of(label: str) -> str:
@@ -279,7 +285,7 @@ def _seeds_text(groups: dict[str, list[float]], count: bool) -> str:
 LEARNT = 0.9
 
 
-def claim_prefix(d: dict) -> tuple[str, Verdict]:
+def claim_prefix(d: dict) -> Reading:
     """Fig. 6: "GSSMs perform as well as the Hard-Alibi transformer" — the best GSSM within 10
     points of the best transformer over all lengths. Read only when some model learnt the task
     in distribution (mean >= :data:`LEARNT` up to its training length, seeds averaged); else
@@ -294,13 +300,16 @@ def claim_prefix(d: dict) -> tuple[str, Verdict]:
             + ("; up to the training length: " + _seeds_text(inside, count=False)
                if inside else ""))
     if not (tf and ss):
-        return text, None
+        return Reading(text, None)
     learnt = [k for k, v in inside.items() if fmean(v) >= LEARNT]
-    if not learnt:
-        return text, Undecided.not_learnt(
+    best_inside = max((fmean(v) for v in inside.values()), default=0.0)
+    if not learnt:  # the margin: how far the best model is from having learnt the task
+        return Reading(text, Undecided.not_learnt(
             f"no model reaches {LEARNT:.2f} up to its training length, so which learns it "
-            "better cannot be read")
-    return text + f" (learnt: {', '.join(learnt)})", max(ss) >= max(tf) - 0.1
+            "better cannot be read"),
+            Margin("best mean accuracy up to the training length", best_inside, ">=", LEARNT))
+    m = Margin("best GSSM − best transformer", max(ss) - max(tf), ">=", -0.1)
+    return Reading(text + f" (learnt: {', '.join(learnt)})", max(ss) >= max(tf) - 0.1, m)
 
 
 # The copy paper's lookup setting (§3.5 and App. A.2): strings of at most 30 tokens over the

@@ -7,6 +7,7 @@ Every generator in ``tasks/`` is a pure function of its frozen config and a seed
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import numbers
 import types
@@ -38,12 +39,19 @@ def type_hints(cls: type) -> dict[str, Any]:
         return {}
 
 
+def near(key: Any, allowed) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``allowed`` to a mistyped ``key``, or ""."""
+    match = difflib.get_close_matches(str(key), sorted(map(str, allowed)), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 def config_from_dict(cls: type, data: dict[str, Any]):
     """Build a frozen config dataclass from a dict, rejecting unknown keys (never ignoring them)."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+        raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}{near(unknown[0], names)}; "
+                          f"allowed: {sorted(names)}")
     hints = type_hints(cls)
     data = dict(data)
     for key, value in data.items():

@@ -251,7 +251,7 @@ def _child(argv: list[str]) -> int:
     ``{"error": "one line"}``."""
     device = argv[1]
     try:
-        spec = RunConfig.from_dict(json.loads(sys.stdin.read()))
+        spec = RunConfig.from_json(sys.stdin.read())
         result = measure(spec, device)
     except TaskError as e:
         result = {"error": str(e).splitlines()[0]}

@@ -48,10 +48,12 @@ from typing import Any
 
 import torch
 
+from models.flags import BOUNDS, check_value
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig, resolve_train
 from models.train.evaluation import LENGTH_EVAL
-from tasks.base import TaskError, check, config_from_dict, config_to_dict, type_hints
+from tasks.base import TaskError, check, config_from_dict, config_to_dict, near, type_hints
+from tasks.errors import ConfigError
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -73,6 +75,63 @@ FORMAT1_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The keys of a run record (:meth:`RunConfig.to_dict`): every one is required but ``train``
+# (a construction's record has no training config: the default one), and no other is read.
+RECORD_KEYS = ("model", "task", "train")
+SECTION_KEYS = {"model": ("arch", "config"), "task": ("name", "config")}
+
+
+def _mapping(data: Any, where: str) -> Mapping[str, Any]:
+    """``data`` if it is a mapping with string keys, else one :class:`ConfigError` line."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a dict, got {type(data).__name__} "
+                          f"{str(data)[:40]!r}")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: key {key!r} is not a string")
+    return data
+
+
+def check_keys(data: Any, allowed, where: str, required=()) -> Mapping[str, Any]:
+    """``data`` as a mapping with only ``allowed`` keys and every ``required`` one, else one
+    :class:`ConfigError` line naming the key, its near match and where it is."""
+    for key in _mapping(data, where):
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}{near(key, allowed)}; allowed: "
+                              f"{', '.join(allowed)}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise ConfigError(f"{where}: missing key {missing[0]!r}; a run record is {{'model': "
+                          "{'arch', 'config'}, 'task': {'name', 'config'}, 'train': {...}}")
+    return data
+
+
+def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: an object that names a key twice is refused (JSON
+    would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"duplicate key {key!r} in a JSON object (keys: "
+                              f"{', '.join(k for k, _ in pairs)[:120]})")
+        out[key] = value
+    return out
+
+
+def loads_json(text: str | bytes, what: str = "JSON") -> Any:
+    """``json.loads`` that refuses duplicate keys and NaN / Infinity, one
+    :class:`ConfigError` line for any text that is not such JSON."""
+    def constant(name: str):
+        raise ConfigError(f"{what}: {name} is not a JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=refuse_duplicates, parse_constant=constant)
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{what} is not JSON ({str(e).splitlines()[0][:120]})") from None
+
+
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's bytes (first 16 hex digits)."""
     h = hashlib.sha256()
@@ -80,6 +139,16 @@ def file_digest(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()[:16]
+
+
+def _content_digest(name: str, path: str) -> str:
+    """:func:`file_digest` of a field that names a file (its bytes are part of the run), or one
+    :class:`TaskError` line when the file cannot be read."""
+    try:
+        return file_digest(path)
+    except OSError as e:
+        raise TaskError(f"train.{name} {path}: cannot read it ({e.strerror or type(e).__name__}"
+                        "); the run's hash covers the file's bytes") from None
 
 
 def _name_of(config_cls: type, names, class_of, what: str, config: str) -> str:
@@ -150,6 +219,13 @@ class RunConfig:
         check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
         set_fields = set(_section(self.model, ()))  # non-defaults are always set
         object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
+        # a run's numbers take the range their flags take (models.flags.BOUNDS: the one table),
+        # however the run is given: flags, a record, code
+        for f in dataclasses.fields(self.train):
+            row = f"--train.{f.name}"
+            value = getattr(self.train, f.name)
+            if row in BOUNDS and not isinstance(value, (bool, str)):
+                check_value(row, value, f"train.{f.name}")
 
     # ------------------------------------------------------------------ names
     @property
@@ -177,25 +253,47 @@ class RunConfig:
               train: Mapping[str, Any] | TrainConfig | None = None) -> RunConfig:
         """From names and plain dicts (unknown keys and wrong types refused). The model fields
         given are the ones the run sets (:attr:`model_keys`)."""
-        check(arch in ARCHS, f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
-        check(task in TASKS, f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
-        model = dict(model or {})
-        tr = train if isinstance(train, TrainConfig) else config_from_dict(TrainConfig,
-                                                                         dict(train or {}))
+        check(isinstance(arch, str) and arch in ARCHS,
+              f"unknown arch {arch!r}{near(arch, ARCHS)}; allowed: {', '.join(sorted(ARCHS))}")
+        check(isinstance(task, str) and task in TASKS,
+              f"unknown task {task!r}{near(task, TASKS)}; allowed: {', '.join(sorted(TASKS))}")
+        # each section's keys and types are checked by config_from_dict (near match included)
+        # None is "nothing set"; any other non-dict ("", 0, []) is refused, not read as {}
+        model = dict(_mapping({} if model is None else model, "model config"))
+        task_config = dict(_mapping({} if task_config is None else task_config, "task config"))
+        tr = train if isinstance(train, TrainConfig) else config_from_dict(
+            TrainConfig, dict(_mapping({} if train is None else train, "train")))
         return cls(config_from_dict(model_class(arch).config_cls, model),
                    config_from_dict(task_class(task).config_cls, dict(task_config or {})),
                    tr, frozenset(model))
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> RunConfig:
+    def from_dict(cls, record: Mapping[str, Any] | None = None, /,
+                  **sections: Any) -> RunConfig:
         """Inverse of :meth:`to_dict`: ``{"model": {"arch", "config"}, "task": {"name",
-        "config"}, "train": {...}}``."""
-        try:
-            model, task = record["model"], record["task"]
-            return cls.build(model["arch"], task["name"], model["config"], task["config"],
-                             record.get("train") or {})
-        except (KeyError, TypeError) as e:
-            raise TaskError(f"not a run record (model / task / train): {e!r}") from None
+        "config"}, "train": {...}}`` (``train`` may be left out: the default training), its
+        sections also given as keywords (``from_dict(record, train={...})``, which win).
+        Exact: an unknown key at any level (``"trian"``, ``"confg"``), a missing one or a
+        value of the wrong type is one :class:`ConfigError` line naming it and its near
+        match, never a default run under the default's hash."""
+        record = {**check_keys(record if record is not None else {}, RECORD_KEYS,
+                               "run record"), **sections}
+        check_keys(record, RECORD_KEYS, "run record")
+        if "train" in record:  # its type first: from_dict(train="abc") is about train
+            _mapping(record["train"], "run record's train")
+        check_keys(record, RECORD_KEYS, "run record", required=("model", "task"))
+        model = check_keys(record["model"], SECTION_KEYS["model"], "run record's model",
+                           required=SECTION_KEYS["model"])
+        task = check_keys(record["task"], SECTION_KEYS["task"], "run record's task",
+                          required=SECTION_KEYS["task"])
+        return cls.build(model["arch"], task["name"], model["config"], task["config"],
+                         record.get("train", {}))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunConfig:
+        """:meth:`from_dict` of a JSON text (a ``--config FILE.json``, a child's stdin):
+        duplicate keys and NaN refused (:func:`loads_json`)."""
+        return cls.from_dict(loads_json(text, "run record"))
 
     @classmethod
     def from_checkpoint(cls, payload: Mapping[str, Any]) -> RunConfig:
@@ -253,7 +351,7 @@ class RunConfig:
         train = _section(self.train, FORMAT1_FIELDS.get("TrainConfig", ()))
         for f in dataclasses.fields(self.train):
             if f.metadata.get("content") == "file" and train.get(f.name):
-                train[f.name] = file_digest(train[f.name])
+                train[f.name] = _content_digest(f.name, train[f.name])
             if f.metadata.get("hash") is False:  # memory settings: the same run either way
                 train.pop(f.name, None)
         out = {"arch": self.arch, "task": self.task_name,

@@ -39,9 +39,12 @@ from analyses.common import (
     Checkpoint,
     Claim,
     Figure,
+    Margin,
+    Reading,
     fmt,
     get,
     run_analysis,
+    tightest,
     to_jsonable,
     with_flags,
 )
@@ -252,19 +255,23 @@ def _late_ratio(d: dict, name: str) -> float | None:
     return get(d, "checks", name, "late_ratio_to_full")
 
 
-def claim_region_a(d: dict) -> tuple[str, bool]:
+def claim_region_a(d: dict) -> Reading:
     """Fig. 2: in Region A, Alg. 1 with context T^7/8 is within 10 % of full context late on."""
     r = _late_ratio(d, "A_alg1_q7/8")
     text = f"Region A, Alg. 1, L = T^7/8: late loss / full-context {fmt(r)}"
-    return text, r is not None and r <= 1.1
+    m = None if r is None else Margin("late loss / full-context's", r, "<=", 1.1, "×")
+    return Reading(text, r is not None and r <= 1.1, m)
 
 
-def claim_region_b(d: dict) -> tuple[str, bool]:
+def claim_region_b(d: dict) -> Reading:
     """Figs. 3, 4: in Region B at context T^1/2, Alg. 2 is within 10 % of full context and
     Alg. 1 is more than 1.5 times as far off as Alg. 2."""
     r1, r2 = _late_ratio(d, "B_alg1_q1/2"), _late_ratio(d, "B_alg2_q1/2")
     text = f"Region B, L = T^1/2, late loss / full-context: Alg. 1 {fmt(r1)}, Alg. 2 {fmt(r2)}"
-    return text, r1 is not None and r2 is not None and r2 <= 1.1 and r1 > 1.5 * r2
+    m = (None if r1 is None or r2 is None else
+         tightest(Margin("Alg. 2's late loss / full-context's", r2, "<=", 1.1, "×"),
+                  Margin("Alg. 1's ratio over 1.5 × Alg. 2's", r1, ">", 1.5 * r2, "×")))
+    return Reading(text, r1 is not None and r2 is not None and r2 <= 1.1 and r1 > 1.5 * r2, m)
 
 
 FIGURE = Figure(

@@ -3,21 +3,33 @@ and the :data:`FIGURE` the reproduce plan reads."""
 
 from __future__ import annotations
 
-from analyses.common import Claim, Figure, Undecided, Verdict, fmt, get
+from analyses.common import (
+    Claim,
+    Figure,
+    Margin,
+    Reading,
+    Undecided,
+    Verdict,
+    fmt,
+    get,
+    tightest,
+)
 from analyses.memorization.grid import dry_run_cells
 
 
-def claim_trends(d: dict) -> tuple[str, bool] | None:
+def claim_trends(d: dict) -> Reading | None:
     """Fig. 1: the error does not rise with width nor fall with N in >= 80 % of neighbour
     pairs (within the trend tolerance). Not read from a search (no full grid)."""
     if "search" in d:
         return None
     t = d["trends"]
     w, n = t["width_pairs_error_not_rising"], t["n_pairs_error_not_falling"]
-    return (f"error not rising with width in {100 * w:.0f} % of neighbour pairs; not falling "
-            f"with N in {100 * n:.0f} % (Spearman vs width "
-            f"{fmt(t['spearman_error_vs_width'], '.2f')}, "
-            f"vs N {fmt(t['spearman_error_vs_n'], '.2f')})"), w >= 0.8 and n >= 0.8
+    m = tightest(Margin("share of width pairs with the error not rising", w, ">=", 0.8),
+                 Margin("share of N pairs with the error not falling", n, ">=", 0.8))
+    return Reading(f"error not rising with width in {100 * w:.0f} % of neighbour pairs; not "
+                   f"falling with N in {100 * n:.0f} % (Spearman vs width "
+                   f"{fmt(t['spearman_error_vs_width'], '.2f')}, "
+                   f"vs N {fmt(t['spearman_error_vs_n'], '.2f')})", w >= 0.8 and n >= 0.8, m)
 
 
 # A trend read from one width search per N: a rank correlation this high tolerates one
@@ -25,7 +37,7 @@ def claim_trends(d: dict) -> tuple[str, bool] | None:
 MIN_SPEARMAN_GROWTH = 0.8
 
 
-def claim_params(d: dict) -> tuple[str, bool]:
+def claim_params(d: dict) -> Reading:
     """Fig. 2: the smallest memorising model grows with N — its rank correlation with N is
     at least :data:`MIN_SPEARMAN_GROWTH` over two N at least (a strict never-shrinks reading
     would turn one width search's noise into a verdict)."""
@@ -38,7 +50,11 @@ def claim_params(d: dict) -> tuple[str, bool]:
             f"{'' if t['min_params_nondecreasing'] else ' (not monotone)'}")
     if fit:
         text += f"; linear fit R² {fmt(fit['r2'], '.2f')}"
-    return text, rho is not None and rho >= MIN_SPEARMAN_GROWTH and t["n_memorized"] >= 2
+    m = (None if rho is None else
+         Margin("Spearman of the smallest memorising model vs N", rho, ">=",
+                MIN_SPEARMAN_GROWTH))
+    return Reading(text, rho is not None and rho >= MIN_SPEARMAN_GROWTH
+                   and t["n_memorized"] >= 2, m)
 
 
 def budget_text(d: dict) -> str:

@@ -16,12 +16,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-import models
 from models import export_hf
 from models.checkpoint import make_checkpoint, save_checkpoint
-from models.train.spec import make_spec
 from tasks.base import config_to_dict
 from tasks.registry import make_task
+from tests.tiny import zoo_stand_in
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "### Export to HuggingFace"
@@ -99,14 +98,10 @@ def readme_blocks() -> list[str]:
 
 def test_the_readme_export_section_runs(tmp_path, monkeypatch):
     """Each block runs as a doctest, in order and sharing names, on a stand-in of the quick RoPE
-    copy checkpoint (its configs, untrained weights: no output shown depends on training). A
+    copy checkpoint in the zoo's cache (its configs, untrained weights: no output shown depends
+    on training). A
     block that imports nnsight is skipped where nnsight is not installed."""
-    spec = make_spec("transformer", "copy", "quick", model={"pe": "rope"})
-    model = models.build_model(spec.arch, spec.model)
-    (tmp_path / "checkpoints").mkdir()
-    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
-                                    {"step": 0}, model.state_dict()),
-                    tmp_path / "checkpoints" / "copy_rope.pt")
+    zoo_stand_in("copy/rope", tmp_path / "checkpoints")  # what zoo:copy/rope opens
     monkeypatch.chdir(tmp_path)  # the README's relative paths land here
     globs: dict = {}
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -1,9 +1,9 @@
 """README's "In IPython" section runs as a doctest, so the example users copy keeps working.
 
-It opens ``checkpoints/copy_hard_alibi.pt``; here that is a stand-in written in a temporary
-directory with the quick recipe's model, task and training configs (``make_spec``, as ``python -m
-models.train --preset quick`` builds them) and untrained weights: every output the README shows
-depends on those configs, none on trained weights."""
+It opens ``zoo:copy/hard_alibi``; here that is a stand-in cache entry written in a temporary
+``checkpoints/`` with the quick recipe's model, task and training configs
+(:func:`tests.tiny.zoo_stand_in`) and untrained weights: every output the README shows depends
+on those configs, none on trained weights."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import doctest
 import re
 from pathlib import Path
 
-import models
-from models.checkpoint import make_checkpoint, save_checkpoint
-from models.train.spec import make_spec
-from tasks.base import config_to_dict
+from tests.tiny import zoo_stand_in
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## In IPython"
@@ -31,18 +28,8 @@ def ipython_examples() -> str:
     return "\n".join(blocks)
 
 
-def write_stand_in(path: Path) -> None:
-    spec = make_spec("transformer", "copy", "quick", model={"pe": "hard_alibi"})
-    model = models.build_model(spec.arch, spec.model)
-    train = {"config": config_to_dict(spec.train), "seed": spec.train.seed, "step": 0,
-             "samples_seen": 0}
-    path.parent.mkdir(parents=True)
-    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
-                                    train, model.state_dict()), path)
-
-
 def test_the_readme_ipython_section_runs(tmp_path, monkeypatch):
-    write_stand_in(tmp_path / "checkpoints" / "copy_hard_alibi.pt")
+    zoo_stand_in("copy/hard_alibi", tmp_path / "checkpoints")
     monkeypatch.chdir(tmp_path)  # the README's relative paths, and m.save's output, land here
     test = doctest.DocTestParser().get_doctest(ipython_examples(), {}, "README.md: In IPython",
                                                str(README), 0)

@@ -47,3 +47,26 @@ def good_checkpoint(step: int = 0, **model) -> dict:
         "state_dict": {k: v.detach().clone() for k, v in m.state_dict().items()},
         "history": [],
     }
+
+
+def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
+    """A finished cache entry of zoo recipe ``name`` at ``preset`` in ``cache_dir``, with the
+    recipe's model, task and training configs and untrained weights (seed 0): what
+    ``zoo.path`` / ``models.load("zoo:NAME")`` serve, without training it. For doctests whose
+    shown outputs depend on the configs only. Returns its path."""
+    from models import zoo
+    from models.checkpoint import make_checkpoint, save_checkpoint
+    from models.device import resolve_device
+    from models.train.cache import cache_path
+    from tasks.base import config_to_dict
+
+    spec = zoo.spec(name, preset, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
+    torch.manual_seed(0)
+    model = models.build_model(spec.arch, spec.model)
+    train = {"config": config_to_dict(spec.train), "seed": spec.train.seed,
+             "step": spec.train.steps, "samples_seen": 0}
+    path = cache_path(spec, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+                                    train, model.state_dict()), path)
+    return path

@@ -112,8 +112,9 @@ def seed_offset() -> int:
 
 def recipe(name: str) -> Recipe:
     if name not in RECIPES:
-        close = difflib.get_close_matches(name, RECIPES, n=5, cutoff=0.6) or [
-            n for n in RECIPES if n.split("/")[0] == name.split("/")[0]][:5]
+        family = [n for n in RECIPES if n.split("/")[0] == name.split("/")[0]]
+        close = list(dict.fromkeys([*difflib.get_close_matches(name, RECIPES, n=5, cutoff=0.6),
+                                    *family]))[:5]
         hint = (f"; did you mean {', '.join(close)}?" if close else
                 "; `python -m models.zoo --list` lists them")
         raise TaskError(f"unknown recipe {name!r}{hint}")

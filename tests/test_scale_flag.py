@@ -65,5 +65,6 @@ def test_the_zoo_takes_the_scale_between_names(tmp_path, capsys):
     name = zoo.copy_medium_name("rope", 4, 0, 1e-3)
     assert zoo.main(["--list", "--scale", "medium", name, "--cache-dir", str(tmp_path)]) == 0
     assert "missing" in capsys.readouterr().out
-    assert zoo.main(["--list", name, "--cache-dir", str(tmp_path)]) == 0  # quick: none
-    assert "no quick version" in capsys.readouterr().out
+    # quick: none, and --list lists only what exists at the level asked for (issue 37)
+    assert zoo.main(["--list", name, "--cache-dir", str(tmp_path)]) == 2
+    assert "has a quick version; their levels: medium" in capsys.readouterr().err

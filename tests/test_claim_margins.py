@@ -1,0 +1,251 @@
+"""Every quick claim reader reports its margin (issue 38): the measured value, what decides the
+claim (a threshold, or the other side of a comparison) and the signed distance in the claim's
+units, > 0 on the side where it holds; and where the reader can leave a claim undecided at this
+level, that case. The readers' verdicts both ways are tested beside each analysis
+(tests/test_copy_claims.py, tests/test_markov_claims.py, ...); here: their margins."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyses import (
+    bc_orthogonality,
+    copy_bounds,
+    copy_efficiency,
+    duplicated_ngrams,
+    length_generalization,
+    mamba_decay,
+    markov_ablations,
+    markov_holdout,
+    markov_laplace,
+    ngram_heads,
+    ngram_lookup,
+    spectral_lds,
+    state_probe,
+)
+from analyses.common import Margin, Reading, Undecided, tightest
+from analyses.memorization import claims as mem_claims
+from analyses.reproduce.plan import PLAN, figure_of
+from analyses.stu_induction import claims as stu_claims
+from tests.test_copy_claims import (
+    construction_row,
+    curves_json,
+    dup_json,
+    gssm_json,
+    heads_json,
+    lookup_json,
+    reach_json,
+)
+from tests.test_markov_claims import _ablation, _bc_row, _laplace, _probe
+
+
+def margin_of(read: Reading, holds=True) -> Margin:
+    """The reading's margin, checked against its verdict: a bool verdict is the margin's
+    comparison (the margin is the claim's own reading, not a second one)."""
+    assert isinstance(read, Reading)
+    m = read.margin
+    assert isinstance(m, Margin)
+    if isinstance(read[1], bool):
+        assert read[1] is holds
+        assert m.holds is holds and (m.distance >= 0) is holds or m.distance == 0
+    return m
+
+
+def test_margin_arithmetic_and_text():
+    m = Margin("mean a_t", 0.998, ">=", 0.95)
+    assert m.holds and m.distance == pytest.approx(0.048)
+    low = Margin("deviation", 0.3, "<", 0.25, "nats", interval=(0.28, 0.32))
+    assert not low.holds and low.distance == pytest.approx(-0.05)
+    assert str(low) == "deviation 0.3 (95 % CI 0.28–0.32) vs < 0.25 nats: -0.05 nats"
+    assert str(Margin("error", 0.0, "<=", 0.0)).endswith("+0")  # never "-0"
+    assert tightest(Margin("a", 0.99, ">=", 0.9), Margin("b", 0.42, "<", 0.45)).quantity == "b"
+    assert Margin("x", 1, ">", 1).to_dict()["distance"] == 0.0
+    with pytest.raises(Exception, match="relation"):
+        Margin("x", 1, "=", 1)
+
+
+def test_a_reading_is_the_pair_it_always_was():
+    r = Reading("text", True, Margin("x", 1, ">", 0))
+    text, holds = r
+    assert (text, holds) == ("text", True) and r == ("text", True) and r[1] is True
+    assert Reading("no run", False).margin is None
+
+
+# ---------------------------------------------------------------------------- copy paper
+def test_ngram_heads_margins():
+    m = margin_of(ngram_heads.claim_match_heads(heads_json()))
+    assert (m.value, m.relation, m.threshold) == (0.98, ">=", 0.5)
+    m = margin_of(ngram_heads.claim_ablation(heads_json(drop=0.9, random=0.1)))
+    assert m.quantity == "random heads' mean drop" and m.threshold == pytest.approx(0.45)
+    m = margin_of(ngram_heads.claim_ablation(heads_json(drop=0.3)), holds=False)
+    assert m.quantity == "string-accuracy drop" and m.distance == pytest.approx(-0.2)
+
+
+def test_duplicated_ngrams_margin():
+    m = margin_of(duplicated_ngrams.claim_flat_then_falls(dup_json([1.0, 0.98, 0.5, 0.2], 3)))
+    assert m.threshold == pytest.approx(0.9) and m.value in (1.0, 0.2)
+    m = margin_of(duplicated_ngrams.claim_flat_then_falls(dup_json([1.0, 1.0, 1.0, 0.97],
+                                                                   None)), holds=False)
+    assert m.quantity == "string accuracy at n = 4" and m.distance == pytest.approx(-0.07)
+
+
+def test_copy_bounds_margins():
+    good = {"construction": [construction_row(3, 1000, 0.4), construction_row(4, 1000, 0.01)]}
+    assert margin_of(copy_bounds.claim_no_repeat(good)).distance == 0.0  # exact: error 0
+    m = margin_of(copy_bounds.claim_lemma_2_4(good))
+    assert m.quantity == "error at n = 3" and m.distance == pytest.approx(0.1)
+    vacuous = {"construction": [construction_row(3, 1000, 0.9, bound=4.0)]}
+    assert copy_bounds.claim_lemma_2_4(vacuous).margin is None  # a bound >= 1 says nothing
+    m = margin_of(copy_bounds.claim_gssm_bound(gssm_json([0.1, 0.2, 1.0], [0.0, 0.5, 1.0])),
+                  holds=False)
+    assert m.distance == pytest.approx(-0.3)
+    # the quick run's case: the bound is 0 at every length: n/a, and no margin
+    read = copy_bounds.claim_gssm_bound(gssm_json([0.1, 0.2, 0.3], [0.0, 0.0, 0.0]))
+    assert read[1] is None and read.margin is None
+
+
+def test_length_generalization_margins():
+    ok = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "nope": [1.0, 1.0, 0.3, 0.0]})
+    m = margin_of(length_generalization.claim_beyond(ok))
+    assert m.quantity.startswith("the others' best") and m.distance == pytest.approx(0.2)
+    m = margin_of(length_generalization.claim_twice(ok))
+    assert (m.value, m.threshold) == (0.9, 0.5)
+
+
+def test_copy_efficiency_margin_and_undecided():
+    d = reach_json(20, hard_alibi=3200, lstm=None)
+    d["train"]["lstm"]["samples_seen"] = 48000
+    m = margin_of(copy_efficiency.claim_fewer_samples(d))
+    assert m.value == 15.0 and m.unit == "×" and "lower bound" in m.quantity
+    m = margin_of(copy_efficiency.claim_fewer_samples(reach_json(hard_alibi=3200, lstm=1600)),
+                  holds=False)
+    assert m.value == 0.5
+    read = copy_efficiency.claim_fewer_samples(reach_json(6, hard_alibi=3200, mamba=1600))
+    assert isinstance(read[1], Undecided) and read.margin.value == 0.5
+
+
+def test_ngram_lookup_margins_and_undecided():
+    d = lookup_json({"hard_alibi": [1.0, 0.9, 0.8], "lstm": [1.0, 0.1, 0.0]}, {})
+    m = margin_of(ngram_lookup.claim_suffix(d))
+    assert m.value == pytest.approx(0.8) and m.threshold == 0.1
+    learnt = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
+    assert margin_of(ngram_lookup.claim_prefix(learnt), holds=False).value < -0.1
+    # no model learnt the task: undecided, and the margin says how far from learnt
+    read = ngram_lookup.claim_prefix(lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1],
+                                                      "lstm": [0.2, 0.1, 0.1]}))
+    assert isinstance(read[1], Undecided)
+    assert read.margin.threshold == ngram_lookup.LEARNT and read.margin.distance < 0
+
+
+# ---------------------------------------------------------------------------- Markov paper
+def test_markov_laplace_margins():
+    m = margin_of(markov_laplace.claim_l1(_laplace(0.01, (1e-4, 0.05, 0.01))))
+    assert (m.value, m.threshold) == (0.01, 0.05)
+    m = margin_of(markov_laplace.claim_vs_transformers(_laplace(0.01, (0.02, 0.05, 0.01))),
+                  holds=False)
+    assert m.unit == "nats" and m.distance == pytest.approx(-0.01)
+
+
+def test_state_probe_margins():
+    m = margin_of(state_probe.claim_counts(_probe(0.99, 0.96, 0.97, 0.4)))
+    assert m.threshold in (0.9, 0.97)
+    m = margin_of(state_probe.claim_counts(_probe(0.95, 0.96, 0.97, 0.4)), holds=False)
+    assert m.threshold == 0.97
+    m = margin_of(state_probe.claim_readout(_probe(0.99, 0.8, 0.97, 0.36)))
+    assert m.value == pytest.approx(0.45) and m.threshold == 0.5
+    assert state_probe.claim_readout(_probe(0.99, 0.96, None, None)).margin is None
+
+
+def test_markov_ablations_margins():
+    m = margin_of(markov_ablations.claim_noconv(_ablation(0.001, 0.07, 0.03)))
+    assert m.unit == "×" and m.value == pytest.approx(70)
+    m = margin_of(markov_ablations.claim_mambazero(_ablation(0.001, 0.07, 0.05)), holds=False)
+    assert m.value == pytest.approx(0.05 / 0.07)
+
+
+def test_bc_orthogonality_margin():
+    ok = {"models": [_bc_row("mambazero d=16 N=8 w=2", 10000, 0.05)]}
+    m = margin_of(bc_orthogonality.claim_pinned(ok))
+    assert (m.value, m.threshold) == (0.05, 0.1)
+
+
+def test_mamba_decay_margins_and_undecided():
+    m = margin_of(mamba_decay.claim_markov({"models": [{"label": "m", "mean": 0.9}]}),
+                  holds=False)
+    assert m.distance == pytest.approx(-0.05)
+    row = {"label": "s", "mean": 0.9, "p_switch": 0.01, "mean_at_switch": 0.16,
+           "mean_elsewhere": 0.97, "switch_ratio": 0.165, "switch_ratio_ci": [0.16, 0.17],
+           "n_chains": 64}
+    m = margin_of(mamba_decay.claim_switch({"models": [row]}))
+    assert m.interval == (0.16, 0.17) and m.distance == pytest.approx(0.335)
+    wide = {**row, "switch_ratio": 0.5, "switch_ratio_ci": [0.4, 0.6]}
+    read = mamba_decay.claim_switch({"models": [wide]})
+    assert isinstance(read[1], Undecided) and read.margin.distance == 0.0
+    old = {k: v for k, v in row.items() if not k.startswith("switch_ratio")}
+    assert isinstance(mamba_decay.claim_switch({"models": [old]})[1], Undecided)
+
+
+def _holdout(first: float, last: float) -> dict:
+    by_t = {"1": {"mean": first}, "300": {"mean": last}}
+    return {"held_out": {"by_t": by_t}, "fixed": {"by_t": {"1": first, "300": last}},
+            "setting": {"steps": 1500}}
+
+
+def test_markov_holdout_margins_and_undecided():
+    for claim in (markov_holdout.claim_shrinks, markov_holdout.claim_fixed_sequence):
+        read = claim(_holdout(0.26, 0.32))
+        # the quick run is outside Table 7's regime: not decided, with the margin beside it
+        assert isinstance(read[1], Undecided)
+        assert read.margin.distance == pytest.approx(-0.06)
+        assert claim(_holdout(0.3, 0.1)).margin.distance == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------------------- memorization
+def test_memorization_margins():
+    trends = {"trends": {"width_pairs_error_not_rising": 1.0, "n_pairs_error_not_falling": 0.85,
+                         "spearman_error_vs_width": -0.9, "spearman_error_vs_n": 0.9}}
+    m = margin_of(mem_claims.claim_trends(trends))
+    assert m.value == 0.85 and m.threshold == 0.8
+    params = {"trends": {"spearman_min_params_vs_n": 0.7, "n_memorized": 5,
+                         "min_params_nondecreasing": False},
+              "n_examples": [1, 2, 3, 4, 5], "min_params_non_embedding": [1, 3, 2, 4, 5]}
+    m = margin_of(mem_claims.claim_params(params), holds=False)
+    assert m.distance == pytest.approx(-0.1)
+
+
+# ---------------------------------------------------------------------------- spectral paper
+def test_spectral_lds_margins(monkeypatch):
+    ratios = {"A_alg1_q7/8": 1.05, "B_alg1_q1/2": 2.8, "B_alg2_q1/2": 1.0}
+    monkeypatch.setattr(spectral_lds, "_late_ratio", lambda d, key: ratios[key])
+    m = margin_of(spectral_lds.claim_region_a({}))
+    assert m.distance == pytest.approx(0.05) and m.unit == "×"
+    ratios["B_alg1_q1/2"] = 1.4
+    m = margin_of(spectral_lds.claim_region_b({}), holds=False)
+    assert m.threshold == 1.5
+
+
+def test_stu_recall_margin_and_undecided():
+    row = {"arch": "stu", "train_length": 16, "n_models": 3, "acc_per_model": [[0.9, 0.3]] * 3,
+           "longest": {"length": 256, "acc": 0.26, "n": 1536, "seen_lags_acc": 0.29,
+                       "p_value_vs_chance": 1e-3}}
+    read = stu_claims.claim_recall({"rows": [row], "chance": 0.25, "preset": "quick"})
+    assert isinstance(read[1], Undecided) and "seeds per training length" in read[1].reason
+    assert read.margin.distance == pytest.approx(-0.03)
+    above = {**row, "longest": {**row["longest"], "acc": 0.5}}
+    read = stu_claims.claim_recall({"rows": [above], "chance": 0.25, "preset": "quick"})
+    assert read[1] is True and read.margin.distance == pytest.approx(0.21)
+
+
+QUICK_READERS_TESTED = {
+    "ngram_heads": 2, "duplicated_ngrams": 1, "copy_bounds": 3, "length_generalization": 2,
+    "copy_efficiency": 1, "ngram_lookup": 2, "markov_laplace": 2, "state_probe": 2,
+    "bc_orthogonality": 1, "mamba_decay": 2, "markov_ablations": 2, "markov_holdout": 2,
+    "memorization": 2, "spectral_lds": 2, "stu_induction": 1}
+
+
+def test_every_quick_claim_reader_is_tested_here():
+    """The plan's quick claims (those a quick run reads, not the medium ones) are the readers
+    above: a new quick claim needs its margin test here."""
+    assert set(QUICK_READERS_TESTED) == set(PLAN)
+    for name, n in QUICK_READERS_TESTED.items():
+        assert len(figure_of(name).claims) >= n

@@ -222,12 +222,38 @@ def _check_reachable(address: str) -> None:
     hostport = address.removeprefix("ray://")
     host, _, port = hostport.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_S):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_S) as c:
+            grpc = _speaks_grpc(c)
     except (OSError, ValueError) as e:
         raise TaskError(f"--ray {address}: nothing answers there "
                         f"({getattr(e, 'strerror', None) or type(e).__name__}); is the cluster "
                         "up, and is the address HOST:PORT of its head?") from None
+    # something else listens there (ssh, a web server): ray.init would retry it for half a
+    # minute, printing Ray's C++ log lines, before its own error
+    check(grpc, f"--ray {address}: what answers there is not a Ray cluster (no gRPC server); "
+          "is the address HOST:PORT of its head (its GCS port, 6379 by default)?")
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113 §3.4, then a SETTINGS frame
+HTTP2_SETTINGS = 0x04  # frame type
+
+
+def _speaks_grpc(conn: socket.socket) -> bool:
+    """Whether the server on ``conn`` speaks HTTP/2, as the gRPC servers of a Ray head (its GCS,
+    the Ray Client server) do: sent the client preface and an empty SETTINGS frame, an HTTP/2
+    server's first frame back is its SETTINGS (9-byte header, type at byte 3)."""
+    conn.settimeout(RAY_PROBE_S)
+    conn.sendall(HTTP2_PREFACE + bytes([0, 0, 0, HTTP2_SETTINGS, 0, 0, 0, 0, 0]))
+    head = b""
+    try:
+        while len(head) < 9:
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    except TimeoutError:  # a server that says nothing is no gRPC server either
+        return False
+    return head[3] == HTTP2_SETTINGS
 
 
 def _ray_map(ray, started: bool, fn: Callable, items: Sequence[tuple], b: Backend,

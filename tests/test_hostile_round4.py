@@ -157,3 +157,39 @@ def test_the_overwrite_swap_is_one_step_where_the_system_has_it(tmp_path, monkey
     export(second, out, overwrite=True, verify=False)
     assert export_hf.read_provenance(out)["config"]["d_model"] == 12
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf.")]
+
+
+# ---------------------------------------------------------------------------- --ray address
+def test_a_ray_address_that_is_not_a_ray_head_is_one_line_at_once():
+    """Something listens there but is no gRPC server (ssh): refused before ray.init, which
+    would retry it for half a minute printing Ray's C++ log lines; a gRPC server passes."""
+    import socket
+    import threading
+    import time
+    from concurrent import futures
+
+    grpc = pytest.importorskip("grpc")
+    from models.sweep import _check_reachable
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def ssh_like():
+        while True:
+            conn, _ = listener.accept()
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+    threading.Thread(target=ssh_like, daemon=True).start()
+    try:
+        _check_reachable(f"127.0.0.1:{port}")  # HTTP/2 answers: left to ray.init
+        t0 = time.time()
+        with pytest.raises(TaskError, match="not a Ray cluster") as e:
+            _check_reachable(f"127.0.0.1:{listener.getsockname()[1]}")
+        assert "\n" not in str(e.value) and time.time() - t0 < 10
+    finally:
+        server.stop(None)
+        listener.close()

@@ -200,7 +200,10 @@ class Figure:
     # when it has recipes)
     extra_args: Callable[[str], Sequence[str]] = lambda preset: ()
     outputs: tuple[str, ...] = ()  # output stems (default: the analysis name)
-    slots: int = 1  # cores its own compute keeps busy
+    # cores its own compute keeps busy: one (one thread) unless it runs processes side by side;
+    # a second thread speeds the suite's small models up far less than 2x, and waits on the
+    # slower core when other work shares the machine
+    slots: int = 1
     trains: bool = True  # takes --train / --cache-dir
     # preset -> (label, spec builder) of the models it trains itself, outside the zoo (the
     # memorization grid's cells): what ``--dry-run`` runs beside the recipes

@@ -363,7 +363,7 @@ FIGURE = Figure(
            claim_lemma_2_4),
      Claim("a GSSM with a fixed-size state fails on long strings: error >= 1 − 2^bits/D^L "
            "(Thm 2.7)", claim_gssm_bound)),
-    recipes=gssm_recipes, slots=2)
+    recipes=gssm_recipes)
 
 
 def main(argv=None) -> int:

@@ -190,7 +190,7 @@ FIGURE = Figure(
            claim_beyond),
      Claim("... and far beyond it (paper: trained <= 50, near-perfect to 1000); here: "
            ">= 50 % at twice the training length", claim_twice)),
-    recipes=copy_recipes, slots=2)
+    recipes=copy_recipes)
 
 
 def main(argv=None) -> int:

@@ -432,7 +432,7 @@ FIGURE = Figure(
            claim_prefix),
      Claim("prefix key: GSSMs length-generalise near-perfectly (Fig. 6, medium)",
            claim_prefix_length)),
-    recipes=lookup_recipes, slots=2, presets=("quick", "medium", "large", "paper"))
+    recipes=lookup_recipes, presets=("quick", "medium", "large", "paper"))
 
 
 def main(argv=None) -> int:

@@ -479,7 +479,7 @@ FIGURE = Figure(
            "the earlier occurrence of the current n-gram", claim_match_heads),
      Claim("ablating those heads destroys copying; as many random heads do not",
            claim_ablation)),
-    recipes=lambda preset: [RECIPE], slots=2)
+    recipes=lambda preset: [RECIPE])
 
 
 def main(argv=None) -> int:

@@ -136,3 +136,17 @@ def test_a_forked_job_is_estimated_without_a_process_start_up(tmp_path):
     spawned = Job("x", (sys.executable, "-c", "pass"))
     assert estimate(spawned, "quick", costs, {}).seconds == 10.0
     assert estimate(forked, "quick", costs, {}).seconds == pytest.approx(10.0 - 100 * 0.02)
+
+
+def test_an_analysis_estimate_scales_with_the_machine_as_training_rows_do():
+    """The table's analysis seconds were timed on idle cores; on a machine whose reference
+    step is now twice as slow, an analysis is expected to take twice as long, as a training
+    job (costed in reference steps) is."""
+    import sys
+
+    from analyses.reproduce.eta import estimate
+    table = StepCosts(analysis_s={"quick": {"x": 10.0}},
+                      rows={"k": {"start": 0.0, "step": 1.0, "eval": 1.0, "ref_s": 0.005}})
+    spawned = Job("x", (sys.executable, "-c", "pass"))
+    assert estimate(spawned, "quick", replace(table, unit_s=0.005), {}).seconds == 10.0
+    assert estimate(spawned, "quick", replace(table, unit_s=0.010), {}).seconds == 20.0

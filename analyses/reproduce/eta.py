@@ -22,6 +22,7 @@ less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
 from __future__ import annotations
 
 import heapq
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,16 @@ PRIOR_SHARE = 0.25
 MIN_SHARE = 0.5
 
 
+def load_scale(costs: StepCosts) -> float:
+    """This machine's reference step now over the one the table was measured with: an
+    analysis' seconds in the table (wall seconds of a real run on idle cores) scaled as the
+    training rows are (in reference steps), so other work on the machine shows in both."""
+    measured = [r["ref_s"] for r in costs.rows.values() if r.get("ref_s")]
+    if not measured or costs.unit_s <= 0:
+        return 1.0
+    return costs.unit_s / statistics.median(measured)
+
+
 def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
     """A job's seconds: the last run's time of it (``timings``, the same preset's), else the
     step-cost table's estimate; None when neither knows it."""
@@ -49,6 +60,8 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
             return Estimate(float(seconds), "timings")
     if job.recipe is None:
         found = costs.analysis(job.name, preset)
+        if found is not None and costs.device != "cuda":
+            found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
         try:
             spec = recipe_spec(job.recipe, preset)

@@ -472,7 +472,7 @@ def _fewer_margin(d: dict, gssm: dict, best: int) -> Margin:
                   min(need) / best if need else float("inf"), ">", 1, "×")
 
 
-def _fewer_samples_medium(d: dict) -> tuple[str, Verdict]:
+def _fewer_samples_medium(d: dict) -> Reading:
     parts, failed, unlearnt, any_gssm, gssms = [], [], [], False, set()
     for L, m in _by_length(d).items():
         ref = m["reference"]
@@ -493,8 +493,14 @@ def _fewer_samples_medium(d: dict) -> tuple[str, Verdict]:
             "(per-seed min–max): " + "; ".join(parts)
             + (f"; {_trend_text(sorted(gssms), lengths)}" if gssms else "") + _setting_text(d))
     if not any_gssm and not unlearnt:
-        return text, None
-    return text, _combine(failed, unlearnt)
+        return Reading(text, None)
+    # the margin: the smallest per-seed GSSM / transformer ratio (every one must exceed 1)
+    seeds = [(x, g, L) for L, m in _by_length(d).items() if m["reference"] is not None
+             for g, r in m["ratio_to_reference"].items() for x in r["per_seed"] if x is not None]
+    low = min(seeds, default=None)
+    m = None if low is None else Margin(f"smallest per-seed ratio ({low[1]} at L={low[2]})",
+                                        low[0], ">", 1, "×")
+    return Reading(text, _combine(failed, unlearnt), m)
 
 
 def _not_matched_text(d: dict) -> str:
@@ -542,7 +548,7 @@ def _paired(m: dict, g: str) -> dict:
     return {s: x for s, x in zip(seeds, r["per_seed"], strict=False) if x is not None}
 
 
-def claim_gap_grows(d: dict) -> tuple[str, Verdict] | None:
+def claim_gap_grows(d: dict) -> Reading | None:
     """Medium and above: each GSSM needs more samples relative to the fastest transformer as
     the strings get longer. Per GSSM and pair of neighbouring lengths, the per-seed change of
     its ratio (seed s's ratio at the longer L minus at the shorter) with a 95 % bootstrap
@@ -554,7 +560,7 @@ def claim_gap_grows(d: dict) -> tuple[str, Verdict] | None:
         return None
     at = _by_length(d)
     lengths = list(at)
-    parts, up, down, either, short, thin = [], [], [], [], [], []
+    parts, up, down, either, short, thin, changes = [], [], [], [], [], [], []
     gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
     for g in gssms:
         for a, b in zip(lengths, lengths[1:], strict=False):
@@ -568,6 +574,8 @@ def claim_gap_grows(d: dict) -> tuple[str, Verdict] | None:
                 continue
             change = [pb[s] - pa[s] for s in both]
             lo, hi = mean_interval(change)
+            changes.append(Margin(f"{g} L={a}→{b}: mean change of its ratio", fmean(change), ">",
+                                  0, "×", interval=(lo, hi)))
             parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
                          f"{fmean(pb[s] for s in both):.1f}×, change {fmean(change):+.2f} "
                          f"[95 % CI {lo:+.2f}, {hi:+.2f}] ({len(both)} seeds)")
@@ -580,27 +588,30 @@ def claim_gap_grows(d: dict) -> tuple[str, Verdict] | None:
             else:
                 either.append(f"{g} L={a}→{b}")
     if len(lengths) < 2:
-        return _not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d), None
+        return Reading(_not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d),
+                       None)
     if not parts:
-        return (_not_matched_text(d) + "no GSSM reached 90 % in the same seed at two lengths"
-                + _setting_text(d)), Undecided.not_learnt(
-                    "no GSSM reached 90 % in the same seed at two lengths")
+        return Reading((_not_matched_text(d) + "no GSSM reached 90 % in the same seed at two "
+                        "lengths" + _setting_text(d)), Undecided.not_learnt(
+                           "no GSSM reached 90 % in the same seed at two lengths"))
+    # the margin: the change whose interval's lower end is lowest (every one must clear 0)
+    m = min(changes, key=lambda c: c.interval[0]) if changes else None
     text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
             "change of the ratio (bootstrap over seeds): " + "; ".join(parts)
             + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
     if down:
-        return text, False
+        return Reading(text, False, m)
     if short:
-        return text, Undecided.regime(
+        return Reading(text, Undecided.regime(
             f"the ratio falls ({', '.join(short)}) only where the paper's own trend predicts a "
-            f"gap of at most {CLEAR_GAP:g}×")
+            f"gap of at most {CLEAR_GAP:g}×"), m)
     if either or thin:
-        return text, Undecided.either_shape(
+        return Reading(text, Undecided.either_shape(
             "; ".join(([f"the interval of the change holds 0 ({', '.join(either)})"]
                        if either else [])
                       + ([f"one seed pairing, no interval ({', '.join(thin)})"]
-                         if thin else [])))
-    return text, True
+                         if thin else []))), m)
+    return Reading(text, True, m)
 
 
 FIGURE = Figure(

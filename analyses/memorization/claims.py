@@ -124,7 +124,15 @@ def shape_holds(verdict: str, shape: str) -> Verdict:
     return verdict == shape
 
 
-def claim_sqrt(d: dict) -> tuple[str, Verdict] | None:
+def _k_margin(pw: dict | None, relation: str, threshold: float, which: str = "") -> Margin | None:
+    """The exponent k of a + b·N^k against the shape's value, with its 95 % interval."""
+    if not pw or pw.get("k") is None:
+        return None
+    return Margin(f"exponent k{which} of a + b·N^k", pw["k"], relation, threshold,
+                  interval=tuple(pw["ci"]) if pw.get("ci") else None)
+
+
+def claim_sqrt(d: dict) -> Reading | None:
     """Thm 3.1 as context: its Õ(d + n + √(nN)) is what a construction of depth Õ(n + √(nN))
     and bit complexity Õ(√(nN)) needs, not the paper's reading of Fig. 2 (fixed depth and
     precision: linear, Thms B.1 / B.2). Holds when a + b·√(nN) leaves smaller residuals than
@@ -132,19 +140,22 @@ def claim_sqrt(d: dict) -> tuple[str, Verdict] | None:
     too few N to tell)."""
     if "search" not in d:
         return None
-    return fit_summary(d), shape_holds(d["fits"]["non_embedding"]["verdict"], "sqrt")
+    fit = d["fits"]["non_embedding"]
+    return Reading(fit_summary(d), shape_holds(fit["verdict"], "sqrt"),
+                   _k_margin(fit.get("power"), "<", 1))
 
 
-def claim_linear(d: dict) -> tuple[str, Verdict] | None:
+def claim_linear(d: dict) -> Reading | None:
     """§5.2's reading of Fig. 2: the smallest memorising model grows linearly in N — the line
     leaves smaller residuals than a + b·√(nN) and the exponent's interval excludes 1/2."""
     if "search" not in d:
         return None
-    return (f"{fit_summary(d)}; {setting_text(d)}",
-            shape_holds(d["fits"]["non_embedding"]["verdict"], "linear"))
+    fit = d["fits"]["non_embedding"]
+    return Reading(f"{fit_summary(d)}; {setting_text(d)}", shape_holds(fit["verdict"], "linear"),
+                   _k_margin(fit.get("power"), ">", 0.5))
 
 
-def claim_concave_small(d: dict) -> tuple[str, Verdict] | None:
+def claim_concave_small(d: dict) -> Reading | None:
     """§5.2: the concavity is "only at the low dataset size" — the exponent over the smaller
     half of the N has its interval below 1 and the one over the larger half holds 1. Does not
     hold when the smaller half's interval lies above 1 (no concavity there) or the larger
@@ -160,15 +171,16 @@ def claim_concave_small(d: dict) -> tuple[str, Verdict] | None:
     text = (f"{power_text(f'N = {ns[0]}…{ns[half - 1]}:', small)}; "
             f"{power_text(f'N = {ns[-half]}…{ns[-1]}:', large)} (a + b*N^k per half, "
             f"95 % CI; {budget_text(d)})")
+    m = _k_margin(small, "<", 1, " (smaller half of the N)")
     if small.get("ci") is None or large.get("ci") is None:
-        return text, Undecided("too few N in a half for an interval of its exponent")
+        return Reading(text, Undecided("too few N in a half for an interval of its exponent"), m)
     (s_lo, s_hi), (l_lo, l_hi) = small["ci"], large["ci"]
     if s_lo > 1 or (s_hi < 1 and not l_lo <= 1 <= l_hi):
-        return text, False
+        return Reading(text, False, m)
     if s_hi < 1:
-        return text, True
-    return text, Undecided.either_shape(
-        f"the smaller half's interval [{s_lo:.2f}, {s_hi:.2f}] holds 1 as well as k < 1")
+        return Reading(text, True, m)
+    return Reading(text, Undecided.either_shape(
+        f"the smaller half's interval [{s_lo:.2f}, {s_hi:.2f}] holds 1 as well as k < 1"), m)
 
 
 def plan_args(preset: str) -> list[str]:

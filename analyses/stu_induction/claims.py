@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyses.common import Margin, Reading, Undecided, with_not_matched
+from analyses.common import Margin, Reading, Undecided, tightest, with_not_matched
 from models.train.presets import SEEDED
 from probes.induction import binomial_sf, even_lags_accuracy, seen_lags_accuracy
 
@@ -114,7 +114,7 @@ def _spread(accs) -> str:
     return f"median {med:.2f} (IQR {q1:.2f}–{q3:.2f}, range {min(accs):.2f}–{max(accs):.2f})"
 
 
-def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
+def claim_generalise(d: dict) -> Reading | None:
     """Fig. 5, the verdict, from the paper's setting (the ``stu`` runs: tensordot STU with
     LayerNorm, trained to convergence): STU trained at T^q occasionally recalls all the way to
     T (some seed at >= GENERALISES at the longest length)."""
@@ -134,10 +134,12 @@ def claim_generalise(d: dict) -> tuple[str, bool | None] | None:
             f"{np.nanmean(r['longest']['acc_unseen_lags']):.2f}")
     ok = bool(rows) and any(r["longest"]["frac_generalise"] > 0 for r in rows.values())
     text = f"STU, {SETTING}: " + "; ".join(parts)
-    return with_not_matched(text, None if ok else UNMATCHED), ok
+    m = Margin(f"best seed's accuracy at {max(r['longest']['length'] for r in rows.values())}",
+               max(a[-1] for r in rows.values() for a in r["acc_per_model"]), ">=", GENERALISES)
+    return Reading(with_not_matched(text, None if ok else UNMATCHED), ok, m)
 
 
-def claim_vs_baselines(d: dict) -> tuple[str, bool | None] | None:
+def claim_vs_baselines(d: dict) -> Reading | None:
     """§4.2's suggestion that spectral filtering helps length generalisation, against the
     baselines trained at the same lengths: the STU's (paper's setting) median accuracy at T is
     within 0.05 of (or above) Hard-ALiBi's and Mamba-2's at every training length."""
@@ -147,42 +149,48 @@ def claim_vs_baselines(d: dict) -> tuple[str, bool | None] | None:
     base = {a: _medium_rows(d, a) for a in BASELINES}
     if d.get("preset") == "large":
         return None  # the large level trains no baselines (medium settled them)
-    parts, ok = [], bool(stu)
+    parts, ok, gaps = [], bool(stu), []
     for L, r in sorted(stu.items()):
         others = {a: rows[L]["longest"]["median"] for a, rows in base.items() if L in rows}
+        gaps += [Margin(f"STU − {a} median at T, trained at {L}", r["longest"]["median"] - m,
+                        ">=", -0.05) for a, m in others.items()]
         ok = ok and bool(others) and all(r["longest"]["median"] >= m - 0.05
                                          for m in others.values())
         parts.append(f"trained at {L}: STU {r['longest']['median']:.2f}, "
                      + ", ".join(f"{a} {m:.2f}" for a, m in others.items()))
-    return f"median accuracy at {d['lengths'][-1]}: " + "; ".join(parts), ok
+    return Reading(f"median accuracy at {d['lengths'][-1]}: " + "; ".join(parts), ok,
+                   min(gaps, key=lambda g: g.distance) if gaps else None)
 
 
-def claim_padding(d: dict) -> tuple[str, bool | None] | None:
+def claim_padding(d: dict) -> Reading | None:
     """Below its training length, the STU's lost recall is the start of the sequence (zeros in
     the filters' window), not the lags: left-padded with BLANK to the training length, the same
     sequences are recalled (mean >= 0.9 and >= 0.1 above as they are)."""
     rows = _medium_rows(d, STU)
     if not rows:
         return None  # a medium claim (runs trained to convergence), or none of these runs
-    parts, ok = [], False
+    parts, ok, margins = [], False, []
     for L, r in sorted(rows.items()):
         if not r["shorter"]["lengths"]:
             continue
         raw, pad = np.mean(r["shorter"]["acc"]), np.mean(r["shorter"]["acc_padded"])
         ok = ok or bool(pad >= 0.9 and pad >= raw + 0.1)
+        margins.append(tightest(Margin(f"trained at {L}: padded accuracy", pad, ">=", 0.9),
+                                Margin(f"trained at {L}: padded − as is", pad - raw, ">=", 0.1)))
         parts.append(f"trained at {L}, lengths {', '.join(map(str, r['shorter']['lengths']))}: "
                      f"{raw:.2f} as is, {pad:.2f} left-padded")
-    return "STU below its training length: " + "; ".join(parts), bool(parts) and ok
+    return Reading("STU below its training length: " + "; ".join(parts), bool(parts) and ok,
+                   max(margins, key=lambda g: g.distance) if margins else None)
 
 
-def claim_blank_zero(d: dict) -> tuple[str, bool | None] | None:
+def claim_blank_zero(d: dict) -> Reading | None:
     """The ablation of the padding finding: with BLANK's embedding held at zero and no norm
     (BLANK then adds nothing to the first layer's filtered sums), the STU recalls below its
     training length as is (mean >= 0.9 at every training length with shorter ones)."""
     rows = _medium_rows(d, STU_BLANK0)
     if rows is None or d.get("preset") == "large":
         return None  # a medium claim (runs trained to convergence; large has no such runs)
-    parts, ok = [], True
+    parts, ok, raws = [], True, []
     for L, r in sorted(rows.items()):
         at_T = [a[-1] for a in r["acc_per_model"]]
         part = (f"trained at {L} ({r['n_models']} seeds; at {L} itself min "
@@ -190,16 +198,18 @@ def claim_blank_zero(d: dict) -> tuple[str, bool | None] | None:
         if r["shorter"]["lengths"]:
             raw, pad = np.mean(r["shorter"]["acc"]), np.mean(r["shorter"]["acc_padded"])
             ok = ok and bool(raw >= 0.9)
+            raws.append(Margin(f"trained at {L}: accuracy below it, as is", raw, ">=", 0.9))
             part += (f": lengths {', '.join(map(str, r['shorter']['lengths']))} {raw:.2f} as "
                      f"is, {pad:.2f} left-padded")
         parts.append(f"{part}; at {r['longest']['length']}: "
                      f"{round(r['longest']['frac_generalise'] * r['n_models'])}/"
                      f"{r['n_models']} seeds >= {GENERALISES}, {_spread(at_T)}")
     shorter = any(r["shorter"]["lengths"] for r in rows.values())
-    return "STU, <BLANK> = 0, no norm: " + "; ".join(parts), bool(shorter) and ok
+    return Reading("STU, <BLANK> = 0, no norm: " + "; ".join(parts), bool(shorter) and ok,
+                   min(raws, key=lambda g: g.distance) if raws else None)
 
 
-def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
+def claim_shared_mixture(d: dict) -> Reading | None:
     """The reference code's tensordot (hazan-lab/flash-stu-2: one filter mixture for both ±
     branches, so U⁺ + U⁻ keeps even lags only) cannot learn the task: at its own training
     length every seed recalls at most the even-lag bound (right at even lags, chance at odd
@@ -208,13 +218,16 @@ def claim_shared_mixture(d: dict) -> tuple[str, bool | None] | None:
     if not rows:
         return None  # a medium claim (runs trained to convergence), or none of these runs
     ours = _medium_rows(d, STU) or {}
-    parts, ok = [], bool(rows)
+    parts, ok, margins = [], bool(rows), []
     for L, r in sorted(rows.items()):
         own = _at_train_length(d, r)
         bound = even_lags_accuracy(L, round(1 / d["chance"]))
         ok = ok and max(own) <= bound + EVEN_LAG_SLACK
+        margins.append(Margin(f"trained at {L}: best seed at {L}", max(own), "<=",
+                              bound + EVEN_LAG_SLACK))
         ref = (f", the per-branch STU's {np.median(_at_train_length(d, ours[L])):.2f}"
                if L in ours else "")
         parts.append(f"trained at {L} ({r['n_models']} seeds): at {L} {_spread(own)}, even-lag "
                      f"bound {bound:.2f}{ref}")
-    return "shared-mixture tensordot STU: " + "; ".join(parts), ok
+    return Reading("shared-mixture tensordot STU: " + "; ".join(parts), ok,
+                   min(margins, key=lambda g: g.distance) if margins else None)

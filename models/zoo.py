@@ -4,9 +4,12 @@ The recipes are data (:mod:`models.recipes`): a task × arch with overrides on t
 rows at each level it has, and optionally another recipe whose checkpoint starts it.
 :func:`checkpoint` serves a recipe through the one locked, hashed cache of
 :mod:`models.train.cache`: trained once, reused by every analysis and by
-``python -m analyses.reproduce``, which trains what its plan needs from here.
+``python -m analyses.reproduce``, which trains what its plan needs from here. ``zoo:NAME`` or
+``zoo:NAME@LEVEL`` names a cached checkpoint wherever a path goes (:func:`resolve`;
+``models.load``, every analysis), and never trains.
 
-    python -m models.zoo --list [--medium | --large | --paper] [--cache-dir DIR]  # cached or not
+    python -m models.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
+    python -m models.zoo path copy/hard_alibi [--level L]         # its cached file; never trains
     python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
     python -m models.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
 """

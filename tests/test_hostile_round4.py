@@ -193,3 +193,38 @@ def test_a_ray_address_that_is_not_a_ray_head_is_one_line_at_once():
     finally:
         server.stop(None)
         listener.close()
+
+
+# ---------------------------------------------------------------------------- record digest
+def test_an_edited_task_config_is_refused_on_load(tmp_path):
+    """The digest used to cover the weights only: a checkpoint whose task β was edited from
+    1 to 1000 ran and recorded β 1000."""
+    import io
+    import zipfile
+
+    from models.checkpoint import read_checkpoint
+
+    cfg = {"vocab_size": 3, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_state": 4,
+           "d_conv": 3, "chunk_size": 4}
+    torch.manual_seed(0)
+    m = models.build_model("mamba2", cfg)
+    ck = make_checkpoint("mamba2", cfg, "markov", {"beta": 1.0, "seq_len": 16}, {"step": 1},
+                         m.state_dict())
+    path = save_checkpoint(ck, tmp_path / "m.pt")
+    assert read_checkpoint(path)["task"]["config"]["beta"] == 1.0
+    payload = torch.load(path, weights_only=True)
+    assert "record_digest" in payload
+    payload["task"]["config"]["beta"] = 1000.0  # the weights' digest still matches
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    edited = tmp_path / "edited.pt"
+    edited.write_bytes(buf.getvalue())
+    assert zipfile.is_zipfile(edited)
+    with pytest.raises(CheckpointError, match="its record .* does not match") as e:
+        load(edited)
+    assert "\n" not in str(e.value)
+    old = {k: v for k, v in payload.items() if k != "record_digest"}  # written before it
+    buf = io.BytesIO()
+    torch.save(old, buf)
+    (tmp_path / "old.pt").write_bytes(buf.getvalue())
+    assert load(tmp_path / "old.pt").task.cfg.beta == 1000.0  # old files still load

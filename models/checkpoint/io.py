@@ -22,6 +22,7 @@ import torch
 from models.checkpoint.paths import check_path, check_writable, file_kind, short_path
 from models.checkpoint.schema import (
     check_complete,
+    record_digest,
     tensor_digest,
     validate_checkpoint,
     with_digests,
@@ -72,6 +73,11 @@ def _verify_weights(payload: dict, ckpt_path: Path) -> None:
         raise CheckpointError(f"{ckpt_path}: corrupt: its weights do not match the digest "
                               "stored with them (bytes changed inside the file, or an edit "
                               "that did not update 'digest')")
+    stored = payload.get("record_digest")  # absent in files written before it: weights only
+    if stored is not None and record_digest(payload) != stored:
+        raise CheckpointError(f"{ckpt_path}: corrupt: its record (model or task config, training "
+                              "record, history) does not match the digest stored with it (an "
+                              "edit after it was written, or bytes changed inside the file)")
     for name, t in sd.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())

@@ -98,6 +98,24 @@ def resume_digest(payload: dict[str, Any]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+# what record_digest leaves to the other two digests (weights; RNG and optimizer state)
+RECORD_EXCLUDED = frozenset({"state_dict", "optimizer", "digest", "resume_digest",
+                             "record_digest"})
+
+
+def record_digest(payload: dict[str, Any]) -> str:
+    """``sha256:…`` over the whole record besides the weights and the optimizer state: format,
+    model (arch and config), task (name and config), train (config, seed, step, RNG, …),
+    history and any other entry. Stored as ``record_digest`` and checked on load, so a config
+    edited after training (a task's β 1 → 1000) is refused instead of run and recorded as if
+    trained so. A file written before it has none: its ``digest`` covers the weights only."""
+    h = hashlib.sha256()
+    for key in sorted(payload, key=str):
+        if key not in RECORD_EXCLUDED:
+            _feed(h, key, payload[key])
+    return f"sha256:{h.hexdigest()}"
+
+
 def check_complete(payload: dict[str, Any]) -> None:
     """Refuse to save a payload that lacks a :data:`REQUIRED` entry (it could not be read)."""
     missing = [k for k in REQUIRED if k not in payload]
@@ -106,9 +124,10 @@ def check_complete(payload: dict[str, Any]) -> None:
 
 
 def with_digests(payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` as it is saved: with the digest of its weights and, where it can be resumed,
-    of its RNG and optimizer state."""
+    """``payload`` as it is saved: with the digests of its weights and of the rest of its record
+    and, where it can be resumed, of its RNG and optimizer state."""
     payload = {**payload, "digest": tensor_digest(payload["state_dict"])}
+    payload["record_digest"] = record_digest(payload)
     if "rng" in payload["train"] or "optimizer" in payload:
         payload["resume_digest"] = resume_digest(payload)
     return payload

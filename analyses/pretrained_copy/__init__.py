@@ -45,6 +45,8 @@ from tqdm.auto import tqdm
 from analyses.common import (
     Claim,
     Figure,
+    Margin,
+    Reading,
     export_of_dir,
     fmt,
     get,
@@ -366,34 +368,36 @@ def _mean_acc(rows: list[dict], key: str, keep) -> float | None:
     return sum(accs) / len(accs) if accs else None
 
 
-def _compare(d: dict, task: str, key: str, keep, where: str) -> tuple[str, bool | None]:
+def _compare(d: dict, task: str, key: str, keep, where: str) -> Reading:
     """Each Pythia's mean accuracy over the kept sizes against each Mamba's."""
     pythia, mamba = paper_pair(d)
     curves = get(d, task, "curves", default={})
     if not (pythia and mamba):
-        return ("n/a: needs a Pythia and a Mamba model (e.g. EleutherAI/pythia-410m "
-                "state-spaces/mamba-370m-hf); got " + (", ".join(d.get("models", {})) or "none"),
-                None)
+        return Reading("n/a: needs a Pythia and a Mamba model (e.g. EleutherAI/pythia-410m "
+                       "state-spaces/mamba-370m-hf); got "
+                       + (", ".join(d.get("models", {})) or "none"), None)
     acc = {k: _mean_acc(curves.get(k, []), key, keep) for k in pythia + mamba}
     if any(v is None for v in acc.values()):
-        return f"n/a: no {where} evaluated for every model", None
+        return Reading(f"n/a: no {where} evaluated for every model", None)
     text = f"mean accuracy {where}: " + ", ".join(f"{k} {fmt(acc[k], '.2f')}" for k in acc)
-    return text, min(acc[k] for k in pythia) > max(acc[k] for k in mamba)
+    m = Margin("weakest Pythia's mean accuracy vs the best Mamba's",
+               min(acc[k] for k in pythia), ">", max(acc[k] for k in mamba))
+    return Reading(text, m.holds, m)
 
 
-def claim_phonebook(d: dict) -> tuple[str, bool | None]:
+def claim_phonebook(d: dict) -> Reading:
     if "phonebook" not in d:
-        return "n/a: the phone-book task was not run", None
+        return Reading("n/a: the phone-book task was not run", None)
     return _compare(d, "phonebook", "entries", lambda L: L >= PAPER_LONG_BOOK,
                     f"over books of >= {PAPER_LONG_BOOK} entries")
 
 
-def claim_copy(d: dict) -> tuple[str, bool | None]:
+def claim_copy(d: dict) -> Reading:
     if "copy" not in d:
-        return "n/a: the copy task was not run", None
+        return Reading("n/a: the copy task was not run", None)
     if not get(d, "copy", "text", "natural", default=False):
-        return "n/a: the copied text was the suite's generated sentences, not natural text " \
-               "(give --text FILE)", None
+        return Reading("n/a: the copied text was the suite's generated sentences, not natural "
+                       "text (give --text FILE)", None)
     return _compare(d, "copy", "tokens", lambda n: True, "over all copy lengths")
 
 

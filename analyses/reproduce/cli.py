@@ -223,8 +223,11 @@ class _Progress:
         self.eta.done(o.job.name, o.seconds, o.ok)
         self.bar.update(1)
         self.show()
+        margins = o.margins if len(o.margins) == len(o.claims) else [None] * len(o.claims)
         tqdm.write(f"{o.job.name}: {'ok' if o.ok else 'FAILED'} ({o.seconds:.0f} s)"
-                   + "".join(f"\n   {p} | {m} | {verdict_text(h)}" for p, m, h in o.claims))
+                   + "".join(f"\n   {p} | {m} | {verdict_text(h)}"
+                             + (f" | margin: {g}" if g is not None else "")
+                             for (p, m, h), g in zip(o.claims, margins, strict=True)))
         if not o.ok and o.log_tail.strip():
             tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
                        + f"  (log: {self.out / 'logs' / (log_name(o.job) + '.log')})")

@@ -30,9 +30,11 @@ TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
 
 
 # ---------------------------------------------------------------------------- ngram_heads
-def test_ngram_heads_n_longer_than_the_strings_is_one_line(tmp_path, capsys):
-    ck = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")  # copy, max_len 6
-    code = ngram_heads.main([str(ck), "--n-max", "64", "--out", str(tmp_path / "out")])
+@pytest.mark.parametrize("n_checkpoints", [1, 2])
+def test_ngram_heads_n_longer_than_the_strings_is_one_line(n_checkpoints, tmp_path, capsys):
+    cks = [str(save_checkpoint(good_checkpoint(i), tmp_path / f"c{i}.pt"))  # copy, max_len 6
+           for i in range(n_checkpoints)]
+    code = ngram_heads.main([*cks, "--n-max", "64", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "--n-max 64" in err and "L = 6" in err

@@ -154,14 +154,19 @@ def check_model(model) -> str:
     return ea.kind(model)
 
 
+def check_n_max(n_max: int, lengths: list[int]) -> None:
+    """One line when the n-grams are longer than every probe string (no match can exist)."""
+    check(n_max <= max(lengths), f"--n-max {n_max} is longer than the probe strings (the "
+          f"longest is L = {max(lengths)} tokens): an n-gram match needs n <= L; lower --n-max "
+          "or raise --lengths")
+
+
 def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool,
                n_max: int = 1) -> None:
     """Before any example is built: n-grams no longer than the longest probe string, the
     longest probe sequence within the model's context, and a batch of them within the
     attention budget (the batch's patterns are held at once), or one line."""
-    check(n_max <= max(lengths), f"--n-max {n_max} is longer than the probe strings (the "
-          f"longest is L = {max(lengths)} tokens): an n-gram match needs n <= L; lower --n-max "
-          "or raise --lengths")
+    check_n_max(n_max, lengths)
     fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
     flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",
                         getattr(model, "name", model.arch))
@@ -405,6 +410,10 @@ def compute_many(runs: list[Run], config: HeadsConfig, text: str | None = None) 
     shared = (SharedData(None, {}, config.lengths, None) if pretrained
               else shared_data(runs, config))
     config = dataclasses.replace(config, lengths=shared.lengths)
+    for run in runs:  # every run's strings checked before the first is probed
+        t = task_of(run.model) or {"name": None, "config": {}}
+        check_n_max(config.n_max, list(config.lengths) if config.lengths is not None
+                    else default_lengths(t["name"], t["config"], run.data))
     out, seen = [], set()
     for run in tqdm(runs, desc=NAME, leave=False):
         label = run.label

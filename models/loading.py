@@ -18,7 +18,8 @@ from models.checkpoint import (
     model_from_checkpoint,
     read_checkpoint,
 )
-from models.recipe import is_zoo_ref
+from models.recipe import ZOO_PREFIX, is_zoo_ref
+from models.recipes import RECIPES
 
 # the temp directories models.export_hf builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
 # moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
@@ -76,9 +77,15 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     if is_hf_source(path):
         # deferred: transformers and the bridge take seconds to import, and a suite
         # checkpoint (every training run, every test) never needs them
-        from models.hf import load_hf
+        from models.hf import HFError, load_hf
 
-        model = load_hf(path, device, archs=archs)
+        try:
+            model = load_hf(path, device, archs=archs)
+        except HFError as e:
+            if str(path) not in RECIPES or Path(path).exists():
+                raise
+            # a zoo recipe's name reads as a hub name: say how to open the recipe instead
+            raise HFError(f"{e}; the zoo recipe {path} is opened as {ZOO_PREFIX}{path}") from None
         return model if eval_mode else model.train()
     if Path(path).is_dir():
         raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "

@@ -141,3 +141,11 @@ def test_the_training_line_says_what_where_steps_and_eta():
     assert "ETA" in line and "ETA unknown" not in line  # the shipped table has this row
     resumed = training_line(spec, "c/x.pt", device="cpu", resume_step=1000)
     assert f"steps 1,000 to {spec.train.steps:,} (resumed)" in resumed
+
+
+def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypatch):
+    """``models.load("copy/hard_alibi")`` reads as a hub name; its error says ``zoo:``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked
+    with pytest.raises(TaskError, match="opened as zoo:copy/hard_alibi"):
+        models.load("copy/hard_alibi")

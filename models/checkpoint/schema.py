@@ -3,7 +3,8 @@ its validation.
 
 A *payload* is the dict a checkpoint file holds: ``{"format": 1, "model": {"arch", "config"},
 "task": {"name", "config"}, "train": {config, seed, step, samples_seen, rng}, "state_dict",
-"optimizer" (optional), "history": [metrics], "digest", "resume_digest"}``. Validation checks a
+"optimizer" (optional), "history": [metrics], "digest", "resume_digest", "record_digest"}``
+(the weights; the RNG and optimizer state; the rest of the record). Validation checks a
 loaded payload without building its model; a layout that changes bumps :data:`FORMAT` and adds
 a one-time translation of the old one to :data:`UPGRADES`, so files already written still load.
 """

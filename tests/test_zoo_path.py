@@ -149,3 +149,16 @@ def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked
     with pytest.raises(TaskError, match="opened as zoo:copy/hard_alibi"):
         models.load("copy/hard_alibi")
+
+
+def test_python_m_models_train_says_it_will_train_before_it_does(tmp_path, capsys):
+    from models.train.cli import main as train_main
+
+    out = tmp_path / "c.pt"
+    assert train_main(["--task", "copy", "--arch", "transformer", "--d-model", "16",
+                       "--n-layers", "1", "--n-heads", "2", "--steps", "2", "--out", str(out),
+                       "--no-progress", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    said = [i for i, ln in enumerate(err) if ln.startswith("about to train (transformer on copy")]
+    assert len(said) == 1 and f"2 steps -> {out}" in err[said[0]] and "ETA" in err[said[0]]
+    assert "parameters" in err[said[0]]

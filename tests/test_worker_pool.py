@@ -81,3 +81,30 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
         proc.wait(timeout=0.2)
     _kill(_Running(job("s", "sleep", "60"), proc, tmp_path / "s.log", t, 1), grace=0.5)
     assert proc.returncode is not None and time.time() - t < 10
+
+
+def test_a_stop_also_ends_what_the_job_started(tmp_path):
+    """A job's workers (joblib's, say) may outlive the SIGTERM that stops the job; the stop
+    kills its whole process group once the grace is over or the job has ended."""
+    pidfile = tmp_path / "worker.pid"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    job = Job("j", (sys.executable, "-c", code))
+    proc = subprocess.Popen(list(job.argv), start_new_session=True)
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    worker = int(pidfile.read_text())
+    _kill(_Running(job, proc, tmp_path / "j.log", time.time(), 1), grace=5)
+    for _ in range(100):
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the job's worker outlived the stop")

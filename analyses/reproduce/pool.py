@@ -15,6 +15,7 @@ other command, and every job on a platform without ``os.fork``, starts as a subp
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import importlib
 import os
@@ -107,6 +108,8 @@ def _child(module: str, args: list[str], log: Path, env: Mapping[str, str],
     sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115
+    if not os.environ.get("PYTHONFAULTHANDLER"):  # as a new interpreter starts (pytest's
+        faulthandler.disable()  # would write a crashing job's traceback to pytest's stderr)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.update(env)

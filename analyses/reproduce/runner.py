@@ -95,9 +95,10 @@ def _kill(r: _Running, grace: float = 0.0) -> None:
             os.killpg(r.proc.pid, signal.SIGTERM)
             try:
                 r.proc.wait(timeout=grace)
-                return
             except subprocess.TimeoutExpired:
                 pass
+        # the group again, even after the job itself ended: workers it started (joblib's, say)
+        # may outlive the SIGTERM that stopped it
         os.killpg(r.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

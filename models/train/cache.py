@@ -89,8 +89,9 @@ def entry_state(path: Path, spec: RunConfig | None = None) -> str:
         return "other"
     tr = ck.get("train", {})
     steps = (tr.get("config") or {}).get("steps")
-    if not tr.get("stop") and isinstance(steps, int) and tr.get("step", steps) < steps:
-        return "interrupted"
+    if not tr.get("stop") and (tr.get("eval_pending") or (isinstance(steps, int)
+                                                          and tr.get("step", steps) < steps)):
+        return "interrupted"  # eval_pending: stopped during its evaluation, its last included
     return "done"
 
 

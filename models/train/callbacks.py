@@ -28,6 +28,10 @@ class Run:
     loss: float = math.nan
     history: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = ""  # set by a callback that ends the run early
+    # an evaluation at this step has begun and its record is not in the history yet: a run
+    # saved now (a stop during the evaluation) is unfinished even at its last step, and keeps
+    # what the record needs from the step ({"loss": the step's training loss}) for --resume
+    eval_pending: dict[str, float] | None = None
     time_before: float = 0.0  # seconds trained before this process (a resumed run's)
     started: float = field(default_factory=time.time)  # when this process's first step began
 

@@ -25,9 +25,17 @@ LENGTH_EVAL = "every_length"
 Evaluator = Callable[[torch.nn.Module, Any, TrainConfig, torch.device], dict[str, float]]
 
 
+class EvaluationStopped(Exception):
+    """A stop (Ctrl-C, SIGTERM) came during an evaluation, which was abandoned between two of
+    its batches: the loop saves the run as interrupted, and ``--resume`` evaluates that step
+    again first (an evaluation changes no state of the run, so the resumed run is the
+    uninterrupted one)."""
+
+
 @torch.no_grad()
 def evaluate(model, task, cfg: TrainConfig, device: torch.device,
-             world: World = distributed.SINGLE) -> dict[str, float]:
+             world: World = distributed.SINGLE,
+             stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """Loss on fresh batches; for generation tasks greedy string / char accuracy; for tasks
     with a Bayes-optimal predictor the gap to it; and a task's own ``extra_metrics``.
 
@@ -42,7 +50,11 @@ def evaluate(model, task, cfg: TrainConfig, device: torch.device,
     With the ``world`` of a DDP run (every rank calls it), every rank draws every evaluation
     batch (one stream, as in a single process) and scores every ``size``-th one; the per-batch
     scores are gathered and combined in batch order, so the record is the single-process one
-    and every rank gets it."""
+    and every rank gets it.
+
+    ``stop`` (None: never) is asked before every batch: when it says True the evaluation is
+    abandoned with :class:`EvaluationStopped`, so a SIGTERM during a long evaluation is
+    answered within one batch, not after the whole of it."""
     was_training = model.training
     model.eval()
     g = make_generator(cfg.seed + EVAL_SEED_OFFSET)  # the same fresh examples at every eval
@@ -53,6 +65,8 @@ def evaluate(model, task, cfg: TrainConfig, device: torch.device,
             units = (_drawn_units(task, cfg, g) if lengths is None
                      else length_units(task, cfg, g, lengths))
             for i, (batch, prompts, L) in enumerate(units):
+                if stop is not None and stop():
+                    raise EvaluationStopped(f"evaluation stopped before batch {i}")
                 if i % world.size == world.rank:
                     s = _scores(model, task, cfg, None if batch is None else batch.to(device),
                                 prompts, device)
@@ -131,6 +145,7 @@ def _combine_lengths(per_batch: list[dict[str, float]]) -> dict[str, Any]:
 
 
 evaluate.shards_over_ranks = True  # the loop calls it on every rank with its world
+evaluate.checks_stop = True  # it takes ``stop`` (run_evaluator passes the loop's)
 
 
 def _scores(model, task, cfg: TrainConfig, batch: Batch | None, prompts,
@@ -154,10 +169,16 @@ def _scores(model, task, cfg: TrainConfig, batch: Batch | None, prompts,
 
 
 def run_evaluator(evaluator: Evaluator, model, task, cfg: TrainConfig, dev: torch.device,
-                  world: World = distributed.SINGLE) -> dict[str, float]:
+                  world: World = distributed.SINGLE,
+                  stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """``evaluator``'s record on every rank: split over the ranks when it can be
-    (``shards_over_ranks``), else run once on rank 0 and broadcast."""
+    (``shards_over_ranks``), else run once on rank 0 and broadcast. ``stop`` reaches an
+    evaluator that ``checks_stop`` in one process (it may raise :class:`EvaluationStopped`);
+    under DDP the ranks would abandon at different batches and wait on one another in the
+    gather, so there a stop is taken between steps, after the evaluation."""
     if not world.active:
+        if stop is not None and getattr(evaluator, "checks_stop", False):
+            return evaluator(model, task, cfg, dev, stop=stop)
         return evaluator(model, task, cfg, dev)
     if getattr(evaluator, "shards_over_ranks", False):
         return evaluator(model, task, cfg, dev, world=world)

@@ -8,7 +8,9 @@ per-step metrics; see :class:`~models.train.callbacks.Callback`; ``TrainConfig.s
 :class:`~models.train.callbacks.StopAt`). Every RNG the run touches is saved
 (:mod:`models.train.rng`), so ``--resume`` continues a run bit-identically on the CPU. Ctrl-C
 and SIGTERM (what ``timeout``, Docker, Kubernetes and SLURM send before a kill) stop between
-two steps and save.
+two steps and save; one that comes during an evaluation abandons it between two of its batches
+(a long evaluation would outlast the grace before the kill) and saves the run at its step, and
+``--resume`` runs that evaluation first.
 
 The parts, each in its own module: the loss and how a step runs it (:mod:`models.train.loss`),
 evaluation and the training data (:mod:`models.train.evaluation`), writing and resuming
@@ -48,6 +50,7 @@ from models.train.config import TrainConfig, lr_at
 from models.train.distributed import World
 from models.train.evaluation import (
     EVAL_SEED_OFFSET,
+    EvaluationStopped,
     Evaluator,
     batches,
     evaluate,
@@ -78,8 +81,8 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class _StopSignals:
-    """Ctrl-C and SIGTERM set a flag that the loop checks between steps, so a save is never
-    half a step; a second signal gives up at once."""
+    """Ctrl-C and SIGTERM set a flag that the loop checks between steps, and an evaluation
+    between its batches, so a save is never half a step; a second signal gives up at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -195,42 +198,83 @@ def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progres
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     data = batches(task, cfg, data_gen, dev)
     run.started = time.time()
+
+    def evaluate_now(signals: _StopSignals) -> None:
+        """The evaluation at ``run.step``: its record, then the callbacks' ``on_eval``. A stop
+        during it raises :class:`EvaluationStopped` (one process: see ``run_evaluator``)."""
+        run.eval_pending = {"loss": run.loss}  # until its record is in the history
+        record = {"step": run.step, "samples_seen": run.samples_seen,
+                  "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
+                  "time_s": run.time_s(),
+                  **run_evaluator(evaluator, model, task, cfg, dev, world,
+                                  stop=lambda: signals.stop)}
+        compiled = getattr(loss_fn, "compiled", None)
+        if compiled is not None and compiled.fallback:  # the record says compile
+            record["compile_fallback"] = compiled.fallback  # but it ran eager
+        run.history.append(record)
+        run.eval_pending = None
+        bar.set_postfix({k: round(v, 4) for k, v in record.items()
+                         if k in ("loss", "eval_loss", "string_acc", "char_acc")})
+        if any([cb.on_eval(run, record) for cb in callbacks]):
+            run.stop_reason = run.stop_reason or "callback"
+
+    def interrupted(signal_name: str, during: str = "") -> TrainingInterrupted:
+        bar.close()
+        writer.save()
+        where = (f"; checkpoint saved to {out} (continue with --resume {out}"
+                 + ("; it evaluates this step first)" if during else ")")
+                 if out is not None else "; no output path, nothing saved")
+        if world.is_main:
+            print(f"{signal_name}: interrupted at step {run.step}/{cfg.steps}{during}{where}",
+                  file=sys.stderr)
+        return TrainingInterrupted(f"interrupted at step {run.step}")
+
     try:
         with _StopSignals() as signals:
-            while run.step < cfg.steps and not run.stop_reason:
-                _step(run, opt, loss_fn, next(data), clip, writer)
-                bar.update(1)
-                if any([cb.on_step(run) for cb in callbacks]):
-                    run.stop_reason = run.stop_reason or "callback"
-                if (cfg.eval_every and run.step % cfg.eval_every == 0) or run.step == cfg.steps:
-                    record = {"step": run.step, "samples_seen": run.samples_seen,
-                              "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
-                              "time_s": run.time_s(),
-                              **run_evaluator(evaluator, model, task, cfg, dev, world)}
-                    compiled = getattr(loss_fn, "compiled", None)
-                    if compiled is not None and compiled.fallback:  # the record says compile
-                        record["compile_fallback"] = compiled.fallback  # but it ran eager
-                    run.history.append(record)
-                    bar.set_postfix({k: round(v, 4) for k, v in record.items()
-                                     if k in ("loss", "eval_loss", "string_acc", "char_acc")})
-                    if any([cb.on_eval(run, record) for cb in callbacks]):
+            try:
+                if resume is not None and _eval_missing(run):  # a stop abandoned it
+                    run.loss = _pending_loss(resume)
+                    evaluate_now(signals)
+                while run.step < cfg.steps and not run.stop_reason:
+                    _step(run, opt, loss_fn, next(data), clip, writer)
+                    bar.update(1)
+                    if any([cb.on_step(run) for cb in callbacks]):
                         run.stop_reason = run.stop_reason or "callback"
-                signal_name = _agree_on_stop(run, signals, world, dev)
-                if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
-                    writer.save()
-                if signal_name and run.step < cfg.steps and not run.stop_reason:
-                    bar.close()
-                    writer.save()
-                    where = (f"; checkpoint saved to {out} (continue with --resume {out})"
-                             if out is not None else "; no output path, nothing saved")
-                    if world.is_main:
-                        print(f"{signal_name}: interrupted at step {run.step}/{cfg.steps}"
-                              f"{where}", file=sys.stderr)
-                    raise TrainingInterrupted(f"interrupted at step {run.step}")
+                    if _eval_due(cfg, run.step):
+                        evaluate_now(signals)
+                    signal_name = _agree_on_stop(run, signals, world, dev)
+                    if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
+                        writer.save()
+                    if signal_name and run.step < cfg.steps and not run.stop_reason:
+                        raise interrupted(signal_name)
+            except EvaluationStopped:
+                # the weights are this step's; the evaluation changed nothing of the run
+                raise interrupted(signals.signal_name, " during its evaluation") from None
             # the final save is inside the handler too: a SIGTERM now lets it finish
             return writer.save(final=True)
     finally:
         bar.close()
+
+
+def _eval_due(cfg: TrainConfig, step: int) -> bool:
+    """Whether the loop evaluates after optimiser step ``step``: every ``eval_every`` steps and
+    after the last."""
+    return bool(cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps
+
+
+def _pending_loss(resume) -> float:
+    """The training loss of the step whose evaluation a stop abandoned, as the checkpoint kept
+    it for the evaluation's record (NaN where it kept none)."""
+    pending = read_checkpoint(resume)["train"].get("eval_pending")
+    loss = pending.get("loss") if isinstance(pending, dict) else None
+    return float(loss) if isinstance(loss, (int, float)) else math.nan
+
+
+def _eval_missing(run: Run) -> bool:
+    """Whether a resumed run stopped during the evaluation of its step: one is due there and the
+    history has none (a stop between steps saves after the evaluation's record)."""
+    last = run.history[-1].get("step") if run.history else None
+    return run.step > 0 and _eval_due(run.spec.train, run.step) and last != run.step
 
 
 def _step(run: Run, opt: torch.optim.Optimizer, loss_fn: StepLoss, batch, clip: float,

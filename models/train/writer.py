@@ -77,7 +77,8 @@ class CheckpointWriter:
         train_meta = {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
                       "samples_seen": run.samples_seen, "rng": rng_state(self.data_gen),
                       "time_s": run.time_s(), "world_size": self.world.size,
-                      **({"stop": run.stop_reason} if run.stop_reason else {})}
+                      **({"stop": run.stop_reason} if run.stop_reason else {}),
+                      **({"eval_pending": run.eval_pending} if run.eval_pending else {})}
         spec = run.spec
         return make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
                                train_meta,

@@ -249,3 +249,64 @@ def test_every_quick_claim_reader_is_tested_here():
     assert set(QUICK_READERS_TESTED) == set(PLAN)
     for name, n in QUICK_READERS_TESTED.items():
         assert len(figure_of(name).claims) >= n
+
+
+# ---------------------------------------------------------------------------- medium readers
+def test_medium_readers_margins():
+    """The readers of the levels above quick give their margins too (and their undecided
+    cases keep theirs): hand-made results as their own tests build them."""
+    import numpy as np
+
+    from tests.test_copy_efficiency_medium import medium_json as copy_medium
+    from tests.test_markov_holdout import _run
+    from tests.test_memorization import search_json
+    from tests.test_ngram_lookup_medium import prefix_json
+    from tests.test_stu_analysis import medium_json as stu_medium
+
+    # Markov hold-out (medium: several seeds, Table 7's steps not reached -> undecided)
+    d = markov_holdout.combine([_run([0.38, 0.1, 0.007, 0.001], [0.25, 0.02, 0.01, 0.005], 0.25),
+                                _run([0.36, 0.1, 0.006, 0.002], [0.25, 0.02, 0.01, 0.006], 0.25)])
+    for claim in (markov_holdout.claim_in_range, markov_holdout.claim_to_zero,
+                  markov_holdout.claim_loss_converges, markov_holdout.claim_restricted):
+        read = claim(d)
+        assert isinstance(read.margin, Margin), claim.__name__
+        if isinstance(read[1], bool):
+            assert read.margin.holds is read[1]
+    assert markov_holdout.claim_to_zero(d).margin.value == pytest.approx(0.002)
+    # copy efficiency: the smallest per-seed ratio; the gap's change with its interval
+    fewer = copy_efficiency.claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
+                                                                 "lstm": [1.5, None]}}))
+    assert fewer.margin.value == 1.5 and fewer.margin.threshold == 1
+    grows = copy_efficiency.claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4]},
+                                                         20: {"mamba": [9.0, 8.0, 10.0]}}))
+    assert grows[1] is True and grows.margin.interval[0] > 0
+    held = copy_efficiency.claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.0, 2.0]},
+                                                        20: {"mamba": [6.0, 1.9, 1.8]}}))
+    assert isinstance(held[1], Undecided) and held.margin.interval[0] < 0 < held.margin.interval[1]
+    # prefix lookup length generalisation (medium)
+    d = {**prefix_json({"hard_alibi": [1.0, 0.5, 0.2], "lstm": [1.0, 0.95, 0.92]}),
+         "level": "medium"}
+    m = margin_of(ngram_lookup.claim_prefix_length(d))
+    assert m.value == pytest.approx(0.92) and m.threshold == 0.9
+    unlearnt = {**prefix_json({"hard_alibi": [0.5, 0.2, 0.2], "lstm": [0.6, 0.2, 0.1]}),
+                "level": "medium"}
+    read = ngram_lookup.claim_prefix_length(unlearnt)
+    assert isinstance(read[1], Undecided) and read.margin.value == pytest.approx(0.6)
+    # memorization's shape claims: the exponent with its interval
+    linear = search_json((1e4, 9e4, (0.85, 1.1)))
+    m = mem_claims.claim_linear(linear).margin
+    assert m.interval == (0.85, 1.1) and m.threshold == 0.5 and m.holds
+    read = mem_claims.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)),
+                                                      small=(0.9, (0.6, 1.2))))
+    assert isinstance(read[1], Undecided) and read.margin.interval == (0.6, 1.2)
+    # STU at medium
+    d = stu_medium({"stu": [0.3, 0.95, 0.4, 0.35], "transformer (hard_alibi)": [0.3, 0.3],
+                    "mamba2": [0.2, 0.2], "stu (no norm, <BLANK> = 0)": [0.3, 0.3],
+                    "stu (shared mixture)": [0.3, 0.3]},
+                   at_L={"stu (shared mixture)": [0.5, 0.55]})
+    assert margin_of(stu_claims.claim_generalise(d)).value == 0.95
+    assert margin_of(stu_claims.claim_vs_baselines(d)).value == pytest.approx(
+        float(np.median([0.3, 0.95, 0.4, 0.35])) - 0.3)
+    assert margin_of(stu_claims.claim_padding(d)).threshold in (0.9, 0.1)
+    assert stu_claims.claim_blank_zero(d).margin.value == pytest.approx(0.5)
+    assert stu_claims.claim_shared_mixture(d).margin.value == 0.55

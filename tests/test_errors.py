@@ -14,9 +14,11 @@ from models.cli import EXIT_BAD_INPUT, EXIT_FAILED, run_cli
 from tasks.errors import CheckpointError, ConfigError, RunError, SeqprobeError, TaskError
 
 PACKAGES = ("tasks", "models", "probes", "analyses", "figures", "bench")
-# Not errors: Ctrl-C and SIGTERM between two training steps. A KeyboardInterrupt on purpose, so
-# that no `except Exception` (a sweep's retry, a CLI's one line) swallows the user's stop.
-NOT_ERRORS = {"models.train.loop.TrainingInterrupted"}
+# Not errors: Ctrl-C and SIGTERM between two training steps or during an evaluation. A
+# KeyboardInterrupt on purpose, so that no `except Exception` (a sweep's retry, a CLI's one line)
+# swallows the user's stop.
+NOT_ERRORS = {"models.train.loop.TrainingInterrupted",
+              "models.train.evaluation.EvaluationStopped"}
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:

@@ -25,11 +25,12 @@ LENGTH_EVAL = "every_length"
 Evaluator = Callable[[torch.nn.Module, Any, TrainConfig, torch.device], dict[str, float]]
 
 
-class EvaluationStopped(Exception):
+class EvaluationStopped(KeyboardInterrupt):
     """A stop (Ctrl-C, SIGTERM) came during an evaluation, which was abandoned between two of
     its batches: the loop saves the run as interrupted, and ``--resume`` evaluates that step
     again first (an evaluation changes no state of the run, so the resumed run is the
-    uninterrupted one)."""
+    uninterrupted one). A KeyboardInterrupt, as the user's stop it carries: no ``except
+    Exception`` on its way (an evaluator's, a callback's) swallows it."""
 
 
 @torch.no_grad()

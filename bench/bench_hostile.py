@@ -1,8 +1,9 @@
 """Peak memory of refusing hostile inputs: ``python -m bench.bench_hostile`` ->
 ``bench/results_hostile.json``.
 
-A tiny file that claims a huge model, a deflated zip entry, a broadcast view, a 2 GB sparse
-tokenizer, a huge --text file: each must be refused (or cut to a bounded prefix) before what
+A tiny file that claims a huge model, a deflated zip entry, a broadcast view, a task length
+that one evaluation batch cannot hold, a 2 GB sparse tokenizer, a huge --text file: each must
+be refused (or cut to a bounded prefix) before what
 it claims is allocated. The tests check *where* each refusal comes (tests/test_reliability.py,
 tests/test_hf_hostile.py: no model built but on the meta device, ``torch.load`` never reached);
 this measures what refusing costs, as DESIGN.md keeps memory targets out of the default suite.
@@ -32,6 +33,7 @@ from models.checkpoint import CheckpointError, save_checkpoint, tensor_digest
 MB = 2**20
 TINY = dict(vocab_size=30, d_model=16, n_layers=1, n_heads=2, d_mlp=32)  # copy, D = 26
 STU = dict(vocab_size=7, d_model=8, n_layers=1, filter_len=32, num_filters=6, d_mlp=16)
+MAMBA2 = dict(vocab_size=3, d_model=8, n_layers=1, n_heads=2, d_state=4, d_conv=3, chunk_size=4)
 
 # case -> (what the tiny input claims, bound in MiB): the bounds the tests held before the
 # measurement moved here (issue 28)
@@ -43,6 +45,7 @@ CASES = {
     "pt_stu_filter_len": ({"filter_len": 65536}, 50),
     "pt_deflated_entry": ({}, 50),
     "pt_broadcast_view": ({}, 50),
+    "pt_task_seq_len": ({"seq_len": 2**24}, 50),  # in its per-int bound; 64 rows: terabytes
     "train_cli_d_model": ({"d_model": 10**9}, 200),
     "hf_vocab": ({"vocab_size": 20_000_000}, 100),
     "hf_layers": ({"num_hidden_layers": 1_000_000}, 100),
@@ -111,6 +114,20 @@ def _inputs(name: str, d: Path):
             raise AssertionError(f"{name}: not refused")
         return call
 
+    if name == "pt_task_seq_len":  # loaded for evaluation: models.memory's check refuses it
+        from models.memory import check_evaluation_fits
+        from tasks.base import TaskError
+
+        ck = _checkpoint("mamba2", MAMBA2)
+        ck["task"] = {"name": "markov", "config": {"seq_len": 256}}
+        good = save_checkpoint(ck, d / "good.pt")
+        ck["task"] = {"name": "markov", "config": claim}
+        bomb = save_checkpoint(ck, d / "bomb.pt")
+
+        def evaluate(path):
+            check_evaluation_fits(models.load(path), str(path))
+        return (functools.partial(evaluate, good),
+                refused(evaluate, bomb, errors=(TaskError,)))
     if name.startswith("pt_"):
         arch, cfg = ("stu", STU) if "stu" in name else ("transformer", TINY)
         good = save_checkpoint(_checkpoint(arch, cfg), d / "good.pt")

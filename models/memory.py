@@ -9,10 +9,11 @@ temporaries no hook sees, plus logits, log-probabilities and the int64 tokens an
 
 :func:`check_evaluation_fits` is the check an analysis makes when it loads a checkpoint to
 evaluate it (:func:`analyses.common.load_model`): a task config whose lengths are within the
-per-int bound (a Markov ``seq_len`` of 2^24) can still ask for gigabytes per batch, so one
-forward pass of :data:`EVAL_ROWS` rows at the task's longest sequence must fit in what this
-process can still allocate (:func:`tasks.memory.check_fits`), or the load is refused in one
-line before any data is drawn.
+per-int bound (a Markov ``seq_len`` of 2^24) can still ask for gigabytes per batch, so the least
+an evaluation at the task's longest sequence needs (:func:`evaluation_bytes`: one row through
+the model, the data of :data:`EVAL_ROWS` rows) must fit in what this process can still allocate
+(:func:`tasks.memory.check_fits`), or the load is refused in one line before any data is drawn.
+An analysis' own batch sizes are its flags, estimated by the analysis where they matter.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from models.checkpoint.rebuild import meta_model, model_footprint
 from tasks.base import config_to_dict
-from tasks.memory import check_fits, human_bytes
+from tasks.memory import check_fits
 
 TEMPORARIES = 2.0  # unhooked temporaries (softmax, norms, einsum outputs) at most double it
 FIT_LENGTHS = (8, 16, 32)  # short meta runs: three points fix a + b·T + c·T²
@@ -115,10 +116,20 @@ def task_positions(task_config: dict) -> int:
     return max(positions, default=0)
 
 
+def evaluation_bytes(arch: str, config, positions: int, rows: int = EVAL_ROWS) -> int:
+    """The least an evaluation at ``positions`` tokens needs: one row through the model with its
+    activations cached (an analysis cannot run less), and the data of ``rows`` rows at once:
+    int64 tokens and targets, and the model's float64 probabilities over its vocabulary (what
+    the Markov analyses hold per batch)."""
+    vocab = _per_row_fit(arch, json.dumps(_config_dict(config), sort_keys=True))[2]
+    data = rows * positions * (8 * 2 + 8 * max(vocab, 1))
+    return forward_bytes(arch, config, 1, positions) + data
+
+
 def check_evaluation_fits(model, what: str, rows: int = EVAL_ROWS) -> None:
-    """Refuse (one line) a suite model whose task's longest sequence makes one forward pass of
-    ``rows`` rows larger than the memory this process can still get. Models without a suite
-    task or architecture (a pretrained LM) pass: they have no task sizes to check."""
+    """Refuse (one line) a suite model whose task's longest sequence makes an evaluation
+    (:func:`evaluation_bytes`) larger than the memory this process can still get. Models
+    without a suite task or architecture (a pretrained LM) pass: no task sizes to check."""
     task = getattr(model, "task", None)
     arch = getattr(model, "arch", None)
     if task is None or arch is None or getattr(model, "cfg", None) is None:
@@ -127,10 +138,9 @@ def check_evaluation_fits(model, what: str, rows: int = EVAL_ROWS) -> None:
     if positions == 0:
         return
     try:
-        need = forward_bytes(arch, model.cfg, rows, positions)
+        need = evaluation_bytes(arch, model.cfg, positions, rows)
     except Exception:  # noqa: BLE001 - an architecture the meta device cannot run: no estimate
         return
-    check_fits(need, f"{what}: evaluating it at its task's length ({positions:,} positions, "
-               f"{rows} rows of {task.name} at once)",
-               f"its task config asks for sequences this machine cannot run "
-               f"({human_bytes(need / rows)} per row)")
+    check_fits(need, f"{what}: evaluating it at its task's length ({positions:,} positions of "
+               f"{task.name}: one row through the model, the data of {rows} rows)",
+               "its task config asks for sequences this machine cannot run")

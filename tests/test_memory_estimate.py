@@ -16,7 +16,13 @@ import torch
 
 import models
 from models.checkpoint import save_checkpoint
-from models.memory import EVAL_ROWS, check_evaluation_fits, forward_bytes, task_positions
+from models.memory import (
+    EVAL_ROWS,
+    check_evaluation_fits,
+    evaluation_bytes,
+    forward_bytes,
+    task_positions,
+)
 from tasks import memory
 from tasks.base import TaskError
 from tests.tiny import TINY, good_checkpoint
@@ -137,11 +143,15 @@ def test_ordinary_settings_pass_the_check(tmp_path):
     check_evaluation_fits(model, "c.pt")  # a copy model at max_len 6: passes
     ok = models.load(_markov_checkpoint(tmp_path / "ok.pt", 256))
     check_evaluation_fits(ok, "ok.pt")
+    # the paper's copy setting (strings up to 300) in a 12-layer, 12-head transformer: one row
+    # with its patterns cached, not a whole batch of them, is what loading it must fit
+    wide = {"vocab_size": 30, "d_model": 768, "n_layers": 12, "n_heads": 12, "d_mlp": 3072}
+    assert evaluation_bytes("transformer", wide, task_positions({"max_len": 300})) < 4 << 30
 
 
 def test_a_hostile_task_length_is_refused_when_loaded_for_evaluation(tmp_path):
     """The per-int bound admits seq_len = 2^24; evaluating 64 rows of it cannot fit."""
     huge = models.load(_markov_checkpoint(tmp_path / "huge.pt", 2**24))
     assert task_positions({"seq_len": 2**24}) == 2**24 + 1
-    with pytest.raises(TaskError, match=f"{EVAL_ROWS} rows of markov at once"):
+    with pytest.raises(TaskError, match=f"the data of {EVAL_ROWS} rows"):
         check_evaluation_fits(huge, "huge.pt")

@@ -99,21 +99,25 @@ def resume_digest(payload: dict[str, Any]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-# what record_digest leaves to the other two digests (weights; RNG and optimizer state)
+# what record_digest leaves to the other two digests (weights; optimizer and, in "train", RNG)
 RECORD_EXCLUDED = frozenset({"state_dict", "optimizer", "digest", "resume_digest",
                              "record_digest"})
 
 
 def record_digest(payload: dict[str, Any]) -> str:
     """``sha256:…`` over the whole record besides the weights and the optimizer state: format,
-    model (arch and config), task (name and config), train (config, seed, step, RNG, …),
+    model (arch and config), task (name and config), train (config, seed, step, …; its RNG
+    state is :func:`resume_digest`'s, checked when a run resumes),
     history and any other entry. Stored as ``record_digest`` and checked on load, so a config
     edited after training (a task's β 1 → 1000) is refused instead of run and recorded as if
     trained so. A file written before it has none: its ``digest`` covers the weights only."""
     h = hashlib.sha256()
     for key in sorted(payload, key=str):
         if key not in RECORD_EXCLUDED:
-            _feed(h, key, payload[key])
+            value = payload[key]
+            if key == "train" and isinstance(value, dict):  # its RNG: resume_digest's
+                value = {k: v for k, v in value.items() if k != "rng"}
+            _feed(h, key, value)
     return f"sha256:{h.hexdigest()}"
 
 

@@ -2,13 +2,14 @@
 long it should take — before the progress bar, so nobody learns from the bar that a command
 they thought would read a checkpoint is training one.
 
-    about to train NAME (ARCH on TASK): STEPS steps -> CACHE PATH; ETA TIME on idle cores (SOURCE)
+    about to train NAME (ARCH on TASK): STEPS steps -> CACHE PATH; ETA TIME (SOURCE)
 
 The ETA is the shipped step-cost table's (:class:`models.train.costs.StepCosts`: this run's
-row, else its architecture's cost per FLOP; on a GPU the CUDA table or a projection), on idle
-cores (a machine busy with other work takes longer); "ETA unknown" where the table cannot
-say. Called by :func:`models.train.cache.train_spec_cached` (``python -m models.zoo train``,
-every analysis' ``--train``) and by ``python -m models.train``.
+row, else its architecture's cost per FLOP; on a GPU the CUDA table or a projection), in this
+machine's seconds now (the table's reference step is timed here first, a busy machine's wait
+included; other work that starts later is not); "ETA unknown" where the table cannot say.
+Called by :func:`models.train.cache.train_spec_cached` (``python -m models.zoo train``, every
+analysis' ``--train``) and by ``python -m models.train``.
 """
 
 from __future__ import annotations
@@ -74,9 +75,7 @@ def training_line(spec: RunConfig, out: str | Path | None, *, what: str | None =
     if est is None:
         eta = f"ETA unknown (no step cost of a {spec.arch} in the step-cost table)"
     else:
-        idle = "" if est.source in ("measured", "projection") else " on idle cores"
-        eta = (f"ETA {human_seconds(est.seconds * left)}{idle} "
-               f"({SOURCES.get(est.source, est.source)})")
+        eta = f"ETA {human_seconds(est.seconds * left)} ({SOURCES.get(est.source, est.source)})"
     where = f" -> {out}" if out is not None else " (no output file)"
     stop = f", stops early at accuracy {spec.train.stop_at:g}" if spec.train.stop_at else ""
     return f"{head}: {todo}{stop}{where}; {eta}"

@@ -339,8 +339,9 @@ def check_value(row: str, value: Any, what: str) -> None:
         low_ok = v > b.lo if b.open_lo else v >= b.lo
         if not (isinstance(v, (int, float)) and math.isfinite(v) and low_ok and v <= b.hi):
             side = "(" if b.open_lo else "["
-            raise ConfigError(f"{what} {v!r} is out of range: must be in {side}{b.lo:g}, "
-                              f"{b.hi:g}] ({b.why})")
+            where = (f"{int(b.lo)}..{int(b.hi)}" if b.kind in ("int", "ints")
+                     else f"in {side}{b.lo:g}, {b.hi:g}]")
+            raise ConfigError(f"{what} {v!r} is out of range: must be {where} ({b.why})")
 
 
 # ---------------------------------------------------------------------------- model context

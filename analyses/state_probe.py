@@ -41,6 +41,7 @@ from analyses.common import (
     Figure,
     Margin,
     Reading,
+    Undecided,
     fmt,
     load_model,
     run_analysis,
@@ -270,16 +271,32 @@ def claim_counts(d: dict) -> Reading:
 
 
 def claim_readout(d: dict) -> Reading:
-    """Eq. 5: what y_t carries (the current context's counts) is learned: every random-init
-    twin's readout probe scores under half the trained one's."""
+    """Eq. 5: what y_t carries (the current context's counts) is learned, not given by the
+    architecture: the trained model's readout probe lies above every random-init twin's by more
+    than the twins differ among themselves (their range) — beyond what initialisation alone
+    gives. Does not hold when a twin reads out as well as the trained model; not decided when
+    the trained model is above every twin but within their range. (It was "every twin under
+    half the trained one's", a cut-off picked here that the quick recipe's seeds fell on both
+    sides of: issue 38, README.)"""
     tr = d["trained"][0]
-    rnd = d.get("random_init_max", {}).get("readout_r2_mean")
     trained = tr.get("readout_r2_mean", 0)
-    m = (None if rnd is None else
-         Margin("best random-init readout R² / trained", rnd / trained if trained else 1.0, "<",
-                0.5))
-    return Reading(f"what the model reads out: trained {trained:.3f} vs random init "
-                   f"{fmt(rnd)}", rnd is not None and rnd < 0.5 * trained, m)
+    twins = [s["readout_r2_mean"] for s in d.get("random_init_seeds", [])
+             if s.get("readout_r2_mean") is not None]
+    best = d.get("random_init_max", {}).get("readout_r2_mean")
+    if best is None:
+        return Reading(f"what the model reads out: trained {trained:.3f}, no random-init twin",
+                       False)
+    spread = max(twins) - min(twins) if len(twins) > 1 else 0.0
+    text = (f"what the model reads out: trained {trained:.3f} vs random init "
+            + (f"{min(twins):.3f}–{max(twins):.3f} ({len(twins)} twins)" if len(twins) > 1
+               else f"{best:.3f}"))
+    m = Margin("trained readout R² − the best twin's", trained - best, ">", spread)
+    if m.holds:
+        return Reading(text, True, m)
+    if trained <= best:
+        return Reading(text, False, m)
+    return Reading(text, Undecided.either_shape(
+        "the trained readout is above every random-init twin but within their spread"), m)
 
 
 FIGURE = Figure(

@@ -41,8 +41,19 @@ def test_state_probe_claims():
     assert state_probe.claim_counts(_probe(0.8, 0.96, 0.5, 0.4))[1] is False
     assert state_probe.claim_counts(_probe(0.95, 0.96, 0.97, 0.4))[1] is False  # random wins
     assert state_probe.claim_readout(_probe(0.99, 0.96, 0.97, 0.4))[1] is True
-    assert state_probe.claim_readout(_probe(0.99, 0.96, 0.97, 0.6))[1] is False
     assert state_probe.claim_readout(_probe(0.99, 0.96, None, None))[1] is False
+
+    def twins(*readouts):  # random-init twins' readout R² beside a trained 0.96
+        d = _probe(0.99, 0.96, 0.97, max(readouts))
+        d["random_init_seeds"] = [{"readout_r2_mean": r} for r in readouts]
+        return d
+    # issue 38: beyond the twins' own spread, not under a half picked here (the quick recipe's
+    # seeds read 0.44 and 0.54 of the trained readout, on both sides of a half)
+    assert state_probe.claim_readout(twins(0.29, 0.43, 0.31))[1] is True
+    assert state_probe.claim_readout(twins(0.44, 0.51, 0.48))[1] is True
+    assert state_probe.claim_readout(twins(0.3, 0.97))[1] is False  # a twin reads out as well
+    und = state_probe.claim_readout(twins(0.3, 0.9))[1]  # above both, within their spread
+    assert isinstance(und, Undecided) and "spread" in und.reason
 
 
 def _bc_row(series: str, step: int, pinned: float | None, label: str = "m") -> dict:

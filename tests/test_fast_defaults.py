@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 
+from models.checkpoint import save_checkpoint
 from models.registry import build_model
 from models.train import cache
 from models.train.cli import build_parser, parse_value
@@ -90,7 +91,7 @@ def test_the_cache_records_what_the_cpu_used(tmp_path):
     assert cache.entry_state(path, spec.resolved(CPU)) == "done"
     # the same file read as a CUDA run's record is another run: never served for this spec
     ck["train"]["config"] = {**tr, "device_type": "cuda", "precision": "bf16", "compile": True}
-    torch.save(ck, tmp_path / "gpu.pt")
+    save_checkpoint(ck, tmp_path / "gpu.pt")  # as that run wrote it: its digests match
     assert cache.entry_state(tmp_path / "gpu.pt", spec) == "other"
 
 

@@ -36,10 +36,15 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
     if os.path.lexists(out) or not out.parent.is_dir():
         return None
     aside = re.compile(re.escape(f".{out.name}.") + r"[a-z0-9_]{8}\.export\.old")
-    found = [p for p in out.parent.iterdir()
-             if aside.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
-             and (p / "config.json").is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    try:
+        if os.path.lexists(out) or not out.parent.is_dir():
+            return None
+        found = [p for p in out.parent.iterdir()
+                 if aside.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+                 and (p / "config.json").is_file()]
+        return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    except OSError:  # a name too long, a parent that cannot be listed: the loader says why
+        return None
 
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,

@@ -33,8 +33,6 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
     aside (``.NAME.XXXXXXXX.export.old``) and was stopped before moving the new one in: where
     ``out`` is missing and such a directory is beside it (the newest), else None."""
     out = Path(os.path.abspath(out))
-    if os.path.lexists(out) or not out.parent.is_dir():
-        return None
     aside = re.compile(re.escape(f".{out.name}.") + r"[a-z0-9_]{8}\.export\.old")
     try:
         if os.path.lexists(out) or not out.parent.is_dir():

@@ -321,3 +321,28 @@ def test_medium_readers_margins():
     assert margin_of(stu_claims.claim_padding(d)).threshold in (0.9, 0.1)
     assert stu_claims.claim_blank_zero(d).margin.value == pytest.approx(0.5)
     assert stu_claims.claim_shared_mixture(d).margin.value == 0.55
+
+
+def test_the_seeds_table_marks_a_verdict_that_flips(tmp_path):
+    """analyses.reproduce.seeds: claim x seed -> value and verdict, and whether the verdict
+    is the same in every seed."""
+    import json
+
+    from analyses.reproduce import seeds
+
+    def run(name, mean):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "mamba_decay.json").write_text(json.dumps({"models": [
+            {"label": "markov/mamba2", "mean": mean}]}))
+        return out
+
+    outs = [run("s0", 0.99), run("s1", 0.97), run("s2", 0.9)]
+    text = seeds.table(outs, ["0", "1", "2"])
+    row = next(line for line in text.splitlines() if "a_t ≈ 1 on Markov data" in line)
+    assert "| 0.99 (holds) | 0.97 (holds) | 0.9 (does not hold) | NO |" in row
+    assert "-0.05 (mean a_t >= 0.95)" in row
+    md = tmp_path / "t.md"
+    assert seeds.main([*map(str, outs[:2]), "--md", str(md)]) == 0
+    assert "| yes |" in md.read_text()
+    assert seeds.main([str(tmp_path / "nowhere")]) != 0

@@ -678,8 +678,8 @@ def _markov_holdout_large() -> Iterator[Recipe]:
 def build_recipes() -> dict[str, Recipe]:
     """Every recipe by name, in the order ``python -m models.zoo --list`` shows them."""
     recipes: dict[str, Recipe] = {}
-    for r in (*_copy(), *_copy_export(), *_copy_medium(), *_lookup(), *_lookup_medium(), *MARKOV_RECIPES,
-              *_markov_variants(), *_markov_holdout_medium(), *MAMBAZERO_RECIPES,
+    for r in (*_copy(), *_copy_export(), *_copy_medium(), *_lookup(), *_lookup_medium(),
+              *MARKOV_RECIPES, *_markov_variants(), *_markov_holdout_medium(), *MAMBAZERO_RECIPES,
               *_ablations(), *_induction(), *_induction_medium(), *_copy_large(),
               *_induction_large(), *_lookup_large(), *_markov_holdout_large()):
         check(r.name not in recipes, f"recipe {r.name} defined twice")

@@ -30,6 +30,7 @@ import pytest
 import torch
 
 import models
+from models import flags
 import models.train.loop as L
 import models.train.writer as W
 from analyses.common import load_model
@@ -314,14 +315,15 @@ def test_resume_from_a_fifo_does_not_block(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------- 5. model size
 @pytest.mark.parametrize("extra,phrase", [
-    (["--d-mlp", "32"], "needs at least"),  # 3.2e10 parameters: terabytes
-    ([], "cannot be built: Storage size calculation overflowed"),  # d_mlp = 4e9: 4e18 floats
+    # every width within its flag bound, their product terabytes of parameters
+    (["--d-model", str(flags.MAX_DIM), "--d-mlp", str(4 * flags.MAX_DIM)], "needs at least"),
+    # a width beyond its bound never reaches the sizing
+    (["--d-model", "1000000000"], "is out of range: must be 1..65536"),
 ])
 def test_a_model_too_large_for_the_machine_is_one_line_before_allocating(extra, phrase, tmp_path,
                                                                          capsys, builds):
     argv = [a for a in QUICK if a not in ("--d-mlp", "32")]
-    code, _, err = run_main([*argv, *extra, "--d-model", "1000000000", "--out",
-                             str(tmp_path / "c.pt")], capsys)
+    code, _, err = run_main([*argv, *extra, "--out", str(tmp_path / "c.pt")], capsys)
     line = one_line(err)
     assert code == 2 and phrase in line, line
     if phrase == "needs at least":
@@ -331,18 +333,21 @@ def test_a_model_too_large_for_the_machine_is_one_line_before_allocating(extra, 
 
 
 def test_a_deep_model_is_sized_without_building_every_layer(tmp_path, capsys, builds):
-    code, _, err = run_main([*QUICK, "--n-layers", "100000000", "--out", str(tmp_path / "c.pt")],
-                            capsys)
+    code, _, err = run_main([*QUICK, "--n-layers", str(flags.MAX_LAYERS), "--d-model",
+                             str(flags.MAX_DIM), "--out", str(tmp_path / "c.pt")], capsys)
     assert code == 2 and "needs at least" in one_line(err)
     # extrapolated from meta builds of one and two layers, not one module per layer
     assert builds and all(device == "meta" and n <= 2 for device, n in builds), builds
 
 
 def test_a_batch_too_large_for_the_machine_is_refused(tmp_path, capsys):
-    code, _, err = run_main([*QUICK, "--batch-size", "1000000000", "--max-len", "10000",
-                             "--out", str(tmp_path / "c.pt")], capsys)
+    # each flag within its bound; their product (activations of 4096 rows of 8k tokens at a
+    # width of 4096) is far beyond any machine
+    code, _, err = run_main([*QUICK, "--batch-size", str(flags.MAX_BATCH), "--max-len",
+                             str(flags.MAX_LENGTH), "--d-model", "4096", "--out",
+                             str(tmp_path / "c.pt")], capsys)
     line = one_line(err)
-    assert code == 2 and "on batches of 1000000000 x" in line and "needs at least" in line
+    assert code == 2 and f"on batches of {flags.MAX_BATCH} x" in line and "needs at least" in line
 
 
 def test_the_spec_check_builds_no_real_model(builds):
@@ -415,7 +420,7 @@ def test_a_huge_task_on_resume_is_refused_before_any_batch(tmp_path, capsys, bui
     assert {device for device, _ in builds} <= {"meta"}, builds
     code, _, err = run_main([*QUICK, "--max-len", str(10**12), "--out", str(tmp_path / "c.pt")],
                             capsys)
-    assert code == 2 and "max_len = 1000000000000 is beyond" in one_line(err)
+    assert code == 2 and "1000000000000 is out of range: must be 1..4096" in one_line(err)
 
 
 def test_a_broadcast_view_cannot_claim_more_than_its_storage(tmp_path):

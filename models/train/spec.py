@@ -93,7 +93,8 @@ BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
 
 def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
     """``(parameters, bytes, what)``: a lower bound on the memory this run needs (weights,
-    gradients, optimizer state, rebuilt buffers, and one batch's tokens and logits), from the
+    gradients, optimizer state, rebuilt buffers, one batch's tokens and logits, and one
+    micro-batch's residual stream at every block boundary), from the
     configs alone (meta-device builds: nothing is allocated)."""
     n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model_dict)
     cfg = spec.train
@@ -105,7 +106,12 @@ def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
     vocab = int(getattr(spec.model, "vocab_size", 0) or 0)
     # int64 tokens and targets; fp32 logits, their log-softmax and its gradient
     batch_bytes = rows * length * (16 + 12 * vocab)
-    need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes
+    # the residual stream at every block boundary of one micro-batch, which the backward needs
+    # however the blocks are checkpointed: fp32 (autocast keeps the residual stream in fp32)
+    width = int(getattr(spec.model, "d_model", 0) or 0)
+    layers = int(getattr(spec.model, "n_layers", 0) or 0)
+    stream_bytes = (cfg.micro_batch or cfg.batch_size) * length * width * (layers + 1) * 4
+    need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes + stream_bytes
     what = (f"training {spec.arch} with {n_params:,} parameters (weights, gradients and AdamW "
             f"state) on batches of {rows} x {length:,} tokens")
     return n_params, need, what

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a 
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a tool its reader closed
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -116,4 +118,9 @@ def run_cli(body: Callable[[list[str] | None], int | None], argv: list[str] | No
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`... --list | head`): stop quietly, as a Unix tool killed by
+        # SIGPIPE does; stdout goes to /dev/null so that the interpreter's final flush is silent
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return 0 if code is None else int(code)

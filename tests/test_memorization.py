@@ -254,7 +254,7 @@ def test_train_cell_memorises_a_tiny_set():
     assert cell["n_labels"] == 32 and cell["params_total"] == am.param_count(16, 2, 17, 2)
 
 
-def test_train_cell_stops_on_a_plateau_and_reports_divergence():
+def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     """The stop rule's other two ends: no improvement for ``patience`` evaluations, and a
     non-finite loss (the loop's TrainingDiverged) as a cell, not an error."""
     spec = make_spec("transformer", "memorization", "quick", model={"d_model": 4},
@@ -263,9 +263,14 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence():
     cell = am.train_cell(spec, patience=1)
     assert cell["stop"] == "plateau" and cell["steps"] < 300 and not cell["memorized"]
     assert cell["best_error"] <= cell["train_error"]
+    import models.train.loss as loss_mod
+
+    orig = loss_mod.nll  # --lr is bounded (models.flags.BOUNDS): the loss is made NaN instead
+    monkeypatch.setattr(loss_mod, "nll", lambda logp, targets, reduction="mean": (
+        orig(logp, targets, reduction) * (float("nan") if logp.requires_grad else 1.0)))
     wild = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
                      task_config={"n_examples": 8, "seq_len": 4},
-                     train={"steps": 50, "warmup_steps": 0, "eval_every": 5, "lr": 1e8,
+                     train={"steps": 50, "warmup_steps": 0, "eval_every": 5, "lr": 10.0,
                             "grad_clip": 0})
     cell = am.train_cell(wild, patience=0)
     assert cell["stop"] == "diverged" and cell["steps"] < 50 and cell["loss"] != cell["loss"]

@@ -87,7 +87,19 @@ IMPORT_ALONE = """
 import os, sys, traceback
 import matplotlib, numpy, scipy, sklearn, torch, transformer_lens  # noqa: F401 - shared cost
 bad = []
+running = {}  # pid -> (module, read end of its pipe)
+
+def reap():
+    pid, status = os.wait()
+    module, read = running.pop(pid)
+    message = os.read(read, 1000).decode()
+    os.close(read)
+    if status:
+        bad.append(message or f"{module}: exit status {status}")
+
 for module in sys.argv[1:]:
+    if len(running) >= (os.cpu_count() or 1):  # one child per core at a time
+        reap()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -100,12 +112,10 @@ for module in sys.argv[1:]:
             code = 1
         os._exit(code)
     os.close(write)
-    message = os.read(read, 1000).decode()
-    os.close(read)
-    _, status = os.waitpid(pid, 0)
-    if status:
-        bad.append(message or f"{module}: exit status {status}")
-print("\\n".join(bad))
+    running[pid] = (module, read)
+while running:
+    reap()
+print("\\n".join(sorted(bad)))
 """
 
 

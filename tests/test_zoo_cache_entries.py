@@ -4,7 +4,6 @@ bad cache directory is one line before any work."""
 
 import os
 import shutil
-import signal
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
 from models.train.spec import make_spec
 from tasks.base import TaskError
+from tests.tiny import sigint_during_step
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "task": {"min_len": 1, "max_len": 6},
@@ -50,15 +50,7 @@ def test_another_runs_checkpoint_at_the_path_is_not_served(two_recipes, tmp_path
 
 
 def test_a_run_stopped_by_a_signal_is_resumed_not_served(two_recipes, tmp_path, monkeypatch):
-    orig, fired = L.lr_at, []
-
-    def lr_at(cfg, step):  # a real SIGINT while step 3 runs: the loop saves and stops
-        if step == 2 and not fired:
-            fired.append(step)
-            os.kill(os.getpid(), signal.SIGINT)
-        return orig(cfg, step)
-
-    monkeypatch.setattr(L, "lr_at", lr_at)
+    orig = sigint_during_step(monkeypatch, 2)  # a real SIGINT while step 3 runs: saves and stops
     with pytest.raises(TrainingInterrupted):
         zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
     monkeypatch.setattr(L, "lr_at", orig)

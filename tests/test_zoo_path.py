@@ -5,9 +5,6 @@ says so first in one line."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 import models
@@ -19,6 +16,7 @@ from models.train.announce import training_line
 from models.train.cache import cache_path
 from models.train.loop import TrainingInterrupted
 from tasks.base import TaskError
+from tests.tiny import sigint_during_step
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "task": {"min_len": 1, "max_len": 6},
@@ -79,15 +77,7 @@ def test_path_load_and_analyses_find_the_cached_checkpoint(tiny_recipe, tmp_path
 
 def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_path,
                                                               monkeypatch, capsys):
-    orig, fired = L.lr_at, []
-
-    def lr_at(cfg, step):  # a real SIGINT while step 3 runs: the loop saves and stops
-        if step == 2 and not fired:
-            fired.append(step)
-            os.kill(os.getpid(), signal.SIGINT)
-        return orig(cfg, step)
-
-    monkeypatch.setattr(L, "lr_at", lr_at)
+    orig = sigint_during_step(monkeypatch, 2)  # a real SIGINT while step 3 runs: saves and stops
     with pytest.raises(TrainingInterrupted):
         zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
     monkeypatch.setattr(L, "lr_at", orig)

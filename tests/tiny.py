@@ -70,3 +70,24 @@ def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
     save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
                                     train, model.state_dict()), path)
     return path
+
+
+def sigint_during_step(monkeypatch, step: int = 2):
+    """Send a real SIGINT to this process while the training loop computes ``step``'s learning
+    rate (once): the loop saves the run as interrupted and raises TrainingInterrupted. Returns
+    the real ``lr_at``, to put back before the run is resumed."""
+    import os
+    import signal
+
+    from models.train import loop
+
+    orig, fired = loop.lr_at, []
+
+    def lr_at(cfg, s):
+        if s == step and not fired:
+            fired.append(s)
+            os.kill(os.getpid(), signal.SIGINT)
+        return orig(cfg, s)
+
+    monkeypatch.setattr(loop, "lr_at", lr_at)
+    return orig

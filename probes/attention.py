@@ -5,6 +5,10 @@
   s_{q−n..q−1} equal that n-gram — the successors of its earlier occurrences, i.e. the
   positions a hash-based copier reads its next token from. n = 1 is the induction-head score
   (Olsson et al.): attend to the token after an earlier occurrence of the current token.
+  With ``lag`` 1 the keys are one further on (their preceding n tokens are the n-gram and its
+  successor): a head there reads the successor from the key's previous-token slot, which a
+  layer-0 previous-token head wrote — the same lookup, one position later. A 2-layer copy
+  model trained from another seed formed this one instead of the lag-0 head.
 * target score: the attention mass on one given source position per query (in copying, the
   position of the token that must be output next).
 * previous-token profile: the mass a query puts on the tokens o = 0, 1, 2, … positions back
@@ -18,6 +22,7 @@ layer and head at the answer-phase queries.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -27,22 +32,27 @@ from torch import Tensor
 from tasks.base import PromptBatch
 
 
-def ngram_match_mask(tokens: Int[Tensor, "batch pos"], n: int) -> Bool[Tensor, "batch q k"]:
-    """``mask[b, p, q]``: q ≤ p and s_{q−t} = s_{p−t+1} for t = 1..n (q ≥ n, p ≥ n − 1)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+def ngram_match_mask(tokens: Int[Tensor, "batch pos"], n: int, lag: int = 0,
+                     ) -> Bool[Tensor, "batch q k"]:
+    """``mask[b, p, q]``: q ≤ p and s_{q−lag−t} = s_{p−t+1} for t = 1..n (q ≥ n + lag,
+    p ≥ n − 1). ``lag`` 0: the successors of the n-gram's earlier occurrences."""
+    if n < 1 or lag < 0:
+        raise ValueError(f"n must be >= 1 and lag >= 0, got n = {n}, lag = {lag}")
     B, T = tokens.shape
-    if n > T:  # no key q >= n exists in a sequence shorter than n: no match anywhere
+    if n + lag > T:  # no key q >= n + lag exists in a shorter sequence: no match anywhere
         return torch.zeros(B, T, T, dtype=torch.bool, device=tokens.device)
     eq = tokens[:, :, None] == tokens[:, None, :]  # [batch, p, q]: s_p == s_q
     mask = torch.ones(B, T, T, dtype=torch.bool, device=tokens.device)
     for t in range(1, n + 1):
-        # need eq[p − t + 1, q − t]: shift the p axis down by t − 1 and the q axis by t
+        # need eq[p − t + 1, q − t − lag]: shift the p axis down by t − 1, the q axis by t + lag
         shifted = torch.zeros_like(mask)
-        shifted[:, t - 1 :, t:] = eq[:, : T - t + 1, : T - t]
+        shifted[:, t - 1 :, t + lag :] = eq[:, : T - t + 1, : T - t - lag]
         mask &= shifted
     causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
     return mask & causal
+
+
+LAGS = 2  # the match lags pattern_scores scores: 0 (the successor) and 1 (one past it)
 
 
 def _select(query_mask: Tensor | None, B: int, T: int, device) -> Tensor:
@@ -55,7 +65,7 @@ def _select(query_mask: Tensor | None, B: int, T: int, device) -> Tensor:
 
 
 def ngram_match_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tensor, "batch pos"],
-                      n: int, query_mask: Bool[Tensor, "batch q"] | None = None,
+                      n: int, query_mask: Bool[Tensor, "batch q"] | None = None, lag: int = 0,
                       ) -> tuple[Float[Tensor, " head"], int]:
     """``(score [head], n_queries)``: mean attention mass on the n-gram matches of each query.
 
@@ -63,7 +73,7 @@ def ngram_match_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tens
     score is NaN.
     """
     B, H, T, _ = pattern.shape
-    match = ngram_match_mask(tokens, n)  # [batch, q, k]
+    match = ngram_match_mask(tokens, n, lag)  # [batch, q, k]
     sel = _select(query_mask, B, T, pattern.device) & match.any(-1)  # [batch, q]
     mass = (pattern * match[:, None].to(pattern.dtype)).sum(-1)  # [batch, head, q]
     count = int(sel.sum())
@@ -140,8 +150,9 @@ def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int,
                    patterns: Callable[..., list[Tensor]] = attention_patterns,
                    ) -> dict[str, Tensor]:
     """Over the answer-phase queries of ``data`` (``[(batch, period)]``, see
-    :func:`answer_queries`), weighted by query counts: ``match`` [layer, head, n] (n = 1..n_max;
-    NaN where no query has an earlier n-gram), ``counts`` [n] (queries with a match),
+    :func:`answer_queries`), weighted by query counts: ``match`` [lag, layer, head, n] (lag 0
+    and 1, n = 1..n_max; NaN where no query has an earlier n-gram), ``counts`` [n] (queries
+    with a lag-0 match),
     ``target`` [layer, head] and ``profile`` [layer, head, offset 0..n_max].
 
     ``patterns(model, tokens)`` gives the per-layer ``[batch, head, q, k]`` patterns scored
@@ -153,23 +164,23 @@ def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int,
         pats = patterns(model, tokens)
         if s_sum is None:  # sizes from the first batch: heads per layer differ by model kind
             Lh, H = len(pats), pats[0].shape[1]
-            s_sum, s_cnt = torch.zeros(Lh, H, n_max), torch.zeros(n_max)
+            s_sum, s_cnt = torch.zeros(LAGS, Lh, H, n_max), torch.zeros(LAGS, n_max)
             t_sum, prof_sum = torch.zeros(Lh, H), torch.zeros(Lh, H, n_max + 1)
         nq = int(qmask.sum())
         nt = int((target >= 0).sum())
         for i in range(Lh):
             pat = pats[i]  # [batch, head, q, k]
-            for n in range(1, n_max + 1):
-                score, count = ngram_match_score(pat, tokens, n, qmask)
+            for lag, n in itertools.product(range(LAGS), range(1, n_max + 1)):
+                score, count = ngram_match_score(pat, tokens, n, qmask, lag)
                 if count:
-                    s_sum[i, :, n - 1] += score * count
+                    s_sum[lag, i, :, n - 1] += score * count
                 if i == 0:
-                    s_cnt[n - 1] += count  # queries with a match: the same for every head
+                    s_cnt[lag, n - 1] += count  # queries with a match: the same for every head
             t_sum[i] += target_score(pat, target) * nt
             prof_sum[i] += previous_token_profile(pat, n_max, qmask) * nq
         t_cnt += nt
         q_cnt += nq
-    match = s_sum / s_cnt.clamp(min=1)
-    match[:, :, s_cnt == 0] = float("nan")
-    return {"match": match, "counts": s_cnt, "target": t_sum / max(t_cnt, 1),
+    match = s_sum / s_cnt[:, None, None].clamp(min=1)  # [lag, layer, head, n]
+    match.masked_fill_((s_cnt == 0)[:, None, None], float("nan"))
+    return {"match": match, "counts": s_cnt[0], "target": t_sum / max(t_cnt, 1),
             "profile": prof_sum / max(q_cnt, 1)}

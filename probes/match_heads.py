@@ -2,7 +2,8 @@
 
 * :func:`find_match_heads`: every head's n-gram match score for n = 1..n_max over probe data
   (:mod:`probes.ngram_data`); a head's *match score* is its best over n, and the match heads
-  are those reaching a threshold (or the k best). Attention heads and SSM heads (their
+  are those reaching a threshold (or the k best). A head's score is at its better match lag
+  (:func:`probes.attention.ngram_match_mask`): the successor, or one past it. Attention heads and SSM heads (their
   effective attention, :mod:`probes.effective_attention`) alike.
 * :func:`ablation_controls`: ablating as many randomly chosen other heads, from anywhere and
   from the match heads' own layers, the control of the causal check (§3.1).
@@ -37,7 +38,8 @@ def _no_tick() -> None:
 class MatchHeads:
     """What :func:`find_match_heads` found. Score tensors are [layer, head] unless noted."""
 
-    match_by_n: torch.Tensor  # [layer, head, n]: mass on n-gram successors (NaN: no query)
+    match_by_n: torch.Tensor  # [layer, head, n]: mass on the n-gram matches at the head's lag
+    lag: torch.Tensor  # the match lag of each head's best score: 0 successor, 1 one past it
     queries_by_n: torch.Tensor  # [layer, head, n]: queries with an n-gram match
     target: torch.Tensor  # mass on the true source position
     profile: torch.Tensor  # [layer, head, offset]: previous-token profile
@@ -47,8 +49,17 @@ class MatchHeads:
     threshold_met: bool  # every one of them reaches the threshold
 
     def best_n_score(self, by_n: torch.Tensor) -> float:
-        """Mean over the match heads of ``by_n`` [layer, head, n] at each head's best n."""
+        """Mean over the match heads of ``by_n`` ([lag, layer, head, n] as pattern_scores
+        gives it, or [layer, head, n] at each head's lag) at each head's lag and best n."""
+        if by_n.dim() == 4:
+            by_n = _at_lag(by_n, self.lag)
         return float(np.mean([float(by_n[i, h, self.best_n[i, h] - 1]) for i, h in self.heads]))
+
+
+def _at_lag(by_lag: torch.Tensor, lag: torch.Tensor) -> torch.Tensor:
+    """``by_lag`` [lag, layer, head, ...] at each head's ``lag`` [layer, head]."""
+    idx = lag.reshape(1, *lag.shape, *([1] * (by_lag.dim() - 3)))
+    return by_lag.gather(0, idx.expand(1, *by_lag.shape[1:]))[0]
 
 
 def _nanmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +74,10 @@ def find_match_heads(model, data: ProbeData, n_max: int, threshold: float = 0.5,
     """Score every head on ``data`` and pick the match heads: the ``top_k`` best, else every
     head whose match score reaches ``threshold`` (or the best one when none does)."""
     sc = pattern_scores(model, data, n_max, patterns=ea.head_patterns)
-    match_score, best_n = _nanmax(sc["match"])  # [layer, head]
+    by_lag, n_by_lag = _nanmax(sc["match"])  # [lag, layer, head]
+    match_score = by_lag.max(dim=0).values  # [layer, head]
+    lag = (by_lag == match_score).int().argmax(dim=0)  # the first lag reaching it: ties go to 0
+    best_n = _at_lag(n_by_lag, lag)
     layers, n_heads = match_score.shape
     order = sorted(((float(match_score[i, h]), i, h) for i in range(layers)
                     for h in range(n_heads)), reverse=True)
@@ -71,7 +85,7 @@ def find_match_heads(model, data: ProbeData, n_max: int, threshold: float = 0.5,
         heads = [(i, h) for _, i, h in order[:top_k]]
     else:
         heads = [(i, h) for s, i, h in order if s >= threshold] or [(order[0][1], order[0][2])]
-    return MatchHeads(match_by_n=sc["match"], queries_by_n=sc["counts"], target=sc["target"],
+    return MatchHeads(match_by_n=_at_lag(sc["match"], lag), lag=lag, queries_by_n=sc["counts"], target=sc["target"],
                       profile=sc["profile"], match_score=match_score, best_n=best_n,
                       heads=tuple(heads),
                       threshold_met=all(float(match_score[i, h]) >= threshold

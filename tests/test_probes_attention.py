@@ -22,24 +22,35 @@ from tasks.base import TaskError, make_generator
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 
-def brute_match(tokens, n):
+def brute_match(tokens, n, lag=0):
     T = len(tokens)
     out = torch.zeros(T, T, dtype=torch.bool)
     for p in range(T):
         for q in range(p + 1):
-            if q >= n and p >= n - 1:
-                out[p, q] = all(tokens[q - t] == tokens[p - t + 1] for t in range(1, n + 1))
+            if q >= n + lag and p >= n - 1:
+                out[p, q] = all(tokens[q - lag - t] == tokens[p - t + 1]
+                                for t in range(1, n + 1))
     return out
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_ngram_match_mask_equals_brute_force(n):
+@pytest.mark.parametrize("lag", [0, 1])
+def test_ngram_match_mask_equals_brute_force(n, lag):
     g = torch.Generator().manual_seed(n)
     tokens = torch.randint(0, 3, (4, 15), generator=g)  # small alphabet: many matches
-    mask = ngram_match_mask(tokens, n)
+    mask = ngram_match_mask(tokens, n, lag)
     for b in range(4):
-        assert torch.equal(mask[b], brute_match(tokens[b].tolist(), n))
+        assert torch.equal(mask[b], brute_match(tokens[b].tolist(), n, lag))
     assert mask.any()
+
+
+def test_lag_one_keys_are_one_past_the_successors():
+    tokens = torch.tensor([[9, 1, 2, 3, 7, 1, 2]])
+    # at p=6 the bigram "1 2" occurred at 1..2: successor q=3 at lag 0, q=4 at lag 1
+    assert ngram_match_mask(tokens, 2, 0)[0, 6].nonzero().flatten().tolist() == [3]
+    assert ngram_match_mask(tokens, 2, 1)[0, 6].nonzero().flatten().tolist() == [4]
+    with pytest.raises(ValueError, match="lag"):
+        ngram_match_mask(tokens, 1, -1)
 
 
 def test_match_score_of_hand_built_pattern():
@@ -159,9 +170,11 @@ def test_pattern_scores_find_the_construction_match_head():
     task = CopyTask(CopyConfig(D=26, min_len=1, max_len=12))
     data = [(task.eval_batch(8, make_generator(0), length=12), 13)]
     sc = pattern_scores(model, data, n_max=3)
-    assert sc["match"].shape == (2, model.cfg.n_heads, 3) and sc["profile"].shape[-1] == 4
-    assert sc["match"][1, 4, 2] > 0.99 and sc["target"][1, 4] > 0.99  # layer 1, its NoPE head
-    assert sc["match"][0].nan_to_num(0).max() < 0.9  # the hashing heads do not copy
+    assert sc["match"].shape == (2, 2, model.cfg.n_heads, 3) and sc["profile"].shape[-1] == 4
+    lag0, lag1 = sc["match"]
+    assert lag0[1, 4, 2] > 0.99 and sc["target"][1, 4] > 0.99  # layer 1, its NoPE head
+    assert lag1[1, 4].nan_to_num(0).max() < 0.1  # the construction reads the successor itself
+    assert lag0[0].nan_to_num(0).max() < 0.9  # the hashing heads do not copy
     # answer queries whose 3-gram occurred before: all but the 3 that still hold <COPY>
     assert sc["counts"].tolist() == [8 * 11, 8 * 10, 8 * 9]
 

@@ -238,10 +238,10 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
         "data": data_name(task_name, cfg.data),
         "feeding_searched": feeding_on, "per_head_drop": per_head_drop,
         "match_by_n": found.match_by_n, "queries_by_n": found.queries_by_n,
-        "match_score": found.match_score, "best_n": found.best_n,
+        "match_score": found.match_score, "best_n": found.best_n, "match_lag": found.lag,
         "target_score": found.target,
         "match_heads": [{"layer": i, "head": h, "match_score": float(found.match_score[i, h]),
-                         "best_n": int(found.best_n[i, h]),
+                         "best_n": int(found.best_n[i, h]), "lag": int(found.lag[i, h]),
                          "target_score": float(found.target[i, h])} for i, h in top],
         "threshold_met": found.threshold_met,
         "previous_token_profile": found.profile,
@@ -443,7 +443,8 @@ def claim_match_heads(d: dict) -> Reading:
     """Some head's match score reaches the threshold (the heads found are listed)."""
     heads = d.get("match_heads", [])
     best = max((h["match_score"] for h in heads), default=0.0)
-    names = ", ".join(f"L{h['layer']}H{h['head']}" for h in heads[:4])
+    names = ", ".join(f"L{h['layer']}H{h['head']}" + (" one past" if h.get("lag") else "")
+                      for h in heads[:4])
     m = (Margin("best head's match score", best, ">=", d["threshold"])
          if d.get("threshold") is not None else None)
     return Reading(f"{len(heads)} heads ({names}) with match score >= {d.get('threshold')}, "
@@ -485,7 +486,8 @@ def claim_ablation(d: dict) -> Reading:
 FIGURE = Figure(
     "n-gram match heads in a copy transformer", "Copy paper §2.2, Fig. 3, App. C",
     (Claim("copy transformers retrieve by n-gram matching: heads attend to the successor of "
-           "the earlier occurrence of the current n-gram", claim_match_heads),
+           "the earlier occurrence of the current n-gram (or one past it, reading the successor "
+           "from the key's previous-token slot)", claim_match_heads),
      Claim("ablating those heads destroys copying; as many random heads do not",
            claim_ablation)),
     recipes=lambda preset: [RECIPE])

@@ -134,7 +134,7 @@ def _head_rows(result: dict, prefix: list) -> list[list]:
     rows = []
     for r in result["match_heads"]:
         rows.append([*prefix, r["layer"], r["head"], r["match_score"], r["best_n"],
-                     r["target_score"]])
+                     r.get("lag", 0), r["target_score"]])
     return rows
 
 
@@ -164,38 +164,38 @@ def _per_head_rows(result: dict, prefix: list) -> list[list]:
     for flat in order:
         i, h = np.unravel_index(flat, d.shape)
         rows.append([*prefix, f"L{i}H{h} alone", f"drop {d[i, h]:.3f}", float(ms[i, h]), "",
-                     float(ts[i, h])])
+                     "", float(ts[i, h])])
     return rows
 
 
 def table(result: dict) -> list[list]:
     if "models" in result:
-        rows = [["model", "layer", "head", "match", "best n", "target"]]
+        rows = [["model", "layer", "head", "match", "best n", "lag", "target"]]
         for r in result["models"]:
             rows += _head_rows(r, [r["label"]])
         for r in result["models"]:
             rows += _per_head_rows(r, [r["label"]])
         for r in result["models"]:
-            rows += _grid_rows(r, [r["label"]], 6)
-        rows.append(["", "", "", "", "", ""])
-        rows.append(["model", "string acc", "match heads abl.", "random abl. mean", "", ""])
+            rows += _grid_rows(r, [r["label"]], 7)
+        rows.append(["", "", "", "", "", "", ""])
+        rows.append(["model", "string acc", "match heads abl.", "random abl. mean", "", "", ""])
         for r in result["models"]:
             rnd = r["random"]["string_drop_mean"]
             rows.append([r["label"], r["accuracy"]["string_acc"], r["ablated"]["string_acc"],
-                         "" if rnd is None else r["accuracy"]["string_acc"] - rnd, "", ""])
+                         "" if rnd is None else r["accuracy"]["string_acc"] - rnd, "", "", ""])
         return rows
-    rows = [["layer", "head", "match", "best n", "target"], *_head_rows(result, []),
-            *_per_head_rows(result, []), *_grid_rows(result, [], 5)]
+    rows = [["layer", "head", "match", "best n", "lag", "target"], *_head_rows(result, []),
+            *_per_head_rows(result, []), *_grid_rows(result, [], 6)]
     b, a = result["accuracy"], result["ablated"]
-    rows.append(["", "", "", "", ""])
-    rows.append(["accuracy", "string", "char", "", ""])
-    rows.append(["no ablation", b["string_acc"], b["char_acc"], "", ""])
-    rows.append(["match heads", a["string_acc"], a["char_acc"], "", ""])
-    rows.append(["drop", "string", "char", "", ""])
-    rows.append(["match heads", a["drop"]["string_acc"], a["drop"]["char_acc"], "", ""])
+    rows.append(["", "", "", "", "", ""])
+    rows.append(["accuracy", "string", "char", "", "", ""])
+    rows.append(["no ablation", b["string_acc"], b["char_acc"], "", "", ""])
+    rows.append(["match heads", a["string_acc"], a["char_acc"], "", "", ""])
+    rows.append(["drop", "string", "char", "", "", ""])
+    rows.append(["match heads", a["drop"]["string_acc"], a["drop"]["char_acc"], "", "", ""])
     for key in ("random", "random_same_layer"):
         c = result[key]
         if c["runs"]:
-            rows.append([f"{key} mean", c["string_drop_mean"], c["char_drop_mean"], "", ""])
-            rows.append([f"{key} max", c["string_drop_max"], c["char_drop_max"], "", ""])
+            rows.append([f"{key} mean", c["string_drop_mean"], c["char_drop_mean"], "", "", ""])
+            rows.append([f"{key} max", c["string_drop_max"], c["char_drop_max"], "", "", ""])
     return rows

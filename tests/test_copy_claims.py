@@ -106,12 +106,14 @@ def test_length_generalization_claims():
     ok = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "nope": [1.0, 1.0, 0.0, 0.0],
                       "lstm": [0.2, 0.0, 0.0, 0.0]})
     assert verdict(length_generalization.claim_beyond, ok) is True
-    assert verdict(length_generalization.claim_twice, ok) is True
+    assert "outside the paper" in str(verdict(length_generalization.claim_twice, ok))
+    assert verdict(length_generalization.claim_twice, curves_json(
+        {"hard_alibi": [1.0, 1.0, 0.9, 0.6]}, max_len=50)) is True
     rope_too = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "rope": [1.0, 1.0, 0.7, 0.0]})
     assert verdict(length_generalization.claim_beyond, rope_too) is False
     short = curves_json({"hard_alibi": [1.0, 1.0, 0.3, 0.0], "nope": [1.0, 1.0, 0.0, 0.0]})
     assert verdict(length_generalization.claim_beyond, short) is False
-    # trained on strings <= 20, below Fig. 1b's 50: falling short at 2x is not decided here
+    # trained on strings <= 20, below Fig. 1b's 50: 2x is not decided either way
     assert "outside the paper" in str(verdict(length_generalization.claim_twice, short))
     long_trained = curves_json({"hard_alibi": [1.0, 1.0, 0.3, 0.0]}, max_len=50)
     assert verdict(length_generalization.claim_twice, long_trained) is False

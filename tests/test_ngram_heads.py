@@ -222,3 +222,18 @@ def test_ablation_claim_reports_the_random_sets_spread():
     assert ok is True and "mean 20 pts, range 0–90, IQR 0–30, all 14 sets" in text
     d["random"]["string_drop_mean"] = 0.6  # random sets as costly on average: no
     assert claim_ablation(d)[1] is False
+
+
+def test_ablation_claim_reads_the_same_layer_control_first():
+    """Quick seed 2's copy model: its match heads read through four layer-0 hashing heads, so
+    random heads from anywhere often hit the circuit (mean drop 57 pts) while the match heads'
+    own layer costs nothing; the claim reads the same-layer control, the text shows both."""
+    d = {"ablated": {"drop": {"string_acc": 0.97}},
+         "random": {"string_drop_mean": 0.57, "n_sets": 24},
+         "random_same_layer": {"string_drop_mean": 0.0, "n_sets": 15}}
+    text, ok = claim_ablation(d)
+    assert ok is True and "same layers: mean 0 pts" in text and "from anywhere: mean 57" in text
+    d["random_same_layer"]["string_drop_mean"] = 0.6  # the same layer as costly: no
+    assert claim_ablation(d)[1] is False
+    d["random_same_layer"] = {"string_drop_mean": None}  # no same-layer heads: from anywhere
+    assert claim_ablation(d)[1] is False and claim_ablation(d).margin.value == 0.57

@@ -453,33 +453,43 @@ def claim_match_heads(d: dict) -> Reading:
 
 def claim_ablation(d: dict) -> Reading:
     """Ablating the match heads costs >= 50 points of string accuracy, and as many random other
-    heads (distinct sets drawn without replacement, or all of them) less than half of that on
-    average; the text gives the random sets' spread."""
+    heads of the match heads' own layers (distinct sets drawn without replacement, or all of
+    them) less than half of that on average. The control is drawn from the match heads' layers
+    because heads from anywhere include the earlier-layer hashing heads the match heads read
+    through (App. C's construction needs them too): how often a random set hits one of those
+    says how large the circuit is, not whether the match heads matter. Where no same-layer
+    control exists, the control from anywhere; the text gives both controls' spread."""
     drop = get(d, "ablated", "drop", "string_acc")
-    rnd = get(d, "random", "string_drop_mean")
     if drop is None:
         return Reading("no ablation result in the JSON", False)
+    same, anywhere = d.get("random_same_layer") or {}, d.get("random") or {}
+    key, control = (("random heads of the same layers", same)
+                    if same.get("string_drop_mean") is not None
+                    else ("random heads", anywhere))
+    rnd = control.get("string_drop_mean")
 
     def pts(x: float) -> str:  # a drop in points, rounded to an int: a tiny gain prints 0, not -0
         return f"{round(100 * x) + 0:d}"
-    text = f"string-accuracy drop {pts(drop)} pts (random heads: "
-    if rnd is None:
-        text += "n/a)"
-    else:
-        r = d["random"]
+
+    def spread(name: str, r: dict) -> str:
+        if r.get("string_drop_mean") is None:
+            return f"{name}: n/a"
+        out = f"{name}: mean {pts(r['string_drop_mean'])} pts"
         lo, hi, n = r.get("string_drop_min"), r.get("string_drop_max"), r.get("n_sets")
-        text += f"mean {pts(rnd)} pts"
         if lo is not None and hi is not None:
-            text += f", range {pts(lo)}–{pts(hi)}"
+            out += f", range {pts(lo)}–{pts(hi)}"
         if r.get("string_drop_quartiles"):
             q1, _, q3 = r["string_drop_quartiles"]
-            text += f", IQR {pts(q1)}–{pts(q3)}"
+            out += f", IQR {pts(q1)}–{pts(q3)}"
         if n:
-            text += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
-        text += ")"
+            out += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
+        return out
+    controls = [spread("same layers", same)] if same else []
+    controls.append(spread("from anywhere", anywhere))
+    text = f"string-accuracy drop {pts(drop)} pts (random heads, {'; '.join(controls)})"
     margins = [Margin("string-accuracy drop", drop, ">=", 0.5)]
     if rnd is not None:
-        margins.append(Margin("random heads' mean drop", rnd, "<", drop / 2))
+        margins.append(Margin(f"{key}' mean drop", rnd, "<", drop / 2))
     return Reading(text, drop >= 0.5 and (rnd is None or rnd < drop / 2), tightest(*margins))
 
 
@@ -488,7 +498,8 @@ FIGURE = Figure(
     (Claim("copy transformers retrieve by n-gram matching: heads attend to the successor of "
            "the earlier occurrence of the current n-gram (or one past it, reading the successor "
            "from the key's previous-token slot)", claim_match_heads),
-     Claim("ablating those heads destroys copying; as many random heads do not",
+     Claim("ablating those heads destroys copying; as many random heads (of the same layers) "
+           "do not",
            claim_ablation)),
     recipes=lambda preset: [RECIPE])
 

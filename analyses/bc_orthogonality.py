@@ -34,6 +34,7 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
+from analyses import zoo
 from analyses.common import (
     Checkpoint,
     Claim,
@@ -47,10 +48,10 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags, zoo
 from probes.bc import bc_table, conv_window, l1_count_independent, readout_ratio, window_vectors
 from probes.markov import fitted_beta, markov_task_of
-from tasks.base import check
+from seqprobe import flags
+from seqprobe.config import check
 
 NAME = "bc_orthogonality"
 ARCHS = ("mamba2", "mambazero")

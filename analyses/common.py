@@ -5,7 +5,7 @@ checkpoints, and writing outputs.
 An analysis module has ``compute(...) -> dict`` (JSON-serialisable numbers), ``plot(result) ->
 Figure``, ``table(result) -> rows``, a ``FIGURE`` (title, paper, claims, the zoo recipes it
 trains) and ``main(argv)``, which is :func:`run_analysis`: parse the flags, check the output
-directory, get the checkpoints (given, or the recipes from :mod:`models.zoo` with ``--train``),
+directory, get the checkpoints (given, or the recipes from :mod:`analyses.zoo` with ``--train``),
 compute, write ``DIR/NAME.png`` and ``DIR/NAME.json`` and print the table.
 """
 
@@ -23,22 +23,25 @@ from typing import Any, TypeVar
 
 import torch
 
+from analyses import zoo
+from analyses.zoo import dryrun, recipes
+from analyses.zoo.dryrun import Builder
+from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
 from figures.style import DEFAULT_OUT, figure_png
-from models import flags, zoo
 from models.checkpoint import is_hf_source
-from models.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
-from models.device import resolve_device
-from models.export_map import ExportError, read_provenance
+from models.hf.export_map import ExportError, read_provenance
 from models.loading import load
 from models.memory import check_evaluation_fits
-from models.recipe import is_zoo_ref, parse_zoo_ref
 from models.registry import HF_ARCHS
-from models.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
-from models.train import distributed, dryrun
+from models.train import distributed
 from models.train.cache import check_cache_dir
-from models.train.dryrun import Builder
-from tasks.atomic import output_lock, write_atomic
-from tasks.base import TaskError, check, config_to_dict
+from seqprobe import flags
+from seqprobe.atomic import output_lock, write_atomic
+from seqprobe.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
+from seqprobe.config import check, config_to_dict
+from seqprobe.device import resolve_device
+from seqprobe.errors import InputError
+from seqprobe.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 from tasks.copy import CopyTask, TokenCopyPrompts
 
 S = TypeVar("S")
@@ -226,7 +229,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
         p.add_argument("checkpoints", nargs="*",
                        help="suite checkpoint file(s) (.pt) or zoo name(s) (zoo:copy/rope, "
                        "zoo:NAME@LEVEL: the cached checkpoint, never trained), a suite export "
-                       "(python -m models.export_hf) as the checkpoint it came from, or "
+                       "(python -m models.hf.export) as the checkpoint it came from, or "
                        "HuggingFace causal LM(s) where the analysis takes them: a model "
                        "directory or a hub name")
     p.add_argument("--out", default=str(DEFAULT_OUT),
@@ -239,7 +242,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
         p.add_argument("--dry-run", action="store_true",
                        help="compute nothing: build each model --train PRESET (else the "
                        "preset) would train at its real size, run two optimizer steps, print "
-                       "sizes, step times and projected H100 hours (models.train.dryrun); "
+                       "sizes, step times and projected H100 hours (analyses.zoo.dryrun); "
                        "writes OUT/NAME_dry_run.json, exit 1 if any cannot run")
         add_backend_arguments(p)  # --ray: the models to train (or cells) as Ray tasks
     return p
@@ -272,11 +275,11 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
 
     With ``--dry-run`` nothing is computed: those recipes and the models of
     ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(PRESET)``) take two steps each
-    (:func:`models.train.dryrun.report`); the exit code is the dry run's.
+    (:func:`analyses.zoo.dryrun.report`); the exit code is the dry run's.
 
     ``failed_key``: the result's list of parts (cells, recipes) that failed on every attempt
     of a sweep; when it is not empty the outputs are still written, and the exit code is
-    :data:`~models.sweep.EXIT_SOME_FAILED`."""
+    :data:`~seqprobe.sweep.EXIT_SOME_FAILED`."""
     training = figure is not None and figure.trains
 
     def body(argv):
@@ -286,7 +289,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             add_arguments(p)
         args = p.parse_args(argv)
         check(not distributed.launched(), f"analyses.{name} runs in one process, not under "
-              "torchrun: train its recipes with `torchrun -m models.zoo train NAME...`, then "
+              "torchrun: train its recipes with `torchrun -m analyses.zoo train NAME...`, then "
               "run the analysis (it reads them from the cache)")
         if training:
             for level in dict.fromkeys(x for x in (args.preset, args.train) if x):
@@ -345,7 +348,7 @@ def given_checkpoint(path: str, cache_dir: str | Path = "checkpoints") -> Checkp
 
 
 def export_of_dir(path: str | os.PathLike) -> dict | None:
-    """The provenance a suite export (``python -m models.export_hf``) stored in ``path``'s
+    """The provenance a suite export (``python -m models.hf.export``) stored in ``path``'s
     config.json (``seqprobe``: arch, model config, task, step), or None for anything else (a
     checkpoint file, a hub name, another HF model, an unreadable config: the loader says
     what is wrong with it)."""
@@ -398,7 +401,7 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
         if export is not None:
             check(archs is None or bool(takes), f"{path}: is a suite export (a "
                   f"{export.get('arch')} model trained on {export['task'].get('name')}, "
-                  "written by python -m models.export_hf); this analysis reads the suite "
+                  "written by python -m models.hf.export); this analysis reads the suite "
                   "model itself (its config, hooks or training record), which an export does "
                   "not keep: give the checkpoint it was exported from (.pt, or its zoo: name)")
             archs = None if archs is None else [*archs, *HF_ARCHS]
@@ -436,8 +439,8 @@ def copy_recipes(preset: str, labels: Sequence[str] | None = None) -> list[str]:
     """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the preset)."""
     labels = labels or COPY_LABELS[preset]
     for label in labels:
-        check(label in zoo.COPY_MODELS,
-              f"unknown model {label!r}; allowed: {', '.join(zoo.COPY_MODELS)}")
+        check(label in recipes.COPY_MODELS,
+              f"unknown model {label!r}; allowed: {', '.join(recipes.COPY_MODELS)}")
     return [f"copy/{label}" for label in labels]
 
 
@@ -445,7 +448,7 @@ def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
     """``--models a,b``: with ``--train``, which of the zoo's copy models (see
     :func:`copy_models_recipes`)."""
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
+                   help=f"with --train: which of {', '.join(recipes.COPY_MODELS)} (default: preset's)")
 
 
 def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
@@ -574,7 +577,7 @@ def ints(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise TaskError(f"expected comma-separated integers, got {text!r}") from None
+        raise InputError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def numbers(text: str) -> list[float]:
@@ -588,7 +591,7 @@ def numbers(text: str) -> list[float]:
             a, _, b = v.partition("/")
             out.append(float(a) / float(b) if b else float(a))
         except (ValueError, ZeroDivisionError):
-            raise TaskError(f"expected comma-separated numbers, got {text!r}") from None
+            raise InputError(f"expected comma-separated numbers, got {text!r}") from None
     return out
 
 

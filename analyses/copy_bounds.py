@@ -38,7 +38,6 @@ from analyses.common import (
     with_flags,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from models.constructions import (
     HashCopyConfig,
     build_hash_copy_transformer,
@@ -49,8 +48,9 @@ from models.constructions import (
 )
 from models.memory import forward_bytes, weight_bytes
 from probes.copying import state_floats, string_errors
-from tasks import memory
-from tasks.base import check, make_generator
+from seqprobe import flags, memory
+from seqprobe.config import check
+from tasks.base import make_generator
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "copy_bounds"

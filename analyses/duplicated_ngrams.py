@@ -47,7 +47,6 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from models.constructions import (
     HashCopyConfig,
     build_hash_copy_transformer,
@@ -56,8 +55,8 @@ from models.constructions import (
 from models.memory import forward_bytes, weight_bytes
 from models.registry import HF_ARCHS
 from probes.copying import accuracy_at
-from tasks import memory
-from tasks.base import check
+from seqprobe import flags, memory
+from seqprobe.config import check
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 NAME = "duplicated_ngrams"

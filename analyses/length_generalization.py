@@ -7,7 +7,7 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset: the zoo's quick copy models (``models.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM; the
+Quick preset: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM; the
 legend gives each model's steps); add others with ``--models``. ``--paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 
@@ -47,7 +47,7 @@ from analyses.common import (
 )
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at
-from tasks.base import check
+from seqprobe.config import check
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"

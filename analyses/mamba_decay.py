@@ -36,10 +36,10 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import read_decay
-from tasks.base import check
+from seqprobe import flags
+from seqprobe.config import check
 
 NAME = "mamba_decay"
 ARCHS = ("mamba2", "mambazero")

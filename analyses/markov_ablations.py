@@ -3,7 +3,7 @@ Table 3)
 
 ``python -m analyses.markov_ablations --train quick [--groups conv,window,...] [--ray [ADDRESS]]``
 takes the zoo's ablation recipes (trained and cached on first use; with ``--ray`` as Ray
-tasks, :mod:`models.sweep`) and compares each model's test loss with
+tasks, :mod:`seqprobe.sweep`) and compares each model's test loss with
 the add-β estimator's, |L(θ) − L_β| (§3):
 
 * ``conv``   (Fig. 3a) full Mamba-2 vs Mamba-2 without the convolution vs MambaZero;
@@ -14,7 +14,7 @@ the add-β estimator's, |L(θ) − L_β| (§3):
 
 MambaZero keeps its L1 prediction (§4.1): with softmax its logits are linear in the counts and
 cannot be log((n_1 + β)/(n_0 + β)). Fig. 3a's MambaZero is the converged one of Fig. 5
-(``markov/mambazero_fig5`` in :mod:`models.zoo`, which says why its size, start and step size
+(``markov/mambazero_fig5`` in :mod:`analyses.zoo`, which says why its size, start and step size
 were chosen): trained on sequences of 128, it is scored on its own task like every model here.
 
 Checkpoints given on the command line are evaluated the same way (one row each, labelled by
@@ -33,6 +33,7 @@ import re
 import numpy as np
 from tqdm.auto import tqdm
 
+from analyses import zoo
 from analyses.common import (
     Checkpoint,
     Claim,
@@ -46,11 +47,13 @@ from analyses.common import (
     run_analysis,
     to_jsonable,
 )
+from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
-from models import flags, zoo
-from models.sweep import Failed, backend_of
 from probes.markov import evaluate_markov, markov_task_of
-from tasks.base import TaskError, check
+from seqprobe import flags
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from seqprobe.sweep import Failed, backend_of
 
 NAME = "markov_ablations"
 ARCHS = ("mamba2", "mambazero", "transformer")
@@ -73,7 +76,7 @@ def figure_label(label: str) -> str:
 # group -> {zoo recipe: label in the figure, the JSON and the claims}
 GROUPS: dict[str, dict[str, str]] = {"conv": CONV_GROUP, **{
     g: {f"markov_ablation/{g}/{label}": figure_label(label) for label, *_ in runs}
-    for g, runs in zoo.ABLATION_GROUPS.items() if g != "conv"}}
+    for g, runs in recipes.ABLATION_GROUPS.items() if g != "conv"}}
 LABELS = {recipe: (g, label) for g, recipes in GROUPS.items() for recipe, label in recipes.items()}
 
 
@@ -81,7 +84,7 @@ def recipes_for(groups: list[str], preset: str) -> list[str]:
     """The zoo recipes of ``groups`` that exist at ``preset``."""
     for g in groups:
         if g not in GROUPS:
-            raise TaskError(f"unknown group {g!r}; allowed: {', '.join(GROUPS)}")
+            raise InputError(f"unknown group {g!r}; allowed: {', '.join(GROUPS)}")
     return [r for g in groups for r in GROUPS[g] if zoo.recipe(r).available(preset)]
 
 

@@ -26,7 +26,7 @@ P̂(1 | current context), in bins of P̂ (``per_chain``): how far a chain lies f
 range against how far the model is from add-β on it.
 
 ``--train medium`` (the zoo's ``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
-— the Mamba-2 the authors ran (:data:`models.mamba2.MARKOV_PAPER_MODEL`: bias-free LayerNorm,
+— the Mamba-2 the authors ran (:data:`models.ssm.mamba2.MARKOV_PAPER_MODEL`: bias-free LayerNorm,
 LN(y) ⊙ act(z), no D, their init) with Table 7's optimiser on sequences of 512 — each tested
 on the same chains and the same fixed sequence; the rows are the mean over seeds with their
 spread, and the claims read every seed (in-range deviation small first, then the held-out row).
@@ -56,10 +56,10 @@ from analyses.common import (
     tightest,
     to_jsonable,
 )
+from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
-from models import flags, zoo
-from models.mamba2 import MARKOV_PAPER_MODEL
-from models.train.presets import SEEDED
+from models.ssm.mamba2 import MARKOV_PAPER_MODEL
+from models.train.levels import SEEDED
 from probes.markov import (  # noqa: F401 - restricted_probs, P_HAT_BINS: found here too
     P_HAT_BINS,
     TABLE_T,
@@ -69,7 +69,8 @@ from probes.markov import (  # noqa: F401 - restricted_probs, P_HAT_BINS: found 
     restricted_probs,
     restricted_table,
 )
-from tasks.base import check, config_to_dict
+from seqprobe import flags
+from seqprobe.config import check, config_to_dict
 
 NAME = "markov_holdout"
 ARCHS = ("mamba2", "mambazero", "transformer")
@@ -282,7 +283,7 @@ def _recipes(args: argparse.Namespace) -> list[str]:
     """The preset's runs; at large with ``--cpu-batch`` the batch-16 ones."""
     check(not args.cpu_batch or args.train == "large", "--cpu-batch goes with --train large")
     if args.train == "large":
-        return zoo.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
+        return recipes.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
     return list(FIGURE.recipes(args.train))
 
 
@@ -559,8 +560,8 @@ FIGURE = Figure(
            "to add-β than the Bayes predictor of its training prior, which stays in [0, 0.5]",
            claim_restricted)),
     presets=("quick", "medium", "large", "paper"),
-    recipes=lambda preset: (zoo.markov_holdout_medium_recipes() if preset == "medium"
-                            else zoo.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
+    recipes=lambda preset: (recipes.markov_holdout_medium_recipes() if preset == "medium"
+                            else recipes.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
                             if preset == "large" else (RECIPE,)),
     extra_args=lambda preset: ("--cpu-batch",) if preset == "large" and large_cpu_batch() else ())
 

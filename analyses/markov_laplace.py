@@ -38,9 +38,9 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
-from tasks.base import check
+from seqprobe import flags
+from seqprobe.config import check
 
 NAME = "markov_laplace"
 # zoo recipe -> the label the figure, the JSON and the claims use (Figs 1a, 7)

@@ -19,7 +19,7 @@ Mamba, LSTM from scratch with the paper's settings (GPU).
 
 Medium preset (``--medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
 random init as in the paper, several seeds each (recipes ``lookup_medium_prefix/{label}_s{seed}``;
-models.zoo says which of the paper's training setting they match and why the rest differs),
+analyses.zoo says which of the paper's training setting they match and why the rest differs),
 tested up to length 100. The length claim reads two bands apart: just beyond the training length
 (up to twice it) and the longest length; its text names the setting, field by field, as the
 paper's or not (:data:`PAPER_SETTING`). A model's seeds are averaged and their range given; the
@@ -35,6 +35,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
+from analyses import zoo
 from analyses.common import (
     COPY_ARCHS,
     Checkpoint,
@@ -51,10 +52,10 @@ from analyses.common import (
     to_jsonable,
     with_flags,
 )
+from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
-from models import zoo
 from probes.copying import accuracy_at
-from tasks.base import check, config_to_dict
+from seqprobe.config import check, config_to_dict
 from tasks.lookup import LookupConfig, NgramLookupTask
 
 NAME = "ngram_lookup"
@@ -81,12 +82,12 @@ class Settings:
 PRESETS: dict[str, Settings] = {
     "quick": Settings(labels=("hard_alibi", "lstm"), lengths=(10, 20, 30, 40, 60, 80, 100),
                       n_examples=256),
-    # prefix key only, from random init; the labels and seeds are models.zoo.LOOKUP_MEDIUM's
-    "medium": Settings(labels=tuple(zoo.LOOKUP_MEDIUM["labels"]),
+    # prefix key only, from random init; the labels and seeds are analyses.zoo.LOOKUP_MEDIUM's
+    "medium": Settings(labels=tuple(recipes.LOOKUP_MEDIUM["labels"]),
                        lengths=(5, 10, 20, 25, 30, 40, 60, 100), n_examples=256),
     # large: the same, in the paper's setting (26 letters, strings 5..30), tested to 100
-    # (Fig. 6's axis); models.zoo.LOOKUP_LARGE's labels and seeds
-    "large": Settings(labels=tuple(zoo.LOOKUP_LARGE["labels"]),
+    # (Fig. 6's axis); analyses.zoo.LOOKUP_LARGE's labels and seeds
+    "large": Settings(labels=tuple(recipes.LOOKUP_LARGE["labels"]),
                       lengths=(5, 10, 20, 30, 40, 60, 80, 100), n_examples=256),
     "paper": Settings(labels=("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"),
                       lengths=(10, 20, 30, 50, 75, 100, 150), n_examples=1280),
@@ -102,8 +103,8 @@ def lookup_recipes(preset: str, labels: list[str] | None = None,
     labels = labels or list(PRESETS[preset].labels)
     if preset in ("medium", "large"):
         check(init != "copy", f"--init copy: the {preset} lookup models train from random init")
-        return (zoo.lookup_medium_recipes(labels) if preset == "medium"
-                else zoo.lookup_large_recipes(labels))
+        return (recipes.lookup_medium_recipes(labels) if preset == "medium"
+                else recipes.lookup_large_recipes(labels))
     stem = "lookup_scratch" if init == "none" else "lookup"
     names = [f"{stem}_{key}/{label}" for label in labels for key in KEYS]
     if init == "copy":
@@ -200,7 +201,7 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(zoo.COPY_MODELS)} (default: preset's)")
+                   help=f"with --train: which of {', '.join(recipes.COPY_MODELS)} (default: preset's)")
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")

@@ -49,7 +49,6 @@ from analyses.common import (
     with_flags,
 )
 from figures.style import new_figure
-from models import flags
 from models.spectral import (
     DENSE_MAX_T,
     autoregressive_base,
@@ -60,8 +59,9 @@ from models.spectral import (
     predictor_features,
     true_weights,
 )
-from tasks import memory
-from tasks.base import check, make_generator
+from seqprobe import flags, memory
+from seqprobe.config import check
+from tasks.base import make_generator
 from tasks.lds import LDSConfig, region_bounds, sample_sequence
 
 NAME = "spectral_lds"

@@ -49,12 +49,12 @@ from analyses.common import (
     to_jsonable,
 )
 from figures.style import COLORS, new_figure
-from models import flags
 from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
 from probes.markov import markov_batch, markov_task_of
 from probes.ssm import READOUT_HOOK, collect_states, random_init_like
-from tasks.base import check
+from seqprobe import flags
+from seqprobe.config import check
 
 NAME = "state_probe"
 ARCHS = ("mamba2", "mambazero")

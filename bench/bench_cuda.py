@@ -22,17 +22,18 @@ from typing import Any
 
 import torch
 
+from analyses import zoo
+from analyses.zoo.dryrun import plan_row, recipe_spec
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
 from bench.common import in_fresh_process, interleaved_times, write_results
-from models import flags, zoo
 from models.registry import build_model
 from models.train import gpu_costs
-from models.train.dryrun import plan_row, recipe_spec
 from models.train.loop import Callback, Run, train
 from models.train.runconfig import RunConfig
+from seqprobe import flags
 
 # The paper copy models by the name the bench reports them under: the zoo's paper recipes (the
-# Mamba-2 one is sized as the paper Mamba: models.train.presets says why).
+# Mamba-2 one is sized as the paper Mamba: models.train.levels says why).
 COPY_RECIPES = {"transformer_nope": "copy/nope", "transformer_alibi": "copy/alibi",
                 "transformer_hard_alibi": "copy/hard_alibi", "transformer_rope": "copy/rope",
                 "mamba": "copy/mamba", "mamba2": "copy/mamba2", "lstm": "copy/lstm"}
@@ -41,7 +42,7 @@ TIMED_STEPS = 5
 
 
 def _kernels_available() -> dict[str, bool]:
-    from models.mamba2 import mamba_ssm_chunk_scan
+    from models.ssm.mamba2 import mamba_ssm_chunk_scan
 
     try:  # Mamba-1's selective scan kernel
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn  # noqa: F401
@@ -65,8 +66,8 @@ def _time_paths(make_model, x, scans: tuple[str, ...], kernel: bool, repeats: in
 
 
 def ssm_paths(repeats: int) -> dict:
-    from models.mamba import MambaConfig, MambaLM
-    from models.mamba2 import Mamba2Config, Mamba2LM
+    from models.ssm.mamba import MambaConfig, MambaLM
+    from models.ssm.mamba2 import Mamba2Config, Mamba2LM
 
     x = torch.randint(0, VOCAB, (BATCH, LONG), device="cuda")
     have = _kernels_available()
@@ -114,7 +115,7 @@ def train_step_cost(spec_dict: dict[str, Any], device: str, warm: int = WARM_STE
                     ) -> dict[str, Any]:
     """``warm`` + ``timed`` optimizer steps of a run through the training loop (what a user's
     run executes: data, autocast, compile, clipping, AdamW) on ``device``: seconds per timed
-    step, tokens/s, MFU (model FLOPs, :func:`~models.train.dryrun.flops_per_token`, over the
+    step, tokens/s, MFU (model FLOPs, :func:`~analyses.zoo.dryrun.flops_per_token`, over the
     card's bf16 peak) and peak memory (CUDA: max allocated). Module-level: run it in a fresh
     process (:func:`~bench.common.in_fresh_process`) so each model's peak is its own. A failure
     (out of memory…) is ``{"error": one line}``."""

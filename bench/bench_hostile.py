@@ -116,7 +116,7 @@ def _inputs(name: str, d: Path):
 
     if name == "pt_task_seq_len":  # loaded for evaluation: models.memory's check refuses it
         from models.memory import check_evaluation_fits
-        from tasks.base import TaskError
+        from seqprobe.errors import InputError
 
         ck = _checkpoint("mamba2", MAMBA2)
         ck["task"] = {"name": "markov", "config": {"seq_len": 256}}
@@ -127,7 +127,7 @@ def _inputs(name: str, d: Path):
         def evaluate(path):
             check_evaluation_fits(models.load(path), str(path))
         return (functools.partial(evaluate, good),
-                refused(evaluate, bomb, errors=(TaskError,)))
+                refused(evaluate, bomb, errors=(InputError,)))
     if name.startswith("pt_"):
         arch, cfg = ("stu", STU) if "stu" in name else ("transformer", TINY)
         good = save_checkpoint(_checkpoint(arch, cfg), d / "good.pt")

@@ -19,10 +19,10 @@ import warnings
 import torch
 
 from bench.common import interleaved_times, peak_memory_mb, train_step_fn, write_results
-from models import flags
 from models.lstm import LSTMLM, LSTMConfig
-from models.mamba import MambaConfig, MambaLM
-from models.mamba2 import Mamba2Config, Mamba2LM, ssd_chunked, ssd_plain
+from models.ssm.mamba import MambaConfig, MambaLM
+from models.ssm.mamba2 import Mamba2Config, Mamba2LM, ssd_chunked, ssd_plain
+from seqprobe import flags
 
 VOCAB = 32
 # Mamba-2 vs HF: a small multi-head model, HF's defaults otherwise (no MLP: HF has none)

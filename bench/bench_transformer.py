@@ -21,8 +21,8 @@ from bench.common import (
     train_step_fn,
     write_results,
 )
-from models import flags
 from models.transformer import HookedTransformerLM, TransformerConfig
+from seqprobe import flags
 
 # The quick copy preset's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
 SHAPE = dict(vocab_size=30, d_model=128, n_layers=2, n_heads=8, d_mlp=512)

@@ -35,13 +35,14 @@ from typing import Any
 
 import torch
 
+from analyses.zoo import dryrun
 from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_specs
 from bench.common import RESULTS
-from models import flags
-from models.train import dryrun, gpu_costs
+from models.train import gpu_costs
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
-from tasks.atomic import write_atomic
+from seqprobe import flags
+from seqprobe.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "results_gpu_check.json"

@@ -33,14 +33,15 @@ from typing import Any
 
 import torch
 
+from analyses import zoo
+from analyses.zoo.dryrun import plan_row, recipe_spec
 from bench.common import machine
-from models import flags, zoo
 from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
-from models.train.dryrun import plan_row, recipe_spec
 from models.train.loop import Callback, Run, evaluate, train
 from models.train.runconfig import RunConfig
-from tasks.atomic import write_atomic
-from tasks.base import TaskError
+from seqprobe import flags
+from seqprobe.atomic import write_atomic
+from seqprobe.errors import InputError
 
 WARM_STEPS = 1  # the first step pays one-off allocations and lazy imports: not timed
 LEVELS = ("quick", "medium", "paper")
@@ -76,7 +77,7 @@ def measure(spec: RunConfig, steps: int) -> dict[str, Any]:
     train(spec, out=None, device="cpu", progress=False, callbacks=[clock])
     timed = len(clock.cpu) - WARM_STEPS
     if timed < 1:
-        raise TaskError(f"the run stopped after {len(clock.cpu)} step(s)")
+        raise InputError(f"the run stopped after {len(clock.cpu)} step(s)")
     run = clock.run
     e_cpu, e_wall = time.thread_time(), time.perf_counter()
     evaluate(run.model, run.task, spec.train, torch.device("cpu"))

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: analyses run on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tasks.atomic import write_atomic  # noqa: E402 - the suite's one atomic writer
+from seqprobe.atomic import write_atomic  # noqa: E402 - the suite's one atomic writer
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
@@ -49,7 +49,7 @@ def figure_png(fig, fmt: str = "png") -> bytes:
 
 def save_figure(fig, path: str | Path) -> Path:
     """Write ``fig`` to ``path`` (PNG, or the format its suffix names) atomically: drawn in
-    memory, then written under a unique temp name and renamed by tasks.atomic, so a failed or
+    memory, then written under a unique temp name and renamed by seqprobe.atomic, so a failed or
     concurrent save never leaves a half-written figure at ``path``. The figure is closed either
     way."""
     path = Path(path)

@@ -64,12 +64,13 @@ from models.checkpoint import FORMAT, make_checkpoint, save_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.text import TaskText
 from models.train.config import TrainConfig
-from tasks.base import TaskError, check, config_from_dict, config_to_dict
+from seqprobe.config import check, config_from_dict, config_to_dict
+from seqprobe.errors import InputError
+from seqprobe.flags import N_CTX_UNBOUNDED
 
 # TL's n_ctx bounds a model's positions (its W_pos). No suite model has a position table (NoPE,
 # ALiBi, Hard-ALiBi, RoPE, recurrences, spectral filters of any length), so no bound applies;
 # head_detector only asks that a sequence be shorter than it.
-N_CTX_UNBOUNDED = 2**31 - 1
 
 
 def check_tokens(tokens: Tensor) -> None:
@@ -124,7 +125,7 @@ class TLConfigFields:
                                  f"model.cfg.{what})") from None
 
 
-class ActivationNotFound(TaskError, KeyError):
+class ActivationNotFound(InputError, KeyError):
     """A cache lookup of an activation this model does not have (or that was not cached).
 
     A :class:`KeyError` still (code that catches one keeps working), with a message that says
@@ -425,7 +426,7 @@ class SuiteModel(TaskText, HookedRootModule):
         check(not use_split_qkv_input,
               f"a suite {self.arch} model has no per-head Q/K/V inputs (hook_q_input), so "
               "get_act_patch_direct_path cannot run on it; export it to HF "
-              "(python -m models.export_hf) and use TransformerBridge")
+              "(python -m models.hf.export) and use TransformerBridge")
 
     def set_use_attn_in(self, use_attn_in: bool) -> None:
         """TL's switch for per-head attention inputs (``attn.hook_attn_in``): refused on."""

@@ -51,9 +51,11 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from models.checkpoint import make_checkpoint, save_checkpoint
-from models.mambazero import MambaZeroConfig, MambaZeroLM
+from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
-from tasks.base import TaskError, Vocab, check, letters
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from tasks.base import Vocab, letters
 from tasks.copy import COPY_SPECIALS
 
 # ------------------------------------------------------------------------------------------
@@ -308,7 +310,7 @@ def strings_without_repeated_ngrams(batch: int, L: int, n: int, D: int,
                 rows.append(torch.tensor(x))
                 break
         else:
-            raise TaskError(f"could not draw a length-{L} string without repeated {n}-grams")
+            raise InputError(f"could not draw a length-{L} string without repeated {n}-grams")
     return torch.stack(rows)
 
 

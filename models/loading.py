@@ -4,6 +4,7 @@ Its own module so that the checkpoint code and the HF code need not import each 
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 from collections.abc import Iterable
@@ -18,10 +19,8 @@ from models.checkpoint import (
     model_from_checkpoint,
     read_checkpoint,
 )
-from models.recipe import ZOO_PREFIX, is_zoo_ref
-from models.recipes import RECIPES
 
-# the temp directories models.export_hf builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
+# the temp directories models.hf.export builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
 # moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
 # ``.old`` alone): complete-looking model directories that a killed export leaves behind
 EXPORT_TEMP_SUFFIX = r"[a-z0-9_]{8}(\.export)?\.(tmp|old)"  # after ".NAME." (tempfile's 8)
@@ -29,7 +28,7 @@ EXPORT_TEMP_DIR = re.compile(r"\..+\." + EXPORT_TEMP_SUFFIX)
 
 
 def interrupted_swap(out: str | os.PathLike) -> Path | None:
-    """The previous export of ``out`` that ``python -m models.export_hf --overwrite`` moved
+    """The previous export of ``out`` that ``python -m models.hf.export --overwrite`` moved
     aside (``.NAME.XXXXXXXX.export.old``) and was stopped before moving the new one in: where
     ``out`` is missing and such a directory is beside it (the newest), else None."""
     out = Path(os.path.abspath(out))
@@ -45,6 +44,27 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
         return None
 
 
+# Named sources (``zoo:NAME``): a layer above this one registers a resolver as an entry point
+# of this group in pyproject.toml (``zoo = "analyses.zoo:SOURCE"``), so the loader opens its
+# names without importing upward; the object has ``resolve(ref) -> path`` and
+# ``hint(name) -> str | None`` (how to open a bare name that reads as a hub name).
+SOURCES_GROUP = "seqprobe.sources"
+
+
+def sources() -> dict[str, importlib.metadata.EntryPoint]:
+    """The registered named sources by scheme (``zoo``)."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=SOURCES_GROUP)}
+
+
+def named_source(path: str | os.PathLike):
+    """The source object of ``SCHEME:REF`` when SCHEME is registered, else None (a path)."""
+    scheme, sep, _ = str(path).partition(":")
+    if not sep:
+        return None
+    ep = sources().get(scheme)
+    return None if ep is None else ep.load()
+
+
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
          archs: Iterable[str] | None = None):
     """``models.load(path)``: a suite model rebuilt from a checkpoint file alone, or a
@@ -58,16 +78,13 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     built.
 
     ``path`` may also name a zoo checkpoint, ``zoo:NAME`` or ``zoo:NAME@LEVEL`` (quick by
-    default): the recipe's finished checkpoint in ``checkpoints/`` (:func:`models.zoo.resolve`;
+    default): the recipe's finished checkpoint in ``checkpoints/`` (:func:`named_source`;
     another cache: ``models.load(zoo.path(NAME, LEVEL, cache_dir))``). One not trained yet is
     one line with the command that trains it; nothing is ever trained here.
     """
-    if is_zoo_ref(path):
-        # deferred: the zoo sits above the loader (it trains through the cache, whose
-        # checkpoints this module reads); importing it here at the top would be a circle
-        from models.zoo import resolve
-
-        path = resolve(path)
+    source = named_source(path)
+    if source is not None:
+        path = source.resolve(str(path))
     aside = interrupted_swap(path)
     if aside is not None:
         raise CheckpointError(f"{path}: missing: an export into it was stopped while replacing "
@@ -75,7 +92,7 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
                               "restores that one first) or move it back")
     if EXPORT_TEMP_DIR.fullmatch(Path(os.path.abspath(path)).name) and Path(path).is_dir():
         raise CheckpointError(f"{path}: is the temp directory of an export that did not finish "
-                              "(python -m models.export_hf was stopped before moving it into "
+                              "(python -m models.hf.export was stopped before moving it into "
                               "place); export the checkpoint again")
     if is_hf_source(path):
         # deferred: transformers and the bridge take seconds to import, and a suite
@@ -85,10 +102,12 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
         try:
             model = load_hf(path, device, archs=archs)
         except HFError as e:
-            if str(path) not in RECIPES or Path(path).exists():
+            hints = [] if Path(path).exists() else [
+                h for src in sources().values() if (h := src.load().hint(str(path)))]
+            if not hints:
                 raise
-            # a zoo recipe's name reads as a hub name: say how to open the recipe instead
-            raise HFError(f"{e}; the zoo recipe {path} is opened as {ZOO_PREFIX}{path}") from None
+            # a recipe's name reads as a hub name: say how to open the recipe instead
+            raise HFError(f"{e}; {hints[0]}") from None
         return model if eval_mode else model.train()
     if Path(path).is_dir():
         raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "

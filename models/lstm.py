@@ -34,7 +34,7 @@ from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import RMSNorm, has_hooks
-from tasks.base import check
+from seqprobe.config import check
 
 SCANS = ("auto", "plain", "fused")
 

@@ -12,7 +12,7 @@ evaluate it (:func:`analyses.common.load_model`): a task config whose lengths ar
 per-int bound (a Markov ``seq_len`` of 2^24) can still ask for gigabytes per batch, so the least
 an evaluation at the task's longest sequence needs (:func:`evaluation_bytes`: one row through
 the model, the data of :data:`EVAL_ROWS` rows) must fit in what this process can still allocate
-(:func:`tasks.memory.check_fits`), or the load is refused in one line before any data is drawn.
+(:func:`seqprobe.memory.check_fits`), or the load is refused in one line before any data is drawn.
 An analysis' own batch sizes are its flags, estimated by the analysis where they matter.
 """
 
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from models.checkpoint.rebuild import meta_model, model_footprint
-from tasks.base import config_to_dict
-from tasks.memory import check_fits
+from seqprobe.config import config_to_dict
+from seqprobe.memory import check_fits
 
 TEMPORARIES = 2.0  # unhooked temporaries (softmax, norms, einsum outputs) at most double it
 FIT_LENGTHS = (8, 16, 32)  # short meta runs: three points fix a + b·T + c·T²

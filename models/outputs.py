@@ -2,7 +2,7 @@
 ``log_probs``.
 
 Every model's forward gives logits whose softmax is its prediction (MambaZero's L1 prediction
-included: its logits are log|v|, see :meth:`models.recurrent.SSMLanguageModel.compute_logits`),
+included: its logits are log|v|, see :meth:`models.ssm.recurrent.SSMLanguageModel.compute_logits`),
 so one function turns logits into log-probabilities for every model, suite or HuggingFace, and
 the trainer's loss, the probes and ``return_type="log_probs"`` all read the same numbers.
 """
@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 # TransformerLens' return types ("logits", "loss", "both": (logits, loss), None: run for the
 # hooks only) and the suite's "log_probs"

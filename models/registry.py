@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import importlib
 
-from tasks.base import TaskError, config_from_dict
+from seqprobe.config import config_from_dict
+from seqprobe.errors import InputError
 
 # name: "module:Class". Each class is a SuiteModel with ``config_cls``.
 ARCHS: dict[str, str] = {
     "transformer": "models.transformer:HookedTransformerLM",
-    "mamba2": "models.mamba2:Mamba2LM",
-    "mambazero": "models.mambazero:MambaZeroLM",
-    "mamba": "models.mamba:MambaLM",
+    "mamba2": "models.ssm.mamba2:Mamba2LM",
+    "mambazero": "models.ssm.mambazero:MambaZeroLM",
+    "mamba": "models.ssm.mamba:MambaLM",
     "lstm": "models.lstm:LSTMLM",
     "stu": "models.stu:STULM",
 }
@@ -23,7 +24,7 @@ ARCHS: dict[str, str] = {
 HF_ARCHS = ("hf_transformer", "hf_mamba", "hf_mamba2", "hf_hybrid")
 
 
-class ArchError(TaskError):
+class ArchError(InputError):
     """Unknown architecture or a config that does not fit it."""
 
 

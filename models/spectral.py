@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 KINDS = ("H", "N")  # H_T (Alg. 1, STU) and N_T (Alg. 2)
 DENSE_MAX_T = 1024  # above this, top-k eigenpairs by subspace iteration (dense eigh is O(T³))

@@ -56,7 +56,7 @@ from transformer_lens.hook_points import HookPoint
 from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
-from tasks.base import check
+from seqprobe.config import check
 
 PARAMS = ("tensordot", "full")
 MIXTURES = ("per_branch", "shared")

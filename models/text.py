@@ -16,7 +16,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from tasks.base import TaskError, Vocab, check
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from tasks.base import Vocab
 from tasks.registry import Task, make_task
 
 _SPECIAL = re.compile(r"(<[A-Za-z_][A-Za-z0-9_]*>)")  # how Vocab.decode writes a special token
@@ -29,7 +31,7 @@ def encode_text(vocab: Vocab, text: str) -> list[int]:
     Special tokens are written ``<NAME>`` (``<BOS>``, ``<COPY>``); alphabet symbols follow each
     other directly when they are all one character long (``"abc"``) and are separated by
     whitespace otherwise (``"s10 s11"``). Whitespace that is not a symbol only separates. Text
-    with pieces that are not tokens is one :class:`TaskError` naming every such piece."""
+    with pieces that are not tokens is one :class:`InputError` naming every such piece."""
     index = {sym: i for i, sym in enumerate(vocab.alphabet)}
     single = all(len(sym) == 1 for sym in vocab.alphabet)
     ids: list[int] = []
@@ -50,7 +52,7 @@ def encode_text(vocab: Vocab, text: str) -> list[int]:
         names = ", ".join(repr(p) for p in unknown[:SHOWN_SYMBOLS]) + (
             f" and {len(unknown) - SHOWN_SYMBOLS} more" if len(unknown) > SHOWN_SYMBOLS else "")
         verb = "is not a token" if len(unknown) == 1 else "are not tokens"
-        raise TaskError(f"{names} {verb} of this model's task vocabulary ({shown})")
+        raise InputError(f"{names} {verb} of this model's task vocabulary ({shown})")
     return ids
 
 
@@ -78,7 +80,7 @@ class TaskText:
         self.__dict__["_task"] = task
 
     def require_task(self, what: str) -> Task:
-        """``self.task``, or one :class:`TaskError` line saying ``what`` needs it."""
+        """``self.task``, or one :class:`InputError` line saying ``what`` needs it."""
         task = self.task
         check(task is not None,
               f"this {self.arch} model has no task (it was built in code, not loaded from a "

@@ -48,7 +48,7 @@ from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import MLP, LayerNorm, has_hooks
-from tasks.base import check
+from seqprobe.config import check
 
 PES = ("nope", "alibi", "hard_alibi", "rope")
 HEADS = ("lm", "token_cls", "seq_cls")

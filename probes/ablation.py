@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 MODES = ("mean", "zero")
 

@@ -22,7 +22,8 @@ from torch import Tensor
 from models.hf import HF_MAMBA, HF_MAMBA2
 from probes import ablation
 from probes.effective_matrix import s6_effective_attention, ssd_effective_attention
-from tasks.base import TaskError, check
+from seqprobe.config import check
+from seqprobe.errors import InputError
 
 BRIDGE_KIND = {HF_MAMBA2: "ssd", HF_MAMBA: "s6"}  # the HF SSMs with an effective attention
 
@@ -31,7 +32,7 @@ def kind(model) -> str:
     """``ssd`` (HF Mamba-2) or ``s6`` (HF Mamba)."""
     arch = getattr(model, "arch", None)
     if arch not in BRIDGE_KIND:
-        raise TaskError(f"a {arch!r} model is not an HF SSM booted by models.hf "
+        raise InputError(f"a {arch!r} model is not an HF SSM booted by models.hf "
                         f"({', '.join(BRIDGE_KIND)})")
     return BRIDGE_KIND[arch]
 

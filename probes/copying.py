@@ -20,7 +20,8 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from models.generation import evaluate_prompts, teacher_forced_argmax
-from tasks.base import PromptBatch, TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import PromptBatch, make_generator
 
 ATTN_BUDGET = 6e7  # attention entries (batch·T²) per forward pass: bounds eval memory
 
@@ -40,7 +41,7 @@ def accuracy_on(model, batches: Iterable[PromptBatch], greedy: bool = False) -> 
         acc = evaluate_prompts(model, batch.to(model.device), greedy=greedy)
         s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
     if done == 0:
-        raise TaskError("accuracy over no examples")
+        raise InputError("accuracy over no examples")
     return {"string_acc": s / done, "char_acc": c / done}
 
 
@@ -84,5 +85,5 @@ def state_floats(model) -> int:
         elif name.endswith("mixer.hook_conv") and d_conv > 1:
             total += (d_conv - 1) * per_pos
     if total == 0:
-        raise TaskError(f"cannot find the recurrent state of a {model.arch!r} model in its hooks")
+        raise InputError(f"cannot find the recurrent state of a {model.arch!r} model in its hooks")
     return total

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from seqprobe.config import check
 from tasks.add_beta import context_index, last_reset
-from tasks.base import check
 
 
 def transition_counts(tokens: Int[Tensor, "batch pos"], S: int, k: int = 1,

@@ -53,9 +53,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from models.hf import HF_HYBRID, HF_TRANSFORMER
-from models.mamba import MambaMixer
 from models.registry import HF_ARCHS
-from models.ssd import Mamba2Mixer
+from models.ssm.mamba import MambaMixer
+from models.ssm.ssd import Mamba2Mixer
 from probes import ablation
 from probes.attention import attention_patterns
 from probes.bridge_attention import (
@@ -75,7 +75,8 @@ from probes.effective_matrix import (
     s6_effective_attention,
     ssd_effective_attention,
 )
-from tasks.base import TaskError, check
+from seqprobe.config import check
+from seqprobe.errors import InputError
 
 READS = ("hook_x", "hook_B", "hook_C", "hook_ssm_dt")  # what effective attention reads
 SSM_ARCHS = ("mamba2", "mamba")  # suite models whose mixers have an effective attention
@@ -103,9 +104,9 @@ def kind(model) -> str:
     if arch in KIND_OF:
         return KIND_OF[arch]
     if arch == HF_HYBRID:
-        raise TaskError("a hybrid HF model (attention and SSM layers in one stack): its layers "
+        raise InputError("a hybrid HF model (attention and SSM layers in one stack): its layers "
                         "have heads of two kinds, which this probe does not mix")
-    raise TaskError(f"a {arch!r} model has no attention heads (a transformer) and no effective "
+    raise InputError(f"a {arch!r} model has no attention heads (a transformer) and no effective "
                     f"attention (an SSM: {', '.join(SSM_ARCHS)}); nothing to read heads from")
 
 
@@ -153,7 +154,7 @@ def effective_attention(model, cache, layer: int) -> Float[Tensor, "batch heads 
         return ssd_effective_attention(dt, A, B, C)
     if isinstance(mixer, MambaMixer):
         return s6_effective_attention(dt, A, B, C)
-    raise TaskError(f"layer {layer}'s mixer ({type(mixer).__name__}) has no effective attention")
+    raise InputError(f"layer {layer}'s mixer ({type(mixer).__name__}) has no effective attention")
 
 
 def mixer_x(model, cache, layer: int) -> Float[Tensor, "batch pos heads d_head"]:

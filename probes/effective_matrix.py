@@ -14,7 +14,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 
 def decay_matrix(log_a: Float[Tensor, "*batch pos"]) -> Float[Tensor, "*batch q k"]:

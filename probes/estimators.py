@@ -15,8 +15,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from seqprobe.config import check
 from tasks.add_beta import add_beta_counts, add_beta_probs, switching_probs
-from tasks.base import IGNORE, check
+from tasks.base import IGNORE
 
 __all__ = ["add_beta_brute_force", "add_beta_counts", "add_beta_loss", "add_beta_probs",
            "cross_entropy", "empirical_probs", "switching_probs"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.linear_model import Ridge
 
-from tasks.base import check
+from seqprobe.config import check
 
 CONSTANT_VAR = 1e-12  # a held-out target with less variance than this has no defined R²
 

@@ -35,8 +35,9 @@ from scipy.special import betainc
 from torch import Tensor
 
 from probes.estimators import add_beta_probs, cross_entropy, empirical_probs
+from seqprobe.config import check, config_to_dict
 from tasks.add_beta import add_beta_counts
-from tasks.base import Batch, check, config_to_dict, make_generator
+from tasks.base import Batch, make_generator
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
 

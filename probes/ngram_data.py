@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tasks.base import PromptBatch, check, make_generator
+from seqprobe.config import check
+from tasks.base import PromptBatch, make_generator
 from tasks.copy import CopyConfig, CopyTask
 from tasks.induction import InductionConfig, InductionHeadsTask
 from tasks.registry import make_task

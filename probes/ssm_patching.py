@@ -2,7 +2,7 @@
 helpers in the style of ``transformer_lens.patching`` for the mixer hooks it cannot reach.
 
 The whole state of a mixer after position t is H_t *and* the causal conv's window, the last
-w − 1 inputs of the conv (:class:`models.recurrent.SSMState`): the conv outputs at t + 1 …
+w − 1 inputs of the conv (:class:`models.ssm.recurrent.SSMState`): the conv outputs at t + 1 …
 t + w − 1 still read inputs from t and before, so a run continued from H_t alone is not the run
 continued from the state. What this module gives:
 
@@ -30,8 +30,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache
 
-from models.recurrent import SSMState
-from tasks.base import check
+from models.ssm.recurrent import SSMState
+from seqprobe.config import check
 
 SSM_ARCHS = ("mamba2", "mamba")
 STATE_HOOK = "blocks.{}.mixer.hook_ssm_state"  # H_t [batch, pos, heads, d_head, d_state]

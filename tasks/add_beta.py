@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 
 def window_index(window: Int[Tensor, "batch k"], S: int) -> Int[Tensor, " batch"]:

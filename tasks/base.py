@@ -1,4 +1,4 @@
-"""Shared pieces of every synthetic task: argument checks, vocabularies, batches, config rules.
+"""Shared pieces of every synthetic task: vocabularies, batches, generators.
 
 Every generator in ``tasks/`` is a pure function of its frozen config and a seeded
 ``torch.Generator``; no model code lives here.
@@ -6,93 +6,13 @@ Every generator in ``tasks/`` is a pure function of its frozen config and a seed
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
-import numbers
-import types
-import typing
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from tasks.errors import ConfigError, TaskError
+from seqprobe.errors import InputError
 
 IGNORE = -100  # target value that the loss skips (torch.nn.functional.cross_entropy default)
-
-
-def check(condition: bool, message: str) -> None:
-    """Raise :class:`TaskError` with ``message`` unless ``condition`` holds (that class, not
-    :class:`ConfigError`: a sweep reports the class name, and its users read ``TaskError``)."""
-    if not condition:
-        raise TaskError(message)
-
-
-@functools.cache
-def type_hints(cls: type) -> dict[str, Any]:
-    """``typing.get_type_hints(cls)``, once per class ({} when an annotation cannot be
-    resolved): evaluating string annotations dominates building a config from a dict."""
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: no type check
-        return {}
-
-
-def near(key: Any, allowed) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``allowed`` to a mistyped ``key``, or ""."""
-    match = difflib.get_close_matches(str(key), sorted(map(str, allowed)), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def config_from_dict(cls: type, data: dict[str, Any]):
-    """Build a frozen config dataclass from a dict, rejecting unknown keys (never ignoring them)."""
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}{near(unknown[0], names)}; "
-                          f"allowed: {sorted(names)}")
-    hints = type_hints(cls)
-    data = dict(data)
-    for key, value in data.items():
-        ok = _fits(value, hints.get(key))
-        if ok is False:  # a wrong type would surface later as a TypeError deep inside a check
-            tp = hints[key]
-            raise ConfigError(f"{cls.__name__}.{key} must be {getattr(tp, '__name__', tp)}, got "
-                            f"{value!r} ({type(value).__name__})")
-        if isinstance(value, list) and typing.get_origin(hints.get(key)) is tuple:
-            data[key] = tuple(value)  # JSON has no tuples; frozen configs stay hashable
-    return cls(**data)
-
-
-def _fits(value: Any, tp: Any) -> bool | None:
-    """Whether ``value`` suits the annotation ``tp``; None when ``tp`` is not a simple type."""
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    origin = typing.get_origin(tp)
-    if origin is tuple:
-        if not isinstance(value, (tuple, list)):
-            return False
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_fits(v, args[0]) is not False for v in value)
-        return None
-    if origin in (typing.Union, types.UnionType):
-        results = [(value is None) if a is type(None) else _fits(value, a)
-                   for a in typing.get_args(tp)]
-        return True if True in results else (None if None in results else False)
-    return None
-
-
-def config_to_dict(cfg) -> dict[str, Any]:
-    """The init fields of a config dataclass as a plain dict (JSON- and torch.load-safe)."""
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.init}
 
 
 @dataclass(frozen=True)
@@ -115,7 +35,7 @@ class Vocab:
         try:
             return self.D + self.specials.index(special)
         except ValueError:
-            raise TaskError(f"vocabulary has no special token {special!r}") from None
+            raise InputError(f"vocabulary has no special token {special!r}") from None
 
     @property
     def symbols(self) -> tuple[str, ...]:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, PromptBatch, Vocab, check
+from seqprobe.config import check
+from tasks.base import IGNORE, PromptBatch, Vocab
 from tasks.registry import LetterTask
 
 COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, Batch, PromptBatch, check
+from seqprobe.config import check
+from tasks.base import IGNORE, Batch, PromptBatch
 from tasks.registry import LetterTask
 
 SPECIALS = ("BLANK", "FLAG")

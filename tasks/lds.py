@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tasks.base import check
+from seqprobe.config import check
 
 REGIONS = ("A", "B")
 

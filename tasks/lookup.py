@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tasks.base import IGNORE, PromptBatch, check
+from seqprobe.config import check
+from tasks.base import IGNORE, PromptBatch
 from tasks.copy import COPY_SPECIALS
 from tasks.registry import LetterTask
 

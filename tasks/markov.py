@@ -34,8 +34,10 @@ from jaxtyping import Float, Int
 from scipy.stats import beta as beta_dist
 from torch import Tensor
 
+from seqprobe.config import check
+from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_probs, switching_probs, window_index
-from tasks.base import Batch, TaskError, Vocab, check
+from tasks.base import Batch, Vocab
 from tasks.registry import Task
 
 
@@ -163,7 +165,7 @@ class MarkovTask(Task):
         return b.tokens[0], b.targets[0]
 
     def max_example_len(self) -> int:
-        raise TaskError(f"{self.name} sequences have a fixed length (seq_len) and are not packed; "
+        raise InputError(f"{self.name} sequences have a fixed length (seq_len) and are not packed; "
                         "use --context 0")
 
     def model_fields(self) -> dict:

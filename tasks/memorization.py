@@ -54,7 +54,9 @@ from pathlib import Path
 
 import torch
 
-from tasks.base import IGNORE, Batch, TaskError, Vocab, check, letters, make_generator
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from tasks.base import IGNORE, Batch, Vocab, letters, make_generator
 from tasks.registry import Task
 
 DATA_SOURCES = ("synthetic", "conll", "mnli")
@@ -137,7 +139,7 @@ def synthetic_dataset(N: int, n: int, V: int, C: int, level: str, consistent: bo
 
     ``consistent``: the token sets (contexts V^(i), §3.1) are distinct too, and a token's
     label is drawn once per (sequence, token id), so equal tokens of one sequence share it
-    (Def. 3.2). Rejection sampling in chunks; a hopeless request is a :class:`TaskError`.
+    (Def. 3.2). Rejection sampling in chunks; a hopeless request is a :class:`InputError`.
     """
     seen: set[tuple[int, ...]] = set()
     contexts: set[frozenset[int]] = set()
@@ -176,10 +178,10 @@ def resolve_data_file(data: str, data_path: str) -> Path:
         for name in DATA_FILES[data]:
             if (path / name).is_file():
                 return path / name
-        raise TaskError(f"{path}: folder has no {what} (looked for "
+        raise InputError(f"{path}: folder has no {what} (looked for "
                         f"{', '.join(DATA_FILES[data])}); pass the file itself as --data-path")
     if not path.is_file():
-        raise TaskError(f"{what} not found: {path} (download it and pass its path as "
+        raise InputError(f"{what} not found: {path} (download it and pass its path as "
                         "--data-path; nothing is downloaded automatically)")
     return path
 
@@ -189,9 +191,9 @@ def _read_lines(path: Path) -> list[str]:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as e:
         msg = f"{path}: not UTF-8 text (byte {e.start}); is this the right file?"
-        raise TaskError(msg) from None
+        raise InputError(msg) from None
     except OSError as e:
-        raise TaskError(f"{path}: cannot read ({e.strerror})") from None
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
 
 
 def read_conll(path: Path) -> list[tuple[list[str], list[int]]]:
@@ -212,10 +214,10 @@ def read_conll(path: Path) -> list[tuple[list[str], list[int]]]:
             words, tags = [], []
             continue
         if len(cols) < 2:
-            raise TaskError(f"{path}:{lineno}: expected 'WORD [POS CHUNK] TAG' columns, got "
+            raise InputError(f"{path}:{lineno}: expected 'WORD [POS CHUNK] TAG' columns, got "
                             f"{line.strip()[:60]!r}; is this a CoNLL-2003 file?")
         if cols[-1] not in tag_id:
-            raise TaskError(f"{path}:{lineno}: unknown NER tag {cols[-1][:30]!r}; expected one "
+            raise InputError(f"{path}:{lineno}: unknown NER tag {cols[-1][:30]!r}; expected one "
                             f"of {', '.join(NER_TAGS)}")
         words.append(cols[0])
         tags.append(tag_id[cols[-1]])
@@ -236,7 +238,7 @@ def read_mnli(path: Path) -> list[tuple[list[str], list[str], int]]:
     label_col = "gold_label" if "gold_label" in header else "label"
     missing = [c for c in ("sentence1", "sentence2", label_col) if c not in header]
     if missing:
-        raise TaskError(f"{path}:1: header lacks column(s) {missing}; expected the GLUE MNLI "
+        raise InputError(f"{path}:1: header lacks column(s) {missing}; expected the GLUE MNLI "
                         f"TSV header (… sentence1 sentence2 … gold_label), got {header[:12]}")
     i1, i2, il = (header.index(c) for c in ("sentence1", "sentence2", label_col))
     label_id = {name: i for i, name in enumerate(NLI_LABELS)}
@@ -246,13 +248,13 @@ def read_mnli(path: Path) -> list[tuple[list[str], list[str], int]]:
             continue
         row = line.split("\t")
         if len(row) != len(header):
-            raise TaskError(f"{path}:{lineno}: {len(row)} tab-separated fields, the header has "
+            raise InputError(f"{path}:{lineno}: {len(row)} tab-separated fields, the header has "
                             f"{len(header)}")
         label = row[il].strip()
         if label == "-":
             continue
         if label not in label_id:
-            raise TaskError(f"{path}:{lineno}: unknown label {label[:30]!r}; expected one of "
+            raise InputError(f"{path}:{lineno}: unknown label {label[:30]!r}; expected one of "
                             f"{', '.join(NLI_LABELS)}")
         pairs.append((WORD_RE.findall(row[i1]), WORD_RE.findall(row[i2]), label_id[label]))
     check(bool(pairs), f"{path}: no labelled sentence pairs found")
@@ -292,7 +294,7 @@ def _real_dataset_cached(data: str, path: str, mtime_ns: int, size: int, n_examp
         if len(chosen) == n_examples:
             break
     if n_examples and len(chosen) < n_examples:
-        raise TaskError(f"{path}: only {len(chosen)} distinct examples (of {len(examples)}), "
+        raise InputError(f"{path}: only {len(chosen)} distinct examples (of {len(examples)}), "
                         f"fewer than n_examples={n_examples}; lower it (0 = all)")
     words_seen: dict[str, None] = {}  # insertion order: ids follow first use in the seeded order
     for words, _ in chosen:
@@ -378,7 +380,7 @@ class MemorizationTask(Task):
             yield self.subset(perm[start : start + batch_size])
 
     def example(self, g):
-        raise TaskError("memorization examples are rows of a fixed set: use batch() "
+        raise InputError("memorization examples are rows of a fixed set: use batch() "
                         "(no --context packing)")
 
     def max_example_len(self) -> int:

@@ -18,7 +18,8 @@ from importlib import resources
 
 import torch
 
-from tasks.base import IGNORE, PromptBatch, Vocab, check
+from seqprobe.config import check
+from tasks.base import IGNORE, PromptBatch, Vocab
 from tasks.copy import COPY_SPECIALS
 from tasks.registry import Task
 

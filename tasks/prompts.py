@@ -40,7 +40,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tasks.base import TaskError, check
+from seqprobe.config import check
+from seqprobe.errors import InputError
 from tasks.phonebook import PhoneBookConfig, PhoneBookTask
 
 PHONEBOOK_SHOTS = 2  # §4.3: "two few-shot examples"
@@ -178,13 +179,13 @@ def read_text(path: str, flag: str = "--text", max_bytes: int = TEXT_MAX_BYTES) 
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise TaskError(f"{flag} {path}: no such file") from None
+        raise InputError(f"{flag} {path}: no such file") from None
     except (OSError, ValueError) as e:
-        raise TaskError(f"{flag} {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
+        raise InputError(f"{flag} {path}: cannot read it ({getattr(e, 'strerror', None) or e})"
                         ) from None
     if not stat.S_ISREG(st.st_mode):
         kind = next((k for test, k in _FILE_KINDS if test(st.st_mode)), "not a regular file")
-        raise TaskError(f"{flag} {path}: is {kind}, not a text file")
+        raise InputError(f"{flag} {path}: is {kind}, not a text file")
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
@@ -192,7 +193,7 @@ def read_text(path: str, flag: str = "--text", max_bytes: int = TEXT_MAX_BYTES) 
         # a prefix may end inside a character: the incremental decoder leaves it pending
         text = codecs.getincrementaldecoder("utf-8")().decode(data[:max_bytes], final=not cut)
     except (OSError, UnicodeDecodeError) as e:
-        raise TaskError(f"{flag} {path}: cannot read it as UTF-8 text ({e})") from None
+        raise InputError(f"{flag} {path}: cannot read it as UTF-8 text ({e})") from None
     if cut:
         end = max(text.rfind(c) for c in " \n\t\r")  # the last word may go on past the cut
         text = text[: end + 1] if text[: end + 1].strip() else text

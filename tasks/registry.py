@@ -7,7 +7,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from tasks.base import IGNORE, Batch, TaskError, Vocab, check, config_from_dict, letters
+from seqprobe.config import check, config_from_dict
+from seqprobe.errors import InputError
+from tasks.base import IGNORE, Batch, Vocab, letters
 
 TASKS: dict[str, str] = {
     "copy": "tasks.copy:CopyTask",
@@ -102,7 +104,7 @@ def packed_batch(task: Task, batch_size: int, context: int, g: torch.Generator) 
 
 def task_class(name: str):
     if name not in TASKS:
-        raise TaskError(f"unknown task {name!r}; allowed: {', '.join(sorted(TASKS))}")
+        raise InputError(f"unknown task {name!r}; allowed: {', '.join(sorted(TASKS))}")
     module, cls = TASKS[name].split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -21,8 +21,8 @@ if str(ROOT) not in sys.path:  # tests run from a clean clone without `pip insta
 # shape or dtype, or a config field of the wrong type, fails the test that passed it. The
 # numeric tower lets an int stand for a float, as config_from_dict does.
 TYPECHECKED_MODULES = (
-    "models.base", "models.layers", "models.transformer", "models.recurrent", "models.ssd",
-    "models.mamba2", "models.mambazero", "models.mamba", "models.lstm", "models.stu",
+    "models.base", "models.layers", "models.transformer", "models.ssm.recurrent", "models.ssm.ssd",
+    "models.ssm.mamba2", "models.ssm.mambazero", "models.ssm.mamba", "models.lstm", "models.stu",
     "models.spectral", "models.generation", "models.constructions",
 )
 assert not any(m in sys.modules for m in TYPECHECKED_MODULES), "models imported before the hook"

@@ -23,8 +23,8 @@ import torch
 import models
 from analyses.common import load_model
 from models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
-from tasks import atomic
-from tasks.base import TaskError
+from seqprobe import atomic
+from seqprobe.errors import InputError
 from tests.tiny import good_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,7 +175,7 @@ def test_broken_file_gives_one_clear_line(broken, name):
         models.load(path)
     msg = assert_one_line(e.value, path)
     assert phrase in msg, msg
-    assert isinstance(e.value, TaskError)  # so every CLI turns it into exit code 2
+    assert isinstance(e.value, InputError)  # so every CLI turns it into exit code 2
 
 
 def test_missing_file_and_directory(tmp_path):
@@ -187,7 +187,7 @@ def test_missing_file_and_directory(tmp_path):
 
 def test_wrong_architecture_for_the_analysis(tmp_path):
     path = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         load_model(str(path), archs=("mamba", "mamba2"))
     msg = assert_one_line(e.value, path)
     assert "needs a mamba or mamba2 checkpoint" in msg and "'transformer'" in msg
@@ -198,7 +198,7 @@ def test_wrong_architecture_for_the_analysis(tmp_path):
 def test_load_model_on_a_missing_device_is_one_line(tmp_path):
     path = save_checkpoint(good_checkpoint(), tmp_path / "c.pt")
     for device, phrase in [("cuda", "CUDA is not available"), ("banana", "unknown device")]:
-        with pytest.raises(TaskError, match=phrase):
+        with pytest.raises(InputError, match=phrase):
             load_model(str(path), device=device)
 
 
@@ -258,7 +258,7 @@ CHILD_SEAM = textwrap.dedent("""
     import os, signal, sys, torch
     sys.path.insert(0, {root!r})
     from models import checkpoint as ck
-    from tasks import atomic
+    from seqprobe import atomic
 
     def ckpt(step):
         return {{"format": 1, "model": {{"arch": "transformer", "config": {{}}}},

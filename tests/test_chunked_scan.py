@@ -5,8 +5,8 @@ materialises the states whenever a hook reads them."""
 import pytest
 import torch
 
-from models.mamba import MambaConfig
-from models.recurrent import selective_scan_chunked
+from models.ssm.mamba import MambaConfig
+from models.ssm.recurrent import selective_scan_chunked
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from models.constructions import (
 )
 from models.generation import greedy_decode, teacher_forced_argmax
 from probes.attention import ngram_match_score
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 BOS, EOS, COPY = 0, 1, 2  # offsets after the D letters (tasks.copy.COPY_SPECIALS)
 
@@ -104,8 +104,8 @@ def test_repeat_detection_and_bounds():
     assert lemma_2_4_bound(1000, 5, 26) == pytest.approx(1e6 / 26**5)
     assert gssm_error_bound(64, 10, 2) == 0.0
     assert gssm_error_bound(8, 10, 2) == pytest.approx(1 - 2**-2)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         strings_without_repeated_ngrams(1, 20, 2, 3, torch.Generator())  # 19 bigrams > 3^2
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         HashCopyConfig(n=0)
     assert HashCopyConfig(n=2, D=26).tau_ > math.log(4e6)

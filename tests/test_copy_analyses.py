@@ -14,13 +14,13 @@ from analyses import (
     length_generalization,
     ngram_heads,
     ngram_lookup,
+    zoo,
 )
-from models import zoo
 from models.checkpoint import FORMAT, save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 CLIS = {"ngram_heads": ngram_heads, "duplicated_ngrams": duplicated_ngrams,
         "length_generalization": length_generalization, "copy_efficiency": copy_efficiency,
@@ -217,9 +217,9 @@ def test_lookup_recipes_fine_tune_the_copy_models_or_start_from_scratch(tmp_path
         assert zoo.recipe(a).parts("quick") == zoo.recipe(b).parts("quick")
         # at paper both train from random init: one run, one cache entry
         assert zoo.spec(a, "paper", tmp_path).hash() == zoo.spec(b, "paper", tmp_path).hash()
-    with pytest.raises(TaskError, match="--init copy"):
+    with pytest.raises(InputError, match="--init copy"):
         ngram_lookup.lookup_recipes("paper", ["lstm"], "copy")
-    with pytest.raises(TaskError, match="unknown recipe 'lookup_suffix/gpt'"):
+    with pytest.raises(InputError, match="unknown recipe 'lookup_suffix/gpt'"):
         zoo.recipe(ngram_lookup.lookup_recipes("quick", ["gpt"])[0])
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tasks import IGNORE, TaskError, make_generator, make_task, packed_batch
+from tasks import IGNORE, InputError, make_generator, make_task, packed_batch
 from tasks.copy import plant_duplicate
 from tasks.lookup import unique_key_positions
 
@@ -47,7 +47,7 @@ def test_packing_fills_context_with_whole_examples():
     for row in range(3):
         starts = (batch.tokens[row] == bos).nonzero().flatten().tolist()
         assert len(starts) >= 2 and starts[0] == 0
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         packed_batch(task, 1, 10, make_generator(0))  # an example of length 23 cannot fit
 
 
@@ -112,5 +112,5 @@ def test_phonebook_query_answer_is_in_the_book():
     ("copy", dict(colour="red")),
 ])
 def test_bad_task_configs_raise_task_error(name, bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         make_task(name, **bad)

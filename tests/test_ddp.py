@@ -27,8 +27,8 @@ from models.train.cli import main
 from models.train.distributed import World, shard_bounds
 from models.train.loop import train
 from models.train.spec import make_spec
+from seqprobe.errors import InputError
 from tasks import make_generator, make_task
-from tasks.base import TaskError
 from tests.tiny import TINY_RUN, TINY_RUN_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_batch_smaller_than_the_job_is_refused(tmp_path, monkeypatch):
     # rank 0 of a 2-process torchrun job, as its environment says: refused before any work
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)
-    with pytest.raises(TaskError, match="batch_size 1 is smaller than the 2 processes"):
+    with pytest.raises(InputError, match="batch_size 1 is smaller than the 2 processes"):
         train(spec(batch_size=1), out=tmp_path / "x.pt", device="cpu", progress=False)
     assert not (tmp_path / "x.pt").exists()
 
@@ -281,7 +281,7 @@ def test_a_zoo_recipe_trains_once_under_torchrun_and_is_reused(tmp_path):
     """Only rank 0 holds the cache lock and looks at the cache; both ranks train (DDP), rank 0
     writes; a second job finds the entry and trains nothing (every rank locking would
     deadlock: rank 1 waiting on the lock while rank 0 waits on rank 1 in training)."""
-    args = ("-m", "models.zoo", "train", "induction/stu_L16_s0", "--cache-dir", str(tmp_path))
+    args = ("-m", "analyses.zoo", "train", "induction/stu_L16_s0", "--cache-dir", str(tmp_path))
     first = torchrun(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     (path,) = tmp_path.glob("stu-induction-*.pt")
@@ -299,5 +299,5 @@ def test_an_analysis_under_torchrun_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RANK", "0")
     assert md.main(["--train", "quick", "--out", str(tmp_path / "o")]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and "torchrun -m models.zoo train" in err[0]
+    assert len(err) == 1 and "torchrun -m analyses.zoo train" in err[0]
     assert not (tmp_path / "o").exists()

@@ -1,4 +1,4 @@
-"""``--dry-run`` (models.train.dryrun): two steps of each model at its real size, a table of
+"""``--dry-run`` (analyses.zoo.dryrun): two steps of each model at its real size, a table of
 sizes, step times and projected H100 hours; a model that cannot run is a row, not a crash."""
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import models.device
+import seqprobe.device
 from analyses import markov_holdout as holdout
-from analyses import memorization, reproduce
+from analyses import memorization
 from analyses.common import run_analysis
+from analyses.reproduce import cli as reproduce_cli
+from analyses.reproduce import plan as reproduce_plan
+from analyses.zoo import dryrun
 from models.registry import build_model
-from models.train import dryrun
 from models.train.spec import make_spec
-from tasks.base import IGNORE, TaskError
+from seqprobe.errors import InputError
+from tasks.base import IGNORE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +104,7 @@ def test_flops_formula_against_flop_counter():
 
 def test_too_large_for_this_machine_is_one_line(monkeypatch):
     """The meta-device size check answers before anything is allocated."""
-    monkeypatch.setattr(models.device, "memory_bytes", lambda device="cpu": 10_000)
+    monkeypatch.setattr(seqprobe.device, "memory_bytes", lambda device="cpu": 10_000)
     rows = dryrun.dry_run([("big", tiny_spec)], "cpu", log=lambda text: None)
     assert "more than this machine's memory" in rows[0]["error"]
 
@@ -116,7 +119,7 @@ def test_reproduce_flag_collects_the_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(dryrun, "report", fake_report)
     argv = ["--paper", "--dry-run", "--device", "cpu", "--out", str(tmp_path),
             "--only", "markov_holdout", "--only", "memorization", "--only", "spectral_lds"]
-    assert reproduce.main(argv) == 0
+    assert reproduce_cli.main(argv) == 0
     assert seen["names"] == ["markov_holdout/mamba2", "memorization_synthetic_token/m120_f1",
                              "memorization_synthetic_token/m12_f0.1"]
     assert seen["device"] == "cpu" and Path(seen["out"]) == tmp_path
@@ -152,7 +155,7 @@ def test_dry_run_needs_a_training_analysis(capsys):
 
 
 def test_unknown_device_is_refused_before_any_work():
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         dryrun.dry_run([("tiny", tiny_spec)], "nodevice")
 
 
@@ -165,6 +168,6 @@ def test_paper_plan_dry_run(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "dry_run.json").read_text())
     names = [r["name"] for r in doc["rows"]]
-    plan = [n for n, _ in reproduce.plan_models(reproduce.PLAN, "paper")]
+    plan = [n for n, _ in reproduce_plan.plan_models(reproduce_plan.PLAN, "paper")]
     assert names == plan and "copy/hard_alibi" in names
     assert all(r["seconds_per_step"] > 0 and r["gpu_hours_h100"] > 0 for r in doc["rows"])

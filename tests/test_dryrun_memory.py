@@ -4,8 +4,8 @@ the largest micro-batch that fits the card (tested here with a stand-in for the 
 import pytest
 import torch
 
-from models.mamba import MambaConfig
-from models.train import dryrun
+from analyses.zoo import dryrun
+from models.ssm.mamba import MambaConfig
 from models.train.spec import make_spec
 
 TINY_MAMBA = dict(d_model=8, n_layers=2, d_state=4)
@@ -52,7 +52,7 @@ def test_a_gpu_dry_run_takes_the_largest_micro_batch_that_fits(monkeypatch):
         raise RuntimeError("CUDA out of memory (wrapped by a compiler)")
 
     monkeypatch.setattr(dryrun, "_measure_once", never_fits)
-    with pytest.raises(dryrun.TaskError, match="even at micro-batch 1"):
+    with pytest.raises(dryrun.InputError, match="even at micro-batch 1"):
         dryrun.measure(_spec(), "cuda")
 
 

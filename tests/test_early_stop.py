@@ -10,7 +10,8 @@ import pytest
 from models.train.config import TrainConfig
 from models.train.loop import train
 from models.train.spec import make_spec
-from tasks.base import TaskError, config_to_dict
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
 
 STU = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16)
 
@@ -50,9 +51,9 @@ def test_a_real_run_stops_early_and_deterministically(tmp_path):
 
 
 def test_stop_at_is_checked():
-    with pytest.raises(TaskError, match="eval_every"):
+    with pytest.raises(InputError, match="eval_every"):
         TrainConfig(stop_at=0.9, eval_every=0)
-    with pytest.raises(TaskError, match="stop_at"):
+    with pytest.raises(InputError, match="stop_at"):
         TrainConfig(stop_at=1.5)
 
 

@@ -12,7 +12,7 @@ from models import load
 from models.checkpoint import FORMAT, save_checkpoint
 from probes import bridge_attention as ba
 from probes import effective_attention as ea
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 TOKENS = torch.tensor([[1, 2, 3, 1, 2, 3, 4, 0, 5, 1, 2], [0, 0, 1, 6, 5, 4, 3, 2, 1, 0, 6]])
 
@@ -110,7 +110,7 @@ def test_patterns_are_distributions_and_transformer_patterns_are_hook_pattern(ti
 
 
 def test_a_model_without_heads_is_one_line(tiny_model):
-    with pytest.raises(TaskError, match="no attention heads .* no effective attention"):
+    with pytest.raises(InputError, match="no attention heads .* no effective attention"):
         ea.head_patterns(tiny_model("lstm"), TOKENS)
 
 
@@ -140,17 +140,17 @@ def test_ssm_head_ablation(tiny_model, arch):
     mixer = model.blocks[0].mixer
     torch.testing.assert_close(y[:, :, 1], means[0][1] + mixer.D[1] * x[:, :, 1])
     assert torch.equal(model(TOKENS), base)
-    with pytest.raises(TaskError, match="no head"):
+    with pytest.raises(InputError, match="no head"):
         with ea.ablated_heads(model, [(0, H)], "zero"):
             pass
 
 
 def test_our_probe_on_our_mamba2_equals_transformer_lens_on_its_hf_export(tiny_model, randomize,
                                                                            tmp_path):
-    """Export our Mamba-2 to HF (models.export_hf), boot the export through models.load (the
+    """Export our Mamba-2 to HF (models.hf.export), boot the export through models.load (the
     TransformerBridge loader): our effective attention on our cache equals TransformerLens'
     compute_ssm_effective_attention on the bridge's cache."""
-    export_hf = pytest.importorskip("models.export_hf")  # helper EXPORT's module
+    export_hf = pytest.importorskip("models.hf.export")  # helper EXPORT's module
 
     model = randomize(tiny_model("mamba2", n_heads=4, n_groups=2, expand=4))
     ck = {"format": FORMAT, "model": model.to_checkpoint_dict(),

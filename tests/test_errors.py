@@ -1,4 +1,4 @@
-"""One exception tree (tasks/errors.py): every exception class the packages define derives from
+"""One exception tree (seqprobe/errors.py): every exception class the packages define derives from
 SeqprobeError, and the CLIs turn each into one stderr line and the right exit code."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pkgutil
 import pytest
 
 import models.train.cli as train_cli
-from models.cli import EXIT_BAD_INPUT, EXIT_FAILED, run_cli
-from tasks.errors import CheckpointError, ConfigError, RunError, SeqprobeError, TaskError
+from seqprobe.cli import EXIT_BAD_INPUT, EXIT_FAILED, run_cli
+from seqprobe.errors import CheckpointError, ConfigError, InputError, RunError, SeqprobeError
 
-PACKAGES = ("tasks", "models", "probes", "analyses", "figures", "bench")
+PACKAGES = ("seqprobe", "tasks", "models", "probes", "analyses", "figures", "bench")
 # Not errors: Ctrl-C and SIGTERM between two training steps or during an evaluation. A
 # KeyboardInterrupt on purpose, so that no `except Exception` (a sweep's retry, a CLI's one line)
 # swallows the user's stop.
@@ -40,17 +40,17 @@ ERRORS = {k: v for k, v in CLASSES.items() if k not in NOT_ERRORS and not issubc
 
 
 def test_every_exception_class_of_the_packages_is_a_seqprobe_error():
-    assert {"tasks.errors.SeqprobeError", "models.hf.HFError", "models.export_map.ExportError",
-            "models.train.loop.TrainingDiverged", "models.sweep.CommandFailed"} <= set(CLASSES)
+    assert {"seqprobe.errors.SeqprobeError", "models.hf.HFError", "models.hf.export_map.ExportError",
+            "models.train.loop.TrainingDiverged", "seqprobe.sweep.CommandFailed"} <= set(CLASSES)
     assert NOT_ERRORS <= set(CLASSES)  # an entry there that no longer exists is removed
     outside = sorted(k for k, cls in ERRORS.items() if not issubclass(cls, SeqprobeError))
     assert outside == []
 
 
 def test_the_old_catches_still_hold():
-    """``except TaskError`` / ``except ValueError`` callers still catch what they caught."""
-    assert issubclass(CheckpointError, TaskError) and issubclass(ConfigError, ValueError)
-    assert not issubclass(RunError, TaskError) and issubclass(RunError, RuntimeError)
+    """``except InputError`` / ``except ValueError`` callers still catch what they caught."""
+    assert issubclass(CheckpointError, InputError) and issubclass(ConfigError, ValueError)
+    assert not issubclass(RunError, InputError) and issubclass(RunError, RuntimeError)
 
 
 def _instance(cls: type[BaseException], message: str) -> BaseException:
@@ -73,7 +73,7 @@ def test_a_cli_prints_one_line_for_each(name, capsys):
     code = run_cli(body, [])
     err = capsys.readouterr().err
     assert err == f"error: {name} went wrong\n"
-    assert code == (EXIT_BAD_INPUT if issubclass(cls, TaskError) else EXIT_FAILED)
+    assert code == (EXIT_BAD_INPUT if issubclass(cls, InputError) else EXIT_FAILED)
 
 
 @pytest.mark.parametrize("cls, code", [(ConfigError, EXIT_BAD_INPUT), (RunError, EXIT_FAILED)])

@@ -23,11 +23,12 @@ import transformers as tf
 from tokenizers import Tokenizer
 from transformer_lens.model_bridge import TransformerBridge
 
-from models import export_hf, export_map
 from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
-from models.export_hf import export, hf_tokenizer, main
+from models.hf import export as export_hf
+from models.hf import export_hooks, export_map
+from models.hf.export import export, hf_tokenizer, main
 from models.loading import load
-from tasks.base import config_to_dict
+from seqprobe.config import config_to_dict
 from tasks.registry import make_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +159,7 @@ def test_export_gives_our_logits_and_activations(name, tiny_model, tokens, tmp_p
     x = tokens(B=3, T=11, V=model.cfg.vocab_size)  # crosses Mamba-2's chunks of 4
     compare_hooks(model, tmp_path / "hf", x, report.hf_class)
     config = tf.AutoConfig.from_pretrained(tmp_path / "hf")
-    assert config.architectures == [report.hf_class] == [export_hf.hf_class(arch, model.cfg)]
+    assert config.architectures == [report.hf_class] == [export_map.hf_class(arch, model.cfg)]
     assert config.seqprobe["arch"] == arch
     assert config.seqprobe["config"] == config_to_dict(model.cfg) | {
         k: list(v) for k, v in config_to_dict(model.cfg).items() if isinstance(v, tuple)}
@@ -181,14 +182,14 @@ HOOK_MAP_MODELS = {"GPTNeoXForCausalLM": ("transformer", {"pe": "rope"}),
 def test_hook_map_names_our_hooks(tiny_model):
     """Every HOOK_MAP key is a hook point of the models exported as that class (a typo would
     never fire, and the comparison above would skip it silently)."""
-    assert set(HOOK_MAP_MODELS) == set(export_hf.HOOK_MAP)
+    assert set(HOOK_MAP_MODELS) == set(export_hooks.HOOK_MAP)
     for cls, (arch, overrides) in HOOK_MAP_MODELS.items():
         model = tiny_model(arch, **overrides)
-        assert export_hf.hf_class(arch, model.cfg) == cls
+        assert export_map.hf_class(arch, model.cfg) == cls
         sites = export_hf.hook_sites(cls, model.cfg.n_layers)
         assert set(sites) <= set(model.hook_dict), (cls, set(sites) - set(model.hook_dict))
         assert len(sites) == sum(model.cfg.n_layers if "{i}" in k else 1
-                                 for k in export_hf.HOOK_MAP[cls])
+                                 for k in export_hooks.HOOK_MAP[cls])
 
 
 def test_ln_final_shift_is_what_the_fold_needs(tiny_model, tmp_path):
@@ -426,7 +427,7 @@ def test_missing_checkpoint_is_one_line(tmp_path, capsys):
 def test_cli_as_a_user_types_it(tiny_model, tmp_path):
     model = tiny_model("transformer", random=True, pe="rope")
     ck = write_checkpoint(model, tmp_path / "m.pt")
-    run = subprocess.run([sys.executable, "-m", "models.export_hf", str(ck),
+    run = subprocess.run([sys.executable, "-m", "models.hf.export", str(ck),
                           str(tmp_path / "hf")], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
@@ -434,11 +435,11 @@ def test_cli_as_a_user_types_it(tiny_model, tmp_path):
     assert lines[0].startswith(f"wrote {tmp_path / 'hf'} (GPTNeoXForCausalLM")
     assert "unembedding bias was moved" in lines[1] and "ln_final_shift" in lines[1]
     assert lines[2].startswith("checked: logits") and lines[3].startswith(
-        f"checked: activations at {2 * 11 + 2} hooks (models.export_hf.HOOK_MAP)")
+        f"checked: activations at {2 * 11 + 2} hooks (models.hf.export.HOOK_MAP)")
     for line in lines[2:]:
         assert float(line.split("max |diff| = ")[1].split()[0]) < 1e-5
     assert run.stderr == ""
-    again = subprocess.run([sys.executable, "-m", "models.export_hf", str(ck),
+    again = subprocess.run([sys.executable, "-m", "models.hf.export", str(ck),
                             str(tmp_path / "hf")], cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 2 and again.stdout == ""

@@ -16,9 +16,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from models import export_hf
 from models.checkpoint import make_checkpoint, save_checkpoint
-from tasks.base import config_to_dict
+from models.hf import export as export_hf
+from seqprobe.config import config_to_dict
 from tasks.registry import make_task
 from tests.tiny import zoo_stand_in
 

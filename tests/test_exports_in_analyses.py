@@ -1,4 +1,4 @@
-"""A suite export (``python -m models.export_hf``) in every analysis that takes a path (issue 37):
+"""A suite export (``python -m models.hf.export``) in every analysis that takes a path (issue 37):
 an analysis that reads only a model's outputs takes it as the checkpoint it came from — its
 task, its token ids, the same numbers — and one that reads the suite model itself (config,
 hooks, training record) refuses it in one line naming what to give instead. Before, an export
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import models
-from models import export_hf
 from models.checkpoint import make_checkpoint, save_checkpoint
+from models.hf import export as export_hf
 from models.train.spec import make_spec
 from tests.tiny import TINY_RUN
 

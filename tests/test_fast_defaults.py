@@ -22,7 +22,9 @@ from models.train.loop import fused_adamw, make_optimizer, train
 from models.train.loss import nll, step_loss
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
-from tasks.base import TaskError, config_from_dict, make_generator
+from seqprobe.config import config_from_dict
+from seqprobe.errors import InputError
+from tasks.base import make_generator
 from tasks.registry import make_task
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a cuda device object needs no GPU
@@ -56,13 +58,13 @@ def test_auto_resolves_per_device(bf16_card, monkeypatch):
 
 
 def test_a_run_of_one_device_type_refuses_another():
-    with pytest.raises(TaskError, match="cuda run .* would train on cpu"):
+    with pytest.raises(InputError, match="cuda run .* would train on cpu"):
         resolve_train(TrainConfig(device_type="cuda"), CPU)
-    with pytest.raises(TaskError, match="device_type must be"):
+    with pytest.raises(InputError, match="device_type must be"):
         TrainConfig(device_type="tpu")
-    with pytest.raises(TaskError, match="compile must be true, false or auto"):
+    with pytest.raises(InputError, match="compile must be true, false or auto"):
         config_from_dict(TrainConfig, {"compile": "maybe"})
-    with pytest.raises(TaskError, match="precision must be auto, fp32 or bf16"):
+    with pytest.raises(InputError, match="precision must be auto, fp32 or bf16"):
         TrainConfig(precision="fp16")
 
 

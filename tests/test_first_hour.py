@@ -14,8 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from analyses import length_generalization
-from models import zoo
+from analyses import length_generalization, zoo
 from tests.tiny import zoo_stand_in
 
 README = Path(__file__).resolve().parents[1] / "README.md"

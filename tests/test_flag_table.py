@@ -1,6 +1,6 @@
 """One bound table for every numeric flag of every command (issue 39 item 2): each command's
-parser is built and every numeric flag's type must be a row of ``models.flags.BOUNDS``
-(``models.flags.flag(row)``), so a flag added without a bound fails here, naming the table.
+parser is built and every numeric flag's type must be a row of ``seqprobe.flags.BOUNDS``
+(``seqprobe.flags.flag(row)``), so a flag added without a bound fails here, naming the table.
 ``python -m models.train``'s per-field flags are checked for every arch and task, and
 ``models.train.launch`` bounds ``--nproc_per_node`` by the machine before spawning anything."""
 
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 import models.train.launch as launcher
-from models import flags
 from models.registry import ARCHS
 from models.train import cli as train_cli
+from seqprobe import flags
 from tasks.registry import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("analyses", "models", "bench", "probes", "tasks")
-FIX = "give it type=models.flags.flag(ROW) and a row in models.flags.BOUNDS (range and why)"
+FIX = "give it type=seqprobe.flags.flag(ROW) and a row in seqprobe.flags.BOUNDS (range and why)"
 
 
 def cli_modules() -> list[str]:
@@ -90,7 +90,7 @@ def unbounded(parser: argparse.ArgumentParser, where: str) -> list[str]:
 
 def test_every_numeric_flag_of_every_command_is_a_row_of_the_table(monkeypatch):
     modules = cli_modules()
-    assert {"analyses.ngram_heads", "analyses.reproduce.cli", "models.zoo",
+    assert {"analyses.ngram_heads", "analyses.reproduce.cli", "analyses.zoo",
             "bench.step_costs"} <= set(modules), modules
     bad, used = [], set()
     for module in modules:
@@ -129,7 +129,7 @@ def test_a_flag_without_a_row_fails_here(monkeypatch):
     p.add_argument("--jobs", type=flags.flag("--seed"))
     assert [b.split(":")[0] for b in unbounded(p, "x")] == ["x --widgets", "x --ratio",
                                                              "x --jobs"]
-    with pytest.raises(KeyError, match="models.flags.BOUNDS"):
+    with pytest.raises(KeyError, match="seqprobe.flags.BOUNDS"):
         flags.flag("--widgets")
 
 

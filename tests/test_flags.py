@@ -13,8 +13,8 @@ import pytest
 
 from analyses import length_generalization, ngram_heads, pretrained_copy
 from analyses.common import Checkpoint
-from models import flags
 from models.constructions import save_hash_copy
+from seqprobe import flags
 from tests.hf_fixtures import save_tiny_hf
 
 HUGE = "1000000000"
@@ -47,8 +47,8 @@ BAD = {  # CLI module -> bad flags, each refused on its own
                              ["--buckets", "0"]],
     "analyses.stu_induction": [["--seeds", "0"], ["--n-eval", "0"], ["--qs", "nan"],
                                ["--lengths", "0"]],
-    "analyses.reproduce": [["--timeout", "nan"], ["--timeout", "-1"], ["--jobs", "0"]],
-    "models.zoo": [["--jobs", "0"]],
+    "analyses.reproduce.cli": [["--timeout", "nan"], ["--timeout", "-1"], ["--jobs", "0"]],
+    "analyses.zoo": [["--jobs", "0"]],
     "analyses.memorization": [
         ["--widths", "0,4"], ["--fractions", "0"], ["--fractions", "1.5"], ["--steps", "0"],
         ["--threshold", "nan"], ["--seeds", "0"], ["--n-examples", HUGE], ["--jobs", "0"]],

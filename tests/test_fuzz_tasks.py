@@ -3,7 +3,7 @@
 For any valid config each generator's invariants hold (copy: answer == source, lengths in
 range; duplicated n-gram: the n-gram is there twice; lookup: the answer is the key's true
 successor; phone book: the answer is the queried name's number). For any invalid config, or an
-invalid argument to a generator, the only exception is the suite's own :class:`TaskError`.
+invalid argument to a generator, the only exception is the suite's own :class:`InputError`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import IGNORE, TaskError, make_generator, make_task, packed_batch
+from tasks import IGNORE, InputError, make_generator, make_task, packed_batch
 from tasks.copy import plant_duplicate
 from tasks.registry import TASKS, task_class
 
@@ -153,7 +153,7 @@ def check_lookup(task, prompt: list[int], answer: list[int]) -> None:
 @given(cfg=lookup_configs(), seed=seeds)
 def test_lookup_invariants(cfg, seed):
     if cfg["D"] ** cfg["n"] < 2 * cfg["max_len"]:  # too few distinct keys: must be refused
-        with pytest.raises(TaskError, match="vocabulary too small"):
+        with pytest.raises(InputError, match="vocabulary too small"):
             make_task("lookup", cfg)
         return
     task = make_task("lookup", cfg)
@@ -237,7 +237,7 @@ def test_any_config_is_either_valid_or_a_task_error(name):
     def run(cfg, seed):
         try:
             task = make_task(name, cfg)
-        except TaskError:
+        except InputError:
             return
         g = make_generator(seed)  # a config that is accepted must generate
         tokens, targets = task.example(g)
@@ -255,11 +255,11 @@ def test_bad_generator_arguments_raise_task_error(name):
     @given(batch_size=st.integers(-5, 0), length=st.integers(-5, 0))
     def run(batch_size, length):
         g = make_generator(0)
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             task.batch(batch_size, g)
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             task.eval_batch(2, g, length=length)
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             packed_batch(task, 2, 1, g)  # a context shorter than any example
 
     run()
@@ -268,7 +268,7 @@ def test_bad_generator_arguments_raise_task_error(name):
 @pytest.mark.parametrize("name", FUZZED_TASKS)
 @pytest.mark.parametrize("batch_size", [0, -1])
 def test_eval_batch_refuses_a_bad_batch_size(name, batch_size):
-    with pytest.raises(TaskError, match="batch_size"):
+    with pytest.raises(InputError, match="batch_size"):
         make_task(name).eval_batch(batch_size, make_generator(0))
 
 
@@ -278,7 +278,7 @@ def test_huge_but_valid_lookup_config_is_not_a_crash():
     task = make_task("lookup", D=26, n=5000, min_len=5001, max_len=5001)
     assert task.cfg.n == 5000 and task.max_example_len() > 2 * 5001
     # a key too long for its strings is refused in one short line (no 26**5000 in it)
-    with pytest.raises(TaskError, match="min_len") as e:
+    with pytest.raises(InputError, match="min_len") as e:
         make_task("lookup", D=26, n=5000, min_len=4000, max_len=4000)
     assert "\n" not in str(e.value) and len(str(e.value)) < 300
 

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
+from analyses.zoo import dryrun
 from bench import bench_cuda, gpu_check
-from models.train import dryrun
 
 TESTS = '''
 import pytest

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from analyses import reproduce
-from models.train import dryrun, gpu_costs
+from analyses.reproduce import cli as reproduce_cli
+from analyses.zoo import dryrun
+from analyses.zoo.dryrun import plan_row, recipe_spec
+from models.train import gpu_costs
 from models.train.costs import StepCosts
-from models.train.dryrun import plan_row, recipe_spec
 from models.train.gpu_costs import CudaTable, cuda_table, run_settings
 
 REPORT = "../shared/gpu/h100-2026-11-26.md"
@@ -125,7 +126,7 @@ def test_step_costs_on_cuda_measured_or_projected():
 @pytest.mark.parametrize("level, only, measured", [("quick", "copy_efficiency", False),
                                                    ("paper", "copy_efficiency", True)])
 def test_list_estimates_a_gpu_plan_on_a_cpu_machine(level, only, measured, tmp_path, capsys):
-    assert reproduce.main([f"--{level}", "--list", "--device", "cuda", "--only", only,
+    assert reproduce_cli.main([f"--{level}", "--list", "--device", "cuda", "--only", only,
                            "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "GPU estimate: training jobs on one NVIDIA H100" in out

@@ -25,7 +25,8 @@ from analyses.common import (
 )
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, HFError, HFModel, load_hf
 from probes.copying import accuracy_at
-from tasks.base import TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import make_generator
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 from tests.hf_fixtures import CAUSAL_KINDS, CHARS, N_HEADS, N_LAYERS
 
@@ -100,7 +101,7 @@ def test_non_causal_model_is_one_line(hf_dirs):
     with pytest.raises(HFError) as e:
         models.load(hf_dirs["bert"])
     assert "not a causal language model" in one_line(e.value)
-    assert isinstance(e.value, TaskError)  # every CLI turns it into one line and exit 2
+    assert isinstance(e.value, InputError)  # every CLI turns it into one line and exit 2
 
 
 def test_offline_hub_name_is_one_line(monkeypatch, tmp_path):
@@ -119,15 +120,15 @@ def test_offline_hub_name_is_one_line(monkeypatch, tmp_path):
 
 
 def test_directories_that_are_not_models(tmp_path):
-    with pytest.raises(TaskError, match="is a directory") as e:
+    with pytest.raises(InputError, match="is a directory") as e:
         models.load(tmp_path)  # no config.json
     one_line(e.value)
-    with pytest.raises(TaskError, match="no such file"):
+    with pytest.raises(InputError, match="no such file"):
         models.load(tmp_path / "nope.pt")  # a checkpoint path stays a checkpoint path
 
 
 def test_archs_refuses_an_hf_model_the_caller_cannot_use(hf_dirs):
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         models.load(hf_dirs["mamba"], archs=("transformer", HF_TRANSFORMER))
     assert "'hf_mamba'" in one_line(e.value)
 
@@ -135,7 +136,7 @@ def test_archs_refuses_an_hf_model_the_caller_cannot_use(hf_dirs):
 # ---------------------------------------------------------------------------- dispatch in analyses
 def test_an_analysis_that_needs_a_suite_checkpoint_refuses_an_hf_model(hf_dirs):
     for archs in (None, ("transformer",)):  # reads a task / a suite config
-        with pytest.raises(TaskError) as e:
+        with pytest.raises(InputError) as e:
             load_model(str(hf_dirs["gpt_neox"]), archs=archs)
         assert "not a HuggingFace model" in one_line(e.value)
     m = load_model(str(hf_dirs["gpt_neox"]), archs=COPY_OR_HF_ARCHS, tasks=COPY_TASKS)

@@ -1,6 +1,6 @@
 """Hostile HuggingFace model directories and --text files (issue 29, items 1-7 and 15): each
 fixture is the reproduction (a directory or file as a user would be handed it), and each must
-be refused in one :class:`~models.hf.HFError` / ``TaskError`` line before any work, or load
+be refused in one :class:`~models.hf.HFError` / ``InputError`` line before any work, or load
 correctly. Memory bombs are checked by the refusal coming before any allocation (no model
 built but on the meta device), never by allocating; bench/bench_hostile.py measures the peak
 memory of refusing them.
@@ -18,7 +18,7 @@ import transformers
 
 import models
 from models.hf import HFError, load_hf
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 from tasks.prompts import TEXT_MAX_BYTES, read_text
 from tests.hf_fixtures import edit_json, edit_weights, hf_copy, save_tiny_hf
 
@@ -77,7 +77,7 @@ def test_auto_map_directory_code_never_runs(model_dir, tmp_path):
     edit_json(model_dir / "config.json", model_type=None,
               auto_map={"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.M"})
     refused(model_dir, "auto_map", "never runs")
-    with pytest.raises(TaskError, match="auto_map"):  # the suite's one entry point too
+    with pytest.raises(InputError, match="auto_map"):  # the suite's one entry point too
         models.load(model_dir)
     assert not marker.exists()
 
@@ -157,7 +157,7 @@ def test_deep_config_over_many_small_tensors_is_extrapolated(model_dir, builds):
 
 @pytest.mark.parametrize("field,value", [("D", 10**8), ("max_len", 10**9)])
 def test_export_provenance_task_bounds(model_dir, field, value, builds):
-    # what models.export_hf stores; ngram_heads rebuilds this task to probe the model
+    # what models.hf.export stores; ngram_heads rebuilds this task to probe the model
     edit_json(model_dir / "config.json", seqprobe={
         "arch": "transformer", "config": {}, "step": 1, "digest": None, "notes": [],
         "task": {"name": "copy", "config": {field: value}}})
@@ -253,10 +253,10 @@ def test_text_prefix_cut_at_whitespace_not_inside_a_character(tmp_path):
 def test_text_refuses_non_files_by_kind(tmp_path, make, kind):
     path = tmp_path / "x"
     make(path)
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         read_text(str(path))
     assert kind in str(e.value) and "no such file" not in str(e.value)
-    with pytest.raises(TaskError, match="no such file"):
+    with pytest.raises(InputError, match="no such file"):
         read_text(str(tmp_path / "absent"))
 
 

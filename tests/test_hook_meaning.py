@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import models
-from models import export_hf
 from models.checkpoint import make_checkpoint, save_checkpoint
-from tasks.base import config_to_dict
+from models.hf import export as export_hf
+from seqprobe.config import config_to_dict
 
 TASK = {"D": 9, "max_len": 5}  # copy: vocabulary 13
 TOKENS = torch.tensor([[9, 0, 1, 2, 3, 10, 0, 1], [9, 3, 3, 1, 0, 10, 3, 3]])  # BOS … COPY …

@@ -12,15 +12,16 @@ import pytest
 import torch
 
 import models
-from analyses import ngram_heads
-from models import export_hf, zoo
+from analyses import ngram_heads, zoo
 from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
-from models.export_hf import export
+from models.hf import export as export_hf
+from models.hf.export import export
 from models.loading import interrupted_swap, load
 from models.train import cache
 from models.train.cache import cache_path, check_cache_dir
 from probes.attention import ngram_match_mask
-from tasks.base import TaskError, config_to_dict
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
 from tests.tiny import good_checkpoint
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -63,12 +64,12 @@ def test_a_symlinked_lock_file_is_refused_and_not_followed(recipe, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     lock.symlink_to(victim)  # opening it for the lock would truncate the victim
-    with pytest.raises(TaskError, match="is a symbolic link") as e:
+    with pytest.raises(InputError, match="is a symbolic link") as e:
         zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
     assert "\n" not in str(e.value) and victim.read_text() == "keep me"
     lock.unlink()
     lock.symlink_to(lock)  # a loop: "too many levels of symbolic links" before
-    with pytest.raises(TaskError, match="is a symbolic link"):
+    with pytest.raises(InputError, match="is a symbolic link"):
         zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
     assert not path.exists()
 
@@ -84,12 +85,12 @@ def test_a_read_only_cache_serves_its_finished_entries(recipe, tmp_path, monkeyp
     monkeypatch.setattr(cache, "FileLock", read_only)
     monkeypatch.setattr(cache.tempfile, "NamedTemporaryFile", read_only)
     assert check_cache_dir(cache_dir, write=False) == cache_dir
-    with pytest.raises(TaskError, match="cannot write in it"):
+    with pytest.raises(InputError, match="cannot write in it"):
         check_cache_dir(cache_dir)
     assert zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False) == served
     assert zoo.status(recipe, "quick", cache_dir) == "cached"
     served.unlink()  # an entry that needs training: one line, nothing written
-    with pytest.raises(TaskError, match="cannot write in it"):
+    with pytest.raises(InputError, match="cannot write in it"):
         zoo.checkpoint(recipe, "quick", cache_dir, "cpu", progress=False)
 
 
@@ -171,7 +172,7 @@ def test_a_ray_address_that_is_not_a_ray_head_is_one_line_at_once():
     from concurrent import futures
 
     grpc = pytest.importorskip("grpc")
-    from models.sweep import _check_reachable
+    from seqprobe.sweep import _check_reachable
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -189,7 +190,7 @@ def test_a_ray_address_that_is_not_a_ray_head_is_one_line_at_once():
     try:
         _check_reachable(f"127.0.0.1:{port}")  # HTTP/2 answers: left to ray.init
         t0 = time.time()
-        with pytest.raises(TaskError, match="not a Ray cluster") as e:
+        with pytest.raises(InputError, match="not a Ray cluster") as e:
             _check_reachable(f"127.0.0.1:{listener.getsockname()[1]}")
         assert "\n" not in str(e.value) and time.time() - t0 < 10
     finally:

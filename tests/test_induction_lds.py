@@ -8,8 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqprobe.errors import InputError
 from tasks import IGNORE, make_task, packed_batch
-from tasks.base import TaskError, make_generator
+from tasks.base import make_generator
 from tasks.lds import (
     LDSConfig,
     region_bounds,
@@ -83,7 +84,7 @@ def test_lds_is_seeded():
 @pytest.mark.parametrize("bad", [dict(region="C"), dict(d_hidden=0), dict(q_boundary=0.0),
                                  dict(T=2), dict(left_factor=1.5), dict(input_scale=0.0)])
 def test_lds_config_checks(bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         LDSConfig(**bad)
 
 
@@ -136,9 +137,9 @@ def test_induction_positions_cover_the_range_and_are_seeded():
 
 @pytest.mark.parametrize("bad", [dict(D=1), dict(length=2)])
 def test_induction_config_checks(bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         make_task("induction", bad)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         make_task("induction").eval_batch(2, make_generator(0), length=2)
 
 

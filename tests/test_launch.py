@@ -14,8 +14,8 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 import models
-from models.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from models.train import launch as launcher
+from seqprobe.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--task", "copy", "--arch", "transformer", "--d-model", "8", "--n-layers", "1",

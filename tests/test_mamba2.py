@@ -1,16 +1,17 @@
-"""Hooked Mamba-2 (models/mamba2.py, models/ssd.py) and MambaZero (models/mambazero.py):
+"""Hooked Mamba-2 (models/ssm/mamba2.py, models/ssm/ssd.py) and MambaZero (models/ssm/mambazero.py):
 paths, hooks, HF parity, ablation switches. The shared contract (run_with_cache, patching,
 save / load, chunked == plain on the tiny config) is in test_model_contract.py."""
 
 import pytest
 import torch
 
-from models.mamba2 import Mamba2Config, Mamba2LM
-from models.mambazero import MambaZeroConfig, MambaZeroLM
-from models.recurrent import from_hf_state_dict, to_hf_state_dict
 from models.registry import build_model
-from models.ssd import ssd_chunked, ssd_plain
-from tasks.base import TaskError, config_to_dict
+from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
+from models.ssm.recurrent import from_hf_state_dict, to_hf_state_dict
+from models.ssm.ssd import ssd_chunked, ssd_plain
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
 
 
 @pytest.fixture
@@ -200,9 +201,9 @@ def test_config_checks(tiny_config):
                 dict(prediction="sparsemax"), dict(d_conv=0), dict(scan="fast"),
                 dict(unembed_bias_init=1.0),  # without the bias it would initialise
                 dict(unembed_bias=True, unembed_bias_init=float("nan"))):
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             build_model("mamba2", tiny_config("mamba2", **bad))
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         build_model("mamba2", {"nonsense": 1})
 
 

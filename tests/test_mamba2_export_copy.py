@@ -1,5 +1,5 @@
 """The zoo's exportable Mamba-2 copy model (issue 37): ``copy/mamba2_mlp``, a Mamba-2 with a
-gated SiLU MLP, is accepted by ``models.export_hf`` as a BambaForCausalLM and opens in
+gated SiLU MLP, is accepted by ``models.hf.export`` as a BambaForCausalLM and opens in
 transformers with our logits. (Its copying at the quick level is measured by training it:
 README and the issue's report, not here.)"""
 
@@ -9,11 +9,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import models
-from models import export_hf, zoo
+from analyses import zoo
 from models.checkpoint import make_checkpoint, save_checkpoint
-from models.export_hooks import BAMBA
-from models.export_map import hf_class, refusal
-from tasks.base import config_to_dict
+from models.hf import export as export_hf
+from models.hf.export_hooks import BAMBA
+from models.hf.export_map import hf_class, refusal
+from seqprobe.config import config_to_dict
 
 NAME = "copy/mamba2_mlp"
 

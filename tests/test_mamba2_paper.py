@@ -1,4 +1,4 @@
-"""The Markov paper's Mamba-2 as the authors ran it (models.mamba2.MARKOV_PAPER_MODEL): a state
+"""The Markov paper's Mamba-2 as the authors ran it (models.ssm.mamba2.MARKOV_PAPER_MODEL): a state
 dict in the authors' layout (Bond1995/Markov-Mamba's MambaLMHeadModel names), mapped to ours,
 gives the logits of a reference forward pass written here from the paper's equations (§2.2,
 App. B) plus the layer norms the paper omits "for simplicity": bias-free LayerNorm before the
@@ -11,14 +11,14 @@ import math
 import pytest
 import torch
 
-from models.mamba2 import (
+from models.ssm.mamba2 import (
     MARKOV_PAPER_MODEL,
     Mamba2Config,
     Mamba2LM,
     from_markov_paper_state_dict,
 )
 from models.train.spec import make_spec
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 D, E, N, W, L, V = 6, 2, 5, 4, 2, 2  # d, e, N, w, layers, vocab (binary Markov)
 DI = E * D  # ed
@@ -193,9 +193,9 @@ def test_new_fields_default_to_mamba_ssm_and_leave_spec_hashes_alone():
 
 
 def test_config_checks():
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         Mamba2Config(norm="batch")
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         Mamba2Config(norm="layernorm", n_heads=2, n_groups=2)
 
 
@@ -218,5 +218,5 @@ def test_a_run_without_gate_maps_dropping_the_unused_z_rows():
         model.load_state_dict(from_markov_paper_state_dict(sd), strict=True)
     # a dict whose in_proj has no W_z rows (already ungated) is refused with one line
     bad = {k: (v[DI:] if k.endswith("in_proj.weight") else v) for k, v in sd.items()}
-    with pytest.raises(TaskError, match="--gate"):
+    with pytest.raises(InputError, match="--gate"):
         from_markov_paper_state_dict(bad, gated=False)

@@ -1,19 +1,19 @@
-"""Hooked Mamba-1 (models/mamba.py) and LSTM (models/lstm.py). The shared contract (hook names
+"""Hooked Mamba-1 (models/ssm/mamba.py) and LSTM (models/lstm.py). The shared contract (hook names
 and shapes, run_with_cache, patching, save / load of a file and of a training run, fast ==
 plain on the tiny configs, the kernels on CUDA) is in test_model_contract.py."""
 
 import pytest
 import torch
 
-from models.mamba import MambaConfig, MambaLM
-from models.recurrent import (
+from models.registry import build_model
+from models.ssm.mamba import MambaConfig, MambaLM
+from models.ssm.recurrent import (
     from_hf_state_dict,
     linear_scan_parallel,
     linear_scan_plain,
     to_hf_state_dict,
 )
-from models.registry import build_model
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_hf_mamba_parity(randomize, tokens):
 def test_mamba_config_checks(tiny_config):
     for bad in (dict(d_state=0), dict(activation="tanh"), dict(scan="sdpa"), dict(dt_rank=-1),
                 dict(chunk_size=0)):
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             build_model("mamba", tiny_config("mamba", **bad))
 
 
@@ -95,7 +95,7 @@ def test_lstm_hooks_hold_the_cell_state_and_gates(tiny, tokens):
 
 
 def test_lstm_config_checks():
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         build_model("lstm", {"d_model": 0})
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         build_model("lstm", {"scan": "chunked"})

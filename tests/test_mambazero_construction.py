@@ -5,8 +5,8 @@ import torch
 
 from models import load
 from models.constructions import mambazero_add_beta, save_mambazero
-from models.mamba2 import Mamba2Config, Mamba2LM
-from models.mambazero import MambaZeroConfig, MambaZeroLM
+from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 from probes.counts import transition_counts
 from probes.estimators import add_beta_probs
 

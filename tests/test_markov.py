@@ -15,7 +15,8 @@ from probes.estimators import (
     cross_entropy,
     switching_probs,
 )
-from tasks.base import Batch, TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import Batch, make_generator
 from tasks.registry import make_task
 
 
@@ -73,9 +74,9 @@ def test_loss_helpers():
     y = torch.tensor([[0, 1, -100]])
     # predictions: t=0 uniform -> 1/2 for 0; t=1 after 0->0: P(1) = 1/3
     assert add_beta_loss(x, y, 2, 1, 1.0) == pytest.approx((math.log(2) + math.log(3)) / 2)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         cross_entropy(torch.full((1, 1, 2), 0.5), torch.tensor([[-100]]))
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         add_beta_probs(x, 2, 1, 0.0)
 
 
@@ -101,7 +102,7 @@ def test_markov_batch_shapes_targets_and_determinism():
     assert not torch.equal(b.tokens, task.batch(6, make_generator(2)).tokens)
     assert task.model_fields() == {"vocab_size": 3}
     assert task.eval_batch(4, make_generator(0)) is None
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         task.max_example_len()  # fixed-length sequences are never packed
 
 
@@ -125,9 +126,9 @@ def test_markov_sequences_follow_their_own_kernel():
 
 def test_markov_config_checks():
     for bad in ({"S": 1}, {"order": 0}, {"beta": 0.0}, {"seq_len": 0}, {"nope": 1}):
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             make_task("markov", **bad)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         make_task("switching_markov", p_switch=1.0)
 
 
@@ -199,7 +200,7 @@ def test_holdout_task_kernels_stay_in_range():
     hi = make_task("markov_holdout", {"seq_len": 20, "p_lo": 0.5, "p_hi": 1.0})
     assert hi.sample(64, make_generator(0))[1][..., 1].min() >= 0.5
     for bad in ({"S": 3}, {"p_lo": 0.6, "p_hi": 0.5}, {"p_hi": 1.5}):
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             make_task("markov_holdout", bad)
 
 

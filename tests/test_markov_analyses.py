@@ -13,14 +13,14 @@ from analyses import (
     markov_holdout,
     markov_laplace,
     state_probe,
+    zoo,
 )
-from models import zoo
 from models.constructions import mambazero_add_beta, save_mambazero
-from models.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mamba2 import Mamba2Config, Mamba2LM
 from probes.bc import bc_table, readout_ratio
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import decay_from_parameters, read_decay
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_state_probe_rejects_other_archs():
     from models.transformer import HookedTransformerLM, TransformerConfig
 
     m = HookedTransformerLM(TransformerConfig(vocab_size=2, d_model=8, n_heads=1, n_layers=1))
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         state_probe.compute(m, progress=False)
 
 
@@ -111,7 +111,7 @@ def test_readout_ratio_keeps_the_shift_of_an_l1_model():
     with equal unembedding rows every count coefficient is (a, a)."""
     import dataclasses
 
-    from models.mamba2 import MambaZeroConfig, MambaZeroLM
+    from models.ssm.mamba2 import MambaZeroConfig, MambaZeroLM
 
     torch.manual_seed(0)
     l1 = MambaZeroLM(MambaZeroConfig(vocab_size=2, d_model=8, d_state=4)).double()
@@ -174,7 +174,7 @@ def test_ablation_summary(construction3):
     r = markov_ablations.compute([("conv", "mamba2", construction3),
                                   ("conv", "mamba2 no conv", rand)], n_seqs=8)
     assert r["summary"]["conv_noconv_over_full_gap"] > 1e3
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         markov_ablations.recipes_for(["nope"], "quick")
 
 
@@ -217,7 +217,7 @@ def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
 def _padded_construction(d: int = 8, N: int = 4):
     """Thm 1's S = 2 construction inside a larger MambaZero (room to move; tiny noise
     elsewhere), float64."""
-    from models.mamba2 import MambaZeroConfig, MambaZeroLM
+    from models.ssm.mamba2 import MambaZeroConfig, MambaZeroLM
 
     small = mambazero_add_beta(2, 1.0, dtype=torch.float64).state_dict()
     torch.manual_seed(0)
@@ -380,10 +380,10 @@ def test_a_run_continued_from_an_earlier_checkpoint_is_the_same_run(tmp_path):
                          {**train, "steps": 8})
     sa, sb = (torch.load(p, weights_only=True)["state_dict"] for p in (two, one))
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    with pytest.raises(TaskError, match="not this run"):
+    with pytest.raises(InputError, match="not this run"):
         zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
                        {**train, "steps": 8, "schedule": "cosine"}, resume=first)
-    with pytest.raises(TaskError, match="not this run"):
+    with pytest.raises(InputError, match="not this run"):
         zoo.checkpoint("markov/mamba2", "quick", tmp_path / "a", "cpu", False,
                        {**train, "steps": 8, "lr": 1e-2}, resume=first)
 

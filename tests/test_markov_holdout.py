@@ -14,8 +14,8 @@ from analyses import markov_holdout as mh
 from analyses.common import Undecided
 from models.checkpoint import save_checkpoint
 from models.constructions import mambazero_add_beta, mambazero_checkpoint
+from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_counts
-from tasks.base import TaskError
 
 
 def _posterior_mean(n0: float, n1: float, lo: float, hi: float) -> float:
@@ -121,9 +121,10 @@ def test_p_hat_bins_count_and_average_the_chains_in_each_bin():
 
 
 def test_medium_recipes_are_the_papers_model():
-    from models import zoo
-    from models.mamba2 import MARKOV_PAPER_MODEL
-    for name in zoo.markov_holdout_medium_recipes():
+    from analyses import zoo
+    from analyses.zoo import recipes
+    from models.ssm.mamba2 import MARKOV_PAPER_MODEL
+    for name in recipes.markov_holdout_medium_recipes():
         model = zoo.recipe(name).parts("medium")["model"]
         assert {k: model[k] for k in MARKOV_PAPER_MODEL} == MARKOV_PAPER_MODEL
 
@@ -165,15 +166,15 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     assert min(p for p in res["held_out"]["per_chain"]["p_hat"] if p == p) >= 0.0
     assert len(mh.table(res)) > 5 and mh.plot(res) is not None
     assert "mambazero, not the paper's layers" in mh.claim_shrinks(res)[0]
-    with pytest.raises(TaskError, match="distinct seeds"):
+    with pytest.raises(InputError, match="distinct seeds"):
         mh._compute(args, [mh.Checkpoint("a", a), mh.Checkpoint("a2", a)])
     quick = argparse.Namespace(**{**vars(args), "train": "quick"})
-    with pytest.raises(TaskError, match="exactly one"):
+    with pytest.raises(InputError, match="exactly one"):
         mh._compute(quick, [mh.Checkpoint("a", a), mh.Checkpoint("b", b)])
 
 
 def test_setting_text_names_the_papers_model():
-    from models.mamba2 import MARKOV_PAPER_MODEL
+    from models.ssm.mamba2 import MARKOV_PAPER_MODEL
     d = {"setting": {"arch": "mamba2", "model": {"d_model": 16, **MARKOV_PAPER_MODEL},
                      "train_seq_len": 512, "steps": 3200, "batch_size": 16, "lr": 1e-3}}
     assert "the paper's Mamba-2" in mh.setting_text(d) and "3200 steps" in mh.setting_text(d)

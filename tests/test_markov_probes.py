@@ -13,7 +13,7 @@ from probes.counts import (
     transition_counts,
 )
 from probes.linear import fit_probe, r2_by_bucket, r2_per_target, split_groups
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 def brute_counts(seq, S, k, reset=None):
@@ -76,7 +76,7 @@ def test_add_beta_from_counts_is_the_laplace_rule():
     p = add_beta_from_counts(torch.tensor([[3.0, 1.0]]), beta=1.0)
     assert torch.allclose(p, torch.tensor([[4 / 6, 2 / 6]]))
     assert torch.allclose(add_beta_from_counts(torch.zeros(4, 3), 0.5).sum(-1), torch.ones(4))
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         add_beta_from_counts(torch.zeros(2), 0.0)
 
 
@@ -106,7 +106,7 @@ def test_split_is_by_group_and_constant_targets_are_nan():
     assert not set(groups[tr]) & set(groups[te]) and te.sum() == 10
     r2, pooled = r2_per_target(np.c_[np.arange(6.0), np.ones(6)], np.c_[np.arange(6.0), np.ones(6)])
     assert r2[0] == 1.0 and np.isnan(r2[1]) and pooled == 1.0
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         split_groups(np.zeros(5), 0.5, 0)
 
 

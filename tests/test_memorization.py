@@ -15,7 +15,7 @@ from models.registry import build_model
 from models.train.loop import loss_of, train
 from models.train.spec import make_spec
 from probes.fits import fit_trends, line_fit
-from tasks import IGNORE, TaskError, make_generator, make_task
+from tasks import IGNORE, InputError, make_generator, make_task
 from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
 
 
@@ -93,15 +93,15 @@ def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes
     {"data": "conll", "data_path": "x", "n_classes": 3}, {"n_examples": -1},
 ])
 def test_bad_configs_are_task_errors(bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         make_task("memorization", bad)
 
 
 def test_example_and_packing_are_refused():
     task = make_task("memorization", n_examples=4)
-    with pytest.raises(TaskError, match="fixed set"):
+    with pytest.raises(InputError, match="fixed set"):
         task.example(make_generator(0))
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         task.batch(0, make_generator(0))
 
 
@@ -181,21 +181,21 @@ def test_conll_loader_on_a_fixture(tmp_path):
 def test_conll_malformed_files(tmp_path, text, match):
     path = tmp_path / "bad.txt"
     path.write_text(text)
-    with pytest.raises(TaskError, match=match):
+    with pytest.raises(InputError, match=match):
         make_task("memorization", data="conll", data_path=str(path), n_examples=0)
 
 
 def test_missing_or_binary_data_files(tmp_path):
-    with pytest.raises(TaskError, match="not found"):
+    with pytest.raises(InputError, match="not found"):
         make_task("memorization", data="conll", data_path=str(tmp_path / "nope.txt"))
-    with pytest.raises(TaskError, match="folder has no"):
+    with pytest.raises(InputError, match="folder has no"):
         make_task("memorization", data="mnli", level="sequence", data_path=str(tmp_path))
     binary = tmp_path / "train.txt"
     binary.write_bytes(b"\xff\xfe\x00\x01garbage")
-    with pytest.raises(TaskError, match="not UTF-8"):
+    with pytest.raises(InputError, match="not UTF-8"):
         make_task("memorization", data="conll", data_path=str(binary))
     (tmp_path / "ok.txt").write_text(CONLL)
-    with pytest.raises(TaskError, match="only 3 distinct examples"):
+    with pytest.raises(InputError, match="only 3 distinct examples"):
         make_task("memorization", data="conll", data_path=str(tmp_path / "ok.txt"),
                   n_examples=10)
 
@@ -239,7 +239,7 @@ def test_mnli_loader_on_a_fixture(tmp_path):
 def test_mnli_malformed_files(tmp_path, lines, match):
     path = tmp_path / "train.tsv"
     path.write_text("\n".join(lines))
-    with pytest.raises(TaskError, match=match):
+    with pytest.raises(InputError, match=match):
         make_task("memorization", data="mnli", level="sequence", data_path=str(path))
 
 
@@ -265,7 +265,7 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     assert cell["best_error"] <= cell["train_error"]
     import models.train.loss as loss_mod
 
-    orig = loss_mod.nll  # --lr is bounded (models.flags.BOUNDS): the loss is made NaN instead
+    orig = loss_mod.nll  # --lr is bounded (seqprobe.flags.BOUNDS): the loss is made NaN instead
     monkeypatch.setattr(loss_mod, "nll", lambda logp, targets, reduction="mean": (
         orig(logp, targets, reduction) * (float("nan") if logp.requires_grad else 1.0)))
     wild = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
@@ -549,7 +549,7 @@ def test_step_budgets_lengthen_the_largest_n():
     assert am.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
     assert am.step_budgets(ns, 2000, am.Long(largest=0, factor=4)) == dict.fromkeys(ns, 2000)
     assert am.step_budgets(ns, 10, am.Long(largest=9, factor=3)) == dict.fromkeys(ns, 30)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         am.Long(largest=1, factor=0)
     space = am.CellSpace("synthetic", "token", "medium",
                          {"n_examples": 16, "data": "synthetic", "level": "token"},

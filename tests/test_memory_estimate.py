@@ -23,8 +23,8 @@ from models.memory import (
     forward_bytes,
     task_positions,
 )
-from tasks import memory
-from tasks.base import TaskError
+from seqprobe import memory
+from seqprobe.errors import InputError
 from tests.tiny import TINY, good_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def _limit_address_space():
 # each prints its return code, the lines it wrote to stderr and its seconds as one JSON row
 CHILD = textwrap.dedent("""
     import contextlib, io, json, sys, time
-    from tasks import memory
+    from seqprobe import memory
     print(json.dumps({"available": memory.available_bytes()}), flush=True)
     for module, argv in json.loads(sys.argv[1]):
         main = __import__(module, fromlist=["main"]).main
@@ -93,7 +93,7 @@ def test_hostile_products_are_refused_in_one_line_under_an_address_space_limit(t
 def test_check_fits_says_the_estimate_and_the_free_memory(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: 2 * 10**9)
     memory.check_fits(10**9, "a small thing")
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         memory.check_fits(3 * 10**9, "a big thing", "lower --n")
     text = str(e.value)
     assert "\n" not in text
@@ -153,5 +153,5 @@ def test_a_hostile_task_length_is_refused_when_loaded_for_evaluation(tmp_path):
     """The per-int bound admits seq_len = 2^24; evaluating 64 rows of it cannot fit."""
     huge = models.load(_markov_checkpoint(tmp_path / "huge.pt", 2**24))
     assert task_positions({"seq_len": 2**24}) == 2**24 + 1
-    with pytest.raises(TaskError, match=f"the data of {EVAL_ROWS} rows"):
+    with pytest.raises(InputError, match=f"the data of {EVAL_ROWS} rows"):
         check_evaluation_fits(huge, "huge.pt")

@@ -13,8 +13,8 @@ from models.train.config import TrainConfig
 from models.train.loop import train
 from models.train.loss import backward, step_loss
 from models.train.spec import make_spec
+from seqprobe.errors import InputError
 from tasks import make_generator, make_task
-from tasks.base import TaskError
 
 TINY = dict(d_model=16, n_layers=2, n_heads=2, d_mlp=32, use_sdpa=False)
 EAGER = dict(precision="fp32", compile=False)  # what a CPU run resolves to, stated
@@ -98,9 +98,9 @@ def test_all_but_the_last_micro_batch_skip_the_gradient_sync(float64):
 
 
 def test_micro_batch_must_divide_the_batch():
-    with pytest.raises(TaskError, match="batch_size 6 must be a multiple of micro_batch 4"):
+    with pytest.raises(InputError, match="batch_size 6 must be a multiple of micro_batch 4"):
         TrainConfig(batch_size=6, micro_batch=4)
-    with pytest.raises(TaskError, match="micro_batch must be >= 0"):
+    with pytest.raises(InputError, match="micro_batch must be >= 0"):
         TrainConfig(micro_batch=-1)
     assert TrainConfig(batch_size=6, micro_batch=3).micro_batch == 3
 

@@ -14,12 +14,12 @@ import models
 from models.checkpoint import save_checkpoint
 from models.layers import RMSNorm
 from models.registry import ARCHS, build_model, model_class
-from models.ssd import ssd_chunked
+from models.ssm.ssd import ssd_chunked
 from models.stu import PARAMS
 from models.train.loop import train
 from models.train.spec import make_spec
 from models.transformer import PES
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 from tests.tiny import TINY
 
 CASES = [(arch, {}) for arch in ARCHS if arch != "transformer"]
@@ -227,9 +227,9 @@ def test_kernel_path_matches_the_fast_path_on_cuda(arch, tiny_model, tokens):
 
 
 def test_set_scan_refuses_unknown_paths(tiny_model):
-    with pytest.raises(TaskError, match="scan must be one of"):
+    with pytest.raises(InputError, match="scan must be one of"):
         tiny_model("mamba2").set_scan("sdpa")
-    with pytest.raises(TaskError, match="single computation path"):
+    with pytest.raises(InputError, match="single computation path"):
         tiny_model("stu").set_scan("plain")
 
 

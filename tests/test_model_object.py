@@ -9,12 +9,13 @@ import torch
 
 import models
 from models.checkpoint import make_checkpoint, read_checkpoint, save_checkpoint
-from models.export_hf import export
 from models.hf import HFError
+from models.hf.export import export
 from models.outputs import log_probs
 from models.registry import ARCHS
 from models.train.config import TrainConfig
-from tasks.base import TaskError, config_to_dict
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
 from tests.hf_fixtures import save_tiny_hf
 
 COPY = {"D": 7, "min_len": 1, "max_len": 6}  # letters a..g = 0..6, BOS 7, EOS 8, COPY 9, PAD 10
@@ -43,7 +44,7 @@ def test_a_model_built_in_code_has_empty_records_and_cannot_be_saved(tiny_model,
     assert m.task is None and m.train_config is None and m.config is m.cfg
     assert m.provenance.source is None and m.provenance.step is None
     assert m.provenance.history == () and m.provenance.train == {}
-    with pytest.raises(TaskError, match="has no task .*set_task"):
+    with pytest.raises(InputError, match="has no task .*set_task"):
         m.save(tmp_path / "m.pt")
     assert not (tmp_path / "m.pt").exists()
 
@@ -106,7 +107,7 @@ def test_strings_go_wherever_tokens_go(copy_model):
 
 
 def test_unknown_characters_are_one_line_naming_each(copy_model):
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         copy_model("abz<COPY>a0z")
     msg = str(e.value)
     assert "'z', '0' are not tokens of this model's task vocabulary" in msg and "\n" not in msg
@@ -131,13 +132,13 @@ def test_return_types_as_transformer_lens(copy_model):
     torch.testing.assert_close(padded, torch.cat([nll[0], nll[1, :5]]).mean())
     loss, cache = m.run_with_cache("abc<COPY>abc", return_type="loss")
     assert loss.dim() == 0 and "blocks.0.hook_resid_post" in cache
-    with pytest.raises(TaskError, match="return_type must be one of"):
+    with pytest.raises(InputError, match="return_type must be one of"):
         m(x, return_type="probs")
 
 
 def test_loss_on_a_classifier_is_refused(tiny_model):
     m = tiny_model("transformer", head="seq_cls", n_classes=3)
-    with pytest.raises(TaskError, match="next-token loss of a language model"):
+    with pytest.raises(InputError, match="next-token loss of a language model"):
         m(torch.zeros(2, 5, dtype=torch.long), return_type="loss")
 
 

@@ -15,11 +15,13 @@ from analyses.ngram_heads import claim_ablation
 from models import load
 from models.checkpoint import FORMAT, save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
-from models.export_hf import export
+from models.hf.export import export
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig
+from probes import effective_attention as ea
+from probes.attention import pattern_scores
 from probes.match_heads import MatchHeads, control_sets, find_match_heads
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 COPY = {"D": 26, "max_len": 12}
 SMALL = ["--lengths", "6", "--batch-size", "4", "--draws", "2", "--n-max", "3"]
@@ -116,10 +118,9 @@ def test_induction_task_data_targets_the_token_after_the_first_flag(ckpts):
     assert torch.equal((10 - period[:, 0]), first + 1)  # target position = first flag + 1
     r = ngram_heads.compute(model, "induction", task["config"], n_max=2, lengths=[10],
                             batch_size=16, draws=1, data="task", progress=False)
-    at_lag0 = np.array(r["match_lag"]) == 0  # match_by_n is each head's better lag
-    np.testing.assert_allclose(np.array(r["match_by_n"])[:, :, 0][at_lag0],
-                               np.array(r["target_score"])[at_lag0], atol=1e-6)
-    assert at_lag0.any()
+    # match_by_n is at each head's better lag; the lag-0 scores (the successor) are the target's
+    lag0 = pattern_scores(model, [(batch, period)], 2, patterns=ea.head_patterns)["match"][0]
+    np.testing.assert_allclose(lag0[:, :, 0].numpy(), np.array(r["target_score"]), atol=1e-6)
     assert r["data"] == "induction"
 
 
@@ -182,7 +183,7 @@ def test_our_model_exported_to_hf_gives_the_same_scores_as_its_checkpoint(tmp_pa
 
 def test_the_match_head_finder_returns_a_frozen_result_and_the_settings_are_checked():
     """probes.match_heads.find_match_heads on the hash-copy construction: its NoPE head, as a
-    frozen MatchHeads; HeadsConfig refuses bad settings in one TaskError."""
+    frozen MatchHeads; HeadsConfig refuses bad settings in one InputError."""
     model = build_hash_copy_transformer(3, 26)
     data = ngram_heads.probe_batches(model, "copy", COPY, [12], 4, seed=0)
     found = find_match_heads(model, data, n_max=4)
@@ -193,7 +194,7 @@ def test_the_match_head_finder_returns_a_frozen_result_and_the_settings_are_chec
     assert ngram_heads.HeadsConfig(lengths=[6, 8]).lengths == (6, 8)
     for bad in ({"top_k": 0}, {"threshold": float("nan")}, {"lengths": [1]}, {"mode": "x"},
                 {"data": "y"}, {"draws": 0}):
-        with pytest.raises(TaskError):
+        with pytest.raises(InputError):
             ngram_heads.HeadsConfig(**bad)
 
 

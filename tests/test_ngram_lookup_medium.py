@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from analyses import ngram_lookup
+from analyses import ngram_lookup, zoo
 from analyses.common import Undecided
-from models import zoo
-from tasks.base import TaskError
+from analyses.zoo import recipes
+from seqprobe.errors import InputError
 from tasks.lookup import NgramLookupTask
 
 
@@ -146,7 +146,7 @@ def test_table_adds_the_seed_means():
 
 def test_medium_recipes_are_prefix_lookup_from_random_init():
     names = ngram_lookup.lookup_recipes("medium")
-    labels, seeds = zoo.LOOKUP_MEDIUM["labels"], zoo.LOOKUP_MEDIUM["seeds"]
+    labels, seeds = recipes.LOOKUP_MEDIUM["labels"], recipes.LOOKUP_MEDIUM["seeds"]
     assert len(names) == len(labels) * seeds and seeds >= 2
     assert names[0] == f"lookup_medium_prefix/{labels[0]}_s0"
     for n in names:
@@ -167,9 +167,9 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
     assert {**a["train"], "seed": 0} == {**b["train"], "seed": 0} and a["train"]["seed"] == 0
     assert ngram_lookup.lookup_recipes("medium", ["lstm"], "none") == [
         f"lookup_medium_prefix/lstm_s{s}" for s in range(seeds)]
-    with pytest.raises(TaskError, match="random init"):
+    with pytest.raises(InputError, match="random init"):
         ngram_lookup.lookup_recipes("medium", ["lstm"], "copy")
-    with pytest.raises(TaskError, match="allowed at medium"):
+    with pytest.raises(InputError, match="allowed at medium"):
         ngram_lookup.lookup_recipes("medium", ["rope"])
     # the quick plan is unchanged
     assert ngram_lookup.lookup_recipes("quick") == [
@@ -185,8 +185,8 @@ TINY_TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
 def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     """``--medium --train medium``: tiny stand-ins for the LSTM's seeds; the seeds become one
     model in the claim and a mean row in the table."""
-    for s in range(zoo.LOOKUP_MEDIUM["seeds"]):
-        r = zoo.Recipe(zoo.lookup_medium_name("lstm", s), "lookup", "lstm",
+    for s in range(recipes.LOOKUP_MEDIUM["seeds"]):
+        r = zoo.Recipe(recipes.lookup_medium_name("lstm", s), "lookup", "lstm",
                        {"model": {"d_model": 8, "n_layers": 1},
                         "task": {"D": 8, "min_len": 6, "max_len": 8, "n": 3, "k": 1,
                                  "key": "prefix"}, "train": {**TINY_TRAIN, "seed": s}},
@@ -196,7 +196,7 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
                               "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path),
                               "--lengths", "8,12", "--n-examples", "4"]) == 0
     r = json.loads((tmp_path / "ngram_lookup.json").read_text())
-    labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, zoo.LOOKUP_MEDIUM["seeds"])]
+    labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, recipes.LOOKUP_MEDIUM["seeds"])]
     assert list(r["curves"]["prefix"]) == labels and r["curves"]["suffix"] == {}
     assert [r["train"]["prefix"][k]["seed"] for k in labels] == list(range(len(labels)))
     text, holds = ngram_lookup.claim_prefix(r)

@@ -8,17 +8,18 @@ import threading
 
 import pytest
 
-from analyses import reproduce
 from analyses.common import Claim, Figure
-from analyses.reproduce import Job, write_index
-from tasks.atomic import output_lock, write_atomic
-from tasks.base import TaskError
+from analyses.reproduce import index as reproduce_index
+from analyses.reproduce.index import write_index
+from analyses.reproduce.plan import Job
+from seqprobe.atomic import output_lock, write_atomic
+from seqprobe.errors import InputError
 
 FIG = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),))
 
 
 def index_of(stem, out):
-    o = reproduce.index_outcome(Job(stem, (), figure=FIG), out, {})
+    o = reproduce_index.index_outcome(Job(stem, (), figure=FIG), out, {})
     write_index([o], out, "quick")
     return o
 
@@ -51,7 +52,7 @@ def test_a_second_writer_of_the_same_outputs_is_refused(tmp_path):
             try:
                 with output_lock(tmp_path, "stu_induction"):
                     os._exit(0)
-            except TaskError as e:
+            except InputError as e:
                 os._exit(3 if "another process is writing stu_induction" in str(e) else 4)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 3
@@ -83,8 +84,8 @@ def test_malformed_timings_are_ignored_with_one_line(tmp_path, capsys):
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
     for bad in ('{"f": {"seconds": "soon", "ok": "yes"}}', "[]", "{"):
         (tmp_path / "reproduce_timings.json").write_text(bad)
-        timings = reproduce.read_timings(tmp_path / "reproduce_timings.json")
-        o = reproduce.index_outcome(Job("f", (), figure=FIG), tmp_path, timings.get("f", {}))
+        timings = reproduce_index.read_timings(tmp_path / "reproduce_timings.json")
+        o = reproduce_index.index_outcome(Job("f", (), figure=FIG), tmp_path, timings.get("f", {}))
         assert o.seconds is None
     assert capsys.readouterr().err.count("ignoring") == 2
 
@@ -93,12 +94,12 @@ def test_claim_text_is_escaped_and_bounded_in_both_indexes(tmp_path):
     evil = "<script>alert(1)</script> [click](javascript:alert(1)) " + "x" * 5000
     fig = Figure("F", "Paper Fig. 1", (Claim("c", lambda d: (d["m"], True)),))
     (tmp_path / "f.json").write_text(json.dumps({"m": evil}))
-    o = reproduce.index_outcome(Job("f", (), figure=fig), tmp_path, {})
+    o = reproduce_index.index_outcome(Job("f", (), figure=fig), tmp_path, {})
     write_index([o], tmp_path, "quick")
     md, page = (tmp_path / "index.md").read_text(), (tmp_path / "index.html").read_text()
     assert "<script>" not in md and "<script>" not in page
     assert "](javascript:" not in md
-    assert len(o.claims[0][1]) <= reproduce.MAX_CLAIM_CHARS
+    assert len(o.claims[0][1]) <= reproduce_index.MAX_CLAIM_CHARS
 
 
 def test_the_lock_creates_a_new_output_directory(tmp_path):
@@ -107,6 +108,6 @@ def test_the_lock_creates_a_new_output_directory(tmp_path):
 
 
 def test_a_refused_run_leaves_no_new_output_directory(tmp_path):
-    with pytest.raises(TaskError), output_lock(tmp_path / "a" / "out", "f"):
-        raise TaskError("refused")
+    with pytest.raises(InputError), output_lock(tmp_path / "a" / "out", "f"):
+        raise InputError("refused")
     assert not (tmp_path / "a").exists()

@@ -3,14 +3,15 @@
 import pytest
 
 from models.registry import ARCHS
-from models.train import presets
-from tasks.base import TaskError
+from models.train import levels as presets
+from seqprobe.cli import LEVELS
+from seqprobe.errors import InputError
 from tasks.registry import TASKS
 
 
 def test_every_row_is_a_level_task_arch_and_model_task_train_parts():
     for (level, task, arch), row in presets.PRESETS.items():
-        assert level in presets.NAMES
+        assert level in LEVELS
         assert task == "*" or task in TASKS
         assert arch == "*" or arch in ARCHS
         assert set(row) <= {"model", "task", "train"} and row
@@ -24,7 +25,7 @@ def test_a_level_with_a_base_is_an_overlay_on_it(monkeypatch):
     assert rows["train"]["steps"] == 7  # the medium row on top
     assert rows["model"] == quick["model"]  # the rest from quick
     assert rows["train"]["lr"] == quick["train"]["lr"]
-    with pytest.raises(TaskError, match="unknown preset 'huge'.*quick, medium, large, paper"):
+    with pytest.raises(InputError, match="unknown preset 'huge'.*quick, medium, large, paper"):
         presets.preset_overrides("huge", "copy", "transformer")
 
 

@@ -17,7 +17,8 @@ from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
 from analyses import pretrained_copy as pc
-from tasks.base import TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import make_generator
 from tasks.phonebook import names
 from tasks.prompts import (
     COPY_END,
@@ -51,7 +52,7 @@ def test_phonebook_prompt_is_the_papers_format():
     assert answer == parsed[query[:-1]]
     assert prompt == "\n".join(book) + "\n\n" + "\n".join(shots) + "\n\n" + query
     assert phonebook_prompt(6, make_generator(3)) == (prompt, answer)  # seeded
-    with pytest.raises(TaskError, match="entries"):
+    with pytest.raises(InputError, match="entries"):
         phonebook_prompt(2, make_generator(0))
 
 
@@ -60,7 +61,7 @@ def test_copy_prompt_is_the_papers_format():
         "The old house stood near a river.\n\nThe old house stood near a river.\n\nThe",
         "old house stood near a river.")
     assert copy_prompt("single") == ("single\n\nsingle\n\nsingle", "")
-    with pytest.raises(TaskError, match="empty"):
+    with pytest.raises(InputError, match="empty"):
         copy_prompt(" \n ")
 
 
@@ -73,7 +74,7 @@ def test_text_windows_generated_text_and_shuffle():
     w = text_window(ids, 30, tok.decode, make_generator(1))
     assert len(w) <= 30 and w in text  # characters are tokens here; whitespace normalised
     assert w == text_window(ids, 30, tok.decode, make_generator(1))
-    with pytest.raises(TaskError, match="fewer than"):
+    with pytest.raises(InputError, match="fewer than"):
         text_window(ids[:5], 6, tok.decode, make_generator(1))
     s = shuffle_words("a b c d e f g h", make_generator(2))
     assert sorted(s.split()) == list("abcdefgh") and s != "a b c d e f g h"

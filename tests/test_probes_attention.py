@@ -18,7 +18,8 @@ from probes.attention import (
     target_score,
 )
 from probes.copying import accuracy_at, accuracy_on, state_floats, string_errors
-from tasks.base import TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import make_generator
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 
@@ -145,10 +146,10 @@ def test_mean_ablation_writes_the_mean_and_survives_run_with_cache():
         z = cache["blocks.0.attn.hook_z"]
         torch.testing.assert_close(z[:, :, 1], means[0][1].expand(2, 8, -1))
         assert m.hook_dict["blocks.0.attn.hook_z"]._forward_hooks, "cache run removed the ablation"
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         with ablated_heads(m, [(0, 1)], mode="mean"):
             pass
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         with ablated_heads(m, [(2, 0)], mode="zero"):
             pass
 
@@ -191,7 +192,7 @@ def test_accuracy_and_string_errors_agree_and_see_the_duplicate():
     assert acc["string_acc"] <= acc["char_acc"] < 1
     greedy = accuracy_on(model, [batch], greedy=True)  # decoding: the same string accuracy
     assert greedy["string_acc"] == pytest.approx(acc["string_acc"])
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         accuracy_on(model, [])
 
 
@@ -202,5 +203,5 @@ def test_state_floats_count_the_recurrent_state():
     c = m2.cfg
     per_layer = c.n_heads * (c.d_inner // c.n_heads) * c.d_state  # H_t
     assert state_floats(m2) > c.n_layers * per_layer  # plus the convolution's window
-    with pytest.raises(TaskError, match="recurrent state"):
+    with pytest.raises(InputError, match="recurrent state"):
         state_floats(tiny())

@@ -1,4 +1,4 @@
-"""Sweeps on Ray (models/sweep.py): a Ray instance on this machine (``ray.init(num_cpus=2)``)
+"""Sweeps on Ray (seqprobe/sweep.py): a Ray instance on this machine (``ray.init(num_cpus=2)``)
 runs the memorization grid to the same cells as the local backend, reuses saved cells, and
 reports a cell that fails on every attempt without stopping the others. A run without
 ``--ray`` never imports Ray.
@@ -22,9 +22,10 @@ import ray
 
 import analyses.markov_ablations as ma
 import analyses.memorization as am
-from models import zoo
-from models.sweep import Backend, Failed, RayCommand, backend_of, map_tasks
-from tasks.base import TaskError, check
+from analyses import zoo
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from seqprobe.sweep import Backend, Failed, RayCommand, backend_of, map_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID_ARGV = ["--data", "synthetic", "--task", "token", "--widths", "4,8", "--fractions",
@@ -182,7 +183,7 @@ def test_map_tasks_local_pool_keeps_order_and_reports_failures():
     # bad input fails the same way every time: reported at once, not retried
     res = map_tasks(check, [(True, "fine"), (False, "bad cell")], Backend(retries=3),
                     progress=False)
-    assert res == [None, Failed("TaskError: bad cell", 1)]
+    assert res == [None, Failed("InputError: bad cell", 1)]
 
 
 @pytest.mark.parametrize("ray_flag, address", [("local", None), ("auto", "auto"),
@@ -203,7 +204,7 @@ def test_bad_ray_address_is_one_line_exit_2(tmp_path, capsys):
     assert "not a Ray address" in err and len(err.splitlines()) == 1
     assert zoo.main(["train", "markov/mamba2", "--ray", "x.pt"]) == 2
     assert "not a Ray address" in capsys.readouterr().err
-    with pytest.raises(TaskError, match="retries"):
+    with pytest.raises(InputError, match="retries"):
         Backend(retries=-1)
 
 
@@ -224,7 +225,8 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
 
 def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeypatch):
     import analyses.reproduce.runner as rp
-    from analyses.reproduce import Job, run_jobs
+    from analyses.reproduce.plan import Job
+    from analyses.reproduce.runner import run_jobs
 
     started = []
 
@@ -272,7 +274,7 @@ def test_an_analysis_trains_its_recipes_as_ray_tasks_and_a_failure_is_one_line(
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "auto"])
 def test_an_address_with_no_cluster_is_one_line_within_seconds(tmp_path, capsys, monkeypatch,
                                                                 address):
-    """Within seconds: the address is probed (one socket connect, models.sweep.RAY_PROBE_S)
+    """Within seconds: the address is probed (one socket connect, seqprobe.sweep.RAY_PROBE_S)
     and refused before ``ray.init``, which retries an unreachable address for minutes."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process

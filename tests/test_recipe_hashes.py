@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from models import zoo
+from analyses import zoo
 from models.registry import ARCHS
 from models.train import cache, runconfig, spec
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 from tasks.registry import TASKS
 
 DATA = Path(__file__).parent / "data" / "recipe_hashes.json"
@@ -63,7 +63,7 @@ def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:
             for arch in sorted(ARCHS):
                 try:
                     presets[f"{preset}/{task}/{arch}"] = spec.make_spec(arch, task, preset).hash()
-                except TaskError:
+                except InputError:
                     presets[f"{preset}/{task}/{arch}"] = "invalid"
     return {"recipes": recipes, "presets": presets}
 

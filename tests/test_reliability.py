@@ -30,7 +30,6 @@ import pytest
 import torch
 
 import models
-from models import flags
 import models.train.loop as L
 import models.train.writer as W
 from analyses.common import load_model
@@ -49,8 +48,8 @@ from models.checkpoint import (
 from models.train.cli import main
 from models.train.loop import train
 from models.train.spec import make_spec
-from tasks import atomic
-from tasks.base import TaskError
+from seqprobe import atomic, flags
+from seqprobe.errors import InputError
 from tests.tiny import TINY_RUN_FLAGS, good_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -521,7 +520,7 @@ def test_non_finite_weights_are_refused_before_an_analysis(value, tmp_path):
     ck["state_dict"][name].view(-1)[3] = value
     path = save_checkpoint(ck, tmp_path / "c.pt")  # a consistent digest: the values are the issue
     for loader in (models.load, load_model):
-        with pytest.raises(TaskError) as e:
+        with pytest.raises(InputError) as e:
             loader(path)
         assert str(e.value) == (f"{path}: refused: its weights hold NaN or infinite values "
                                 f"(1 of {ck['state_dict'][name].numel()} in {name}); an analysis "
@@ -539,7 +538,7 @@ def test_a_name_over_255_bytes_is_one_line_everywhere(tmp_path, capsys, trained)
         assert code == 2 and "a name in this path is 303 bytes long" in line, (argv, line)
         assert len(line) < 300
     for loader in (models.load, load_model, read_checkpoint):
-        with pytest.raises(TaskError, match="is 303 bytes long; the file system allows at most"):
+        with pytest.raises(InputError, match="is 303 bytes long; the file system allows at most"):
             loader(long)
 
 
@@ -557,7 +556,7 @@ CHILD_KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
     from models import checkpoint as ck
-    from tasks import atomic
+    from seqprobe import atomic
     from tests.tiny import TINY_RUN_FLAGS, good_checkpoint
 
     atomic._before_rename_hook = lambda tmp: os.kill(os.getpid(), signal.SIGKILL)

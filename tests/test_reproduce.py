@@ -11,13 +11,16 @@ import time
 import numpy as np
 import pytest
 
-from analyses import reproduce
+from analyses import zoo
 from analyses.common import Claim, Figure, Undecided, verdict_text
-from analyses.reproduce import PLAN, TRAIN, Job, Outcome, build_jobs, run_jobs, write_index
 from analyses.reproduce import cli as reproduce_cli
-from analyses.reproduce.index import LEVEL_SCALE
-from models import zoo
-from tasks.base import TaskError
+from analyses.reproduce import index as reproduce_index
+from analyses.reproduce import plan as reproduce_plan
+from analyses.reproduce import runner as reproduce_runner
+from analyses.reproduce.index import LEVEL_SCALE, Outcome, write_index
+from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
+from analyses.reproduce.runner import run_jobs
+from seqprobe.errors import InputError
 
 
 def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
@@ -45,7 +48,7 @@ def test_a_claim_of_another_level_is_left_out_of_the_index(tmp_path):
     fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),
                                        Claim("medium only", lambda d: None)))
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
-    assert reproduce.read_claims(Job("f", (), figure=fig), tmp_path) == [
+    assert reproduce_index.read_claims(Job("f", (), figure=fig), tmp_path) == [
         ("x is big", "x = 3", True)]
 
 
@@ -68,7 +71,7 @@ def test_the_index_writes_not_decided_with_its_reason_apart_from_does_not_hold(t
         Claim("b", lambda d: ("x = 1", np.bool_(False))),
         Claim("c", lambda d: ("vacuous", None))))
     (tmp_path / "f.json").write_text("{}")
-    claims = reproduce.read_claims(Job("f", (), figure=fig), tmp_path)
+    claims = reproduce_index.read_claims(Job("f", (), figure=fig), tmp_path)
     assert [type(h) for _, _, h in claims] == [Undecided, bool, type(None)]
     write_index([Outcome(Job("f", (), figure=fig), True, 1.0, "", claims)], tmp_path, "quick")
     md = (tmp_path / "index.md").read_text()
@@ -83,7 +86,7 @@ def test_the_index_writes_not_decided_with_its_reason_apart_from_does_not_hold(t
 
 def test_every_level_has_a_scale_line_and_an_undecided_verdict_needs_a_reason():
     assert {"quick", "medium", "large", "paper"} <= set(LEVEL_SCALE)
-    with pytest.raises(TaskError, match="reason"):
+    with pytest.raises(InputError, match="reason"):
         Undecided(" ")
     assert verdict_text(Undecided.not_learnt("0.3 < 0.9")) == (
         "not decided at this level — no model learnt the task: 0.3 < 0.9")
@@ -93,7 +96,7 @@ def test_every_level_has_a_scale_line_and_an_undecided_verdict_needs_a_reason():
 def test_index_only_does_not_invent_a_time(tmp_path):
     fig = Figure("F", "Paper Fig. 1", (Claim("x is big", lambda d: ("x = 3", d["x"] > 2)),))
     (tmp_path / "f.json").write_text(json.dumps({"x": 3}))
-    o = reproduce.index_outcome(Job("f", (), figure=fig), tmp_path, {})
+    o = reproduce_index.index_outcome(Job("f", (), figure=fig), tmp_path, {})
     assert o.ok and o.seconds is None
     write_index([o], tmp_path, "medium")
     md = (tmp_path / "index.md").read_text()
@@ -103,7 +106,7 @@ def test_index_only_does_not_invent_a_time(tmp_path):
 @pytest.mark.parametrize("argv", [["--only", "no_such_figure", "--list"], ["--bogus"],
                                   ["--medium", "--only", "spectral_lds", "--list"]])
 def test_bad_flags_are_one_line(capsys, argv):
-    assert reproduce.main(argv) == 2
+    assert reproduce_cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "usage" not in err
 
@@ -113,7 +116,7 @@ def test_a_file_as_output_or_cache_dir_is_refused_before_any_job(tmp_path, capsy
     f = tmp_path / "file"
     f.write_text("x")
     other = "--cache-dir" if flag == "--out" else "--out"
-    assert reproduce.main([flag, str(f), other, str(tmp_path / "d"), "--only",
+    assert reproduce_cli.main([flag, str(f), other, str(tmp_path / "d"), "--only",
                            "spectral_lds"]) == 2
     assert "is a file" in capsys.readouterr().err
     assert not (tmp_path / "d" / "logs").exists()
@@ -184,10 +187,10 @@ def job_names(jobs):
 
 
 def test_medium_runs_only_the_analyses_that_have_it(capsys):
-    assert reproduce.main(["--medium", "--list"]) in (0, 2)
+    assert reproduce_cli.main(["--medium", "--list"]) in (0, 2)
     plan = capsys.readouterr().out.split("\n\n")[0]  # the ETA line follows a blank line
     listed = [line.split()[0] for line in plan.splitlines() if line]
-    assert listed == [n for n in PLAN if "medium" in reproduce.figure_of(n).presets]
+    assert listed == [n for n in PLAN if "medium" in reproduce_plan.figure_of(n).presets]
 
 
 def test_an_analysis_without_the_level_refuses_it(capsys):
@@ -204,7 +207,7 @@ def test_an_analysis_without_the_level_refuses_it(capsys):
     (["copy/mamba", "copy/lstm"], ["copy/mamba", "copy/lstm"]),
 ])
 def test_the_plan_folds_runs_of_seeds(names, folded):
-    assert reproduce.seed_ranges(names) == folded
+    assert reproduce_plan.seed_ranges(names) == folded
 
 
 def test_a_stopped_run_lets_its_jobs_save_and_leaves_no_orphan(tmp_path):
@@ -223,7 +226,7 @@ def test_a_stopped_run_lets_its_jobs_save_and_leaves_no_orphan(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        reproduce.run_jobs([job], tmp_path, on_start=stop_when_started)
+        reproduce_runner.run_jobs([job], tmp_path, on_start=stop_when_started)
     assert saved.read_text() == "ok"
 
 

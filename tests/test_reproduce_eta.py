@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from analyses.reproduce import PLAN, TRAIN, Eta, Job, build_jobs, makespan
-from analyses.reproduce.eta import PRIOR_SHARE
+from analyses.reproduce.eta import PRIOR_SHARE, Eta, makespan
+from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
+from analyses.zoo.dryrun import recipe_spec
 from models.train.costs import (
     FORMAT,
     Estimate,
@@ -17,7 +18,6 @@ from models.train.costs import (
     evaluations,
     reference_seconds,
 )
-from models.train.dryrun import recipe_spec
 
 
 def job(name, slots=1, after=()):

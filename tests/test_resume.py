@@ -27,7 +27,8 @@ from models.checkpoint import CheckpointError, read_checkpoint
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from models.train.spec import make_spec
-from tasks import atomic, make_generator, make_task
+from seqprobe import atomic
+from tasks import make_generator, make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
@@ -273,7 +274,7 @@ def test_divergence_through_the_cli_exits_3_and_keeps_the_file(tmp_path, capsys,
     assert main([*base, "--steps", "3", "--out", str(out)]) == 0
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     capsys.readouterr()
-    orig = loss_mod.nll  # --lr is bounded (models.flags.BOUNDS): the loss is made NaN instead
+    orig = loss_mod.nll  # --lr is bounded (seqprobe.flags.BOUNDS): the loss is made NaN instead
     monkeypatch.setattr(loss_mod, "nll", lambda logp, targets, reduction="mean": (
         orig(logp, targets, reduction) * (float("nan") if logp.requires_grad else 1.0)))
     code = main(["--resume", str(out), "--steps", "40", "--lr", "10", "--warmup-steps", "0",

@@ -12,7 +12,8 @@ from models.train.config import TrainConfig
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
 from models.train.spec import make_spec
 from models.transformer import TransformerConfig
-from tasks.base import TaskError, config_to_dict
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
 from tasks.copy import CopyConfig
 from tasks.registry import TASKS, task_class
 
@@ -26,11 +27,11 @@ def test_sections_are_typed_and_names_follow_from_them():
     rc = run(steps=7)
     assert isinstance(rc.model, TransformerConfig) and isinstance(rc.task, CopyConfig)
     assert (rc.arch, rc.task_name, rc.train.steps) == ("transformer", "copy", 7)
-    with pytest.raises(TaskError, match="unknown key"):
+    with pytest.raises(InputError, match="unknown key"):
         RunConfig.build("transformer", "copy", {"d_modle": 16})
-    with pytest.raises(TaskError, match="must be a TrainConfig"):
+    with pytest.raises(InputError, match="must be a TrainConfig"):
         RunConfig(TransformerConfig(), CopyConfig(), {"steps": 3})
-    with pytest.raises(TaskError, match="no arch's model config"):
+    with pytest.raises(InputError, match="no arch's model config"):
         RunConfig(CopyConfig(), CopyConfig())
 
 
@@ -139,7 +140,7 @@ def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
     assert RunConfig.of(m).hash() == spec.hash()
     assert RunConfig.of(m) == spec.resolved(torch.device("cpu"))
     scratch = models.build_model("transformer", {"vocab_size": 30, "d_model": 16})
-    with pytest.raises(TaskError, match="without a task"):
+    with pytest.raises(InputError, match="without a task"):
         RunConfig.of(scratch)
     scratch.set_task("copy", {"D": 26})
     rc = RunConfig.of(scratch)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from models.registry import model_class
 from models.train.config import TrainConfig
 from models.train.runconfig import RunConfig
-from tasks.errors import ConfigError, SeqprobeError, TaskError
+from seqprobe.errors import ConfigError, InputError, SeqprobeError
 from tasks.registry import task_class
 
 FAST = settings(max_examples=60, deadline=None,
@@ -133,7 +133,7 @@ def test_a_value_of_the_wrong_type_is_refused(base, data):
         if strategy.is_empty:
             return
         _config(record, where)[name] = data.draw(strategy)
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(InputError) as e:
         RunConfig.from_dict(record)
     assert len(str(e.value).splitlines()) == 1
 
@@ -226,7 +226,7 @@ def test_the_api_refuses_with_the_suites_error_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"\['stpes'\] \(did you mean 'steps'\?\)"):
         RunConfig.from_dict({**BASES[0], "train": {"stpes": 3}})
     run = RunConfig.from_dict(BASES[0]).replace(train={"init_from": str(tmp_path / "gone.pt")})
-    with pytest.raises(TaskError, match="init_from .*gone.pt: cannot read it"):
+    with pytest.raises(InputError, match="init_from .*gone.pt: cannot read it"):
         run.hash()
     with pytest.raises(ConfigError, match="duplicate key 'steps'"):
         RunConfig.from_json(json.dumps(BASES[0])[:-2] + ', "steps": 9}}')

@@ -1,12 +1,13 @@
-"""One scale flag (models.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
+"""One scale flag (seqprobe.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
 ``--train LEVEL`` and ``models.train``'s ``--preset`` as other spellings of it."""
 
 import pytest
 
-from models import zoo
-from models.cli import OneLineParser, add_preset_arguments, add_scale_arguments
+from analyses import zoo
+from analyses.zoo import recipes
 from models.train.cli import build_parser
-from tasks.errors import ConfigError
+from seqprobe.cli import OneLineParser, add_preset_arguments, add_scale_arguments
+from seqprobe.errors import ConfigError
 
 
 def parse(argv, train=True):
@@ -62,7 +63,7 @@ def test_models_train_keeps_preset_as_a_spelling_of_the_scale():
 
 
 def test_the_zoo_takes_the_scale_between_names(tmp_path, capsys):
-    name = zoo.copy_medium_name("rope", 4, 0, 1e-3)
+    name = recipes.copy_medium_name("rope", 4, 0, 1e-3)
     assert zoo.main(["--list", "--scale", "medium", name, "--cache-dir", str(tmp_path)]) == 0
     assert "missing" in capsys.readouterr().out
     # quick: none, and --list lists only what exists at the level asked for (issue 37)

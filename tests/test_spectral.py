@@ -20,7 +20,8 @@ from models.spectral import (
     spectral_filters,
     true_weights,
 )
-from tasks.base import TaskError, make_generator
+from seqprobe.errors import InputError
+from tasks.base import make_generator
 from tasks.lds import LDS, LDSConfig, sample_sequence
 
 
@@ -89,9 +90,9 @@ def test_filters_cached_and_returned_as_copies():
     info = S._eigenpairs.cache_info()
     assert info.hits == 1 and info.misses == 1
     assert p2.abs().sum() > 0, "mutating a returned filter must not corrupt the cache"
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         spectral_filters(10, 11)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         spectral_filters(10, 2, kind="X")
 
 
@@ -186,8 +187,8 @@ def test_alg2_second_autoregressive_term_handles_marginally_stable_scalar_system
 def test_context_length_and_checks():
     assert context_length(4096, 0.5) == 64 and context_length(4096, 1.0) == 4096
     assert context_length(16, 0.0, algorithm=2) == 3
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         context_length(16, 1.5)
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         predictor_features(torch.zeros(8, 1), 3, 8, 2, 8)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from probes import ssm_patching as sp
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 T_SPLIT = 5  # the runs differ at positions ≤ T_SPLIT only
 CLEAN = torch.tensor([[1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4], [6, 5, 4, 3, 2, 1, 0, 6, 5, 4, 3]])
@@ -96,5 +96,5 @@ def test_state_patch_of_a_one_layer_model_is_the_clean_continuation(tiny_model):
 
 
 def test_a_transformer_is_refused_in_one_line(tiny_model):
-    with pytest.raises(TaskError, match="needs a suite Mamba or Mamba-2 model"):
+    with pytest.raises(InputError, match="needs a suite Mamba or Mamba-2 model"):
         sp.run_states(tiny_model("transformer"), CLEAN, 2)

@@ -6,7 +6,7 @@ import torch
 
 from models.spectral import spectral_filters
 from models.stu import PARAMS, STULM, STUConfig, causal_conv, scaled_filters
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 @pytest.fixture
@@ -106,6 +106,6 @@ def test_filters_are_scaled_hankel_eigenvectors_and_not_saved(tiny):
 @pytest.mark.parametrize("bad", [dict(param="x"), dict(num_filters=40), dict(d_model=0),
                                  dict(act_fn="tanh"), dict(normalization="rms")])
 def test_config_checks(bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         STUConfig(**{"filter_len": 32, **bad})
 

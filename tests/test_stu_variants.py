@@ -9,7 +9,8 @@ import torch
 
 from models.stu import STULM, STUConfig
 from models.train.spec import make_spec
-from tasks.base import TaskError, config_from_dict, config_to_dict
+from seqprobe.config import config_from_dict, config_to_dict
+from seqprobe.errors import InputError
 from tasks.registry import make_task
 
 TOL = dict(atol=1e-10, rtol=1e-10)
@@ -103,7 +104,7 @@ def test_zero_blank_without_norm_makes_left_blank_padding_invisible_to_the_first
 @pytest.mark.parametrize("bad", [dict(mixture="tied"), dict(mixture="shared", param="full"),
                                  dict(zero_embed=(6,)), dict(zero_embed=(-1,))])
 def test_config_checks(bad):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         STUConfig(**{**TINY, **bad})
 
 

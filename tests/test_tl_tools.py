@@ -20,11 +20,14 @@ from transformer_lens import patching
 from transformer_lens.head_detector import detect_head
 
 import models
-from models.base import N_CTX_UNBOUNDED, ActivationNotFound
+from models.base import ActivationNotFound
 from models.constructions import save_hash_copy, strings_without_repeated_ngrams
 from models.registry import ARCHS, build_model
 from probes.attention import pattern_scores
-from tasks.base import TaskError, config_to_dict, letters
+from seqprobe.config import config_to_dict
+from seqprobe.errors import InputError
+from seqprobe.flags import N_CTX_UNBOUNDED
+from tasks.base import letters
 from tasks.registry import make_task
 
 T, P = 9, 4  # sequence length; the one position where the corrupted tokens differ
@@ -216,7 +219,7 @@ def test_patching_and_head_detector_on_a_copy_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------- tokens
 def test_to_tokens_uses_the_task_vocabulary(tiny_model):
     m = tiny_model("transformer")
-    with pytest.raises(TaskError, match="has no task .*set_task"):
+    with pytest.raises(InputError, match="has no task .*set_task"):
         m.to_tokens("abc")
     m.set_task("copy", {"D": 7})  # letters a..g = 0..6, then BOS 7, EOS 8, COPY 9, PAD 10
     assert m.to_tokens("abc").tolist() == [[7, 0, 1, 2]]
@@ -228,10 +231,10 @@ def test_to_tokens_uses_the_task_vocabulary(tiny_model):
     assert m.to_str_tokens("ab<COPY>") == ["<BOS>", "a", "b", "<COPY>"]
     assert m.to_string(m.to_tokens("gab")[0]) == "<BOS>gab"
     assert m.to_single_token("<EOS>") == 8
-    with pytest.raises(TaskError, match="'z' is not a token"):
+    with pytest.raises(InputError, match="'z' is not a token"):
         m.to_tokens("abz")
     m.set_task("copy", {"D": 8})
-    with pytest.raises(TaskError, match="12 tokens but the model 11"):
+    with pytest.raises(InputError, match="12 tokens but the model 11"):
         m.to_tokens("ab")
 
 
@@ -256,6 +259,6 @@ def test_missing_hooks_and_direct_paths_are_one_clear_line(tiny_model):
     with pytest.raises(ActivationNotFound, match="did not fire"):
         patching.get_act_patch_resid_mid(m, corrupted, cache, _metric)
     _, corrupted_cache = m.run_with_cache(corrupted)
-    with pytest.raises(TaskError, match="no per-head Q/K/V inputs"):
+    with pytest.raises(InputError, match="no per-head Q/K/V inputs"):
         patching.get_act_patch_direct_path(m, corrupted, cache, corrupted_cache, _metric,
                                            src_layer=0, src_head=0, verbose=False)

@@ -55,20 +55,20 @@ def test_init_from_starts_from_the_weights_and_keys_the_cache_on_the_file(tmp_pa
 
 
 def test_init_from_refuses_another_model(tmp_path):
-    from tasks.base import TaskError
+    from seqprobe.errors import InputError
 
     copy = make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
                      train=dict(steps=1, eval_every=0, batch_size=4))
     train(copy, out=tmp_path / "copy.pt", device="cpu", progress=False)
-    with pytest.raises(TaskError, match="model config differs from this run's in d_model"):
+    with pytest.raises(InputError, match="model config differs from this run's in d_model"):
         make_spec("transformer", "lookup", "quick", model={**TINY, "d_model": 32},
                   train=dict(init_from=str(tmp_path / "copy.pt")))
     # with no model flags the run takes the init checkpoint's model config
     assert make_spec("transformer", "lookup", "quick",
                      train=dict(init_from=str(tmp_path / "copy.pt"))).model.d_model == 16
-    with pytest.raises(TaskError, match="holds a transformer model, not lstm"):
+    with pytest.raises(InputError, match="holds a transformer model, not lstm"):
         make_spec("lstm", "lookup", "quick", train=dict(init_from=str(tmp_path / "copy.pt")))
-    with pytest.raises(TaskError, match="no such file"):
+    with pytest.raises(InputError, match="no such file"):
         make_spec("transformer", "lookup", "quick", model=TINY,
                   train=dict(init_from=str(tmp_path / "none.pt")))
 

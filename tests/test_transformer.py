@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.transformer import PES, TransformerConfig, apply_rope, rope_cos_sin
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_encoder_and_classification_heads(tiny):
                                  dict(hard_alibi_heads=9), dict(n_layers=0),
                                  dict(head="token_cls"), dict(alibi_slopes=(1.0,))])
 def test_bad_configs_raise_task_error(bad, tiny):
-    with pytest.raises(TaskError):
+    with pytest.raises(InputError):
         tiny(**bad)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers as tf
 
-from models.export_hf import refusal
+from models.hf.export_map import refusal
 from models.transformer import HookedTransformerLM, TransformerConfig
 
 NEOX = dict(vocab_size=13, d_model=32, n_layers=2, n_heads=2, d_mlp=128, pe="rope",

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from analyses.reproduce import Job, run_jobs
+from analyses.reproduce.plan import Job
 from analyses.reproduce.pool import ForkedJob, forkable
-from analyses.reproduce.runner import _kill, _Running
+from analyses.reproduce.runner import _kill, _Running, run_jobs
 
 MOD = "tests.worker_pool_jobs"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")

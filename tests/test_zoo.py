@@ -3,9 +3,10 @@ and a fine-tuned recipe trains its init recipe first."""
 
 import pytest
 
-from models import recipes, zoo
+from analyses import zoo
+from analyses.zoo import recipes
 from models.checkpoint import read_checkpoint
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
         "task": {"min_len": 1, "max_len": 6},
@@ -24,9 +25,9 @@ def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
 
 
 def test_unknown_recipe_and_missing_preset_are_clear_errors():
-    with pytest.raises(TaskError, match="unknown recipe 'copy/nothing'.*copy/hard_alibi"):
+    with pytest.raises(InputError, match="unknown recipe 'copy/nothing'.*copy/hard_alibi"):
         zoo.recipe("copy/nothing")
-    with pytest.raises(TaskError, match="no quick version"):
+    with pytest.raises(InputError, match="no quick version"):
         zoo.recipe("markov_ablation/noconv_width/no_conv_d1000").parts("quick")
 
 
@@ -43,13 +44,13 @@ def test_a_recipe_exists_at_the_levels_it_lists():
     medium = zoo.Recipe("test/m", "copy", "transformer", levels=("medium",))
     assert default.levels == ("quick", "paper") and not default.available("medium")
     assert medium.available("medium") and not medium.available("quick")
-    with pytest.raises(TaskError, match="no medium version"):
+    with pytest.raises(InputError, match="no medium version"):
         default.parts("medium")
-    with pytest.raises(TaskError, match="not among its levels"):
+    with pytest.raises(InputError, match="not among its levels"):
         zoo.Recipe("test/x", "copy", "transformer", by_level={"quick": {}}, levels=("medium",))
-    with pytest.raises(TaskError, match="unknown levels"):
+    with pytest.raises(InputError, match="unknown levels"):
         zoo.Recipe("test/x", "copy", "transformer", levels=("huge",))
-    with pytest.raises(TaskError, match="not set to None"):
+    with pytest.raises(InputError, match="not set to None"):
         zoo.Recipe("test/x", "copy", "transformer", by_level={"quick": None})
 
 

@@ -8,13 +8,13 @@ import shutil
 import pytest
 import torch
 
-from models import zoo
+from analyses import zoo
 from models.checkpoint import CheckpointError, read_checkpoint
 from models.train import loop as L
 from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
 from models.train.spec import make_spec
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 from tests.tiny import sigint_during_step
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -75,18 +75,18 @@ def test_a_broken_entry_is_retrained(two_recipes, tmp_path):
 def test_bad_cache_directories_are_one_line_before_work(two_recipes, tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    with pytest.raises(TaskError, match="is a file, not a directory"):
+    with pytest.raises(InputError, match="is a file, not a directory"):
         check_cache_dir(a_file)
     assert zoo.main(["train", "test/narrow", "--cache-dir", str(a_file), "--device", "cpu"]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
     locked = tmp_path / "cache"
     (locked / (path_of("test/narrow", locked).name + ".lock")).mkdir(parents=True)
-    with pytest.raises(TaskError, match="is not a lock file"):
+    with pytest.raises(InputError, match="is not a lock file"):
         zoo.checkpoint("test/narrow", "quick", locked, "cpu", progress=False)
     if os.geteuid() != 0:  # root writes through a mode-0 directory; chmod tests nothing then
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
-        with pytest.raises(TaskError, match="cannot write in it"):
+        with pytest.raises(InputError, match="cannot write in it"):
             check_cache_dir(ro)
 
 

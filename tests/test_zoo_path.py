@@ -1,4 +1,4 @@
-"""Finding a checkpoint by name (issue 37, first item): ``python -m models.zoo path NAME`` and
+"""Finding a checkpoint by name (issue 37, first item): ``python -m analyses.zoo path NAME`` and
 ``--list`` read the cache and never train or create anything; ``zoo:NAME[@LEVEL]`` opens the
 cached checkpoint in ``models.load`` and in every analysis; a command that is about to train
 says so first in one line."""
@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 import models
+from analyses import zoo
 from analyses.common import given_checkpoint
-from models import zoo
-from models.recipe import parse_zoo_ref
+from analyses.zoo.recipe import parse_zoo_ref
 from models.train import loop as L
 from models.train.announce import training_line
 from models.train.cache import cache_path
 from models.train.loop import TrainingInterrupted
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 from tests.tiny import sigint_during_step
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -46,7 +46,7 @@ def test_path_of_a_missing_entry_says_not_trained_and_how_and_creates_nothing(ti
     assert code != 0 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "not trained" in lines[0] and "(missing)" in lines[0]
-    assert "`python -m models.zoo train test/tiny`" in lines[0]
+    assert "`python -m analyses.zoo train test/tiny`" in lines[0]
     assert not (tmp_path / "checkpoints").exists()  # nothing trained, nothing created
     code, _, err = run_zoo(capsys, "path", "test/tiny", "--cache-dir", "elsewhere")
     assert code != 0 and "train test/tiny --cache-dir elsewhere`" in err
@@ -84,9 +84,9 @@ def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_p
     capsys.readouterr()
     code, _, err = run_zoo(capsys, "path", "test/tiny")
     assert code != 0 and "(interrupted)" in err and "train test/tiny" in err
-    with pytest.raises(TaskError, match=r"not trained .*interrupted.*zoo train test/tiny"):
+    with pytest.raises(InputError, match=r"not trained .*interrupted.*zoo train test/tiny"):
         models.load("zoo:test/tiny")
-    with pytest.raises(TaskError, match="interrupted"):
+    with pytest.raises(InputError, match="interrupted"):
         given_checkpoint("zoo:test/tiny")
     cache_path(zoo.spec("test/tiny", "quick"), "checkpoints").write_bytes(b"junk")
     code, _, err = run_zoo(capsys, "path", "test/tiny")
@@ -113,11 +113,11 @@ def test_unknown_names_and_levels_are_one_line_with_near_matches(tiny_recipe, ca
     code, _, err = run_zoo(capsys, "path", "copy/hard_albi")
     assert code != 0 and len(err.strip().splitlines()) == 1
     assert "did you mean copy/hard_alibi" in err
-    with pytest.raises(TaskError, match="did you mean copy/rope"):
+    with pytest.raises(InputError, match="did you mean copy/rope"):
         models.load("zoo:copy/rop")
-    with pytest.raises(TaskError, match="no medium version .it has quick"):
+    with pytest.raises(InputError, match="no medium version .it has quick"):
         models.load("zoo:test/tiny@medium")
-    with pytest.raises(TaskError, match="unknown level 'huge'"):
+    with pytest.raises(InputError, match="unknown level 'huge'"):
         parse_zoo_ref("zoo:copy/rope@huge")
     assert parse_zoo_ref("zoo:copy/rope@paper") == ("copy/rope", "paper")
     assert parse_zoo_ref("zoo:copy/rope") == ("copy/rope", "quick")
@@ -137,7 +137,7 @@ def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypa
     """``models.load("copy/hard_alibi")`` reads as a hub name; its error says ``zoo:``."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked
-    with pytest.raises(TaskError, match="opened as zoo:copy/hard_alibi"):
+    with pytest.raises(InputError, match="opened as zoo:copy/hard_alibi"):
         models.load("copy/hard_alibi")
 
 

@@ -54,11 +54,11 @@ def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
     recipe's model, task and training configs and untrained weights (seed 0): what
     ``zoo.path`` / ``models.load("zoo:NAME")`` serve, without training it. For doctests whose
     shown outputs depend on the configs only. Returns its path."""
-    from models import zoo
+    from analyses import zoo
     from models.checkpoint import make_checkpoint, save_checkpoint
-    from models.device import resolve_device
     from models.train.cache import cache_path
-    from tasks.base import config_to_dict
+    from seqprobe.config import config_to_dict
+    from seqprobe.device import resolve_device
 
     spec = zoo.spec(name, preset, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
     torch.manual_seed(0)

@@ -31,14 +31,14 @@ import torch
 
 from analyses.common import to_jsonable
 from analyses.memorization.grid import THRESHOLD
-from models.device import resolve_device
 from models.registry import build_model
-from models.sweep import Failed
 from models.train.cache import check_cache_dir
 from models.train.config import TrainConfig
 from models.train.loop import Callback, Run, TrainingDiverged, train
 from models.train.runconfig import RunConfig
-from tasks.atomic import write_atomic
+from seqprobe.atomic import write_atomic
+from seqprobe.device import resolve_device
+from seqprobe.sweep import Failed
 from tasks.registry import make_task
 
 

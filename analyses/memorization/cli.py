@@ -26,9 +26,9 @@ from analyses.memorization.plots import (
 )
 from analyses.memorization.sweep import compute
 from figures.style import new_figure, save_figure
-from models import flags
-from models.sweep import backend_of
-from tasks.atomic import write_atomic
+from seqprobe import flags
+from seqprobe.atomic import write_atomic
+from seqprobe.sweep import backend_of
 from tasks.memorization import REAL_LEVEL
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",

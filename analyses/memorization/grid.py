@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.train.dryrun import Builder
+from analyses.zoo.dryrun import Builder
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
-from tasks.base import check
+from seqprobe.config import check
 from tasks.memorization import REAL_LEVEL
 
 NAME = "memorization"
@@ -54,7 +54,7 @@ class Search:
 @dataclass(frozen=True)
 class GridRow:
     """One (preset, data, level) of :data:`GRIDS`: the task config (on top of the preset rows of
-    models/train/presets.py), the widths m, the stopping rule's patience, overrides of the
+    models/train/levels.py), the widths m, the stopping rule's patience, overrides of the
     model and training rows, and the search that replaces the full grid, if any."""
 
     task: Mapping[str, Any]

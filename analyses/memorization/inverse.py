@@ -25,10 +25,10 @@ from analyses.memorization.grid import CellSpace, grid_settings
 from analyses.memorization.search import search_min_width
 from analyses.memorization.stats import shape_verdict
 from figures.style import new_figure
-from models.device import resolve_device
-from models.sweep import Backend, Failed
 from probes.fits import fit_trends, loglog_slope, power_fit
-from tasks.base import check
+from seqprobe.config import check
+from seqprobe.device import resolve_device
+from seqprobe.sweep import Backend, Failed
 
 METHOD = "max_n"  # the Search.method of a grid row searched this way
 

@@ -12,7 +12,7 @@ from typing import Any
 from analyses.memorization.cells import CellSettings, CellStore, search_cell_name, torch_threads
 from analyses.memorization.grid import CellSpace, Long
 from models.train.runconfig import RunConfig
-from tasks.base import check
+from seqprobe.config import check
 
 
 def search_min_width(n_widths: int, memorises: Callable[[int], bool],

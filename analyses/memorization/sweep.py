@@ -1,5 +1,5 @@
 """Running a memorization grid or search: the cells (or one search per seed) as tasks on a
-backend (:mod:`models.sweep`: local worker processes or Ray), each finished cell saved as it
+backend (:mod:`seqprobe.sweep`: local worker processes or Ray), each finished cell saved as it
 lands and reused by the next run, then the statistics of :mod:`.stats`."""
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from analyses.memorization.search import (
     step_budgets,
 )
 from analyses.memorization.stats import summarise, summarise_search
-from models.device import resolve_device
-from models.sweep import Backend, Failed, failures, map_tasks
 from models.train.runconfig import RunConfig
-from tasks.base import check, config_to_dict
+from seqprobe.config import check, config_to_dict
+from seqprobe.device import resolve_device
+from seqprobe.sweep import Backend, Failed, failures, map_tasks
 
 # What a landed result leaves: the (file name, cell) pairs to save, and the progress note.
 Landed = Callable[[int, Any], tuple[list[tuple[str, dict]], dict | None]]
@@ -119,7 +119,7 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     ``search`` row (medium) runs :func:`compute_search` instead (``seeds``: how many).
 
     ``task_config`` / ``model`` / ``train`` override the preset and grid rows. The cells run
-    on ``backend`` (:mod:`models.sweep`; default: ``n_jobs`` local worker processes); each
+    on ``backend`` (:mod:`seqprobe.sweep`; default: ``n_jobs`` local worker processes); each
     finished cell is saved under ``out_dir/memorization_{data}_{level}_cells/`` as it lands
     and reused by the next call unless ``fresh``. A cell whose task fails on every attempt is
     listed in ``cells_failed`` (and marked ``failed`` in ``cells``); the others still run.

@@ -40,7 +40,7 @@ HuggingFace models (a directory or hub name, booted by models.hf): a pretrained 
 tokens of its vocabulary (the induction setting) and r a window of natural text (``--text
 FILE``; default: text the suite generates offline, which the output says is not natural text),
 both by default, drawn side by side. The feeding-head search is off for them (hundreds of heads
-before the match heads). A model this suite exported (models.export_hf) keeps our token ids and
+before the match heads). A model this suite exported (models.hf.export) keeps our token ids and
 its task, and is probed exactly like its .pt file. ``--per-head`` also ablates each head alone.
 """
 
@@ -66,7 +66,6 @@ from analyses.common import (
     to_jsonable,
 )
 from analyses.ngram_heads.plots import plot, table
-from models import flags
 from models.checkpoint import is_hf_source
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
@@ -91,7 +90,9 @@ from probes.ngram_data import (
     probe_batches,
     repeated_batches,
 )
-from tasks.base import check, make_generator
+from seqprobe import flags
+from seqprobe.config import check
+from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "ngram_heads"
@@ -300,7 +301,7 @@ def probe_text(path: str | None, seed: int) -> tuple[str, str]:
 
 
 def task_of(model) -> dict | None:
-    """The task a model was trained on: a suite checkpoint's, or the one ``models.export_hf``
+    """The task a model was trained on: a suite checkpoint's, or the one ``models.hf.export``
     stored in an exported model's config (``seqprobe``: its tokenizer keeps our token ids, so it
     is probed on the same examples as its .pt file); None for a pretrained LM."""
     task = model.checkpoint.get("task")

@@ -61,11 +61,12 @@ from analyses.pretrained_copy.prompts import (
     greedy_verdicts,
     phonebook_prompts,
 )
+from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
-from models import flags
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
-from models.recipe import is_zoo_ref
-from tasks.base import check, make_generator
+from seqprobe import flags
+from seqprobe.config import check
+from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "pretrained_copy"

@@ -11,7 +11,7 @@ its training run, GPU or CPU cores: :data:`~analyses.reproduce.plan.PLACEMENT`);
 The plan is the ordered list :data:`~analyses.reproduce.plan.PLAN` of analysis names; each
 analysis module says what it needs in its ``FIGURE`` (title, paper, claims, the zoo recipes it
 trains). The runner turns the plan into jobs (:class:`~analyses.reproduce.plan.Job`: one
-process each) — one per zoo recipe not yet cached (``python -m models.zoo train NAME``), one
+process each) — one per zoo recipe not yet cached (``python -m analyses.zoo train NAME``), one
 per analysis, each analysis after the recipes it reads, each recipe after the one it is
 fine-tuned from — and runs them on a small scheduler (:mod:`.runner`; a failure is reported,
 the rest still run). It prints the estimated wall time before the first job starts and keeps
@@ -21,40 +21,10 @@ whether it holds. Exit code 1 if any analysis failed.
 
 ``--dry-run`` trains nothing and runs no analysis: every model the plan would train (the zoo
 recipes of its analyses and the models they train themselves) is built at its real size and
-takes two optimizer steps (:mod:`models.train.dryrun`); a table of sizes, step times and
+takes two optimizer steps (:mod:`analyses.zoo.dryrun`); a table of sizes, step times and
 projected H100 hours is printed and written to ``OUT/dry_run.json``. Exit code 1 if any model
 cannot run.
 
 The parts: :mod:`.plan` (the plan, its jobs and their order), :mod:`.runner` (processes),
 :mod:`.eta` (estimates and packing), :mod:`.index` (claims, timings, the index), :mod:`.cli`.
 """
-
-from analyses.reproduce.cli import main
-from analyses.reproduce.eta import Eta, makespan
-from analyses.reproduce.index import (
-    MAX_CLAIM_CHARS,
-    MAX_JSON_BYTES,
-    Outcome,
-    index_outcome,
-    read_claims,
-    read_json,
-    read_timings,
-    write_index,
-)
-from analyses.reproduce.plan import (
-    PLAN,
-    TRAIN,
-    Job,
-    build_jobs,
-    default_jobs,
-    figure_of,
-    plan_models,
-    priorities,
-    seed_ranges,
-)
-from analyses.reproduce.runner import run_jobs
-
-__all__ = ["MAX_CLAIM_CHARS", "MAX_JSON_BYTES", "PLAN", "TRAIN", "Eta", "Job", "Outcome",
-           "build_jobs", "default_jobs", "figure_of", "index_outcome", "main", "makespan",
-           "plan_models", "priorities", "read_claims", "read_json", "read_timings",
-           "run_jobs", "seed_ranges", "write_index"]

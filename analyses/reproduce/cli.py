@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from analyses import zoo
 from analyses.common import check_output_dir, verdict_text
 from analyses.reproduce.eta import Eta
 from analyses.reproduce.index import (
@@ -32,16 +33,16 @@ from analyses.reproduce.plan import (
     seed_ranges,
 )
 from analyses.reproduce.runner import log_name, run_jobs
+from analyses.zoo import dryrun
 from figures.style import DEFAULT_OUT
-from models import flags, zoo
-from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
-from models.sweep import add_backend_arguments, backend_of
-from models.train import dryrun
 from models.train.cache import check_cache_dir
 from models.train.costs import StepCosts
 from models.train.gpu_costs import REFERENCE_CARD, UTILISATION, device_kind
-from tasks.atomic import write_atomic
-from tasks.base import check
+from seqprobe import flags
+from seqprobe.atomic import write_atomic
+from seqprobe.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
+from seqprobe.config import check
+from seqprobe.sweep import add_backend_arguments, backend_of
 
 # the first line of the package's docstring, as --help has always shown it
 DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` "

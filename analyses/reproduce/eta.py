@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 from analyses.reproduce.plan import Job, priorities
 from analyses.reproduce.pool import forkable
+from analyses.zoo.dryrun import recipe_spec
 from models.train.costs import Estimate, StepCosts
-from models.train.dryrun import recipe_spec
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 # The table's estimate weighs as much as finished jobs whose estimates add up to this share of
 # the whole plan's: the learned ratio moves only once a real part of the plan has run.
@@ -65,7 +65,7 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
     else:
         try:
             spec = recipe_spec(job.recipe, preset)
-        except TaskError:
+        except InputError:
             return None
         found = costs.run(spec, job.device)
     if found is None or costs.device == "cuda" or forkable(job.argv) is None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from analyses.common import Margin, Undecided, Verdict, verdict_text
 from analyses.reproduce.plan import Job
-from tasks.atomic import write_atomic
-from tasks.base import TaskError
+from seqprobe.atomic import write_atomic
+from seqprobe.errors import InputError
 
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
 MAX_CLAIM_CHARS = 2000  # bound on one claim cell the index copies from an analysis' JSON
@@ -66,34 +66,34 @@ class Outcome:
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
-    """An analysis' JSON output as a dict, or one :class:`TaskError` line: never a hang on a
+    """An analysis' JSON output as a dict, or one :class:`InputError` line: never a hang on a
     FIFO, a traceback on a truncated, binary or absurdly nested file, or an unbounded read."""
     try:
         st = os.stat(path)
     except OSError as e:
-        raise TaskError(f"{path}: cannot read it ({e.strerror})") from None
+        raise InputError(f"{path}: cannot read it ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise TaskError(f"{path}: is {kind}, not a JSON file")
+        raise InputError(f"{path}: is {kind}, not a JSON file")
     if st.st_size > limit:
-        raise TaskError(f"{path}: {st.st_size:,} bytes, more than an analysis writes "
+        raise InputError(f"{path}: {st.st_size:,} bytes, more than an analysis writes "
                         f"({limit:,} at most)")
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(limit + 1).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TaskError(f"{path}: not valid JSON ({type(e).__name__})") from None
+        raise InputError(f"{path}: not valid JSON ({type(e).__name__})") from None
     except OSError as e:
-        raise TaskError(f"{path}: cannot read it ({e.strerror})") from None
+        raise InputError(f"{path}: cannot read it ({e.strerror})") from None
     if not isinstance(data, dict):
-        raise TaskError(f"{path}: holds a JSON {type(data).__name__}, not an object")
+        raise InputError(f"{path}: holds a JSON {type(data).__name__}, not an object")
     return data
 
 
 def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
     """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured,
     verdict: True / False / None / :class:`~analyses.common.Undecided`). A JSON that cannot be
-    read raises :class:`TaskError` (one line naming the file)."""
+    read raises :class:`InputError` (one line naming the file)."""
     return [(p, m, h) for p, m, h, _ in read_claim_margins(job, out)]
 
 
@@ -142,7 +142,7 @@ def index_outcome(job: Job, out: Path, timing: dict) -> Outcome:
     if not missing:
         try:
             read = read_claim_margins(job, out)
-        except TaskError as e:  # this figure is reported unreadable; the others still index
+        except InputError as e:  # this figure is reported unreadable; the others still index
             ok, log = False, str(e)
     return Outcome(job, ok, seconds, log, [r[:3] for r in read], [r[3] for r in read])
 
@@ -153,7 +153,7 @@ def read_timings(path: Path) -> dict:
         return {}
     try:
         timings = read_json(path)
-    except TaskError as e:
+    except InputError as e:
         print(f"ignoring {e}", file=sys.stderr)
         return {}
     return {k: v for k, v in timings.items() if isinstance(v, dict) or k == "preset"}

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from analyses import zoo
 from analyses.common import Figure
-from models import zoo
-from models.train import dryrun
+from analyses.zoo import dryrun
 
 PLAN: tuple[str, ...] = (
     "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
@@ -111,7 +111,7 @@ def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> lis
             after = tuple(need(p, device) for p in parent
                           if zoo.status(p, preset, cache) != "cached")
             on = ("--device", device) if device else ()
-            jobs[name] = Job(name, (sys.executable, "-m", "models.zoo", "train", recipe,
+            jobs[name] = Job(name, (sys.executable, "-m", "analyses.zoo", "train", recipe,
                                     f"--{preset}", "--cache-dir", str(cache), "--no-progress",
                                     *on), zoo.recipe(recipe).slots, after, device=device)
         return name

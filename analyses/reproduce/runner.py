@@ -14,8 +14,9 @@ from pathlib import Path
 from analyses.reproduce.index import Outcome, read_claim_margins
 from analyses.reproduce.plan import TRAIN, Job, priorities
 from analyses.reproduce.pool import ForkedJob, forkable
-from models.sweep import Backend, RayCommand
-from tasks.base import TaskError, check
+from seqprobe.config import check
+from seqprobe.errors import InputError
+from seqprobe.sweep import Backend, RayCommand
 
 
 @dataclass
@@ -75,7 +76,7 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
     if ok and r.job.figure:
         try:
             read = read_claim_margins(r.job, out)
-        except TaskError as e:
+        except InputError as e:
             ok, log = False, log + f"\n({e})"
     return Outcome(r.job, ok, seconds, log[-3000:], [c[:3] for c in read], [c[3] for c in read])
 
@@ -152,7 +153,7 @@ def run_jobs(jobs: list[Job], out: Path, slots: int = 1, timeout: float = 3600.0
             if started:
                 on_start([r.job.name for r in running])
             if not running and pending:  # nothing can start: a bug in the job graph
-                raise TaskError(f"jobs wait on nothing that runs: "
+                raise InputError(f"jobs wait on nothing that runs: "
                                 f"{', '.join(j.name for j in pending)}")
             time.sleep(poll)
             for r in list(running):

@@ -15,9 +15,10 @@ from pathlib import Path
 from analyses.common import Undecided, verdict_text
 from analyses.reproduce.index import read_claim_margins
 from analyses.reproduce.plan import PLAN, Job, figure_of
-from models.cli import OneLineParser, run_cli
-from tasks.atomic import write_atomic
-from tasks.base import TaskError, check
+from seqprobe.atomic import write_atomic
+from seqprobe.cli import OneLineParser, run_cli
+from seqprobe.config import check
+from seqprobe.errors import InputError
 
 
 def short_verdict(verdict) -> str:
@@ -37,7 +38,7 @@ def seed_rows(outs: list[Path]) -> list[dict]:
                 continue
             try:
                 read = read_claim_margins(job, out)
-            except TaskError:
+            except InputError:
                 continue
             for paper, _, verdict, margin in read:
                 row = rows.setdefault((name, paper), {"analysis": name, "claim": paper,

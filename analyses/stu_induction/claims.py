@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.common import Margin, Reading, Undecided, tightest, with_not_matched
-from models.train.presets import SEEDED
+from models.train.levels import SEEDED
 from probes.induction import binomial_sf, even_lags_accuracy, seen_lags_accuracy
 
 GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"

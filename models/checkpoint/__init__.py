@@ -9,12 +9,12 @@ Split by job, each module importing only those listed before it:
   make this process allocate.
 - :mod:`~models.checkpoint.schema`: the payload layout (DESIGN.md), its digests, validation
   and the translation of older formats.
-- :mod:`~models.checkpoint.io`: saving (atomic, through :mod:`tasks.atomic`) and reading files,
+- :mod:`~models.checkpoint.io`: saving (atomic, through :mod:`seqprobe.atomic`) and reading files,
   the overwrite guard and the run-long writer lock.
 - :mod:`~models.checkpoint.rebuild`: the model of a payload, sized before it is allocated.
 
 Words used apart: the *checkpoint file* at ``ckpt_path``, the *payload* dict it holds; a zoo
-entry and a cache path are :mod:`models.zoo`'s and :mod:`models.train.cache`'s. Every name
+entry and a cache path are :mod:`analyses.zoo`'s and :mod:`models.train.cache`'s. Every name
 that was importable from ``models.checkpoint`` before the split still is.
 """
 
@@ -58,7 +58,7 @@ from models.checkpoint.untrusted import (
 )
 from models.checkpoint.untrusted import check_tensor_storage as _check_tensor_storage
 from models.checkpoint.untrusted import need as _need
-from tasks.errors import CheckpointError, SaveError
+from seqprobe.errors import CheckpointError, SaveError
 
 # _need and _check_tensor_storage: the private names models.hf and models.loading import
 __all__ = [

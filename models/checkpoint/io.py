@@ -1,6 +1,6 @@
 """Checkpoint files on disk: save a payload, read one back, and the run-long writer lock.
 
-Saves go through :mod:`tasks.atomic` (temp file in the same directory, fsync, rename; stale
+Saves go through :mod:`seqprobe.atomic` (temp file in the same directory, fsync, rename; stale
 temps of killed writers removed), so a crash mid-save leaves the previous file intact, and the
 new file keeps the mode of the one it replaces. Reads never unpickle code
 (:mod:`models.checkpoint.untrusted`) and fail with one :class:`CheckpointError` line on a
@@ -28,8 +28,8 @@ from models.checkpoint.schema import (
     with_digests,
 )
 from models.checkpoint.untrusted import check_claimed_bytes, load_untrusted
-from tasks.atomic import atomic_file, exclusive_lock
-from tasks.errors import CheckpointError, SaveError
+from seqprobe.atomic import atomic_file, exclusive_lock
+from seqprobe.errors import CheckpointError, SaveError
 
 _NOTICED: set[str] = set()  # files whose "no digest" notice was printed (once per file)
 
@@ -135,7 +135,7 @@ def check_overwrite(ckpt_path: str | os.PathLike, resume: str | os.PathLike | No
 
 @contextlib.contextmanager
 def exclusive_writer(ckpt_path: str | os.PathLike) -> Iterator[Path]:
-    """Hold ``.NAME.lock`` beside ``ckpt_path`` for a whole run (:func:`tasks.atomic.
+    """Hold ``.NAME.lock`` beside ``ckpt_path`` for a whole run (:func:`seqprobe.atomic.
     exclusive_lock`): a second live writer of the same checkpoint is refused at once (one line
     naming the holder's pid) instead of both running and one result being lost. The kernel
     drops the lock when its holder dies, so a crashed run never blocks the next; the lock file

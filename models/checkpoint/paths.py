@@ -9,7 +9,7 @@ import re
 import stat
 from pathlib import Path
 
-from tasks.errors import CheckpointError
+from seqprobe.errors import CheckpointError
 
 NAME_MAX, PATH_MAX = 255, 4096  # POSIX defaults when the file system does not say
 FILE_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

@@ -17,9 +17,9 @@ from models.checkpoint.untrusted import (
     need,
     view_bytes,
 )
-from models.device import check_fits
 from models.registry import build_model
-from tasks.errors import CheckpointError, TaskError
+from seqprobe.device import check_fits
+from seqprobe.errors import CheckpointError, InputError
 
 DEEP = 64  # deeper stacks are counted from one- and two-layer builds (a meta build of 10^6 layers
 #            would itself take minutes)
@@ -41,7 +41,7 @@ def model_footprint(arch: str, config: dict) -> tuple[int, int, int]:
     """``(parameters, parameter bytes, buffer bytes)`` of the model ``config`` describes,
     without allocating it (meta-device builds; a stack deeper than :data:`DEEP` is
     extrapolated from one and two layers, as every suite model is a stack of equal blocks).
-    Raises :class:`TaskError` for an invalid config, or one whose tensors cannot even be
+    Raises :class:`InputError` for an invalid config, or one whose tensors cannot even be
     described (a size that overflows 64 bits)."""
     try:
         key = json.dumps(config, sort_keys=True)
@@ -49,10 +49,10 @@ def model_footprint(arch: str, config: dict) -> tuple[int, int, int]:
         key = None
     try:
         return _cached_footprint(arch, key) if key is not None else _footprint(arch, config)
-    except TaskError:
+    except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - e.g. "Storage size calculation overflowed"
-        raise TaskError(f"the {arch} model of this config cannot be built: "
+        raise InputError(f"the {arch} model of this config cannot be built: "
                         f"{first_sentence(e)}") from None
 
 
@@ -69,7 +69,7 @@ def _footprint(arch: str, config: dict) -> tuple[int, int, int]:
         try:
             one = _sizes(meta_model(arch, {**config, "n_layers": 1}))
             two = _sizes(meta_model(arch, {**config, "n_layers": 2}))
-        except TaskError:  # a config tied to its depth: build the whole stack
+        except InputError:  # a config tied to its depth: build the whole stack
             pass
         else:
             return tuple(a + (n_layers - 1) * (b - a) for a, b in zip(one, two, strict=True))
@@ -114,7 +114,7 @@ def model_from_checkpoint(payload: dict, ckpt_path: str | os.PathLike = "<checkp
     check_config_fits_file(payload, ckpt_path)
     try:
         meta = meta_model(arch, config)
-    except TaskError as e:
+    except InputError as e:
         raise CheckpointError(f"{ckpt_path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - a config value no check anticipated
         raise CheckpointError(f"{ckpt_path}: invalid model config ({type(e).__name__}: "
@@ -125,13 +125,13 @@ def model_from_checkpoint(payload: dict, ckpt_path: str | os.PathLike = "<checkp
     total = check_rebuilt_bytes(meta, sd, ckpt_path)
     try:
         check_fits(total, f"the {arch} model of this checkpoint")
-    except TaskError as e:
+    except InputError as e:
         raise CheckpointError(f"{ckpt_path}: {e}") from None
     del meta
     try:
         model = build_model(arch, config)
         model.load_state_dict(sd, strict=True)
-    except TaskError as e:
+    except InputError as e:
         raise CheckpointError(f"{ckpt_path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - see above
         raise CheckpointError(f"{ckpt_path}: weights do not match the config: "

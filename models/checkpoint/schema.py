@@ -27,8 +27,8 @@ from models.checkpoint.untrusted import (
 )
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
-from tasks.base import config_from_dict
-from tasks.errors import CheckpointError, TaskError
+from seqprobe.config import config_from_dict
+from seqprobe.errors import CheckpointError, InputError
 from tasks.registry import TASKS, task_class
 
 FORMAT = 1
@@ -210,7 +210,7 @@ def validate_checkpoint(payload: Any, ckpt_path: str | os.PathLike = "<checkpoin
             config_from_dict(TrainConfig, train["config"])
     except CheckpointError:
         raise
-    except TaskError as e:
+    except InputError as e:
         raise CheckpointError(f"{ckpt_path}: {e}") from None
     except ImportError as e:
         raise CheckpointError(f"{ckpt_path}: this version cannot build it ({e})") from None

@@ -18,7 +18,7 @@ the cache) plus the small interface the analyses read on suite models:
 * ``device``, ``hook_names()``, ``log_probs(input)``, ``n_params()``, ``tokenizer``, ``name``
   (a short label: the directory's or the hub name's last part);
 * the model object's attributes (:mod:`models.base`): ``task`` (None, or the task an export
-  by ``models.export_hf`` was trained on), ``config`` (TL's ``cfg``), ``train_config`` (None),
+  by ``models.hf.export`` was trained on), ``config`` (TL's ``cfg``), ``train_config`` (None),
   ``provenance`` (``source``; ``pretrained``: name, local, hf_architecture, config.json),
   ``return_type="log_probs"`` beside TransformerLens' own, and ``save`` refused in one line
   (see :meth:`HFModel.save`); ``checkpoint`` is a deprecated dict of the same.
@@ -74,7 +74,6 @@ from transformers.utils import logging as hf_logging
 
 from models.base import Provenance
 from models.checkpoint import HUB_NAME
-from models.device import resolve_device
 from models.hf.checks import (  # noqa: F401 - the checks' names are found here too
     CAUSAL_CLASSES,
     FLOAT_DTYPES,
@@ -103,6 +102,7 @@ from models.hf.checks import (  # noqa: F401 - the checks' names are found here 
 )
 from models.outputs import log_probs
 from models.registry import HF_ARCHS
+from seqprobe.device import resolve_device
 from tasks.registry import Task, make_task
 
 # attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one
@@ -131,7 +131,7 @@ class HFModel(TransformerBridge):
 
     @property
     def task(self) -> Task | None:
-        """The task a model exported by ``models.export_hf`` was trained on (from its config's
+        """The task a model exported by ``models.hf.export`` was trained on (from its config's
         ``seqprobe`` provenance); None for any other pretrained LM. Text still goes through the
         HF tokenizer (an export's tokenizer keeps the task's token ids)."""
         return self.__dict__.get("_task")
@@ -165,7 +165,7 @@ class HFModel(TransformerBridge):
                       "format holds suite models, and TransformerBridge has wrapped this one's "
                       "modules): save it with transformers (AutoModelForCausalLM.from_pretrained"
                       f"({self.provenance.source!r}).save_pretrained(dir)), or export a suite "
-                      "model with python -m models.export_hf")
+                      "model with python -m models.hf.export")
 
     @property
     def checkpoint(self) -> dict[str, Any]:

@@ -30,15 +30,16 @@ from models.checkpoint import (
     _check_tensor_storage,
     check_task_bounds,
 )
-from models.device import check_fits, human_bytes
-from tasks.base import TaskError, config_from_dict
+from seqprobe.config import config_from_dict
+from seqprobe.device import check_fits, human_bytes
+from seqprobe.errors import InputError
 from tasks.registry import TASKS, task_class
 
 CAUSAL_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 
 
-class HFError(TaskError):
-    """A HuggingFace model that cannot be loaded (one line; a ``TaskError``, so CLIs exit 2)."""
+class HFError(InputError):
+    """A HuggingFace model that cannot be loaded (one line; a ``InputError``, so CLIs exit 2)."""
 
 
 # defined here, where the checks raise it, without models.hf and models.hf.checks importing
@@ -151,7 +152,7 @@ def check_provenance(config: PretrainedConfig, source: str) -> None:
     try:
         check_task_bounds(name, task["config"])
         config_from_dict(task_class(name).config_cls, task["config"])
-    except TaskError as e:
+    except InputError as e:
         raise HFError(f"{where}: {_first_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - a config value no check anticipated
         raise HFError(f"{where}: invalid task config ({type(e).__name__}: "
@@ -227,7 +228,7 @@ def _bin_shapes(path: Path, source: str) -> dict[str, tuple[int, ...]]:
     for k, t in sd.items():
         try:
             _check_tensor_storage(t, path.name, f"tensor {k[:80]}")
-        except TaskError as e:
+        except InputError as e:
             raise HFError(f"{source}: {e}") from None
     return {k: _Shape(t.shape, t.is_floating_point()) for k, t in sd.items()}
 
@@ -332,7 +333,7 @@ def check_footprint(cls, config: PretrainedConfig, stored: dict[str, tuple[int, 
         check_fits(params * itemsize + rebuilt, f"{source}: the model")
         if device.type != "cpu":
             check_fits(params * itemsize + rebuilt, f"{source}: the model", device)
-    except TaskError as e:
+    except InputError as e:
         raise HFError(str(e)) from None
 
 

@@ -8,7 +8,7 @@ The ETA is the shipped step-cost table's (:class:`models.train.costs.StepCosts`:
 row, else its architecture's cost per FLOP; on a GPU the CUDA table or a projection), in this
 machine's seconds now (the table's reference step is timed here first, a busy machine's wait
 included; other work that starts later is not); "ETA unknown" where the table cannot say.
-Called by :func:`models.train.cache.train_spec_cached` (``python -m models.zoo train``, every
+Called by :func:`models.train.cache.train_spec_cached` (``python -m analyses.zoo train``, every
 analysis' ``--train``) and by ``python -m models.train``.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from models.device import resolve_device
 from models.train import distributed
 from models.train.costs import Estimate, StepCosts
 from models.train.runconfig import RunConfig
+from seqprobe.device import resolve_device
 
 # where an estimate comes from, as the line says it
 SOURCES = {"table": "step-cost table", "flops": "step-cost table, its architecture's rate",

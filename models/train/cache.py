@@ -18,13 +18,14 @@ from pathlib import Path
 from filelock import FileLock
 
 from models.checkpoint import CheckpointError, read_checkpoint
-from models.device import resolve_device
 from models.train import distributed
 from models.train.announce import announce
 from models.train.loop import train
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec, spec_of_checkpoint
-from tasks.base import TaskError, check
+from seqprobe.config import check
+from seqprobe.device import resolve_device
+from seqprobe.errors import InputError
 
 
 def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
@@ -35,12 +36,12 @@ def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
 
 def check_cache_dir(cache_dir: str | Path, write: bool = True) -> Path:
     """``cache_dir`` as a directory this process can write in (created if missing), or one
-    :class:`TaskError` line before any work. ``write=False``: a directory that exists and can
+    :class:`InputError` line before any work. ``write=False``: a directory that exists and can
     be listed is enough (a shared read-only cache serves its finished entries; whether a write
     is needed is known only per entry, :func:`train_spec_cached`)."""
     path = Path(cache_dir)
     if path.exists() and not path.is_dir():
-        raise TaskError(f"cache directory {path}: is a file, not a directory")
+        raise InputError(f"cache directory {path}: is a file, not a directory")
     if not write and path.is_dir():
         check(os.access(path, os.R_OK | os.X_OK),
               f"cache directory {path}: cannot read it (permission denied)")
@@ -50,7 +51,7 @@ def check_cache_dir(cache_dir: str | Path, write: bool = True) -> Path:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
             pass  # os.access says yes to root even in a read-only or immutable directory
     except OSError as e:
-        raise TaskError(f"cache directory {path}: cannot write in it "
+        raise InputError(f"cache directory {path}: cannot write in it "
                         f"({e.strerror or type(e).__name__})") from None
     return path
 
@@ -70,7 +71,7 @@ def _spec_hash(ck: dict) -> str | None:
         if "config" not in ck["train"]:
             return None  # a construction, not a trained run
         return RunConfig.from_checkpoint(ck).hash()
-    except (KeyError, TypeError, TaskError, OSError):
+    except (KeyError, TypeError, InputError, OSError):
         return None
 
 

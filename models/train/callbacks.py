@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from models.train.runconfig import RunConfig
-from tasks.base import check
+from seqprobe.config import check
 
 
 @dataclass

@@ -36,7 +36,13 @@ from models.checkpoint import (
     meta_model,
     read_checkpoint,
 )
-from models.cli import (
+from models.registry import ARCHS, model_class
+from models.train.announce import announce
+from models.train.config import TrainConfig
+from models.train.distributed import World, env_world
+from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
+from models.train.spec import check_names, make_spec, spec_of_checkpoint
+from seqprobe.cli import (
     EXIT_DIVERGED,
     EXIT_INTERRUPTED,
     OneLineParser,
@@ -44,16 +50,9 @@ from models.cli import (
     add_scale_arguments,
     exit_code,
 )
-from models.device import resolve_device
-from models.flags import BOUNDS, flag
-from models.registry import ARCHS, model_class
-from models.train.announce import announce
-from models.train.config import TrainConfig
-from models.train.distributed import World, env_world
-from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
-from models.train.spec import check_names, make_spec, spec_of_checkpoint
-from tasks.base import TaskError
-from tasks.errors import SeqprobeError
+from seqprobe.device import resolve_device
+from seqprobe.errors import InputError, SeqprobeError
+from seqprobe.flags import BOUNDS, flag
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
@@ -73,9 +72,9 @@ def parse_value(text: str, tp, flag: str):
             if member is not type(None):
                 try:
                     return parse_value(text, member, flag)
-                except TaskError:
+                except InputError:
                     pass
-        raise TaskError(f"{flag}: cannot read {text!r} as {tp}")
+        raise InputError(f"{flag}: cannot read {text!r} as {tp}")
     try:
         if tp is bool:
             low = text.lower()
@@ -93,7 +92,7 @@ def parse_value(text: str, tp, flag: str):
         pass
     else:
         return text
-    raise TaskError(f"{flag}: cannot read {text!r} as {getattr(tp, '__name__', tp)}")
+    raise InputError(f"{flag}: cannot read {text!r} as {getattr(tp, '__name__', tp)}")
 
 
 def is_numeric(tp) -> bool:
@@ -137,7 +136,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             if not f.init:
                 continue
             tp = hints[f.name]
-            row = f"--{part}.{f.name}"  # the flag's row in models.flags.BOUNDS
+            row = f"--{part}.{f.name}"  # the flag's row in seqprobe.flags.BOUNDS
             flags = [row]
             if seen[f.name] == 1 and f.name not in RESERVED:
                 flags = [f"--{f.name}", f"--{f.name.replace('_', '-')}", *flags]
@@ -147,7 +146,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             # a bool flag alone means true (--compile), as well as --compile false
             boolean = tp is bool or bool in typing.get_args(tp)
             bare = {"nargs": "?", "const": "true"} if boolean else {}
-            # a number is parsed and bounded by its row of the one table (models.flags.BOUNDS)
+            # a number is parsed and bounded by its row of the one table (seqprobe.flags.BOUNDS)
             bound = {"type": flag(row)} if is_numeric(tp) and row in BOUNDS else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
                                help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})",
@@ -172,7 +171,7 @@ def _names(argv: list[str]) -> tuple[str, str, dict | None, str | None]:
         arch, task = ck["model"]["arch"], ck["task"]["name"]
         for flag, given, saved in (("--arch", known.arch, arch), ("--task", known.task, task)):
             if given is not None and given != saved:
-                raise TaskError(f"{flag} {given} conflicts with {known.resume}, which holds "
+                raise InputError(f"{flag} {given} conflicts with {known.resume}, which holds "
                                 f"a {arch} model trained on {task}; drop {flag} to resume")
     # names first, so an unknown one is reported as such (not as unknown per-field flags)
     check_names(arch, task)
@@ -226,7 +225,7 @@ def _main(argv: list[str]) -> int:
             spec = make_spec(arch, task, args.preset, given["model"], given["task"], given["train"])
             out = args.out
         if out is None:
-            raise TaskError("--out is required (where to write the checkpoint)")
+            raise InputError("--out is required (where to write the checkpoint)")
         check_writable(out)
         check_overwrite(out, resume, args.overwrite)
         model = meta_model(spec.arch, spec.model)  # shapes only: nothing allocated

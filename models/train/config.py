@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tasks.base import check
+from seqprobe.config import check
 
 # How a run uses its device. "auto" is resolved for the device the run trains on
 # (:func:`resolve_train`) before the run starts and before its cache key is taken, so the
@@ -94,7 +94,7 @@ class TrainConfig:
 def resolve_train(cfg: TrainConfig, device: torch.device) -> TrainConfig:
     """``cfg`` as it runs on ``device``: every "auto" field set (CUDA: bf16 autocast where the
     card has bfloat16, and torch.compile; any other device: fp32, eager), ``device_type`` the
-    device's kind. Explicit values are kept. Raises :class:`TaskError` when ``cfg`` names
+    device's kind. Explicit values are kept. Raises :class:`InputError` when ``cfg`` names
     another kind of device (a CUDA run's record resumed on a CPU, say): that would be another
     run under this one's name."""
     check(cfg.device_type in ("auto", device.type),

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tasks.base import TaskError
+from seqprobe.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def env_world() -> World:
         return World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
                      int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
     except (KeyError, ValueError):
-        raise TaskError("WORLD_SIZE is set but RANK is missing or not a number; start "
+        raise InputError("WORLD_SIZE is set but RANK is missing or not a number; start "
                         "multi-process training with torchrun") from None
 
 
@@ -94,10 +94,10 @@ def rank_device(dev: torch.device) -> torch.device:
         return dev
     local = env_world().local_rank
     if dev.index is not None and dev.index != local:
-        raise TaskError(f"device {dev} under torchrun: each process takes the GPU of its "
+        raise InputError(f"device {dev} under torchrun: each process takes the GPU of its "
                         f"LOCAL_RANK; use --device cuda or auto")
     if local >= torch.cuda.device_count():
-        raise TaskError(f"LOCAL_RANK {local} has no GPU: this machine has "
+        raise InputError(f"LOCAL_RANK {local} has no GPU: this machine has "
                         f"{torch.cuda.device_count()}; give torchrun --nproc_per_node <= that")
     return torch.device("cuda", local)
 
@@ -112,7 +112,7 @@ def process_group(dev: torch.device) -> World:
     if not launched():
         return World()
     if not dist.is_available():
-        raise TaskError("torch.distributed is not available in this torch build")
+        raise InputError("torch.distributed is not available in this torch build")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")

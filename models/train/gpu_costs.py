@@ -31,7 +31,8 @@ import torch
 
 from models.registry import model_class
 from models.train.runconfig import RunConfig
-from tasks.base import TaskError, config_from_dict, config_to_dict
+from seqprobe.config import config_from_dict, config_to_dict
+from seqprobe.errors import InputError
 
 TABLE = Path(__file__).with_name("step_costs_cuda.json")
 FORMAT = 1  # of the table file: another format is read as an empty table, never misread
@@ -74,7 +75,7 @@ def device_kind(name: str) -> str:
     try:
         return torch.device(name).type
     except RuntimeError:
-        raise TaskError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
+        raise InputError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
 
 
 def micro_batch(spec: RunConfig) -> int:
@@ -97,7 +98,7 @@ def _model_of(row: dict[str, Any]) -> str | None:
     since removed or renamed): it then matches nothing."""
     try:
         return full_model(row["arch"], row["model"])
-    except (TaskError, KeyError, TypeError, ValueError):
+    except (InputError, KeyError, TypeError, ValueError):
         return None
 
 

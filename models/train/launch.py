@@ -1,16 +1,16 @@
 """``python -m models.train.launch [torchrun flags] -m models.train …``: torchrun with a clean end.
 
 The same launcher as ``torchrun`` (:mod:`torch.distributed.run`, same flags, same workers), for
-``-m models.train`` and ``-m models.zoo train``. What differs is how it ends:
+``-m models.train`` and ``-m analyses.zoo train``. What differs is how it ends:
 
 * SIGTERM or SIGINT to the launcher (``timeout``, SLURM, Kubernetes, Ctrl-C): torchrun passes the
   signal to its workers, where the training loop stops between two steps and rank 0 saves the
   checkpoint (:mod:`models.train.loop`); then torchrun raises ``SignalException`` out of its own
   main, so plain ``torchrun`` exits 1 with a traceback although the run stopped as asked. Here
   that is one line and exit 130, the code ``python -m models.train`` alone gives a SIGTERM
-  (:data:`models.cli.EXIT_INTERRUPTED`); ``--resume`` continues the run.
+  (:data:`seqprobe.cli.EXIT_INTERRUPTED`); ``--resume`` continues the run.
 * ``--nproc_per_node`` is bounded before any worker is spawned: a number is checked against
-  its row of :data:`models.flags.BOUNDS` and against this machine (its GPUs where CUDA is
+  its row of :data:`seqprobe.flags.BOUNDS` and against this machine (its GPUs where CUDA is
   available, else its CPU cores), one line and exit 2 otherwise; torchrun's words for a count
   (``auto``, ``cpu``, ``gpu``) are torchrun's and already within the machine.
 * A worker that fails: each worker has already said why (one line for bad input); the launcher
@@ -30,9 +30,9 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from models.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
-from models.flags import flag
-from tasks.errors import ConfigError
+from seqprobe.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from seqprobe.errors import ConfigError
+from seqprobe.flags import flag
 
 EXIT_WORKER_FAILED = 1  # a worker ended without an exit code of its own (killed, no code)
 
@@ -50,7 +50,7 @@ def machine_slots() -> tuple[int, str]:
 
 def check_nproc(text: str) -> None:
     """Raise :class:`ConfigError` (one line) unless ``--nproc_per_node`` is one of torchrun's
-    words or a count in its :data:`~models.flags.BOUNDS` row and within :func:`machine_slots`."""
+    words or a count in its :data:`~seqprobe.flags.BOUNDS` row and within :func:`machine_slots`."""
     if str(text).strip() in ("auto", "cpu", "gpu", "xpu"):
         return
     try:

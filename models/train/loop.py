@@ -42,7 +42,6 @@ import torch
 from tqdm.auto import tqdm
 
 from models.checkpoint import check_writable, exclusive_writer, read_checkpoint
-from models.device import resolve_device
 from models.registry import build_model
 from models.train import distributed
 from models.train.callbacks import Callback, Run, StopAt
@@ -61,8 +60,10 @@ from models.train.rng import rng_state, seed_all, set_rng_state
 from models.train.runconfig import RunConfig
 from models.train.spec import check_run_size, validate_spec
 from models.train.writer import CheckpointWriter, check_resumable, rescue_dirs, restore
-from tasks.base import TaskError, check, make_generator
-from tasks.errors import RunError
+from seqprobe.config import check
+from seqprobe.device import resolve_device
+from seqprobe.errors import InputError, RunError
+from tasks.base import make_generator
 from tasks.registry import make_task
 
 # what callers import from the loop (its parts' modules hold them)
@@ -158,7 +159,7 @@ def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
           "this job: each process trains on a slice of the global batch")
     if (spec.train.precision == "bf16" and dev.type == "cuda"
             and not torch.cuda.is_bf16_supported()):
-        raise TaskError(f"precision bf16: {torch.cuda.get_device_name(dev)} has no bfloat16; "
+        raise InputError(f"precision bf16: {torch.cuda.get_device_name(dev)} has no bfloat16; "
                         "use --precision fp32")
     if out is None or not world.is_main:  # under DDP only rank 0 writes
         world = distributed.process_group(dev)

@@ -22,7 +22,8 @@ from models.train import distributed
 from models.train.compiled import CompiledForward
 from models.train.config import TrainConfig, resolve_train
 from models.train.distributed import World
-from tasks.base import IGNORE, Batch, check
+from seqprobe.config import check
+from tasks.base import IGNORE, Batch
 
 # (batch, count=None) -> (loss to backpropagate, its value): the batch's summed NLL over
 # ``count`` target positions (a micro-batch's share of its global batch), or its mean NLL

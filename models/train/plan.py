@@ -1,6 +1,6 @@
 """What the configs alone say about a training run, before anything runs: its size, one real
 batch's tokens, its FLOPs and its cost on one H100 (measured or projected; see
-:mod:`models.train.dryrun` for the formulas). Apart from the dry run so that the step-cost
+:mod:`analyses.zoo.dryrun` for the formulas). Apart from the dry run so that the step-cost
 table (:mod:`models.train.costs`) can estimate a run without importing the zoo."""
 
 from __future__ import annotations

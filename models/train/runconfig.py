@@ -48,12 +48,12 @@ from typing import Any
 
 import torch
 
-from models.flags import BOUNDS, check_value
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig, resolve_train
 from models.train.evaluation import LENGTH_EVAL
-from tasks.base import TaskError, check, config_from_dict, config_to_dict, near, type_hints
-from tasks.errors import ConfigError
+from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
+from seqprobe.errors import ConfigError, InputError
+from seqprobe.flags import BOUNDS, check_value
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -143,11 +143,11 @@ def file_digest(path: str | Path) -> str:
 
 def _content_digest(name: str, path: str) -> str:
     """:func:`file_digest` of a field that names a file (its bytes are part of the run), or one
-    :class:`TaskError` line when the file cannot be read."""
+    :class:`InputError` line when the file cannot be read."""
     try:
         return file_digest(path)
     except OSError as e:
-        raise TaskError(f"train.{name} {path}: cannot read it ({e.strerror or type(e).__name__}"
+        raise InputError(f"train.{name} {path}: cannot read it ({e.strerror or type(e).__name__}"
                         "); the run's hash covers the file's bytes") from None
 
 
@@ -156,7 +156,7 @@ def _name_of(config_cls: type, names, class_of, what: str, config: str) -> str:
     for name in names:
         if class_of(name).config_cls is config_cls:
             return name
-    raise TaskError(f"{config_cls.__name__} is no {what}'s {config}; {what}s: "
+    raise InputError(f"{config_cls.__name__} is no {what}'s {config}; {what}s: "
                     f"{', '.join(sorted(names))}")
 
 
@@ -219,7 +219,7 @@ class RunConfig:
         check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
         set_fields = set(_section(self.model, ()))  # non-defaults are always set
         object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
-        # a run's numbers take the range their flags take (models.flags.BOUNDS: the one table),
+        # a run's numbers take the range their flags take (seqprobe.flags.BOUNDS: the one table),
         # however the run is given: flags, a record, code
         for f in dataclasses.fields(self.train):
             row = f"--train.{f.name}"

@@ -15,20 +15,21 @@ import functools
 from typing import Any
 
 from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
-from models.device import check_fits
 from models.registry import ARCHS, model_class
 from models.train.config import TrainConfig
-from models.train.presets import preset_overrides
+from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
-from tasks.base import TaskError, check, config_from_dict, config_to_dict
+from seqprobe.config import check, config_from_dict, config_to_dict
+from seqprobe.device import check_fits
+from seqprobe.errors import InputError
 from tasks.registry import TASKS, make_task
 
 
 def check_names(arch: str, task: str) -> None:
     if arch not in ARCHS:
-        raise TaskError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
+        raise InputError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
     if task not in TASKS:
-        raise TaskError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
+        raise InputError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
 
 
 def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
@@ -64,7 +65,7 @@ def spec_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | 
 
 
 def validate_spec(spec: RunConfig) -> None:
-    """Raise :class:`TaskError` unless the run can start: its configs and their fit (the
+    """Raise :class:`InputError` unless the run can start: its configs and their fit (the
     names and the types of the sections :class:`RunConfig` checked already).
 
     Cheap (no training step; the model is sized on the meta device, so a config too large for
@@ -100,7 +101,7 @@ def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
     cfg = spec.train
     try:
         length = cfg.context or task.max_example_len()
-    except (TaskError, NotImplementedError):  # fixed-length tasks (Markov chains)
+    except (InputError, NotImplementedError):  # fixed-length tasks (Markov chains)
         length = int(getattr(task.cfg, "seq_len", 0)) + 1
     rows = max(cfg.batch_size, cfg.eval_batch_size)
     vocab = int(getattr(spec.model, "vocab_size", 0) or 0)
@@ -118,7 +119,7 @@ def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
 
 
 def check_run_size(spec: RunConfig, task, device="cpu") -> int:
-    """Raise :class:`TaskError` (one line) when :func:`run_size` exceeds ``device``'s memory;
+    """Raise :class:`InputError` (one line) when :func:`run_size` exceeds ``device``'s memory;
     returns the parameter count."""
     n_params, need, what = run_size(spec, task)
     check_fits(need, what, device)

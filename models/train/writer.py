@@ -28,7 +28,7 @@ from models.train.callbacks import Run
 from models.train.distributed import World
 from models.train.rng import rng_state, set_rng_state
 from models.train.runconfig import RunConfig
-from tasks.base import config_to_dict
+from seqprobe.config import config_to_dict
 
 
 def rescue_dirs() -> list[Path]:

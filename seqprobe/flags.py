@@ -1,8 +1,8 @@
 """Numeric command-line flags, checked when they are parsed (issue 29 item 14, issue 39 item 2):
 every number any command takes (``models.train``'s per-field flags, ``models.train.launch``,
-``models.zoo``, ``analyses.reproduce``, every analysis and benchmark) has a row in one table,
+``analyses.zoo``, ``analyses.reproduce``, every analysis and benchmark) has a row in one table,
 :data:`BOUNDS` (flag name -> range and why), and its argparse ``type=`` is that row's parser,
-:func:`flag`. A bad value is one line and exit 2 (:class:`models.cli.OneLineParser`) before
+:func:`flag`. A bad value is one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before
 any model is loaded or any tensor allocated, never a silent default or a request the allocator
 refuses. ``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag
 whose type is not a row of :data:`BOUNDS`.
@@ -13,8 +13,8 @@ run for days. A product of in-range values can still be too large; that is the m
 job, not a bound's. Sequence lengths are also checked against the loaded model's context
 (:func:`check_context`), once the model is known and before any prompt is built.
 
-Lives in ``models`` (the lowest layer with a command line) so that ``models.zoo``,
-``models.sweep`` and every analysis share it.
+Lives in ``models`` (the lowest layer with a command line) so that ``analyses.zoo``,
+``seqprobe.sweep`` and every analysis share it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from models.base import N_CTX_UNBOUNDED
-from tasks.base import check
-from tasks.errors import ConfigError
+from seqprobe.config import check
+from seqprobe.errors import ConfigError
 
 # ---------------------------------------------------------------------------- bounds
 MAX_SEED = 2**63 - 1  # torch and numpy generators take any non-negative 63-bit seed
@@ -50,6 +49,8 @@ MAX_DIM = 1 << 16  # a width: hidden state, features, filters, alphabet
 MAX_HORIZON = 1 << 20  # a dynamical system's horizon T (the STU paper: 2^14)
 MAX_ROWS = 10_000_000  # samples of a linear probe
 MAX_SECONDS = 30 * 86400.0  # a wall-clock limit
+
+N_CTX_UNBOUNDED = 2**31 - 1  # a model's n_ctx when no position table bounds its context
 
 
 def _parse(text: str, kind: type, what: str):
@@ -259,7 +260,7 @@ BOUNDS: dict[str, Bound] = {
     "--timeout": _float(0.0, MAX_SECONDS, "seconds; at most 30 days", True),
     "--nproc_per_node": _int(1, MAX_JOBS, "worker processes; at most the machine's cores, "
                                           "or its GPUs on a GPU machine"),
-    # the environment's SEQPROBE_SEED_OFFSET takes the same range (models.zoo.MAX_SEED_OFFSET)
+    # the environment's SEQPROBE_SEED_OFFSET takes the same range (analyses.zoo.MAX_SEED_OFFSET)
     "--seed-offset": _int(0, 1000, "a shift of every recipe's training seed"),
     "--steps": _int(1, MAX_STEPS, _STEPS),
     "--patience": _int(1, MAX_STEPS, _STEPS),
@@ -314,7 +315,7 @@ def flag(row: str) -> Callable[[str], Any]:
     """The argparse ``type=`` of the flag whose :data:`BOUNDS` row is ``row`` (one parser per
     row; it carries ``.row``, which ``tests/test_flag_table.py`` checks)."""
     if row not in BOUNDS:
-        raise KeyError(f"no row {row!r} in models.flags.BOUNDS: add one (range and why)")
+        raise KeyError(f"no row {row!r} in seqprobe.flags.BOUNDS: add one (range and why)")
     b = BOUNDS[row]
     if b.kind == "int":
         parse = bounded_int(int(b.lo), int(b.hi), b.why)

@@ -1,11 +1,11 @@
-"""``python -m models.export_hf CKPT OUT_DIR [--overwrite]``: a suite checkpoint as a standard
+"""``python -m models.hf.export CKPT OUT_DIR [--overwrite]``: a suite checkpoint as a standard
 HuggingFace model directory (``config.json``, ``model.safetensors``, tokenizer files), so our
 trained models open in ``transformers``, TransformerLens, nnsight or SAELens, offline:
 
     AutoModelForCausalLM.from_pretrained(OUT_DIR); AutoTokenizer.from_pretrained(OUT_DIR)
 
 Which HF class each model becomes, what is refused and why, and :data:`HOOK_MAP` (our hook ->
-HF module) live in :mod:`models.export_map`; the tokenizer in :mod:`models.export_tokenizer`.
+HF module) live in :mod:`models.hf.export_map`; the tokenizer in :mod:`models.hf.export_tokenizer`.
 Both are re-exported here.
 
 Before the directory is published it is loaded back with ``from_pretrained`` and compared with
@@ -54,31 +54,19 @@ from models.checkpoint import (
     read_checkpoint,
     short_path,
 )
-from models.cli import OneLineParser, run_cli
-from models.export_hooks import (  # noqa: F401 - the names users import from models.export_hf
-    BAMBA,
-    HOOK_MAP,
-    LN_SHIFT_NOTE,
-    HFSite,
-    hook_sites,
-)
-from models.export_map import (  # noqa: F401 - the names users import from models.export_hf
-    HF_CLASSES,
-    NO_DECAY_A_LOG,
-    REFUSED_ARCHS,
+from models.hf.export_hooks import HFSite, hook_sites
+from models.hf.export_map import (
     ExportError,
     HFExport,
-    fold_unembed_bias,
-    hf_class,
     read_provenance,
-    refusal,
-    special_token_ids,
     to_hf,
 )
-from models.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer  # noqa: F401
+from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer  # noqa: F401
 from models.loading import EXPORT_TEMP_SUFFIX, interrupted_swap
-from tasks.atomic import exclusive_lock, umask
-from tasks.base import check, make_generator
+from seqprobe.atomic import exclusive_lock, umask
+from seqprobe.cli import OneLineParser, run_cli
+from seqprobe.config import check
+from tasks.base import make_generator
 from tasks.registry import make_task
 
 VERIFY_TOKENS = 256  # task tokens per row checked after the export
@@ -405,7 +393,7 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
 
 # ---------------------------------------------------------------------------- command line
 def _main(argv: list[str] | None) -> int:
-    p = OneLineParser(prog="python -m models.export_hf",
+    p = OneLineParser(prog="python -m models.hf.export",
                       description="Write a suite checkpoint as a HuggingFace model directory "
                                   "(config, safetensors weights, tokenizer).")
     p.add_argument("checkpoint", help="a suite checkpoint (.pt)")
@@ -426,7 +414,7 @@ def _main(argv: list[str] | None) -> int:
           f"(largest |logit| {r.max_logit:.3g})")
     if r.hook_diffs:
         worst = max(r.hook_diffs, key=r.hook_diffs.get)
-        print(f"checked: activations at {len(r.hook_diffs)} hooks (models.export_hf.HOOK_MAP) "
+        print(f"checked: activations at {len(r.hook_diffs)} hooks (models.hf.export.HOOK_MAP) "
               f"equal ours: max |diff| = {r.hook_diffs[worst]:.2e} ({worst})")
     return 0
 

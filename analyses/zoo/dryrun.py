@@ -53,8 +53,7 @@ from typing import Any
 
 import torch
 
-from models import zoo
-from models.device import human_bytes, resolve_device
+from analyses import zoo
 from models.train import gpu_costs
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
 from models.train.loop import Callback, Run, train
@@ -67,8 +66,9 @@ from models.train.plan import (  # noqa: F401 - moved there (costs reads them wi
 )
 from models.train.runconfig import RunConfig
 from models.train.spec import BYTES_PER_PARAM, make_spec, validate_spec
-from tasks.atomic import write_atomic
-from tasks.base import TaskError
+from seqprobe.atomic import write_atomic
+from seqprobe.device import human_bytes, resolve_device
+from seqprobe.errors import InputError
 
 DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
@@ -215,7 +215,7 @@ def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
         # outside the handler: the traceback that held the failed try's tensors is gone
         gc.collect()
         torch.cuda.empty_cache()
-    raise TaskError(f"out of memory on {dev} even at micro-batch 1")
+    raise InputError(f"out of memory on {dev} even at micro-batch 1")
 
 
 def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
     t0 = time.perf_counter()
     train(spec, out=None, device=str(dev), progress=False, callbacks=[stop])
     if len(stop.ends) < 2:
-        raise TaskError(f"the run stopped after {len(stop.ends)} step(s)")
+        raise InputError(f"the run stopped after {len(stop.ends)} step(s)")
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else _max_rss() - rss0)
     return {"params": stop.params, "seconds_per_step": stop.ends[-1] - stop.ends[-2],
@@ -246,14 +246,14 @@ def _one_line(e: BaseException) -> str:
 
 
 def _child(argv: list[str]) -> int:
-    """``python -m models.train.dryrun --child DEVICE`` with a run's JSON
+    """``python -m analyses.zoo.dryrun --child DEVICE`` with a run's JSON
     (:meth:`RunConfig.to_dict`) on stdin: one JSON line on stdout, the measurement or
     ``{"error": "one line"}``."""
     device = argv[1]
     try:
         spec = RunConfig.from_json(sys.stdin.read())
         result = measure(spec, device)
-    except TaskError as e:
+    except InputError as e:
         result = {"error": str(e).splitlines()[0]}
     except Exception as e:  # noqa: BLE001 - any failure of a run is one row of the table
         result = {"error": _one_line(e)}
@@ -277,7 +277,7 @@ def run_isolated(spec: RunConfig, device: torch.device,
     # dynamic threshold off); other C libraries ignore the variable. A user's setting wins.
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
     try:
-        proc = subprocess.run([sys.executable, "-m", "models.train.dryrun", "--child",
+        proc = subprocess.run([sys.executable, "-m", "analyses.zoo.dryrun", "--child",
                                str(device)], input=blob, capture_output=True, text=True,
                               timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -320,7 +320,7 @@ def dry_run(items: Sequence[tuple[str, Builder]], device: str | torch.device = "
         try:
             spec = build()
             row = plan_row(name, spec)
-        except TaskError as e:
+        except InputError as e:
             row = {"name": name, "error": str(e).splitlines()[0]}
         except Exception as e:  # noqa: BLE001 - a broken config is a row, never a traceback
             row = {"name": name, "error": _one_line(e)}

@@ -1,6 +1,6 @@
 """The checkpoint zoo: every trained model an analysis uses, served by name.
 
-The recipes are data (:mod:`models.recipes`): a task × arch with overrides on top of the preset
+The recipes are data (:mod:`analyses.zoo.recipes`): a task × arch with overrides on top of the preset
 rows at each level it has, and optionally another recipe whose checkpoint starts it.
 :func:`checkpoint` serves a recipe through the one locked, hashed cache of
 :mod:`models.train.cache`: trained once, reused by every analysis and by
@@ -8,10 +8,10 @@ rows at each level it has, and optionally another recipe whose checkpoint starts
 ``zoo:NAME@LEVEL`` names a cached checkpoint wherever a path goes (:func:`resolve`;
 ``models.load``, every analysis), and never trains.
 
-    python -m models.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
-    python -m models.zoo path copy/hard_alibi [--level L]         # its cached file; never trains
-    python -m models.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
-    python -m models.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
+    python -m analyses.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
+    python -m analyses.zoo path copy/hard_alibi [--level L]         # its cached file; never trains
+    python -m analyses.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
+    python -m analyses.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
 """
 
 from __future__ import annotations
@@ -19,64 +19,14 @@ from __future__ import annotations
 import difflib
 import os
 import shlex
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from models import flags
-from models.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
-from models.device import resolve_device
-from models.recipe import Recipe, parse_zoo_ref
-from models.recipes import (  # noqa: F401 - the tables analyses read as zoo.NAME
-    ABLATION_GROUPS,
-    COPY_LARGE,
-    COPY_LARGE_LABELS,
-    COPY_LARGE_SETTING,
-    COPY_MEDIUM,
-    COPY_MEDIUM_LABELS,
-    COPY_MEDIUM_LR,
-    COPY_MEDIUM_LR_GRID,
-    COPY_MEDIUM_SETTING,
-    COPY_MODELS,
-    INDUCTION_LARGE_MODELS,
-    INDUCTION_LARGE_QS,
-    INDUCTION_MEDIUM_MODELS,
-    INDUCTION_MEDIUM_QS,
-    INDUCTION_RUNS,
-    INDUCTION_T,
-    LOOKUP_LARGE,
-    LOOKUP_MEDIUM,
-    MARKOV_HOLDOUT_LARGE,
-    MARKOV_HOLDOUT_MEDIUM,
-    RECIPES,
-    copy_large_name,
-    copy_large_recipes,
-    copy_medium_name,
-    copy_medium_recipes,
-    induction_large_name,
-    induction_large_recipes,
-    induction_length,
-    induction_medium_name,
-    induction_name,
-    lookup_large_name,
-    lookup_large_recipes,
-    lookup_medium_name,
-    lookup_medium_recipes,
-    markov_holdout_large_name,
-    markov_holdout_large_recipes,
-    markov_holdout_medium_recipes,
-)
-from models.sweep import (
-    EXIT_SOME_FAILED,
-    Backend,
-    Failed,
-    add_backend_arguments,
-    backend_of,
-    map_tasks,
-)
+from analyses.zoo.recipe import ZOO_PREFIX, Recipe, parse_zoo_ref
+from analyses.zoo.recipes import RECIPES
 from models.train.cache import (
     cache_path,
     check_cache_dir,
@@ -84,13 +34,25 @@ from models.train.cache import (
     is_cached,
     train_spec_cached,
 )
-from models.train.presets import preset_overrides
+from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
-from tasks.base import TaskError, check
+from seqprobe import flags
+from seqprobe.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
+from seqprobe.config import check
+from seqprobe.device import resolve_device
+from seqprobe.errors import InputError
+from seqprobe.sweep import (
+    EXIT_SOME_FAILED,
+    Backend,
+    Failed,
+    add_backend_arguments,
+    backend_of,
+    map_tasks,
+)
 
 
-class NotTrained(TaskError):
+class NotTrained(InputError):
     """A fine-tuned recipe was asked for before the recipe that starts it is in the cache
     (:func:`checkpoint` trains it first; :func:`untrained_init` asks without raising)."""
 
@@ -119,8 +81,8 @@ def recipe(name: str) -> Recipe:
         close = list(dict.fromkeys([*difflib.get_close_matches(name, RECIPES, n=5, cutoff=0.6),
                                     *family]))[:5]
         hint = (f"; did you mean {', '.join(close)}?" if close else
-                "; `python -m models.zoo --list` lists them")
-        raise TaskError(f"unknown recipe {name!r}{hint}")
+                "; `python -m analyses.zoo --list` lists them")
+        raise InputError(f"unknown recipe {name!r}{hint}")
     return RECIPES[name]
 
 
@@ -221,7 +183,7 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
                   backend: Backend | None = None, train: Mapping[str, Any] | None = None,
                   progress: bool = True) -> dict[str, Path | Failed]:
     """:func:`checkpoint` of each name, the ones not cached yet run as tasks on ``backend``
-    (:mod:`models.sweep`; default: one after the other here). A recipe whose training fails
+    (:mod:`seqprobe.sweep`; default: one after the other here). A recipe whose training fails
     on every attempt maps to a :class:`Failed`; the others still train. The cache must be
     one the workers share (a cluster: a shared file system)."""
     names = list(dict.fromkeys(names))
@@ -253,7 +215,7 @@ def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") 
         if needs:
             return f"needs {needs}"
         run = _resolved(spec(name, preset, cache_dir, None, device), device)
-    except TaskError as e:
+    except InputError as e:
         return "invalid: " + str(e).splitlines()[0][:60]
     state = entry_state(cache_path(run, cache_dir), run)
     return {"done": "cached", "other": "other run"}.get(state, state)
@@ -265,7 +227,7 @@ def train_command(names: Iterable[str], preset: str = "quick",
     from), as a user would type it."""
     flags_ = ([] if preset == "quick" else [f"--{preset}"]) + (
         [] if str(cache_dir) == "checkpoints" else ["--cache-dir", str(cache_dir)])
-    return shlex.join(["python", "-m", "models.zoo", "train", *names, *flags_])
+    return shlex.join(["python", "-m", "analyses.zoo", "train", *names, *flags_])
 
 
 def not_trained(pairs: Iterable[tuple[str, str]], preset: str,
@@ -293,7 +255,7 @@ def path(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints"
 
 
 def resolve(ref: str, cache_dir: str | Path = "checkpoints", device: str = "auto") -> Path:
-    """``zoo:NAME`` / ``zoo:NAME@LEVEL`` (:func:`models.recipe.parse_zoo_ref`) -> the cached
+    """``zoo:NAME`` / ``zoo:NAME@LEVEL`` (:func:`analyses.zoo.recipe.parse_zoo_ref`) -> the cached
     checkpoint's path (:func:`path`): what ``models.load`` and the analyses open for it."""
     name, preset = parse_zoo_ref(ref)
     return path(name, preset, cache_dir, device)
@@ -301,7 +263,7 @@ def resolve(ref: str, cache_dir: str | Path = "checkpoints", device: str = "auto
 
 # ---------------------------------------------------------------------------- command line
 def _main(argv: list[str] | None) -> int:
-    p = OneLineParser(prog="python -m models.zoo", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m analyses.zoo", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="`train NAME...`: recipes to train; `path "
                    "NAME...`: their cached checkpoints' paths (never trains); else name "
                    "prefixes to list (default: all)")
@@ -370,7 +332,7 @@ def _print_list(prefixes: list[str], preset: str, cache_dir: str, device: str) -
     _readable_cache_dir(cache_dir)
     named = [n for n in RECIPES if not prefixes or n.startswith(tuple(prefixes))]
     check(bool(named), f"no recipe starts with {', '.join(prefixes)}; see "
-          "`python -m models.zoo --list`")
+          "`python -m analyses.zoo --list`")
     names = [n for n in named if RECIPES[n].available(preset)]
     check(bool(names), f"none of the {len(named)} recipe(s) starting with "
           f"{', '.join(prefixes) or '(any)'} has a {preset} version; their levels: "
@@ -394,5 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+class _ZooSource:
+    """``zoo:NAME[@LEVEL]`` in :func:`models.load` (entry point ``seqprobe.sources``)."""
+
+    @staticmethod
+    def resolve(ref: str) -> Path:
+        return resolve(ref)
+
+    @staticmethod
+    def hint(name: str) -> str | None:
+        return (f"the zoo recipe {name} is opened as {ZOO_PREFIX}{name}" if name in RECIPES
+                else None)
+
+
+SOURCE = _ZooSource()
+

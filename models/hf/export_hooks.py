@@ -1,4 +1,4 @@
-"""Our hook names at the modules of an exported HuggingFace model (:mod:`models.export_hf`):
+"""Our hook names at the modules of an exported HuggingFace model (:mod:`models.hf.export`):
 :data:`HOOK_MAP` per exported class, :func:`hook_sites` with the block index filled in. A
 forward hook on the module (or nnsight's ``.output`` / ``.input``) reads what our hook reads."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from tasks.base import check
+from seqprobe.config import check
 
 BAMBA = "BambaForCausalLM"  # a Mamba-2 with our MLP after each mixer (no attention layer)
 

@@ -3,7 +3,7 @@ learns the add-β estimator.
 
     embedding -> x_t + MambaZero(x_1^t) -> Linear -> L1 normalisation
 
-Its mixer is Mamba-2's (:mod:`models.ssd`) with no gate, no norm, no D and the identity
+Its mixer is Mamba-2's (:mod:`models.ssm.ssd`) with no gate, no norm, no D and the identity
 activation ("without ReLU and just the convolution"); :class:`MambaZeroConfig` holds these
 defaults, every switch stays settable. The hand-set weights of Thm 1 (N = S, d = 2S, e = 1,
 w = 2) go into this layout (see :func:`models.constructions.mambazero_add_beta`).
@@ -24,15 +24,15 @@ head and one group:
                                                       ``unembed_bias_init`` when given
 The block has no norm and the model no final norm, so the readout is v_t = W_ℓ(x_t + W_o y_t)
 (``model.readout``); the L1 prediction reads p ∝ |v_t|, and forward's logits are log |v_t|
-(:meth:`models.recurrent.SSMLanguageModel.compute_logits`).
+(:meth:`models.ssm.recurrent.SSMLanguageModel.compute_logits`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.recurrent import SSMLanguageModel
-from models.ssd import Mamba2Config, Mamba2Mixer
+from models.ssm.recurrent import SSMLanguageModel
+from models.ssm.ssd import Mamba2Config, Mamba2Mixer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The Mamba-2 (SSD) mixer: its config, the reference scan, the chunked scan and the kernel.
 
-Used by :mod:`models.mamba2` (the Mamba-2 LM) and :mod:`models.mambazero`. The mixer is Mamba-2
+Used by :mod:`models.ssm.mamba2` (the Mamba-2 LM) and :mod:`models.ssm.mambazero`. The mixer is Mamba-2
 as mamba-ssm and HF transformers define it (Dao & Gu 2024), written as the Markov paper's
 equations (Bondaschi et al., "From Markov to Laplace", §2.2, App. B):
 
@@ -33,7 +33,7 @@ Glossary (code name -> Markov paper symbol, §2.2 / §4.1 / Table 6):
     D                the skip term D·x_t (absent from the paper's equations; ``use_D``)
     norm             "rms" (mamba-ssm / HF) or "layernorm": the paper's "layer norm" (torch
                      LayerNorm without bias, as the authors' code) — here on y_t, and in
-                     :class:`models.mamba2.Mamba2LM` also before the mixer, the MLP and the
+                     :class:`models.ssm.mamba2.Mamba2LM` also before the mixer, the MLP and the
                      unembedding
     norm_before_gate False: norm(y_t ⊙ act(z_t)) (mamba-ssm); True: norm(y_t) ⊙ act(z_t)
                      (the authors' code)
@@ -64,7 +64,7 @@ or hook_ssm_state (run_with_cache attaches all), else the kernel on CUDA when ma
 importable, else the chunked path.
 
 Parameter names and shapes equal HF ``Mamba2ForCausalLM`` / mamba-ssm's ``Mamba2`` inside the
-mixer (:func:`models.recurrent.to_hf_state_dict` renames the LM wrapper's).
+mixer (:func:`models.ssm.recurrent.to_hf_state_dict` renames the LM wrapper's).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ from torch import Tensor, nn
 
 from models.base import check_counts
 from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
-from models.recurrent import (
+from models.ssm.recurrent import (
     SSMLMConfig,
     SSMMixer,
     causal_conv_from,
@@ -88,13 +88,13 @@ from models.recurrent import (
     linear_scan_plain,
     optional_kernel,
 )
-from tasks.base import check
+from seqprobe.config import check
 
 
 # ---------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Mamba2Config(SSMLMConfig):
-    """Mamba-2 LM config: the shared SSM fields (:class:`~models.recurrent.SSMLMConfig`) plus
+    """Mamba-2 LM config: the shared SSM fields (:class:`~models.ssm.recurrent.SSMLMConfig`) plus
     Mamba-2's heads, groups, chunking and ablation switches."""
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "chunked", "kernel")

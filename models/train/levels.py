@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.base import TaskError
+from seqprobe.cli import LEVELS
+from seqprobe.errors import InputError
 
 Row = dict[str, dict[str, Any]]
-NAMES = ("quick", "medium", "large", "paper")  # the levels, smallest first
 # ``large`` (issue 36 §2): the smallest settings that decide each headline claim, sized for one
 # machine with one 80 GB GPU and 16 CPU cores; its runs are recipes of their own
-# (models.recipes), like medium's, so its rows start from medium's.
+# (analyses.zoo.recipes), like medium's, so its rows start from medium's.
 BASE = {"medium": "quick", "large": "medium"}  # a level that is an overlay on another
 # The levels whose analyses run several seeds per setting and read each claim with its spread
 # (the quick and paper results are single runs): an analysis' JSON records its level, and a
@@ -173,7 +173,7 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     },
     # ---------------------------------------------------------------- n-gram lookup
     # Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (the same rows; tests
-    # check it); at quick they are fine-tuned from the quick copy checkpoints (models.zoo), at
+    # check it); at quick they are fine-tuned from the quick copy checkpoints (analyses.zoo), at
     # paper trained from scratch.
     ("paper", "lookup", "transformer"): {
         "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "hard_alibi_heads": 6},
@@ -190,8 +190,8 @@ PRESETS: dict[tuple[str, str, str], Row] = {
 def preset_overrides(preset: str, task: str, arch: str) -> Row:
     """Merge the rows of level ``preset`` that apply to (task, arch), general first, specific
     last (a level with a :data:`BASE`: the base's merged rows first, then its own)."""
-    if preset not in NAMES:
-        raise TaskError(f"unknown preset {preset!r}; allowed: {', '.join(NAMES)}")
+    if preset not in LEVELS:
+        raise InputError(f"unknown preset {preset!r}; allowed: {', '.join(LEVELS)}")
     merged: Row = (preset_overrides(BASE[preset], task, arch) if preset in BASE
                    else {"model": {}, "task": {}, "train": {}})
     for key in ((preset, "*", "*"), (preset, "*", arch), (preset, task, "*"), (preset, task, arch)):

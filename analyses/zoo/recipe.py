@@ -1,8 +1,8 @@
 """What a recipe is: a task × arch with overrides on top of the preset rows of
-:mod:`models.train.presets` — ``common`` at every level it has, ``by_level[L]`` on top at level
+:mod:`models.train.levels` — ``common`` at every level it has, ``by_level[L]`` on top at level
 ``L``. It exists at exactly the levels it lists (``levels``; by default ``quick`` and
 ``paper``: the medium runs are recipes of their own). ``init_from[L]`` names the recipe whose
-checkpoint starts it at level ``L`` (fine-tuning). The zoo's recipes: :mod:`models.recipes`."""
+checkpoint starts it at level ``L`` (fine-tuning). The zoo's recipes: :mod:`analyses.zoo.recipes`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from models.train.presets import NAMES as LEVELS
-from tasks.base import check
+from seqprobe.cli import LEVELS
+from seqprobe.config import check
 
 Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
 # A recipe's cached checkpoint where a checkpoint path goes (``models.load``, every analysis):
-# ``zoo:NAME`` (quick) or ``zoo:NAME@LEVEL``; resolved by :func:`models.zoo.resolve`
+# ``zoo:NAME`` (quick) or ``zoo:NAME@LEVEL``; resolved by :func:`analyses.zoo.resolve`
 ZOO_PREFIX = "zoo:"
 DEFAULT_LEVELS = ("quick", "paper")  # where a recipe exists unless it lists its levels
 
@@ -86,7 +86,7 @@ def parse_zoo_ref(ref: str) -> tuple[str, str]:
           f"{ZOO_PREFIX}NAME@LEVEL)")
     name, at, level = ref[len(ZOO_PREFIX):].partition("@")
     check(bool(name.strip()), f"{ref!r}: no recipe name after {ZOO_PREFIX!r} (e.g. "
-          f"{ZOO_PREFIX}copy/hard_alibi; `python -m models.zoo --list` lists them)")
+          f"{ZOO_PREFIX}copy/hard_alibi; `python -m analyses.zoo --list` lists them)")
     level = level if at else "quick"
     check(level in LEVELS, f"{ref!r}: unknown level {level!r} after '@'; levels: "
           f"{', '.join(LEVELS)}")

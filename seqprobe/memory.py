@@ -1,6 +1,6 @@
 """Memory a command may take, checked before it starts (issue 39 item 5).
 
-Per-flag bounds (:mod:`models.flags`) keep each number sane, but a product of in-range numbers
+Per-flag bounds (:mod:`seqprobe.flags`) keep each number sane, but a product of in-range numbers
 can still ask for more than the machine holds (a hash-copy construction for n = 64 is a
 42,240-wide model; an LDS horizon of 2^20 with 4,096 filters is a 2^32-entry tensor). Each
 command estimates its dominant allocations from its flags and configs, and
@@ -16,7 +16,7 @@ What this process can still get (:func:`available_bytes`) is the least of:
 * the cgroup's memory limit minus its usage (v2 ``memory.max``, v1 ``memory.limit_in_bytes``):
   a container or a batch job's share of the machine.
 
-This is what is free *now*, for work that starts now. :func:`models.device.check_fits` is the
+This is what is free *now*, for work that starts now. :func:`seqprobe.device.check_fits` is the
 other check: a model whose size exceeds the machine's *total* memory, refused however the
 machine is shared (a training run may wait for its turn while others free memory).
 """
@@ -27,7 +27,7 @@ import os
 import resource
 from pathlib import Path
 
-from tasks.errors import TaskError
+from seqprobe.errors import InputError
 
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
@@ -104,10 +104,10 @@ def available_bytes() -> int:
 
 
 def check_fits(estimate_bytes: float, what: str, hint: str = "") -> None:
-    """Raise :class:`TaskError` (one line: the estimate and the free memory) when
+    """Raise :class:`InputError` (one line: the estimate and the free memory) when
     ``estimate_bytes`` exceed :func:`available_bytes`; ``hint`` says what to lower."""
     free = available_bytes()
     if estimate_bytes > free:
-        raise TaskError(f"{what} needs about {human_bytes(estimate_bytes)} of memory, more than "
+        raise InputError(f"{what} needs about {human_bytes(estimate_bytes)} of memory, more than "
                         f"the {human_bytes(free)} free for this process"
                         + (f"; {hint}" if hint else ""))

@@ -1,11 +1,11 @@
 """The zoo's recipes as data: every trained model an analysis uses, by name.
 
 What a recipe is (a task × arch with overrides on the preset rows, at the levels it lists):
-:class:`models.recipe.Recipe`.
+:class:`analyses.zoo.recipe.Recipe`.
 
 The tables below are literals; recipes that come in grids (lengths × seeds × learning rates)
 are expanded by one function per family, and :func:`build_recipes` collects them all once.
-:mod:`models.zoo` serves them. Why a setting was chosen is said beside it; what a run of it
+:mod:`analyses.zoo` serves them. Why a setting was chosen is said beside it; what a run of it
 measured is in the reproduce index.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from models.recipe import DEFAULT_LEVELS, Parts, Recipe  # noqa: F401 - importable from here
-from models.train.presets import preset_overrides
-from tasks.base import check
+from analyses.zoo.recipe import DEFAULT_LEVELS, Parts, Recipe  # noqa: F401 - importable from here
+from models.train.levels import preset_overrides
+from seqprobe.config import check
 
-# Copy paper (Jelassi et al.). Quick: strings <= 20 (models.train.presets). Paper: Fig. 1b's
+# Copy paper (Jelassi et al.). Quick: strings <= 20 (models.train.levels). Paper: Fig. 1b's
 # setting, strings <= 50 in contexts of C = 420 (App. A.2), tested up to 1000.
 COPY_MODELS: dict[str, tuple[str, dict]] = {
     "hard_alibi": ("transformer", {"pe": "hard_alibi"}),
@@ -48,7 +48,7 @@ def _copy() -> Iterator[Recipe]:
                      doc=f"{label} trained to copy (copy paper §3, Figs. 1a-b)")
 
 
-# A Mamba-2 copy model that models.export_hf accepts with an MLP: the gated MLP with the mixer's
+# A Mamba-2 copy model that models.hf.export accepts with an MLP: the gated MLP with the mixer's
 # own SiLU is exactly HF's BambaForCausalLM block (the quick Markov Mamba-2's ReLU MLP is
 # refused). The mixer is copy/mamba2's (the preset's d 32, one layer, N = 16) and the MLP is
 # 2·d wide, so the two compare at the quick level as one model with and without the MLP, at
@@ -291,7 +291,7 @@ def _markov_variants() -> Iterator[Recipe]:
 
 # ---- medium: markov holdout (issues 21, 27)
 # App. E.5 / Table 2 at medium (analyses.markov_holdout --medium), in the paper's setting: the
-# model the authors ran (models.mamba2.MARKOV_PAPER_MODEL: bias-free LayerNorm, LN(y) ⊙ act(z),
+# model the authors ran (models.ssm.mamba2.MARKOV_PAPER_MODEL: bias-free LayerNorm, LN(y) ⊙ act(z),
 # no D, gated SiLU MLP, their init) at the quick sizes (d = N = 16, e = 2, w = 4, MLP 4d, one
 # layer, one head — all inside Table 7's grid), and Table 7's optimiser (AdamW 0.9 / 0.95,
 # lr 1e-3, cosine, weight decay 1e-3; a 2 % warm-up). Only the warm-up's length matches the
@@ -676,7 +676,7 @@ def _markov_holdout_large() -> Iterator[Recipe]:
 
 
 def build_recipes() -> dict[str, Recipe]:
-    """Every recipe by name, in the order ``python -m models.zoo --list`` shows them."""
+    """Every recipe by name, in the order ``python -m analyses.zoo --list`` shows them."""
     recipes: dict[str, Recipe] = {}
     for r in (*_copy(), *_copy_export(), *_copy_medium(), *_lookup(), *_lookup_medium(),
               *MARKOV_RECIPES, *_markov_variants(), *_markov_holdout_medium(), *MAMBAZERO_RECIPES,

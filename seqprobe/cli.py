@@ -1,4 +1,4 @@
-"""Command-line pieces shared by ``python -m models.train``, ``python -m models.zoo`` and every
+"""Command-line pieces shared by ``python -m models.train``, ``python -m analyses.zoo`` and every
 ``python -m analyses.NAME``: one parser class, the common flags, one way to exit."""
 
 from __future__ import annotations
@@ -8,15 +8,16 @@ import os
 import sys
 from collections.abc import Callable
 
-from models.train.presets import NAMES as PRESET_NAMES
-from tasks.base import check
-from tasks.errors import ConfigError, SeqprobeError, TaskError
+from seqprobe.config import check
+from seqprobe.errors import ConfigError, InputError, SeqprobeError
 
 EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a traceback exits
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a tool its reader closed
+
+LEVELS = ("quick", "medium", "large", "paper")  # the levels of scale, smallest first (models.train.levels has their rows)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -61,9 +62,9 @@ def add_scale_arguments(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None
     of it."""
     check(isinstance(p, OneLineParser), "add_scale_arguments needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scale", *aliases, dest="preset", choices=PRESET_NAMES, default=None,
+    g.add_argument("--scale", *aliases, dest="preset", choices=LEVELS, default=None,
                    help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
-    for level in PRESET_NAMES:
+    for level in LEVELS:
         g.add_argument(f"--{level}", dest="preset", action="store_const", const=level,
                        help=f"--scale {level}")
     p.set_defaults(preset=None)
@@ -88,8 +89,8 @@ def _resolve_scale(args: argparse.Namespace) -> None:
     levels are refused, not silently ranked."""
     level, train = args.preset, getattr(args, "train", None)
     if isinstance(train, str):
-        if train not in PRESET_NAMES:
-            raise ConfigError(f"--train takes a level ({', '.join(PRESET_NAMES)}), got "
+        if train not in LEVELS:
+            raise ConfigError(f"--train takes a level ({', '.join(LEVELS)}), got "
                               f"{train!r}; a checkpoint goes before --train, or write "
                               "--scale LEVEL --train")
         if level is not None and level != train:
@@ -102,9 +103,9 @@ def _resolve_scale(args: argparse.Namespace) -> None:
 
 
 def exit_code(e: SeqprobeError) -> int:
-    """The exit code of a command that stopped on ``e``: 2 for refused input (a TaskError),
+    """The exit code of a command that stopped on ``e``: 2 for refused input (a InputError),
     else 1."""
-    return EXIT_BAD_INPUT if isinstance(e, TaskError) else EXIT_FAILED
+    return EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
 
 
 def run_cli(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:

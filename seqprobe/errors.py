@@ -1,25 +1,25 @@
 """The suite's exceptions, one tree rooted in :class:`SeqprobeError`.
 
-Every CLI (``models.cli.run_cli`` and ``python -m models.train``) turns a ``SeqprobeError``
+Every CLI (``seqprobe.cli.run_cli`` and ``python -m models.train``) turns a ``SeqprobeError``
 into one stderr line; anything else is a bug and keeps its traceback. The tree::
 
     SeqprobeError
-    ├── TaskError (also a ValueError)    input refused: one line, exit 2, never retried
+    ├── InputError (also a ValueError)    input refused: one line, exit 2, never retried
     │   ├── ConfigError                  a flag or config dict that does not parse
-    │   ├── OutputError                  an output directory or its lock refused (tasks.atomic)
+    │   ├── OutputError                  an output directory or its lock refused (seqprobe.atomic)
     │   ├── CheckpointError              a checkpoint file unusable (models.checkpoint)
     │   │   └── SaveError                writing one failed; the previous file is unchanged
     │   ├── ArchError                    models.registry
     │   ├── ActivationNotFound           models.base (also a KeyError)
     │   ├── HFError                      models.hf
-    │   └── ExportError                  models.export_hf
+    │   └── ExportError                  models.hf.export
     └── RunError (also a RuntimeError)   a run failed while working, not on its input
         ├── TrainingDiverged             models.train.loop
-        └── CommandFailed                models.sweep (Ray retries it)
+        └── CommandFailed                seqprobe.sweep (Ray retries it)
 
-``TaskError`` keeps its name although it is not about tasks: it is raised and caught under
+``InputError`` keeps its name although it is not about tasks: it is raised and caught under
 that name in most modules and tests, and the name is part of what users read (a sweep reports a
-failed cell as ``TaskError: message``). What it means is "the input is refused, and would be
+failed cell as ``InputError: message``). What it means is "the input is refused, and would be
 refused the same way again": sweeps do not retry it and CLIs exit 2 on it. Classes that live
 beside their domain elsewhere (``HFError`` in models.hf, ...) derive from the classes here;
 ``tests/test_errors.py`` checks that every exception class of the packages is in this tree.
@@ -32,21 +32,21 @@ class SeqprobeError(Exception):
     """The root of every exception this suite raises on purpose (the message is one line)."""
 
 
-class TaskError(SeqprobeError, ValueError):
+class InputError(SeqprobeError, ValueError):
     """Input refused (a flag, config, path or file): the same call fails the same way every
     time. A ValueError too, as it always was, so ``except ValueError`` callers still catch it."""
 
 
-class ConfigError(TaskError):
+class ConfigError(InputError):
     """A flag, or a config dict, that does not parse: unknown key, wrong type, bad flag."""
 
 
-class OutputError(TaskError):
+class OutputError(InputError):
     """An output directory that cannot be created or locked, or that another live process is
     writing now."""
 
 
-class CheckpointError(TaskError):
+class CheckpointError(InputError):
     """A checkpoint that cannot be used: the message says which file and why."""
 
 

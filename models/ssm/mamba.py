@@ -30,14 +30,14 @@ hook_ssm_state changes y at the patched positions only; patch hook_decay / hook_
 change what the recurrence carries.
 
 Paths (same numbers; tests compare outputs and gradients in float64):
-    plain   :func:`~models.recurrent.linear_scan_plain`, a loop over positions — the
+    plain   :func:`~models.ssm.recurrent.linear_scan_plain`, a loop over positions — the
             reference, and the default on CPU: the parallel scan's log2(T) passes over the
             whole [batch, pos, d_inner, d_state] tensor cost more memory traffic there than T
             small steps (timings in bench/bench_ssm.py's results);
-    scan    :func:`~models.recurrent.linear_scan_parallel`, a log-depth (Hillis–Steele) scan
+    scan    :func:`~models.ssm.recurrent.linear_scan_parallel`, a log-depth (Hillis–Steele) scan
             of the same linear recurrence (few, large operations: the default on CUDA
             without mamba-ssm);
-    chunked :func:`~models.recurrent.selective_scan_chunked`, chunks of ``chunk_size``
+    chunked :func:`~models.ssm.recurrent.selective_scan_chunked`, chunks of ``chunk_size``
             positions whose a_t, writes and h_t are recomputed in the backward pass from the
             state at each chunk boundary: training memory that does not grow with
             d_state × pos (what lets the paper-size model train without mamba-ssm). ``auto``
@@ -49,8 +49,8 @@ hook_ssm_write or hook_ssm_state; the plain and scan paths materialise every h_t
 fires on them.
 
 Parameter names equal mamba-ssm / HF ``MambaForCausalLM`` inside the mixer; the LM wrapper
-(embedding, pre-norm blocks, ln_final, unembed) is :mod:`models.recurrent`'s, and
-:func:`models.recurrent.to_hf_state_dict` / ``from_hf_state_dict`` rename its parameters.
+(embedding, pre-norm blocks, ln_final, unembed) is :mod:`models.ssm.recurrent`'s, and
+:func:`models.ssm.recurrent.to_hf_state_dict` / ``from_hf_state_dict`` rename its parameters.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from models.layers import activation
-from models.recurrent import (
+from models.ssm.recurrent import (
     SSMLanguageModel,
     SSMLMConfig,
     SSMMixer,
@@ -77,12 +77,12 @@ from models.recurrent import (
     optional_kernel,
     selective_scan_chunked,
 )
-from tasks.base import check
+from seqprobe.config import check
 
 
 @dataclass(frozen=True)
 class MambaConfig(SSMLMConfig):
-    """Mamba LM config: the shared SSM fields (:class:`~models.recurrent.SSMLMConfig`) plus
+    """Mamba LM config: the shared SSM fields (:class:`~models.ssm.recurrent.SSMLMConfig`) plus
     the rank and scale of the Δ projection."""
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "scan", "chunked", "kernel")
@@ -129,7 +129,7 @@ def mamba_ssm_selective_scan():
 
 
 class MambaMixer(SSMMixer):
-    """The S6 mixer of the module docstring, hooks as in :class:`~models.recurrent.SSMMixer`
+    """The S6 mixer of the module docstring, hooks as in :class:`~models.ssm.recurrent.SSMMixer`
     (a channel is a head of width one)."""
 
     def __init__(self, cfg: MambaConfig, layer: int = 0):

@@ -3,11 +3,11 @@
     embedding -> n × [resid + Mamba2Mixer(RMSNorm(resid)) (+ resid + GatedMLP(RMSNorm(resid)))]
               -> RMSNorm (ln_final) -> unembed
 
-The mixer, its config, hooks and scan paths live in :mod:`models.ssd`; the LM wrapper shared
-with Mamba and MambaZero in :mod:`models.recurrent`.
+The mixer, its config, hooks and scan paths live in :mod:`models.ssm.ssd`; the LM wrapper shared
+with Mamba and MambaZero in :mod:`models.ssm.recurrent`.
 
 Glossary (code name -> Markov paper symbol, §2.2 / Table 6):
-    d_model, expand, d_state, n_heads, d_conv   d, e, N, heads, w (see models.ssd)
+    d_model, expand, d_state, n_heads, d_conv   d, e, N, heads, w (see models.ssm.ssd)
     d_mlp                                       width of the gated MLP after each mixer (0: none)
     unembed.weight                              W_ℓ (the Linear layer), logits = W_ℓ·v_t
 
@@ -38,15 +38,15 @@ import torch
 from torch import Tensor, nn
 
 from models.layers import BiasFreeLayerNorm, PlainMLP
-from models.mambazero import MambaZeroConfig, MambaZeroLM
-from models.recurrent import (
+from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
+from models.ssm.recurrent import (
     SSMLanguageModel,
     from_hf_state_dict,
     rename_prefixes,
     to_hf_state_dict,
 )
-from models.ssd import Mamba2Config, Mamba2Mixer, mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
-from tasks.base import check
+from models.ssm.ssd import Mamba2Config, Mamba2Mixer, mamba_ssm_chunk_scan, ssd_chunked, ssd_plain
+from seqprobe.config import check
 
 __all__ = [
     "MARKOV_PAPER_MODEL", "Mamba2Config", "Mamba2LM", "Mamba2Mixer", "MambaZeroConfig",
@@ -96,7 +96,7 @@ def from_markov_paper_state_dict(sd: dict[str, Tensor], gated: bool = True
 class Mamba2LM(SSMLanguageModel):
     """Mamba-2 language model (Markov paper Fig. 2 with ``d_mlp > 0``; HF Mamba2 layout).
 
-    Paths (``scans``, :meth:`set_scan`): auto | plain | chunked | kernel, as in models.ssd.
+    Paths (``scans``, :meth:`set_scan`): auto | plain | chunked | kernel, as in models.ssm.ssd.
     """
 
     arch = "mamba2"

@@ -1,4 +1,4 @@
-"""The tokenizer of an HF export (:mod:`models.export_hf`): a ``PreTrainedTokenizerFast`` over a
+"""The tokenizer of an HF export (:mod:`models.hf.export`): a ``PreTrainedTokenizerFast`` over a
 checkpoint's task vocabulary, built with the ``tokenizers`` package, one token per symbol and our
 ids. ``<BOS>``, ``<EOS>``, ``<PAD>`` are HF's bos / eos / pad, the other specials extra special
 tokens. A one-character alphabet reads text character by character ("abc<COPY>abc"; whitespace
@@ -16,7 +16,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, p
 from tokenizers import models as tk_models
 from transformers import PreTrainedTokenizerFast
 
-from tasks.base import Vocab, check
+from seqprobe.config import check
+from tasks.base import Vocab
 
 # HF roles of our special tokens (the others become extra special tokens)
 SPECIAL_ROLES = {"BOS": "bos_token", "EOS": "eos_token", "PAD": "pad_token"}

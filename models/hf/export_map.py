@@ -1,6 +1,6 @@
-"""What a suite checkpoint becomes as a HuggingFace model (:mod:`models.export_hf` writes it):
+"""What a suite checkpoint becomes as a HuggingFace model (:mod:`models.hf.export` writes it):
 the HF class, config and state dict (:func:`to_hf`), the refusals where no HF class computes our
-model exactly (:func:`refusal`), and the hook map (:mod:`models.export_hooks`).
+model exactly (:func:`refusal`), and the hook map (:mod:`models.hf.export_hooks`).
 
 Only classes that compute *exactly* our model are used; anything else is refused with one line:
     transformer, pe=rope / nope  -> ``GPTNeoXForCausalLM`` (pre-LN LayerNorm blocks with biases,
@@ -49,11 +49,13 @@ import transformers as tf
 from torch import Tensor
 
 from models.checkpoint import short_path
-from models.export_hooks import BAMBA
-from models.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
-from models.recurrent import to_hf_state_dict
+from models.hf.export_hooks import BAMBA
+from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from models.registry import model_class
-from tasks.base import TaskError, Vocab, check, config_from_dict
+from models.ssm.recurrent import to_hf_state_dict
+from seqprobe.config import check, config_from_dict
+from seqprobe.errors import InputError
+from tasks.base import Vocab
 from tasks.registry import make_task
 
 HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
@@ -73,7 +75,7 @@ REFUSED_ARCHS = {
 }
 
 
-class ExportError(TaskError):
+class ExportError(InputError):
     """A checkpoint that no HF class computes exactly, or an output directory that is refused."""
 
 
@@ -122,7 +124,7 @@ def refusal(arch: str, cfg) -> str | None:
         return None
     if arch in ("mamba2", "mamba"):
         name = hf_class(arch, cfg)
-        if arch == "mamba2":  # the Markov paper's published model (models.mamba2) first
+        if arch == "mamba2":  # the Markov paper's published model (models.ssm.mamba2) first
             if cfg.norm != "rms":
                 return (f"norm={cfg.norm}: the Markov paper's bias-free LayerNorm subtracts the "
                         "mean; every HF Mamba-2 class normalises with RMSNorm")
@@ -358,7 +360,7 @@ def to_hf(ckpt: dict) -> HFExport:
             config, state, rounding = _mamba(cfg, sd, ids, notes)
     except ExportError:
         raise
-    except TaskError as e:
+    except InputError as e:
         raise ExportError(str(e)) from None
     config.architectures = [hf_class(arch, cfg)]
     config.dtype = str(sd["embed.weight"].dtype).removeprefix("torch.")

@@ -33,7 +33,7 @@ from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
 from models.layers import GatedMLP, RMSNorm, has_hooks
-from tasks.base import check
+from seqprobe.config import check
 
 SSM_ACTIVATIONS = ("silu", "relu", "identity")  # after the conv and on the gate
 PREDICTIONS = ("softmax", "l1")

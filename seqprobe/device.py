@@ -7,8 +7,8 @@ import os
 
 import torch
 
-from tasks.base import TaskError
-from tasks.memory import human_bytes  # noqa: F401 - imported from here by models.*
+from seqprobe.errors import InputError
+from seqprobe.memory import human_bytes  # noqa: F401 - imported from here by models.*
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -20,17 +20,17 @@ def resolve_device(name: str | torch.device) -> torch.device:
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise TaskError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
+        raise InputError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
     if dev.type not in ("cpu", "cuda", "mps"):
-        raise TaskError(f"unsupported device {name!r}; allowed: cpu, cuda, cuda:N, auto")
+        raise InputError(f"unsupported device {name!r}; allowed: cpu, cuda, cuda:N, auto")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise TaskError(f"device {name!r} asked for, but CUDA is not available here; "
+        raise InputError(f"device {name!r} asked for, but CUDA is not available here; "
                         "use --device cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise TaskError(f"device {name!r} does not exist: this machine has "
+        raise InputError(f"device {name!r} does not exist: this machine has "
                         f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise TaskError(f"device {name!r} asked for, but MPS is not available here; "
+        raise InputError(f"device {name!r} asked for, but MPS is not available here; "
                         "use --device cpu")
     return dev
 
@@ -50,10 +50,10 @@ def memory_bytes(device: str | torch.device = "cpu") -> int:
 
 
 def check_fits(n_bytes: int, what: str, device: str | torch.device = "cpu") -> None:
-    """Raise :class:`TaskError` (one line) when ``n_bytes`` exceed the memory of ``device``."""
+    """Raise :class:`InputError` (one line) when ``n_bytes`` exceed the memory of ``device``."""
     total = memory_bytes(device)
     if n_bytes > total:
         where = "this machine's memory" if torch.device(device).type == "cpu" else \
             f"the memory of {device}"
-        raise TaskError(f"{what} needs at least {human_bytes(n_bytes)}, more than "
+        raise InputError(f"{what} needs at least {human_bytes(n_bytes)}, more than "
                         f"{where} ({human_bytes(total)})")

@@ -4,7 +4,7 @@ a sweep — here in a small process pool, or as Ray tasks (``--ray [ADDRESS]``).
 :func:`map_tasks` is the one entry point: ``fn(*args)`` for every ``args`` of ``items``, with
 a progress bar over the tasks as they finish, and a :class:`Failed` in place of the result of
 a task that raised on every one of its ``1 + retries`` attempts (bad input, a
-:class:`~tasks.base.TaskError`, is not retried: it would fail the same way); the other tasks
+:class:`~seqprobe.errors.InputError`, is not retried: it would fail the same way); the other tasks
 still run.
 Callers keep their own cache (a finished cell, a trained checkpoint) and hand over only what
 is not done yet, so nothing finished runs twice.
@@ -46,9 +46,9 @@ from typing import Any
 from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
-from models import flags
-from tasks.base import TaskError, check
-from tasks.errors import RunError
+from seqprobe import flags
+from seqprobe.config import check
+from seqprobe.errors import InputError, RunError
 
 EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its tasks failed after every retry
 DEFAULT_RETRIES = 2
@@ -120,11 +120,11 @@ def _error_line(e: BaseException) -> str:
 
 
 def _call(fn: Callable, *args: Any) -> Any:
-    """One attempt of a task. Bad input (:class:`TaskError`) fails the same way every time:
+    """One attempt of a task. Bad input (:class:`InputError`) fails the same way every time:
     reported at once, not retried."""
     try:
         return fn(*args)
-    except TaskError as e:
+    except InputError as e:
         return Failed(_error_line(e), 1)
 
 
@@ -190,7 +190,7 @@ def _ray(b: Backend):
     try:
         import ray  # optional extra: only a run with --ray needs it
     except ImportError:
-        raise TaskError("--ray needs Ray: pip install -e .[cluster] (or pip install ray)") \
+        raise InputError("--ray needs Ray: pip install -e .[cluster] (or pip install ray)") \
             from None
     started = not ray.is_initialized()
     if started:
@@ -199,7 +199,7 @@ def _ray(b: Backend):
             try:
                 ray.init(address=b.address)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-                raise TaskError(f"--ray {b.address}: cannot connect ({_error_line(e)})") from None
+                raise InputError(f"--ray {b.address}: cannot connect ({_error_line(e)})") from None
         else:
             ray.init(num_cpus=b.jobs, include_dashboard=False)
     return ray, started
@@ -216,7 +216,7 @@ def _check_reachable(address: str) -> None:
         address = os.environ.get("RAY_ADDRESS") or (
             current.read_text().strip() if current.is_file() else "")
         if not address:
-            raise TaskError("--ray auto: no Ray cluster is running on this machine (start one "
+            raise InputError("--ray auto: no Ray cluster is running on this machine (start one "
                             "with `ray start --head`, or give --ray alone for a Ray instance "
                             "started here)")
     hostport = address.removeprefix("ray://")
@@ -225,7 +225,7 @@ def _check_reachable(address: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_S) as c:
             grpc = _speaks_grpc(c)
     except (OSError, ValueError) as e:
-        raise TaskError(f"--ray {address}: nothing answers there "
+        raise InputError(f"--ray {address}: nothing answers there "
                         f"({getattr(e, 'strerror', None) or type(e).__name__}); is the cluster "
                         "up, and is the address HOST:PORT of its head?") from None
     # something else listens there (ssh, a web server): ray.init would retry it for half a

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from tasks.errors import OutputError
+from seqprobe.errors import OutputError
 
 STALE_EMPTY_S = 10.0  # an empty temp file younger than this may be a live writer's
 _UMASK_LOCK = threading.Lock()

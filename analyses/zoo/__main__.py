@@ -1,0 +1,3 @@
+from analyses.zoo import main
+
+raise SystemExit(main())

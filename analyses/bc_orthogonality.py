@@ -35,18 +35,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from analyses import zoo
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    fmt,
-    load_model,
-    need,
-    run_analysis,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading
+from analyses.common import Checkpoint, fmt, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.bc import bc_table, conv_window, l1_count_independent, readout_ratio, window_vectors
 from probes.markov import fitted_beta, markov_task_of

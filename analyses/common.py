@@ -1,6 +1,7 @@
-"""What every analysis shares: its description for the reproduce plan (:class:`Figure`, with
-the paper's :class:`Claim` readers), the one ``main`` skeleton (:func:`run_analysis`), loading
-checkpoints, and writing outputs.
+"""What every analysis shares: the one ``main`` skeleton (:func:`run_analysis`), loading
+checkpoints (:func:`load_model`, exports and pretrained LMs told apart), flag helpers, and
+writing outputs. Its description for the reproduce plan (``Figure``, with the paper's ``Claim``
+readers) is in :mod:`analyses.claims`; the copy paper's models in :mod:`analyses.copy_models`.
 
 An analysis module has ``compute(...) -> dict`` (JSON-serialisable numbers), ``plot(result) ->
 Figure``, ``table(result) -> rows``, a ``FIGURE`` (title, paper, claims, the zoo recipes it
@@ -19,12 +20,12 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from analyses import zoo
-from analyses.zoo import dryrun, recipes
+from analyses.zoo import dryrun
 from analyses.zoo.dryrun import Builder
 from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
 from figures.style import DEFAULT_OUT, figure_png
@@ -38,179 +39,16 @@ from models.train.cache import check_cache_dir
 from seqprobe import flags
 from seqprobe.atomic import output_lock, write_atomic
 from seqprobe.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
-from seqprobe.config import check, config_to_dict
+from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
 from seqprobe.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
-from tasks.copy import CopyTask, TokenCopyPrompts
+
+if TYPE_CHECKING:  # run_analysis' annotation only: Figure is analyses.claims'
+    from analyses.claims import Figure
+
 
 S = TypeVar("S")
-
-# The three reasons a claim reader may leave a claim undecided (Undecided's constructors).
-OUTSIDE_REGIME = "outside the paper's regime"
-NOT_LEARNT = "no model learnt the task"
-EITHER_SHAPE = "the interval fits either shape"
-NOT_DECIDED = "not decided at this level"
-
-
-@dataclass(frozen=True)
-class Undecided:
-    """The verdict "not decided at this level", with its reason: the run cannot say whether
-    the paper's claim holds, because it was measured outside the paper's regime (a length,
-    scale or step budget where the paper's own numbers predict no clear effect), because no
-    model learnt the task (so how it behaves cannot be read), or because the interval fits
-    either answer. Distinct from "does not hold" (``False``: the run contradicts the claim in
-    a setting where it should show) and from n/a (``None``: the claim does not apply or is
-    vacuous). Make one with :meth:`regime`, :meth:`not_learnt` or :meth:`either_shape`."""
-
-    reason: str
-
-    def __post_init__(self):
-        check(isinstance(self.reason, str) and bool(self.reason.strip()),
-              "an undecided verdict needs its reason")
-
-    @classmethod
-    def regime(cls, why: str) -> Undecided:
-        return cls(f"{OUTSIDE_REGIME}: {why}")
-
-    @classmethod
-    def not_learnt(cls, why: str) -> Undecided:
-        return cls(f"{NOT_LEARNT}: {why}")
-
-    @classmethod
-    def either_shape(cls, why: str) -> Undecided:
-        return cls(f"{EITHER_SHAPE}: {why}")
-
-    def __str__(self) -> str:
-        return f"{NOT_DECIDED} — {self.reason}"
-
-
-# holds, does not hold, n/a (None), or not decided at this level
-Verdict = bool | None | Undecided
-Measure = Callable[[dict], "tuple[str, Verdict] | None"]
-
-RELATIONS = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
-
-
-@dataclass(frozen=True)
-class Margin:
-    """How far a claim's measured value sits from what decides it, in the claim's own units:
-    ``quantity`` measured ``value``, against ``threshold`` (a cut-off, or the other side of a
-    comparison) by ``relation``: the claim's condition is ``value RELATION threshold``.
-    :attr:`distance` is signed: > 0 on the side where the condition holds. ``interval``: a
-    confidence interval of ``value`` where the reader has one (seeds, a bootstrap)."""
-
-    quantity: str
-    value: float
-    relation: str
-    threshold: float
-    unit: str = ""
-    interval: tuple[float, float] | None = None
-
-    def __post_init__(self):
-        check(self.relation in RELATIONS, f"margin relation must be one of {list(RELATIONS)}, "
-              f"got {self.relation!r}")
-        object.__setattr__(self, "value", float(self.value))
-        object.__setattr__(self, "threshold", float(self.threshold))
-        if self.interval is not None:
-            object.__setattr__(self, "interval", tuple(float(x) for x in self.interval))
-
-    @property
-    def distance(self) -> float:
-        """``value − threshold`` for > / >=, ``threshold − value`` for < / <=."""
-        d = self.value - self.threshold
-        return (d if self.relation.startswith(">") else -d) + 0.0  # + 0.0: never "-0"
-
-    @property
-    def holds(self) -> bool:
-        """Whether ``value RELATION threshold``."""
-        return bool(RELATIONS[self.relation](self.value, self.threshold))
-
-    def to_dict(self) -> dict:
-        return {"quantity": self.quantity, "value": self.value, "relation": self.relation,
-                "threshold": self.threshold, "unit": self.unit, "distance": self.distance,
-                "interval": list(self.interval) if self.interval else None}
-
-    def __str__(self) -> str:
-        unit = f" {self.unit}" if self.unit else ""
-        ci = (f" (95 % CI {self.interval[0]:.3g}–{self.interval[1]:.3g})" if self.interval
-              else "")
-        return (f"{self.quantity} {self.value:.3g}{ci} vs {self.relation} "
-                f"{self.threshold:.3g}{unit}: {self.distance:+.3g}{unit}")
-
-
-def tightest(*margins: Margin) -> Margin:
-    """Of the conditions a claim needs all of, the one closest to failing (smallest distance
-    relative to its threshold's size): the claim's margin."""
-    return min(margins, key=lambda m: m.distance / max(abs(m.threshold), 1e-12))
-
-
-class Reading(tuple):
-    """What a claim reader returns: the pair ``(measured text, verdict)`` — it unpacks and
-    compares as that pair — with the claim's :class:`Margin` as ``.margin`` (None where the
-    verdict is not a comparison with a number: n/a, no run to read)."""
-
-    margin: Margin | None
-
-    def __new__(cls, measured: str, verdict: Verdict, margin: Margin | None = None):
-        self = super().__new__(cls, (measured, verdict))
-        self.margin = margin
-        return self
-
-
-def verdict_text(verdict: Verdict) -> str:
-    """How the index writes a verdict: holds / does not hold / n/a / not decided at this
-    level — REASON."""
-    if isinstance(verdict, Undecided):
-        return str(verdict)
-    return {True: "holds", False: "does not hold", None: "n/a"}[
-        None if verdict is None else bool(verdict)]
-
-
-def with_not_matched(text: str, not_matched: str | None) -> str:
-    """A claim's measured text with what differs from the paper's setting first ("not
-    matched: …"), so a reader sees the setting before the number."""
-    return f"not matched: {not_matched}. {text}" if not_matched else text
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A paper's claim and how to read whether it holds from the analysis' JSON:
-    ``measure(json) -> (what we measured, verdict)``: ``True`` holds, ``False`` does not hold
-    (in a setting where the paper's claim should show), ``None`` not applicable (or vacuous),
-    or :class:`Undecided` (not decided at this level, with its reason). The pair is a
-    :class:`Reading` carrying the claim's :class:`Margin` (how far the measured value sits
-    from what decides it), which the index shows. A reader returns ``None`` instead of the
-    pair for a claim measured at another level only (a medium claim read from a quick run):
-    the index leaves it out."""
-
-    paper: str
-    measure: Measure
-
-
-@dataclass(frozen=True)
-class Figure:
-    """What the reproduce plan needs to know about an analysis."""
-
-    title: str
-    paper: str  # which paper / figure
-    claims: tuple[Claim, ...] = ()
-    # the presets it has (``python -m analyses.reproduce --medium`` runs those with medium)
-    presets: tuple[str, ...] = ("quick", "paper")
-    # preset -> the zoo recipes ``--train PRESET`` uses (reproduce trains them first)
-    recipes: Callable[[str], Sequence[str]] = lambda preset: ()
-    # preset -> extra flags reproduce passes (beyond --PRESET, --out, and --train/--cache-dir
-    # when it has recipes)
-    extra_args: Callable[[str], Sequence[str]] = lambda preset: ()
-    outputs: tuple[str, ...] = ()  # output stems (default: the analysis name)
-    # cores its own compute keeps busy: one (one thread) unless it runs processes side by side;
-    # a second thread speeds the suite's small models up far less than 2x, and waits on the
-    # slower core when other work shares the machine
-    slots: int = 1
-    trains: bool = True  # takes --train / --cache-dir
-    # preset -> (label, spec builder) of the models it trains itself, outside the zoo (the
-    # memorization grid's cells): what ``--dry-run`` runs beside the recipes
-    dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda preset: ()
 
 
 @dataclass(frozen=True)
@@ -423,34 +261,6 @@ def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None
     check(len(checkpoints) >= 1, f"give {what} (or --train quick)")
 
 
-# ---------------------------------------------------------------------------- copy-paper models
-COPY_TASKS = ("copy", "dup_ngram_copy")
-COPY_ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")  # what the copy analyses open
-# ... and those that also run on pretrained LMs (copy prompts built from the tokenizer)
-COPY_OR_HF_ARCHS = (*COPY_ARCHS, *HF_ARCHS)
-PRETRAINED_SEP = "\n\n"  # between the copies of a pretrained prompt (tasks.prompts' copy format)
-# The copy models of Fig. 1 (length_generalization, copy_efficiency), as zoo labels
-# (``copy/{label}``); the quick GSSMs learn far too slowly at CPU budgets to add Mamba there.
-COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm"),
-               "paper": ("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm")}
-
-
-def copy_recipes(preset: str, labels: Sequence[str] | None = None) -> list[str]:
-    """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the preset)."""
-    labels = labels or COPY_LABELS[preset]
-    for label in labels:
-        check(label in recipes.COPY_MODELS,
-              f"unknown model {label!r}; allowed: {', '.join(recipes.COPY_MODELS)}")
-    return [f"copy/{label}" for label in labels]
-
-
-def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
-    """``--models a,b``: with ``--train``, which of the zoo's copy models (see
-    :func:`copy_models_recipes`)."""
-    p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(recipes.COPY_MODELS)} (default: preset's)")
-
-
 def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
     """``--lengths`` and ``--n-examples`` (``unit`` per length), both the preset's by default."""
     p.add_argument("--lengths", type=flags.flag("--lengths"),
@@ -467,96 +277,6 @@ def with_flags(settings: S, args: argparse.Namespace, *names: str, **flag_of: st
     given = {field: getattr(args, flag) for field, flag in
              (*((n, n) for n in names), *flag_of.items())}
     return dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
-
-
-def copy_models_recipes(args: argparse.Namespace) -> list[str]:
-    """The copy recipes of ``--train PRESET [--models ...]``."""
-    return copy_recipes(args.train, args.models.split(",") if args.models else None)
-
-
-def label_for(model) -> str:
-    """``hard_alibi`` / ``nope`` / … for transformers, the arch name otherwise (the zoo's copy
-    labels, which are also colour keys of figures.style); hand-set constructions
-    (models/constructions.py) are labelled as such, HuggingFace models by their name, and a
-    suite export as the checkpoint it came from."""
-    export = export_of(model)
-    if export is not None:
-        cfg = export.get("config") or {}
-        return cfg.get("pe", "nope") if export.get("arch") == "transformer" else export["arch"]
-    if model.arch in HF_ARCHS:
-        return model.name
-    train = model.provenance.train
-    if train.get("construction"):
-        return f"construction {train['construction']} n={train.get('n')}"
-    return model.cfg.pe if model.arch == "transformer" else model.arch
-
-
-def load_copy_models(paths: Sequence[str], device, archs: Iterable[str] = COPY_ARCHS,
-                     tasks: Iterable[str] = COPY_TASKS) -> tuple[dict, dict, int]:
-    """Load copy-style checkpoints that share one alphabet: ``({label: model}, {label: train
-    info}, D)``; a repeated label gets a ``'``. Pretrained LMs (where ``archs`` admits
-    HF_ARCHS) bring their own tokens (:func:`copy_prompts`) and leave D alone. A suite export
-    is its checkpoint's model: its task's alphabet, its step (an export keeps no training
-    config: steps, context and samples seen are None)."""
-    models, info, D = {}, {}, None
-    for path in paths:
-        m = load_model(path, archs=archs, device=device, tasks=tasks)
-        label = label_for(m)
-        while label in models:
-            label += "'"
-        if is_pretrained(m):  # a pretrained LM: no alphabet of ours (see copy_prompts)
-            models[label] = m
-            info[label] = {"path": path, "pretrained": m.provenance.source,
-                           "max_len": None, "context": None, "steps": None,
-                           "greedy_eval": True, "samples_seen": None}
-            continue
-        if export_of(m) is not None:  # a suite export: the task its checkpoint was trained on
-            task = config_to_dict(m.task.cfg)
-        else:
-            task = config_to_dict(m.require_task("a copy analysis").cfg)
-        d = int(task.get("D", 26))
-        check(D is None or d == D, f"{path}: alphabet D={d} differs from the others (D={D})")
-        D = d
-        models[label] = m
-        # the stored record, not train_config: a key an older checkpoint lacks keeps the
-        # default this reader always gave it (greedy_eval True), not today's dataclass default
-        tc = m.provenance.train.get("config") or {}  # an export's: {} (it keeps none)
-        info[label] = {"path": path, "max_len": task.get("max_len"),
-                       "context": tc.get("context", None if export_of(m) else 0),
-                       "steps": tc.get("steps"),
-                       "greedy_eval": tc.get("greedy_eval", True),
-                       "samples_seen": (m.provenance.samples_seen if export_of(m) is None
-                                        else None)}
-    return models, info, D if D is not None else 26
-
-
-def copy_prompts(model, task: CopyTask, lengths: Iterable[int] = ()):
-    """``task`` as ``model`` reads it. A suite model speaks the task's vocabulary: the task
-    itself. A pretrained LM (HF_ARCHS) gets the same kind of strings, uniform over the ordinary
-    tokens of its tokenizer (``model.ordinary_token_ids()``), in the copy paper's prompt format
-    for pretrained models (:class:`tasks.copy.TokenCopyPrompts`).
-
-    Tokens rather than characters: the length L, the n of a duplicated n-gram and the
-    n-gram lookup the copy paper describes are all counted in the tokens the model reads; a
-    random character string would be cut into tokens differently in each copy by a BPE
-    tokenizer, so neither L nor the answer's tokens would be defined.
-
-    ``lengths``: the string lengths to be asked for, checked here so that a prompt longer than
-    a pretrained LM's context is one line before any work. A suite export
-    (:func:`export_of`) reads its task's token ids, as its checkpoint does: the task itself."""
-    if not is_pretrained(model):
-        return task
-    alphabet = model.ordinary_token_ids()
-    sep = model.text_ids(PRETRAINED_SEP)
-    check(model.tokenizer.unk_token_id not in sep,
-          f"{model.name}: its tokenizer cannot write the separator {PRETRAINED_SEP!r}")
-    stateful = bool(getattr(model.cfg, "is_stateful", False))  # an SSM has no context limit
-    prompts = TokenCopyPrompts(type(task)(dataclasses.replace(task.cfg, D=len(alphabet))),
-                               alphabet, sep, model.bos_ids(),
-                               n_ctx=None if stateful else int(model.cfg.n_ctx))
-    for L in lengths:
-        prompts.check_length(L)
-    return prompts
 
 
 def get(d: dict, *path, default=None):
@@ -628,5 +348,3 @@ def print_table(rows: Sequence[Sequence[Any]]) -> None:
     widths = [max(len(r[i]) for r in cells if i < len(r)) for i in range(max(map(len, cells)))]
     for r in cells:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))  # noqa: B905 - ragged rows
-
-

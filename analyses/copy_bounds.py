@@ -25,18 +25,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    load_copy_models,
-    run_analysis,
-    tightest,
-    to_jsonable,
-    with_flags,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, tightest
+from analyses.common import Checkpoint, run_analysis, to_jsonable, with_flags
+from analyses.copy_models import load_copy_models
 from figures.style import COLORS, new_figure
 from models.constructions import (
     HashCopyConfig,

@@ -42,21 +42,13 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from analyses import zoo
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    Verdict,
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided, Verdict
+from analyses.common import Checkpoint, need, run_analysis, to_jsonable
+from analyses.copy_models import (
     add_copy_models_argument,
     copy_models_recipes,
     copy_recipes,
     load_copy_models,
-    need,
-    run_analysis,
-    to_jsonable,
 )
 from analyses.zoo import recipes
 from figures.style import COLORS, new_figure

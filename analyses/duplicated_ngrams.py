@@ -32,20 +32,9 @@ import math
 
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    COPY_OR_HF_ARCHS,
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    copy_prompts,
-    load_copy_models,
-    need,
-    run_analysis,
-    tightest,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, tightest
+from analyses.common import Checkpoint, need, run_analysis, to_jsonable
+from analyses.copy_models import COPY_OR_HF_ARCHS, copy_prompts, load_copy_models
 from figures.style import COLORS, new_figure
 from models.constructions import (
     HashCopyConfig,

@@ -24,26 +24,23 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided, tightest
 from analyses.common import (
-    COPY_OR_HF_ARCHS,
     Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    add_copy_models_argument,
     add_test_size_arguments,
+    fmt,
+    need,
+    run_analysis,
+    to_jsonable,
+    with_flags,
+)
+from analyses.copy_models import (
+    COPY_OR_HF_ARCHS,
+    add_copy_models_argument,
     copy_models_recipes,
     copy_prompts,
     copy_recipes,
-    fmt,
     load_copy_models,
-    need,
-    run_analysis,
-    tightest,
-    to_jsonable,
-    with_flags,
 )
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at

@@ -23,18 +23,8 @@ import argparse
 import numpy as np
 import torch
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    load_model,
-    need,
-    run_analysis,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided
+from analyses.common import Checkpoint, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import read_decay

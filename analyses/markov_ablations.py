@@ -34,19 +34,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from analyses import zoo
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    fmt,
-    get,
-    load_model,
-    need,
-    run_analysis,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading
+from analyses.common import Checkpoint, fmt, get, load_model, need, run_analysis, to_jsonable
 from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, markov_task_of

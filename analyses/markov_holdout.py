@@ -43,19 +43,8 @@ import argparse
 import numpy as np
 import torch
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    Verdict,
-    load_model,
-    run_analysis,
-    tightest,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided, Verdict, tightest
+from analyses.common import Checkpoint, load_model, run_analysis, to_jsonable
 from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL

@@ -24,19 +24,8 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    load_model,
-    need,
-    run_analysis,
-    suite_arch,
-    tightest,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, tightest
+from analyses.common import Checkpoint, load_model, need, run_analysis, suite_arch, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
 from seqprobe import flags

@@ -36,22 +36,17 @@ from typing import TypeVar
 from tqdm.auto import tqdm
 
 from analyses import zoo
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided
 from analyses.common import (
-    COPY_ARCHS,
     Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
     add_test_size_arguments,
-    label_for,
     load_model,
     need,
     run_analysis,
     to_jsonable,
     with_flags,
 )
+from analyses.copy_models import COPY_ARCHS, label_for
 from analyses.zoo import recipes
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at

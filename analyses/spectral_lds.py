@@ -35,19 +35,8 @@ import torch
 from matplotlib import colormaps
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    fmt,
-    get,
-    run_analysis,
-    tightest,
-    to_jsonable,
-    with_flags,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, tightest
+from analyses.common import Checkpoint, fmt, get, run_analysis, to_jsonable, with_flags
 from figures.style import new_figure
 from models.spectral import (
     DENSE_MAX_T,

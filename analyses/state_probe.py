@@ -35,19 +35,8 @@ import argparse
 import numpy as np
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    fmt,
-    load_model,
-    run_analysis,
-    tightest,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided, tightest
+from analyses.common import Checkpoint, fmt, load_model, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within

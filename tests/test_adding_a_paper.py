@@ -104,7 +104,8 @@ ANALYSIS = '''
 
 from __future__ import annotations
 
-from analyses.common import Claim, Figure, Margin, Reading, load_model, need, run_analysis
+from analyses.claims import Claim, Figure, Margin, Reading
+from analyses.common import load_model, need, run_analysis
 from figures.style import COLORS, new_figure
 from probes.toy_repeat import repeat_accuracy
 from tasks.base import make_generator

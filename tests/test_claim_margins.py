@@ -23,7 +23,7 @@ from analyses import (
     spectral_lds,
     state_probe,
 )
-from analyses.common import Margin, Reading, Undecided, tightest
+from analyses.claims import Margin, Reading, Undecided, tightest
 from analyses.memorization import claims as mem_claims
 from analyses.reproduce.plan import PLAN, figure_of
 from analyses.stu_induction import claims as stu_claims

@@ -11,7 +11,7 @@ from analyses import (
     ngram_heads,
     ngram_lookup,
 )
-from analyses.common import Undecided
+from analyses.claims import Undecided
 
 
 def verdict(claim, d):

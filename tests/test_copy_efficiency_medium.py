@@ -10,7 +10,7 @@ import torch
 
 from analyses import copy_efficiency as ce
 from analyses import zoo
-from analyses.common import Undecided
+from analyses.claims import Undecided
 from analyses.zoo import recipes
 from models.checkpoint import read_checkpoint
 from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap

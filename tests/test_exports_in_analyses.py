@@ -132,7 +132,8 @@ def test_pretrained_copy_refuses_an_export_in_one_line(tmp_path, capsys):
 
 def test_the_export_is_labelled_and_scored_as_its_checkpoint(tmp_path):
     """What the copy analyses read of an export: its checkpoint's label, alphabet and task."""
-    from analyses.common import copy_prompts, export_of, is_pretrained, load_copy_models
+    from analyses.common import export_of, is_pretrained
+    from analyses.copy_models import copy_prompts, load_copy_models
 
     pt, hf = export_pair(tmp_path, "copy")
     ms, info, D = load_copy_models([str(pt), str(hf)], "cpu",

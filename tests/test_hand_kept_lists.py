@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import analyses
-from analyses.common import Figure
+from analyses.claims import Figure
 from analyses.reproduce import plan
 from analyses.zoo import recipes as zoo_recipes
 from figures import style

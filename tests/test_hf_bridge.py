@@ -15,13 +15,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import models
-from analyses.common import (
+from analyses.common import load_model
+from analyses.copy_models import (
     COPY_OR_HF_ARCHS,
     COPY_TASKS,
     PRETRAINED_SEP,
     copy_prompts,
     label_for,
-    load_model,
 )
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, HFError, HFModel, load_hf
 from probes.copying import accuracy_at

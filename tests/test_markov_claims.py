@@ -10,7 +10,7 @@ from analyses import (
     markov_laplace,
     state_probe,
 )
-from analyses.common import Undecided
+from analyses.claims import Undecided
 
 
 def _laplace(l1: float, gaps: tuple[float, float, float]) -> dict:

@@ -11,7 +11,7 @@ import torch
 from scipy.integrate import quad
 
 from analyses import markov_holdout as mh
-from analyses.common import Undecided
+from analyses.claims import Undecided
 from models.checkpoint import save_checkpoint
 from models.constructions import mambazero_add_beta, mambazero_checkpoint
 from seqprobe.errors import InputError

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analyses import memorization as am
-from analyses.common import Undecided
+from analyses.claims import Undecided
 from models.registry import build_model
 from models.train.loop import loss_of, train
 from models.train.spec import make_spec

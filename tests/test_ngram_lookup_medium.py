@@ -5,7 +5,7 @@ import json
 import pytest
 
 from analyses import ngram_lookup, zoo
-from analyses.common import Undecided
+from analyses.claims import Undecided
 from analyses.zoo import recipes
 from seqprobe.errors import InputError
 from tasks.lookup import NgramLookupTask

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from analyses.common import Claim, Figure
+from analyses.claims import Claim, Figure
 from analyses.reproduce import index as reproduce_index
 from analyses.reproduce.index import write_index
 from analyses.reproduce.plan import Job

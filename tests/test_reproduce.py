@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analyses import zoo
-from analyses.common import Claim, Figure, Undecided, verdict_text
+from analyses.claims import Claim, Figure, Undecided, verdict_text
 from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import index as reproduce_index
 from analyses.reproduce import plan as reproduce_plan

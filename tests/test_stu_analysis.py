@@ -14,7 +14,7 @@ import torch
 import models
 from analyses import stu_induction as A
 from analyses import zoo
-from analyses.common import Undecided
+from analyses.claims import Undecided
 from analyses.stu_induction import claims as C
 from analyses.zoo import recipes
 from models.train.loop import train

@@ -3,17 +3,8 @@ and the :data:`FIGURE` the reproduce plan reads."""
 
 from __future__ import annotations
 
-from analyses.common import (
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    Undecided,
-    Verdict,
-    fmt,
-    get,
-    tightest,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, Undecided, Verdict, tightest
+from analyses.common import fmt, get
 from analyses.memorization.grid import dry_run_cells
 
 

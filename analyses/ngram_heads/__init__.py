@@ -52,19 +52,9 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    get,
-    label_for,
-    load_model,
-    run_analysis,
-    tightest,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure, Margin, Reading, tightest
+from analyses.common import Checkpoint, get, load_model, run_analysis, to_jsonable
+from analyses.copy_models import label_for
 from analyses.ngram_heads.plots import plot, table
 from models.checkpoint import is_hf_source
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER

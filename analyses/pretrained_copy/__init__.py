@@ -42,18 +42,8 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from analyses.common import (
-    Claim,
-    Figure,
-    Margin,
-    Reading,
-    export_of_dir,
-    fmt,
-    get,
-    run_analysis,
-    to_jsonable,
-    with_flags,
-)
+from analyses.claims import Claim, Figure, Margin, Reading
+from analyses.common import export_of_dir, fmt, get, run_analysis, to_jsonable, with_flags
 from analyses.pretrained_copy.prompts import (
     Prompt,
     copy_prompts,

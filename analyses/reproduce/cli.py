@@ -14,7 +14,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analyses import zoo
-from analyses.common import check_output_dir, verdict_text
+from analyses.claims import verdict_text
+from analyses.common import check_output_dir
 from analyses.reproduce.eta import Eta
 from analyses.reproduce.index import (
     Outcome,

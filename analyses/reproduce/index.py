@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyses.common import Margin, Undecided, Verdict, verdict_text
+from analyses.claims import Margin, Undecided, Verdict, verdict_text
 from analyses.reproduce.plan import Job
 from seqprobe.atomic import write_atomic
 from seqprobe.errors import InputError

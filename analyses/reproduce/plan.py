@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyses import zoo
-from analyses.common import Figure
+from analyses.claims import Figure
 from analyses.zoo import dryrun
 
 PLAN: tuple[str, ...] = (

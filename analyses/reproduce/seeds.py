@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analyses.common import Undecided, verdict_text
+from analyses.claims import Undecided, verdict_text
 from analyses.reproduce.index import read_claim_margins
 from analyses.reproduce.plan import PLAN, Job, figure_of
 from seqprobe.atomic import write_atomic

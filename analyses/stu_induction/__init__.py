@@ -33,15 +33,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from analyses import zoo
-from analyses.common import (
-    Checkpoint,
-    Claim,
-    Figure,
-    load_model,
-    need,
-    run_analysis,
-    to_jsonable,
-)
+from analyses.claims import Claim, Figure
+from analyses.common import Checkpoint, load_model, need, run_analysis, to_jsonable
 from analyses.stu_induction.claims import (
     GENERALISES,
     SETTING,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyses.common import Margin, Reading, Undecided, tightest, with_not_matched
+from analyses.claims import Margin, Reading, Undecided, tightest, with_not_matched
 from models.train.levels import SEEDED
 from probes.induction import binomial_sf, even_lags_accuracy, seen_lags_accuracy
 

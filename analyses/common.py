@@ -38,7 +38,7 @@ from models.train import distributed
 from models.train.cache import check_cache_dir
 from seqprobe import flags
 from seqprobe.atomic import output_lock, write_atomic
-from seqprobe.cli import OneLineParser, add_device_argument, add_preset_arguments, run_cli
+from seqprobe.cli import OneLineParser, add_device_argument, add_level_arguments, run_cli
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
@@ -76,7 +76,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     p.add_argument("--seed", type=flags.flag("--seed"), default=0,
                    help="seed of the evaluation data")
     if training:
-        add_preset_arguments(p)
+        add_level_arguments(p)
         p.add_argument("--dry-run", action="store_true",
                        help="compute nothing: build each model --train PRESET (else the "
                        "preset) would train at its real size, run two optimizer steps, print "
@@ -130,7 +130,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
               "torchrun: train its recipes with `torchrun -m analyses.zoo train NAME...`, then "
               "run the analysis (it reads them from the cache)")
         if training:
-            for level in dict.fromkeys(x for x in (args.preset, args.train) if x):
+            for level in dict.fromkeys(x for x in (args.level, args.train) if x):
                 check(level in figure.presets, f"analyses.{name} has no {level} level (it has "
                       f"{', '.join(figure.presets)})")
         check_output_dir(args.out)
@@ -138,7 +138,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if threads is not None:  # tiny models: more threads only contend on shared cores
             torch.set_num_threads(max(1, min(torch.get_num_threads(), threads)))
         if training and args.dry_run:
-            args.train = args.train or args.preset  # what the recipe functions read
+            args.train = args.train or args.level  # what the recipe functions read
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             own = (dry_run_specs(args) if dry_run_specs
                    else figure.dry_run_specs(args.train))

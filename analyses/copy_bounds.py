@@ -289,13 +289,13 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models, _, D = load_copy_models(paths, args.device, ARCHS)
     check(not models or D == args.D,
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
-    settings = with_flags(PRESETS[args.preset], args, "lengths", "model_samples",
+    settings = with_flags(PRESETS[args.level], args, "lengths", "model_samples",
                           "count_samples", n_values="n")
     memory.check_fits(memory_estimate(settings, args.D, models),
                       f"{NAME} (constructions for n = {list(settings.n_values)} at L up to "
                       f"{max(settings.lengths)})",
                       "lower --n (a construction's weights grow as n^4) or --lengths")
-    result = compute(models, args.D, args.preset, args.seed, args.device, settings=settings)
+    result = compute(models, args.D, args.level, args.seed, args.device, settings=settings)
     result["checkpoint_paths"] = paths
     return result
 

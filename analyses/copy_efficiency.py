@@ -13,12 +13,12 @@ With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints 
 preset evaluates every 100 steps.
 
 ``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
-setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``recipes.COPY_MEDIUM_SETTING``
+setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``zoo_copy.COPY_MEDIUM_SETTING``
 says what is matched and what is not): parameter-matched models (the transformers as the
 authors' GPT-NeoX: a quarter of each head rotated, parallel residual), strings of random length
 1..L, several seeds, a run stopped once past 90 %, every model at its own learning rate: the
-one a sweep over the lr grid at every seed chose (:func:`best_lr`; ``recipes.COPY_MEDIUM_LR``;
-``--sweep`` trains the whole sweep of ``recipes.COPY_MEDIUM["lrs"]`` again and then credits each
+one a sweep over the lr grid at every seed chose (:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``;
+``--sweep`` trains the whole sweep of ``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each
 model with its best; a chosen lr at an end of its grid is flagged, ``lr_edge``); then
 samples to 50 % and 90 % at exactly L, as Fig. 1a's caption scores (the score over the
 training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds), per GSSM
@@ -27,7 +27,7 @@ ratios, seeds paired), and the same ratio at a longer L, where the paper finds t
 (Fig. 9b vs 1a).
 
 ``--large`` (``--train large``; issue 36 §2): the same at L <= 10, 20, 30 over 26 letters in
-packed contexts, models matched at ~1M parameters (``recipes.COPY_LARGE_SETTING``): a sweep of four
+packed contexts, models matched at ~1M parameters (``zoo_copy.COPY_LARGE_SETTING``): a sweep of four
 lrs at seed 0 (the zoo's ``copy_large/*`` recipes the plan trains), then each model's best lr of
 it at the other seeds, trained here side by side (:func:`compute_large`, ``--jobs``).
 """
@@ -50,7 +50,7 @@ from analyses.copy_models import (
     copy_recipes,
     load_copy_models,
 )
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure
 from models.checkpoint import read_checkpoint
 from models.train.levels import SEEDED
@@ -157,8 +157,8 @@ def compute_medium(runs: list[dict], setting: dict | None = None,
     ratio a lower bound (``all_reached`` False). ``setting``: what was trained, as the zoo
     states it (the paper's setting and what could not be matched), passed through;
     ``level``: the level the runs are of (medium or large), recorded."""
-    # a model trained at one lr is flagged against the grid that chose it (recipes.COPY_MEDIUM_LR)
-    flat, by_length = medium_by_length(runs, recipes.COPY_MEDIUM_LR_GRID if level == "medium"
+    # a model trained at one lr is flagged against the grid that chose it (zoo_copy.COPY_MEDIUM_LR)
+    flat, by_length = medium_by_length(runs, zoo_copy.COPY_MEDIUM_LR_GRID if level == "medium"
                                        else None)
     return to_jsonable({"level": level, "runs": flat, "by_length": by_length,
                         "setting": setting or {}})
@@ -330,7 +330,7 @@ def _median_text(s: dict) -> str:
 def large_choice(runs: list[dict]) -> dict[tuple[str, int], float]:
     """{(label, L): lr} each model's best lr at each length (:func:`best_lr`) from the large
     level's lr sweep at the sweep seed (``runs``: :func:`_run_of` of those checkpoints)."""
-    sweep = [r for r in runs if r["seed"] == recipes.COPY_LARGE["sweep_seed"]]
+    sweep = [r for r in runs if r["seed"] == zoo_copy.COPY_LARGE["sweep_seed"]]
     _, by_length = medium_by_length(sweep)
     return {(label, int(L)): lr for L, m in by_length.items()
             for label, lr in m["best_lr"].items() if lr is not None}
@@ -338,8 +338,8 @@ def large_choice(runs: list[dict]) -> dict[tuple[str, int], float]:
 
 def large_followups(choice: dict[tuple[str, int], float]) -> list[str]:
     """The recipes of the other seeds at each model's chosen lr (the sweep seed is trained)."""
-    seeds = [s for s in range(recipes.COPY_LARGE["seeds"]) if s != recipes.COPY_LARGE["sweep_seed"]]
-    return [recipes.copy_large_name(label, L, s, lr) for (label, L), lr in choice.items()
+    seeds = [s for s in range(zoo_copy.COPY_LARGE["seeds"]) if s != zoo_copy.COPY_LARGE["sweep_seed"]]
+    return [zoo_copy.copy_large_name(label, L, s, lr) for (label, L), lr in choice.items()
             for s in seeds]
 
 
@@ -357,18 +357,18 @@ def compute_large(runs: list[dict], train=None) -> dict:
         runs = [*runs, *[r for r in train(large_followups(choice)) if key(r) not in have]]
     chosen = [r for r in runs if (r["label"], r["length"]) in choice
               and lr_key(r["lr"]) == lr_key(choice[(r["label"], r["length"])])]
-    sweep = [r for r in runs if r["seed"] == recipes.COPY_LARGE["sweep_seed"]]
+    sweep = [r for r in runs if r["seed"] == zoo_copy.COPY_LARGE["sweep_seed"]]
     _, by_length = medium_by_length(sweep)
-    result = compute_medium(chosen, recipes.COPY_LARGE_SETTING, level="large")
+    result = compute_medium(chosen, zoo_copy.COPY_LARGE_SETTING, level="large")
     result["lr_sweep"] = to_jsonable({L: m["sweep"] for L, m in by_length.items()})
     return result
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
-    if (args.train or args.preset) == "medium":
-        return compute_medium([_run_of(c.path) for c in checkpoints], recipes.COPY_MEDIUM_SETTING)
-    if (args.train or args.preset) == "large":
+    if (args.train or args.level) == "medium":
+        return compute_medium([_run_of(c.path) for c in checkpoints], zoo_copy.COPY_MEDIUM_SETTING)
+    if (args.train or args.level) == "large":
         def train(names: list[str]) -> list[dict]:
             jobs = args.jobs or os.cpu_count() or 1
             done = zoo.train_recipes(names, "large", args.cache_dir, args.device,
@@ -518,7 +518,7 @@ def _setting_text(d: dict) -> str:
     swept = any(len([k for k in sw if k != "-"]) > 1 for sw in last.get("sweep", {}).values())
     if lrs:
         parts.append(("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
-                      if swept else "each model at its lr from the full sweep (recipes.COPY_MEDIUM_LR"
+                      if swept else "each model at its lr from the full sweep (zoo_copy.COPY_MEDIUM_LR"
                       "; --sweep reruns it)")
                      + " per L (" + "; ".join(
                          f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
@@ -615,8 +615,8 @@ FIGURE = Figure(
            "300, Fig. 1a)", claim_gap_grows)),
     # large: the lr sweep at the sweep seed; the analysis then trains each model's best lr
     # at the other seeds (compute_large)
-    recipes=lambda preset: (recipes.copy_medium_recipes() if preset == "medium"
-                            else recipes.copy_large_recipes() if preset == "large"
+    recipes=lambda preset: (zoo_copy.copy_medium_recipes() if preset == "medium"
+                            else zoo_copy.copy_large_recipes() if preset == "large"
                             else copy_recipes(preset)),
     presets=("quick", "medium", "large", "paper"))
 
@@ -624,8 +624,8 @@ FIGURE = Figure(
 def add_arguments(p) -> None:
     add_copy_models_argument(p)
     p.add_argument("--sweep", action="store_true",
-                   help="with --train medium: every lr of the sweep (recipes.COPY_MEDIUM['lrs']) at "
-                   "every seed, which picks each model's lr (recipes.COPY_MEDIUM_LR); without it "
+                   help="with --train medium: every lr of the sweep (zoo_copy.COPY_MEDIUM['lrs']) at "
+                   "every seed, which picks each model's lr (zoo_copy.COPY_MEDIUM_LR); without it "
                    "only the chosen lrs train (a third of the runs)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --train large: the other seeds' runs trained side by side "
@@ -637,10 +637,10 @@ def _recipes(args) -> list[str]:
     their chosen lr, or every lr with ``--sweep``)."""
     check(not args.sweep or args.train == "medium", "--sweep goes with --train medium")
     if args.train == "large":  # the sweep seed at every lr (compute_large trains the rest)
-        return recipes.copy_large_recipes(args.models.split(",") if args.models else None)
+        return zoo_copy.copy_large_recipes(args.models.split(",") if args.models else None)
     if args.train != "medium":
         return copy_models_recipes(args)
-    return recipes.copy_medium_recipes(args.models.split(",") if args.models else None,
+    return zoo_copy.copy_medium_recipes(args.models.split(",") if args.models else None,
                                    sweep=args.sweep)
 
 

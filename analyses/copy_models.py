@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from analyses.common import export_of, is_pretrained, load_model
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from models.registry import HF_ARCHS
 from seqprobe.config import check, config_to_dict
 from tasks.copy import CopyTask, TokenCopyPrompts
@@ -33,8 +33,8 @@ def copy_recipes(preset: str, labels: Sequence[str] | None = None) -> list[str]:
     """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the preset)."""
     labels = labels or COPY_LABELS[preset]
     for label in labels:
-        check(label in recipes.COPY_MODELS,
-              f"unknown model {label!r}; allowed: {', '.join(recipes.COPY_MODELS)}")
+        check(label in zoo_copy.COPY_MODELS,
+              f"unknown model {label!r}; allowed: {', '.join(zoo_copy.COPY_MODELS)}")
     return [f"copy/{label}" for label in labels]
 
 
@@ -42,7 +42,7 @@ def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
     """``--models a,b``: with ``--train``, which of the zoo's copy models (see
     :func:`copy_models_recipes`)."""
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(recipes.COPY_MODELS)} "
+                   help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} "
                    "(default: preset's)")
 
 

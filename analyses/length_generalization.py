@@ -130,7 +130,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
-    s = with_flags(PRESETS[args.preset], args, "lengths", "n_examples")
+    s = with_flags(PRESETS[args.level], args, "lengths", "n_examples")
     return compute(models, D, list(s.lengths), s.n_examples, args.seed, info)
 
 

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from analyses import zoo
 from analyses.claims import Claim, Figure, Margin, Reading
 from analyses.common import Checkpoint, fmt, get, load_model, need, run_analysis, to_jsonable
-from analyses.zoo import recipes
+from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, markov_task_of
 from seqprobe import flags
@@ -65,7 +65,7 @@ def figure_label(label: str) -> str:
 # group -> {zoo recipe: label in the figure, the JSON and the claims}
 GROUPS: dict[str, dict[str, str]] = {"conv": CONV_GROUP, **{
     g: {f"markov_ablation/{g}/{label}": figure_label(label) for label, *_ in runs}
-    for g, runs in recipes.ABLATION_GROUPS.items() if g != "conv"}}
+    for g, runs in zoo_markov.ABLATION_GROUPS.items() if g != "conv"}}
 LABELS = {recipe: (g, label) for g, recipes in GROUPS.items() for recipe, label in recipes.items()}
 
 

@@ -45,7 +45,7 @@ import torch
 
 from analyses.claims import Claim, Figure, Margin, Reading, Undecided, Verdict, tightest
 from analyses.common import Checkpoint, load_model, run_analysis, to_jsonable
-from analyses.zoo import recipes
+from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL
 from models.train.levels import SEEDED
@@ -272,12 +272,12 @@ def _recipes(args: argparse.Namespace) -> list[str]:
     """The preset's runs; at large with ``--cpu-batch`` the batch-16 ones."""
     check(not args.cpu_batch or args.train == "large", "--cpu-batch goes with --train large")
     if args.train == "large":
-        return recipes.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
+        return zoo_markov.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
     return list(FIGURE.recipes(args.train))
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    level = args.train or args.preset
+    level = args.train or args.level
     if level == "large":
         return _compute_large(args, checkpoints)
     medium = level in SEEDED
@@ -549,8 +549,8 @@ FIGURE = Figure(
            "to add-β than the Bayes predictor of its training prior, which stays in [0, 0.5]",
            claim_restricted)),
     presets=("quick", "medium", "large", "paper"),
-    recipes=lambda preset: (recipes.markov_holdout_medium_recipes() if preset == "medium"
-                            else recipes.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
+    recipes=lambda preset: (zoo_markov.markov_holdout_medium_recipes() if preset == "medium"
+                            else zoo_markov.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
                             if preset == "large" else (RECIPE,)),
     extra_args=lambda preset: ("--cpu-batch",) if preset == "large" and large_cpu_batch() else ())
 

@@ -47,7 +47,7 @@ from analyses.common import (
     with_flags,
 )
 from analyses.copy_models import COPY_ARCHS, label_for
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at
 from seqprobe.config import check, config_to_dict
@@ -78,11 +78,11 @@ PRESETS: dict[str, Settings] = {
     "quick": Settings(labels=("hard_alibi", "lstm"), lengths=(10, 20, 30, 40, 60, 80, 100),
                       n_examples=256),
     # prefix key only, from random init; the labels and seeds are analyses.zoo.LOOKUP_MEDIUM's
-    "medium": Settings(labels=tuple(recipes.LOOKUP_MEDIUM["labels"]),
+    "medium": Settings(labels=tuple(zoo_copy.LOOKUP_MEDIUM["labels"]),
                        lengths=(5, 10, 20, 25, 30, 40, 60, 100), n_examples=256),
     # large: the same, in the paper's setting (26 letters, strings 5..30), tested to 100
     # (Fig. 6's axis); analyses.zoo.LOOKUP_LARGE's labels and seeds
-    "large": Settings(labels=tuple(recipes.LOOKUP_LARGE["labels"]),
+    "large": Settings(labels=tuple(zoo_copy.LOOKUP_LARGE["labels"]),
                       lengths=(5, 10, 20, 30, 40, 60, 80, 100), n_examples=256),
     "paper": Settings(labels=("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"),
                       lengths=(10, 20, 30, 50, 75, 100, 150), n_examples=1280),
@@ -98,8 +98,8 @@ def lookup_recipes(preset: str, labels: list[str] | None = None,
     labels = labels or list(PRESETS[preset].labels)
     if preset in ("medium", "large"):
         check(init != "copy", f"--init copy: the {preset} lookup models train from random init")
-        return (recipes.lookup_medium_recipes(labels) if preset == "medium"
-                else recipes.lookup_large_recipes(labels))
+        return (zoo_copy.lookup_medium_recipes(labels) if preset == "medium"
+                else zoo_copy.lookup_large_recipes(labels))
     stem = "lookup_scratch" if init == "none" else "lookup"
     names = [f"{stem}_{key}/{label}" for label in labels for key in KEYS]
     if init == "copy":
@@ -196,7 +196,7 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(recipes.COPY_MODELS)} (default: preset's)")
+                   help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} (default: preset's)")
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
@@ -209,10 +209,10 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     for c in checkpoints:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
-    s = with_flags(PRESETS[args.preset], args, "lengths", "n_examples")
+    s = with_flags(PRESETS[args.level], args, "lengths", "n_examples")
     result = compute(models, list(s.lengths), s.n_examples, args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]
-    result["level"] = args.preset  # the medium claim reads only its own level's results
+    result["level"] = args.level  # the medium claim reads only its own level's results
     return result
 
 

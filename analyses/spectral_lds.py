@@ -274,11 +274,11 @@ FIGURE = Figure(
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+    g.add_argument("--quick", dest="level", action="store_const", const="quick",
                    help=f"CPU preset (default): {dataclasses.asdict(PRESETS['quick'])}")
-    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+    g.add_argument("--paper", dest="level", action="store_const", const="paper",
                    help=f"paper scale: {dataclasses.asdict(PRESETS['paper'])}")
-    p.set_defaults(preset="quick")
+    p.set_defaults(level="quick")
     p.add_argument("--T", type=flags.flag("--T"),
                    default=None, help="horizon / filter length")
     p.add_argument("--k", type=flags.flag("--k"),
@@ -323,12 +323,12 @@ def memory_estimate(s: Settings, n_qs: int) -> int:
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     check(args.device in ("cpu", "auto"),
           "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
-    s = with_flags(PRESETS[args.preset], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
+    s = with_flags(PRESETS[args.level], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
     memory.check_fits(memory_estimate(s, len(args.qs)),
                       f"{NAME} at T = {s.T}, k = {s.k}, d_in = {s.d_in}, d_hidden = {s.d_hidden}",
                       "lower --T, --k or --d-in (the regressors are T x k x d_in per context)")
     return {**compute(**dataclasses.asdict(s), qs=tuple(args.qs), seed=args.seed, lr=args.lr,
-                      radius=args.radius), "preset": args.preset}
+                      radius=args.radius), "preset": args.level}
 
 
 def main(argv=None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zlib
 from pathlib import Path
 
 import matplotlib
@@ -14,12 +15,27 @@ from seqprobe.atomic import write_atomic  # noqa: E402 - the suite's one atomic 
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
+class Palette(dict):
+    """Colours by name; a name with none listed (a new architecture, a new model label) gets a
+    fixed colour of its own from its name, so adding a model needs no entry here and its
+    colour is the same in every figure and every run."""
+
+    def __missing__(self, name: str) -> str:
+        extra = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d",
+                 "#31a354", "#756bb1", "#636363")
+        return extra[zlib.crc32(str(name).encode()) % len(extra)]
+
+    def get(self, name, default=...):
+        """``COLORS[name]``; with a ``default`` (None included), that for an unlisted name."""
+        return self[name] if default is ... else super().get(name, default)
+
+
 # One colour per architecture / positional encoding, so figures agree with each other.
-COLORS = {
+COLORS = Palette({
     "nope": "#1f77b4", "alibi": "#ff7f0e", "hard_alibi": "#2ca02c", "rope": "#d62728",
     "mamba": "#9467bd", "mamba2": "#8c564b", "mambazero": "#e377c2", "lstm": "#7f7f7f",
     "stu": "#17becf", "transformer": "#bcbd22", "add_beta": "#000000",
-}
+})
 
 plt.rcParams.update({
     "figure.dpi": 110, "savefig.dpi": 130, "axes.grid": True, "grid.alpha": 0.3,

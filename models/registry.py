@@ -1,22 +1,22 @@
-"""Architecture name -> model class, imported lazily so that no model's dependencies (or an
-optional fast path such as mamba-ssm) load before they are asked for."""
+"""Architecture name -> model class: every SuiteModel subclass in models/ and models/ssm/ that
+sets ``arch`` (a new architecture is one new file), found on first use of :data:`ARCHS`. An
+optional fast path such as mamba-ssm is imported by its model only when a forward pass asks
+for it, so finding the classes never needs it."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 
 from seqprobe.config import config_from_dict
+from seqprobe.discovery import Discovered
 from seqprobe.errors import InputError
 
-# name: "module:Class". Each class is a SuiteModel with ``config_cls``.
-ARCHS: dict[str, str] = {
-    "transformer": "models.transformer:HookedTransformerLM",
-    "mamba2": "models.ssm.mamba2:Mamba2LM",
-    "mambazero": "models.ssm.mambazero:MambaZeroLM",
-    "mamba": "models.ssm.mamba:MambaLM",
-    "lstm": "models.lstm:LSTMLM",
-    "stu": "models.stu:STULM",
-}
+# name: "module:Class". Each class is a SuiteModel with ``arch`` and ``config_cls``.
+ARCHS: Mapping[str, str] = Discovered(
+    ("models", "models.ssm"), lambda: importlib.import_module("models.base").SuiteModel, "arch",
+    skip=("registry", "base", "layers", "outputs", "text", "generation", "loading",
+          "constructions", "memory"))
 
 # The arch names models.hf gives HuggingFace causal LMs booted through TransformerBridge:
 # attention, Mamba, Mamba-2, hybrid. Never a suite arch name, so an analysis that reads a suite

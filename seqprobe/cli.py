@@ -17,7 +17,7 @@ EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a tool its reader closed
 
-LEVELS = ("quick", "medium", "large", "paper")  # the levels of scale, smallest first (models.train.levels has their rows)
+LEVELS = ("quick", "medium", "large", "paper")  # smallest first; models.train.levels has their rows
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -27,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # run on the parsed namespace, in order (flags whose meaning depends on one another,
-        # such as the scale: add_scale_arguments)
+        # such as the scale: add_level_flag)
         self.resolvers: list[Callable[[argparse.Namespace], None]] = []
 
     def error(self, message: str):
@@ -45,7 +45,7 @@ def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> Non
                    f"(default: {default})")
 
 
-SCALE_HELP = {
+LEVEL_HELP = {
     "quick": "CPU-sized (the default; minutes)",
     "medium": "CPU-sized, large enough that both sides of a headline comparison learn (the "
               "commands that have it; tens of minutes each)",
@@ -55,51 +55,51 @@ SCALE_HELP = {
 }
 
 
-def add_scale_arguments(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
-    """The one scale flag, ``--scale {quick,medium,large,paper}`` (default quick)
-    into ``args.preset``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper`` (and
-    ``aliases`` of ``--scale``, such as ``models.train``'s ``--preset``) are other spellings
+def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
+    """The one level flag, ``--level {quick,medium,large,paper}`` (default quick) into
+    ``args.level``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper``, ``--scale`` (its
+    name before) and ``aliases`` (such as ``models.train``'s ``--preset``) are other spellings
     of it."""
-    check(isinstance(p, OneLineParser), "add_scale_arguments needs a OneLineParser")
+    check(isinstance(p, OneLineParser), "add_level_flag needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scale", *aliases, dest="preset", choices=LEVELS, default=None,
-                   help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
+    g.add_argument("--level", "--scale", *aliases, dest="level", choices=LEVELS, default=None,
+                   help="; ".join(f"{k}: {v}" for k, v in LEVEL_HELP.items()))
     for level in LEVELS:
-        g.add_argument(f"--{level}", dest="preset", action="store_const", const=level,
-                       help=f"--scale {level}")
-    p.set_defaults(preset=None)
-    p.resolvers.append(_resolve_scale)
+        g.add_argument(f"--{level}", dest="level", action="store_const", const=level,
+                       help=f"--level {level}")
+    p.set_defaults(level=None)
+    p.resolvers.append(_resolve_level)
 
 
-def add_preset_arguments(p: OneLineParser) -> None:
-    """The scale (:func:`add_scale_arguments`), ``--train`` (train the checkpoints the command
-    needs, at that scale; cached) and ``--cache-dir``. ``--train LEVEL`` is kept as
-    ``--scale LEVEL --train``: ``args.train`` is the level to train at, or None."""
-    add_scale_arguments(p)
+def add_level_arguments(p: OneLineParser) -> None:
+    """The level (:func:`add_level_flag`), ``--train`` (train the checkpoints the command
+    needs, at that level; cached) and ``--cache-dir``. ``--train LEVEL`` is kept as
+    ``--level LEVEL --train``: ``args.train`` is the level to train at, or None."""
+    add_level_flag(p)
     p.add_argument("--train", nargs="?", const=True, default=None, metavar="LEVEL",
-                   help="train the checkpoints this command needs at the scale (cached, "
-                   "reused); --train LEVEL is --scale LEVEL --train")
+                   help="train the checkpoints this command needs at the level (cached, "
+                   "reused); --train LEVEL is --level LEVEL --train")
     p.add_argument("--cache-dir", default="checkpoints",
                    help="where trained checkpoints are kept (default: checkpoints/)")
 
 
-def _resolve_scale(args: argparse.Namespace) -> None:
-    """``args.preset``: the level given (by any spelling, ``--train LEVEL`` included) or
+def _resolve_level(args: argparse.Namespace) -> None:
+    """``args.level``: the level given (by any spelling, ``--train LEVEL`` included) or
     quick; ``args.train``: that level when training was asked for, else None. Two different
     levels are refused, not silently ranked."""
-    level, train = args.preset, getattr(args, "train", None)
+    level, train = args.level, getattr(args, "train", None)
     if isinstance(train, str):
         if train not in LEVELS:
             raise ConfigError(f"--train takes a level ({', '.join(LEVELS)}), got "
                               f"{train!r}; a checkpoint goes before --train, or write "
-                              "--scale LEVEL --train")
+                              "--level LEVEL --train")
         if level is not None and level != train:
-            raise ConfigError(f"--train {train} and --scale {level} (or --{level}) name two "
-                              f"scales; give one: --scale LEVEL --train")
+            raise ConfigError(f"--train {train} and --level {level} (or --{level}) name two "
+                              f"levels; give one: --level LEVEL --train")
         level = train
-    args.preset = level or "quick"
+    args.level = level or "quick"
     if hasattr(args, "train"):
-        args.train = args.preset if train else None
+        args.train = args.level if train else None
 
 
 def exit_code(e: SeqprobeError) -> int:

@@ -1,28 +1,21 @@
-"""Task name -> task class (lazy imports) and the common Task interface."""
+"""Task name -> task class (found in tasks/, imported on first use) and the Task interface."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from seqprobe.config import check, config_from_dict
+from seqprobe.discovery import Discovered
 from seqprobe.errors import InputError
 from tasks.base import IGNORE, Batch, Vocab, letters
 
-TASKS: dict[str, str] = {
-    "copy": "tasks.copy:CopyTask",
-    "dup_ngram_copy": "tasks.copy:DuplicatedNgramCopyTask",
-    "lookup": "tasks.lookup:NgramLookupTask",
-    "phonebook": "tasks.phonebook:PhoneBookTask",
-    "induction": "tasks.induction:InductionHeadsTask",
-    "markov": "tasks.markov:MarkovTask",
-    "switching_markov": "tasks.markov:SwitchingMarkovTask",
-    # binary chains with P(1|·) restricted to a sub-interval (Markov paper App. E.5 hold-out)
-    "markov_holdout": "tasks.markov:HoldoutMarkovTask",
-    "memorization": "tasks.memorization:MemorizationTask",
-}
+# Every Task subclass in tasks/ that sets ``name``: a new task is one new file.
+TASKS: Mapping[str, str] = Discovered(("tasks",), lambda: Task, "name",
+                                      skip=("registry", "base", "prompts"))
 
 
 class Task:

@@ -11,7 +11,7 @@ import torch
 from analyses import copy_efficiency as ce
 from analyses import zoo
 from analyses.claims import Undecided
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from models.checkpoint import read_checkpoint
 from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap
 from seqprobe.errors import InputError
@@ -180,7 +180,7 @@ def test_medium_claims_say_the_setting():
                                  ({4: {"mamba": [2.0, 2.5]}, 6: {"mamba": [1.5, 2.0]}}, und,
                                   True)):  # the ratio falls: not decided at L <= 6
         d = medium_json(ratios)
-        d["setting"] = recipes.COPY_MEDIUM_SETTING
+        d["setting"] = zoo_copy.COPY_MEDIUM_SETTING
         for m in d["by_length"].values():
             m["best_lr"] = {"rope": 0.003, "mamba": 0.01}
             m["sweep"] = {"rope": {"0.003": {}, "0.01": {}}, "mamba": {"0.01": {}}}
@@ -188,47 +188,47 @@ def test_medium_claims_say_the_setting():
         text, verdict_ = ce.claim_gap_grows(d)
         assert verdict_ is holds or isinstance(verdict_, holds)
         # what is not matched comes first
-        assert text.startswith("not matched: " + recipes.COPY_MEDIUM_SETTING["not_matched"])
+        assert text.startswith("not matched: " + zoo_copy.COPY_MEDIUM_SETTING["not_matched"])
         assert "best lr of 0.003/0.01 per L (L=4 rope 0.003, mamba 0.01" in text
         assert "params rope 104k" in text and "2 seeds" in text
         text, verdict_ = ce.claim_fewer_samples(d)
         assert verdict_ is fewer or isinstance(verdict_, fewer)
         assert text.startswith("not matched: ")
-        assert "setting: " + recipes.COPY_MEDIUM_SETTING["paper"] in text
+        assert "setting: " + zoo_copy.COPY_MEDIUM_SETTING["paper"] in text
 
 
 def test_medium_recipes_in_the_zoo():
-    names = recipes.copy_medium_recipes(sweep=True)
-    n = (len(recipes.COPY_MEDIUM["lengths"]) * len(recipes.COPY_MEDIUM_LABELS)
-         * recipes.COPY_MEDIUM["seeds"] * len(recipes.COPY_MEDIUM["lrs"]))
+    names = zoo_copy.copy_medium_recipes(sweep=True)
+    n = (len(zoo_copy.COPY_MEDIUM["lengths"]) * len(zoo_copy.COPY_MEDIUM_LABELS)
+         * zoo_copy.COPY_MEDIUM["seeds"] * len(zoo_copy.COPY_MEDIUM["lrs"]))
     assert len(names) == len(set(names)) == n
     # the plan trains each model at its chosen lr only: one lr of the sweep per model and L
-    chosen = recipes.copy_medium_recipes()
+    chosen = zoo_copy.copy_medium_recipes()
     assert ce.FIGURE.recipes("medium") == chosen and set(chosen) < set(names)
-    assert len(chosen) == n // len(recipes.COPY_MEDIUM["lrs"])
-    for L, lrs in recipes.COPY_MEDIUM_LR.items():
-        assert L in recipes.COPY_MEDIUM["lengths"] and set(lrs) == set(recipes.COPY_MEDIUM_LABELS)
-        assert set(lrs.values()) <= set(recipes.COPY_MEDIUM["lrs"])
+    assert len(chosen) == n // len(zoo_copy.COPY_MEDIUM["lrs"])
+    for L, lrs in zoo_copy.COPY_MEDIUM_LR.items():
+        assert L in zoo_copy.COPY_MEDIUM["lengths"] and set(lrs) == set(zoo_copy.COPY_MEDIUM_LABELS)
+        assert set(lrs.values()) <= set(zoo_copy.COPY_MEDIUM["lrs"])
     assert "medium" in ce.FIGURE.presets
     for name in names:
         r = zoo.recipe(name)
         assert r.available("medium") and not r.available("quick") and not r.available("paper")
-    L = recipes.COPY_MEDIUM["lengths"][-1]
-    spec = zoo.spec(recipes.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
+    L = zoo_copy.COPY_MEDIUM["lengths"][-1]
+    spec = zoo.spec(zoo_copy.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
     assert (spec.task.min_len, spec.task.max_len) == (1, L)  # lengths <= L
     assert spec.train.seed == 2 and spec.train.stop_at == 0.9 and spec.train.lr == 3e-3
-    rope = zoo.spec(recipes.copy_medium_name("rope", L, 0, 1e-2), "medium")
+    rope = zoo.spec(zoo_copy.copy_medium_name("rope", L, 0, 1e-2), "medium")
     assert rope.model.rotary_frac == 0.25 and rope.model.parallel_residual is True
-    hashes = {zoo.spec(recipes.copy_medium_name("rope", L, s, lr), "medium").hash()
-              for s in range(recipes.COPY_MEDIUM["seeds"]) for lr in recipes.COPY_MEDIUM["lrs"]}
-    assert len(hashes) == recipes.COPY_MEDIUM["seeds"] * len(recipes.COPY_MEDIUM["lrs"])
-    L0 = recipes.COPY_MEDIUM["lengths"][0]
-    assert recipes.copy_medium_recipes(["lstm"], sweep=True)[0] == recipes.copy_medium_name(
-        "lstm", L0, 0, recipes.COPY_MEDIUM["lrs"][0])
-    assert recipes.copy_medium_recipes(["lstm"])[0] == recipes.copy_medium_name(
-        "lstm", L0, 0, recipes.COPY_MEDIUM_LR[L0]["lstm"])
+    hashes = {zoo.spec(zoo_copy.copy_medium_name("rope", L, s, lr), "medium").hash()
+              for s in range(zoo_copy.COPY_MEDIUM["seeds"]) for lr in zoo_copy.COPY_MEDIUM["lrs"]}
+    assert len(hashes) == zoo_copy.COPY_MEDIUM["seeds"] * len(zoo_copy.COPY_MEDIUM["lrs"])
+    L0 = zoo_copy.COPY_MEDIUM["lengths"][0]
+    assert zoo_copy.copy_medium_recipes(["lstm"], sweep=True)[0] == zoo_copy.copy_medium_name(
+        "lstm", L0, 0, zoo_copy.COPY_MEDIUM["lrs"][0])
+    assert zoo_copy.copy_medium_recipes(["lstm"])[0] == zoo_copy.copy_medium_name(
+        "lstm", L0, 0, zoo_copy.COPY_MEDIUM_LR[L0]["lstm"])
     with pytest.raises(InputError, match="unknown model 'gpt'"):
-        recipes.copy_medium_recipes(["gpt"])
+        zoo_copy.copy_medium_recipes(["gpt"])
 
 
 def test_medium_models_are_parameter_matched():
@@ -237,10 +237,10 @@ def test_medium_models_are_parameter_matched():
     from models.train.spec import run_size
     from tasks.registry import make_task
 
-    L = recipes.COPY_MEDIUM["lengths"][-1]
+    L = zoo_copy.COPY_MEDIUM["lengths"][-1]
     counts = {}
-    for label in recipes.COPY_MEDIUM_LABELS:
-        spec = zoo.spec(recipes.copy_medium_name(label, L, 0, 1e-3), "medium")
+    for label in zoo_copy.COPY_MEDIUM_LABELS:
+        spec = zoo.spec(zoo_copy.copy_medium_name(label, L, 0, 1e-3), "medium")
         counts[label] = run_size(spec, make_task("copy", spec.task_dict))[0]
     for label, n in counts.items():
         assert 0.8 <= n / counts["rope"] <= 1.2, (label, n, counts["rope"])
@@ -249,8 +249,8 @@ def test_medium_models_are_parameter_matched():
 def test_run_of_reads_label_length_and_seed(tmp_path):
     from models.train.loop import train
 
-    L = recipes.COPY_MEDIUM["lengths"][0]
-    spec = zoo.spec(recipes.copy_medium_name("lstm", L, 1, 3e-3), "medium",
+    L = zoo_copy.COPY_MEDIUM["lengths"][0]
+    spec = zoo.spec(zoo_copy.copy_medium_name("lstm", L, 1, 3e-3), "medium",
                     train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
     spec = spec.replace(model={"d_model": 8, "n_layers": 1})
     torch.manual_seed(0)
@@ -266,9 +266,9 @@ def test_sweep_flag_trains_every_lr_and_only_at_medium():
     import argparse
 
     sweep = argparse.Namespace(train="medium", models="lstm", sweep=True)
-    assert ce._recipes(sweep) == recipes.copy_medium_recipes(["lstm"], sweep=True)
+    assert ce._recipes(sweep) == zoo_copy.copy_medium_recipes(["lstm"], sweep=True)
     chosen = argparse.Namespace(train="medium", models="lstm", sweep=False)
-    assert ce._recipes(chosen) == recipes.copy_medium_recipes(["lstm"])
+    assert ce._recipes(chosen) == zoo_copy.copy_medium_recipes(["lstm"])
     with pytest.raises(InputError, match="--sweep goes with --train medium"):
         ce._recipes(argparse.Namespace(train="quick", models=None, sweep=True))
 
@@ -305,7 +305,7 @@ def test_samples_to_90_are_read_at_exactly_L_with_the_distribution_beside():
     assert m["models"]["rope"]["dist_string_0.9"]["per_seed"] == [200, 200]
     assert m["ratio_to_reference"]["mamba"]["per_seed"] == [3.0, 3.0]  # 900 / 300
     # medium runs at their one chosen lr are flagged against the grid that chose it
-    assert m["lr_grid"]["rope"] == list(recipes.COPY_MEDIUM_LR_GRID)
+    assert m["lr_grid"]["rope"] == list(zoo_copy.COPY_MEDIUM_LR_GRID)
     assert m["lr_edge"] == {"rope": "low", "mamba": None}
     rows = ce.table(d)
     assert rows[0][7] == "→90% over 1..L" and any(r[7] == "200 ± 0" for r in rows)

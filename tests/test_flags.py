@@ -92,7 +92,7 @@ def test_n_examples_0_is_refused_and_unset_takes_the_preset(monkeypatch, tmp_pat
                         lambda paths, device, archs: ({}, {}, 26))
     monkeypatch.setattr(length_generalization, "compute",
                         lambda models, D, lengths, n, seed, info: seen.append(n) or {})
-    args = argparse.Namespace(preset="quick", lengths=None, n_examples=None, seed=0, device="cpu")
+    args = argparse.Namespace(level="quick", lengths=None, n_examples=None, seed=0, device="cpu")
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
     args.n_examples = 7
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])

@@ -6,11 +6,10 @@ list to update:
 * ``PLAN`` (and its commented exclusions ``NOT_PLANNED``) in analyses/reproduce/plan.py: every
   module or package under analyses/ with a module-level ``FIGURE`` is in exactly one of them,
   and every entry of either declares a ``FIGURE``;
-* the ``modules`` of the ``analyses-independent`` contract in .importlinter: exactly the
-  analyses with a ``FIGURE``;
-* ``COLORS`` in figures/style.py (keyed by architecture, positional encoding and copy-model
-  label; the analyses look colours up by ``row["arch"]`` and by label): a colour for every
-  architecture of ``models.registry.ARCHS`` and every copy model of the zoo;
+* no analysis imports another (the analyses being the modules with a ``FIGURE``; derived, so
+  .importlinter lists no analysis);
+* ``COLORS`` in figures/style.py needs no entry for a new model: an unlisted name gets a fixed
+  colour of its own;
 * tests/data/recipe_hashes.json: a level at which some zoo recipe exists is recorded there
   (which recipes at a recorded level is tests/test_recipe_hashes.py's check, not repeated here).
 
@@ -20,12 +19,12 @@ Each check is a function of the live lists, so the "can fail" tests break one li
 
 from __future__ import annotations
 
-import configparser
 import importlib
 import json
 import pkgutil
 from pathlib import Path
 
+import grimp
 import pytest
 
 import analyses
@@ -33,11 +32,8 @@ from analyses.claims import Figure
 from analyses.reproduce import plan
 from analyses.zoo import recipes as zoo_recipes
 from figures import style
-from models import registry
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPORTLINTER = ROOT / ".importlinter"
-INDEPENDENT = "importlinter:contract:analyses-independent"
 RECIPE_HASHES = ROOT / "tests" / "data" / "recipe_hashes.json"
 NOT_ANALYSES = {"common", "zoo", "reproduce"}  # packages under analyses/ that are not analyses
 
@@ -88,28 +84,14 @@ def plan_problems(found: set[str]) -> list[str]:
     return out
 
 
-def importlinter_problems(text: str, found: set[str]) -> list[str]:
-    """What is wrong with the independence contract's ``modules`` given the analyses."""
-    cfg = configparser.ConfigParser()
-    cfg.read_string(text)
-    where = f"the modules of [{INDEPENDENT}] in .importlinter"
-    if INDEPENDENT not in cfg:
-        return [f".importlinter has no [{INDEPENDENT}] section: restore it, listing every "
-                "analysis with a FIGURE"]
-    listed = {m.strip() for m in cfg[INDEPENDENT].get("modules", "").splitlines() if m.strip()}
-    want = {f"analyses.{n}" for n in found}
-    return ([f"add {m} to {where}" for m in sorted(want - listed)]
-            + [f"remove {m} from {where} (no analysis with a FIGURE)"
-               for m in sorted(listed - want)])
-
-
-def color_problems() -> list[str]:
-    """Architectures and copy models without a colour in ``figures.style.COLORS``."""
-    wanted = {**{a: "architecture (models/registry.py ARCHS)" for a in registry.ARCHS},
-              **{label: "copy model (COPY_MODELS in analyses/zoo/recipes.py)"
-                 for label in zoo_recipes.COPY_MODELS}}
-    return [f"{what} {name!r} has no colour: add {name!r} to COLORS in figures/style.py"
-            for name, what in sorted(wanted.items()) if name not in style.COLORS]
+def dependence_problems(found: set[str], graph) -> list[str]:
+    """Analyses that import another (directly or through any chain): shared code belongs in
+    analyses.common, analyses.claims or probes. The analyses are the ones declaring a FIGURE,
+    so a new analysis is checked without being listed anywhere."""
+    return [f"analyses.{a} imports analyses.{b}: move what they share into analyses.common "
+            "or probes" for a in sorted(found) for b in sorted(found)
+            if a != b and graph.chain_exists(importer=f"analyses.{a}",
+                                             imported=f"analyses.{b}", as_packages=True)]
 
 
 def recipe_level_problems(recorded: dict) -> list[str]:
@@ -157,37 +139,34 @@ def test_the_plan_check_can_fail(found, monkeypatch):
     assert "ngram_heads is in both PLAN and NOT_PLANNED" in problems
 
 
-# ---------------------------------------------------------------------------- .importlinter
-def test_the_independence_contract_lists_every_analysis(found):
-    problems = importlinter_problems(IMPORTLINTER.read_text(), found)
+# ---------------------------------------------------------------------------- independence
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("seqprobe", "tasks", "models", "probes", "analyses", "figures")
+
+
+def test_no_analysis_imports_another(found, graph):
+    problems = dependence_problems(found, graph)
     assert not problems, _fmt(problems)
 
 
-def test_the_importlinter_check_can_fail(found):
-    text = IMPORTLINTER.read_text()
-    assert "    analyses.mamba_decay\n" in text
-    problems = importlinter_problems(text.replace("    analyses.mamba_decay\n", ""), found)
-    assert problems == [f"add analyses.mamba_decay to the modules of [{INDEPENDENT}] in "
-                        ".importlinter"]
-    problems = importlinter_problems(text, found | {"toy_paper"})
-    assert problems and "add analyses.toy_paper" in problems[0]
-    problems = importlinter_problems(text, found - {"mamba_decay"})
-    assert problems and "remove analyses.mamba_decay" in problems[0]
+def test_the_independence_check_can_fail(found, graph):
+    graph.add_import(importer="analyses.mamba_decay", imported="analyses.ngram_heads")
+    try:
+        problems = dependence_problems(found, graph)
+    finally:
+        graph.remove_import(importer="analyses.mamba_decay", imported="analyses.ngram_heads")
+    assert problems == ["analyses.mamba_decay imports analyses.ngram_heads: move what they "
+                        "share into analyses.common or probes"]
 
 
 # ---------------------------------------------------------------------------- COLORS
-def test_every_architecture_and_copy_model_has_a_colour():
-    problems = color_problems()
-    assert not problems, _fmt(problems)
-
-
-def test_the_colour_check_can_fail(monkeypatch):
-    monkeypatch.setitem(registry.ARCHS, "toy_rnn", "models.toy_rnn:ToyLM")
-    monkeypatch.setattr(style, "COLORS", {k: v for k, v in style.COLORS.items() if k != "rope"})
-    problems = color_problems()
-    assert ("architecture (models/registry.py ARCHS) 'toy_rnn' has no colour: add 'toy_rnn' to "
-            "COLORS in figures/style.py") in problems
-    assert any("'rope'" in p and "copy model" in p for p in problems)
+def test_a_name_without_a_colour_gets_a_fixed_one_of_its_own():
+    assert style.COLORS["hard_alibi"] == "#2ca02c"  # listed
+    new = style.COLORS["toy_arch"]
+    assert new == style.COLORS["toy_arch"] == style.COLORS.get("toy_arch")
+    assert new.startswith("#") and "toy_arch" not in style.COLORS
+    assert style.COLORS.get("toy_arch", "k") == "k"
 
 
 # ---------------------------------------------------------------------------- recipe hashes

@@ -19,8 +19,10 @@ from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import plan as reproduce_plan
 from analyses.reproduce.plan import PLAN, build_jobs, default_jobs, placement
 from analyses.stu_induction import claims as stu_claims
-from analyses.zoo import recipes
-from analyses.zoo.recipes import COPY_LARGE_PARAMS
+from analyses.zoo import copy as zoo_copy
+from analyses.zoo import markov as zoo_markov
+from analyses.zoo import spectral as zoo_spectral
+from analyses.zoo.copy import COPY_LARGE_PARAMS
 from models.registry import build_model
 from models.train import levels as presets
 from seqprobe.cli import LEVELS
@@ -46,14 +48,14 @@ def test_large_recipes_exist_at_large_only_and_count_as_the_issue_says():
         by.setdefault(r.name.split("/")[0], []).append(r)
     # copy: 5 models x 3 lengths x 4 lrs x 3 seeds; the plan trains the seed-0 sweep
     assert len(by["copy_large"]) == 5 * 3 * 4 * 3
-    assert len(recipes.copy_large_recipes()) == 5 * 3 * 4
+    assert len(zoo_copy.copy_large_recipes()) == 5 * 3 * 4
     # STU: 2 models x 4 q x 2 lrs x 16 seeds
     assert len(by["induction_large"]) == 2 * 4 * 2 * 16
-    assert len(recipes.induction_large_recipes()) == 2 * 4 * 2 * 16
+    assert len(zoo_spectral.induction_large_recipes()) == 2 * 4 * 2 * 16
     assert len(by["lookup_large_prefix"]) == 3 * 2
     # Markov: 3 widths x 5 seeds, at batch 64 and the batch-16 CPU fallback
     assert len(by["markov_holdout_large"]) == 2 * 3 * 5
-    assert len(recipes.markov_holdout_large_recipes()) == 15
+    assert len(zoo_markov.markov_holdout_large_recipes()) == 15
     for r in LARGE:
         zoo.spec(r.name, "large")  # every one builds and validates
     with pytest.raises(InputError, match="no large version"):
@@ -63,20 +65,20 @@ def test_large_recipes_exist_at_large_only_and_count_as_the_issue_says():
 def test_copy_large_settings():
     for L in (10, 20, 30):
         for lr in (3e-4, 1e-3, 3e-3, 1e-2):
-            run = zoo.spec(recipes.copy_large_name("mamba", L, 2, lr), "large")
+            run = zoo.spec(zoo_copy.copy_large_name("mamba", L, 2, lr), "large")
             assert run.task_dict["D"] == 26 and run.task_dict["min_len"] == 1
             assert run.task_dict["max_len"] == L
             t = run.train
             assert (t.context, t.batch_size, t.stop_at, t.lr, t.seed) == (420, 64, 0.9, lr, 2)
     with pytest.raises(InputError, match="allowed at large"):
-        recipes.copy_large_recipes(["nope"])
+        zoo_copy.copy_large_recipes(["nope"])
     with pytest.raises(InputError, match="seeds are 0..2"):
-        recipes.copy_large_recipes(seeds=[3])
+        zoo_copy.copy_large_recipes(seeds=[3])
 
 
-@pytest.mark.parametrize("label", recipes.COPY_LARGE_LABELS)
+@pytest.mark.parametrize("label", zoo_copy.COPY_LARGE_LABELS)
 def test_copy_large_models_are_matched_at_a_million_parameters(label):
-    run = zoo.spec(recipes.copy_large_name(label, 30, 0, 1e-3), "large")
+    run = zoo.spec(zoo_copy.copy_large_name(label, 30, 0, 1e-3), "large")
     with torch.device("meta"):
         n = sum(p.numel() for p in build_model(run.arch, run.model).parameters())
     assert abs(n / COPY_LARGE_PARAMS - 1) <= 0.10, f"{label}: {n:,} parameters"
@@ -86,18 +88,18 @@ def test_stu_lookup_and_markov_large_settings():
     run = zoo.spec("induction_large/stu_shared_L128_lr3e-3_s15", "large")
     assert run.task_dict["length"] == 128 and run.model_dict["mixture"] == "shared"
     assert (run.train.lr, run.train.stop_at, run.train.schedule) == (3e-3, 0.0, "cosine")
-    assert {recipes.induction_length(q) for q in recipes.INDUCTION_LARGE_QS} == {16, 32, 64, 128}
+    assert {zoo_spectral.induction_length(q) for q in zoo_spectral.INDUCTION_LARGE_QS} == {16, 32, 64, 128}
     run = zoo.spec("lookup_large_prefix/lstm_s1", "large")
     assert (run.task_dict["D"], run.task_dict["min_len"], run.task_dict["max_len"]) == (26, 5, 30)
     assert run.task_dict["key"] == "prefix" and run.train.context == 420
     assert run.train.schedule == "linear" and run.train.stop_at == 0.0
     assert max(ngram_lookup.PRESETS["large"].lengths) == 100
     for w in (8, 16, 32):
-        run = zoo.spec(recipes.markov_holdout_large_recipes([w])[4], "large")
+        run = zoo.spec(zoo_markov.markov_holdout_large_recipes([w])[4], "large")
         t = run.train
         assert (t.steps, t.batch_size, run.task_dict["seq_len"], t.seed) == (10000, 64, 512, 4)
         assert run.model_dict["d_model"] == run.model_dict["d_state"] == w
-        cpu = zoo.spec(recipes.markov_holdout_large_recipes([w], cpu_batch=True)[0], "large")
+        cpu = zoo.spec(zoo_markov.markov_holdout_large_recipes([w], cpu_batch=True)[0], "large")
         assert cpu.train.batch_size == 16 and cpu.train.steps == 10000
 
 
@@ -107,10 +109,10 @@ def test_the_five_analyses_have_large_and_their_recipes():
             "memorization": MEMORIZATION}
     for name, fig in figs.items():
         assert "large" in fig.presets, name
-    assert list(copy_efficiency.FIGURE.recipes("large")) == recipes.copy_large_recipes()
-    assert list(stu_induction.FIGURE.recipes("large")) == recipes.induction_large_recipes()
-    assert list(ngram_lookup.FIGURE.recipes("large")) == recipes.lookup_large_recipes()
-    assert list(markov_holdout.FIGURE.recipes("large")) == recipes.markov_holdout_large_recipes(
+    assert list(copy_efficiency.FIGURE.recipes("large")) == zoo_copy.copy_large_recipes()
+    assert list(stu_induction.FIGURE.recipes("large")) == zoo_spectral.induction_large_recipes()
+    assert list(ngram_lookup.FIGURE.recipes("large")) == zoo_copy.lookup_large_recipes()
+    assert list(markov_holdout.FIGURE.recipes("large")) == zoo_markov.markov_holdout_large_recipes(
         cpu_batch=markov_holdout.large_cpu_batch())
     assert [n for n in PLAN if "large" in reproduce_plan.figure_of(n).presets] == [
         "copy_efficiency", "ngram_lookup", "markov_holdout", "memorization", "stu_induction"]
@@ -137,7 +139,7 @@ def test_copy_large_takes_each_models_best_sweep_lr_to_the_other_seeds():
                  "history": _history(3)} for n in names]
 
     result = copy_efficiency.compute_large(runs, train)
-    assert sorted(asked) == sorted(recipes.copy_large_name(lab, 10, s, lr)
+    assert sorted(asked) == sorted(zoo_copy.copy_large_name(lab, 10, s, lr)
                                    for lab, lr in (("rope", 1e-3), ("mamba", 1e-2))
                                    for s in (1, 2))
     assert result["level"] == "large"
@@ -281,7 +283,7 @@ def test_reproduce_large_list(capsys):
 
 def test_markov_holdout_cpu_batch_picks_the_batch_16_runs():
     args = argparse.Namespace(train="large", cpu_batch=True)
-    assert markov_holdout._recipes(args) == recipes.markov_holdout_large_recipes(cpu_batch=True)
+    assert markov_holdout._recipes(args) == zoo_markov.markov_holdout_large_recipes(cpu_batch=True)
     with pytest.raises(InputError, match="goes with --train large"):
         markov_holdout._recipes(argparse.Namespace(train="medium", cpu_batch=True))
 
@@ -298,7 +300,7 @@ def test_stu_claims_of_models_the_large_level_does_not_train_are_left_out():
 def test_markov_large_takes_table_7s_batch_with_a_gpu_and_16_without(monkeypatch, gpu):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     names = list(markov_holdout.FIGURE.recipes("large"))
-    assert names == recipes.markov_holdout_large_recipes(cpu_batch=not gpu)
+    assert names == zoo_markov.markov_holdout_large_recipes(cpu_batch=not gpu)
     assert {zoo.spec(n, "large").train.batch_size for n in names} == {64 if gpu else 16}
     assert ("--cpu-batch" in markov_holdout.FIGURE.extra_args("large")) is not gpu
     assert markov_holdout.FIGURE.extra_args("medium") == ()

@@ -11,7 +11,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tasks", "models", "probes", "analyses", "figures", "bench")
+PACKAGES = ("seqprobe", "tasks", "models", "probes", "analyses", "figures", "bench")
 
 
 def test_the_import_linter_contracts_hold():
@@ -22,13 +22,28 @@ def test_the_import_linter_contracts_hold():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
+def _imports(graph: grimp.ImportGraph, module: str) -> list[str]:
+    """What importing ``module`` runs: the modules it imports and, for each, the package
+    ``__init__``s above it (``import a.b.c`` runs ``a`` and ``a.b`` first) — except the
+    packages above ``module`` itself, which are running already when it is imported."""
+    out = set()
+    for m in graph.find_modules_directly_imported_by(module):
+        parts = m.split(".")
+        out.add(m)
+        out.update(a for a in (".".join(parts[:i]) for i in range(1, len(parts)))
+                   if a in graph.modules and not (module + ".").startswith(a + "."))
+    out.discard(module)
+    return sorted(out)
+
+
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    """Strongly connected components of more than one module (Tarjan, iterative), over what
+    importing each module runs (:func:`_imports`: package ``__init__``s included)."""
     index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
     modules = sorted(graph.modules)
 
     def visit(root):
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        work = [(root, iter(_imports(graph, root)))]
         index[root] = low[root] = counter[0]
         counter[0] += 1
         stack.append(root)
@@ -42,7 +57,7 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
                     counter[0] += 1
                     stack.append(nxt)
                     on.add(nxt)
-                    work.append((nxt, iter(sorted(graph.find_modules_directly_imported_by(nxt)))))
+                    work.append((nxt, iter(_imports(graph, nxt))))
                 elif nxt in on:
                     low[node] = min(low[node], index[nxt])
                 continue
@@ -146,6 +161,22 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("from loopy import a\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _cycles(grimp.build_graph("loopy", cache_dir=None)) == [["loopy.a", "loopy.b"]]
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_package_init(tmp_path, monkeypatch):
+    """``common`` imports ``plan.costs``, which runs ``plan/__init__``, which imports
+    ``plan.cli``, which imports ``common``: no two modules name each other, yet importing
+    ``common`` first fails on a partly initialised module."""
+    pkg = tmp_path / "loopy2"
+    (pkg / "plan").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "common.py").write_text("from loopy2.plan.costs import x\n")
+    (pkg / "plan" / "__init__.py").write_text("from loopy2.plan.cli import main\n")
+    (pkg / "plan" / "cli.py").write_text("from loopy2.common import x\nmain = 1\n")
+    (pkg / "plan" / "costs.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _cycles(grimp.build_graph("loopy2", cache_dir=None)) == [
+        ["loopy2.common", "loopy2.plan", "loopy2.plan.cli"]]
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)

@@ -122,9 +122,9 @@ def test_p_hat_bins_count_and_average_the_chains_in_each_bin():
 
 def test_medium_recipes_are_the_papers_model():
     from analyses import zoo
-    from analyses.zoo import recipes
+    from analyses.zoo import markov as zoo_markov
     from models.ssm.mamba2 import MARKOV_PAPER_MODEL
-    for name in recipes.markov_holdout_medium_recipes():
+    for name in zoo_markov.markov_holdout_medium_recipes():
         model = zoo.recipe(name).parts("medium")["model"]
         assert {k: model[k] for k in MARKOV_PAPER_MODEL} == MARKOV_PAPER_MODEL
 
@@ -145,7 +145,7 @@ def _ckpt(path, seed: int, seq_len: int = 60):
 
 
 def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
-    args = argparse.Namespace(train="medium", preset=None, device="cpu", n_seqs=8, seq_len=60,
+    args = argparse.Namespace(train="medium", level=None, device="cpu", n_seqs=8, seq_len=60,
                               seed=0)
     a, b = _ckpt(tmp_path / "a.pt", 0), _ckpt(tmp_path / "b.pt", 1)
     res = mh._compute(args, [mh.Checkpoint("a", a), mh.Checkpoint("b", b)])

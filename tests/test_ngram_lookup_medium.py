@@ -6,7 +6,7 @@ import pytest
 
 from analyses import ngram_lookup, zoo
 from analyses.claims import Undecided
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from seqprobe.errors import InputError
 from tasks.lookup import NgramLookupTask
 
@@ -146,7 +146,7 @@ def test_table_adds_the_seed_means():
 
 def test_medium_recipes_are_prefix_lookup_from_random_init():
     names = ngram_lookup.lookup_recipes("medium")
-    labels, seeds = recipes.LOOKUP_MEDIUM["labels"], recipes.LOOKUP_MEDIUM["seeds"]
+    labels, seeds = zoo_copy.LOOKUP_MEDIUM["labels"], zoo_copy.LOOKUP_MEDIUM["seeds"]
     assert len(names) == len(labels) * seeds and seeds >= 2
     assert names[0] == f"lookup_medium_prefix/{labels[0]}_s0"
     for n in names:
@@ -185,8 +185,8 @@ TINY_TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
 def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     """``--medium --train medium``: tiny stand-ins for the LSTM's seeds; the seeds become one
     model in the claim and a mean row in the table."""
-    for s in range(recipes.LOOKUP_MEDIUM["seeds"]):
-        r = zoo.Recipe(recipes.lookup_medium_name("lstm", s), "lookup", "lstm",
+    for s in range(zoo_copy.LOOKUP_MEDIUM["seeds"]):
+        r = zoo.Recipe(zoo_copy.lookup_medium_name("lstm", s), "lookup", "lstm",
                        {"model": {"d_model": 8, "n_layers": 1},
                         "task": {"D": 8, "min_len": 6, "max_len": 8, "n": 3, "k": 1,
                                  "key": "prefix"}, "train": {**TINY_TRAIN, "seed": s}},
@@ -196,7 +196,7 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
                               "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path),
                               "--lengths", "8,12", "--n-examples", "4"]) == 0
     r = json.loads((tmp_path / "ngram_lookup.json").read_text())
-    labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, recipes.LOOKUP_MEDIUM["seeds"])]
+    labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, zoo_copy.LOOKUP_MEDIUM["seeds"])]
     assert list(r["curves"]["prefix"]) == labels and r["curves"]["suffix"] == {}
     assert [r["train"]["prefix"][k]["seed"] for k in labels] == list(range(len(labels)))
     text, holds = ngram_lookup.claim_prefix(r)

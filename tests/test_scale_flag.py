@@ -4,15 +4,15 @@
 import pytest
 
 from analyses import zoo
-from analyses.zoo import recipes
+from analyses.zoo import copy as zoo_copy
 from models.train.cli import build_parser
-from seqprobe.cli import OneLineParser, add_preset_arguments, add_scale_arguments
+from seqprobe.cli import OneLineParser, add_level_arguments, add_level_flag
 from seqprobe.errors import ConfigError
 
 
 def parse(argv, train=True):
     p = OneLineParser(prog="t")
-    (add_preset_arguments if train else add_scale_arguments)(p)
+    (add_level_arguments if train else add_level_flag)(p)
     p.add_argument("checkpoints", nargs="*")
     return p.parse_args(argv)
 
@@ -21,9 +21,9 @@ def parse(argv, train=True):
     ([], "quick"), (["--scale", "medium"], "medium"), (["--medium"], "medium"),
     (["--paper"], "paper"), (["--quick"], "quick"), (["--scale", "paper"], "paper")])
 def test_every_spelling_of_a_scale_is_one_value(argv, preset):
-    assert parse(argv, train=False).preset == preset
+    assert parse(argv, train=False).level == preset
     args = parse(argv)
-    assert (args.preset, args.train) == (preset, None)
+    assert (args.level, args.train) == (preset, None)
 
 
 @pytest.mark.parametrize(("argv", "preset"), [
@@ -33,7 +33,7 @@ def test_every_spelling_of_a_scale_is_one_value(argv, preset):
     (["--train", "medium", "--medium"], "medium")])
 def test_train_trains_at_the_scale(argv, preset):
     args = parse(argv)
-    assert (args.preset, args.train) == (preset, preset)
+    assert (args.level, args.train) == (preset, preset)
 
 
 @pytest.mark.parametrize(("argv", "match"), [
@@ -56,14 +56,14 @@ def test_a_checkpoint_after_train_is_a_clear_error_and_before_it_works():
 
 def test_models_train_keeps_preset_as_a_spelling_of_the_scale():
     p, _ = build_parser("transformer", "copy")
-    assert p.parse_args(["--preset", "paper"]).preset == "paper"
-    assert p.parse_args(["--scale", "medium"]).preset == "medium"
-    assert p.parse_args(["--paper"]).preset == "paper"
-    assert p.parse_args([]).preset == "quick"
+    assert p.parse_args(["--preset", "paper"]).level == "paper"
+    assert p.parse_args(["--scale", "medium"]).level == "medium"
+    assert p.parse_args(["--paper"]).level == "paper"
+    assert p.parse_args([]).level == "quick"
 
 
 def test_the_zoo_takes_the_scale_between_names(tmp_path, capsys):
-    name = recipes.copy_medium_name("rope", 4, 0, 1e-3)
+    name = zoo_copy.copy_medium_name("rope", 4, 0, 1e-3)
     assert zoo.main(["--list", "--scale", "medium", name, "--cache-dir", str(tmp_path)]) == 0
     assert "missing" in capsys.readouterr().out
     # quick: none, and --list lists only what exists at the level asked for (issue 37)

@@ -16,7 +16,7 @@ from analyses import stu_induction as A
 from analyses import zoo
 from analyses.claims import Undecided
 from analyses.stu_induction import claims as C
-from analyses.zoo import recipes
+from analyses.zoo import spectral as zoo_spectral
 from models.train.loop import train
 from models.train.spec import make_spec
 from probes import induction
@@ -79,7 +79,7 @@ def test_stu_induction_analysis_on_checkpoints(tmp_path):
 
 def test_recipes_are_the_zoos_induction_runs():
     quick = A.induction_recipes("quick")
-    runs = recipes.INDUCTION_RUNS["quick"]
+    runs = zoo_spectral.INDUCTION_RUNS["quick"]
     assert len(quick) == 3 * len(runs["qs"]) * runs["seeds"]
     assert quick[0] == "induction/stu_L16_s0" and "induction/mamba2_L64_s2" in quick
     assert A.FIGURE.recipes("quick") == quick
@@ -175,13 +175,13 @@ def test_stu_learns_induction_at_its_training_length(tmp_path):
 # ------------------------------------------------------------------------- medium (issues 21, 27)
 def test_medium_recipes_are_the_zoos_medium_block():
     names = A.induction_recipes("medium")
-    table = recipes.INDUCTION_MEDIUM_MODELS
-    assert len(names) == len(recipes.INDUCTION_MEDIUM_QS) * sum(t[2] for t in table.values())
+    table = zoo_spectral.INDUCTION_MEDIUM_MODELS
+    assert len(names) == len(zoo_spectral.INDUCTION_MEDIUM_QS) * sum(t[2] for t in table.values())
     assert "induction_medium/stu_L64_s7" in names and "induction_medium/mamba2_L16_s1" in names
     assert all(zoo.RECIPES[n].available("medium") and not zoo.RECIPES[n].available("quick")
                for n in names)
     # 8 seeds of the paper's STU at L = 16 and 64 (issue 27); its ablations fewer, >= 2 each
-    assert {recipes.induction_length(q) for q in recipes.INDUCTION_MEDIUM_QS} == {16, 64}
+    assert {zoo_spectral.induction_length(q) for q in zoo_spectral.INDUCTION_MEDIUM_QS} == {16, 64}
     assert table["stu"][2] >= 8
     assert all(seeds >= 2 for arch, _, seeds in table.values() if arch == "stu")
     # the paper's setting: trained to convergence, no early stop, a decaying step size
@@ -206,7 +206,7 @@ def test_medium_recipes_are_the_zoos_medium_block():
 def test_describe_tells_the_medium_variants_apart(tmp_path):
     labels = {}
     for label in ("stu", "stu_shared", "stu_blank0", "transformer"):
-        arch, model, _ = recipes.INDUCTION_MEDIUM_MODELS[label]
+        arch, model, _ = zoo_spectral.INDUCTION_MEDIUM_MODELS[label]
         cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else dict(
             d_model=8, n_heads=2, n_layers=1)
         path = _train_tiny(tmp_path, label, arch=arch, **{**cfg, **model})

@@ -125,7 +125,7 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     if args.n_examples is not None:
         task_cfg["n_examples"] = args.n_examples
     train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
-    result = compute(args.data, level, args.preset, args.out,
+    result = compute(args.data, level, args.level, args.out,
                      widths=args.widths,
                      fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,

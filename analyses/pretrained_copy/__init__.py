@@ -270,9 +270,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", help="HuggingFace causal LMs: local directories or hub "
                    "names (e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+    g.add_argument("--quick", dest="level", action="store_const", const="quick",
                    help="small sizes, 20 prompts per point (default)")
-    g.add_argument("--paper", dest="preset", action="store_const", const="paper",
+    g.add_argument("--paper", dest="level", action="store_const", const="paper",
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(preset="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
@@ -333,7 +333,7 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 
 
 def _compute(args, _checkpoints) -> dict:
-    s = with_flags(PRESETS[args.preset], args, "entries", "lengths", "n_examples")
+    s = with_flags(PRESETS[args.level], args, "entries", "lengths", "n_examples")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
     check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading

@@ -41,7 +41,7 @@ from models.train.costs import StepCosts
 from models.train.gpu_costs import REFERENCE_CARD, UTILISATION, device_kind
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
-from seqprobe.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
+from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
 from seqprobe.sweep import add_backend_arguments, backend_of
 
@@ -52,7 +52,7 @@ DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick``
 
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m analyses.reproduce", description=DESCRIPTION)
-    add_scale_arguments(p)
+    add_level_flag(p)
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these")
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
     p.add_argument("--out", default=None,
@@ -144,41 +144,41 @@ def body(argv: list[str] | None) -> int:
     for n in args.only + args.skip:
         check(n in PLAN, f"unknown analysis {n!r}; the plan has: {', '.join(PLAN)}")
     for n in args.only:
-        check(args.preset in figure_of(n).presets, f"{n} has no {args.preset} level (it has "
+        check(args.level in figure_of(n).presets, f"{n} has no {args.level} level (it has "
               f"{', '.join(figure_of(n).presets)})")
     names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip
-             and args.preset in figure_of(n).presets]
-    check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.preset} "
+             and args.level in figure_of(n).presets]
+    check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.level} "
           "level")
     if args.out is None:
-        args.out = str(DEFAULT_OUT / args.preset if args.preset in ("medium", "large")
+        args.out = str(DEFAULT_OUT / args.level if args.level in ("medium", "large")
                        else DEFAULT_OUT)
     out, cache = Path(args.out), Path(args.cache_dir)
     if args.seed_offset:  # read by the zoo here (the plan's cache states) and in every job
         os.environ[zoo.SEED_OFFSET_ENV] = str(args.seed_offset)
     if args.list:
-        return _list(names, args.preset, out, cache, args.jobs or default_jobs(args.preset),
+        return _list(names, args.level, out, cache, args.jobs or default_jobs(args.level),
                      args.device)
     if args.dry_run:
         check_output_dir(out)
-        return dryrun.report(plan_models(names, args.preset), args.device, out)
+        return dryrun.report(plan_models(names, args.level), args.device, out)
     _check_dirs(out, cache)
     out.mkdir(parents=True, exist_ok=True)
-    timings = _timings(out, args.preset)
+    timings = _timings(out, args.level)
     if args.index_only:
         outcomes = [index_outcome(Job(n, (), figure=figure_of(n)), out, timings.get(n, {}))
                     for n in names]
-        write_index(outcomes, out, args.preset)
+        write_index(outcomes, out, args.level)
         print(f"index: {out / 'index.html'}")
         return 0
-    jobs = build_jobs(names, args.preset, out, cache)
-    slots = args.jobs or default_jobs(args.preset)
-    backend = backend_of(args, slots, "cuda" if args.preset == "paper" else "cpu")
+    jobs = build_jobs(names, args.level, out, cache)
+    slots = args.jobs or default_jobs(args.level)
+    backend = backend_of(args, slots, "cuda" if args.level == "paper" else "cpu")
     if backend.ray and not args.jobs:  # every ready job goes to Ray, which queues them
         slots = sum(j.slots for j in jobs)
-    eta = Eta.of(jobs, slots, args.preset, StepCosts.load().timed(), timings)
+    eta = Eta.of(jobs, slots, args.level, StepCosts.load().timed(), timings)
     print(_eta_line(eta, slots), flush=True)
-    progress = _Progress(jobs, names, eta, slots, out, args.preset, timings)
+    progress = _Progress(jobs, names, eta, slots, out, args.level, timings)
     with interrupt_on_sigterm():
         outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start,
                             progress.on_done, expected=eta.costs(), backend=backend)

@@ -46,7 +46,7 @@ from analyses.stu_induction.claims import (
     claim_vs_baselines,
     runs_text,
 )
-from analyses.zoo import recipes
+from analyses.zoo import spectral as zoo_spectral
 from figures.style import COLORS, new_figure
 from probes.induction import (
     binomial_sf,
@@ -106,7 +106,7 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
         D = task.cfg.D
         groups[(describe(m), task.cfg.length)].append(m)
     if lengths is None:
-        top = max(recipes.INDUCTION_T, max(L for _, L in groups))
+        top = max(zoo_spectral.INDUCTION_T, max(L for _, L in groups))
         lengths = sorted({2**i for i in range(4, int(math.log2(top)) + 1)} | {L for _, L in groups})
     check(all(L >= 3 for L in lengths), f"evaluation lengths must be >= 3, got {lengths}")
     task = make_task("induction", {"D": D, "length": 3})
@@ -242,15 +242,15 @@ def table(result: dict) -> list[list]:
 def induction_recipes(preset: str, archs: tuple[str, ...] | None = None,
                       qs: tuple[float, ...] | None = None, seeds: int | None = None) -> list[str]:
     """The zoo recipes of every (arch, q, seed): training lengths T^q and seeds 0..seeds-1
-    (default: the preset's ``recipes.INDUCTION_RUNS``; at medium ``zoo.INDUCTION_MEDIUM_*``, every
+    (default: the preset's ``zoo_spectral.INDUCTION_RUNS``; at medium ``zoo.INDUCTION_MEDIUM_*``, every
     label with its own seeds). A run the zoo has no recipe for is a clear error that names the
     runs it has."""
     if preset == "medium":
         return _medium_recipes(archs, qs, seeds)
     if preset == "large":  # both STUs at every q, two lrs, 16 seeds (zoo.INDUCTION_LARGE_*)
-        return recipes.induction_large_recipes(archs, qs, seeds)
+        return zoo_spectral.induction_large_recipes(archs, qs, seeds)
     archs = archs or DEFAULT_ARCHS
-    runs = recipes.INDUCTION_RUNS[preset]
+    runs = zoo_spectral.INDUCTION_RUNS[preset]
     qs = tuple(qs or runs["qs"])
     seeds = runs["seeds"] if seeds is None else seeds
     check(seeds >= 1 and len(qs) >= 1 and all(0 < q <= 1 for q in qs),
@@ -259,29 +259,29 @@ def induction_recipes(preset: str, archs: tuple[str, ...] | None = None,
     for arch in archs:
         check(arch in zoo_archs, f"the zoo has no induction recipes for arch {arch!r} (it has "
               f"{', '.join(zoo_archs)}); give such checkpoints as paths instead")
-    lengths = sorted({recipes.induction_length(q) for q in qs})
-    names = [recipes.induction_name(a, L, s) for a in archs for L in lengths for s in range(seeds)]
+    lengths = sorted({zoo_spectral.induction_length(q) for q in qs})
+    names = [zoo_spectral.induction_name(a, L, s) for a in archs for L in lengths for s in range(seeds)]
     for n in names:
         check(n in zoo.RECIPES and zoo.RECIPES[n].available(preset),
               f"no {preset} recipe {n} in the zoo: its {preset} induction runs are q in "
               f"{', '.join(f'{q:.4g}' for q in runs['qs'])} (lengths "
-              f"{', '.join(str(recipes.induction_length(q)) for q in runs['qs'])}) and seeds "
+              f"{', '.join(str(zoo_spectral.induction_length(q)) for q in runs['qs'])}) and seeds "
               f"0..{runs['seeds'] - 1} (analyses/zoo/__init__.py INDUCTION_RUNS)")
     return names
 
 
 def _medium_recipes(labels: tuple[str, ...] | None, qs: tuple[float, ...] | None,
                     seeds: int | None) -> list[str]:
-    table = recipes.INDUCTION_MEDIUM_MODELS
+    table = zoo_spectral.INDUCTION_MEDIUM_MODELS
     labels = labels or tuple(table)
-    qs = tuple(qs or recipes.INDUCTION_MEDIUM_QS)
+    qs = tuple(qs or zoo_spectral.INDUCTION_MEDIUM_QS)
     check(all(lab in table for lab in labels),
           f"the medium induction runs are {', '.join(table)}, got {', '.join(labels)}")
-    check(all(q in recipes.INDUCTION_MEDIUM_QS for q in qs), "the medium induction runs are q in "
-          + ", ".join(f"{q:.4g}" for q in recipes.INDUCTION_MEDIUM_QS))
+    check(all(q in zoo_spectral.INDUCTION_MEDIUM_QS for q in qs), "the medium induction runs are q in "
+          + ", ".join(f"{q:.4g}" for q in zoo_spectral.INDUCTION_MEDIUM_QS))
     check(seeds is None or 1 <= seeds <= min(table[lab][2] for lab in labels),
           f"need 1 <= seeds <= {min(table[lab][2] for lab in labels)} for {', '.join(labels)}")
-    return [recipes.induction_medium_name(lab, recipes.induction_length(q), s) for lab in labels
+    return [zoo_spectral.induction_medium_name(lab, zoo_spectral.induction_length(q), s) for lab in labels
             for q in qs for s in range(table[lab][2] if seeds is None else seeds)]
 
 
@@ -314,8 +314,8 @@ FIGURE = Figure(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default=None,
                    help="architectures trained by --train (default: stu,transformer,mamba2; "
-                   f"medium: the labels {','.join(recipes.INDUCTION_MEDIUM_MODELS)}; large: "
-                   f"{','.join(recipes.INDUCTION_LARGE_MODELS)})")
+                   f"medium: the labels {','.join(zoo_spectral.INDUCTION_MEDIUM_MODELS)}; large: "
+                   f"{','.join(zoo_spectral.INDUCTION_LARGE_MODELS)})")
     p.add_argument("--qs", type=flags.flag("--qs"),
                    default=None, help="training lengths T^q with T = 256, from the "
                    "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")

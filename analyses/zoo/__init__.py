@@ -38,7 +38,7 @@ from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
 from seqprobe import flags
-from seqprobe.cli import OneLineParser, add_device_argument, add_scale_arguments, run_cli
+from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
@@ -269,7 +269,7 @@ def _main(argv: list[str] | None) -> int:
                    "prefixes to list (default: all)")
     p.add_argument("--list", action="store_true", help="list the recipes that exist at the "
                    "level, with each one's state and path (the default; creates nothing)")
-    add_scale_arguments(p, aliases=("--level",))
+    add_level_flag(p)
     p.add_argument("--cache-dir", default="checkpoints")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
@@ -278,15 +278,15 @@ def _main(argv: list[str] | None) -> int:
     add_backend_arguments(p)
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
     if args.names[:1] == ["path"] and not args.list:
-        return _print_paths(args.names[1:], args.preset, args.cache_dir, args.device)
+        return _print_paths(args.names[1:], args.level, args.cache_dir, args.device)
     if args.names[:1] == ["train"] and not args.list:
         check_cache_dir(args.cache_dir)
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
-            recipe(n).parts(args.preset)  # every name checked before any training
+            recipe(n).parts(args.level)  # every name checked before any training
         if args.ray is None:  # as ever: one after the other, each with its own progress bar
-            for n, path in checkpoints(args.names, args.preset, args.cache_dir, args.device,
+            for n, path in checkpoints(args.names, args.level, args.cache_dir, args.device,
                                        not args.no_progress).items():
                 print(f"{n}: {path}")
             return 0
@@ -294,13 +294,13 @@ def _main(argv: list[str] | None) -> int:
         slots = max(recipe(n).slots for n in args.names)
         device = str(resolve_device(args.device))  # auto: what this machine has
         backend = backend_of(args, jobs, device, num_cpus=slots)
-        done = train_recipes(args.names, args.preset, args.cache_dir, device, backend,
+        done = train_recipes(args.names, args.level, args.cache_dir, device, backend,
                              progress=not args.no_progress)
         for n, path in done.items():
             print(f"{n}: {path.error} (failed after {path.attempts} attempt(s))"
                   if isinstance(path, Failed) else f"{n}: {path}")
         return EXIT_SOME_FAILED if any(isinstance(r, Failed) for r in done.values()) else 0
-    return _print_list(args.names, args.preset, args.cache_dir, args.device)
+    return _print_list(args.names, args.level, args.cache_dir, args.device)
 
 
 def _readable_cache_dir(cache_dir: str | Path) -> None:

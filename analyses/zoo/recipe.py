@@ -6,7 +6,7 @@ checkpoint starts it at level ``L`` (fine-tuning). The zoo's recipes: :mod:`anal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -91,3 +91,13 @@ def parse_zoo_ref(ref: str) -> tuple[str, str]:
     check(level in LEVELS, f"{ref!r}: unknown level {level!r} after '@'; levels: "
           f"{', '.join(LEVELS)}")
     return name, level
+
+
+def checked_labels(labels: Iterable[str] | None, allowed: Iterable[str], level: str) -> list[str]:
+    """``labels`` (default: every one ``allowed``), each checked to be a model of the level."""
+    allowed = tuple(allowed)
+    labels = list(labels or allowed)
+    for label in labels:
+        check(label in allowed,
+              f"unknown model {label!r}; allowed at {level}: {', '.join(allowed)}")
+    return labels

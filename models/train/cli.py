@@ -47,7 +47,7 @@ from seqprobe.cli import (
     EXIT_INTERRUPTED,
     OneLineParser,
     add_device_argument,
-    add_scale_arguments,
+    add_level_flag,
     exit_code,
 )
 from seqprobe.device import resolve_device
@@ -112,7 +112,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
         "are given).")
     p.add_argument("--task", default="copy", help=f"one of: {', '.join(sorted(TASKS))}")
     p.add_argument("--arch", default="transformer", help=f"one of: {', '.join(sorted(ARCHS))}")
-    add_scale_arguments(p, aliases=("--preset",))  # --preset: the flag's name before --scale
+    add_level_flag(p, aliases=("--preset",))  # --preset: the flag's first name
     p.add_argument("--out", default=None, help="checkpoint path (.pt)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --out even if it holds a checkpoint this run does not resume")
@@ -222,7 +222,7 @@ def _main(argv: list[str]) -> int:
             spec = spec_of_checkpoint(ck, given["model"], given["task"], given["train"])
             out = args.out or resume
         else:
-            spec = make_spec(arch, task, args.preset, given["model"], given["task"], given["train"])
+            spec = make_spec(arch, task, args.level, given["model"], given["task"], given["train"])
             out = args.out
         if out is None:
             raise InputError("--out is required (where to write the checkpoint)")

@@ -11,7 +11,6 @@ import pytest
 from analyses import (
     bc_orthogonality,
     copy_bounds,
-    copy_efficiency,
     duplicated_ngrams,
     length_generalization,
     mamba_decay,
@@ -24,6 +23,7 @@ from analyses import (
     state_probe,
 )
 from analyses.claims import Margin, Reading, Undecided, tightest
+from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.memorization import claims as mem_claims
 from analyses.reproduce.plan import PLAN, figure_of
 from analyses.stu_induction import claims as stu_claims
@@ -115,12 +115,12 @@ def test_length_generalization_margins():
 def test_copy_efficiency_margin_and_undecided():
     d = reach_json(20, hard_alibi=3200, lstm=None)
     d["train"]["lstm"]["samples_seen"] = 48000
-    m = margin_of(copy_efficiency.claim_fewer_samples(d))
+    m = margin_of(claim_fewer_samples(d))
     assert m.value == 15.0 and m.unit == "×" and "lower bound" in m.quantity
-    m = margin_of(copy_efficiency.claim_fewer_samples(reach_json(hard_alibi=3200, lstm=1600)),
+    m = margin_of(claim_fewer_samples(reach_json(hard_alibi=3200, lstm=1600)),
                   holds=False)
     assert m.value == 0.5
-    read = copy_efficiency.claim_fewer_samples(reach_json(6, hard_alibi=3200, mamba=1600))
+    read = claim_fewer_samples(reach_json(6, hard_alibi=3200, mamba=1600))
     assert isinstance(read[1], Undecided) and read.margin.value == 0.5
 
 
@@ -285,14 +285,14 @@ def test_medium_readers_margins():
             assert read.margin.holds is read[1]
     assert markov_holdout.claim_to_zero(d).margin.value == pytest.approx(0.002)
     # copy efficiency: the smallest per-seed ratio; the gap's change with its interval
-    fewer = copy_efficiency.claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
-                                                                 "lstm": [1.5, None]}}))
+    fewer = claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
+                                                 "lstm": [1.5, None]}}))
     assert fewer.margin.value == 1.5 and fewer.margin.threshold == 1
-    grows = copy_efficiency.claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4]},
-                                                         20: {"mamba": [9.0, 8.0, 10.0]}}))
+    grows = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4]},
+                                         20: {"mamba": [9.0, 8.0, 10.0]}}))
     assert grows[1] is True and grows.margin.interval[0] > 0
-    held = copy_efficiency.claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.0, 2.0]},
-                                                        20: {"mamba": [6.0, 1.9, 1.8]}}))
+    held = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.0, 2.0]},
+                                        20: {"mamba": [6.0, 1.9, 1.8]}}))
     assert isinstance(held[1], Undecided) and held.margin.interval[0] < 0 < held.margin.interval[1]
     # prefix lookup length generalisation (medium)
     d = {**prefix_json({"hard_alibi": [1.0, 0.5, 0.2], "lstm": [1.0, 0.95, 0.92]}),

@@ -12,6 +12,7 @@ from analyses import (
     ngram_lookup,
 )
 from analyses.claims import Undecided
+from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 
 
 def verdict(claim, d):
@@ -128,7 +129,7 @@ def reach_json(max_len=None, **samples):
 
 
 def test_efficiency_claim():
-    claim = copy_efficiency.claim_fewer_samples
+    claim = claim_fewer_samples
     assert verdict(claim, reach_json(hard_alibi=3200, nope=6400, lstm=None)) is True
     assert verdict(claim, reach_json(hard_alibi=3200, mamba=64000, lstm=None)) is True
     assert verdict(claim, reach_json(hard_alibi=3200, lstm=1600)) is False  # the GSSM is faster
@@ -150,7 +151,7 @@ def test_efficiency_gap_claim():  # medium level; more in tests/test_copy_effici
             "ratio": sum(r) / 3, "per_seed": r, "min": min(r), "max": max(r),
             "all_reached": True}}} for L, r in ratios.items()}}
 
-    claim = copy_efficiency.claim_gap_grows
+    claim = claim_gap_grows
     assert verdict(claim, medium({10: [2.0, 2.2, 2.4], 20: [9.0, 8.0, 10.0]})) is True
     assert verdict(claim, medium({10: [9.0, 8.0, 10.0], 20: [2.0, 2.2, 2.4]})) is False
     # the same fall at L = 4 -> 6, where the paper's trend predicts <= 2x: not decided
@@ -207,7 +208,7 @@ def test_every_claim_of_the_figure_is_tested_here(mod):
         duplicated_ngrams.claim_flat_then_falls, copy_bounds.claim_no_repeat,
         copy_bounds.claim_lemma_2_4, copy_bounds.claim_gssm_bound,
         length_generalization.claim_beyond, length_generalization.claim_twice,
-        copy_efficiency.claim_fewer_samples, copy_efficiency.claim_gap_grows,
+        claim_fewer_samples, claim_gap_grows,
         ngram_lookup.claim_suffix,
         ngram_lookup.claim_prefix, ngram_lookup.claim_prefix_length)}
     assert {c.measure.__name__ for c in mod.FIGURE.claims} <= tested

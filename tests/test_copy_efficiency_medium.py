@@ -11,6 +11,8 @@ import torch
 from analyses import copy_efficiency as ce
 from analyses import zoo
 from analyses.claims import Undecided
+from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
+from analyses.copy_efficiency.seeded import _run_of, compute_medium
 from analyses.zoo import copy as zoo_copy
 from models.checkpoint import read_checkpoint
 from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap
@@ -36,8 +38,8 @@ def runs(spec: dict[tuple[str, int], list[int | None]]) -> list[dict]:
 
 
 def test_compute_medium_means_ratios_and_per_seed_pairs():
-    d = ce.compute_medium(runs({("rope", 5): [2, 2, 4], ("hard_alibi", 5): [3, 3, 3],
-                                ("mamba", 5): [4, 6, 8], ("lstm", 5): [6, None, 6]}))
+    d = compute_medium(runs({("rope", 5): [2, 2, 4], ("hard_alibi", 5): [3, 3, 3],
+                             ("mamba", 5): [4, 6, 8], ("lstm", 5): [6, None, 6]}))
     d = json.loads(json.dumps(d))  # as reproduce reads it
     m = d["by_length"]["5"]
     assert m["models"]["rope"]["string_0.9"]["mean"] == pytest.approx(800 / 3)
@@ -54,18 +56,18 @@ def test_compute_medium_means_ratios_and_per_seed_pairs():
     rows = ce.table(d)
     assert rows[0][0] == "L" and any(r[1] == "rope" and r[-2] == "reference" for r in rows)
     ce.plot(d)  # draws
-    holds = ce.claim_fewer_samples(d)[1]
+    holds = claim_fewer_samples(d)[1]
     assert holds is True  # every per-seed ratio > 1; the LSTM seed that never got there too
 
 
 def test_claims_read_compute_medium():
     spec = {("rope", 10): [2, 2], ("mamba", 10): [4, 4], ("rope", 20): [2, 2],
             ("mamba", 20): [8, 9]}
-    d = json.loads(json.dumps(ce.compute_medium(runs(spec))))
-    assert ce.claim_gap_grows(d)[1] is True
+    d = json.loads(json.dumps(compute_medium(runs(spec))))
+    assert claim_gap_grows(d)[1] is True
     spec[("mamba", 20)] = [3, 3]
-    d = json.loads(json.dumps(ce.compute_medium(runs(spec))))
-    assert ce.claim_gap_grows(d)[1] is False  # L = 10 -> 20: the paper's trend 3.3x -> 6.7x
+    d = json.loads(json.dumps(compute_medium(runs(spec))))
+    assert claim_gap_grows(d)[1] is False  # L = 10 -> 20: the paper's trend 3.3x -> 6.7x
 
 
 def test_each_model_is_credited_with_its_best_lr():
@@ -74,7 +76,7 @@ def test_each_model_is_credited_with_its_best_lr():
     spec = {("rope", 5, 1e-3): [6, 6, 6], ("rope", 5, 1e-2): [2, 2, 9],  # median 2 < 6
             ("mamba", 5, 1e-3): [4, 4, None],  # fastest, but a seed never got there
             ("mamba", 5, 1e-2): [8, 8, 8], ("mamba", 5, 3e-3): [9, 9, 9]}
-    d = json.loads(json.dumps(ce.compute_medium(
+    d = json.loads(json.dumps(compute_medium(
         [{"label": label, "length": L, "seed": s, "lr": lr, "history": history(r),
           "params": 1000 if label == "rope" else 1100}
          for (label, L, lr), reach in spec.items() for s, r in enumerate(reach)],
@@ -85,7 +87,7 @@ def test_each_model_is_credited_with_its_best_lr():
     assert m["sweep"]["mamba"]["0.001"]["string_0.9"]["reached"] == 2
     assert m["ratio_to_reference"]["mamba"]["per_seed"] == [4.0, 4.0, 8 / 9]
     assert sum(r["best_lr"] for r in d["runs"]) == 6  # 3 seeds of each model's best lr
-    text, holds = ce.claim_fewer_samples(d)
+    text, holds = claim_fewer_samples(d)
     # seed 2: mamba 800 samples, rope 900, but at L <= 5 the paper's trend predicts 1.7x
     assert isinstance(holds, Undecided) and "regime" in holds.reason
     assert "best lr of 0.001/0.003/0.01" in text and text.startswith("not matched: scale")
@@ -102,10 +104,10 @@ def test_each_model_is_credited_with_its_best_lr():
 
 
 def test_reference_must_reach_in_every_seed():
-    d = ce.compute_medium(runs({("rope", 5): [2, None], ("nope", 5): [5, 5],
-                                ("mamba", 5): [8, 8]}))
+    d = compute_medium(runs({("rope", 5): [2, None], ("nope", 5): [5, 5],
+                             ("mamba", 5): [8, 8]}))
     assert d["by_length"]["5"]["reference"] == "nope"
-    d = ce.compute_medium(runs({("rope", 5): [2, None], ("mamba", 5): [8, 8]}))
+    d = compute_medium(runs({("rope", 5): [2, None], ("mamba", 5): [8, 8]}))
     assert d["by_length"]["5"]["reference"] is None
     assert d["by_length"]["5"]["ratio_to_reference"] == {}
 
@@ -132,7 +134,7 @@ def medium_json(ratios: dict[int, dict[str, list[float | None]]]) -> dict:
 
 
 def test_fewer_samples_claim_at_medium():
-    claim = ce.claim_fewer_samples
+    claim = claim_fewer_samples
     assert verdict(claim, medium_json({5: {"mamba": [2.0, 3.0], "lstm": [1.5, None]},
                                        8: {"mamba": [9.0, 12.0]}})) is True
     # one seed pairing where the GSSM was faster, at a length where the paper's trend
@@ -151,7 +153,7 @@ def test_fewer_samples_claim_at_medium():
 
 
 def test_gap_grows_claim():
-    claim = ce.claim_gap_grows
+    claim = claim_gap_grows
     grows = medium_json({5: {"mamba": [2.0, 2.0], "lstm": [1.0, 2.0]},
                          8: {"mamba": [9.0, 12.0], "lstm": [5.0, 6.0]}})
     assert verdict(claim, grows) is True
@@ -185,13 +187,13 @@ def test_medium_claims_say_the_setting():
             m["best_lr"] = {"rope": 0.003, "mamba": 0.01}
             m["sweep"] = {"rope": {"0.003": {}, "0.01": {}}, "mamba": {"0.01": {}}}
             m["models"]["rope"] |= {"seeds": [0, 1], "params": 103966}
-        text, verdict_ = ce.claim_gap_grows(d)
+        text, verdict_ = claim_gap_grows(d)
         assert verdict_ is holds or isinstance(verdict_, holds)
         # what is not matched comes first
         assert text.startswith("not matched: " + zoo_copy.COPY_MEDIUM_SETTING["not_matched"])
         assert "best lr of 0.003/0.01 per L (L=4 rope 0.003, mamba 0.01" in text
         assert "params rope 104k" in text and "2 seeds" in text
-        text, verdict_ = ce.claim_fewer_samples(d)
+        text, verdict_ = claim_fewer_samples(d)
         assert verdict_ is fewer or isinstance(verdict_, fewer)
         assert text.startswith("not matched: ")
         assert "setting: " + zoo_copy.COPY_MEDIUM_SETTING["paper"] in text
@@ -255,7 +257,7 @@ def test_run_of_reads_label_length_and_seed(tmp_path):
     spec = spec.replace(model={"d_model": 8, "n_layers": 1})
     torch.manual_seed(0)
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
-    run = ce._run_of(str(tmp_path / "m.pt"))
+    run = _run_of(str(tmp_path / "m.pt"))
     assert (run["label"], run["length"], run["seed"], run["lr"]) == ("lstm", L, 1, 3e-3)
     assert run["params"] == sum(p.numel() for p in read_checkpoint(
         tmp_path / "m.pt")["state_dict"].values())
@@ -298,7 +300,7 @@ def test_samples_to_90_are_read_at_exactly_L_with_the_distribution_beside():
             for s in range(2)]
     runs += [{"label": "mamba", "length": 4, "seed": s, "lr": 3e-3, "history": hist(3, 9, 4)}
              for s in range(2)]
-    d = json.loads(json.dumps(ce.compute_medium(runs)))  # JSON: the {L: acc} keys as strings
+    d = json.loads(json.dumps(compute_medium(runs)))  # JSON: the {L: acc} keys as strings
     m = d["by_length"]["4"]
     assert m["scored_at"] == "exactly L"
     assert m["models"]["rope"]["string_0.9"]["per_seed"] == [300, 300]
@@ -313,6 +315,6 @@ def test_samples_to_90_are_read_at_exactly_L_with_the_distribution_beside():
     # a run from before per-length scores: every run at that L read over the distribution
     runs[0]["history"] = [{k: v for k, v in h.items() if k != "string_acc_at"}
                           for h in runs[0]["history"]]
-    m = ce.compute_medium(runs)["by_length"]["4"]
+    m = compute_medium(runs)["by_length"]["4"]
     assert m["scored_at"] == "training distribution"
     assert m["models"]["mamba"]["string_0.9"]["per_seed"] == [300, 300]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from analyses import copy_efficiency, markov_holdout, ngram_lookup, stu_induction, zoo
+from analyses.copy_efficiency.seeded import compute_large
 from analyses.memorization import inverse
 from analyses.memorization.cells import CellSettings, CellStore, cell_key, search_cell_name
 from analyses.memorization.claims import FIGURE as MEMORIZATION
@@ -138,7 +139,7 @@ def test_copy_large_takes_each_models_best_sweep_lr_to_the_other_seeds():
                  "seed": int(n[-1]), "lr": 1e-3 if "rope" in n else 1e-2, "params": 1,
                  "history": _history(3)} for n in names]
 
-    result = copy_efficiency.compute_large(runs, train)
+    result = compute_large(runs, train)
     assert sorted(asked) == sorted(zoo_copy.copy_large_name(lab, 10, s, lr)
                                    for lab, lr in (("rope", 1e-3), ("mamba", 1e-2))
                                    for s in (1, 2))

@@ -1,0 +1,5 @@
+"""``python -m analyses.copy_efficiency``."""
+
+from analyses.copy_efficiency import main
+
+raise SystemExit(main())

@@ -24,7 +24,7 @@ The model object (what a researcher holds in IPython):
   same arguments.
 * ``model.task`` (the task object it was trained on, None when built in code), ``model.config``
   (the model config dataclass, TransformerLens' ``cfg``), ``model.train_config``
-  (:class:`~models.train.config.TrainConfig` or None) and ``model.provenance``
+  (:class:`~models.train_config.TrainConfig` or None) and ``model.provenance``
   (:class:`Provenance`: source file, training record, history). Issue 28's ``RunConfig{model,
   task, train}`` is these three configs until that class exists.
 * ``model.save(path)``: the one checkpoint format, written atomically
@@ -63,7 +63,7 @@ from transformer_lens.utilities import get_act_name
 from models.checkpoint import FORMAT, make_checkpoint, save_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.text import TaskText
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.errors import InputError
 from seqprobe.flags import N_CTX_UNBOUNDED

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.loop import train
 from models.train.spec import make_spec
 from seqprobe.config import config_to_dict

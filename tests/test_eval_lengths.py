@@ -10,7 +10,7 @@ import torch
 from models.registry import build_model
 from models.train import distributed, evaluation
 from models.train.callbacks import StopAt
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length
 from models.train.spec import make_spec

@@ -16,7 +16,7 @@ from models.registry import build_model
 from models.train import cache
 from models.train.cli import build_parser, parse_value
 from models.train.compiled import CompiledForward, CompileFallbackWarning
-from models.train.config import TrainConfig, resolve_train
+from models.train_config import TrainConfig, resolve_train
 from models.train.evaluation import batches
 from models.train.loop import fused_adamw, make_optimizer, train
 from models.train.loss import nll, step_loss

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from models.registry import build_model
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.loop import train
 from models.train.loss import backward, step_loss
 from models.train.spec import make_spec

@@ -13,7 +13,7 @@ from models.hf import HFError
 from models.hf.export import export
 from models.outputs import log_probs
 from models.registry import ARCHS
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from seqprobe.config import config_to_dict
 from seqprobe.errors import InputError
 from tests.hf_fixtures import save_tiny_hf

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.registry import ARCHS, model_class
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
 from models.train.spec import make_spec
 from models.transformer import TransformerConfig

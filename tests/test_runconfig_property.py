@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from models.registry import model_class
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.runconfig import RunConfig
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
 from tasks.registry import task_class

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import models
-from models.train.config import TrainConfig, lr_at
+from models.train_config import TrainConfig, lr_at
 from models.train.loop import train
 from models.train.spec import make_spec
 from tasks import make_generator, make_task

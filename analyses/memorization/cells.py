@@ -33,7 +33,7 @@ from analyses.common import to_jsonable
 from analyses.memorization.grid import THRESHOLD
 from models.registry import build_model
 from models.train.cache import check_cache_dir
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.loop import Callback, Run, TrainingDiverged, train
 from models.train.runconfig import RunConfig
 from seqprobe.atomic import write_atomic

@@ -26,7 +26,7 @@ from models.checkpoint.untrusted import (
     tensors,
 )
 from models.registry import ARCHS, model_class
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from seqprobe.config import config_from_dict
 from seqprobe.errors import CheckpointError, InputError
 from tasks.registry import TASKS, task_class

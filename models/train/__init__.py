@@ -1,15 +1,12 @@
-"""The training package: one config (:mod:`.config`), presets (:mod:`.presets`), the one
-description of a run and its hash (:mod:`.runconfig`), building and checking one
-(:mod:`.spec`), the one loop with callbacks (:mod:`.loop`; its parts: the loss
-:mod:`.loss`, evaluation and data :mod:`.evaluation`, checkpoints :mod:`.writer`, RNG state
-:mod:`.rng`, :mod:`.callbacks`), what a run costs before it runs (:mod:`.costs`), the checkpoint
-cache (:mod:`.cache`) and the command line (:mod:`.cli`, ``python -m models.train``).
+"""The training package: the levels' rows (:mod:`.levels`), the one description of a run and
+its hash (:mod:`.runconfig`), building and checking one (:mod:`.spec`), the one loop with
+callbacks (:mod:`.loop`; its parts: the loss :mod:`.loss`, evaluation and data
+:mod:`.evaluation`, checkpoints :mod:`.writer`, RNG state :mod:`.rng`, :mod:`.callbacks`), what
+a run costs before it runs (:mod:`.costs`, :mod:`.gpu_costs`, :mod:`.plan`), the checkpoint
+cache (:mod:`.cache`) and the command line (:mod:`.cli`, ``python -m models.train``). The train
+section itself, :class:`~models.train_config.TrainConfig`, sits below this package (in
+:mod:`models.train_config`), so that :mod:`models.base` and :mod:`models.checkpoint` read it
+without importing what trains.
 
-Import from the submodules (``from models.train.loop import train``); this package file stays
-light so that :mod:`models.checkpoint` can read :class:`~models.train.config.TrainConfig`
-without importing the loop that writes checkpoints.
+Import from the submodules (``from models.train.loop import train``).
 """
-
-from models.train.config import TrainConfig, lr_at
-
-__all__ = ["TrainConfig", "lr_at"]

@@ -38,7 +38,7 @@ from models.checkpoint import (
 )
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
 from models.train.spec import check_names, make_spec, spec_of_checkpoint

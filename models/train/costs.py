@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from models.train import gpu_costs
-from models.train.config import resolve_train
+from models.train_config import resolve_train
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 

@@ -10,7 +10,7 @@ import torch
 
 from models.generation import evaluate_prompts
 from models.train import distributed
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.distributed import World
 from models.train.loss import loss_of, reference_metrics
 from models.train.rng import global_rngs_kept

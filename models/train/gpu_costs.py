@@ -52,7 +52,7 @@ MEASURED, PROJECTION = "measured", "projection"  # where a row's GPU cost comes 
 def run_settings(spec: RunConfig, device_type: str) -> tuple[str, bool]:
     """``(precision, compile)`` of ``spec``'s training forward on a device of ``device_type``:
     an ``"auto"`` setting is bf16 and compiled on CUDA, fp32 and eager elsewhere; an explicit
-    one is kept. :func:`models.train.config.resolve_train` for a card with bfloat16 (every card
+    one is kept. :func:`models.train_config.resolve_train` for a card with bfloat16 (every card
     the table knows), answered without one: a GPU plan is estimated on a CPU machine too."""
     cuda = device_type == "cuda"
     precision = getattr(spec.train, "precision", "fp32")

@@ -1,7 +1,7 @@
 """The one training loop of the suite.
 
 Deliberately plain: AdamW (no weight decay on biases and gains), the schedule of
-:func:`~models.train.config.lr_at`, gradient clipping, periodic evaluation, and checkpoints in
+:func:`~models.train_config.lr_at`, gradient clipping, periodic evaluation, and checkpoints in
 the format of :mod:`models.checkpoint`. What varies between uses goes through arguments, not
 copies of the loop: ``evaluator`` (what an evaluation measures) and ``callbacks`` (early stop,
 per-step metrics; see :class:`~models.train.callbacks.Callback`; ``TrainConfig.stop_at`` is
@@ -45,7 +45,7 @@ from models.checkpoint import check_writable, exclusive_writer, read_checkpoint
 from models.registry import build_model
 from models.train import distributed
 from models.train.callbacks import Callback, Run, StopAt
-from models.train.config import TrainConfig, lr_at
+from models.train_config import TrainConfig, lr_at
 from models.train.distributed import World
 from models.train.evaluation import (
     EVAL_SEED_OFFSET,

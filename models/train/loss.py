@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.train import distributed
 from models.train.compiled import CompiledForward
-from models.train.config import TrainConfig, resolve_train
+from models.train_config import TrainConfig, resolve_train
 from models.train.distributed import World
 from seqprobe.config import check
 from tasks.base import IGNORE, Batch

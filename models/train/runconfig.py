@@ -2,7 +2,7 @@
 
 Each section is a typed, frozen config dataclass: ``model`` the arch's config
 (``models.registry``), ``task`` the task's (``tasks.registry``), ``train`` a
-:class:`~models.train.config.TrainConfig`. The arch and task names follow from the config
+:class:`~models.train_config.TrainConfig`. The arch and task names follow from the config
 classes, so a run cannot name one arch and carry another's config.
 
 The canonical form, and so the cache key, follows one rule for every field of every section:
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from models.registry import ARCHS, model_class
-from models.train.config import TrainConfig, resolve_train
+from models.train_config import TrainConfig, resolve_train
 from models.train.evaluation import LENGTH_EVAL
 from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
 from seqprobe.errors import ConfigError, InputError
@@ -332,7 +332,7 @@ class RunConfig:
             self.model_keys | set(model or {}))
 
     def resolved(self, device: torch.device) -> RunConfig:
-        """This run as it trains on ``device`` (:func:`~models.train.config.resolve_train`:
+        """This run as it trains on ``device`` (:func:`~models.train_config.resolve_train`:
         its "auto" precision, compile and device type set): what the cache keys and the
         checkpoint records."""
         return RunConfig(self.model, self.task, resolve_train(self.train, device),

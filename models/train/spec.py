@@ -16,7 +16,7 @@ from typing import Any
 
 from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
 from models.registry import ARCHS, model_class
-from models.train.config import TrainConfig
+from models.train_config import TrainConfig
 from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
 from seqprobe.config import check, config_from_dict, config_to_dict

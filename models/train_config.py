@@ -1,5 +1,7 @@
 """The training run's config and its learning-rate schedule (a pure function of the step, so a
-resumed run needs no scheduler object)."""
+resumed run needs no scheduler object). Below :mod:`models.train` and :mod:`models.checkpoint`:
+a checkpoint's train section and a model's ``train_config`` are this, read without importing
+the loop."""
 
 from __future__ import annotations
 

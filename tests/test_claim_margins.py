@@ -24,6 +24,7 @@ from analyses import (
 )
 from analyses.claims import Margin, Reading, Undecided, tightest
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
+from analyses.markov_holdout import claims as holdout_claims
 from analyses.memorization import claims as mem_claims
 from analyses.reproduce.plan import PLAN, figure_of
 from analyses.stu_induction import claims as stu_claims
@@ -198,7 +199,7 @@ def _holdout(first: float, last: float) -> dict:
 
 
 def test_markov_holdout_margins_and_undecided():
-    for claim in (markov_holdout.claim_shrinks, markov_holdout.claim_fixed_sequence):
+    for claim in (holdout_claims.claim_shrinks, holdout_claims.claim_fixed_sequence):
         read = claim(_holdout(0.26, 0.32))
         # the quick run is outside Table 7's regime: not decided, with the margin beside it
         assert isinstance(read[1], Undecided)
@@ -206,8 +207,8 @@ def test_markov_holdout_margins_and_undecided():
         assert claim(_holdout(0.3, 0.1)).margin.distance == pytest.approx(0.2)
     # the mean over the held-out chains may hold; one sequence of one seed decides neither way
     # at quick (issue 38: it fell in one seed of the quick recipe and not in another)
-    assert markov_holdout.claim_shrinks(_holdout(0.3, 0.1))[1] is True
-    read = markov_holdout.claim_fixed_sequence(_holdout(0.3, 0.1))
+    assert holdout_claims.claim_shrinks(_holdout(0.3, 0.1))[1] is True
+    read = holdout_claims.claim_fixed_sequence(_holdout(0.3, 0.1))
     assert isinstance(read[1], Undecided) and "moves with the seed" in read[1].reason
 
 
@@ -277,13 +278,13 @@ def test_medium_readers_margins():
     # Markov hold-out (medium: several seeds, Table 7's steps not reached -> undecided)
     d = markov_holdout.combine([_run([0.38, 0.1, 0.007, 0.001], [0.25, 0.02, 0.01, 0.005], 0.25),
                                 _run([0.36, 0.1, 0.006, 0.002], [0.25, 0.02, 0.01, 0.006], 0.25)])
-    for claim in (markov_holdout.claim_in_range, markov_holdout.claim_to_zero,
-                  markov_holdout.claim_loss_converges, markov_holdout.claim_restricted):
+    for claim in (holdout_claims.claim_in_range, holdout_claims.claim_to_zero,
+                  holdout_claims.claim_loss_converges, holdout_claims.claim_restricted):
         read = claim(d)
         assert isinstance(read.margin, Margin), claim.__name__
         if isinstance(read[1], bool):
             assert read.margin.holds is read[1]
-    assert markov_holdout.claim_to_zero(d).margin.value == pytest.approx(0.002)
+    assert holdout_claims.claim_to_zero(d).margin.value == pytest.approx(0.002)
     # copy efficiency: the smallest per-seed ratio; the gap's change with its interval
     fewer = claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
                                                  "lstm": [1.5, None]}}))

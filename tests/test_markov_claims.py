@@ -6,11 +6,11 @@ from analyses import (
     bc_orthogonality,
     mamba_decay,
     markov_ablations,
-    markov_holdout,
     markov_laplace,
     state_probe,
 )
 from analyses.claims import Undecided
+from analyses.markov_holdout import claims as holdout_claims
 
 
 def _laplace(l1: float, gaps: tuple[float, float, float]) -> dict:
@@ -123,5 +123,5 @@ def test_markov_holdout_claim(means, holds):
     # JSON keys are strings: t = 100 must sort after t = 50
     by_t = {str(t): {"mean": m, "std": 0.0} for t, m in zip((1, 50, 100, 300), means,
                                                             strict=True)}
-    text, verdict = markov_holdout.claim_shrinks({"held_out": {"by_t": by_t}})
+    text, verdict = holdout_claims.claim_shrinks({"held_out": {"by_t": by_t}})
     assert verdict is holds and text.index("t=50") < text.index("t=100")

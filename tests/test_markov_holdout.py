@@ -12,8 +12,19 @@ from scipy.integrate import quad
 
 from analyses import markov_holdout as mh
 from analyses.claims import Undecided
+from analyses.markov_holdout.claims import (
+    SMALL,
+    claim_fixed_sequence,
+    claim_in_range,
+    claim_loss_converges,
+    claim_restricted,
+    claim_shrinks,
+    claim_to_zero,
+    setting_text,
+)
 from models.checkpoint import save_checkpoint
 from models.constructions import mambazero_add_beta, mambazero_checkpoint
+from models.ssm.mamba2 import MARKOV_PAPER_MODEL
 from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_counts
 
@@ -81,17 +92,17 @@ def test_medium_claims_say_yes_and_no():
                              _run([0.36, 0.1, 0.005, 0.002], [0.25, 0.02, 0.01, 0.004], 0.26)])
     flat = mh.combine([_run([0.25, 0.28, 0.27, 0.27], [0.25, 0.02, 0.08, 0.01], 0.01),
                        _run([0.25, 0.27, 0.26, 0.28], [0.25, 0.02, 0.01, 0.01], 0.02)])
-    for claim, yes_on in ((mh.claim_shrinks, paper_like), (mh.claim_to_zero, paper_like),
-                          (mh.claim_restricted, flat)):
+    for claim, yes_on in ((claim_shrinks, paper_like), (claim_to_zero, paper_like),
+                          (claim_restricted, flat)):
         no_on = flat if yes_on is paper_like else paper_like
         assert claim(yes_on)[1] is True and claim(no_on)[1] is False
         assert "seeds" in claim(yes_on)[0]
-    assert mh.claim_in_range(paper_like)[1] is True
-    assert mh.claim_in_range(flat)[1] is False  # one seed at 0.08 at t = 100
+    assert claim_in_range(paper_like)[1] is True
+    assert claim_in_range(flat)[1] is False  # one seed at 0.08 at t = 100
     # one seed that does not halve is a no, even when the mean does
     mixed = mh.combine([_run([0.3, 0.1, 0.01, 0.01], [0.2] * 4, 0.1),
                         _run([0.3, 0.2, 0.2, 0.2], [0.2] * 4, 0.1)])
-    assert mh.claim_shrinks(mixed)[1] is False
+    assert claim_shrinks(mixed)[1] is False
 
 
 def test_fixed_sequence_and_loss_claims_say_yes_and_no():
@@ -100,14 +111,14 @@ def test_fixed_sequence_and_loss_claims_say_yes_and_no():
                       _run(flat, [0.2] * 4, 0.1, fixed=shrinks, gap=0.006)])
     no = mh.combine([_run(flat, [0.2] * 4, 0.1, fixed=flat, gap=0.004),
                      _run(flat, [0.2] * 4, 0.1, fixed=shrinks, gap=0.05)])
-    assert mh.claim_fixed_sequence(yes)[1] is True and mh.claim_fixed_sequence(no)[1] is False
-    assert "P(1|0) = 1.00" in mh.claim_fixed_sequence(yes)[0]
-    assert mh.claim_loss_converges(yes)[1] is True and mh.claim_loss_converges(no)[1] is False
-    assert "0.1000" in mh.claim_loss_converges(yes)[0]  # the restricted predictor's gap
+    assert claim_fixed_sequence(yes)[1] is True and claim_fixed_sequence(no)[1] is False
+    assert "P(1|0) = 1.00" in claim_fixed_sequence(yes)[0]
+    assert claim_loss_converges(yes)[1] is True and claim_loss_converges(no)[1] is False
+    assert "0.1000" in claim_loss_converges(yes)[0]  # the restricted predictor's gap
     # quick (one run): the fixed-sequence reader compares t = 300 with t = 1, no loss claim
-    assert mh.claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=shrinks))[1] is True
-    assert mh.claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=flat))[1] is False
-    assert mh.claim_loss_converges(_run(flat, [0.2] * 4, 0.1)) is None
+    assert claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=shrinks))[1] is True
+    assert claim_fixed_sequence(_run(flat, [0.2] * 4, 0.1, fixed=flat))[1] is False
+    assert claim_loss_converges(_run(flat, [0.2] * 4, 0.1)) is None
 
 
 def test_p_hat_bins_count_and_average_the_chains_in_each_bin():
@@ -131,9 +142,9 @@ def test_medium_recipes_are_the_papers_model():
 
 def test_medium_claims_are_not_read_from_one_quick_run():
     quick = _run([0.26, 0.31, 0.30, 0.32], [0.25, 0.02, 0.02, 0.02], 0.02)
-    assert mh.claim_in_range(quick) is None and mh.claim_to_zero(quick) is None
-    assert mh.claim_restricted(quick) is None
-    assert mh.claim_shrinks(quick)[1] is False  # the quick reader is unchanged
+    assert claim_in_range(quick) is None and claim_to_zero(quick) is None
+    assert claim_restricted(quick) is None
+    assert claim_shrinks(quick)[1] is False  # the quick reader is unchanged
 
 
 def _ckpt(path, seed: int, seq_len: int = 60):
@@ -153,19 +164,19 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     assert res["level"] == "medium" and [r["label"] for r in res["runs"]] == ["a", "b"]
     assert all(r["mean"] < 1e-6 for r in res["held_out"]["by_t"].values())
     rq = res["held_out"]["by_t"]["50"]["restricted_vs_add_beta"]
-    assert rq > mh.SMALL  # the training prior's predictor cannot follow held-out chains
-    assert mh.claim_restricted(res)[1] is False and mh.claim_to_zero(res)[1] is True
+    assert rq > SMALL  # the training prior's predictor cannot follow held-out chains
+    assert claim_restricted(res)[1] is False and claim_to_zero(res)[1] is True
     # add-β itself: no loss gap, a zero deviation on the fixed sequence and on every chain
     # (float32 weights: forward's logits are log|v| and their log-softmax rounds the L1
     # normalisation at ~1e-7 a token, so the mean gap is zero only to ~1e-9)
     assert abs(res["held_out"]["loss"]["gap"]["mean"]) < 1e-8
     assert res["held_out"]["restricted"]["loss_gap"] > 0.01  # the training prior pays
-    assert mh.claim_loss_converges(res)[1] is True
+    assert claim_loss_converges(res)[1] is True
     assert max(res["fixed"]["by_t"]["50"]["seeds"]) < 1e-6
     assert max(res["held_out"]["per_chain"]["deviation"]) < 1e-6
     assert min(p for p in res["held_out"]["per_chain"]["p_hat"] if p == p) >= 0.0
     assert len(mh.table(res)) > 5 and mh.plot(res) is not None
-    assert "mambazero, not the paper's layers" in mh.claim_shrinks(res)[0]
+    assert "mambazero, not the paper's layers" in claim_shrinks(res)[0]
     with pytest.raises(InputError, match="distinct seeds"):
         mh._compute(args, [mh.Checkpoint("a", a), mh.Checkpoint("a2", a)])
     quick = argparse.Namespace(**{**vars(args), "train": "quick"})
@@ -177,10 +188,10 @@ def test_setting_text_names_the_papers_model():
     from models.ssm.mamba2 import MARKOV_PAPER_MODEL
     d = {"setting": {"arch": "mamba2", "model": {"d_model": 16, **MARKOV_PAPER_MODEL},
                      "train_seq_len": 512, "steps": 3200, "batch_size": 16, "lr": 1e-3}}
-    assert "the paper's Mamba-2" in mh.setting_text(d) and "3200 steps" in mh.setting_text(d)
+    assert "the paper's Mamba-2" in setting_text(d) and "3200 steps" in setting_text(d)
     d["setting"]["model"]["norm"] = "rms"
-    assert "not the paper's layers" in mh.setting_text(d)
-    assert mh.setting_text({}) == ""
+    assert "not the paper's layers" in setting_text(d)
+    assert setting_text({}) == ""
 
 
 def test_empirical_probs_are_the_counts_of_the_current_context():
@@ -201,12 +212,12 @@ def test_a_held_out_no_before_table_7s_steps_is_not_decided():
 
     def at(steps, runs):
         for r in runs:
-            r["setting"] = {"arch": "mamba2", "model": dict(mh.MARKOV_PAPER_MODEL),
+            r["setting"] = {"arch": "mamba2", "model": dict(MARKOV_PAPER_MODEL),
                             "steps": steps, "batch_size": 16, "lr": 1e-3, "train_seq_len": 512}
         return mh.combine(runs)
 
     short, full = at(2700, flat), at(10_000, [dict(r) for r in flat])
-    for claim in (mh.claim_shrinks, mh.claim_fixed_sequence, mh.claim_to_zero):
+    for claim in (claim_shrinks, claim_fixed_sequence, claim_to_zero):
         text, v = claim(short)
         assert isinstance(v, Undecided) and "2,700 of Table 7's 10,000" in v.reason
         assert text.startswith("not matched: 2,700 steps (Table 7: 10,000); batch 16")

@@ -23,12 +23,14 @@ from typing import Any
 import torch
 
 from analyses import zoo
-from analyses.zoo.dryrun import plan_row, recipe_spec
+from analyses.zoo.dryrun import recipe_spec
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
 from bench.common import in_fresh_process, interleaved_times, write_results
 from models.registry import build_model
 from models.train import gpu_costs
-from models.train.loop import Callback, Run, train
+from models.train.callbacks import Callback, Run
+from models.train.loop import train
+from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe import flags
 
@@ -42,7 +44,7 @@ TIMED_STEPS = 5
 
 
 def _kernels_available() -> dict[str, bool]:
-    from models.ssm.mamba2 import mamba_ssm_chunk_scan
+    from models.ssm.ssd import mamba_ssm_chunk_scan
 
     try:  # Mamba-1's selective scan kernel
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn  # noqa: F401
@@ -67,7 +69,8 @@ def _time_paths(make_model, x, scans: tuple[str, ...], kernel: bool, repeats: in
 
 def ssm_paths(repeats: int) -> dict:
     from models.ssm.mamba import MambaConfig, MambaLM
-    from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+    from models.ssm.mamba2 import Mamba2LM
+    from models.ssm.ssd import Mamba2Config
 
     x = torch.randint(0, VOCAB, (BATCH, LONG), device="cuda")
     have = _kernels_available()

@@ -28,7 +28,9 @@ import torch
 
 import models
 from bench.common import _peak_memory_here, in_fresh_process, write_results
-from models.checkpoint import CheckpointError, save_checkpoint, tensor_digest
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import tensor_digest
+from seqprobe.errors import CheckpointError
 
 MB = 2**20
 TINY = dict(vocab_size=30, d_model=16, n_layers=1, n_heads=2, d_mlp=32)  # copy, D = 26
@@ -98,8 +100,9 @@ def _hf_dir(root: Path, config: dict | None = None) -> Path:
 
 def _inputs(name: str, d: Path):
     """(warm-up, refusal): two calls, the first on a good input of the same kind."""
-    from models.checkpoint import read_checkpoint
-    from models.hf import HFError, load_hf
+    from models.checkpoint.io import read_checkpoint
+    from models.hf import load_hf
+    from models.hf.checks import HFError
     from models.train.cli import main as train_main
     from tasks.prompts import read_text
 

@@ -21,7 +21,8 @@ import torch
 from bench.common import interleaved_times, peak_memory_mb, train_step_fn, write_results
 from models.lstm import LSTMLM, LSTMConfig
 from models.ssm.mamba import MambaConfig, MambaLM
-from models.ssm.mamba2 import Mamba2Config, Mamba2LM, ssd_chunked, ssd_plain
+from models.ssm.mamba2 import Mamba2LM
+from models.ssm.ssd import Mamba2Config, ssd_chunked, ssd_plain
 from seqprobe import flags
 
 VOCAB = 32

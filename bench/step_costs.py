@@ -34,10 +34,13 @@ from typing import Any
 import torch
 
 from analyses import zoo
-from analyses.zoo.dryrun import plan_row, recipe_spec
+from analyses.zoo.dryrun import recipe_spec
 from bench.common import machine
+from models.train.callbacks import Callback, Run
 from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
-from models.train.loop import Callback, Run, evaluate, train
+from models.train.evaluation import evaluate
+from models.train.loop import train
+from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe import flags
 from seqprobe.atomic import write_atomic

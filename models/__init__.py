@@ -1,15 +1,11 @@
-"""Hooked sequence models (one architecture per file), checkpoints and training."""
+"""Hooked sequence models (one architecture per file), checkpoints and training.
 
-from models.checkpoint import (
-    CheckpointError,
-    is_hf_source,
-    read_checkpoint,
-    save_checkpoint,
-)
+The package's face is two functions: :func:`models.load` (a checkpoint, an export, a
+HuggingFace model or ``zoo:NAME``) and :func:`models.build_model` (an architecture from its
+config); everything else is imported from the module that defines it.
+"""
+
 from models.loading import load
-from models.registry import ARCHS, HF_ARCHS, ArchError, build_model, model_class
+from models.registry import build_model
 
-__all__ = [
-    "ARCHS", "HF_ARCHS", "ArchError", "CheckpointError", "build_model", "is_hf_source", "load",
-    "model_class", "read_checkpoint", "save_checkpoint",
-]
+__all__ = ["build_model", "load"]

@@ -60,7 +60,8 @@ from torch import Tensor
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.utilities import get_act_name
 
-from models.checkpoint import FORMAT, make_checkpoint, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import FORMAT, make_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.text import TaskText
 from models.train_config import TrainConfig

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import (
-    CheckpointError,
-    _need,
-    is_hf_source,
-    model_from_checkpoint,
-    read_checkpoint,
-)
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.paths import is_hf_source
+from models.checkpoint.rebuild import model_from_checkpoint
+from models.checkpoint.untrusted import need as _need
+from seqprobe.errors import CheckpointError
 
 # the temp directories models.hf.export builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
 # moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
@@ -97,7 +95,8 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     if is_hf_source(path):
         # deferred: transformers and the bridge take seconds to import, and a suite
         # checkpoint (every training run, every test) never needs them
-        from models.hf import HFError, load_hf
+        from models.hf import load_hf
+        from models.hf.checks import HFError
 
         try:
             model = load_hf(path, device, archs=archs)

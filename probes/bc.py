@@ -34,9 +34,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from probes.counts import context_index, current_counts
+from probes.counts import current_counts
 from probes.markov import markov_batch
-from tasks.add_beta import window_index
+from tasks.add_beta import context_index, window_index
 
 
 def all_windows(S: int, w: int) -> Int[Tensor, "n w"]:

@@ -34,9 +34,9 @@ from scipy.optimize import minimize_scalar
 from scipy.special import betainc
 from torch import Tensor
 
-from probes.estimators import add_beta_probs, cross_entropy, empirical_probs
+from probes.estimators import cross_entropy, empirical_probs
 from seqprobe.config import check, config_to_dict
-from tasks.add_beta import add_beta_counts
+from tasks.add_beta import add_beta_counts, add_beta_probs
 from tasks.base import Batch, make_generator
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task

@@ -22,9 +22,9 @@ import torch
 
 import models
 from analyses.common import load_model
-from models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from models.checkpoint.io import read_checkpoint, save_checkpoint
 from seqprobe import atomic
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 from tests.tiny import good_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ from analyses import (
     ngram_lookup,
     zoo,
 )
-from models.checkpoint import FORMAT, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import FORMAT
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig

@@ -14,7 +14,7 @@ from analyses.claims import Undecided
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.copy_efficiency.seeded import _run_of, compute_medium
 from analyses.zoo import copy as zoo_copy
-from models.checkpoint import read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap
 from seqprobe.errors import InputError
 

@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from tasks import IGNORE, InputError, make_generator, make_task, packed_batch
+from seqprobe.errors import InputError
+from tasks.base import IGNORE, make_generator
 from tasks.copy import plant_duplicate
 from tasks.lookup import unique_key_positions
+from tasks.registry import make_task, packed_batch
 
 
 def test_copy_example_answer_equals_source_and_mask_covers_answer_only():

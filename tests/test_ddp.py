@@ -21,14 +21,15 @@ import pytest
 import torch
 
 import models
-from models.checkpoint import read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.generation import evaluate_prompts
 from models.train.cli import main
 from models.train.distributed import World, shard_bounds
 from models.train.loop import train
 from models.train.spec import make_spec
 from seqprobe.errors import InputError
-from tasks import make_generator, make_task
+from tasks.base import make_generator
+from tasks.registry import make_task
 from tests.tiny import TINY_RUN, TINY_RUN_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,8 @@ FLAGS = [*TINY_RUN_FLAGS, "--max-len", "6", "--steps", "6", "--batch-size", "5",
 WORKER = textwrap.dedent("""
     import json, os, signal, sys
     from models.train.cli import main
-    from models.train.loop import Callback, TrainingInterrupted, train
+    from models.train.callbacks import Callback
+    from models.train.loop import TrainingInterrupted, train
     from models.train.spec import make_spec
 
     a = json.loads(sys.argv[1])
@@ -285,7 +287,7 @@ def test_a_zoo_recipe_trains_once_under_torchrun_and_is_reused(tmp_path):
     first = torchrun(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     (path,) = tmp_path.glob("stu-induction-*.pt")
-    ck = models.read_checkpoint(path)
+    ck = read_checkpoint(path)
     assert ck["train"]["world_size"] == 2 and ck["train"]["step"] == 400
     mtime = path.stat().st_mtime_ns
     again = torchrun(*args)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from models.train_config import TrainConfig
 from models.train.loop import train
 from models.train.spec import make_spec
+from models.train_config import TrainConfig
 from seqprobe.config import config_to_dict
 from seqprobe.errors import InputError
 

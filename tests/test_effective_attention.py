@@ -9,7 +9,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import Mamba2Config, Mamba2ForCausalLM, PreTrainedTokenizerFast
 
 from models import load
-from models.checkpoint import FORMAT, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import FORMAT
 from probes import bridge_attention as ba
 from probes import effective_attention as ea
 from seqprobe.errors import InputError

@@ -10,11 +10,11 @@ import torch
 from models.registry import build_model
 from models.train import distributed, evaluation
 from models.train.callbacks import StopAt
-from models.train_config import TrainConfig
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length
 from models.train.spec import make_spec
-from tasks import make_task
+from models.train_config import TrainConfig
+from tasks.registry import make_task
 
 
 class ShortCopier(torch.nn.Module):

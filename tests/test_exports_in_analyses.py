@@ -15,8 +15,10 @@ import pytest
 import torch
 
 import models
-from models.checkpoint import make_checkpoint, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import make_checkpoint
 from models.hf import export as export_hf
+from models.registry import HF_ARCHS
 from models.train.spec import make_spec
 from tests.tiny import TINY_RUN
 
@@ -137,7 +139,7 @@ def test_the_export_is_labelled_and_scored_as_its_checkpoint(tmp_path):
 
     pt, hf = export_pair(tmp_path, "copy")
     ms, info, D = load_copy_models([str(pt), str(hf)], "cpu",
-                                   ("transformer", *models.HF_ARCHS))
+                                   ("transformer", *HF_ARCHS))
     assert list(ms) == ["rope", "rope'"] and D == 9
     exported = ms["rope'"]
     assert export_of(exported)["arch"] == "transformer" and not is_pretrained(exported)

@@ -11,17 +11,17 @@ import warnings
 import pytest
 import torch
 
-from models.checkpoint import save_checkpoint
+from models.checkpoint.io import save_checkpoint
 from models.registry import build_model
 from models.train import cache
 from models.train.cli import build_parser, parse_value
 from models.train.compiled import CompiledForward, CompileFallbackWarning
-from models.train_config import TrainConfig, resolve_train
 from models.train.evaluation import batches
 from models.train.loop import fused_adamw, make_optimizer, train
 from models.train.loss import nll, step_loss
 from models.train.runconfig import RunConfig
 from models.train.spec import make_spec
+from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import config_from_dict
 from seqprobe.errors import InputError
 from tasks.base import make_generator

@@ -24,9 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import models
-from models.checkpoint import CheckpointError, save_checkpoint, tensor_digest
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import tensor_digest
 from models.train.loop import train
 from models.train.spec import make_spec
+from seqprobe.errors import CheckpointError
 
 FAST_EXAMPLES = 1000  # the default suite's share (a few seconds); the slow test runs many more
 SLOW_EXAMPLES = 3000

@@ -23,7 +23,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.hf import HFError, load_hf
+from models.hf import load_hf
+from models.hf.checks import HFError
 
 FAST_EXAMPLES = 12  # per kind in the default suite (each load boots a model: keep it short)
 SLOW_EXAMPLES = 300

@@ -13,9 +13,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import IGNORE, InputError, make_generator, make_task, packed_batch
+from seqprobe.errors import InputError
+from tasks.base import IGNORE, make_generator
 from tasks.copy import plant_duplicate
-from tasks.registry import TASKS, task_class
+from tasks.registry import TASKS, make_task, packed_batch, task_class
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])

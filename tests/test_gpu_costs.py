@@ -11,10 +11,11 @@ import pytest
 
 from analyses.reproduce import cli as reproduce_cli
 from analyses.zoo import dryrun
-from analyses.zoo.dryrun import plan_row, recipe_spec
+from analyses.zoo.dryrun import recipe_spec
 from models.train import gpu_costs
 from models.train.costs import StepCosts
 from models.train.gpu_costs import CudaTable, cuda_table, run_settings
+from models.train.plan import plan_row
 
 REPORT = "../shared/gpu/h100-2026-11-26.md"
 

@@ -23,7 +23,8 @@ from analyses.copy_models import (
     copy_prompts,
     label_for,
 )
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, HFError, HFModel, load_hf
+from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, HFModel, load_hf
+from models.hf.checks import HFError
 from probes.copying import accuracy_at
 from seqprobe.errors import InputError
 from tasks.base import make_generator

@@ -17,7 +17,8 @@ import torch
 import transformers
 
 import models
-from models.hf import HFError, load_hf
+from models.hf import load_hf
+from models.hf.checks import HFError
 from seqprobe.errors import InputError
 from tasks.prompts import TEXT_MAX_BYTES, read_text
 from tests.hf_fixtures import edit_json, edit_weights, hf_copy, save_tiny_hf

@@ -13,7 +13,8 @@ import torch
 
 import models
 from analyses import ngram_heads, zoo
-from models.checkpoint import CheckpointError, make_checkpoint, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import make_checkpoint
 from models.hf import export as export_hf
 from models.hf.export import export
 from models.loading import interrupted_swap, load
@@ -21,7 +22,7 @@ from models.train import cache
 from models.train.cache import cache_path, check_cache_dir
 from probes.attention import ngram_match_mask
 from seqprobe.config import config_to_dict
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 from tests.tiny import good_checkpoint
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
@@ -205,7 +206,7 @@ def test_an_edited_task_config_is_refused_on_load(tmp_path):
     import io
     import zipfile
 
-    from models.checkpoint import read_checkpoint
+    from models.checkpoint.io import read_checkpoint
 
     cfg = {"vocab_size": 3, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_state": 4,
            "d_conv": 3, "chunk_size": 4}

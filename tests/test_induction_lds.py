@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqprobe.errors import InputError
-from tasks import IGNORE, make_task, packed_batch
-from tasks.base import make_generator
+from tasks.base import IGNORE, make_generator
 from tasks.lds import (
     LDSConfig,
     region_bounds,
@@ -19,6 +18,7 @@ from tasks.lds import (
     sample_lds,
     sample_sequence,
 )
+from tasks.registry import make_task, packed_batch
 
 # ---------------------------------------------------------------------------- LDS
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from models.registry import build_model
-from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mamba2 import Mamba2LM
 from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 from models.ssm.recurrent import from_hf_state_dict, to_hf_state_dict
-from models.ssm.ssd import ssd_chunked, ssd_plain
+from models.ssm.ssd import Mamba2Config, ssd_chunked, ssd_plain
 from seqprobe.config import config_to_dict
 from seqprobe.errors import InputError
 

@@ -11,12 +11,8 @@ import math
 import pytest
 import torch
 
-from models.ssm.mamba2 import (
-    MARKOV_PAPER_MODEL,
-    Mamba2Config,
-    Mamba2LM,
-    from_markov_paper_state_dict,
-)
+from models.ssm.mamba2 import MARKOV_PAPER_MODEL, Mamba2LM, from_markov_paper_state_dict
+from models.ssm.ssd import Mamba2Config
 from models.train.spec import make_spec
 from seqprobe.errors import InputError
 

@@ -5,10 +5,11 @@ import torch
 
 from models import load
 from models.constructions import mambazero_add_beta, save_mambazero
-from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mamba2 import Mamba2LM
 from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
+from models.ssm.ssd import Mamba2Config
 from probes.counts import transition_counts
-from probes.estimators import add_beta_probs
+from tasks.add_beta import add_beta_probs
 
 STATE = "blocks.0.mixer.hook_ssm_state"
 

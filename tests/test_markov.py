@@ -7,15 +7,9 @@ import pytest
 import torch
 
 from probes.counts import current_counts
-from probes.estimators import (
-    add_beta_brute_force,
-    add_beta_counts,
-    add_beta_loss,
-    add_beta_probs,
-    cross_entropy,
-    switching_probs,
-)
+from probes.estimators import add_beta_brute_force, add_beta_loss, cross_entropy
 from seqprobe.errors import InputError
+from tasks.add_beta import add_beta_counts, add_beta_probs, switching_probs
 from tasks.base import Batch, make_generator
 from tasks.registry import make_task
 
@@ -166,7 +160,7 @@ class _Uniform(torch.nn.Module):
 def test_reference_metrics_report_lbeta_and_gap():
     """The training loop's evaluation compares a model with ``task.optimal_probs``: for Markov
     data that is add-β, so ``lbeta`` is L_β and ``loss_gap`` the Markov paper's L(θ) − L_β."""
-    from models.train.loop import reference_metrics
+    from models.train.loss import reference_metrics
 
     task = make_task("markov", S=2, order=1, seq_len=64)
     b = task.batch(16, make_generator(0))

@@ -16,7 +16,8 @@ from analyses import (
     zoo,
 )
 from models.constructions import mambazero_add_beta, save_mambazero
-from models.ssm.mamba2 import Mamba2Config, Mamba2LM
+from models.ssm.mamba2 import Mamba2LM
+from models.ssm.ssd import Mamba2Config
 from probes.bc import bc_table, readout_ratio
 from probes.markov import evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import decay_from_parameters, read_decay
@@ -111,7 +112,7 @@ def test_readout_ratio_keeps_the_shift_of_an_l1_model():
     with equal unembedding rows every count coefficient is (a, a)."""
     import dataclasses
 
-    from models.ssm.mamba2 import MambaZeroConfig, MambaZeroLM
+    from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 
     torch.manual_seed(0)
     l1 = MambaZeroLM(MambaZeroConfig(vocab_size=2, d_model=8, d_state=4)).double()
@@ -217,7 +218,7 @@ def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
 def _padded_construction(d: int = 8, N: int = 4):
     """Thm 1's S = 2 construction inside a larger MambaZero (room to move; tiny noise
     elsewhere), float64."""
-    from models.ssm.mamba2 import MambaZeroConfig, MambaZeroLM
+    from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 
     small = mambazero_add_beta(2, 1.0, dtype=torch.float64).state_dict()
     torch.manual_seed(0)
@@ -248,7 +249,7 @@ def test_the_loss_pins_only_the_bc_entries_of_transitions_not_entering_the_conte
     cannot."""
     import itertools
 
-    from probes.estimators import add_beta_probs
+    from tasks.add_beta import add_beta_probs
     from tasks.registry import make_task
 
     m = _padded_construction()

@@ -7,13 +7,13 @@ import torch
 from probes.counts import (
     add_beta_from_counts,
     context_counts,
-    context_index,
     count_names,
     current_counts,
     transition_counts,
 )
 from probes.linear import fit_probe, r2_by_bucket, r2_per_target, split_groups
 from seqprobe.errors import InputError
+from tasks.add_beta import context_index
 
 
 def brute_counts(seq, S, k, reset=None):

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from models.registry import build_model
-from models.train_config import TrainConfig
 from models.train.loop import train
 from models.train.loss import backward, step_loss
 from models.train.spec import make_spec
+from models.train_config import TrainConfig
 from seqprobe.errors import InputError
-from tasks import make_generator, make_task
+from tasks.base import make_generator
+from tasks.registry import make_task
 
 TINY = dict(d_model=16, n_layers=2, n_heads=2, d_mlp=32, use_sdpa=False)
 EAGER = dict(precision="fp32", compile=False)  # what a CPU run resolves to, stated

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import models
-from models.checkpoint import save_checkpoint
+from models.checkpoint.io import save_checkpoint
 from models.layers import RMSNorm
 from models.registry import ARCHS, build_model, model_class
 from models.ssm.ssd import ssd_chunked

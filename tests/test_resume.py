@@ -23,12 +23,14 @@ import torch
 
 import models.train.loop as L
 import models.train.loss as loss_mod
-from models.checkpoint import CheckpointError, read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from models.train.spec import make_spec
 from seqprobe import atomic
-from tasks import make_generator, make_task
+from seqprobe.errors import CheckpointError
+from tasks.base import make_generator
+from tasks.registry import make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)

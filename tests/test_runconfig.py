@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from models.registry import ARCHS, model_class
-from models.train_config import TrainConfig
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
 from models.train.spec import make_spec
+from models.train_config import TrainConfig
 from models.transformer import TransformerConfig
 from seqprobe.config import config_to_dict
 from seqprobe.errors import InputError

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from models.registry import model_class
-from models.train_config import TrainConfig
 from models.train.runconfig import RunConfig
+from models.train_config import TrainConfig
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
 from tasks.registry import task_class
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import models.train.evaluation as E
-from models.checkpoint import read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.registry import build_model
 from models.train.cache import entry_state
 from models.train.loop import TrainingInterrupted, train

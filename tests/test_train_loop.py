@@ -6,7 +6,8 @@ from models.registry import build_model
 from models.train.loop import train
 from models.train.loss import loss_of, step_loss
 from models.train.spec import make_spec
-from tasks import make_generator, make_task
+from tasks.base import make_generator
+from tasks.registry import make_task
 
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 import models
-from models.train_config import TrainConfig, lr_at
 from models.train.loop import train
 from models.train.spec import make_spec
-from tasks import make_generator, make_task
+from models.train_config import TrainConfig, lr_at
+from tasks.base import make_generator
+from tasks.registry import make_task
 from tests.tiny import TINY_RUN as TINY
 
 

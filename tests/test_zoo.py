@@ -5,7 +5,7 @@ import pytest
 
 from analyses import zoo
 from analyses.zoo import recipes
-from models.checkpoint import read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from seqprobe.errors import InputError
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},

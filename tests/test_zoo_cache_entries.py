@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from analyses import zoo
-from models.checkpoint import CheckpointError, read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.train import loop as L
 from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
 from models.train.spec import make_spec
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 from tests.tiny import sigint_during_step
 
 TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},

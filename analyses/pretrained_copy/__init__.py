@@ -274,7 +274,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="small sizes, 20 prompts per point (default)")
     g.add_argument("--paper", dest="level", action="store_const", const="paper",
                    help="the paper's sizes and 640 prompts per point (a GPU)")
-    p.set_defaults(preset="quick")
+    p.set_defaults(level="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
     p.add_argument("--entries", type=flags.flag("--entries"),
                    default=None, help="phone-book sizes L (default: "

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from seqprobe.device import human_bytes
 from seqprobe.errors import CheckpointError, ConfigError
+from seqprobe.memory import human_bytes
 
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes zip archives (the only kind this suite reads)
 # opcodes that make an unpickler import or call something (the way pickles carry code)

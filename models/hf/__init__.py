@@ -73,7 +73,7 @@ from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
 from models.base import Provenance
-from models.checkpoint import HUB_NAME
+from models.checkpoint.paths import HUB_NAME
 from models.hf.checks import (  # noqa: F401 - the checks' names are found here too
     CAUSAL_CLASSES,
     FLOAT_DTYPES,

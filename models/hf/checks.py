@@ -22,17 +22,20 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_MASKED_LM_MAPPING_NAMES,
 )
 
-from models.checkpoint import (
-    DEEP,
-    FILE_KINDS,
+from models.checkpoint.paths import FILE_KINDS
+from models.checkpoint.rebuild import DEEP
+from models.checkpoint.untrusted import (
     MAX_REBUILT_BYTES,
     ZIP_MAGIC,
-    _check_tensor_storage,
     check_task_bounds,
 )
+from models.checkpoint.untrusted import (
+    check_tensor_storage as _check_tensor_storage,
+)
 from seqprobe.config import config_from_dict
-from seqprobe.device import check_fits, human_bytes
+from seqprobe.device import check_fits
 from seqprobe.errors import InputError
+from seqprobe.memory import human_bytes
 from tasks.registry import TASKS, task_class
 
 CAUSAL_CLASSES = frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())

@@ -47,13 +47,9 @@ import transformers as tf
 from torch import Tensor
 from transformers.utils import logging as hf_logging
 
-from models.checkpoint import (
-    CheckpointError,
-    check_path,
-    model_from_checkpoint,
-    read_checkpoint,
-    short_path,
-)
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.paths import check_path, short_path
+from models.checkpoint.rebuild import model_from_checkpoint
 from models.hf.export_hooks import HFSite, hook_sites
 from models.hf.export_map import (
     ExportError,
@@ -66,6 +62,7 @@ from models.loading import EXPORT_TEMP_SUFFIX, interrupted_swap
 from seqprobe.atomic import exclusive_lock, umask
 from seqprobe.cli import OneLineParser, run_cli
 from seqprobe.config import check
+from seqprobe.errors import CheckpointError
 from tasks.base import make_generator
 from tasks.registry import make_task
 

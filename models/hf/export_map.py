@@ -48,7 +48,7 @@ import torch
 import transformers as tf
 from torch import Tensor
 
-from models.checkpoint import short_path
+from models.checkpoint.paths import short_path
 from models.hf.export_hooks import BAMBA
 from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from models.registry import model_class
@@ -338,7 +338,7 @@ def _mamba(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
 
 
 def to_hf(ckpt: dict) -> HFExport:
-    """Map a checkpoint dict (:func:`models.read_checkpoint`) to an HF config, state dict and
+    """Map a checkpoint dict (:func:`models.checkpoint.io.read_checkpoint`) to an HF config, state dict and
     tokenizer; raise :class:`ExportError` (one line) where no HF class computes it exactly."""
     arch = ckpt["model"]["arch"]
     cfg = config_from_dict(model_class(arch).config_cls, ckpt["model"]["config"])

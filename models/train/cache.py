@@ -17,7 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from models.checkpoint import CheckpointError, read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.train import distributed
 from models.train.announce import announce
 from models.train.loop import train
@@ -25,7 +25,7 @@ from models.train.runconfig import RunConfig
 from models.train.spec import make_spec, spec_of_checkpoint
 from seqprobe.config import check
 from seqprobe.device import resolve_device
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 
 
 def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:

@@ -29,19 +29,16 @@ import typing
 from contextlib import nullcontext
 from typing import Any
 
-from models.checkpoint import (
-    check_overwrite,
-    check_writable,
-    exclusive_writer,
-    meta_model,
-    read_checkpoint,
-)
+from models.checkpoint.io import check_overwrite, exclusive_writer, read_checkpoint
+from models.checkpoint.paths import check_writable
+from models.checkpoint.rebuild import meta_model
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
-from models.train_config import TrainConfig
 from models.train.distributed import World, env_world
-from models.train.loop import TrainingDiverged, TrainingInterrupted, check_resumable, train
+from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from models.train.spec import check_names, make_spec, spec_of_checkpoint
+from models.train.writer import check_resumable
+from models.train_config import TrainConfig
 from seqprobe.cli import (
     EXIT_DIVERGED,
     EXIT_INTERRUPTED,

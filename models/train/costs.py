@@ -38,9 +38,9 @@ from typing import Any
 import torch
 
 from models.train import gpu_costs
-from models.train_config import resolve_train
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
+from models.train_config import resolve_train
 
 TABLE = Path(__file__).with_name("step_costs.json")
 # of the table file, and of the reference step its units are: changing either makes old tables

@@ -10,10 +10,10 @@ import torch
 
 from models.generation import evaluate_prompts
 from models.train import distributed
-from models.train_config import TrainConfig
 from models.train.distributed import World
 from models.train.loss import loss_of, reference_metrics
 from models.train.rng import global_rngs_kept
+from models.train_config import TrainConfig
 from tasks.base import Batch, make_generator
 from tasks.registry import packed_batch
 

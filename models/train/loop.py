@@ -41,11 +41,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from models.checkpoint import check_writable, exclusive_writer, read_checkpoint
+from models.checkpoint.io import exclusive_writer, read_checkpoint
+from models.checkpoint.paths import check_writable
 from models.registry import build_model
 from models.train import distributed
 from models.train.callbacks import Callback, Run, StopAt
-from models.train_config import TrainConfig, lr_at
 from models.train.distributed import World
 from models.train.evaluation import (
     EVAL_SEED_OFFSET,
@@ -60,6 +60,7 @@ from models.train.rng import rng_state, seed_all, set_rng_state
 from models.train.runconfig import RunConfig
 from models.train.spec import check_run_size, validate_spec
 from models.train.writer import CheckpointWriter, check_resumable, rescue_dirs, restore
+from models.train_config import TrainConfig, lr_at
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError, RunError

@@ -20,8 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from models.train import distributed
 from models.train.compiled import CompiledForward
-from models.train_config import TrainConfig, resolve_train
 from models.train.distributed import World
+from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import check
 from tasks.base import IGNORE, Batch
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.checkpoint import model_footprint
+from models.checkpoint.rebuild import model_footprint
 from models.train import gpu_costs
+from models.train.evaluation import batches
 from models.train.gpu_costs import MEASURED
-from models.train.loop import batches
 from models.train.runconfig import RunConfig
 from models.train.spec import run_size
 from tasks.base import make_generator

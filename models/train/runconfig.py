@@ -49,8 +49,8 @@ from typing import Any
 import torch
 
 from models.registry import ARCHS, model_class
-from models.train_config import TrainConfig, resolve_train
 from models.train.evaluation import LENGTH_EVAL
+from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
 from seqprobe.errors import ConfigError, InputError
 from seqprobe.flags import BOUNDS, check_value

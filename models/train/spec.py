@@ -14,11 +14,14 @@ import dataclasses
 import functools
 from typing import Any
 
-from models.checkpoint import check_path, check_task_bounds, model_footprint, read_checkpoint
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.paths import check_path
+from models.checkpoint.rebuild import model_footprint
+from models.checkpoint.untrusted import check_task_bounds
 from models.registry import ARCHS, model_class
-from models.train_config import TrainConfig
 from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
+from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.device import check_fits
 from seqprobe.errors import InputError

@@ -14,21 +14,16 @@ from typing import Any
 
 import torch
 
-from models.checkpoint import (
-    CheckpointError,
-    SaveError,
-    make_checkpoint,
-    read_checkpoint,
-    resume_digest,
-    save_checkpoint,
-    state_dict_mismatch,
-)
+from models.checkpoint.io import read_checkpoint, save_checkpoint
+from models.checkpoint.rebuild import state_dict_mismatch
+from models.checkpoint.schema import make_checkpoint, resume_digest
 from models.train import distributed
 from models.train.callbacks import Run
 from models.train.distributed import World
 from models.train.rng import rng_state, set_rng_state
 from models.train.runconfig import RunConfig
 from seqprobe.config import config_to_dict
+from seqprobe.errors import CheckpointError, SaveError
 
 
 def rescue_dirs() -> list[Path]:

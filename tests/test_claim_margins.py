@@ -17,7 +17,6 @@ from analyses import (
     markov_ablations,
     markov_holdout,
     markov_laplace,
-    ngram_heads,
     ngram_lookup,
     spectral_lds,
     state_probe,
@@ -26,6 +25,7 @@ from analyses.claims import Margin, Reading, Undecided, tightest
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.markov_holdout import claims as holdout_claims
 from analyses.memorization import claims as mem_claims
+from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from analyses.reproduce.plan import PLAN, figure_of
 from analyses.stu_induction import claims as stu_claims
 from tests.test_copy_claims import (
@@ -74,11 +74,11 @@ def test_a_reading_is_the_pair_it_always_was():
 
 # ---------------------------------------------------------------------------- copy paper
 def test_ngram_heads_margins():
-    m = margin_of(ngram_heads.claim_match_heads(heads_json()))
+    m = margin_of(claim_match_heads(heads_json()))
     assert (m.value, m.relation, m.threshold) == (0.98, ">=", 0.5)
-    m = margin_of(ngram_heads.claim_ablation(heads_json(drop=0.9, random=0.1)))
+    m = margin_of(claim_ablation(heads_json(drop=0.9, random=0.1)))
     assert m.quantity == "random heads' mean drop" and m.threshold == pytest.approx(0.45)
-    m = margin_of(ngram_heads.claim_ablation(heads_json(drop=0.3)), holds=False)
+    m = margin_of(claim_ablation(heads_json(drop=0.3)), holds=False)
     assert m.quantity == "string-accuracy drop" and m.distance == pytest.approx(-0.2)
 
 

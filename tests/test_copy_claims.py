@@ -13,6 +13,7 @@ from analyses import (
 )
 from analyses.claims import Undecided
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
+from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 
 
 def verdict(claim, d):
@@ -29,17 +30,17 @@ def heads_json(threshold_met=True, drop=0.9, random=0.1):
 
 
 def test_match_head_claim():
-    assert verdict(ngram_heads.claim_match_heads, heads_json()) is True
-    assert verdict(ngram_heads.claim_match_heads, heads_json(threshold_met=False)) is False
-    assert verdict(ngram_heads.claim_match_heads, {**heads_json(), "match_heads": []}) is False
+    assert verdict(claim_match_heads, heads_json()) is True
+    assert verdict(claim_match_heads, heads_json(threshold_met=False)) is False
+    assert verdict(claim_match_heads, {**heads_json(), "match_heads": []}) is False
 
 
 def test_ablation_claim():
-    assert verdict(ngram_heads.claim_ablation, heads_json()) is True
-    assert verdict(ngram_heads.claim_ablation, heads_json(drop=0.3)) is False  # too small
-    assert verdict(ngram_heads.claim_ablation, heads_json(random=0.5)) is False  # random as bad
-    assert verdict(ngram_heads.claim_ablation, heads_json(random=None)) is True
-    assert verdict(ngram_heads.claim_ablation, {}) is False
+    assert verdict(claim_ablation, heads_json()) is True
+    assert verdict(claim_ablation, heads_json(drop=0.3)) is False  # too small
+    assert verdict(claim_ablation, heads_json(random=0.5)) is False  # random as bad
+    assert verdict(claim_ablation, heads_json(random=None)) is True
+    assert verdict(claim_ablation, {}) is False
 
 
 # ---------------------------------------------------------------------------- duplicated_ngrams
@@ -204,7 +205,7 @@ def test_lookup_prefix_claim():
                                  length_generalization, copy_efficiency, ngram_lookup])
 def test_every_claim_of_the_figure_is_tested_here(mod):
     tested = {c.__name__ for c in (
-        ngram_heads.claim_match_heads, ngram_heads.claim_ablation,
+        claim_match_heads, claim_ablation,
         duplicated_ngrams.claim_flat_then_falls, copy_bounds.claim_no_repeat,
         copy_bounds.claim_lemma_2_4, copy_bounds.claim_gssm_bound,
         length_generalization.claim_beyond, length_generalization.claim_twice,

@@ -52,14 +52,14 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from analyses.claims import Claim, Figure, Margin, Reading, tightest
-from analyses.common import Checkpoint, get, load_model, run_analysis, to_jsonable
+from analyses.claims import Claim, Figure
+from analyses.common import Checkpoint, load_model, run_analysis, to_jsonable
 from analyses.copy_models import label_for
+from analyses.ngram_heads.checks import HF_ARCHS, check_fits, check_model, check_n_max
+from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from analyses.ngram_heads.plots import plot, table
 from models.checkpoint import is_hf_source
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
-from probes.copying import ATTN_BUDGET
 from probes.match_heads import (
     ablated_accuracy,
     ablation_controls,
@@ -86,8 +86,8 @@ from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "ngram_heads"
-ARCHS = ("transformer", *ea.SSM_ARCHS)
-HF_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
+
+
 GENERATED_WORDS = 4000  # words of the offline default text (windows at many starts)
 # language-model tasks over letters, on which "the token to output next appeared before"
 # means something; a Markov or memorization checkpoint has no copy heads to find
@@ -132,38 +132,6 @@ class HeadsConfig:
             object.__setattr__(self, "lengths", tuple(int(L) for L in self.lengths))
             check(all(L >= 2 for L in self.lengths),
                   f"lengths must be >= 2, got {list(self.lengths)}")
-
-
-def check_model(model) -> str:
-    """The model's kind of heads (probes.effective_attention.kind); one line if it has none
-    or is not a language model."""
-    if getattr(model, "arch", None) not in (*ARCHS, *HF_ARCHS):
-        ea.kind(model)  # the one-line refusal: no attention and no effective attention
-        check(False, f"ngram_heads takes {', '.join(ARCHS)} models, got {model.arch!r}")
-    head = getattr(model.cfg, "head", "lm")
-    check(head == "lm", f"ngram_heads needs a language-model head, got {head!r}")
-    return ea.kind(model)
-
-
-def check_n_max(n_max: int, lengths: list[int]) -> None:
-    """One line when the n-grams are longer than every probe string (no match can exist)."""
-    check(n_max <= max(lengths), f"--n-max {n_max} is longer than the probe strings (the "
-          f"longest is L = {max(lengths)} tokens): an n-gram match needs n <= L; lower --n-max "
-          "or raise --lengths")
-
-
-def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool,
-               n_max: int = 1) -> None:
-    """Before any example is built: n-grams no longer than the longest probe string, the
-    longest probe sequence within the model's context, and a batch of them within the
-    attention budget (the batch's patterns are held at once), or one line."""
-    check_n_max(n_max, lengths)
-    fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
-    flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",
-                        getattr(model, "name", model.arch))
-    check(batch_size * fed**2 <= ATTN_BUDGET, f"--batch-size {batch_size} at L = "
-          f"{max(lengths)} holds {batch_size} x {fed}^2 attention entries per head, more than "
-          f"{ATTN_BUDGET:.0e}; lower --batch-size or --lengths")
 
 
 def compute(model, task_name: str | None = "copy", task_config: dict | None = None,
@@ -427,61 +395,6 @@ def compute_many(runs: list[Run], config: HeadsConfig, text: str | None = None) 
             "mode": out[0]["mode"],
             "lengths": None if shared.lengths is None else list(shared.lengths),
             "seed": config.seed}
-
-
-# ---------------------------------------------------------------------------- the paper's claims
-def claim_match_heads(d: dict) -> Reading:
-    """Some head's match score reaches the threshold (the heads found are listed)."""
-    heads = d.get("match_heads", [])
-    best = max((h["match_score"] for h in heads), default=0.0)
-    names = ", ".join(f"L{h['layer']}H{h['head']}" + (" one past" if h.get("lag") else "")
-                      for h in heads[:4])
-    m = (Margin("best head's match score", best, ">=", d["threshold"])
-         if d.get("threshold") is not None else None)
-    return Reading(f"{len(heads)} heads ({names}) with match score >= {d.get('threshold')}, "
-                   f"best {best:.2f}", bool(d.get("threshold_met")) and bool(heads), m)
-
-
-def claim_ablation(d: dict) -> Reading:
-    """Ablating the match heads costs >= 50 points of string accuracy, and as many random other
-    heads of the match heads' own layers (distinct sets drawn without replacement, or all of
-    them) less than half of that on average. The control is drawn from the match heads' layers
-    because heads from anywhere include the earlier-layer hashing heads the match heads read
-    through (App. C's construction needs them too): how often a random set hits one of those
-    says how large the circuit is, not whether the match heads matter. Where no same-layer
-    control exists, the control from anywhere; the text gives both controls' spread."""
-    drop = get(d, "ablated", "drop", "string_acc")
-    if drop is None:
-        return Reading("no ablation result in the JSON", False)
-    same, anywhere = d.get("random_same_layer") or {}, d.get("random") or {}
-    key, control = (("random heads of the same layers", same)
-                    if same.get("string_drop_mean") is not None
-                    else ("random heads", anywhere))
-    rnd = control.get("string_drop_mean")
-
-    def pts(x: float) -> str:  # a drop in points, rounded to an int: a tiny gain prints 0, not -0
-        return f"{round(100 * x) + 0:d}"
-
-    def spread(name: str, r: dict) -> str:
-        if r.get("string_drop_mean") is None:
-            return f"{name}: n/a"
-        out = f"{name}: mean {pts(r['string_drop_mean'])} pts"
-        lo, hi, n = r.get("string_drop_min"), r.get("string_drop_max"), r.get("n_sets")
-        if lo is not None and hi is not None:
-            out += f", range {pts(lo)}–{pts(hi)}"
-        if r.get("string_drop_quartiles"):
-            q1, _, q3 = r["string_drop_quartiles"]
-            out += f", IQR {pts(q1)}–{pts(q3)}"
-        if n:
-            out += f", {'all ' if r.get('exhaustive') else ''}{n} sets"
-        return out
-    controls = [spread("same layers", same)] if same else []
-    controls.append(spread("from anywhere", anywhere))
-    text = f"string-accuracy drop {pts(drop)} pts (random heads, {'; '.join(controls)})"
-    margins = [Margin("string-accuracy drop", drop, ">=", 0.5)]
-    if rnd is not None:
-        margins.append(Margin(f"{key}' mean drop", rnd, "<", drop / 2))
-    return Reading(text, drop >= 0.5 and (rnd is None or rnd < drop / 2), tightest(*margins))
 
 
 FIGURE = Figure(

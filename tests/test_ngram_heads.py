@@ -13,7 +13,8 @@ import torch
 from analyses import ngram_heads
 from analyses.ngram_heads.claims import claim_ablation
 from models import load
-from models.checkpoint import FORMAT, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import FORMAT
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.hf.export import export
 from models.registry import build_model

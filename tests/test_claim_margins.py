@@ -17,7 +17,6 @@ from analyses import (
     markov_ablations,
     markov_holdout,
     markov_laplace,
-    ngram_lookup,
     spectral_lds,
     state_probe,
 )
@@ -26,6 +25,12 @@ from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.markov_holdout import claims as holdout_claims
 from analyses.memorization import claims as mem_claims
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
+from analyses.ngram_lookup.claims import (
+    LEARNT,
+    claim_prefix,
+    claim_prefix_length,
+    claim_suffix,
+)
 from analyses.reproduce.plan import PLAN, figure_of
 from analyses.stu_induction import claims as stu_claims
 from tests.test_copy_claims import (
@@ -127,15 +132,15 @@ def test_copy_efficiency_margin_and_undecided():
 
 def test_ngram_lookup_margins_and_undecided():
     d = lookup_json({"hard_alibi": [1.0, 0.9, 0.8], "lstm": [1.0, 0.1, 0.0]}, {})
-    m = margin_of(ngram_lookup.claim_suffix(d))
+    m = margin_of(claim_suffix(d))
     assert m.value == pytest.approx(0.8) and m.threshold == 0.1
     learnt = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
-    assert margin_of(ngram_lookup.claim_prefix(learnt), holds=False).value < -0.1
+    assert margin_of(claim_prefix(learnt), holds=False).value < -0.1
     # no model learnt the task: undecided, and the margin says how far from learnt
-    read = ngram_lookup.claim_prefix(lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1],
-                                                      "lstm": [0.2, 0.1, 0.1]}))
+    read = claim_prefix(lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1],
+                                         "lstm": [0.2, 0.1, 0.1]}))
     assert isinstance(read[1], Undecided)
-    assert read.margin.threshold == ngram_lookup.LEARNT and read.margin.distance < 0
+    assert read.margin.threshold == LEARNT and read.margin.distance < 0
 
 
 # ---------------------------------------------------------------------------- Markov paper
@@ -298,11 +303,11 @@ def test_medium_readers_margins():
     # prefix lookup length generalisation (medium)
     d = {**prefix_json({"hard_alibi": [1.0, 0.5, 0.2], "lstm": [1.0, 0.95, 0.92]}),
          "level": "medium"}
-    m = margin_of(ngram_lookup.claim_prefix_length(d))
+    m = margin_of(claim_prefix_length(d))
     assert m.value == pytest.approx(0.92) and m.threshold == 0.9
     unlearnt = {**prefix_json({"hard_alibi": [0.5, 0.2, 0.2], "lstm": [0.6, 0.2, 0.1]}),
                 "level": "medium"}
-    read = ngram_lookup.claim_prefix_length(unlearnt)
+    read = claim_prefix_length(unlearnt)
     assert isinstance(read[1], Undecided) and read.margin.value == pytest.approx(0.6)
     # memorization's shape claims: the exponent with its interval
     linear = search_json((1e4, 9e4, (0.85, 1.1)))

@@ -14,6 +14,7 @@ from analyses import (
 from analyses.claims import Undecided
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
+from analyses.ngram_lookup.claims import claim_prefix, claim_prefix_length, claim_suffix
 
 
 def verdict(claim, d):
@@ -181,7 +182,7 @@ def lookup_json(suffix, prefix, max_len=30):
 
 
 def test_lookup_suffix_claim_reads_beyond_the_training_length():
-    claim = ngram_lookup.claim_suffix
+    claim = claim_suffix
     # the LSTM is perfect in distribution (L = 20) and fails beyond: only L > 30 counts
     d = lookup_json({"hard_alibi": [1.0, 0.9, 0.8], "lstm": [1.0, 0.1, 0.0]}, {})
     assert verdict(claim, d) is True
@@ -191,7 +192,7 @@ def test_lookup_suffix_claim_reads_beyond_the_training_length():
 
 
 def test_lookup_prefix_claim():
-    claim = ngram_lookup.claim_prefix
+    claim = claim_prefix
     d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.9, 0.9, 0.8]})
     assert verdict(claim, d) is True
     d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
@@ -210,6 +211,6 @@ def test_every_claim_of_the_figure_is_tested_here(mod):
         copy_bounds.claim_lemma_2_4, copy_bounds.claim_gssm_bound,
         length_generalization.claim_beyond, length_generalization.claim_twice,
         claim_fewer_samples, claim_gap_grows,
-        ngram_lookup.claim_suffix,
-        ngram_lookup.claim_prefix, ngram_lookup.claim_prefix_length)}
+        claim_suffix,
+        claim_prefix, claim_prefix_length)}
     assert {c.measure.__name__ for c in mod.FIGURE.claims} <= tested

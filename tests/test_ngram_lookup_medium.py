@@ -6,6 +6,14 @@ import pytest
 
 from analyses import ngram_lookup, zoo
 from analyses.claims import Undecided
+from analyses.ngram_lookup.claims import (
+    LEARNT,
+    PAPER_SETTING,
+    claim_prefix,
+    claim_prefix_length,
+    claim_suffix,
+    setting_text,
+)
 from analyses.zoo import copy as zoo_copy
 from seqprobe.errors import InputError
 from tasks.lookup import NgramLookupTask
@@ -22,7 +30,7 @@ def prefix_json(curves, max_len=20):
 
 
 def test_prefix_claim_averages_seeds_and_says_yes_and_no():
-    claim = ngram_lookup.claim_prefix
+    claim = claim_prefix
     d = prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "hard_alibi'": [1.0, 0.9, 0.8],
                      "lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]})
     text, holds = claim(d)
@@ -35,7 +43,7 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
     # as good, but neither learnt it in distribution (L = 10 <= 20): not decided
     d = prefix_json({"hard_alibi": [0.2, 0.1, 0.1], "mamba": [0.2, 0.1, 0.1]})
     assert claim(d)[1] == Undecided.not_learnt(
-        f"no model reaches {ngram_lookup.LEARNT:.2f} up to its training length, so which learns "
+        f"no model reaches {LEARNT:.2f} up to its training length, so which learns "
         "it better cannot be read")
     # Mamba beats Hard-ALiBi, but neither learnt it (the medium run's case): not decided
     d = prefix_json({"hard_alibi": [0.5, 0.3, 0.2], "mamba": [0.8, 0.4, 0.3]})
@@ -47,7 +55,7 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
 
 
 def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
-    claim = ngram_lookup.claim_prefix_length
+    claim = claim_prefix_length
     # in distribution (L = 10) all perfect; beyond it (L = 40 = 2x, L = 80 the longest) the
     # LSTM holds up, Mamba does not
     d = {**prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "lstm": [1.0, 0.96, 0.92],
@@ -80,7 +88,7 @@ def test_prefix_length_claim_reads_beyond_the_training_length_at_medium_only():
 def test_prefix_length_claim_needs_both_bands():
     """Near-perfect just beyond the training length but falling by the longest length is not
     "perfect length-generalization"; the two bands are read apart."""
-    claim = ngram_lookup.claim_prefix_length
+    claim = claim_prefix_length
     d = {**prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "mamba": [1.0, 0.95, 0.5],
                         "mamba'": [1.0, 0.97, 0.6]}), "level": "medium"}
     text, holds = claim(d)
@@ -99,20 +107,20 @@ def paper_info(**over):
 
 
 def test_setting_text_says_which_setting_is_the_papers():
-    text = ngram_lookup.setting_text([paper_info(), paper_info(steps=800)])
+    text = setting_text([paper_info(), paper_info(steps=800)])
     assert text == ("setting: alphabet 26 (paper's), strings 5-30 (paper's), contexts packed to "
                     "420 tokens (paper's), linear schedule over 600-800 steps (paper's), no early "
                     "stop (paper's)")
-    text = ngram_lookup.setting_text([paper_info(D=8, max_len=20, context=0, stop_at=0.97,
-                                                 schedule="constant")])
+    text = setting_text([paper_info(D=8, max_len=20, context=0, stop_at=0.97,
+                                    schedule="constant")])
     assert "alphabet 8 (paper: 26)" in text and "strings 5-20 (paper: <= 30)" in text
     assert "one example a row, unpacked (paper: packed to 420)" in text
     assert "constant schedule over 600 steps (paper: linear decay)" in text
     assert "stopped at in-distribution accuracy 0.97 (paper: the whole schedule)" in text
     # a field the models do not share, or that the JSON lacks, is left out
-    text = ngram_lookup.setting_text([paper_info(D=8), paper_info()])
+    text = setting_text([paper_info(D=8), paper_info()])
     assert "alphabet" not in text and "strings 5-30" in text
-    assert ngram_lookup.setting_text([{"max_len": 20}]) == "setting: strings <= 20 (paper: <= 30)"
+    assert setting_text([{"max_len": 20}]) == "setting: strings <= 20 (paper: <= 30)"
 
 
 def test_prefix_length_claim_text_carries_the_setting():
@@ -121,7 +129,7 @@ def test_prefix_length_claim_text_carries_the_setting():
     for label in d["curves"]["prefix"]:
         d["curves"]["prefix"][label][-1]["L"] = 100
         d["train"]["prefix"][label] = paper_info(D=8)
-    text, holds = ngram_lookup.claim_prefix_length(d)
+    text, holds = claim_prefix_length(d)
     assert holds is True
     assert "L = 40: hard_alibi 1.00, lstm 1.00; at L = 100:" in text
     assert text.endswith("[setting: alphabet 8 (paper: 26), strings 5-30 (paper's), contexts "
@@ -131,7 +139,7 @@ def test_prefix_length_claim_text_carries_the_setting():
 
 def test_prefix_claim_text_at_one_seed_is_the_quick_one():
     d = prefix_json({"hard_alibi": [0.1, 0.1, 0.1], "lstm": [0.0, 0.1, 0.2]})
-    text, holds = ngram_lookup.claim_prefix(d)
+    text, holds = claim_prefix(d)
     assert text == ("not matched: strings <= 20 (paper: <= 30). prefix key, mean accuracy over "
                     "all lengths: hard_alibi 0.10, lstm 0.10; up to the training length: "
                     "hard_alibi 0.10, lstm 0.00")
@@ -156,7 +164,7 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
         assert zoo.dependencies(n, "medium") == []  # from random init, as in the paper
         # the paper's training protocol (App. A.2): packed contexts of 420 tokens, a linear
         # decay over the whole run, no early stop
-        assert parts["train"]["context"] == ngram_lookup.PAPER_SETTING["context"]
+        assert parts["train"]["context"] == PAPER_SETTING["context"]
         assert parts["train"]["schedule"] == "linear" and not parts["train"].get("stop_at")
         spec = zoo.spec(n, "medium")
         assert spec.train.context >= NgramLookupTask(spec.task) \
@@ -199,11 +207,11 @@ def test_train_medium_runs_each_seed_end_to_end(tmp_path, monkeypatch):
     labels = ["lstm"] + ["lstm" + "'" * s for s in range(1, zoo_copy.LOOKUP_MEDIUM["seeds"])]
     assert list(r["curves"]["prefix"]) == labels and r["curves"]["suffix"] == {}
     assert [r["train"]["prefix"][k]["seed"] for k in labels] == list(range(len(labels)))
-    text, holds = ngram_lookup.claim_prefix(r)
+    text, holds = claim_prefix(r)
     assert holds is None and f"n={len(labels)}" in text  # no transformer: not applicable
-    assert ngram_lookup.claim_suffix(r) is None  # not a claim of this level
+    assert claim_suffix(r) is None  # not a claim of this level
     assert r["level"] == "medium"
-    text = ngram_lookup.claim_prefix_length(r)[0]
+    text = claim_prefix_length(r)[0]
     # the JSON records how the models trained, and the claim says it
     assert text.startswith("not matched: alphabet 8 (paper: 26); strings 6-8 (paper: <= 30)")
     assert "prefix key, up to the training length: lstm " in text

@@ -86,8 +86,6 @@ from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "ngram_heads"
-
-
 GENERATED_WORDS = 4000  # words of the offline default text (windows at many starts)
 # language-model tasks over letters, on which "the token to output next appeared before"
 # means something; a Markov or memorization checkpoint has no copy heads to find

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from analyses.zoo import dryrun
+from analyses.zoo.dryrun import measuring
 from models.ssm.mamba import MambaConfig
 from models.train.spec import make_spec
 
@@ -18,10 +19,10 @@ def _spec(**train):
 
 
 def test_micro_batches_halve_through_divisors():
-    assert dryrun.micro_batches(64) == [64, 32, 16, 8, 4, 2, 1]
-    assert dryrun.micro_batches(6) == [6, 3, 1]
-    assert dryrun.micro_batches(12) == [12, 6, 3, 1]
-    assert dryrun.micro_batches(1) == [1]
+    assert measuring.micro_batches(64) == [64, 32, 16, 8, 4, 2, 1]
+    assert measuring.micro_batches(6) == [6, 3, 1]
+    assert measuring.micro_batches(12) == [12, 6, 3, 1]
+    assert measuring.micro_batches(1) == [1]
 
 
 def test_a_gpu_dry_run_takes_the_largest_micro_batch_that_fits(monkeypatch):
@@ -36,24 +37,24 @@ def test_a_gpu_dry_run_takes_the_largest_micro_batch_that_fits(monkeypatch):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.56 GiB")
         return {"micro_batch": micro, "peak_memory_bytes": 1}
 
-    monkeypatch.setattr(dryrun, "resolve_device", lambda d: torch.device("cuda"))
-    monkeypatch.setattr(dryrun, "_measure_once", fake_once)
-    assert dryrun.measure(_spec(), "cuda")["micro_batch"] == 2
+    monkeypatch.setattr(measuring, "resolve_device", lambda d: torch.device("cuda"))
+    monkeypatch.setattr(measuring, "_measure_once", fake_once)
+    assert measuring.measure(_spec(), "cuda")["micro_batch"] == 2
     assert tried == [8, 4, 2]
 
     def broken(spec, dev):
         raise RuntimeError("a bug, not memory")
 
-    monkeypatch.setattr(dryrun, "_measure_once", broken)
+    monkeypatch.setattr(measuring, "_measure_once", broken)
     with pytest.raises(RuntimeError, match="a bug"):
-        dryrun.measure(_spec(), "cuda")
+        measuring.measure(_spec(), "cuda")
 
     def never_fits(spec, dev):
         raise RuntimeError("CUDA out of memory (wrapped by a compiler)")
 
-    monkeypatch.setattr(dryrun, "_measure_once", never_fits)
+    monkeypatch.setattr(measuring, "_measure_once", never_fits)
     with pytest.raises(dryrun.InputError, match="even at micro-batch 1"):
-        dryrun.measure(_spec(), "cuda")
+        measuring.measure(_spec(), "cuda")
 
 
 def test_the_dry_spec_runs_the_whole_dry_batch_and_keeps_checkpointing():
@@ -64,11 +65,11 @@ def test_the_dry_spec_runs_the_whole_dry_batch_and_keeps_checkpointing():
 
 def test_a_measured_row_reports_its_memory_settings(monkeypatch):
     spec = dryrun.dry_spec(_spec(checkpoint_blocks=True), torch.device("cpu"))
-    row = dryrun.measure(spec, "cpu")
+    row = measuring.measure(spec, "cpu")
     assert row["micro_batch"] == 1 and row["checkpoint_blocks"] is True
     assert row["scan_paths"] == ["plain"]  # a tiny model stays on the loop
     monkeypatch.setattr(MambaConfig, "CHUNKED_MIN_ELEMENTS", 1)
-    row = dryrun.measure(spec, "cpu")
+    row = measuring.measure(spec, "cpu")
     assert row["scan_paths"] == ["chunked"]
     assert dryrun.memory_note({**row, "dry_batch_size": 1}) == "checkpointed blocks, chunked scan"
     assert dryrun.memory_note({"micro_batch": 16, "dry_batch_size": 64}) == "micro-batch 16"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from analyses.zoo import dryrun
+from analyses.zoo.dryrun import measuring
 from bench import bench_cuda, gpu_check
 
 TESTS = '''
@@ -47,7 +48,7 @@ def test_tiny_pipeline_on_cpu(tmp_path, monkeypatch):
     # in this process, not one per model: the fresh-process plumbing is the dry run's (tested
     # in test_dryrun.py); here the stages and the JSON
     monkeypatch.setattr(bench_cuda, "in_fresh_process", lambda fn, *args: fn(*args))
-    monkeypatch.setattr(dryrun, "run_isolated", lambda spec, dev, timeout: dryrun.measure(
+    monkeypatch.setattr(dryrun, "run_isolated", lambda spec, dev, timeout: measuring.measure(
         spec, dev))
     tests = tmp_path / "test_fake_gpu.py"
     tests.write_text(TESTS)

@@ -39,12 +39,7 @@ bf16 tensor cores for a bf16 run, the fp32 units for an fp32 one; ``"auto"`` is 
 
 from __future__ import annotations
 
-import gc
 import json
-import os
-import resource
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -54,9 +49,9 @@ from typing import Any
 import torch
 
 from analyses import zoo
+from analyses.zoo.dryrun.measuring import CHILD_TIMEOUT, DRY_STEPS, _one_line, run_isolated
 from models.train import gpu_costs
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
-from models.train.loop import Callback, Run, train
 from models.train.plan import (  # noqa: F401 - moved there (costs reads them without the zoo)
     H100_MEMORY,
     flops_per_token,
@@ -65,16 +60,13 @@ from models.train.plan import (  # noqa: F401 - moved there (costs reads them wi
     plan_row,
 )
 from models.train.runconfig import RunConfig
-from models.train.spec import BYTES_PER_PARAM, make_spec, validate_spec
+from models.train.spec import BYTES_PER_PARAM, make_spec
 from seqprobe.atomic import write_atomic
 from seqprobe.device import human_bytes, resolve_device
 from seqprobe.errors import InputError
 
-DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
-MALLOC_TRIM_THRESHOLD = 2**20  # bytes: see run_isolated
-CHILD_TIMEOUT = 1800.0  # seconds for one model's two steps before it is listed as timed out
 EXIT_SOME_FAILED = 1
 
 Builder = Callable[[], RunConfig]
@@ -121,179 +113,6 @@ def _key(spec: RunConfig, length: int) -> str:
     cfg = spec.train
     return json.dumps([spec.arch, spec.model_dict, cfg.batch_size, length, cfg.precision,
                        cfg.compile], sort_keys=True, default=list)
-
-
-# ---------------------------------------------------------------------------- measuring
-class _StopAfter(Callback):
-    """Ends the run after ``steps`` optimizer steps and keeps the time each one ended."""
-
-    def __init__(self, steps: int, device: torch.device):
-        self.steps, self.device = steps, device
-        self.ends: list[float] = []
-        self.params = 0
-        self.paths: set[str] = set()  # the computation paths the layers took (Mamba's scan)
-
-    def on_step(self, run: Run) -> bool:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # the step's kernels, not their launch
-        self.ends.append(time.perf_counter())
-        self.params = sum(p.numel() for p in run.model.parameters())
-        self.paths |= {m.last_path for m in run.model.modules() if hasattr(m, "last_path")}
-        return run.step >= self.steps
-
-
-def _max_rss() -> int:
-    """The process's peak resident set so far, in bytes: Linux's VmHWM, which is this
-    program's own (``ru_maxrss`` keeps the parent's resident set at the fork that started
-    it), else ``ru_maxrss`` (Linux reports kB, macOS bytes)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def _rss() -> int:
-    """The resident set now, in bytes (the peak so far where /proc is missing: the imports'
-    transient peak then hides a small run's own)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return _max_rss()
-
-
-def _warm_up() -> None:
-    """A few ops of a tiny model: the library code torch pages in on first use is then in the
-    baseline, not in the run's RSS delta."""
-    model = torch.nn.Sequential(torch.nn.Embedding(8, 8), torch.nn.LayerNorm(8),
-                                torch.nn.Linear(8, 8))
-    opt = torch.optim.AdamW(model.parameters())
-    for _ in range(2):
-        torch.log_softmax(model(torch.zeros(2, 4, dtype=torch.long)), -1).sum().backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
-
-def micro_batches(batch_size: int) -> list[int]:
-    """The micro-batches a GPU dry run tries, largest first: the whole batch, then halving
-    (the largest divisor of the batch at most half the last one tried) down to one row."""
-    out = [batch_size]
-    while out[-1] > 1:
-        out.append(max(d for d in range(1, out[-1] // 2 + 1) if batch_size % d == 0))
-    return out
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    """A CUDA out-of-memory error, also where torch.compile wraps it in its own."""
-    return isinstance(e, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(e)
-
-
-def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
-    """Train ``spec`` (already the dry spec) for :data:`DRY_STEPS` steps here: parameters,
-    seconds of the last step, seconds to the end of the first (build and start-up included),
-    peak memory and the memory settings used (``micro_batch``, ``checkpoint_blocks``,
-    ``scan_paths``). On a GPU the largest micro-batch that fits the card: the whole batch
-    first, then smaller ones (:func:`micro_batches`) after each out-of-memory error. Meant for
-    a fresh process (:func:`run_isolated`): the RSS delta is the run's own only there."""
-    dev = resolve_device(device)
-    validate_spec(spec)  # also imports what the checks import: in the baseline, not the run
-    if dev.type != "cuda":
-        return _measure_once(spec, dev)
-    batch = spec.train.batch_size
-    for micro in micro_batches(batch):
-        try:
-            return _measure_once(spec.replace(train={"micro_batch": 0 if micro == batch
-                                                     else micro}), dev)
-        except Exception as e:  # noqa: BLE001 - only out-of-memory errors try a smaller one
-            if not _out_of_memory(e):
-                raise
-        # outside the handler: the traceback that held the failed try's tensors is gone
-        gc.collect()
-        torch.cuda.empty_cache()
-    raise InputError(f"out of memory on {dev} even at micro-batch 1")
-
-
-def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
-    """:func:`measure` of one setting."""
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    else:
-        _warm_up()
-    rss0 = _rss()
-    stop = _StopAfter(DRY_STEPS, dev)
-    t0 = time.perf_counter()
-    train(spec, out=None, device=str(dev), progress=False, callbacks=[stop])
-    if len(stop.ends) < 2:
-        raise InputError(f"the run stopped after {len(stop.ends)} step(s)")
-    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
-            else _max_rss() - rss0)
-    return {"params": stop.params, "seconds_per_step": stop.ends[-1] - stop.ends[-2],
-            "first_step_s": stop.ends[0] - t0, "peak_memory_bytes": int(peak),
-            "memory": "cuda_max_allocated" if dev.type == "cuda" else "rss_delta",
-            "device": str(dev), "micro_batch": spec.train.micro_batch or spec.train.batch_size,
-            "checkpoint_blocks": spec.train.checkpoint_blocks,
-            "scan_paths": sorted(stop.paths)}
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
-
-
-def _child(argv: list[str]) -> int:
-    """``python -m analyses.zoo.dryrun --child DEVICE`` with a run's JSON
-    (:meth:`RunConfig.to_dict`) on stdin: one JSON line on stdout, the measurement or
-    ``{"error": "one line"}``."""
-    device = argv[1]
-    try:
-        spec = RunConfig.from_json(sys.stdin.read())
-        result = measure(spec, device)
-    except InputError as e:
-        result = {"error": str(e).splitlines()[0]}
-    except Exception as e:  # noqa: BLE001 - any failure of a run is one row of the table
-        result = {"error": _one_line(e)}
-    print(json.dumps(result))
-    return 0
-
-
-def run_isolated(spec: RunConfig, device: torch.device,
-                 timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
-    """:func:`measure` in a fresh Python process: the result, or ``{"error": ...}`` for a run
-    that raised, was killed (the kernel's out-of-memory killer sends SIGKILL) or timed out."""
-    blob = json.dumps(spec.to_dict(), default=list)
-    root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    # glibc's malloc keeps freed memory once its mmap threshold has grown (it does, after the
-    # first large free), so a run that allocates and frees chunk after chunk (the chunked scan,
-    # checkpointed blocks) would show the memory it freed in its RSS: the CPU's peak would
-    # then measure the allocator, not what the run needs at once, which is what the
-    # extrapolation to a GPU batch stands on. A fixed trim threshold returns it (and turns the
-    # dynamic threshold off); other C libraries ignore the variable. A user's setting wins.
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "analyses.zoo.dryrun", "--child",
-                               str(device)], input=blob, capture_output=True, text=True,
-                              timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except ValueError:
-            pass
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        why = " (out of memory?)" if -proc.returncode == signal.SIGKILL else ""
-        return {"error": f"killed by {name}{why}"}
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": f"exit code {proc.returncode}: {tail[:300]}"}
 
 
 # ---------------------------------------------------------------------------- the dry run
@@ -456,10 +275,3 @@ def report(items: Sequence[tuple[str, Builder]], device: str | torch.device = "c
         print(f"cannot run: {', '.join(doc['failed'])}", file=sys.stderr)
         return EXIT_SOME_FAILED
     return 0
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--child"]:
-        sys.exit(_child(sys.argv[1:]))
-    sys.exit("usage: python -m analyses.reproduce --paper --dry-run (this module's command "
-             "line is its own child processes')")

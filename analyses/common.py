@@ -29,7 +29,7 @@ from analyses.zoo import dryrun
 from analyses.zoo.dryrun import Builder
 from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
 from figures.style import DEFAULT_OUT, figure_png
-from models.checkpoint import is_hf_source
+from models.checkpoint.paths import is_hf_source
 from models.hf.export_map import ExportError, read_provenance
 from models.loading import load
 from models.memory import check_evaluation_fits

@@ -257,7 +257,7 @@ def test_save_to_unusable_paths_is_one_line(tmp_path):
 CHILD_SEAM = textwrap.dedent("""
     import os, signal, sys, torch
     sys.path.insert(0, {root!r})
-    from models import checkpoint as ck
+    from models.checkpoint import io as ck
     from seqprobe import atomic
 
     def ckpt(step):
@@ -277,7 +277,7 @@ CHILD_SEAM = textwrap.dedent("""
 CHILD_LOOP = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {root!r})
-    from models import checkpoint as ck
+    from models.checkpoint import io as ck
 
     big = torch.zeros(1_000_000)  # ~4 MB: a save takes a while
     for step in range(1, 100_000):

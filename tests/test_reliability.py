@@ -28,19 +28,13 @@ import models
 import models.train.loop as L
 import models.train.writer as W
 from analyses.common import load_model
-from models.checkpoint import (
-    CheckpointError,
-    SaveError,
-    check_writable,
-    exclusive_writer,
-    read_checkpoint,
-    save_checkpoint,
-)
+from models.checkpoint.io import exclusive_writer, read_checkpoint, save_checkpoint
+from models.checkpoint.paths import check_writable
 from models.train.cli import main
 from models.train.loop import train
 from models.train.spec import make_spec
 from seqprobe import atomic
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError, SaveError
 from tests.reliability_helpers import QUICK, one_line, run_main
 from tests.tiny import good_checkpoint
 
@@ -299,7 +293,7 @@ def test_a_path_over_path_max_is_one_line(tmp_path, capsys):
 CHILD_KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from models import checkpoint as ck
+    from models.checkpoint import io as ck
     from seqprobe import atomic
     from tests.tiny import TINY_RUN_FLAGS, good_checkpoint
 

@@ -20,18 +20,13 @@ import torch
 import models
 from analyses.common import load_model
 from models.base import SuiteModel
-from models.checkpoint import (
-    CheckpointError,
-    read_checkpoint,
-    rebuild,
-    save_checkpoint,
-    tensor_digest,
-    untrusted,
-)
+from models.checkpoint import rebuild, untrusted
+from models.checkpoint.io import read_checkpoint, save_checkpoint
+from models.checkpoint.schema import tensor_digest
 from models.train.loop import train
 from models.train.spec import make_spec
 from seqprobe import flags
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 from tests.reliability_helpers import QUICK, one_line, run_main
 from tests.tiny import good_checkpoint
 

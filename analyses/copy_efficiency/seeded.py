@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 from analyses.common import to_jsonable
 from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure
-from models.checkpoint import read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from probes.sample_efficiency import (
     GSSMS,
     LEVELS,

@@ -33,9 +33,10 @@ from analyses.common import to_jsonable
 from analyses.memorization.grid import THRESHOLD
 from models.registry import build_model
 from models.train.cache import check_cache_dir
-from models.train_config import TrainConfig
-from models.train.loop import Callback, Run, TrainingDiverged, train
+from models.train.callbacks import Callback, Run
+from models.train.loop import TrainingDiverged, train
 from models.train.runconfig import RunConfig
+from models.train_config import TrainConfig
 from seqprobe.atomic import write_atomic
 from seqprobe.device import resolve_device
 from seqprobe.sweep import Failed

@@ -58,7 +58,7 @@ from analyses.copy_models import label_for
 from analyses.ngram_heads.checks import HF_ARCHS, check_fits, check_model, check_n_max
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from analyses.ngram_heads.plots import plot, table
-from models.checkpoint import is_hf_source
+from models.checkpoint.paths import is_hf_source
 from probes import effective_attention as ea
 from probes.match_heads import (
     ablated_accuracy,

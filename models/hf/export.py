@@ -57,7 +57,6 @@ from models.hf.export_map import (
     read_provenance,
     to_hf,
 )
-from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer  # noqa: F401
 from models.loading import EXPORT_TEMP_SUFFIX, interrupted_swap
 from seqprobe.atomic import exclusive_lock, umask
 from seqprobe.cli import OneLineParser, run_cli

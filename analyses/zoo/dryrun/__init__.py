@@ -62,8 +62,9 @@ from models.train.plan import (  # noqa: F401 - moved there (costs reads them wi
 from models.train.runconfig import RunConfig
 from models.train.spec import BYTES_PER_PARAM, make_spec
 from seqprobe.atomic import write_atomic
-from seqprobe.device import human_bytes, resolve_device
+from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
+from seqprobe.memory import human_bytes
 
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from models.train.loop import Callback, Run, train
+from models.train.callbacks import Callback, Run
+from models.train.loop import train
 from models.train.runconfig import RunConfig
 from models.train.spec import validate_spec
 from seqprobe.device import resolve_device

@@ -9,7 +9,7 @@ the fastest model (paper: transformers need ~100× fewer samples than GSSMs on l
 strings, ~10× fewer on length ≤ 30, Fig. 9b).
 
 With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints as
-``length_generalization`` (``analyses.common.COPY_LABELS``; trained once, cached); the quick
+``length_generalization`` (``analyses.copy_models.COPY_LABELS``; trained once, cached); the quick
 preset evaluates every 100 steps.
 
 ``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's

@@ -21,7 +21,7 @@ true answer); ``--greedy`` decodes instead.
 A pretrained HuggingFace causal LM (a model directory or a hub name) gets the same strings
 drawn over the ordinary tokens of its tokenizer, n counted in tokens, in the copy paper's prompt
 format for pretrained models (§4.2, App. B.2: the string twice, then its first token;
-``analyses.common.copy_prompts``); with only such models the default length is max(2·n_max + 1,
+``analyses.copy_models.copy_prompts``); with only such models the default length is max(2·n_max + 1,
 3·n_max).
 """
 

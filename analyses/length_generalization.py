@@ -14,7 +14,7 @@ strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 A pretrained HuggingFace causal LM (a model directory or a hub name) is evaluated on the same
 uniform strings drawn over the ordinary tokens of its tokenizer, in the copy paper's prompt
 format for pretrained models (§4.2, App. B.2: the string twice, then its first token; L counts
-tokens; ``analyses.common.copy_prompts``).
+tokens; ``analyses.copy_models.copy_prompts``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ NAME = "length_generalization"
 
 @dataclass(frozen=True)
 class Settings:
-    """How a preset tests the copy models (which models: analyses.common.COPY_LABELS):
+    """How a preset tests the copy models (which models: analyses.copy_models.COPY_LABELS):
     ``n_examples`` uniform strings at each of the test ``lengths``."""
 
     lengths: tuple[int, ...]

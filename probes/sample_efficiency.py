@@ -90,7 +90,7 @@ def lr_edge(chosen: float | None, grid) -> str | None:
 
 
 def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int, dict]]:
-    """``(runs, by_length)`` of :func:`analyses.copy_efficiency.compute_medium` (which says
+    """``(runs, by_length)`` of :func:`analyses.copy_efficiency.seeded.compute_medium` (which says
     what they hold), before they are made JSON.
 
     Samples to a level (``string_0.5``, ``string_0.9``: what the ratios, the lr choice and the

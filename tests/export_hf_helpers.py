@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.checkpoint import make_checkpoint, save_checkpoint
+from models.checkpoint.io import save_checkpoint
+from models.checkpoint.schema import make_checkpoint
 from seqprobe.config import config_to_dict
 
 

@@ -15,6 +15,7 @@ from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.copy_efficiency.seeded import _run_of, compute_medium
 from analyses.zoo import copy as zoo_copy
 from models.checkpoint.io import read_checkpoint
+from probes import sample_efficiency
 from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap
 from seqprobe.errors import InputError
 
@@ -99,7 +100,7 @@ def test_each_model_is_credited_with_its_best_lr():
         r[1] == "mamba" and r[3] == "0.01 (at the high end of 0.001/0.003/0.01)" for r in rows)
     assert any(r[1] == "rope" and r[3] == "0.01 (at the high end of 0.001/0.01)" for r in rows)
     ce.plot(d)  # draws, the sweep panel too
-    assert ce.best_lr({"0.001": {"per_seed": [5, 5], "reached": 2},
+    assert sample_efficiency.best_lr({"0.001": {"per_seed": [5, 5], "reached": 2},
                        "0.01": {"per_seed": [5, 5], "reached": 2}}) == "0.001"  # tie: lower
 
 

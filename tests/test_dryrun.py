@@ -20,6 +20,7 @@ from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import plan as reproduce_plan
 from analyses.zoo import dryrun
 from models.registry import build_model
+from models.train import plan as train_plan
 from models.train.spec import make_spec
 from seqprobe.errors import InputError
 from tasks.base import IGNORE
@@ -81,9 +82,9 @@ def test_dry_run_rows_failures_and_nothing_written(tmp_path, monkeypatch, capsys
 def test_projection_formula():
     spec = tiny_spec()
     n, L = 1000, 10
-    assert dryrun.flops_per_token(spec, n, L) == 6 * n + 12 * 1 * 16 * L
-    assert dryrun.flops_per_token(tiny_spec(arch="mamba"), n, L) == 6 * n
-    assert dryrun.gpu_hours(dryrun.UTILISATION * dryrun.H100_PEAK * 3600) == pytest.approx(1.0)
+    assert train_plan.flops_per_token(spec, n, L) == 6 * n + 12 * 1 * 16 * L
+    assert train_plan.flops_per_token(tiny_spec(arch="mamba"), n, L) == 6 * n
+    assert train_plan.gpu_hours(dryrun.UTILISATION * dryrun.H100_PEAK * 3600) == pytest.approx(1.0)
 
 
 def test_flops_formula_against_flop_counter():
@@ -98,7 +99,7 @@ def test_flops_formula_against_flop_counter():
         torch.nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), tokens.reshape(-1),
                                      ignore_index=IGNORE).backward()
     n_params = sum(p.numel() for p in model.parameters())
-    predicted = dryrun.flops_per_token(spec, n_params, L) * tokens.numel()
+    predicted = train_plan.flops_per_token(spec, n_params, L) * tokens.numel()
     assert counter.get_total_flops() == pytest.approx(predicted, rel=0.15)
 
 

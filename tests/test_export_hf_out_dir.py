@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from models.checkpoint import CheckpointError
 from models.hf import export as export_hf
 from models.hf.export import export, main
 from models.loading import load
+from seqprobe.errors import CheckpointError
 from tests.export_hf_helpers import leftovers, write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,6 +25,7 @@ from analyses.markov_holdout.claims import (
 from models.checkpoint.io import save_checkpoint
 from models.constructions import mambazero_add_beta, mambazero_checkpoint
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL
+from probes import markov as probes_markov
 from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_counts
 
@@ -39,7 +40,7 @@ def _posterior_mean(n0: float, n1: float, lo: float, hi: float) -> float:
                                       ([1, 1, 1, 0, 1, 1], (0.5, 1.0)), ([0, 1] * 40, (0.0, 0.5))])
 def test_restricted_probs_is_the_conditioned_posterior_mean(seq, rng):
     x = torch.tensor([seq])
-    r = mh.restricted_probs(x, 1, 1.0, rng)[0]
+    r = probes_markov.restricted_probs(x, 1, 1.0, rng)[0]
     n = add_beta_counts(x, 2, 1)[0]
     for i in range(len(seq)):
         want = _posterior_mean(float(n[i, 0]), float(n[i, 1]), *rng)
@@ -51,7 +52,7 @@ def test_restricted_probs_far_outside_the_range_sits_at_its_end():
     # 2000 transitions 0 -> 1 under [0, 0.5]: the conditioned mass underflows; the posterior
     # ∝ p^2000 on [0, 0.5] has mean 0.5 · 2001 / 2002
     x = torch.tensor([[0, 1] * 2001])
-    r = float(mh.restricted_probs(x, 1, 1.0, (0.0, 0.5))[0, -2])
+    r = float(probes_markov.restricted_probs(x, 1, 1.0, (0.0, 0.5))[0, -2])
     assert abs(r - 0.5 * 2001 / 2002) < 1e-6
 
 

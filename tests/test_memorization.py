@@ -10,13 +10,21 @@ import json
 import numpy as np
 import pytest
 
+from analyses import common as mem_common
 from analyses import memorization as am
 from analyses.claims import Undecided
+from analyses.memorization import cells as mem_cells
+from analyses.memorization import claims as mem_claims
+from analyses.memorization import cli as mem_cli
+from analyses.memorization import grid as mem_grid
+from analyses.memorization import search as mem_search
+from analyses.memorization import stats as mem_stats
+from analyses.memorization import sweep as mem_sweep
 from models.registry import build_model
 from models.train.loop import train
 from models.train.spec import make_spec
 from probes.fits import fit_trends, line_fit
-from tasks import InputError
+from seqprobe.errors import InputError
 from tests.test_memorization_data import CONLL
 
 
@@ -29,12 +37,12 @@ def test_parameter_count_matches_a_hand_count():
     model = build_model("transformer", dict(vocab_size=5, d_model=4, n_heads=2, n_layers=1,
                                             d_mlp=8, pe="rope", causal=False,
                                             head="token_cls", n_classes=3))
-    assert model.n_params() == 215 == am.param_count(4, 1, 5, 3, d_mlp=8)
-    assert model.n_params(embeddings=False) == 180 == am.param_count(4, 1, 5, 3, 8, False)
+    assert model.n_params() == 215 == mem_grid.param_count(4, 1, 5, 3, d_mlp=8)
+    assert model.n_params(embeddings=False) == 180 == mem_grid.param_count(4, 1, 5, 3, 8, False)
     big = build_model("transformer", dict(vocab_size=40, d_model=24, n_heads=4, n_layers=3,
                                           pe="nope", causal=False, head="seq_cls", n_classes=7))
-    assert big.n_params() == am.param_count(24, 3, 40, 7)
-    assert big.n_params(embeddings=False) == am.param_count(24, 3, 40, 7, embeddings=False)
+    assert big.n_params() == mem_grid.param_count(24, 3, 40, 7)
+    assert big.n_params(embeddings=False) == mem_grid.param_count(24, 3, 40, 7, embeddings=False)
 
 
 def test_fits_recover_exact_trends():
@@ -58,10 +66,10 @@ def test_train_cell_memorises_a_tiny_set():
     spec = make_spec("transformer", "memorization", "quick", model={"d_model": 16},
                      task_config={"n_examples": 8, "seq_len": 4},
                      train={"steps": 300, "warmup_steps": 10, "eval_every": 10})
-    cell = am.train_cell(spec, patience=0)
+    cell = mem_cells.train_cell(spec, patience=0)
     assert cell["stop"] == "memorized" and cell["train_error"] < 0.005 and cell["steps"] < 300
     assert cell["steps"] % 10 == 0  # stopped right after the evaluation that saw it memorised
-    assert cell["n_labels"] == 32 and cell["params_total"] == am.param_count(16, 2, 17, 2)
+    assert cell["n_labels"] == 32 and cell["params_total"] == mem_grid.param_count(16, 2, 17, 2)
 
 
 def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
@@ -70,7 +78,7 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     spec = make_spec("transformer", "memorization", "quick", model={"d_model": 4},
                      task_config={"n_examples": 64, "seq_len": 8},
                      train={"steps": 300, "warmup_steps": 0, "eval_every": 2, "lr": 1e-4})
-    cell = am.train_cell(spec, patience=1)
+    cell = mem_cells.train_cell(spec, patience=1)
     assert cell["stop"] == "plateau" and cell["steps"] < 300 and not cell["memorized"]
     assert cell["best_error"] <= cell["train_error"]
     import models.train.loss as loss_mod
@@ -82,7 +90,7 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
                      task_config={"n_examples": 8, "seq_len": 4},
                      train={"steps": 50, "warmup_steps": 0, "eval_every": 5, "lr": 10.0,
                             "grad_clip": 0})
-    cell = am.train_cell(wild, patience=0)
+    cell = mem_cells.train_cell(wild, patience=0)
     assert cell["stop"] == "diverged" and cell["steps"] < 50 and cell["loss"] != cell["loss"]
     assert 0 <= cell["train_error"] <= 1  # scored with the last finite weights
 
@@ -91,13 +99,13 @@ def test_stop_rule_counts_evaluations_without_improvement():
     class FakeRun:
         stop_reason = ""
 
-    rule, run = am.StopRule(threshold=0.1, patience=2), FakeRun()
+    rule, run = mem_cells.StopRule(threshold=0.1, patience=2), FakeRun()
     assert not rule.on_eval(run, {"train_error": 0.5})
     assert not rule.on_eval(run, {"train_error": 0.4})  # improved: the count restarts
     assert not rule.on_eval(run, {"train_error": 0.4})
     assert rule.on_eval(run, {"train_error": 0.45}) and run.stop_reason == "plateau"
     run = FakeRun()
-    assert am.StopRule(0.1, 0).on_eval(run, {"train_error": 0.05})
+    assert mem_cells.StopRule(0.1, 0).on_eval(run, {"train_error": 0.05})
     assert run.stop_reason == "memorized"
 
 
@@ -110,7 +118,7 @@ def test_suite_trainer_runs_the_task_and_reports_train_error():
 
 
 def tiny_grid(out, **kw):
-    return am.compute("synthetic", kw.pop("level", "token"), "quick", out, widths=(4, 8),
+    return mem_sweep.compute("synthetic", kw.pop("level", "token"), "quick", out, widths=(4, 8),
                       fractions=(0.5, 1.0), task_config={"n_examples": 12, "seq_len": 4},
                       train={"steps": 30, "warmup_steps": 0, "eval_every": 10}, n_jobs=1,
                       progress=False, **kw)
@@ -121,7 +129,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
     assert result["cells_trained"] == 4 and len(result["cells"]) == 4
     assert len(result["error"]) == 2 and len(result["error"][0]) == 2
     assert result["n_examples"] == [6, 12] and result["n_labels"] == [24, 48]
-    assert result["params_total"][0] == am.param_count(4, 2, 17, 4)  # grid: C = 4
+    assert result["params_total"][0] == mem_grid.param_count(4, 2, 17, 4)  # grid: C = 4
     saved = sorted(p.name for p in (tmp_path / "memorization_synthetic_token_cells").iterdir())
     assert saved == ["m00004_f050.json", "m00004_f100.json", "m00008_f050.json",
                      "m00008_f100.json"]
@@ -130,7 +138,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
                         lambda *a, **k: pytest.fail("retrained a saved cell"))
     again = tiny_grid(tmp_path)
     assert again["cells_reused"] == 4 and again["error"] == result["error"]
-    json.dumps(am.to_jsonable(again))  # JSON-able
+    json.dumps(mem_common.to_jsonable(again))  # JSON-able
     # a changed stopping rule is a different cell: retrained (here: refused by the stub)
     with pytest.raises(pytest.fail.Exception):
         tiny_grid(tmp_path, threshold=0.01)
@@ -183,7 +191,7 @@ def test_cli_refuses_checkpoints_it_would_ignore(tmp_path, capsys):
 def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
     """What the reproduce plan passes (``--quick --out DIR`` + FIGURE.extra_args) reaches
     compute as the synthetic token grid with five fractions, and names the outputs after it."""
-    seen, real = {}, am.compute
+    seen, real = {}, mem_sweep.compute
 
     def small(data, level, preset, out_dir, **kw):
         seen.update(data=data, level=level, preset=preset, fractions=kw["fractions"])
@@ -214,27 +222,27 @@ def mem_json(w=1.0, n=1.0, mins=(100, 100, 200), nondecreasing=True, rho=0.87):
 
 
 def test_claim_trends_both_ways():
-    text, ok = am.claim_trends(mem_json())
+    text, ok = mem_claims.claim_trends(mem_json())
     assert ok and "100 %" in text and "-0.90" in text and "n/a" in text
-    assert not am.claim_trends(mem_json(w=0.7))[1]  # error rises with width too often
-    assert not am.claim_trends(mem_json(n=0.5))[1]
-    assert am.claim_trends(mem_json(w=0.8, n=0.8))[1]  # the threshold itself holds
+    assert not mem_claims.claim_trends(mem_json(w=0.7))[1]  # error rises with width too often
+    assert not mem_claims.claim_trends(mem_json(n=0.5))[1]
+    assert mem_claims.claim_trends(mem_json(w=0.8, n=0.8))[1]  # the threshold itself holds
 
 
 def test_claim_params_both_ways():
-    text, ok = am.claim_params(mem_json())
+    text, ok = mem_claims.claim_params(mem_json())
     assert ok and "3/3 dataset sizes" in text and "R² 0.75" in text
     assert "Spearman vs N 0.87" in text
     # one search landing a width low does not flatten a rising series; a flat one fails
-    text, ok = am.claim_params(mem_json(mins=(100, 80, 200, 300, 400), nondecreasing=False,
+    text, ok = mem_claims.claim_params(mem_json(mins=(100, 80, 200, 300, 400), nondecreasing=False,
                                         rho=0.9))
     assert ok and "(not monotone)" in text
-    assert not am.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False, rho=0.5))[1]
-    assert not am.claim_params(mem_json(rho=None))[1]
-    assert not am.claim_params(mem_json(mins=(None, None, 200)))[1]  # one N is no trend
+    assert not mem_claims.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False, rho=0.5))[1]
+    assert not mem_claims.claim_params(mem_json(rho=None))[1]
+    assert not mem_claims.claim_params(mem_json(mins=(None, None, 200)))[1]  # one N is no trend
     d = mem_json()
     d["fits"]["non_embedding"]["linear"] = None
-    assert "R²" not in am.claim_params(d)[0]
+    assert "R²" not in mem_claims.claim_params(d)[0]
 
 
 # ---------------------------------------------------------------------------- medium: search
@@ -248,17 +256,17 @@ def test_search_finds_the_smallest_memorising_width_and_probes_each_once(guess):
             probed.append(i)
             return i >= answer
 
-        found = am.search_min_width(n, memorises, guess)
+        found = mem_search.search_min_width(n, memorises, guess)
         assert found == (answer if answer < n else None)
         assert len(probed) == len(set(probed)) <= 2 * 4 + 1  # gallop + bisect: O(log n)
 
 
 def test_search_from_a_close_guess_takes_two_probes():
     probed = []
-    assert am.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=17) == 17
+    assert mem_search.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=17) == 17
     assert probed == [17, 16]
     probed.clear()
-    assert am.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=16) == 17
+    assert mem_search.search_min_width(30, lambda i: probed.append(i) or i >= 17, guess=16) == 17
     assert probed == [16, 17]
 
 
@@ -298,7 +306,7 @@ def search_json(verdict_inputs, small=(0.6, (0.4, 0.9)), large=(1.0, (0.8, 1.2))
            "power_small": {"k": small[0], "ci": list(small[1])},
            "power_large": {"k": large[0], "ci": list(large[1])},
            "loglog": {"slope": 0.8, "ci": [0.7, 0.9]}}
-    fit["verdict"] = am.shape_verdict(fit)
+    fit["verdict"] = mem_stats.shape_verdict(fit)
     n = [16, 25, 38, 59, 91, 140, 215, 332, 512]
     return {"search": {"seeds": [0, 1], "steps": [2000] * 6 + [8000] * 3}, "n_examples": n,
             "n_ratio": 32.0, "seq_len": 8, "fits": {"non_embedding": fit},
@@ -309,66 +317,66 @@ def search_json(verdict_inputs, small=(0.6, (0.4, 0.9)), large=(1.0, (0.8, 1.2))
 
 def test_shape_claims_both_ways():
     linear = search_json((1e4, 9e4, (0.85, 1.1)))
-    text, ok = am.claim_linear(linear)
-    assert ok is True and am.claim_sqrt(linear)[1] is False
+    text, ok = mem_claims.claim_linear(linear)
+    assert ok is True and mem_claims.claim_sqrt(linear)[1] is False
     assert "k = 0.98 [95 % CI 0.85, 1.10]" in text and "9 N = 16…512 (32x), 2 seeds" in text
     assert "2,000 steps (8,000 at N = 215, 332, 512)" in text
     assert "verdict: linear" in text and "RMSE linear 100 vs a + b*sqrt(nN) 300" in text
     # our setting beside the paper's: what could not be matched
     assert "L = 2, h = 1" in text and "L = 6, h = 12, m in steps of 12, Adam lr 2e-5" in text
     sqrt = search_json((9e4, 1e4, (0.4, 0.7)))
-    assert am.claim_sqrt(sqrt)[1] is True and am.claim_linear(sqrt)[1] is False
+    assert mem_claims.claim_sqrt(sqrt)[1] is True and mem_claims.claim_linear(sqrt)[1] is False
     # residuals favour one shape but the exponent's interval holds the other: undecided
     for undecided in (search_json((1e4, 9e4, (0.45, 1.1))), search_json((9e4, 1e4, (0.6, 1.05)))):
-        assert "undecided" in am.claim_sqrt(undecided)[0]
+        assert "undecided" in mem_claims.claim_sqrt(undecided)[0]
         # neither shape shown: not decided at this level, not "does not hold" (nor n/a)
-        for claim in (am.claim_sqrt, am.claim_linear):
+        for claim in (mem_claims.claim_sqrt, mem_claims.claim_linear):
             v = claim(undecided)[1]
             assert isinstance(v, Undecided) and "either shape" in v.reason
-    assert am.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
+    assert mem_stats.shape_verdict({"linear": None, "theory": None, "power": {}}) == "undecided"
     grid = mem_json()  # the quick grid: too few N, the shape claims do not apply
-    assert am.claim_sqrt(grid) is None and am.claim_linear(grid) is None
-    assert am.claim_concave_small(grid) is None
-    assert am.claim_trends(linear) is None  # and a search has no full grid for Fig. 1
+    assert mem_claims.claim_sqrt(grid) is None and mem_claims.claim_linear(grid) is None
+    assert mem_claims.claim_concave_small(grid) is None
+    assert mem_claims.claim_trends(linear) is None  # and a search has no full grid for Fig. 1
 
 
 def test_concavity_only_at_small_n_both_ways():
-    text, ok = am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1))))
+    text, ok = mem_claims.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1))))
     assert ok
     assert "N = 16…91: k = 0.60 [0.40, 0.90]" in text
     assert "N = 91…512: k = 1.00 [0.80, 1.20]" in text
     for small, large in (((0.6, (0.4, 0.9)), (0.6, (0.4, 0.95))),  # concave throughout
                          ((0.6, (0.4, 0.9)), (1.5, (1.2, 1.8))),  # convex at large N
                          ((1.4, (1.1, 1.7)), (1.0, (0.8, 1.2)))):  # convex at small N
-        assert am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), small,
+        assert mem_claims.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), small,
                                                   large))[1] is False
     # the small half's interval holds k < 1 and k = 1: either shape, not decided
-    v = am.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), (0.8, (0.5, 1.05)),
+    v = mem_claims.claim_concave_small(search_json((1e4, 9e4, (0.85, 1.1)), (0.8, (0.5, 1.05)),
                                            (1.0, (0.8, 1.2))))[1]
     assert isinstance(v, Undecided) and "either shape" in v.reason
     d = search_json((1e4, 9e4, (0.85, 1.1)))
     d["fits"]["non_embedding"]["power_small"] = {"k": None, "ci": None}  # too few N
-    text, ok = am.claim_concave_small(d)
+    text, ok = mem_claims.claim_concave_small(d)
     assert isinstance(ok, Undecided) and "N = 16…91: k n/a" in text
 
 
 def test_step_budgets_lengthen_the_largest_n():
     ns = (16, 25, 38, 59)
-    assert am.step_budgets(ns, 2000, am.Long(largest=2, factor=4)) == {
+    assert mem_search.step_budgets(ns, 2000, mem_grid.Long(largest=2, factor=4)) == {
         16: 2000, 25: 2000, 38: 8000, 59: 8000}
-    assert am.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
-    assert am.step_budgets(ns, 2000, am.Long(largest=0, factor=4)) == dict.fromkeys(ns, 2000)
-    assert am.step_budgets(ns, 10, am.Long(largest=9, factor=3)) == dict.fromkeys(ns, 30)
+    assert mem_search.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
+    assert mem_search.step_budgets(ns, 2000, mem_grid.Long(largest=0, factor=4)) == dict.fromkeys(ns, 2000)
+    assert mem_search.step_budgets(ns, 10, mem_grid.Long(largest=9, factor=3)) == dict.fromkeys(ns, 30)
     with pytest.raises(InputError):
-        am.Long(largest=1, factor=0)
-    space = am.CellSpace("synthetic", "token", "medium",
+        mem_grid.Long(largest=1, factor=0)
+    space = mem_grid.CellSpace("synthetic", "token", "medium",
                          {"n_examples": 16, "data": "synthetic", "level": "token"},
                          {"n_heads": 1}, {})
-    specs = am.search_specs(space, (4,), (8, 16), 0, {16: 123})
+    specs = mem_search.search_specs(space, (4,), (8, 16), 0, {16: 123})
     assert specs[(16, 4)].train.steps == 123 and specs[(8, 4)].train.steps == 2000
-    assert specs[(16, 4)].hash() != am.search_specs(space, (4,), (16,), 0)[
+    assert specs[(16, 4)].hash() != mem_search.search_specs(space, (4,), (16,), 0)[
         (16, 4)].hash()  # a longer budget is another cell, never a reused shorter one
-    assert am.budget_text({"n_examples": [8, 16], "search": {"steps": [2000, 2000]}}) == (
+    assert mem_claims.budget_text({"n_examples": [8, 16], "search": {"steps": [2000, 2000]}}) == (
         "2,000 steps")
 
 
@@ -381,7 +389,7 @@ def fake_search(seed, widths_found):
 
 
 def test_summarise_search_pools_the_seeds():
-    r = am.summarise_search([fake_search(1, (4, 6, 8)), fake_search(0, (4, 5, None))],
+    r = mem_stats.summarise_search([fake_search(1, (4, 6, 8)), fake_search(0, (4, 5, None))],
                             (10, 20, 40), tuple(range(2, 10)), 0.005, "token")
     sr = r["search"]
     assert sr["seeds"] == [0, 1] and sr["min_width"] == [[4, 5, None], [4, 6, 8]]
@@ -391,11 +399,11 @@ def test_summarise_search_pools_the_seeds():
     assert r["min_width"] == [4.0, 5.5, None] and r["n_labels"] == [80, 160, 320]
     assert r["fits"]["non_embedding"]["points"] == 5 and r["n_ratio"] == 4
     assert r["trends"]["min_params_nondecreasing"] and r["trends"]["n_memorized"] == 3
-    assert am.table(r)[1][:4] == [10, 80, 4, 4]
+    assert mem_cli.table(r)[1][:4] == [10, 80, 4, 4]
 
 
 def tiny_search(out, **kw):
-    return am.compute("synthetic", "token", "medium", out, widths=(2, 4, 8),
+    return mem_sweep.compute("synthetic", "token", "medium", out, widths=(2, 4, 8),
                       fractions=(0.5, 1.0), task_config={"n_examples": 8, "seq_len": 4},
                       train={"steps": 30, "warmup_steps": 0, "eval_every": 10}, n_jobs=1,
                       progress=False, seeds=2, **kw)
@@ -411,9 +419,9 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
     assert result["search"]["steps"] == [30, 30]
     assert {c["steps"] <= 30 for c in result["cells"]} == {True}
     saved = {p.name for p in (tmp_path / "memorization_synthetic_token_cells").iterdir()}
-    assert {am.search_cell_name(c["n_examples"], c["d_model"], c["seed"])
+    assert {mem_cells.search_cell_name(c["n_examples"], c["d_model"], c["seed"])
             for c in result["cells"]} == saved
-    json.dumps(am.to_jsonable(result))
+    json.dumps(mem_common.to_jsonable(result))
     monkeypatch.setattr(am.cells, "train_cell", lambda *a, **k: pytest.fail("retrained a cell"))
     again = tiny_search(tmp_path)
     assert again["cells_trained"] == 0 and again["search"] == result["search"]
@@ -421,11 +429,11 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
 
 def test_medium_is_a_preset_of_the_figure():
     assert "medium" in am.FIGURE.presets
-    assert am.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
-    labels = [label for label, _ in am.dry_run_cells("medium")]
+    assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
+    labels = [label for label, _ in mem_grid.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",
                       "memorization_synthetic_token/m2_f0.03125"]
-    largest, smallest = (build() for _, build in am.dry_run_cells("medium"))
+    largest, smallest = (build() for _, build in mem_grid.dry_run_cells("medium"))
     assert largest.model.n_heads == 1
     assert (largest.train.steps, smallest.train.steps) == (8000, 8000)  # 4x quick, every N
-    assert am.dry_run_cells("quick")[0][1]().train.steps == 2000
+    assert mem_grid.dry_run_cells("quick")[0][1]().train.steps == 2000

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from models.registry import build_model
-from models.train.loop import loss_of
+from models.train.loss import loss_of
 from models.train.spec import make_spec
-from tasks import IGNORE, InputError, make_generator, make_task
+from seqprobe.errors import InputError
+from tasks.base import IGNORE, make_generator
 from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
+from tasks.registry import make_task
 
 
 # ---------------------------------------------------------------------------- synthetic

@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-import analyses.memorization as am
+from analyses.memorization import cells as mem_cells
+from analyses.memorization import grid as mem_grid
 from models.train.runconfig import RunConfig
 
 # cell_key of three cells, recorded at 2473091 (before a cell's run became a RunConfig):
@@ -21,27 +22,27 @@ PINNED = [
 @pytest.mark.parametrize(("row", "m", "f", "search", "threshold", "patience", "key"), PINNED)
 def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
     preset, data, level = row
-    spec = am.CellSpace.of(data, level, preset).spec(m, f, **search)
+    spec = mem_grid.CellSpace.of(data, level, preset).spec(m, f, **search)
     assert isinstance(spec, RunConfig)
     assert (spec.model.d_model, spec.task.fraction) == (m, f)
-    assert am.cell_key(spec, threshold, patience) == key
-    assert am.cell_key(spec, threshold, patience + 1) != key  # the key can fail
+    assert mem_cells.cell_key(spec, threshold, patience) == key
+    assert mem_cells.cell_key(spec, threshold, patience + 1) != key  # the key can fail
 
 
 def test_the_table_is_rows_of_frozen_dataclasses():
-    for (preset, data, level), row in am.GRIDS.items():
-        assert isinstance(row, am.GridRow) and am.grid_settings(preset, data, level) is row
+    for (preset, data, level), row in mem_grid.GRIDS.items():
+        assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(preset, data, level) is row
         assert row.widths == tuple(sorted(row.widths)) and row.patience >= 0
         if row.search is not None:
             assert max(row.search.n_examples) <= row.task["n_examples"]
-    medium = am.GRIDS["medium", "synthetic", "token"]
+    medium = mem_grid.GRIDS["medium", "synthetic", "token"]
     assert medium.search.seeds == 2 and medium.search.long is None  # side by side on 2 cores
     with pytest.raises(dataclasses.FrozenInstanceError):
         medium.patience = 3
 
 
 def test_a_rows_overrides_reach_its_cells():
-    space = am.CellSpace.of("synthetic", "token", "medium", model={"n_layers": 1})
+    space = mem_grid.CellSpace.of("synthetic", "token", "medium", model={"n_layers": 1})
     spec = space.spec(5, 0.5)
     assert (spec.model.n_heads, spec.model.n_layers) == (1, 1)  # the row's, then the caller's
     assert (spec.train.batch_size, spec.train.steps) == (1024, 8000)

@@ -58,11 +58,9 @@ from analyses.copy_models import (
 from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure
 from models.train.levels import SEEDED
-from probes.sample_efficiency import (  # noqa: F401 - best_lr, TRANSFORMERS: found here too
+from probes.sample_efficiency import (
     LEVELS,
-    TRANSFORMERS,
     acc_at,
-    best_lr,
     samples_to_reach,
 )
 from seqprobe import flags

@@ -56,13 +56,11 @@ from analyses.markov_holdout.claims import (
 from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from models.train.levels import SEEDED
-from probes.markov import (  # noqa: F401 - restricted_probs, P_HAT_BINS: found here too
-    P_HAT_BINS,
+from probes.markov import (
     TABLE_T,
     deviation_table,
     fixed_sequence,
     p_hat_bins,
-    restricted_probs,
     restricted_table,
 )
 from seqprobe import flags

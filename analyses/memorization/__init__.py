@@ -76,75 +76,7 @@ search), :mod:`.sweep` (running a grid or a search on a backend), :mod:`.stats`,
 :mod:`.plots`, :mod:`.claims` (the paper's claims, ``FIGURE``) and :mod:`.cli`.
 """
 
-from analyses.common import to_jsonable
-from analyses.memorization.cells import (
-    CellSettings,
-    CellStore,
-    StopRule,
-    cell_key,
-    failed_cell,
-    grid_cell_name,
-    run_cell,
-    search_cell_name,
-    train_cell,
-    train_error_evaluator,
-)
-from analyses.memorization.claims import (
-    FIGURE,
-    budget_text,
-    claim_concave_small,
-    claim_linear,
-    claim_params,
-    claim_sqrt,
-    claim_trends,
-    fit_summary,
-    plan_args,
-    setting_text,
-)
-from analyses.memorization.cli import CSV_FIELDS, add_arguments, main, table, write_csv
-from analyses.memorization.grid import (
-    ARCH,
-    FRACTIONS,
-    GRIDS,
-    NAME,
-    PARAM_COUNTING,
-    THRESHOLD,
-    CellSpace,
-    GridRow,
-    Long,
-    Search,
-    dry_run_cells,
-    grid_settings,
-    param_count,
-)
-from analyses.memorization.plots import (
-    plot,
-    plot_heatmap,
-    plot_params,
-    plot_probes,
-    plot_search_params,
-)
-from analyses.memorization.search import (
-    BUDGET_EXPONENT,
-    GUESS_EXPONENT,
-    SearchJob,
-    run_search,
-    search_min_width,
-    search_specs,
-    step_budgets,
-)
-from analyses.memorization.stats import shape_verdict, summarise, summarise_search
-from analyses.memorization.sweep import check_settings, compute, compute_search, run_jobs
+from analyses.memorization.claims import FIGURE
+from analyses.memorization.cli import main
 
-__all__ = [
-    "ARCH", "BUDGET_EXPONENT", "CSV_FIELDS", "FIGURE", "FRACTIONS", "GRIDS", "GUESS_EXPONENT",
-    "NAME", "PARAM_COUNTING", "THRESHOLD", "CellSettings", "CellSpace", "CellStore", "GridRow",
-    "Long", "Search", "SearchJob", "StopRule", "add_arguments", "budget_text", "cell_key",
-    "check_settings", "claim_concave_small", "claim_linear", "claim_params", "claim_sqrt",
-    "claim_trends", "compute", "compute_search", "dry_run_cells", "failed_cell", "fit_summary",
-    "grid_cell_name", "grid_settings", "main", "param_count", "plan_args", "plot", "plot_heatmap",
-    "plot_params", "plot_probes", "plot_search_params", "run_cell", "run_jobs", "run_search",
-    "search_cell_name", "search_min_width", "search_specs", "setting_text", "shape_verdict",
-    "step_budgets", "summarise", "summarise_search", "table", "to_jsonable", "train_cell",
-    "train_error_evaluator", "write_csv",
-]
+__all__ = ["FIGURE", "main"]

@@ -92,13 +92,13 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
 
 def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
     """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured,
-    verdict: True / False / None / :class:`~analyses.common.Undecided`). A JSON that cannot be
+    verdict: True / False / None / :class:`~analyses.claims.Undecided`). A JSON that cannot be
     read raises :class:`InputError` (one line naming the file)."""
     return [(p, m, h) for p, m, h, _ in read_claim_margins(job, out)]
 
 
 def read_claim_margins(job: Job, out: Path) -> list[tuple[str, str, Verdict, Margin | None]]:
-    """:func:`read_claims` with each claim's :class:`~analyses.common.Margin` (None where its
+    """:func:`read_claims` with each claim's :class:`~analyses.claims.Margin` (None where its
     reader gives none)."""
     stems = job.stems
     data = {s: read_json(out / f"{s}.json") for s in stems}

@@ -74,16 +74,7 @@ from transformers.utils import logging as hf_logging
 
 from models.base import Provenance
 from models.checkpoint.paths import HUB_NAME
-from models.hf.checks import (  # noqa: F401 - the checks' names are found here too
-    CAUSAL_CLASSES,
-    FLOAT_DTYPES,
-    MAX_CONFIG_BYTES,
-    MAX_TEXT_FILE_BYTES,
-    SAFETENSORS,
-    SAFETENSORS_INDEX,
-    TEXT_SUFFIXES,
-    TORCH_BIN,
-    TORCH_BIN_INDEX,
+from models.hf.checks import (
     HFError,
     _first_line,
     _kind,
@@ -95,10 +86,7 @@ from models.hf.checks import (  # noqa: F401 - the checks' names are found here 
     check_loaded,
     check_local_dir,
     check_provenance,
-    meta_sizes,
-    read_json,
     stored_shapes,
-    weight_files,
 )
 from models.outputs import log_probs
 from models.registry import HF_ARCHS

@@ -115,7 +115,7 @@ PRESETS: dict[tuple[str, str, str], Row] = {
     ("paper", "copy", "lstm"): {"model": {"d_model": 1024, "n_layers": 4}},
     # ---------------------------------------------------------------- memorization (Kim et al.)
     # Encoder classifiers, d_mlp = 4m (q/m = 4), k = m/h; RoPE gives positions with no extra
-    # parameters (analyses/memorization.py says why). analyses.memorization varies d_model.
+    # parameters (analyses/memorization/ says why). analyses.memorization varies d_model.
     # Quick: lr 1e-2 with linear decay, no weight decay (it works against memorising); a
     # smaller step size needed about twice the steps to memorise the quick grid.
     ("quick", "memorization", "*"): {

@@ -52,11 +52,8 @@ from analyses import zoo
 from analyses.zoo.dryrun.measuring import CHILD_TIMEOUT, DRY_STEPS, _one_line, run_isolated
 from models.train import gpu_costs
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
-from models.train.plan import (  # noqa: F401 - moved there (costs reads them without the zoo)
+from models.train.plan import (
     H100_MEMORY,
-    flops_per_token,
-    gpu_cost,
-    gpu_hours,
     plan_row,
 )
 from models.train.runconfig import RunConfig

@@ -22,7 +22,10 @@ import ray
 
 import analyses.markov_ablations as ma
 import analyses.memorization as am
+from analyses import common as mem_common
 from analyses import zoo
+from analyses.memorization import cells as mem_cells
+from analyses.memorization import sweep as mem_sweep
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.sweep import Backend, Failed, RayCommand, backend_of, map_tasks
@@ -42,7 +45,7 @@ def local_ray():
 
 
 def tiny_grid(out, backend, **kw):
-    return am.compute("synthetic", "token", "quick", out, widths=(4, 8), fractions=(0.5, 1.0),
+    return mem_sweep.compute("synthetic", "token", "quick", out, widths=(4, 8), fractions=(0.5, 1.0),
                       task_config={"n_examples": 12, "seq_len": 4},
                       train={"steps": 30, "warmup_steps": 0, "eval_every": 10},
                       progress=False, backend=backend, **kw)
@@ -64,7 +67,7 @@ def cell_differences(a: list[dict], b: list[dict]) -> list[str]:
     return out
 
 
-def failing_cell(target: int, attempts_file: Path, real=am.cells.run_cell):
+def failing_cell(target: int, attempts_file: Path, real=mem_cells.run_cell):
     """``run_cell``, except that the cells of width ``target`` raise, each attempt noted in
     ``attempts_file``. A closure, so Ray ships it by value to its workers."""
 
@@ -90,7 +93,7 @@ def test_ray_grid_equals_local_and_a_second_run_trains_nothing(tmp_path, local_r
     assert saved == ["m00004_f050.json", "m00004_f100.json", "m00008_f050.json",
                      "m00008_f100.json"]
     # every cell is cached: nothing is handed to Ray (the stub would fail any task)
-    monkeypatch.setattr(am.cells, "run_cell", lambda *a: pytest.fail("ran a cached cell"))
+    monkeypatch.setattr(mem_cells, "run_cell", lambda *a: pytest.fail("ran a cached cell"))
     again = tiny_grid(tmp_path / "ray", Backend(ray=True, jobs=2))
     assert again["cells_trained"] == 0 and again["cells_reused"] == 4
     assert again["cells"] == on_ray["cells"]  # read back from the saved files
@@ -99,7 +102,7 @@ def test_ray_grid_equals_local_and_a_second_run_trains_nothing(tmp_path, local_r
 def test_ray_retries_a_failing_cell_then_reports_it_and_the_others_land(tmp_path, local_ray,
                                                                        monkeypatch):
     attempts = tmp_path / "attempts.txt"
-    monkeypatch.setattr(am.cells, "run_cell", failing_cell(8, attempts))
+    monkeypatch.setattr(mem_cells, "run_cell", failing_cell(8, attempts))
     result = tiny_grid(tmp_path, Backend(ray=True, jobs=2, retries=1))
     # both m=8 cells: tried 1 + retries times each, then reported
     assert sorted(attempts.read_text().split()) == ["0.5", "0.5", "1.0", "1.0"]
@@ -112,14 +115,14 @@ def test_ray_retries_a_failing_cell_then_reports_it_and_the_others_land(tmp_path
     assert 0 <= by_cell[(4, 1.0)]["train_error"] <= 1
     cells = tmp_path / "memorization_synthetic_token_cells"
     assert sorted(p.name for p in cells.iterdir()) == ["m00004_f050.json", "m00004_f100.json"]
-    json.dumps(am.to_jsonable(result))
+    json.dumps(mem_common.to_jsonable(result))
 
 
 def test_a_failed_cell_is_marked_in_the_json_and_the_exit_code(tmp_path, monkeypatch,
                                                                capsys):
     """The local backend (no Ray) reports the same way: the JSON marks the cell, exit 1."""
     attempts = tmp_path / "attempts.txt"
-    monkeypatch.setattr(am.cells, "run_cell", failing_cell(8, attempts))
+    monkeypatch.setattr(mem_cells, "run_cell", failing_cell(8, attempts))
     out = tmp_path / "out"
     assert am.main([*GRID_ARGV, "--jobs", "1", "--retries", "0", "--out", str(out)]) == 1
     assert len(attempts.read_text().split()) == 2  # two m=8 cells, one attempt each

@@ -37,7 +37,7 @@ def test_train_trains_at_the_scale(argv, preset):
 
 
 @pytest.mark.parametrize(("argv", "match"), [
-    (["--paper", "--train", "quick"], "name two scales"),
+    (["--paper", "--train", "quick"], "name two levels"),
     (["--train", "huge"], "--train takes a level"),
     (["--scale", "huge"], "invalid choice"),
     (["--medium", "--paper"], "not allowed with"),

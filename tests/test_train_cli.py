@@ -7,6 +7,7 @@ import importlib
 import io
 import os
 import pickle
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -230,16 +231,19 @@ def test_real_process_pickled_code_and_missing_device(tmp_path):
 
 # ---------------------------------------------------------------------------- analyses CLIs
 def analysis_modules() -> list[str]:
-    """Analysis modules that take checkpoint files (those that take none are skipped)."""
+    """Analysis modules (or packages) that take checkpoint files; those that take none, and
+    the shared modules, are skipped."""
     names = []
-    for f in sorted((ROOT / "analyses").glob("*.py")):
-        if f.stem in ("__init__", "common"):
+    for info in pkgutil.iter_modules([str(ROOT / "analyses")]):
+        if info.name in ("common", "claims", "copy_models", "zoo", "reproduce"):
             continue
-        src = f.read_text()
+        path = ROOT / "analyses" / info.name
+        files = sorted(path.glob("*.py")) if info.ispkg else [path.with_suffix(".py")]
+        src = "\n".join(f.read_text() for f in files)
         takes = ("load_model(" in src or "models.load(" in src
                  or ("base_parser(" in src and "checkpoints=False" not in src))
         if takes:
-            names.append(f.stem)
+            names.append(info.name)
     return names
 
 

@@ -53,7 +53,7 @@ from seqprobe.flags import BOUNDS, flag
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
-RESERVED = ("task", "arch", "preset", "scale", "quick", "medium", "large", "paper", "out",
+RESERVED = ("task", "arch", "level", "preset", "scale", "quick", "medium", "large", "paper", "out",
             "device", "resume", "overwrite")
 
 

@@ -29,6 +29,21 @@ BASE = {"medium": "quick", "large": "medium"}  # a level that is an overlay on a
 # claim reader that needs the seeds checks ``level in SEEDED``.
 SEEDED = ("medium", "large")
 
+# Induction heads (spectral paper §4.2): the quick models; the paper rows are these at twice
+# the width (below, and why there).
+INDUCTION_QUICK_MODELS: dict[str, dict] = {
+    "stu": {"d_model": 32, "n_layers": 2, "filter_len": 256, "num_filters": 24,
+            "param": "tensordot"},
+    "transformer": {"d_model": 32, "n_layers": 2, "n_heads": 4, "pe": "hard_alibi"},
+    "mamba2": {"d_model": 32, "n_layers": 2, "d_mlp": 64, "n_heads": 4},
+}
+
+
+def _twice_as_wide(model: dict) -> dict:
+    """``model`` with d_model and d_mlp (where set) doubled."""
+    return {**model, **{k: 2 * v for k, v in model.items() if k in ("d_model", "d_mlp")}}
+
+
 PRESETS: dict[tuple[str, str, str], Row] = {
     # ---------------------------------------------------------------- defaults
     ("quick", "*", "*"): {"train": {"steps": 1000, "batch_size": 32, "lr": 1e-3}},
@@ -144,33 +159,17 @@ PRESETS: dict[tuple[str, str, str], Row] = {
                   "weight_decay": 0.0, "schedule": "linear", "eval_every": 0,
                   "eval_batches": 2, "eval_batch_size": 64},
     },
-    ("quick", "induction", "stu"): {
-        "model": {"d_model": 32, "n_layers": 2, "filter_len": 256, "num_filters": 24,
-                  "param": "tensordot"},
-    },
-    ("quick", "induction", "transformer"): {
-        "model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "pe": "hard_alibi"},
-    },
-    ("quick", "induction", "mamba2"): {
-        "model": {"d_model": 32, "n_layers": 2, "d_mlp": 64, "n_heads": 4},
-    },
+    **{("quick", "induction", arch): {"model": model}
+       for arch, model in INDUCTION_QUICK_MODELS.items()},
     # Paper: "trained until convergence with a tuned Adam optimizer"; sizes are not given, so
-    # the paper models are the quick ones at twice the width (d_model, d_mlp; tests check it).
+    # the paper models are the quick ones at twice the width (d_model, d_mlp).
     ("paper", "induction", "*"): {
         "task": {"D": 4, "length": 16},
         "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200,
                   "weight_decay": 0.0, "schedule": "linear", "eval_every": 500},
     },
-    ("paper", "induction", "stu"): {
-        "model": {"d_model": 64, "n_layers": 2, "filter_len": 256, "num_filters": 24,
-                  "param": "tensordot"},
-    },
-    ("paper", "induction", "transformer"): {
-        "model": {"d_model": 64, "n_layers": 2, "n_heads": 4, "pe": "hard_alibi"},
-    },
-    ("paper", "induction", "mamba2"): {
-        "model": {"d_model": 64, "n_layers": 2, "d_mlp": 128, "n_heads": 4},
-    },
+    **{("paper", "induction", arch): {"model": _twice_as_wide(model)}
+       for arch, model in INDUCTION_QUICK_MODELS.items()},
     # ---------------------------------------------------------------- n-gram lookup
     # Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (the same rows; tests
     # check it); at quick they are fine-tuned from the quick copy checkpoints (analyses.zoo), at

@@ -166,7 +166,7 @@ def table(result: dict) -> list[list]:
 def trajectory_steps(preset: str, n_points: int) -> list[int]:
     """n_points evenly spaced steps up to the Fig. 5 recipe's length."""
     check(n_points >= 1, f"--trajectory takes a number of checkpoints >= 1, got {n_points}")
-    total = zoo.spec(FIG5, preset).train.steps
+    total = zoo.run_config(FIG5, preset).train.steps
     return sorted({max(1, round(total * (i + 1) / n_points)) for i in range(n_points)})
 
 

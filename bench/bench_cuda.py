@@ -84,7 +84,7 @@ def ssm_paths(repeats: int) -> dict:
 
 def paper_transformer(repeats: int) -> dict:
     # the zoo's paper copy model: Fig. 1b's strings <= 50 packed into contexts of 420 tokens
-    spec = zoo.spec("copy/hard_alibi", "paper")
+    spec = zoo.run_config("copy/hard_alibi", "paper")
     model = build_model("transformer", spec.model).cuda()
     batch, context = spec.train.batch_size, spec.train.context
     x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")

@@ -39,8 +39,8 @@ from analyses.zoo import dryrun
 from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_specs
 from bench.common import RESULTS
 from models.train import gpu_costs
+from models.train.build import make_run_config
 from models.train.runconfig import RunConfig
-from models.train.spec import make_spec
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
 
@@ -66,7 +66,7 @@ def tiny_specs() -> dict[str, RunConfig]:
             model["pe"] = spec.model.pe
             if spec.model.pe == "hard_alibi":
                 model["hard_alibi_heads"] = 1
-        out[name] = make_spec(spec.arch, "copy", "quick", model, {"min_len": 1, "max_len": 5},
+        out[name] = make_run_config(spec.arch, "copy", "quick", model, {"min_len": 1, "max_len": 5},
                               TINY_TRAIN)
     return out
 

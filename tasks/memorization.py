@@ -273,7 +273,8 @@ def real_dataset(cfg: MemorizationConfig) -> tuple[torch.Tensor, torch.Tensor, V
                                 cfg.n_examples, cfg.max_len, cfg.seed)
 
 
-@lru_cache(maxsize=4)  # make_spec / validate_spec / train each build the task: parse once
+# make_run_config / validate_run_config / train each build the task: parse once
+@lru_cache(maxsize=4)
 def _real_dataset_cached(data: str, path: str, mtime_ns: int, size: int, n_examples: int,
                          max_len: int, seed: int):
     p = Path(path)

@@ -217,7 +217,7 @@ def test_lookup_recipes_fine_tune_the_copy_models_or_start_from_scratch(tmp_path
     for a, b in zip(quick, scratch, strict=True):  # same task and training, other start
         assert zoo.recipe(a).parts("quick") == zoo.recipe(b).parts("quick")
         # at paper both train from random init: one run, one cache entry
-        assert zoo.spec(a, "paper", tmp_path).hash() == zoo.spec(b, "paper", tmp_path).hash()
+        assert zoo.run_config(a, "paper", tmp_path).hash() == zoo.run_config(b, "paper", tmp_path).hash()
     with pytest.raises(InputError, match="--init copy"):
         ngram_lookup.lookup_recipes("paper", ["lstm"], "copy")
     with pytest.raises(InputError, match="unknown recipe 'lookup_suffix/gpt'"):

@@ -217,12 +217,12 @@ def test_medium_recipes_in_the_zoo():
         r = zoo.recipe(name)
         assert r.available("medium") and not r.available("quick") and not r.available("paper")
     L = zoo_copy.COPY_MEDIUM["lengths"][-1]
-    spec = zoo.spec(zoo_copy.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
+    spec = zoo.run_config(zoo_copy.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
     assert (spec.task.min_len, spec.task.max_len) == (1, L)  # lengths <= L
     assert spec.train.seed == 2 and spec.train.stop_at == 0.9 and spec.train.lr == 3e-3
-    rope = zoo.spec(zoo_copy.copy_medium_name("rope", L, 0, 1e-2), "medium")
+    rope = zoo.run_config(zoo_copy.copy_medium_name("rope", L, 0, 1e-2), "medium")
     assert rope.model.rotary_frac == 0.25 and rope.model.parallel_residual is True
-    hashes = {zoo.spec(zoo_copy.copy_medium_name("rope", L, s, lr), "medium").hash()
+    hashes = {zoo.run_config(zoo_copy.copy_medium_name("rope", L, s, lr), "medium").hash()
               for s in range(zoo_copy.COPY_MEDIUM["seeds"]) for lr in zoo_copy.COPY_MEDIUM["lrs"]}
     assert len(hashes) == zoo_copy.COPY_MEDIUM["seeds"] * len(zoo_copy.COPY_MEDIUM["lrs"])
     L0 = zoo_copy.COPY_MEDIUM["lengths"][0]
@@ -237,13 +237,13 @@ def test_medium_recipes_in_the_zoo():
 def test_medium_models_are_parameter_matched():
     """Every medium copy model within ±20 % of the RoPE transformer's parameter count (the
     paper matches Mamba and the transformers), counted on the meta device."""
-    from models.train.spec import run_size
+    from models.train.build import run_size
     from tasks.registry import make_task
 
     L = zoo_copy.COPY_MEDIUM["lengths"][-1]
     counts = {}
     for label in zoo_copy.COPY_MEDIUM_LABELS:
-        spec = zoo.spec(zoo_copy.copy_medium_name(label, L, 0, 1e-3), "medium")
+        spec = zoo.run_config(zoo_copy.copy_medium_name(label, L, 0, 1e-3), "medium")
         counts[label] = run_size(spec, make_task("copy", spec.task_dict))[0]
     for label, n in counts.items():
         assert 0.8 <= n / counts["rope"] <= 1.2, (label, n, counts["rope"])
@@ -253,7 +253,7 @@ def test_run_of_reads_label_length_and_seed(tmp_path):
     from models.train.loop import train
 
     L = zoo_copy.COPY_MEDIUM["lengths"][0]
-    spec = zoo.spec(zoo_copy.copy_medium_name("lstm", L, 1, 3e-3), "medium",
+    spec = zoo.run_config(zoo_copy.copy_medium_name("lstm", L, 1, 3e-3), "medium",
                     train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
     spec = spec.replace(model={"d_model": 8, "n_layers": 1})
     torch.manual_seed(0)

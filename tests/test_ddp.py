@@ -23,10 +23,10 @@ import torch
 import models
 from models.checkpoint.io import read_checkpoint
 from models.generation import evaluate_prompts
+from models.train.build import make_run_config
 from models.train.cli import main
 from models.train.distributed import World, shard_bounds
 from models.train.loop import train
-from models.train.spec import make_spec
 from seqprobe.errors import InputError
 from tasks.base import make_generator
 from tasks.registry import make_task
@@ -60,7 +60,7 @@ WORKER = textwrap.dedent("""
     from models.train.cli import main
     from models.train.callbacks import Callback
     from models.train.loop import TrainingInterrupted, train
-    from models.train.spec import make_spec
+    from models.train.build import make_run_config
 
     a = json.loads(sys.argv[1])
     rank = int(os.environ["RANK"])
@@ -71,13 +71,13 @@ WORKER = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGTERM)
 
     assert main([*a["flags"], "--out", a["full"]]) == 0
-    train(make_spec("transformer", "memorization", "quick", model=a["model"],
+    train(make_run_config("transformer", "memorization", "quick", model=a["model"],
                     task_config=a["mem_task"], train=a["mem_train"]),
           out=a["mem"], device="cpu", progress=False)
-    train(make_spec("transformer", "copy", "quick", model=a["model"],
+    train(make_run_config("transformer", "copy", "quick", model=a["model"],
                     task_config={"max_len": 6}, train=a["micro_train"]),
           out=a["micro"], device="cpu", progress=False)
-    spec = make_spec("transformer", "copy", "quick", model=a["model"],
+    spec = make_run_config("transformer", "copy", "quick", model=a["model"],
                      task_config={"max_len": 6}, train=a["train"])
     try:
         train(spec, out=a["part"], device="cpu", progress=False, callbacks=[SigtermOnRank1()])
@@ -88,7 +88,7 @@ WORKER = textwrap.dedent("""
 
 
 def spec(**train_kw):
-    return make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
+    return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
                      train={**TRAIN, **train_kw})
 
 
@@ -156,7 +156,7 @@ def test_ddp_weights_equal_the_single_process_run(ddp_job):
 def test_a_rank_without_rows_in_a_short_epoch_batch_still_agrees(ddp_job):
     d = ddp_job[0]
     ddp = read_checkpoint(d / "mem.pt")
-    single = train(make_spec("transformer", "memorization", "quick", model=TINY,
+    single = train(make_run_config("transformer", "memorization", "quick", model=TINY,
                              task_config=MEM_TASK, train=MEM_TRAIN), device="cpu", progress=False)
     assert ddp["train"]["samples_seen"] == single["train"]["samples_seen"] == 14  # 3+3+1, twice
     for k, v in single["state_dict"].items():

@@ -21,7 +21,7 @@ from analyses.reproduce import plan as reproduce_plan
 from analyses.zoo import dryrun
 from models.registry import build_model
 from models.train import plan as train_plan
-from models.train.spec import make_spec
+from models.train.build import make_run_config
 from seqprobe.errors import InputError
 from tasks.base import IGNORE
 
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_spec(seed: int = 0, arch: str = "transformer", **model):
     base = {"d_model": 16, "n_layers": 1, "n_heads": 2} if arch == "transformer" else \
         {"d_model": 8, "n_layers": 1, "d_state": 4}
-    return make_spec(arch, "copy", "quick", model={**base, **model},
+    return make_run_config(arch, "copy", "quick", model={**base, **model},
                      task_config={"min_len": 1, "max_len": 5},
                      train={"steps": 50, "batch_size": 4, "seed": seed})
 
@@ -42,7 +42,7 @@ def test_dry_run_rows_failures_and_nothing_written(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
 
     def bad_config():
-        return make_spec("transformer", "copy", "quick", model={"d_model": 10, "n_heads": 3})
+        return make_run_config("transformer", "copy", "quick", model={"d_model": 10, "n_heads": 3})
 
     items = [("bad_config", bad_config), ("tiny", tiny_spec),
              ("tiny_seed1", lambda: tiny_spec(seed=1)),

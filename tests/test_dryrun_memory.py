@@ -7,13 +7,13 @@ import torch
 from analyses.zoo import dryrun
 from analyses.zoo.dryrun import measuring
 from models.ssm.mamba import MambaConfig
-from models.train.spec import make_spec
+from models.train.build import make_run_config
 
 TINY_MAMBA = dict(d_model=8, n_layers=2, d_state=4)
 
 
 def _spec(**train):
-    return make_spec("mamba", "copy", "quick", model=TINY_MAMBA, task_config=dict(max_len=4),
+    return make_run_config("mamba", "copy", "quick", model=TINY_MAMBA, task_config=dict(max_len=4),
                      train=dict(steps=3, batch_size=8, precision="fp32", compile=False,
                                 **train))
 

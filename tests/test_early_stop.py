@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from models.train_config import TrainConfig
 from seqprobe.config import config_to_dict
 from seqprobe.errors import InputError
@@ -19,7 +19,7 @@ STU = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16)
 def _spec(**train_kw):
     cfg = dict(steps=20, batch_size=4, eval_every=2, eval_batches=1, eval_batch_size=4,
                warmup_steps=1, seed=0)
-    return make_spec("stu", "induction", "quick", model=STU, task_config=dict(length=8),
+    return make_run_config("stu", "induction", "quick", model=STU, task_config=dict(length=8),
                      train={**cfg, **train_kw})
 
 

@@ -9,10 +9,10 @@ import torch
 
 from models.registry import build_model
 from models.train import distributed, evaluation
+from models.train.build import make_run_config
 from models.train.callbacks import StopAt
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length
-from models.train.spec import make_spec
 from models.train_config import TrainConfig
 from tasks.registry import make_task
 
@@ -86,7 +86,7 @@ def test_every_length_is_scored_by_the_same_number_of_strings(monkeypatch):
 
 def test_the_same_examples_at_every_evaluation_and_the_rngs_untouched():
     task = make_task("copy", min_len=1, max_len=5)
-    spec = make_spec("lstm", "copy", "quick", model={"d_model": 8, "n_layers": 1},
+    spec = make_run_config("lstm", "copy", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"min_len": 1, "max_len": 5})
     torch.manual_seed(0)
     model = build_model(spec.arch, spec.model)
@@ -99,7 +99,7 @@ def test_the_same_examples_at_every_evaluation_and_the_rngs_untouched():
 
 def test_lookup_is_scored_at_every_string_length():
     task = make_task("lookup", D=8, min_len=5, max_len=9, n=3, k=1, key="prefix")
-    spec = make_spec("lstm", "lookup", "quick", model={"d_model": 8, "n_layers": 1},
+    spec = make_run_config("lstm", "lookup", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"D": 8, "min_len": 5, "max_len": 9, "key": "prefix"})
     rec = evaluate(build_model(spec.arch, spec.model), task, _cfg(), torch.device("cpu"))
     # keyed by the string's length, not the answer's (k = 1 token)
@@ -109,7 +109,7 @@ def test_lookup_is_scored_at_every_string_length():
 def test_a_task_without_lengths_is_evaluated_as_before():
     task = make_task("markov", S=2, order=1, seq_len=16)
     assert not hasattr(task, "eval_lengths")
-    spec = make_spec("lstm", "markov", "quick", model={"d_model": 8, "n_layers": 1},
+    spec = make_run_config("lstm", "markov", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"S": 2, "order": 1, "seq_len": 16})
     rec = evaluate(build_model(spec.arch, spec.model), task, _cfg(), torch.device("cpu"))
     assert "string_acc_at" not in rec and "loss_gap" in rec
@@ -141,8 +141,8 @@ def test_ranks_together_give_the_single_process_record(monkeypatch):
 
 
 def test_length_tasks_hash_their_evaluation():
-    copy = make_spec("lstm", "copy", "quick")
-    markov = make_spec("lstm", "markov", "quick")
+    copy = make_run_config("lstm", "copy", "quick")
+    markov = make_run_config("lstm", "markov", "quick")
     assert copy.canonical()["eval"] == evaluation.LENGTH_EVAL
     assert "eval" not in markov.canonical()
 

@@ -19,7 +19,7 @@ from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import make_checkpoint
 from models.hf import export as export_hf
 from models.registry import HF_ARCHS
-from models.train.spec import make_spec
+from models.train.build import make_run_config
 from tests.tiny import TINY_RUN
 
 # analysis -> (the task of the tiny model it gets, the flags of a tiny setting)
@@ -49,7 +49,7 @@ def export_pair(tmp_path, task: str, seed: int = 0):
     """A tiny RoPE transformer trained on nothing (weights moved off init so its predictions
     vary by position), saved as a checkpoint and exported: (the .pt, the export dir)."""
     task_cfg = {"copy": {"D": 9, "min_len": 1, "max_len": 8}, "markov": {}}[task]
-    spec = make_spec("transformer", task, "quick", {**TINY_RUN, "pe": "rope"},
+    spec = make_run_config("transformer", task, "quick", {**TINY_RUN, "pe": "rope"},
                      task_cfg)
     torch.manual_seed(seed)
     model = models.build_model(spec.arch, spec.model)

@@ -14,13 +14,13 @@ import torch
 from models.checkpoint.io import save_checkpoint
 from models.registry import build_model
 from models.train import cache
+from models.train.build import make_run_config
 from models.train.cli import build_parser, parse_value
 from models.train.compiled import CompiledForward, CompileFallbackWarning
 from models.train.evaluation import batches
 from models.train.loop import fused_adamw, make_optimizer, train
 from models.train.loss import nll, step_loss
 from models.train.runconfig import RunConfig
-from models.train.spec import make_spec
 from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import config_from_dict
 from seqprobe.errors import InputError
@@ -31,7 +31,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a cuda device object ne
 
 
 def _spec(**train):
-    return make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
+    return make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
                      task_config={"max_len": 6},
                      train={"steps": 2, "eval_every": 0, "batch_size": 4, **train})
 
@@ -85,7 +85,7 @@ def test_cpu_keys_stay_and_cuda_runs_key_apart(bf16_card):
 
 def test_the_cache_records_what_the_cpu_used(tmp_path):
     spec = _spec()
-    path = cache.train_spec_cached(spec, tmp_path, device="cpu", progress=False)
+    path = cache.train_run_cached(spec, tmp_path, device="cpu", progress=False)
     assert path == cache.cache_path(spec, tmp_path)
     ck = torch.load(path, weights_only=True)
     tr = ck["train"]["config"]

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import models
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import tensor_digest
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from seqprobe.errors import CheckpointError
 
 FAST_EXAMPLES = 1000  # the default suite's share (a few seconds); the slow test runs many more
@@ -46,7 +46,7 @@ def bases() -> dict[str, tuple[bytes, dict]]:
     """name -> (file bytes, the checkpoint dict as loaded): a trained transformer (optimizer,
     RNG state and history included), an STU (rebuilt filter buffers) and a Mamba-2."""
     d = Path(tempfile.mkdtemp(prefix="fuzz-bases-"))
-    spec = make_spec("transformer", "copy", "quick",
+    spec = make_run_config("transformer", "copy", "quick",
                      model=dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5),
                      train=dict(steps=2, batch_size=4, eval_every=0, eval_batches=1,

@@ -60,7 +60,7 @@ def recipe(monkeypatch):
 def test_a_symlinked_lock_file_is_refused_and_not_followed(recipe, tmp_path):
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
-    path = cache_path(zoo.spec(recipe, "quick", cache_dir), cache_dir)
+    path = cache_path(zoo.run_config(recipe, "quick", cache_dir), cache_dir)
     lock = Path(str(path) + ".lock")
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")

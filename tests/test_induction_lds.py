@@ -144,10 +144,10 @@ def test_induction_config_checks(bad):
 
 
 def test_trainer_reports_recall_accuracy():
+    from models.train.build import make_run_config
     from models.train.loop import train
-    from models.train.spec import make_spec
 
-    spec = make_spec("stu", "induction", "quick",
+    spec = make_run_config("stu", "induction", "quick",
                      model=dict(d_model=8, filter_len=16, num_filters=4, d_mlp=16),
                      task_config=dict(length=8),
                      train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=8,

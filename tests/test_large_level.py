@@ -58,15 +58,15 @@ def test_large_recipes_exist_at_large_only_and_count_as_the_issue_says():
     assert len(by["markov_holdout_large"]) == 2 * 3 * 5
     assert len(zoo_markov.markov_holdout_large_recipes()) == 15
     for r in LARGE:
-        zoo.spec(r.name, "large")  # every one builds and validates
+        zoo.run_config(r.name, "large")  # every one builds and validates
     with pytest.raises(InputError, match="no large version"):
-        zoo.spec("copy/rope", "large")
+        zoo.run_config("copy/rope", "large")
 
 
 def test_copy_large_settings():
     for L in (10, 20, 30):
         for lr in (3e-4, 1e-3, 3e-3, 1e-2):
-            run = zoo.spec(zoo_copy.copy_large_name("mamba", L, 2, lr), "large")
+            run = zoo.run_config(zoo_copy.copy_large_name("mamba", L, 2, lr), "large")
             assert run.task_dict["D"] == 26 and run.task_dict["min_len"] == 1
             assert run.task_dict["max_len"] == L
             t = run.train
@@ -79,28 +79,28 @@ def test_copy_large_settings():
 
 @pytest.mark.parametrize("label", zoo_copy.COPY_LARGE_LABELS)
 def test_copy_large_models_are_matched_at_a_million_parameters(label):
-    run = zoo.spec(zoo_copy.copy_large_name(label, 30, 0, 1e-3), "large")
+    run = zoo.run_config(zoo_copy.copy_large_name(label, 30, 0, 1e-3), "large")
     with torch.device("meta"):
         n = sum(p.numel() for p in build_model(run.arch, run.model).parameters())
     assert abs(n / COPY_LARGE_PARAMS - 1) <= 0.10, f"{label}: {n:,} parameters"
 
 
 def test_stu_lookup_and_markov_large_settings():
-    run = zoo.spec("induction_large/stu_shared_L128_lr3e-3_s15", "large")
+    run = zoo.run_config("induction_large/stu_shared_L128_lr3e-3_s15", "large")
     assert run.task_dict["length"] == 128 and run.model_dict["mixture"] == "shared"
     assert (run.train.lr, run.train.stop_at, run.train.schedule) == (3e-3, 0.0, "cosine")
     assert {zoo_spectral.induction_length(q) for q in zoo_spectral.INDUCTION_LARGE_QS} == {16, 32, 64, 128}
-    run = zoo.spec("lookup_large_prefix/lstm_s1", "large")
+    run = zoo.run_config("lookup_large_prefix/lstm_s1", "large")
     assert (run.task_dict["D"], run.task_dict["min_len"], run.task_dict["max_len"]) == (26, 5, 30)
     assert run.task_dict["key"] == "prefix" and run.train.context == 420
     assert run.train.schedule == "linear" and run.train.stop_at == 0.0
     assert max(ngram_lookup.PRESETS["large"].lengths) == 100
     for w in (8, 16, 32):
-        run = zoo.spec(zoo_markov.markov_holdout_large_recipes([w])[4], "large")
+        run = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w])[4], "large")
         t = run.train
         assert (t.steps, t.batch_size, run.task_dict["seq_len"], t.seed) == (10000, 64, 512, 4)
         assert run.model_dict["d_model"] == run.model_dict["d_state"] == w
-        cpu = zoo.spec(zoo_markov.markov_holdout_large_recipes([w], cpu_batch=True)[0], "large")
+        cpu = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w], cpu_batch=True)[0], "large")
         assert cpu.train.batch_size == 16 and cpu.train.steps == 10000
 
 
@@ -302,6 +302,6 @@ def test_markov_large_takes_table_7s_batch_with_a_gpu_and_16_without(monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     names = list(markov_holdout.FIGURE.recipes("large"))
     assert names == zoo_markov.markov_holdout_large_recipes(cpu_batch=not gpu)
-    assert {zoo.spec(n, "large").train.batch_size for n in names} == {64 if gpu else 16}
+    assert {zoo.run_config(n, "large").train.batch_size for n in names} == {64 if gpu else 16}
     assert ("--cpu-batch" in markov_holdout.FIGURE.extra_args("large")) is not gpu
     assert markov_holdout.FIGURE.extra_args("medium") == ()

@@ -269,11 +269,11 @@ def test_mambazero_unembed_bias_init_is_the_hand_set_start(seed):
 def test_quick_mamba2_learns_the_add_beta_estimator():
     """Markov paper Fig. 1a at quick scale: a 1-layer Mamba-2 trained on binary first-order
     chains gets within 0.01 nats of L_beta."""
+    from models.train.build import make_run_config
     from models.train.loop import train
-    from models.train.spec import make_spec
 
     torch.set_num_threads(1)
-    spec = make_spec("mamba2", "markov", "quick", train={"steps": 600, "eval_every": 600})
+    spec = make_run_config("mamba2", "markov", "quick", train={"steps": 600, "eval_every": 600})
     last = train(spec, out=None, progress=False)["history"][-1]
     assert last["loss_gap"] < 0.01, last
     assert abs(last["eval_loss"] - last["lbeta"]) < 0.01

@@ -21,17 +21,17 @@ NAME = "copy/mamba2_mlp"
 
 
 def test_the_recipe_is_a_copy_mamba2_the_exporter_accepts(tmp_path):
-    run = zoo.spec(NAME, "quick", tmp_path)
+    run = zoo.run_config(NAME, "quick", tmp_path)
     assert zoo.recipe(NAME).task == "copy" and zoo.recipe(NAME).arch == "mamba2"
     assert run.model.d_mlp > 0 and run.model.mlp_act == run.model.activation == "silu"
     assert refusal("mamba2", run.model) is None and hf_class("mamba2", run.model) == BAMBA
     # the quick Markov Mamba-2's ReLU MLP is what the exporter refuses
-    markov = zoo.spec("markov/mamba2", "quick", tmp_path).model
+    markov = zoo.run_config("markov/mamba2", "quick", tmp_path).model
     assert refusal("mamba2", markov) is not None
 
 
 def test_an_export_of_the_recipe_model_opens_in_transformers(tmp_path):
-    run = zoo.spec(NAME, "quick", tmp_path)
+    run = zoo.run_config(NAME, "quick", tmp_path)
     torch.manual_seed(0)
     m = models.build_model("mamba2", config_to_dict(run.model)).eval()
     with torch.no_grad():  # off the init, so that every weight matters to the logits

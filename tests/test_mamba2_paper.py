@@ -13,7 +13,7 @@ import torch
 
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL, Mamba2LM, from_markov_paper_state_dict
 from models.ssm.ssd import Mamba2Config
-from models.train.spec import make_spec
+from models.train.build import make_run_config
 from seqprobe.errors import InputError
 
 D, E, N, W, L, V = 6, 2, 5, 4, 2, 2  # d, e, N, w, layers, vocab (binary Markov)
@@ -182,7 +182,7 @@ def test_new_fields_default_to_mamba_ssm_and_leave_spec_hashes_alone():
     cfg = Mamba2Config()
     assert (cfg.norm, cfg.norm_before_gate, cfg.mlp_gated, cfg.paper_init) == (
         "rms", False, True, False)
-    spec = make_spec("mamba2", "markov", "quick")
+    spec = make_run_config("mamba2", "markov", "quick")
     assert not set(NEW_FIELDS) & set(spec.model_dict)  # defaults are not written into the spec
     # the quick Markov Mamba-2's cache hash, as before these fields existed
     assert spec.hash() == QUICK_MARKOV_MAMBA2_HASH

@@ -291,10 +291,10 @@ def test_every_recipe_the_markov_analyses_name_is_a_valid_zoo_run(preset):
     names |= set(markov_laplace.LABELS) | set(markov_ablations.LABELS)
     for n in sorted(names):
         if zoo.recipe(n).available(preset):
-            zoo.spec(n, preset)  # every config validated (MambaZero's start bias too)
+            zoo.run_config(n, preset)  # every config validated (MambaZero's start bias too)
     from models.registry import build_model
 
-    mz = build_model("mambazero", zoo.spec("markov/mambazero_fig5", preset).model)
+    mz = build_model("mambazero", zoo.run_config("markov/mambazero_fig5", preset).model)
     assert mz.cfg.prediction == "l1" and torch.all(mz.unembed.bias == 1.0)  # the L1 start bias
 
 
@@ -331,7 +331,7 @@ def fake_zoo(tmp_path, monkeypatch):
     ck = save_mambazero(tmp_path / "mz.pt", S=2, beta=1.0, seq_len=40)
     names = {n for a in MY_ANALYSES for n in a.FIGURE.recipes("quick")}
     for n in names:
-        cache_path(zoo.spec(n, "quick"), cache).write_bytes(ck.read_bytes())
+        cache_path(zoo.run_config(n, "quick"), cache).write_bytes(ck.read_bytes())
     return cache
 
 

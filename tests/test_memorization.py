@@ -21,8 +21,8 @@ from analyses.memorization import search as mem_search
 from analyses.memorization import stats as mem_stats
 from analyses.memorization import sweep as mem_sweep
 from models.registry import build_model
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from probes.fits import fit_trends, line_fit
 from seqprobe.errors import InputError
 from tests.test_memorization_data import CONLL
@@ -63,7 +63,7 @@ def test_fits_recover_exact_trends():
 
 # ---------------------------------------------------------------------------- training
 def test_train_cell_memorises_a_tiny_set():
-    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 16},
+    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 16},
                      task_config={"n_examples": 8, "seq_len": 4},
                      train={"steps": 300, "warmup_steps": 10, "eval_every": 10})
     cell = mem_cells.train_cell(spec, patience=0)
@@ -75,7 +75,7 @@ def test_train_cell_memorises_a_tiny_set():
 def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     """The stop rule's other two ends: no improvement for ``patience`` evaluations, and a
     non-finite loss (the loop's TrainingDiverged) as a cell, not an error."""
-    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 4},
+    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 4},
                      task_config={"n_examples": 64, "seq_len": 8},
                      train={"steps": 300, "warmup_steps": 0, "eval_every": 2, "lr": 1e-4})
     cell = mem_cells.train_cell(spec, patience=1)
@@ -86,7 +86,7 @@ def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     orig = loss_mod.nll  # --lr is bounded (seqprobe.flags.BOUNDS): the loss is made NaN instead
     monkeypatch.setattr(loss_mod, "nll", lambda logp, targets, reduction="mean": (
         orig(logp, targets, reduction) * (float("nan") if logp.requires_grad else 1.0)))
-    wild = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
+    wild = make_run_config("transformer", "memorization", "quick", model={"d_model": 8},
                      task_config={"n_examples": 8, "seq_len": 4},
                      train={"steps": 50, "warmup_steps": 0, "eval_every": 5, "lr": 10.0,
                             "grad_clip": 0})
@@ -110,7 +110,7 @@ def test_stop_rule_counts_evaluations_without_improvement():
 
 
 def test_suite_trainer_runs_the_task_and_reports_train_error():
-    spec = make_spec("transformer", "memorization", "quick", model={"d_model": 8},
+    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 8},
                      task_config={"n_examples": 6, "level": "sequence"},
                      train={"steps": 4, "eval_every": 2, "eval_batches": 1, "batch_size": 4})
     ck = train(spec, progress=False)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models.registry import build_model
+from models.train.build import make_run_config
 from models.train.loss import loss_of
-from models.train.spec import make_spec
 from seqprobe.errors import InputError
 from tasks.base import IGNORE, make_generator
 from tasks.memorization import NER_TAGS, NLI_LABELS, read_conll, synthetic_dataset
@@ -72,7 +72,7 @@ def test_sequence_level_batches_come_from_the_fixed_set():
 
 def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes():
     for level, head, tshape in (("token", "token_cls", (4, 8)), ("sequence", "seq_cls", (4,))):
-        spec = make_spec("transformer", "memorization", "quick",
+        spec = make_run_config("transformer", "memorization", "quick",
                          task_config={"level": level, "n_examples": 10, "n_classes": 3})
         assert spec.model.head == head and spec.model.n_classes == 3
         assert spec.model.causal is False and spec.model.vocab_size == 17

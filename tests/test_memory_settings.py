@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from models.registry import build_model
+from models.train.build import make_run_config
 from models.train.loop import train
 from models.train.loss import backward, step_loss
-from models.train.spec import make_spec
 from models.train_config import TrainConfig
 from seqprobe.errors import InputError
 from tasks.base import make_generator
@@ -31,7 +31,7 @@ def float64():
 
 
 def _spec(**train):
-    return make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
+    return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
                      train=dict(steps=4, eval_every=2, eval_batches=1, eval_batch_size=4,
                                 batch_size=6, warmup_steps=1, seed=3, **EAGER, **train))
 
@@ -124,7 +124,7 @@ ARCH_MODELS = {
 
 @pytest.mark.parametrize("arch", sorted(ARCH_MODELS))
 def test_checkpointed_blocks_give_the_same_loss_and_gradients(arch, float64):
-    spec = make_spec(arch, "copy", "quick", model=ARCH_MODELS[arch],
+    spec = make_run_config(arch, "copy", "quick", model=ARCH_MODELS[arch],
                      task_config=dict(max_len=5), train=dict(batch_size=3, **EAGER))
     batch = make_task(spec.task_name, spec.task_dict).batch(3, make_generator(2))
     model = build_model(spec.arch, spec.model)

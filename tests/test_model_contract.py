@@ -16,8 +16,8 @@ from models.layers import RMSNorm
 from models.registry import ARCHS, build_model, model_class
 from models.ssm.ssd import ssd_chunked
 from models.stu import PARAMS
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from models.transformer import PES
 from seqprobe.errors import InputError
 from tests.tiny import TINY
@@ -166,7 +166,7 @@ def test_a_training_run_round_trips(arch, tmp_path):
     weights_only=True and models.load rebuilds into the same model, hooks included."""
     task, task_cfg = RUN_TASKS.get(arch, ("copy", {"max_len": 5}))
     model = {k: v for k, v in TINY[arch].items() if k != "vocab_size"} | {"n_layers": 1}
-    spec = make_spec(arch, task, "quick", model, task_cfg,
+    spec = make_run_config(arch, task, "quick", model, task_cfg,
                      {"steps": 3, "batch_size": 4, "eval_batches": 1, "eval_batch_size": 4})
     ck = train(spec, out=tmp_path / "c.pt", device="cpu", progress=False)
     assert ck["train"]["step"] == 3 and ck["history"][-1]["step"] == 3

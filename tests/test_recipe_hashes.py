@@ -22,7 +22,7 @@ import pytest
 
 from analyses import zoo
 from models.registry import ARCHS
-from models.train import cache, runconfig, spec
+from models.train import build, cache, runconfig
 from seqprobe.errors import InputError
 from tasks.registry import TASKS
 
@@ -35,7 +35,7 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
     """Parents of fine-tuned recipes as stand-in files: their model entry is the parent
     recipe's record, their digest :data:`INIT_DIGEST`."""
     records: dict[str, dict] = {}
-    real_spec = zoo.spec
+    real_spec = zoo.run_config
 
     def stub_spec(name, preset, cache_dir=cache_dir, train=None, device="cpu"):
         run = real_spec(name, preset, cache_dir, train, device)
@@ -45,8 +45,8 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
         records[str(path)] = run.to_dict()["model"]
         return run
 
-    monkeypatch.setattr(zoo, "spec", stub_spec)
-    monkeypatch.setattr(spec, "_init_model_entry", lambda path: records[str(path)])
+    monkeypatch.setattr(zoo, "run_config", stub_spec)
+    monkeypatch.setattr(build, "_init_model_entry", lambda path: records[str(path)])
     monkeypatch.setattr(runconfig, "file_digest", lambda path: INIT_DIGEST)
 
 
@@ -56,13 +56,13 @@ def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:
     for name, r in zoo.RECIPES.items():
         for preset in PRESETS:
             if r.available(preset):
-                recipes[f"{name}@{preset}"] = zoo.spec(name, preset, cache_dir).hash()
+                recipes[f"{name}@{preset}"] = zoo.run_config(name, preset, cache_dir).hash()
     presets = {}
     for preset in PRESETS:
         for task in sorted(TASKS):
             for arch in sorted(ARCHS):
                 try:
-                    presets[f"{preset}/{task}/{arch}"] = spec.make_spec(arch, task, preset).hash()
+                    presets[f"{preset}/{task}/{arch}"] = build.make_run_config(arch, task, preset).hash()
                 except InputError:
                     presets[f"{preset}/{task}/{arch}"] = "invalid"
     return {"recipes": recipes, "presets": presets}
@@ -80,7 +80,7 @@ def current(tmp_path_factory) -> dict[str, dict[str, str]]:
         _stub_init(mp, cache_dir)
         # a key does not depend on whether the run fits this machine; the size check builds
         # every model on the meta device, most of this test's time
-        mp.setattr(spec, "check_run_size", lambda *a, **k: 0)
+        mp.setattr(build, "check_run_size", lambda *a, **k: 0)
         return snapshot(cache_dir)
 
 

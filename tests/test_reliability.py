@@ -30,9 +30,9 @@ import models.train.writer as W
 from analyses.common import load_model
 from models.checkpoint.io import exclusive_writer, read_checkpoint, save_checkpoint
 from models.checkpoint.paths import check_writable
+from models.train.build import make_run_config
 from models.train.cli import main
 from models.train.loop import train
-from models.train.spec import make_spec
 from seqprobe import atomic
 from seqprobe.errors import CheckpointError, InputError, SaveError
 from tests.reliability_helpers import QUICK, one_line, run_main
@@ -130,7 +130,7 @@ def test_disk_full_at_the_final_save_keeps_the_weights(tmp_path, monkeypatch, ca
 
 
 def test_disk_full_everywhere_names_the_last_good_checkpoint(tmp_path, monkeypatch):
-    spec = make_spec("transformer", "copy", "quick",
+    spec = make_run_config("transformer", "copy", "quick",
                      model=dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5),
                      train=dict(steps=5, save_every=2, batch_size=4, eval_every=0,
@@ -200,7 +200,7 @@ def test_a_second_live_writer_of_the_same_out_is_refused(tmp_path, capsys):
 
 def test_the_writer_lock_in_process(tmp_path):
     out = tmp_path / "c.pt"
-    spec = make_spec("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
+    spec = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
                                                                 n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5), train=dict(steps=1, batch_size=4))
     with exclusive_writer(out), ThreadPoolExecutor(1) as pool:  # held by this thread

@@ -23,8 +23,8 @@ from models.base import SuiteModel
 from models.checkpoint import rebuild, untrusted
 from models.checkpoint.io import read_checkpoint, save_checkpoint
 from models.checkpoint.schema import tensor_digest
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from seqprobe import flags
 from seqprobe.errors import CheckpointError, InputError
 from tests.reliability_helpers import QUICK, one_line, run_main
@@ -88,7 +88,7 @@ def test_a_batch_too_large_for_the_machine_is_refused(tmp_path, capsys):
 
 
 def test_the_spec_check_builds_no_real_model(builds):
-    spec = make_spec("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
+    spec = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
                                                                 n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5), train=dict(steps=1, batch_size=4,
                                                              eval_every=0))

@@ -24,9 +24,9 @@ import torch
 import models.train.loop as L
 import models.train.loss as loss_mod
 from models.checkpoint.io import read_checkpoint
+from models.train.build import make_run_config
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
-from models.train.spec import make_spec
 from seqprobe import atomic
 from seqprobe.errors import CheckpointError
 from tasks.base import make_generator
@@ -39,7 +39,7 @@ TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 def spec_for(steps=12, **train_kw):
     train_cfg = dict(steps=steps, eval_every=4, eval_batches=1, eval_batch_size=8, batch_size=4,
                      warmup_steps=3, seed=5)
-    return make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
+    return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
                      train={**train_cfg, **train_kw})
 
 
@@ -141,11 +141,11 @@ def test_ctrl_c_before_the_first_step_says_nothing_was_saved(tmp_path, monkeypat
 
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
     train(spec_for(steps=2), out=tmp_path / "a.pt", device="cpu", progress=False)
-    other = make_spec("transformer", "copy", "quick", model={**TINY, "d_model": 32},
+    other = make_run_config("transformer", "copy", "quick", model={**TINY, "d_model": 32},
                       task_config=dict(max_len=6), train=dict(steps=4, batch_size=4))
     with pytest.raises(CheckpointError, match="weights do not match the model config"):
         train(other, device="cpu", resume=tmp_path / "a.pt", progress=False)
-    lookup = make_spec("transformer", "lookup", "quick", model=TINY, train=dict(steps=4))
+    lookup = make_run_config("transformer", "lookup", "quick", model=TINY, train=dict(steps=4))
     with pytest.raises(CheckpointError, match="not transformer on lookup"):
         train(lookup, device="cpu", resume=tmp_path / "a.pt", progress=False)
 

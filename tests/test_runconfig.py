@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models.registry import ARCHS, model_class
+from models.train.build import make_run_config
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
-from models.train.spec import make_spec
 from models.train_config import TrainConfig
 from models.transformer import TransformerConfig
 from seqprobe.config import config_to_dict
@@ -52,7 +52,7 @@ def test_dict_json_and_checkpoint_round_trips():
 
 
 def test_make_spec_gives_a_run_config_whose_record_has_its_hash():
-    spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
+    spec = make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
     assert isinstance(spec, RunConfig)
     record = spec.to_dict()
     # the checkpoint's model entry is the fields the run sets (the task's vocabulary among
@@ -132,7 +132,7 @@ def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
     import models
     from models.train.loop import train
 
-    spec = make_spec("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
+    spec = make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
                      task_config={"max_len": 6}, train={"steps": 2, "eval_every": 0})
     train(spec, tmp_path / "m.pt", "cpu", progress=False)
     m = models.load(tmp_path / "m.pt")

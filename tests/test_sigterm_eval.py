@@ -18,9 +18,9 @@ import torch
 import models.train.evaluation as E
 from models.checkpoint.io import read_checkpoint
 from models.registry import build_model
+from models.train.build import make_run_config
 from models.train.cache import entry_state
 from models.train.loop import TrainingInterrupted, train
-from models.train.spec import make_spec
 from tasks.registry import make_task
 from tests.tiny import TINY_RUN, TINY_RUN_FLAGS
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def spec_for(**train_kw):
     cfg = dict(steps=12, eval_every=4, eval_batches=4, eval_batch_size=8, batch_size=4,
                warmup_steps=3, seed=5)
-    return make_spec("transformer", "copy", "quick", model=TINY_RUN,
+    return make_run_config("transformer", "copy", "quick", model=TINY_RUN,
                      task_config=dict(max_len=6), train={**cfg, **train_kw})
 
 

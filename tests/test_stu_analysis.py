@@ -17,8 +17,8 @@ from analyses import zoo
 from analyses.claims import Undecided
 from analyses.stu_induction import claims as C
 from analyses.zoo import spectral as zoo_spectral
+from models.train.build import make_run_config
 from models.train.loop import train
-from models.train.spec import make_spec
 from probes import induction
 from probes.induction import binomial_sf, recall_accuracy
 from seqprobe.errors import InputError
@@ -28,7 +28,7 @@ from tasks.registry import make_task
 def _train_tiny(tmp_path, name, arch="stu", length=8, seed=0, task="induction", **model):
     cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else {}
     cfg.update(model)
-    spec = make_spec(arch, task, "quick", model=cfg,
+    spec = make_run_config(arch, task, "quick", model=cfg,
                      task_config=dict(length=length) if task == "induction" else None,
                      train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=4,
                                 warmup_steps=1, seed=seed))
@@ -165,7 +165,7 @@ def test_claim_recall_reads_the_seen_lags_bound_not_chance():
 
 @pytest.mark.slow
 def test_stu_learns_induction_at_its_training_length(tmp_path):
-    spec = make_spec("stu", "induction", "quick", task_config=dict(length=16))
+    spec = make_run_config("stu", "induction", "quick", task_config=dict(length=16))
     ck = train(spec, out=tmp_path / "stu.pt", progress=False)
     m = models.load(tmp_path / "stu.pt")
     right = recall_accuracy(m, make_task("induction", length=16), [16], 256, seed=0)[0]
@@ -185,15 +185,15 @@ def test_medium_recipes_are_the_zoos_medium_block():
     assert table["stu"][2] >= 8
     assert all(seeds >= 2 for arch, _, seeds in table.values() if arch == "stu")
     # the paper's setting: trained to convergence, no early stop, a decaying step size
-    spec = zoo.spec("induction_medium/stu_L64_s2", "medium")
+    spec = zoo.run_config("induction_medium/stu_L64_s2", "medium")
     assert spec.train.stop_at == 0 and spec.train.schedule == "cosine"
     assert spec.train.steps >= 1000 and spec.train.seed == 2
-    base = zoo.spec("induction_medium/mamba2_L16_s1", "medium").train
+    base = zoo.run_config("induction_medium/mamba2_L16_s1", "medium").train
     assert base.stop_at == 0 and base.schedule == "cosine" and 0 < base.steps < spec.train.steps
-    blank = zoo.spec("induction_medium/stu_blank0_L16_s0", "medium").model
+    blank = zoo.run_config("induction_medium/stu_blank0_L16_s0", "medium").model
     assert blank.normalization == "none"
     assert blank.zero_embed == (make_task("induction", length=16).vocab.id("BLANK"),)
-    assert zoo.spec("induction_medium/stu_shared_L16_s0", "medium").model.mixture == "shared"
+    assert zoo.run_config("induction_medium/stu_shared_L16_s0", "medium").model.mixture == "shared"
     assert A.induction_recipes("medium", ("stu",), (1 / 2,), 2) == [
         "induction_medium/stu_L16_s0", "induction_medium/stu_L16_s1"]
     for archs, qs, seeds, match in [(("lstm",), None, None, "medium induction runs are"),

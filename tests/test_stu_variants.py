@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.stu import STULM, STUConfig
-from models.train.spec import make_spec
+from models.train.build import make_run_config
 from seqprobe.config import config_from_dict, config_to_dict
 from seqprobe.errors import InputError
 from tasks.registry import make_task
@@ -117,10 +117,10 @@ def test_zero_embed_round_trips_through_a_checkpoints_json_as_a_tuple():
 def test_new_fields_at_their_defaults_leave_the_run_hash_unchanged():
     """The run hash covers the model overrides given, not every config field: a recipe that
     does not name mixture / zero_embed hashes as before; one that names them does not."""
-    base = make_spec("stu", "induction", "quick", task_config={"length": 16})
-    again = make_spec("stu", "induction", "quick", task_config={"length": 16})
+    base = make_run_config("stu", "induction", "quick", task_config={"length": 16})
+    again = make_run_config("stu", "induction", "quick", task_config={"length": 16})
     assert base.hash() == again.hash() and "mixture" not in base.model_dict
     blank = make_task("induction", {"D": 4, "length": 16}).vocab.id("BLANK")
     for model in ({"mixture": "shared"}, {"zero_embed": (blank,), "normalization": "none"}):
-        assert make_spec("stu", "induction", "quick", model=model,
+        assert make_run_config("stu", "induction", "quick", model=model,
                          task_config={"length": 16}).hash() != base.hash()

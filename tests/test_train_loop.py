@@ -3,9 +3,9 @@
 import torch
 
 from models.registry import build_model
+from models.train.build import make_run_config
 from models.train.loop import train
 from models.train.loss import loss_of, step_loss
-from models.train.spec import make_spec
 from tasks.base import make_generator
 from tasks.registry import make_task
 
@@ -13,7 +13,7 @@ TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 
 
 def _spec(**train):
-    return make_spec("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
+    return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
                      train=dict(steps=5, eval_every=5, eval_batches=1, eval_batch_size=4,
                                 batch_size=4, seed=3, **train))
 

@@ -17,7 +17,7 @@ TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
 @pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
                                   if r.available("quick") and "quick" not in r.init_from])
 def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
-    spec = zoo.spec(name, "quick", tmp_path)
+    spec = zoo.run_config(name, "quick", tmp_path)
     r = zoo.recipe(name)
     assert (spec.arch, spec.task_name) == (r.arch, r.task)
     for key, value in r.parts("quick")["model"].items():
@@ -34,7 +34,7 @@ def test_unknown_recipe_and_missing_preset_are_clear_errors():
 @pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
                                   if r.available("medium") and "medium" not in r.init_from])
 def test_every_medium_recipe_is_a_valid_run(name, tmp_path):
-    spec = zoo.spec(name, "medium", tmp_path)
+    spec = zoo.run_config(name, "medium", tmp_path)
     for key, value in zoo.recipe(name).parts("medium")["model"].items():
         assert spec.model_dict[key] == value
 
@@ -84,7 +84,7 @@ def test_an_untrained_init_recipe_is_a_query_and_a_typed_error(tiny_recipes, tmp
     assert zoo.untrained_init("test/lookup", "quick", tmp_path) == "test/copy"
     assert zoo.untrained_init("test/copy", "quick", tmp_path) is None  # no init recipe
     with pytest.raises(zoo.NotTrained, match="starts from test/copy"):
-        zoo.spec("test/lookup", "quick", tmp_path)
+        zoo.run_config("test/lookup", "quick", tmp_path)
     assert zoo._cached("test/lookup", "quick", tmp_path, None) is None
 
 

@@ -11,9 +11,9 @@ import torch
 from analyses import zoo
 from models.checkpoint.io import read_checkpoint
 from models.train import loop as L
+from models.train.build import make_run_config
 from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
-from models.train.spec import make_spec
 from seqprobe.errors import CheckpointError, InputError
 from tests.tiny import sigint_during_step
 
@@ -34,14 +34,14 @@ def two_recipes(monkeypatch):
 
 
 def path_of(name, cache):
-    return cache_path(zoo.spec(name, "quick", cache), cache)
+    return cache_path(zoo.run_config(name, "quick", cache), cache)
 
 
 def test_another_runs_checkpoint_at_the_path_is_not_served(two_recipes, tmp_path, capsys):
     wide = zoo.checkpoint("test/wide", "quick", tmp_path, "cpu", progress=False)
     narrow = path_of("test/narrow", tmp_path)
     shutil.copy(wide, narrow)  # a valid checkpoint, of the wrong run
-    assert entry_state(narrow, zoo.spec("test/narrow", "quick", tmp_path)) == "other"
+    assert entry_state(narrow, zoo.run_config("test/narrow", "quick", tmp_path)) == "other"
     assert zoo.status("test/narrow", "quick", tmp_path) == "other run"
     served = zoo.checkpoint("test/narrow", "quick", tmp_path, "cpu", progress=False)
     assert "another run's checkpoint" in capsys.readouterr().err
@@ -96,7 +96,7 @@ def test_listing_an_unknown_prefix_is_an_error(capsys, tmp_path):
 
 
 def test_a_flipped_bit_in_the_rng_state_is_refused_on_resume(tmp_path):
-    spec = make_spec("transformer", "copy", "quick", TINY["model"], TINY["task"],
+    spec = make_run_config("transformer", "copy", "quick", TINY["model"], TINY["task"],
                      {**TINY["train"], "steps": 2})
     out = tmp_path / "a.pt"
     train(spec, out=out, device="cpu", progress=False)

@@ -88,7 +88,7 @@ def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_p
         models.load("zoo:test/tiny")
     with pytest.raises(InputError, match="interrupted"):
         given_checkpoint("zoo:test/tiny")
-    cache_path(zoo.spec("test/tiny", "quick"), "checkpoints").write_bytes(b"junk")
+    cache_path(zoo.run_config("test/tiny", "quick"), "checkpoints").write_bytes(b"junk")
     code, _, err = run_zoo(capsys, "path", "test/tiny")
     assert code != 0 and "(broken)" in err
 
@@ -98,7 +98,7 @@ def test_list_shows_only_the_level_asked_with_states_and_paths(tiny_recipe, tmp_
     code, out, _ = run_zoo(capsys, "--list", "test/")
     rows = out.strip().splitlines()
     assert code == 0 and len(rows) == 1
-    expected = str(cache_path(zoo.spec("test/tiny", "quick"), "checkpoints"))
+    expected = str(cache_path(zoo.run_config("test/tiny", "quick"), "checkpoints"))
     assert rows[0].split()[:3] == ["test/tiny", "missing", expected]
     assert not (tmp_path / "checkpoints").exists()  # listing creates nothing
     code, out, err = run_zoo(capsys, "--list", "test/", "--level", "medium")
@@ -124,7 +124,7 @@ def test_unknown_names_and_levels_are_one_line_with_near_matches(tiny_recipe, ca
 
 
 def test_the_training_line_says_what_where_steps_and_eta():
-    spec = zoo.spec("copy/hard_alibi", "quick")
+    spec = zoo.run_config("copy/hard_alibi", "quick")
     line = training_line(spec, "c/x.pt", what="copy/hard_alibi", device="cpu")
     assert line.startswith("about to train copy/hard_alibi (transformer on copy): ")
     assert f"{spec.train.steps:,} steps" in line and "-> c/x.pt" in line

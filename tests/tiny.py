@@ -61,7 +61,7 @@ def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
     from seqprobe.config import config_to_dict
     from seqprobe.device import resolve_device
 
-    spec = zoo.spec(name, preset, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
+    spec = zoo.run_config(name, preset, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
     torch.manual_seed(0)
     model = models.build_model(spec.arch, spec.model)
     train = {"config": config_to_dict(spec.train), "seed": spec.train.seed,

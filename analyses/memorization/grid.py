@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyses.zoo.dryrun import Builder
+from models.train.build import make_run_config
 from models.train.runconfig import RunConfig
-from models.train.spec import make_spec
 from seqprobe.config import check
 from tasks.memorization import REAL_LEVEL
 
@@ -203,10 +203,10 @@ class CellSpace:
     def spec(self, width: int, fraction: float, seed: int | None = None,
              steps: int | None = None) -> RunConfig:
         """The run of one cell: ``seed`` (a search's) seeds the data set and the
-        initialisation; ``steps`` replaces the step budget. make_spec checks the width
+        initialisation; ``steps`` replaces the step budget. make_run_config checks the width
         against n_heads (m = h·k) and every config before any training."""
         per_seed = {} if seed is None else {"seed": seed}
-        return make_spec(ARCH, "memorization", self.preset,
+        return make_run_config(ARCH, "memorization", self.preset,
                          model={**self.model, "d_model": width},
                          task_config={**self.task_config, **per_seed, "fraction": fraction},
                          train={**self.train, **per_seed,

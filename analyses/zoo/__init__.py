@@ -1,6 +1,7 @@
 """The checkpoint zoo: every trained model an analysis uses, served by name.
 
-The recipes are data (:mod:`analyses.zoo.recipes`): a task × arch with overrides on top of the preset
+The recipes are data (:mod:`analyses.zoo.recipes`): a task × arch with overrides on top of the
+preset
 rows at each level it has, and optionally another recipe whose checkpoint starts it.
 :func:`checkpoint` serves a recipe through the one locked, hashed cache of
 :mod:`models.train.cache`: trained once, reused by every analysis and by
@@ -27,16 +28,16 @@ import torch
 
 from analyses.zoo.recipe import ZOO_PREFIX, Recipe, parse_zoo_ref
 from analyses.zoo.recipes import RECIPES
+from models.train.build import make_run_config
 from models.train.cache import (
     cache_path,
     check_cache_dir,
     entry_state,
     is_cached,
-    train_spec_cached,
+    train_run_cached,
 )
 from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
-from models.train.spec import make_spec
 from seqprobe import flags
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
@@ -93,7 +94,7 @@ def _init_path(name: str, preset: str, cache_dir: str | Path,
     r = recipe(name)
     if preset not in r.init_from:
         return None
-    return cache_path(_resolved(spec(r.init_from[preset], preset, cache_dir, None, device),
+    return cache_path(_resolved(run_config(r.init_from[preset], preset, cache_dir, None, device),
                                 device), cache_dir)
 
 
@@ -110,7 +111,7 @@ def untrained_init(name: str, preset: str, cache_dir: str | Path,
     return None if init is None or init.exists() else recipe(name).init_from[preset]
 
 
-def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
+def run_config(name: str, preset: str, cache_dir: str | Path = "checkpoints",
          train: Mapping[str, Any] | None = None,
          device: str | torch.device = "auto") -> RunConfig:
     """The run of a recipe at a preset; an ``init_from`` recipe must be cached already (on
@@ -131,7 +132,7 @@ def spec(name: str, preset: str, cache_dir: str | Path = "checkpoints",
             raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
                              f"trained yet in {cache_dir}")
         tr["init_from"] = str(init)
-    return make_spec(r.arch, r.task, preset, parts["model"], parts["task"], tr)
+    return make_run_config(r.arch, r.task, preset, parts["model"], parts["task"], tr)
 
 
 def dependencies(name: str, preset: str) -> list[str]:
@@ -148,11 +149,11 @@ def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkp
                train: Mapping[str, Any] | None = None, resume: str | Path | None = None) -> Path:
     """The path of recipe ``name``'s checkpoint at ``preset``, trained (and its init chain
     first) if it is not cached. ``train`` overrides training fields (another cache entry);
-    ``resume`` continues the same run stopped earlier (see ``train_spec_cached``)."""
+    ``resume`` continues the same run stopped earlier (see ``train_run_cached``)."""
     for dep in dependencies(name, preset):
-        train_spec_cached(spec(dep, preset, cache_dir, None, device), cache_dir, device,
+        train_run_cached(run_config(dep, preset, cache_dir, None, device), cache_dir, device,
                           progress, label=dep)
-    return train_spec_cached(spec(name, preset, cache_dir, train, device), cache_dir, device,
+    return train_run_cached(run_config(name, preset, cache_dir, train, device), cache_dir, device,
                              progress, resume, label=name)
 
 
@@ -173,7 +174,7 @@ def _cached(name: str, preset: str, cache_dir: str | Path,
             train: Mapping[str, Any] | None, device: str = "auto") -> Path | None:
     if untrained_init(name, preset, cache_dir, device):
         return None  # its init recipe is not trained yet: so neither is it
-    run = _resolved(spec(name, preset, cache_dir, train, device), device)
+    run = _resolved(run_config(name, preset, cache_dir, train, device), device)
     path = cache_path(run, cache_dir)
     return path if is_cached(path, run) else None
 
@@ -214,7 +215,7 @@ def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") 
         needs = untrained_init(name, preset, cache_dir, device)
         if needs:
             return f"needs {needs}"
-        run = _resolved(spec(name, preset, cache_dir, None, device), device)
+        run = _resolved(run_config(name, preset, cache_dir, None, device), device)
     except InputError as e:
         return "invalid: " + str(e).splitlines()[0][:60]
     state = entry_state(cache_path(run, cache_dir), run)
@@ -251,7 +252,8 @@ def path(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints"
     state = status(name, preset, cache_dir, device)
     if state != "cached":
         raise not_trained([(name, state)], preset, cache_dir)
-    return cache_path(_resolved(spec(name, preset, cache_dir, None, device), device), cache_dir)
+    run = _resolved(run_config(name, preset, cache_dir, None, device), device)
+    return cache_path(run, cache_dir)
 
 
 def resolve(ref: str, cache_dir: str | Path = "checkpoints", device: str = "auto") -> Path:
@@ -341,8 +343,8 @@ def _print_list(prefixes: list[str], preset: str, cache_dir: str, device: str) -
     for n in names:
         state = status(n, preset, cache_dir, device)
         try:
-            where = str(cache_path(_resolved(spec(n, preset, cache_dir, None, device), device),
-                                   cache_dir))
+            run = _resolved(run_config(n, preset, cache_dir, None, device), device)
+            where = str(cache_path(run, cache_dir))
         except NotTrained:  # fine-tuned from a recipe not trained yet: no key until it is
             where = "-"
         rows.append((n, state, where, RECIPES[n].doc))

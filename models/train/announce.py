@@ -8,7 +8,7 @@ The ETA is the shipped step-cost table's (:class:`models.train.costs.StepCosts`:
 row, else its architecture's cost per FLOP; on a GPU the CUDA table or a projection), in this
 machine's seconds now (the table's reference step is timed here first, a busy machine's wait
 included; other work that starts later is not); "ETA unknown" where the table cannot say.
-Called by :func:`models.train.cache.train_spec_cached` (``python -m analyses.zoo train``, every
+Called by :func:`models.train.cache.train_run_cached` (``python -m analyses.zoo train``, every
 analysis' ``--train``) and by ``python -m models.train``.
 """
 

@@ -20,9 +20,9 @@ from filelock import FileLock
 from models.checkpoint.io import read_checkpoint
 from models.train import distributed
 from models.train.announce import announce
+from models.train.build import make_run_config, run_config_of_checkpoint
 from models.train.loop import train
 from models.train.runconfig import RunConfig
-from models.train.spec import make_spec, spec_of_checkpoint
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import CheckpointError, InputError
@@ -38,7 +38,7 @@ def check_cache_dir(cache_dir: str | Path, write: bool = True) -> Path:
     """``cache_dir`` as a directory this process can write in (created if missing), or one
     :class:`InputError` line before any work. ``write=False``: a directory that exists and can
     be listed is enough (a shared read-only cache serves its finished entries; whether a write
-    is needed is known only per entry, :func:`train_spec_cached`)."""
+    is needed is known only per entry, :func:`train_run_cached`)."""
     path = Path(cache_dir)
     if path.exists() and not path.is_dir():
         raise InputError(f"cache directory {path}: is a file, not a directory")
@@ -101,7 +101,7 @@ def is_cached(path: Path, spec: RunConfig | None = None) -> bool:
     return entry_state(path, spec) == "done"
 
 
-def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", device: str = "auto",
+def train_run_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", device: str = "auto",
                       progress: bool = True, resume: str | Path | None = None,
                       label: str | None = None) -> Path:
     """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
@@ -152,7 +152,7 @@ def train_spec_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", de
 
 def _check_continues(spec: RunConfig, resume: str | Path) -> None:
     ck = read_checkpoint(resume)
-    earlier = spec_of_checkpoint(ck)
+    earlier = run_config_of_checkpoint(ck)
     same = earlier.replace(train={"steps": spec.train.steps})
     check(spec.train.schedule == "constant" and same.hash() == spec.hash()
           and ck["train"]["step"] <= spec.train.steps,
@@ -164,6 +164,6 @@ def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | P
                  model: dict | None = None, task_config: dict | None = None,
                  train_overrides: dict | None = None, device: str = "auto",
                  progress: bool = True) -> Path:
-    """:func:`make_spec` then :func:`train_spec_cached`."""
-    spec = make_spec(arch, task, preset, model, task_config, train_overrides)
-    return train_spec_cached(spec, cache_dir, device, progress)
+    """:func:`make_run_config` then :func:`train_run_cached`."""
+    spec = make_run_config(arch, task, preset, model, task_config, train_overrides)
+    return train_run_cached(spec, cache_dir, device, progress)

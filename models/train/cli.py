@@ -34,9 +34,9 @@ from models.checkpoint.paths import check_writable
 from models.checkpoint.rebuild import meta_model
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
+from models.train.build import check_names, make_run_config, run_config_of_checkpoint
 from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
-from models.train.spec import check_names, make_spec, spec_of_checkpoint
 from models.train.writer import check_resumable
 from models.train_config import TrainConfig
 from seqprobe.cli import (
@@ -216,10 +216,11 @@ def _main(argv: list[str]) -> int:
                 given[part][name] = parse_value(value, tp, f"--{name}")
         resolve_device(args.device)
         if ck is not None:
-            spec = spec_of_checkpoint(ck, given["model"], given["task"], given["train"])
+            spec = run_config_of_checkpoint(ck, given["model"], given["task"], given["train"])
             out = args.out or resume
         else:
-            spec = make_spec(arch, task, args.level, given["model"], given["task"], given["train"])
+            spec = make_run_config(arch, task, args.level, given["model"], given["task"],
+                                   given["train"])
             out = args.out
         if out is None:
             raise InputError("--out is required (where to write the checkpoint)")

@@ -45,6 +45,7 @@ from models.checkpoint.io import exclusive_writer, read_checkpoint
 from models.checkpoint.paths import check_writable
 from models.registry import build_model
 from models.train import distributed
+from models.train.build import check_run_size, validate_run_config
 from models.train.callbacks import Callback, Run, StopAt
 from models.train.distributed import World
 from models.train.evaluation import (
@@ -58,7 +59,6 @@ from models.train.evaluation import (
 from models.train.loss import StepLoss, backward, loss_of, nll, reference_metrics, step_loss
 from models.train.rng import rng_state, seed_all, set_rng_state
 from models.train.runconfig import RunConfig
-from models.train.spec import check_run_size, validate_spec
 from models.train.writer import CheckpointWriter, check_resumable, rescue_dirs, restore
 from models.train_config import TrainConfig, lr_at
 from seqprobe.config import check
@@ -150,7 +150,7 @@ def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
     :func:`~models.train.writer.rescue_dirs` directory and raises
     :class:`~models.checkpoint.SaveError` saying where.
     """
-    validate_spec(spec)
+    validate_run_config(spec)
     dev = distributed.rank_device(resolve_device(device))
     # "auto" precision / compile set for this device: the checkpoint records what was used
     spec = spec.resolved(dev)
@@ -177,12 +177,12 @@ def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progres
     cfg = spec.train
     callbacks = [*callbacks, StopAt(cfg.stop_at)] if cfg.stop_at else list(callbacks)
     task = make_task(spec.task_name, spec.task_dict)
-    if dev.type != "cpu":  # validate_spec checked the host's memory
+    if dev.type != "cpu":  # validate_run_config checked the host's memory
         check_run_size(spec, task, dev)
     data_gen = make_generator(cfg.seed)
     seed_all(cfg.seed)
     model = build_model(spec.arch, spec.model)
-    if cfg.init_from and resume is None:  # validate_spec checked its arch and config
+    if cfg.init_from and resume is None:  # validate_run_config checked its arch and config
         model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
     model = model.to(dev)
     opt = make_optimizer(model, cfg)

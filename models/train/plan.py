@@ -9,10 +9,10 @@ from typing import Any
 
 from models.checkpoint.rebuild import model_footprint
 from models.train import gpu_costs
+from models.train.build import run_size
 from models.train.evaluation import batches
 from models.train.gpu_costs import MEASURED
 from models.train.runconfig import RunConfig
-from models.train.spec import run_size
 from tasks.base import make_generator
 from tasks.registry import make_task
 

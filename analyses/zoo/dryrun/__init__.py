@@ -7,7 +7,7 @@ row on the CPU and of the real batch on a GPU. Each run is a fresh process, so i
 is its own (on the CPU the RSS it added, the task's data included; on a GPU
 ``torch.cuda.max_memory_allocated``) and a crash or an out-of-memory kill is one row of the
 table, not the end of the dry run. A model that cannot run (an invalid config, one too large
-for this machine by the meta-device size check of :func:`~models.train.spec.check_run_size`,
+for this machine by the meta-device size check of :func:`~models.train.build.check_run_size`,
 an error in the first steps) is listed with its one-line reason; :func:`report` returns 1
 after listing every model when any could not run. A run whose memory at its real batch
 (measured on a GPU, extrapolated from batch 1 on a CPU: :func:`at_batch`) exceeds one H100's
@@ -51,13 +51,13 @@ import torch
 from analyses import zoo
 from analyses.zoo.dryrun.measuring import CHILD_TIMEOUT, DRY_STEPS, _one_line, run_isolated
 from models.train import gpu_costs
+from models.train.build import BYTES_PER_PARAM, make_run_config
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
 from models.train.plan import (
     H100_MEMORY,
     plan_row,
 )
 from models.train.runconfig import RunConfig
-from models.train.spec import BYTES_PER_PARAM, make_spec
 from seqprobe.atomic import write_atomic
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
@@ -77,10 +77,10 @@ def recipe_spec(name: str, preset: str) -> RunConfig:
     r = zoo.recipe(name)
     parts = r.parts(preset)
     model = parts["model"]
-    if preset in r.init_from:  # fine-tuned: the model is the parent's (make_spec takes the init
-        # file's config), with this recipe's own model fields on top
+    if preset in r.init_from:  # fine-tuned: the model is the parent's (make_run_config takes
+        # the init file's config), with this recipe's own model fields on top
         model = {**recipe_spec(r.init_from[preset], preset).model_dict, **model}
-    return make_spec(r.arch, r.task, preset, model, parts["task"], parts["train"])
+    return make_run_config(r.arch, r.task, preset, model, parts["task"], parts["train"])
 
 
 def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:

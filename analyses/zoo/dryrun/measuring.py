@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from models.train.build import validate_run_config
 from models.train.callbacks import Callback, Run
 from models.train.loop import train
 from models.train.runconfig import RunConfig
-from models.train.spec import validate_spec
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
 
@@ -110,7 +110,7 @@ def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
     first, then smaller ones (:func:`micro_batches`) after each out-of-memory error. Meant for
     a fresh process (:func:`run_isolated`): the RSS delta is the run's own only there."""
     dev = resolve_device(device)
-    validate_spec(spec)  # also imports what the checks import: in the baseline, not the run
+    validate_run_config(spec)  # also imports what the checks import: in the baseline, not the run
     if dev.type != "cuda":
         return _measure_once(spec, dev)
     batch = spec.train.batch_size

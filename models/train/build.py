@@ -1,10 +1,10 @@
-"""Building and checking runs: :func:`make_spec` and :func:`validate_spec`.
+"""Building and checking runs: :func:`make_run_config` and :func:`validate_run_config`.
 
 A run is described by :class:`~models.train.runconfig.RunConfig` (typed sections, canonical
 form, the cache hash); every function here takes or returns one.
 
-:func:`make_spec` merges a preset's rows, the task's derived model fields (vocabulary size,
-classification head …) and the caller's overrides, then :func:`validate_spec` checks every
+:func:`make_run_config` merges a preset's rows, the task's derived model fields (vocabulary size,
+classification head …) and the caller's overrides, then :func:`validate_run_config` checks every
 config and their fit before any compute.
 """
 
@@ -35,7 +35,7 @@ def check_names(arch: str, task: str) -> None:
         raise InputError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
 
 
-def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = None,
+def make_run_config(arch: str, task: str, preset: str = "quick", model: dict | None = None,
               task_config: dict | None = None, train: dict | None = None) -> RunConfig:
     """The run of ``arch`` on ``task`` at ``preset``: preset rows, then the task's derived
     model fields (vocab size…), then user overrides.
@@ -52,27 +52,27 @@ def make_spec(arch: str, task: str, preset: str = "quick", model: dict | None = 
         base = init["config"] if init["arch"] == arch else base
     model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
     spec = RunConfig.build(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
-    validate_spec(spec)  # every config checked before any compute
+    validate_run_config(spec)  # every config checked before any compute
     return spec
 
 
-def spec_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,
+def run_config_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,
                        train: dict | None = None) -> RunConfig:
     """The run a checkpoint was trained with (``--resume``), with overrides on top."""
     spec = RunConfig.build(ck["model"]["arch"], ck["task"]["name"],
                            {**ck["model"]["config"], **(model or {})},
                            {**ck["task"]["config"], **(task_config or {})},
                            {**ck["train"].get("config", {}), **(train or {})})
-    validate_spec(spec)
+    validate_run_config(spec)
     return spec
 
 
-def validate_spec(spec: RunConfig) -> None:
+def validate_run_config(spec: RunConfig) -> None:
     """Raise :class:`InputError` unless the run can start: its configs and their fit (the
     names and the types of the sections :class:`RunConfig` checked already).
 
     Cheap (no training step; the model is sized on the meta device, so a config too large for
-    this machine is one line, not an allocator failure); called by :func:`make_spec`, by
+    this machine is one line, not an allocator failure); called by :func:`make_run_config`, by
     ``--resume`` and by the loop.
     """
     check_task_bounds(spec.task_name, spec.task_dict)

@@ -156,7 +156,7 @@ if __name__ == "__main__":
     raise SystemExit(main())
 '''
 
-# the paper's zoo module, analyses/zoo/toy_repeat.py: a tiny LSTM, 60 steps (~1 s), which
+# the paper's zoo module, analyses/zoo/toy_repeat.py: a tiny LSTM, 60 steps, which
 # learns to repeat the letter (deterministic: the seeds are the recipe's)
 ZOO = f'''
 """Toy paper's recipes."""

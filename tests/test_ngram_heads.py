@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from analyses import ngram_heads
-from analyses.ngram_heads.claims import claim_ablation
+from analyses.claims import Undecided
+from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from models import load
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import FORMAT
@@ -239,3 +240,17 @@ def test_ablation_claim_reads_the_same_layer_control_first():
     assert claim_ablation(d)[1] is False
     d["random_same_layer"] = {"string_drop_mean": None}  # no same-layer heads: from anywhere
     assert claim_ablation(d)[1] is False and claim_ablation(d).margin.value == 0.57
+
+
+def test_a_model_that_does_not_copy_leaves_both_claims_undecided():
+    """No copying mechanism can be read from a model that does not copy: "not decided", with
+    the reason, never "does not hold"; one that copies is read as before."""
+    d = {"threshold": 0.5, "threshold_met": False,
+         "match_heads": [{"layer": 0, "head": 1, "match_score": 0.1}],
+         "accuracy": {"string_acc": 0.3}, "ablated": {"drop": {"string_acc": 0.2}},
+         "random": {"string_drop_mean": 0.1}}
+    for claim in (claim_match_heads, claim_ablation):
+        verdict = claim(d)[1]
+        assert isinstance(verdict, Undecided) and "copies 30%" in str(verdict)
+    d["accuracy"]["string_acc"] = 0.95
+    assert claim_match_heads(d)[1] is False and claim_ablation(d)[1] is False

@@ -5,8 +5,20 @@ copying while as many random heads of the same layers do not (:func:`claim_ablat
 
 from __future__ import annotations
 
-from analyses.claims import Margin, Reading, tightest
+from analyses.claims import Margin, Reading, Undecided, tightest
 from analyses.common import get
+
+LEARNT = 0.9  # string accuracy (nothing ablated) of a model that copies the probe strings
+
+
+def _not_learnt(d: dict) -> Undecided | None:
+    """"Not decided" when the model does not copy the probe strings: no copying mechanism can
+    be read from it, so neither claim can fail on it."""
+    acc = get(d, "accuracy", "string_acc")
+    if acc is None or acc >= LEARNT:
+        return None
+    return Undecided.not_learnt(f"the model copies {acc:.0%} of the probe strings "
+                                f"(< {LEARNT:.0%})")
 
 
 def claim_match_heads(d: dict) -> Reading:
@@ -17,8 +29,9 @@ def claim_match_heads(d: dict) -> Reading:
                       for h in heads[:4])
     m = (Margin("best head's match score", best, ">=", d["threshold"])
          if d.get("threshold") is not None else None)
+    holds = bool(d.get("threshold_met")) and bool(heads)
     return Reading(f"{len(heads)} heads ({names}) with match score >= {d.get('threshold')}, "
-                   f"best {best:.2f}", bool(d.get("threshold_met")) and bool(heads), m)
+                   f"best {best:.2f}", holds or _not_learnt(d) or False, m)
 
 
 def claim_ablation(d: dict) -> Reading:
@@ -60,4 +73,5 @@ def claim_ablation(d: dict) -> Reading:
     margins = [Margin("string-accuracy drop", drop, ">=", 0.5)]
     if rnd is not None:
         margins.append(Margin(f"{key}' mean drop", rnd, "<", drop / 2))
-    return Reading(text, drop >= 0.5 and (rnd is None or rnd < drop / 2), tightest(*margins))
+    holds = drop >= 0.5 and (rnd is None or rnd < drop / 2)
+    return Reading(text, holds or _not_learnt(d) or False, tightest(*margins))

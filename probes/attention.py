@@ -66,6 +66,7 @@ def _select(query_mask: Tensor | None, B: int, T: int, device) -> Tensor:
 
 def ngram_match_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tensor, "batch pos"],
                       n: int, query_mask: Bool[Tensor, "batch q"] | None = None, lag: int = 0,
+                      match: Bool[Tensor, "batch q k"] | None = None,
                       ) -> tuple[Float[Tensor, " head"], int]:
     """``(score [head], n_queries)``: mean attention mass on the n-gram matches of each query.
 
@@ -73,7 +74,8 @@ def ngram_match_score(pattern: Float[Tensor, "batch head q k"], tokens: Int[Tens
     score is NaN.
     """
     B, H, T, _ = pattern.shape
-    match = ngram_match_mask(tokens, n, lag)  # [batch, q, k]
+    if match is None:  # callers scoring many layers of one batch pass it in, built once
+        match = ngram_match_mask(tokens, n, lag)  # [batch, q, k]
     sel = _select(query_mask, B, T, pattern.device) & match.any(-1)  # [batch, q]
     mass = (pattern * match[:, None].to(pattern.dtype)).sum(-1)  # [batch, head, q]
     count = int(sel.sum())
@@ -166,12 +168,14 @@ def pattern_scores(model, data: list[tuple[PromptBatch, int]], n_max: int,
             Lh, H = len(pats), pats[0].shape[1]
             s_sum, s_cnt = torch.zeros(LAGS, Lh, H, n_max), torch.zeros(LAGS, n_max)
             t_sum, prof_sum = torch.zeros(Lh, H), torch.zeros(Lh, H, n_max + 1)
+        masks = {(lag, n): ngram_match_mask(tokens, n, lag)  # the same for every layer
+                 for lag, n in itertools.product(range(LAGS), range(1, n_max + 1))}
         nq = int(qmask.sum())
         nt = int((target >= 0).sum())
         for i in range(Lh):
             pat = pats[i]  # [batch, head, q, k]
             for lag, n in itertools.product(range(LAGS), range(1, n_max + 1)):
-                score, count = ngram_match_score(pat, tokens, n, qmask, lag)
+                score, count = ngram_match_score(pat, tokens, n, qmask, lag, masks[lag, n])
                 if count:
                     s_sum[lag, i, :, n - 1] += score * count
                 if i == 0:

@@ -43,8 +43,8 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
 
 
 # Named sources (``zoo:NAME``): a layer above this one registers a resolver as an entry point
-# of this group in pyproject.toml (``zoo = "analyses.zoo:SOURCE"``), so the loader opens its
-# names without importing upward; the object has ``resolve(ref) -> path`` and
+# of this group in pyproject.toml (``zoo = "analyses.zoo"``), so the loader opens its names
+# without importing upward; the module has ``resolve(ref) -> path`` and
 # ``hint(name) -> str | None`` (how to open a bare name that reads as a hub name).
 SOURCES_GROUP = "seqprobe.sources"
 

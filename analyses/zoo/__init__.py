@@ -358,18 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv)
 
 
-class _ZooSource:
-    """``zoo:NAME[@LEVEL]`` in :func:`models.load` (entry point ``seqprobe.sources``)."""
-
-    @staticmethod
-    def resolve(ref: str) -> Path:
-        return resolve(ref)
-
-    @staticmethod
-    def hint(name: str) -> str | None:
-        return (f"the zoo recipe {name} is opened as {ZOO_PREFIX}{name}" if name in RECIPES
-                else None)
-
-
-SOURCE = _ZooSource()
-
+def hint(name: str) -> str | None:
+    """How to open a bare recipe name that :func:`models.load` read as a hub name (this module
+    is models.load's ``zoo:`` source, entry point ``seqprobe.sources``, with :func:`resolve`)."""
+    return f"the zoo recipe {name} is opened as {ZOO_PREFIX}{name}" if name in RECIPES else None

@@ -116,6 +116,7 @@ class LSTMLM(SuiteModel):
     config_cls = LSTMConfig
     scans = SCANS
     fast_scans = ("fused",)
+    ensemble_scan = "plain"  # aten::lstm has no vmap rule
 
     def __init__(self, cfg: LSTMConfig):
         super().__init__(cfg)

@@ -372,6 +372,7 @@ class HookedTransformerLM(SuiteModel):
     config_cls = TransformerConfig
     scans = ("auto", "plain", "sdpa", "flex")
     fast_scans = ("sdpa",)
+    ensemble_scan = "plain"  # PyTorch has no vmap rule for CPU SDPA: it would loop over members
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)

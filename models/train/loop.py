@@ -56,7 +56,7 @@ from models.train.evaluation import (
     evaluate,
     run_evaluator,
 )
-from models.train.loss import StepLoss, backward, loss_of, nll, reference_metrics, step_loss
+from models.train.loss import backward, loss_of, nll, reference_metrics, step_loss
 from models.train.rng import rng_state, seed_all, set_rng_state
 from models.train.runconfig import RunConfig
 from models.train.writer import CheckpointWriter, check_resumable, rescue_dirs, restore
@@ -174,88 +174,149 @@ def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
 def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progress: bool,
            callbacks: Sequence[Callback], evaluator: Evaluator,
            world: World = distributed.SINGLE) -> dict[str, Any]:
-    cfg = spec.train
-    callbacks = [*callbacks, StopAt(cfg.stop_at)] if cfg.stop_at else list(callbacks)
-    task = make_task(spec.task_name, spec.task_dict)
-    if dev.type != "cpu":  # validate_run_config checked the host's memory
-        check_run_size(spec, task, dev)
-    data_gen = make_generator(cfg.seed)
-    seed_all(cfg.seed)
-    model = build_model(spec.arch, spec.model)
-    if cfg.init_from and resume is None:  # validate_run_config checked its arch and config
-        model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
-    model = model.to(dev)
-    opt = make_optimizer(model, cfg)
-    run = Run(spec, model, task, dev)
-    writer = CheckpointWriter(run, opt, data_gen, out, world)
-    if resume is not None:
-        run.step, run.samples_seen, run.history, run.time_before = restore(
-            spec, resume, model, opt, data_gen)
-        writer.last_good = (Path(resume), run.step)
-    loss_fn = step_loss(model, cfg, dev, world)  # after the restore: DDP copies rank 0's weights
-    model.train()
-    bar = tqdm(total=cfg.steps, initial=run.step, disable=not progress or not world.is_main,
-               desc=f"{spec.arch}/{spec.task_name}", dynamic_ncols=True, leave=False)
-    # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
-    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    data = batches(task, cfg, data_gen, dev)
-    run.started = time.time()
+    t = Trainee(spec, out, dev, resume, progress, callbacks, evaluator, world)
+    loss_fn = step_loss(t.model, spec.train, dev, world)  # after the restore: DDP copies rank 0's
+    t.compiled = getattr(loss_fn, "compiled", None)
+    try:
+        with _StopSignals() as signals:
+            try:
+                t.start(signals)
+                while t.active:
+                    batch = t.begin_step()
+                    t.end_step(backward(loss_fn, batch, spec.train.micro_batch), batch)
+                    t.after_step(signals)
+            except EvaluationStopped:
+                # the weights are this step's; the evaluation changed nothing of the run
+                raise t.interrupted(signals.signal_name, " during its evaluation") from None
+            # the final save is inside the handler too: a SIGTERM now lets it finish
+            return t.writer.save(final=True)
+    finally:
+        t.bar.close()
 
-    def evaluate_now(signals: _StopSignals) -> None:
+
+class Trainee:
+    """One run being trained: its model, optimiser, data stream, checkpoint writer, progress bar
+    and callbacks, and the steps of the loop around the forward and backward pass. The loop of
+    :func:`train` drives one; :mod:`models.train.ensemble` drives several whose forward and
+    backward run as one batched computation, each otherwise exactly its solo run."""
+
+    def __init__(self, spec: RunConfig, out: Path | None, dev: torch.device, resume,
+                 progress: bool, callbacks: Sequence[Callback], evaluator: Evaluator,
+                 world: World = distributed.SINGLE, position: int | None = None):
+        cfg = spec.train
+        self.callbacks = [*callbacks, StopAt(cfg.stop_at)] if cfg.stop_at else list(callbacks)
+        self.evaluator, self.world, self.out, self.resume = evaluator, world, out, resume
+        self.compiled = None  # a torch.compile'd forward, whose .fallback the records note
+        task = make_task(spec.task_name, spec.task_dict)
+        if dev.type != "cpu":  # validate_run_config checked the host's memory
+            check_run_size(spec, task, dev)
+        data_gen = make_generator(cfg.seed)
+        seed_all(cfg.seed)
+        model = build_model(spec.arch, spec.model)
+        if cfg.init_from and resume is None:  # validate_run_config checked its arch and config
+            model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
+        model = model.to(dev)
+        self.model, self.opt = model, make_optimizer(model, cfg)
+        self.run = Run(spec, model, task, dev)
+        self.writer = CheckpointWriter(self.run, self.opt, data_gen, out, world)
+        if resume is not None:
+            self.run.step, self.run.samples_seen, self.run.history, self.run.time_before = \
+                restore(spec, resume, model, self.opt, data_gen)
+            self.writer.last_good = (Path(resume), self.run.step)
+        model.train()
+        self.bar = tqdm(total=cfg.steps, initial=self.run.step, position=position,
+                        disable=not progress or not world.is_main,
+                        desc=f"{spec.arch}/{spec.task_name}", dynamic_ncols=True, leave=False)
+        # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
+        self.clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+        self.data = batches(task, cfg, data_gen, dev)
+
+    @property
+    def cfg(self) -> TrainConfig:
+        return self.run.spec.train
+
+    @property
+    def active(self) -> bool:
+        """Whether the run takes another step."""
+        return self.run.step < self.cfg.steps and not self.run.stop_reason
+
+    def start(self, signals: _StopSignals) -> None:
+        """Before the first step: a resumed run whose evaluation a stop abandoned runs it now."""
+        self.run.started = time.time()
+        if self.resume is not None and _eval_missing(self.run):
+            self.run.loss = _pending_loss(self.resume)
+            self.evaluate_now(signals)
+
+    def begin_step(self):
+        """The step's learning rate set, gradients cleared; returns the step's batch."""
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.cfg, self.run.step)
+        self.opt.zero_grad(set_to_none=True)
+        return next(self.data)
+
+    def end_step(self, value: float, batch) -> None:
+        """After the backward pass of ``batch`` (whose mean loss is ``value``): the optimiser
+        step. Raises :class:`TrainingDiverged` before a non-finite loss or gradient can reach
+        the weights, so the last good checkpoint on disk is kept."""
+        run = self.run
+        if not math.isfinite(value):
+            raise _diverged(run, self.writer, "loss", value)
+        # a finite loss can still give inf gradients; stepping on them would write NaN weights
+        # that the next save would keep as "good"
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), self.clip)
+        if not torch.isfinite(norm):
+            raise _diverged(run, self.writer, "gradient norm", norm.item())
+        self.opt.step()
+        run.step += 1
+        run.samples_seen += len(batch.tokens)
+        run.loss = value
+
+    def after_step(self, signals: _StopSignals) -> None:
+        """The callbacks, the evaluation when one is due, a periodic save; a stop signal saves
+        and raises :class:`TrainingInterrupted`."""
+        run, cfg = self.run, self.cfg
+        self.bar.update(1)
+        if any([cb.on_step(run) for cb in self.callbacks]):
+            run.stop_reason = run.stop_reason or "callback"
+        if _eval_due(cfg, run.step):
+            self.evaluate_now(signals)
+        signal_name = _agree_on_stop(run, signals, self.world, run.device)
+        if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
+            self.writer.save()
+        if signal_name and run.step < cfg.steps and not run.stop_reason:
+            raise self.interrupted(signal_name)
+
+    def evaluate_now(self, signals: _StopSignals) -> None:
         """The evaluation at ``run.step``: its record, then the callbacks' ``on_eval``. A stop
         during it raises :class:`EvaluationStopped` (one process: see ``run_evaluator``)."""
+        run, cfg = self.run, self.cfg
         run.eval_pending = {"loss": run.loss}  # until its record is in the history
         record = {"step": run.step, "samples_seen": run.samples_seen,
                   "loss": run.loss, "lr": lr_at(cfg, run.step - 1),
                   "time_s": run.time_s(),
-                  **run_evaluator(evaluator, model, task, cfg, dev, world,
-                                  stop=lambda: signals.stop)}
-        compiled = getattr(loss_fn, "compiled", None)
-        if compiled is not None and compiled.fallback:  # the record says compile
-            record["compile_fallback"] = compiled.fallback  # but it ran eager
+                  **run_evaluator(self.evaluator, self.model, run.task, cfg, run.device,
+                                  self.world, stop=lambda: signals.stop)}
+        if self.compiled is not None and self.compiled.fallback:  # the record says compile
+            record["compile_fallback"] = self.compiled.fallback  # but it ran eager
         run.history.append(record)
         run.eval_pending = None
-        bar.set_postfix({k: round(v, 4) for k, v in record.items()
-                         if k in ("loss", "eval_loss", "string_acc", "char_acc")})
-        if any([cb.on_eval(run, record) for cb in callbacks]):
+        self.bar.set_postfix({k: round(v, 4) for k, v in record.items()
+                              if k in ("loss", "eval_loss", "string_acc", "char_acc")})
+        if any([cb.on_eval(run, record) for cb in self.callbacks]):
             run.stop_reason = run.stop_reason or "callback"
 
-    def interrupted(signal_name: str, during: str = "") -> TrainingInterrupted:
-        bar.close()
-        writer.save()
+    def interrupted(self, signal_name: str, during: str = "") -> TrainingInterrupted:
+        """Save the run (a stop signal came) and return the exception to raise."""
+        run, out = self.run, self.out
+        self.bar.close()
+        self.writer.save()
         where = (f"; checkpoint saved to {out} (continue with --resume {out}"
                  + ("; it evaluates this step first)" if during else ")")
                  if out is not None else "; no output path, nothing saved")
-        if world.is_main:
-            print(f"{signal_name}: interrupted at step {run.step}/{cfg.steps}{during}{where}",
-                  file=sys.stderr)
+        if self.world.is_main:
+            print(f"{signal_name}: interrupted at step {run.step}/{self.cfg.steps}{during}"
+                  f"{where}", file=sys.stderr)
         return TrainingInterrupted(f"interrupted at step {run.step}")
-
-    try:
-        with _StopSignals() as signals:
-            try:
-                if resume is not None and _eval_missing(run):  # a stop abandoned it
-                    run.loss = _pending_loss(resume)
-                    evaluate_now(signals)
-                while run.step < cfg.steps and not run.stop_reason:
-                    _step(run, opt, loss_fn, next(data), clip, writer)
-                    bar.update(1)
-                    if any([cb.on_step(run) for cb in callbacks]):
-                        run.stop_reason = run.stop_reason or "callback"
-                    if _eval_due(cfg, run.step):
-                        evaluate_now(signals)
-                    signal_name = _agree_on_stop(run, signals, world, dev)
-                    if cfg.save_every and run.step % cfg.save_every == 0 and run.step < cfg.steps:
-                        writer.save()
-                    if signal_name and run.step < cfg.steps and not run.stop_reason:
-                        raise interrupted(signal_name)
-            except EvaluationStopped:
-                # the weights are this step's; the evaluation changed nothing of the run
-                raise interrupted(signals.signal_name, " during its evaluation") from None
-            # the final save is inside the handler too: a SIGTERM now lets it finish
-            return writer.save(final=True)
-    finally:
-        bar.close()
 
 
 def _eval_due(cfg: TrainConfig, step: int) -> bool:
@@ -277,30 +338,6 @@ def _eval_missing(run: Run) -> bool:
     history has none (a stop between steps saves after the evaluation's record)."""
     last = run.history[-1].get("step") if run.history else None
     return run.step > 0 and _eval_due(run.spec.train, run.step) and last != run.step
-
-
-def _step(run: Run, opt: torch.optim.Optimizer, loss_fn: StepLoss, batch, clip: float,
-          writer: CheckpointWriter) -> None:
-    """One optimiser step on ``batch``; raises :class:`TrainingDiverged` before a non-finite
-    loss or gradient can reach the weights."""
-    cfg = run.spec.train
-    for group in opt.param_groups:
-        group["lr"] = lr_at(cfg, run.step)
-    opt.zero_grad(set_to_none=True)
-    # forward and backward (in micro-batches when cfg.micro_batch); a non-finite loss stops
-    # the run before the step, so its gradients never reach the weights
-    value = backward(loss_fn, batch, cfg.micro_batch)
-    if not math.isfinite(value):
-        raise _diverged(run, writer, "loss", value)
-    # a finite loss can still give inf gradients; stepping on them would write NaN weights
-    # that the next save would keep as "good"
-    norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
-    if not torch.isfinite(norm):
-        raise _diverged(run, writer, "gradient norm", norm.item())
-    opt.step()
-    run.step += 1
-    run.samples_seen += len(batch.tokens)
-    run.loss = value
 
 
 def _diverged(run: Run, writer: CheckpointWriter, what: str, value: float) -> TrainingDiverged:

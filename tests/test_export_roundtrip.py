@@ -1,5 +1,5 @@
 """Exports opened by other tools (issue 30): nnsight 0.8 reads the activations HOOK_MAP names and
-intervenes as our ``run_with_hooks`` does, and README's "Export to HuggingFace" section (nnsight
+intervenes as our ``run_with_hooks`` does, and the docs' "Export to HuggingFace" page (nnsight
 and TransformerLens in three lines each) runs as a doctest against an export made here.
 
 nnsight is in the dev extra; without it these tests skip (the README's TransformerLens part
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import doctest
 import importlib.util
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,10 +19,10 @@ from models.checkpoint.schema import make_checkpoint
 from models.hf import export as export_hf
 from seqprobe.config import config_to_dict
 from tasks.registry import make_task
+from tests.docs_blocks import ROOT, python_blocks
 from tests.tiny import zoo_stand_in
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "### Export to HuggingFace"
+EXPORT_PAGE, SECTION = "docs/export.md", "# Export to HuggingFace"
 HAS_NNSIGHT = importlib.util.find_spec("nnsight") is not None
 
 
@@ -86,14 +84,9 @@ def test_nnsight_reads_and_patches_an_export_as_we_do(arch, overrides, tiny_mode
 
 
 def readme_blocks() -> list[str]:
-    """The ```python blocks of README's export section, in order."""
-    text = README.read_text()
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
-    start = text.index(SECTION)
-    after = re.search(r"\n#{1,3} ", text[start + len(SECTION):])
-    end = start + len(SECTION) + after.start() if after else None
-    blocks = re.findall(r"```python\n(.*?)```", text[start:end], re.S)
-    assert len(blocks) >= 2, f"README.md's {SECTION!r} section has no ```python blocks"
+    """The ```python blocks of the docs' export page (docs/export.md), in order."""
+    blocks = python_blocks(EXPORT_PAGE, SECTION)
+    assert len(blocks) >= 2, f"{EXPORT_PAGE}'s {SECTION!r} section has fewer than two blocks"
     return blocks
 
 
@@ -103,7 +96,7 @@ def test_the_readme_export_section_runs(tmp_path, monkeypatch):
     on training). A
     block that imports nnsight is skipped where nnsight is not installed."""
     zoo_stand_in("copy/rope", tmp_path / "checkpoints")  # what zoo:copy/rope opens
-    monkeypatch.chdir(tmp_path)  # the README's relative paths land here
+    monkeypatch.chdir(tmp_path)  # the page's relative paths land here
     globs: dict = {}
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
@@ -111,8 +104,8 @@ def test_the_readme_export_section_runs(tmp_path, monkeypatch):
     for i, block in enumerate(readme_blocks()):
         if "nnsight" in block and not HAS_NNSIGHT:
             continue
-        test = doctest.DocTestParser().get_doctest(block, globs, f"README.md: export [{i}]",
-                                                   str(README), 0)
+        test = doctest.DocTestParser().get_doctest(block, globs, f"{EXPORT_PAGE}: export [{i}]",
+                                                   str(ROOT / EXPORT_PAGE), 0)
         runner.run(test, out=report.append, clear_globs=False)
         globs = test.globs
         ran += 1

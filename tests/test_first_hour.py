@@ -1,4 +1,5 @@
-"""README's "The first hour" (issue 37): find a checkpoint by its zoo name, load it, cache and
+"""README's "The first hour" (issue 37; docs/first-hour.md includes it): find a checkpoint by
+its zoo name, load it, cache and
 patch it with TransformerLens, export it, open the export in nnsight — run as a doctest on a
 stand-in cache entry of the quick RoPE copy recipe (its configs, untrained weights: no output
 the README shows depends on training), in a temporary working directory whose ``checkpoints/``
@@ -11,26 +12,19 @@ from __future__ import annotations
 import doctest
 import importlib.util
 import json
-import re
-from pathlib import Path
 
 from analyses import length_generalization, zoo
+from tests.docs_blocks import README, python_blocks
 from tests.tiny import zoo_stand_in
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "### The first hour"
+SECTION = "## The first hour"  # in README.md; docs/first-hour.md includes it
 HAS_NNSIGHT = importlib.util.find_spec("nnsight") is not None
 
 
 def section_blocks() -> list[str]:
     """The ```python blocks of README's first-hour section, in order."""
-    text = README.read_text()
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
-    start = text.index(SECTION) + len(SECTION)
-    after = re.search(r"\n#{1,3} ", text[start:])
-    blocks = re.findall(r"```python\n(.*?)```", text[start: start + after.start()
-                                                     if after else None], re.S)
-    assert len(blocks) >= 2, f"README.md's {SECTION!r} section has no ```python blocks"
+    blocks = python_blocks("README.md", SECTION)
+    assert len(blocks) >= 2, f"README.md's {SECTION!r} section has fewer than two ```python blocks"
     return blocks
 
 

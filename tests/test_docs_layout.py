@@ -1,6 +1,7 @@
-"""README.md's "Layout" section (and its "Adding a paper" one) names only paths that exist.
+"""The docs' Layout page (docs/layout.md) and its "Adding a paper" page name only paths that
+exist.
 
-Every backticked name in the section that looks like a path (ends in ``/``, has a file suffix,
+Every backticked name on the page that looks like a path (ends in ``/``, has a file suffix,
 or is a dotfile such as ``.importlinter``) is checked. In the table a name is relative to its
 row's package (``| `models/` | ... `registry.py` ...``), and a folder followed by parentheses
 (``ssm/` (`mamba.py`, ...)``) holds the names inside them; a name with a ``/`` that is not
@@ -14,21 +15,12 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+LAYOUT = ROOT / "docs" / "layout.md"
+ADDING_A_PAPER = ROOT / "docs" / "adding-a-paper.md"
 SUFFIXES = {".py", ".json", ".md", ".sh", ".txt", ".toml", ".cfg", ".ini", ".yaml", ".yml"}
 ROW = re.compile(r"^\|\s*`([^`]+/)`\s*\|(.*)$")
 TOKEN = re.compile(r"`([^`]+)`|\(|\)")
 DOTFILE = re.compile(r"\.[A-Za-z][\w-]{3,}")
-
-
-def section(text: str, title: str) -> str:
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start: end if end >= 0 else len(text)]
-
-
-def layout_section(text: str) -> str:
-    return section(text, "Layout")
 
 
 def looks_like_path(name: str) -> bool:
@@ -82,24 +74,25 @@ def missing_paths(section: str) -> list[str]:
 
 
 def test_every_path_the_layout_names_exists():
-    section = layout_section(README.read_text())
+    section = LAYOUT.read_text()
     named = [n for line in section.splitlines() for n in named_paths(line)]
     assert len(named) > 60  # the parser found the table, not nothing
     packages = {b for b, n in named if not n}
     assert {"seqprobe/", "tasks/", "models/", "probes/", "analyses/", "figures/", "bench/",
             "tests/", "scripts/"} <= packages
     missing = missing_paths(section)
-    assert not missing, ("README.md's Layout section names paths that do not exist (fix the "
+    assert not missing, ("docs/layout.md names paths that do not exist (fix the "
                          f"section or the tree): {missing}")
 
 
 def test_every_path_adding_a_paper_names_exists():
     """The "Adding a paper" walk-through names real files (``NAME`` ones are placeholders)."""
-    text = section(README.read_text(), "Adding a paper")
+    text = ADDING_A_PAPER.read_text()
     named = [n for line in text.splitlines() for _, n in named_paths(line)]
-    assert {"tasks/registry.py", "analyses/reproduce/plan.py", "analyses/zoo/recipes.py"} <= set(named)
+    assert {"tasks/registry.py", "analyses/reproduce/plan.py",
+            "analyses/zoo/recipes.py"} <= set(named)
     missing = missing_paths(text)
-    assert not missing, f"README.md's Adding a paper section names missing paths: {missing}"
+    assert not missing, f"docs/adding-a-paper.md names missing paths: {missing}"
 
 
 def test_the_layout_check_can_fail():

@@ -242,13 +242,13 @@ def test_spectral_lds_margins(monkeypatch):
 
 
 def test_stu_recall_margin_and_undecided():
-    row = {"arch": "stu", "train_length": 16, "n_models": 3, "acc_per_model": [[0.9, 0.3]] * 3,
+    row = {"arch": "stu", "train_length": 16, "n_models": 3, "acc_per_model": [[0.9, 0.26]] * 3,
            "longest": {"length": 256, "acc": 0.26, "n": 1536, "seen_lags_acc": 0.29,
                        "p_value_vs_chance": 1e-3}}
     read = stu_claims.claim_recall({"rows": [row], "chance": 0.25, "preset": "quick"})
     assert isinstance(read[1], Undecided) and "seeds per training length" in read[1].reason
     assert read.margin.distance == pytest.approx(-0.03)
-    above = {**row, "longest": {**row["longest"], "acc": 0.5}}
+    above = {**row, "n_models": 8, "acc_per_model": [[0.9, 0.5]] * 8}  # the seed is the unit
     read = stu_claims.claim_recall({"rows": [above], "chance": 0.25, "preset": "quick"})
     assert read[1] is True and read.margin.distance == pytest.approx(0.21)
 
@@ -294,8 +294,8 @@ def test_medium_readers_margins():
     fewer = claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
                                                  "lstm": [1.5, None]}}))
     assert fewer.margin.value == 1.5 and fewer.margin.threshold == 1
-    grows = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4]},
-                                         20: {"mamba": [9.0, 8.0, 10.0]}}))
+    grows = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4, 2.0, 2.1]},
+                                         20: {"mamba": [9.0, 8.0, 10.0, 9.0, 9.5]}}))
     assert grows[1] is True and grows.margin.interval[0] > 0
     held = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.0, 2.0]},
                                         20: {"mamba": [6.0, 1.9, 1.8]}}))

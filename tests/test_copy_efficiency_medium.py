@@ -62,11 +62,12 @@ def test_compute_medium_means_ratios_and_per_seed_pairs():
 
 
 def test_claims_read_compute_medium():
-    spec = {("rope", 10): [2, 2], ("mamba", 10): [4, 4], ("rope", 20): [2, 2],
-            ("mamba", 20): [8, 9]}
+    # 5 seeds: a sign test can reach 0.05 (2^-5); the ratio 2x -> 4x / 4.5x in every seed
+    spec = {("rope", 10): [2] * 5, ("mamba", 10): [4] * 5, ("rope", 20): [2] * 5,
+            ("mamba", 20): [8, 9, 8, 9, 8]}
     d = json.loads(json.dumps(compute_medium(runs(spec))))
     assert claim_gap_grows(d)[1] is True
-    spec[("mamba", 20)] = [3, 3]
+    spec[("mamba", 20)] = [3] * 5
     d = json.loads(json.dumps(compute_medium(runs(spec))))
     assert claim_gap_grows(d)[1] is False  # L = 10 -> 20: the paper's trend 3.3x -> 6.7x
 
@@ -154,19 +155,27 @@ def test_fewer_samples_claim_at_medium():
 
 
 def test_gap_grows_claim():
+    """The seed is the unit (issue 46): a sign test of the per-seed changes, identical in every
+    seed here, so only the seed count moves the verdict."""
     claim = claim_gap_grows
-    grows = medium_json({5: {"mamba": [2.0, 2.0], "lstm": [1.0, 2.0]},
-                         8: {"mamba": [9.0, 12.0], "lstm": [5.0, 6.0]}})
+    grows = medium_json({5: {"mamba": [2.0] * 5, "lstm": [1.0] * 5},
+                         8: {"mamba": [9.0] * 5, "lstm": [5.0] * 5}})
     assert verdict(claim, grows) is True
-    # the LSTM's ratio falls in both seeds where the paper's trend predicts 17x -> 27x
-    shrinks = medium_json({5: {"mamba": [2.0, 2.0], "lstm": [6.0, 6.0]},
-                           8: {"mamba": [9.0, 12.0], "lstm": [4.0, 5.0]}})
+    # the same rise in 3 seeds: 2^-3 > 0.05, not decided, with the seeds that could
+    three = medium_json({5: {"mamba": [2.0] * 3}, 8: {"mamba": [9.0, 12.0, 10.0]}})
+    und = verdict(claim, three)
+    assert isinstance(und, Undecided) and "3 seeds cannot decide at α = 0.05" in und.reason
+    assert "at least 5 could" in und.reason and "80 % power" in und.reason
+    # the LSTM's ratio falls in every seed where the paper's trend predicts 17x -> 27x (6 seeds:
+    # 2^-6 below 0.05 / 2, Bonferroni over the two GSSMs)
+    shrinks = medium_json({5: {"mamba": [2.0] * 6, "lstm": [6.0] * 6},
+                           8: {"mamba": [9.0] * 6, "lstm": [4.0] * 6}})
     assert verdict(claim, shrinks) is False
-    # one seed falls, one rises: the interval of the change holds 0
-    flat = medium_json({5: {"lstm": [6.0, 6.0]}, 8: {"lstm": [5.0, 7.0]}})
+    # three seeds fall, three rise: either side
+    flat = medium_json({5: {"lstm": [6.0] * 6}, 8: {"lstm": [5.0, 7.0] * 3}})
     und = verdict(claim, flat)
-    assert isinstance(und, Undecided) and "either" in und.reason
-    # a seed that never got there leaves one seed pairing: a change without an interval
+    assert isinstance(und, Undecided) and "either side" in und.reason
+    # a seed that never got there leaves one seed pairing: a change without a test
     partial = medium_json({5: {"mamba": [2.0, 2.0]}, 8: {"mamba": [9.0, None]}})
     und = verdict(claim, partial)
     assert isinstance(und, Undecided) and "one seed" in und.reason
@@ -178,8 +187,8 @@ def test_medium_claims_say_the_setting():
     trained (best lr per model and L, seeds) and what of the paper's setting is not matched;
     the verdicts are those of the ratios alone."""
     und = Undecided  # at L <= 6 the paper's trend predicts Mamba <= 2x: a fall or a faster
-    for ratios, holds, fewer in (({4: {"mamba": [0.5, 0.6]}, 6: {"mamba": [1.5, 2.0]}}, True,
-                                  und),  # mamba faster at L=4: grows, fewer not decided
+    for ratios, holds, fewer in (({4: {"mamba": [0.5, 0.6]}, 6: {"mamba": [1.5, 2.0]}}, und,
+                                  und),  # grows in 2 seeds (too few); fewer not decided
                                  ({4: {"mamba": [2.0, 2.5]}, 6: {"mamba": [1.5, 2.0]}}, und,
                                   True)):  # the ratio falls: not decided at L <= 6
         d = medium_json(ratios)

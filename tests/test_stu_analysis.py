@@ -127,16 +127,18 @@ def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch,
 
 
 # ---------------------------------------------------------------------------- claim
-def stu_json(accs, archs=None, preset="quick"):
-    """STU rows trained at 64 (and 128, ...), evaluated at 256 on 2 seeds × 512 sequences:
-    ``accs`` their pooled accuracies at 256. The seen-lags bound at 64 -> 256 (D = 4) is
+def stu_json(accs, archs=None, preset="quick", seeds=2):
+    """STU rows trained at 64 (and 128, ...), evaluated at 256 on ``seeds`` seeds × 512
+    sequences, every seed scoring ``accs[i]`` at 256 (identical per-sequence values: only the
+    seed count can move a verdict). The seen-lags bound at 64 -> 256 (D = 4) is
     62/254 + (192/254)/4 = 0.433."""
     archs = archs or ["stu"] * len(accs)
     return {"chance": 0.25, "preset": preset, "lengths": [64, 128, 256], "n_eval": 512,
             "rows": [
-                {"arch": a, "train_length": 64 * (i + 1), "n_models": 2,
-                 "acc_per_model": [[1.0, 0.6, acc], [0.95, 0.5, acc]],
-                 "longest": {"acc": acc, "length": 256, "n": 1024, "p_value_vs_chance": 1e-9}}
+                {"arch": a, "train_length": 64 * (i + 1), "n_models": seeds,
+                 "acc_per_model": [[1.0, 0.6, acc]] * (seeds - 1) + [[0.95, 0.5, acc]],
+                 "longest": {"acc": acc, "length": 256, "n": 512 * seeds,
+                             "p_value_vs_chance": 1e-9}}
                 for i, (a, acc) in enumerate(zip(archs, accs, strict=True))]}
 
 
@@ -146,21 +148,39 @@ def test_claim_recall_reads_the_seen_lags_bound_not_chance():
     text, ok = A.claim_recall(stu_json([0.38]))
     assert isinstance(ok, Undecided) and "paper's regime" in ok.reason
     assert "seen-lags bound 0.43" in text and "best seed 0.38" in text
-    # well above the bound: holds
-    assert A.claim_recall(stu_json([0.5]))[1] is True
+    # well above the bound, 8 seeds: holds (sign test, every seed above: p = 2^-8)
+    assert A.claim_recall(stu_json([0.5], seeds=8))[1] is True
     # a second training length above its own bound (128 -> 256: 0.62) is enough
-    assert A.claim_recall(stu_json([0.38, 0.7]))[1] is True
-    # the same at medium (seeds trained to convergence): does not hold
-    assert A.claim_recall(stu_json([0.38], preset="medium"))[1] is False
+    assert A.claim_recall(stu_json([0.38, 0.7], seeds=8))[1] is True
+    # the same at medium (seeds trained to convergence, all below): does not hold
+    assert A.claim_recall(stu_json([0.38], preset="medium", seeds=8))[1] is False
     # no seed learnt the task at its training length: not decided (not learnt)
     d = stu_json([0.38])
     d["rows"][0]["acc_per_model"] = [[0.5, 0.4, 0.38], [0.6, 0.4, 0.38]]
     v = A.claim_recall(d)[1]
     assert isinstance(v, Undecided) and "learnt" in v.reason
     # another architecture above the bound does not make the STU claim hold
-    assert A.claim_recall(stu_json([0.9, 0.38], archs=["transformer (hard_alibi)", "stu"]))[1] \
-        is not True
+    assert A.claim_recall(stu_json([0.9, 0.38], archs=["transformer (hard_alibi)", "stu"],
+                                    seeds=8))[1] is not True
     assert A.claim_recall(stu_json([]))[1] is None  # no STU rows at all
+
+
+def test_claim_recall_the_seed_is_the_unit():
+    """Issue 46: every seed scores the same on 512 shared sequences; the seed count, not the
+    sequence count, decides. 3 seeds all above cannot reach α = 0.01 (2^-3); 8 can."""
+    for preset in ("quick", "medium"):
+        v = A.claim_recall(stu_json([0.5], preset=preset, seeds=3))[1]
+        assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
+        assert "at least 7 could" in v.reason
+        assert A.claim_recall(stu_json([0.5], preset=preset, seeds=8))[1] is True
+    # 7 of 8 seeds above (p = 9/256 = 0.035): not decided either way at medium
+    d = stu_json([0.5], preset="medium", seeds=8)
+    d["rows"][0]["acc_per_model"][0] = [1.0, 0.6, 0.40]
+    v = A.claim_recall(d)[1]
+    assert isinstance(v, Undecided) and "7/8 seeds" in v.reason
+    # below the bound in every seed at medium: 3 seeds cannot say "does not hold" either
+    v = A.claim_recall(stu_json([0.38], preset="medium", seeds=3))[1]
+    assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
 
 
 @pytest.mark.slow
@@ -284,12 +304,30 @@ def test_claim_generalise_both_ways():
 
 
 def test_claim_vs_baselines_both_ways():
-    base = {"transformer (hard_alibi)": [1.0, 1.0], "mamba2": [0.97, 1.0]}
-    text, ok = A.claim_vs_baselines(medium_json({"stu": [0.4, 0.5], **base}))
-    assert not ok and "STU 0.45" in text and "mamba2 0.98" in text
-    assert A.claim_vs_baselines(medium_json({"stu": [0.99, 0.95], **base}))[1]
+    """The seed is the unit: an exact Mann-Whitney test per baseline (issue 46), no tolerance
+    chosen here; identical per-seed values, so only the seed count moves the verdict."""
+    base = {"transformer (hard_alibi)": [1.0] * 4, "mamba2": [0.97, 1.0, 1.0, 0.99]}
+    text, ok = A.claim_vs_baselines(medium_json({"stu": [0.4, 0.5, 0.45, 0.42], **base}))
+    assert ok is False and "STU 0.43" in text and "mamba2 0.99" in text
+    assert "Mann-Whitney" in text
+    # two seeds a group cannot reach the level even fully separated: not decided
+    two = {a: v[:2] for a, v in base.items()}
+    und = A.claim_vs_baselines(medium_json({"stu": [0.4, 0.5], **two}))[1]
+    assert isinstance(und, Undecided) and "2 seeds a group cannot decide" in und.reason
+    assert A.claim_vs_baselines(medium_json({"stu": [1.0, 1.0, 1.0, 1.0], **base}))[1] is True
     assert not A.claim_vs_baselines(medium_json({"stu": [1.0]}))[1]  # no baseline to compare
     assert A.claim_vs_baselines(medium_json({"stu": [1.0]}, preset=None)) is None
+
+
+def test_claim_generalise_window_reads_the_seen_lags():
+    """Fig. 5's second reading (flag within T^q): the seeds' recall at lags <= T^q at T."""
+    d = medium_json({"stu": [0.3, 0.4]})
+    text, ok = A.claim_generalise_window(d)
+    assert ok is False and "0/2 seeds >= 0.9 at 256 on lags <= 64" in text
+    d["rows"][0]["longest"]["acc_seen_lags"] = [0.8, 0.95]
+    read = A.claim_generalise_window(d)
+    assert read[1] is True and read.margin.value == 0.95
+    assert A.claim_generalise_window(medium_json({"stu": [1.0]}, preset="quick")) is None
 
 
 def test_claim_padding_both_ways():

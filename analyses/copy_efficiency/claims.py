@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
 from analyses.copy_efficiency.seeded import _by_length, _ratio_text
 from models.train.levels import SEEDED
@@ -17,7 +18,6 @@ from probes.sample_efficiency import (
     GSSMS,
     LEVELS,
     gap_is_clear,
-    mean_interval,
     paper_gap,
 )
 
@@ -179,45 +179,52 @@ def _paired(m: dict, g: str) -> dict:
     return {s: x for s, x in zip(seeds, r["per_seed"], strict=False) if x is not None}
 
 
+# the copy paper states no significance level: the conventional one-sided 0.05 (stats)
+GAP_ALPHA = stats.ALPHA_05
+
+
 def claim_gap_grows(d: dict) -> Reading | None:
     """Medium and above: each GSSM needs more samples relative to the fastest transformer as
-    the strings get longer. Per GSSM and pair of neighbouring lengths, the per-seed change of
-    its ratio (seed s's ratio at the longer L minus at the shorter) with a 95 % bootstrap
-    interval of its mean (:func:`mean_interval`): holds when every interval lies above 0; does
-    not hold when one lies below 0 at lengths where the paper's trend predicts a clear gap
-    (:func:`gap_is_clear` at the shorter L); otherwise not decided (the interval holds 0, or
-    the lengths are too short). None on a quick result (one length): left out of its index."""
+    the strings get longer (Figs. 1a, 9b: ~10× at L <= 30, ~100× at 300). The unit is the seed:
+    per GSSM and pair of neighbouring lengths, the per-seed change of its ratio (seed s's
+    ratio at the longer L minus at the shorter), an exact one-sided sign test of the changes
+    against 0 at :data:`GAP_ALPHA` (with the Student-t interval of the mean change beside it).
+    Holds when every test finds a rise (all must: no correction); does not hold when one finds
+    a fall (Bonferroni over the pairs) at lengths where the paper's trend predicts a clear gap
+    (:func:`gap_is_clear` at the shorter L); otherwise not decided: too few seeds to reach the
+    level (3 cannot: 2^-3 > 0.05; with the seeds a sign test would need at the measured
+    spread), the seeds fit either side, or the lengths are too short. None on a quick result
+    (one length): left out of its index."""
     if not _seeded(d):
         return None
     at = _by_length(d)
     lengths = list(at)
-    parts, up, down, either, short, thin, changes = [], [], [], [], [], [], []
+    parts, thin, found = [], [], []  # found: (label, test, change margin, shorter L)
     gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
-    for g in gssms:
-        for a, b in zip(lengths, lengths[1:], strict=False):
-            pa, pb = _paired(at[a], g), _paired(at[b], g)
-            both = [s for s in pa if s in pb]
-            if len(both) == 1:  # one seed pairing: a change, but no interval
-                s0 = both[0]
-                parts.append(f"{g} L={a}→{b}: {pa[s0]:.1f}× → {pb[s0]:.1f}× (one seed)")
-                thin.append(f"{g} L={a}→{b}")
-            if len(both) < 2:
-                continue
-            change = [pb[s] - pa[s] for s in both]
-            lo, hi = mean_interval(change)
-            changes.append(Margin(f"{g} L={a}→{b}: mean change of its ratio", fmean(change), ">",
-                                  0, "×", interval=(lo, hi)))
-            parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
-                         f"{fmean(pb[s] for s in both):.1f}×, change {fmean(change):+.2f} "
-                         f"[95 % CI {lo:+.2f}, {hi:+.2f}] ({len(both)} seeds)")
-            if lo > 0:
-                up.append(g)
-            elif hi < 0 and gap_is_clear(g, a):
-                down.append(f"{g} L={a}→{b}")
-            elif hi < 0:
-                short.append(f"{g} L={a}→{b}")
-            else:
-                either.append(f"{g} L={a}→{b}")
+    pairs = [(g, a, b) for g in gssms for a, b in zip(lengths, lengths[1:], strict=False)]
+    against = stats.Threshold(GAP_ALPHA.value / max(len(pairs), 1),
+                              f"{GAP_ALPHA.source}, Bonferroni over {len(pairs)} pairs")
+    for g, a, b in pairs:
+        pa, pb = _paired(at[a], g), _paired(at[b], g)
+        both = [s for s in pa if s in pb]
+        if len(both) == 1:  # one seed pairing: a change, but no test
+            s0 = both[0]
+            parts.append(f"{g} L={a}→{b}: {pa[s0]:.1f}× → {pb[s0]:.1f}× (one seed)")
+            thin.append(f"{g} L={a}→{b}")
+        if len(both) < 2:
+            continue
+        change = [pb[s] - pa[s] for s in both]
+        t = stats.sign_test(change, 0.0, GAP_ALPHA)
+        ci = stats.t_interval(change)
+        mean, sd = stats.spread(change)
+        need = stats.seeds_for_sign_test(mean, sd, GAP_ALPHA.value) if mean > 0 else None
+        found.append((f"{g} L={a}→{b}", t, Margin(
+            f"{g} L={a}→{b}: mean change of its ratio", mean, ">", 0, "×",
+            interval=ci.bounds), a, g, need))
+        parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
+                     f"{fmean(pb[s] for s in both):.1f}×, change {mean:+.2f}, {ci}; "
+                     f"{t.text()}" + (f"; {need} seeds for 80 % power at this spread"
+                                      if need else ""))
     if len(lengths) < 2:
         return Reading(_not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d),
                        None)
@@ -226,20 +233,30 @@ def claim_gap_grows(d: dict) -> Reading | None:
                         "lengths" + _setting_text(d)), Undecided.not_learnt(
                            "no GSSM reached 90 % in the same seed at two lengths"))
     # the margin: the change whose interval's lower end is lowest (every one must clear 0)
-    m = min(changes, key=lambda c: c.interval[0]) if changes else None
+    m = min((f[2] for f in found), key=lambda c: c.interval[0] if c.interval else c.value,
+            default=None)
     text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
-            "change of the ratio (bootstrap over seeds): " + "; ".join(parts)
+            "change of the ratio (the seed is the unit): " + "; ".join(parts)
             + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
+    down = [lab for lab, t, _, a, g, _n in found if t.can_decide
+            and t.p_against < against.value and gap_is_clear(g, a)]
+    short = [lab for lab, t, _, a, g, _n in found if t.can_decide
+             and t.p_against < against.value and not gap_is_clear(g, a)]
     if down:
         return Reading(text, False, m)
     if short:
         return Reading(text, Undecided.regime(
             f"the ratio falls ({', '.join(short)}) only where the paper's own trend predicts a "
             f"gap of at most {CLEAR_GAP:g}×"), m)
-    if either or thin:
-        return Reading(text, Undecided.either_shape(
-            "; ".join(([f"the interval of the change holds 0 ({', '.join(either)})"]
-                       if either else [])
-                      + ([f"one seed pairing, no interval ({', '.join(thin)})"]
-                         if thin else []))), m)
-    return Reading(text, True, m)
+    if found and not thin and all(t.holds for _, t, *_ in found):
+        return Reading(text, True, m)
+    few = [(lab, t, n) for lab, t, _, _, _, n in found if not t.can_decide]
+    if few:
+        lab, t, _ = few[0]
+        where = "; ".join(lb + (f": {n} seeds for 80 % power at the measured spread" if n
+                                else "") for lb, _, n in few)
+        return Reading(text, Undecided(f"{stats.too_few(t).reason} ({where})"), m)
+    either = [lab for lab, t, *_ in found if not t.holds]
+    return Reading(text, Undecided(
+        "; ".join(([f"{stats.EITHER_SIDE} ({', '.join(either)})"] if either else [])
+                  + ([f"one seed pairing, no test ({', '.join(thin)})"] if thin else []))), m)

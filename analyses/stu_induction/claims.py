@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, tightest, with_not_matched
 from models.train.levels import SEEDED
-from probes.induction import binomial_sf, even_lags_accuracy, seen_lags_accuracy
+from probes.induction import even_lags_accuracy, seen_lags_accuracy
 
 GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"
 # above the even-lag bound a parity-blind seed may still score on 512 evaluation sequences:
@@ -34,7 +35,9 @@ def runs_text(row: dict) -> str:
     return f"{n} seeds" if lrs <= 1 else f"{n} runs: {n // lrs} seeds x {lrs} lrs"
 
 
-SIGNIFICANT = 0.01  # one-sided binomial p-value below which recall is above a bound
+# the paper gives no test for Fig. 5: one-sided 0.01 over the seeds (the suite's level for
+# accuracy claims), shared by the training lengths (Bonferroni: "some length" is a union)
+ALPHA = stats.ALPHA_01
 
 
 def _seen_lags_bound(d: dict, r: dict) -> float:
@@ -46,48 +49,64 @@ def _seen_lags_bound(d: dict, r: dict) -> float:
     return seen_lags_accuracy(r["train_length"], lo["length"], round(1 / d["chance"]))
 
 
+def _at_T(r: dict) -> list[float]:
+    """Per seed: recall at the longest length (each seed's own score, the unit of
+    replication: the evaluation sequences are the same for every seed)."""
+    return [a[-1] for a in r["acc_per_model"]]
+
+
 def claim_recall(d: dict) -> Reading:
     """Fig. 5: some STU trained short recalls at the longest length T beyond what the lags it
-    saw in training give — pooled over seeds, one-sided binomial p < :data:`SIGNIFICANT`
-    against the seen-lags bound (right at every seen lag, chance beyond: a model that
-    extrapolates nothing), not against chance, which a model that only recalls seen lags
-    beats. Not above the bound: does not hold where the seeds were trained to convergence
-    (medium and above; ``claim_generalise`` reads them per seed); at quick not decided (few
-    seeds, not trained to convergence: the paper's "occasionally" needs more), nor where no
-    STU learnt the task at its training length."""
+    saw in training give. The unit is the seed (every seed is scored on the same evaluation
+    sequences, so pooling them counts one seed's luck many times): an exact one-sided sign
+    test of the seeds' accuracies at T against the seen-lags bound (right at every seen lag,
+    chance beyond: a model that extrapolates nothing), at :data:`ALPHA` shared by the training
+    lengths (Bonferroni). Seeds too few to reach that level even all above: not decided, with
+    how many could. Seeds significantly at or below the bound where they were trained to
+    convergence (medium and above): does not hold; at quick not decided (not trained to
+    convergence), nor where no STU learnt the task at its training length."""
     rows = [r for r in d["rows"] if r["arch"] == "stu"]
     if not rows:
         return Reading("no STU rows", None)
-    parts, above, margins = [], False, []
+    alpha = stats.Threshold(ALPHA.value / len(rows), f"{ALPHA.source}, Bonferroni over "
+                            f"{len(rows)} training length{'s' if len(rows) > 1 else ''}")
+    parts, tests, margins = [], [], []
     for r in rows:
-        lo = r["longest"]
+        lo, accs = r["longest"], _at_T(r)
         bound = _seen_lags_bound(d, r)
-        n = lo.get("n") or r.get("n_models", 1) * d.get("n_eval", 1)
-        p = binomial_sf(round(lo["acc"] * n), n, bound)
-        above |= p < SIGNIFICANT
-        margins.append(Margin(f"STU trained at {r['train_length']}: accuracy at {lo['length']} "
-                              "vs its seen-lags bound", lo["acc"], ">", bound))
-        parts.append(f"trained at {r['train_length']}: {lo['acc']:.2f} at {lo['length']} vs "
-                     f"seen-lags bound {bound:.2f} (p = {p:.1e} above it; best seed "
-                     f"{max(a[-1] for a in r['acc_per_model']):.2f}; p vs chance "
-                     f"{lo['p_value_vs_chance']:.1e})")
+        t = stats.sign_test(accs, bound, alpha)
+        ci = stats.t_interval(accs)
+        tests.append(t)
+        margins.append(Margin(f"STU trained at {r['train_length']}: seeds' mean accuracy at "
+                              f"{lo['length']} vs its seen-lags bound", float(np.mean(accs)),
+                              ">", bound, interval=ci.bounds))
+        parts.append(f"trained at {r['train_length']}: seeds' mean {np.mean(accs):.2f} at "
+                     f"{lo['length']}, {ci}, vs seen-lags bound {bound:.2f}; {t.text()}; best "
+                     f"seed {max(accs):.2f}")
     text = (f"STU (seen-lags bound: right at the lags seen in training, chance "
-            f"{d['chance']:.2f} beyond): " + "; ".join(parts))
-    m = max(margins, key=lambda g: g.distance)  # "sometimes": the row closest to showing it
-    if above:
-        return Reading(text, True, m)
+            f"{d['chance']:.2f} beyond; the seed is the unit): " + "; ".join(parts))
+    i = max(range(len(rows)), key=lambda j: margins[j].distance)  # the row closest to it
+    m = margins[i]
+    if any(t.holds for t in tests):
+        return Reading(text, True, next(g for g, t in zip(margins, tests, strict=True)
+                                        if t.holds))
     if "lengths" in d and all(r["train_length"] in d["lengths"] for r in rows):
         at_train = [max(_at_train_length(d, r)) for r in rows]
         if max(at_train) < GENERALISES:
             return Reading(text, Undecided.not_learnt(
                 f"no STU seed reaches {GENERALISES} at its own training length (best "
                 f"{max(at_train):.2f})"), m)
-    if d.get("preset") in SEEDED:
+    if not tests[i].can_decide and tests[i].k == tests[i].n:
+        return Reading(text, stats.too_few(tests[i]), m)  # every seed above, too few of them
+    if d.get("preset") not in SEEDED:
+        seeds = max(r.get("n_models", len(r["acc_per_model"])) for r in rows)
+        return Reading(text, Undecided.regime(
+            f"{seeds} seeds per training length, not trained to convergence; the paper's STU "
+            "recalls to T only occasionally, which the medium level's converged seeds decide"),
+            m)
+    if all(t.fails for t in tests):
         return Reading(text, False, m)
-    seeds = max(r.get("n_models", len(r["acc_per_model"])) for r in rows)
-    return Reading(text, Undecided.regime(
-        f"{seeds} seeds per training length, not trained to convergence; the paper's STU "
-        "recalls to T only occasionally, which the medium level's converged seeds decide"), m)
+    return Reading(text, tests[i].verdict(against=False), m)
 
 
 def _medium_rows(d: dict, arch: str) -> dict[int, dict] | None:
@@ -139,27 +158,74 @@ def claim_generalise(d: dict) -> Reading | None:
     return Reading(with_not_matched(text, None if ok else UNMATCHED), ok, m)
 
 
+def claim_generalise_window(d: dict) -> Reading | None:
+    """Fig. 5 read the other way the paper leaves open (its task and metric are unpublished):
+    the flag kept within T^q of the query, so only lags <= T^q are scored at length T (the
+    longer sequence adds blanks, not longer lags). Per seed, recall at those lags at T (on
+    other sequences than the all-lags score); the claim as :func:`claim_generalise` reads it:
+    some seed >= GENERALISES ("occasionally")."""
+    rows = _medium_rows(d, STU)
+    if not rows:
+        return None  # a medium claim (runs trained to convergence), or none of these runs
+    parts = []
+    for L, r in sorted(rows.items()):
+        lo = r["longest"]
+        seen = [a for a in lo["acc_seen_lags"] if a == a]  # nan: no sequence at those lags
+        n_eval = d.get("n_eval")
+        per = (f", ~{round(n_eval * (L - 2) / (lo['length'] - 2))} sequences a seed"
+               if n_eval else "")
+        parts.append(f"trained at {L} ({runs_text(r)}{per}): "
+                     f"{sum(a >= GENERALISES for a in seen)}/{len(seen)} seeds >= "
+                     f"{GENERALISES} at {lo['length']} on lags <= {L}, "
+                     + (_spread(seen) if seen else "no sequence at those lags"))
+    best = max((a for r in rows.values() for a in r["longest"]["acc_seen_lags"] if a == a),
+               default=float("nan"))
+    ok = best >= GENERALISES
+    text = (f"STU, {SETTING}; flag within T^q of the query (lags <= T^q scored at T): "
+            + "; ".join(parts))
+    m = Margin("best seed's accuracy at T on lags <= T^q", best, ">=", GENERALISES)
+    return Reading(with_not_matched(text, None if ok else UNMATCHED), bool(ok), m)
+
+
 def claim_vs_baselines(d: dict) -> Reading | None:
     """§4.2's suggestion that spectral filtering helps length generalisation, against the
-    baselines trained at the same lengths: the STU's (paper's setting) median accuracy at T is
-    within 0.05 of (or above) Hard-ALiBi's and Mamba-2's at every training length."""
+    baselines trained at the same lengths (our comparison): the STU's (paper's setting)
+    seeds recall at T at least as well as Hard-ALiBi's and Mamba-2's. The seed is the unit:
+    an exact one-sided Mann-Whitney U test per training length and baseline (α = 0.05 shared
+    by the comparisons, Bonferroni). Does not hold where the STU's seeds lie significantly
+    below a baseline's; holds where its median is at or above every baseline's and no test
+    says otherwise; else not decided (the seeds fit either side, or too few to tell)."""
     stu = _medium_rows(d, STU)
     if stu is None:
         return None  # a medium claim (runs trained to convergence)
     base = {a: _medium_rows(d, a) for a in BASELINES}
     if d.get("preset") == "large":
         return None  # the large level trains no baselines (medium settled them)
-    parts, ok, gaps = [], bool(stu), []
-    for L, r in sorted(stu.items()):
-        others = {a: rows[L]["longest"]["median"] for a, rows in base.items() if L in rows}
-        gaps += [Margin(f"STU − {a} median at T, trained at {L}", r["longest"]["median"] - m,
-                        ">=", -0.05) for a, m in others.items()]
-        ok = ok and bool(others) and all(r["longest"]["median"] >= m - 0.05
-                                         for m in others.values())
-        parts.append(f"trained at {L}: STU {r['longest']['median']:.2f}, "
-                     + ", ".join(f"{a} {m:.2f}" for a, m in others.items()))
-    return Reading(f"median accuracy at {d['lengths'][-1]}: " + "; ".join(parts), ok,
-                   min(gaps, key=lambda g: g.distance) if gaps else None)
+    pairs = [(L, r, a, rows[L]) for L, r in sorted(stu.items()) for a, rows in base.items()
+             if L in rows]
+    if not pairs:
+        return Reading("no baseline trained at the STU's lengths", False)
+    alpha = stats.Threshold(stats.ALPHA_05.value / len(pairs),
+                            f"{stats.ALPHA_05.source}, Bonferroni over {len(pairs)} "
+                            "comparisons")
+    parts, tests, gaps = [], [], []
+    for L, r, a, b in pairs:
+        t = stats.rank_test(_at_T(r), _at_T(b), alpha, ">")
+        tests.append(t)
+        gaps.append(Margin(f"STU − {a} median at T, trained at {L}",
+                           r["longest"]["median"] - b["longest"]["median"], ">=", 0))
+        parts.append(f"trained at {L}: STU {r['longest']['median']:.2f} vs {a} "
+                     f"{b['longest']['median']:.2f} ({t.method}: p = {t.p_against:.2g} "
+                     "that the STU's seeds lie below)")
+    text = f"median accuracy at {d['lengths'][-1]} over seeds: " + "; ".join(parts)
+    m = min(gaps, key=lambda g: g.distance)
+    if any(t.fails for t in tests):
+        return Reading(text, False, m)
+    if all(g.holds for g in gaps):
+        return Reading(text, True, m)
+    worst = tests[gaps.index(m)]
+    return Reading(text, worst.verdict(against=False) if worst.can_decide
+                   else stats.too_few(worst), m)
 
 
 def claim_padding(d: dict) -> Reading | None:

@@ -1,6 +1,6 @@
-"""The README's "Adding a paper" exercise, done for real with a toy paper.
+"""The docs' "Adding a paper" exercise (docs/adding-a-paper.md), done for real with a toy paper.
 
-The toy paper's files are written where the README says (``tasks/toy_repeat.py``,
+The toy paper's files are written where the page says (``tasks/toy_repeat.py``,
 ``probes/toy_repeat.py``, ``analyses/toy_repeat.py``, ``analyses/zoo/toy_repeat.py``), but
 under ``tmp_path``: those folders are appended to the packages' search paths. The task and the
 zoo's recipes are then *found* (tasks.registry.TASKS, analyses.zoo.recipes.papers), as a new
@@ -193,7 +193,7 @@ def toy_paper(tmp_path, monkeypatch):
 
 
 def register(monkeypatch) -> None:
-    """What the README's steps make: the task and the recipes found in their folders (the
+    """What the page's steps make: the task and the recipes found in their folders (the
     discovered tables are rebuilt, as a fresh process would build them), the name in PLAN."""
     monkeypatch.setattr(TASKS, "_table", None)  # found again, with the new file
     assert TASKS[NAME] == f"tasks.{NAME}:RepeatTask"

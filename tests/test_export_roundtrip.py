@@ -2,7 +2,7 @@
 intervenes as our ``run_with_hooks`` does, and the docs' "Export to HuggingFace" page (nnsight
 and TransformerLens in three lines each) runs as a doctest against an export made here.
 
-nnsight is in the dev extra; without it these tests skip (the README's TransformerLens part
+nnsight is in the dev extra; without it these tests skip (the export page's TransformerLens part
 still runs)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_nnsight_reads_and_patches_an_export_as_we_do(arch, overrides, tiny_mode
     save_checkpoint(ck, tmp_path / "m.pt")
     report = export_hf.export(tmp_path / "m.pt", tmp_path / "hf", verify=False)
     # nnsight 0.8 with transformers 5 guesses no tokenizer for a model it loads lazily (any
-    # model, not only ours): the README's three lines pass it
+    # model, not only ours): the export page's three lines pass it
     lm = nnsight.TransformersModel(str(tmp_path / "hf"), task="text-generation",
                                    tokenizer=AutoTokenizer.from_pretrained(tmp_path / "hf"))
     prompt = "abcd<COPY>ab"

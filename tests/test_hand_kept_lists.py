@@ -1,4 +1,4 @@
-"""The lists a maintainer keeps by hand agree with the code they list (README "Adding a paper").
+"""The lists a maintainer keeps by hand agree with the code they list (docs/adding-a-paper.md).
 
 Each list is checked against what the code declares, and each failure names the file and the
 list to update:

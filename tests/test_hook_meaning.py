@@ -96,7 +96,7 @@ def test_ssm_norm_hooks_read_what_tl_reads_on_the_export(tiny_model, tmp_path, o
     ours, bridge = export_and_boot(tiny_model("mamba2", random=True, vocab_size=13, **overrides),
                                    tmp_path)
     a, b = both_caches(ours, bridge)
-    # the bridge calls a Bamba block's norms ln1 / ln2 (our norm / norm2: README's table)
+    # the bridge calls a Bamba block's norms ln1 / ln2 (our norm / norm2: docs/hooks-vs-tl.md)
     pairs = {"ln_final": "ln_final", "blocks.0.norm": "blocks.0.norm",
              "blocks.1.norm": "blocks.1.norm"}
     if overrides:

@@ -144,7 +144,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                    else figure.dry_run_specs(args.train))
             return dryrun.report([*dryrun.recipe_builders(names, args.train), *own],
                                  args.device, args.out, f"{name}_dry_run")
-        given = [given_checkpoint(c, getattr(args, "cache_dir", "checkpoints"))
+        given = [given_checkpoint(c, getattr(args, "cache_dir", None))
                  for c in getattr(args, "checkpoints", [])]
         if training and args.train:
             names = list(recipes(args) if recipes else figure.recipes(args.train))
@@ -174,7 +174,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
     return run_cli(body, argv)
 
 
-def given_checkpoint(path: str, cache_dir: str | Path = "checkpoints") -> Checkpoint:
+def given_checkpoint(path: str, cache_dir: str | Path | None = None) -> Checkpoint:
     """A checkpoint named on the command line: a file or model directory as it is, or a zoo
     name (``zoo:NAME[@LEVEL]``) as its cached file in ``cache_dir`` (the analysis'
     ``--cache-dir``), labelled with the recipe's name as ``--train`` labels it. A zoo name not

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from seqprobe.config import check
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
+from seqprobe.paths import default_cache_dir
 
 EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a traceback exits
 EXIT_BAD_INPUT = 2
@@ -79,8 +80,9 @@ def add_level_arguments(p: OneLineParser) -> None:
     p.add_argument("--train", nargs="?", const=True, default=None, metavar="LEVEL",
                    help="train the checkpoints this command needs at the level (cached, "
                    "reused); --train LEVEL is --level LEVEL --train")
-    p.add_argument("--cache-dir", default="checkpoints",
-                   help="where trained checkpoints are kept (default: checkpoints/)")
+    p.add_argument("--cache-dir", default=str(default_cache_dir()),
+                   help="where trained checkpoints are kept (default: $SEQPROBE_CACHE, else "
+                   "~/.cache/seqprobe, else the clone's checkpoints/; now %(default)s)")
 
 
 def _resolve_level(args: argparse.Namespace) -> None:

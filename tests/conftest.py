@@ -33,6 +33,10 @@ from models.registry import build_model  # noqa: E402 - after the import hook, o
 from tests.tiny import TINY, good_checkpoint  # noqa: E402
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The default checkpoint cache (seqprobe.paths) is per-user; the tests never touch it: their
+# default is checkpoints/ under the current folder (as it was before the per-user default),
+# which the tests that use it make a temp folder. Subprocesses inherit it.
+os.environ["SEQPROBE_CACHE"] = "checkpoints"
 torch.set_num_threads(1)
 
 

@@ -43,6 +43,7 @@ from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
+from seqprobe.paths import default_cache_dir
 from seqprobe.sweep import add_backend_arguments, backend_of
 
 # the first line of the package's docstring, as --help has always shown it
@@ -58,7 +59,9 @@ def _parser() -> OneLineParser:
     p.add_argument("--out", default=None,
                    help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium, "
                    f"{DEFAULT_OUT / 'large'} for --large)")
-    p.add_argument("--cache-dir", default="checkpoints")
+    p.add_argument("--cache-dir", default=str(default_cache_dir()),
+                   help="the checkpoint cache (default: $SEQPROBE_CACHE, else "
+                   "~/.cache/seqprobe, else the clone's checkpoints/; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,

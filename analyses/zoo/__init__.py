@@ -9,6 +9,10 @@ rows at each level it has, and optionally another recipe whose checkpoint starts
 ``zoo:NAME@LEVEL`` names a cached checkpoint wherever a path goes (:func:`resolve`;
 ``models.load``, every analysis), and never trains.
 
+The cache is ``--cache-dir``, else the default of :func:`seqprobe.paths.default_cache_dir`
+(``$SEQPROBE_CACHE``, else ``~/.cache/seqprobe``, else the clone's ``checkpoints/``): the
+same folder from wherever a command runs; ``--list`` prints it.
+
     python -m analyses.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
     python -m analyses.zoo path copy/hard_alibi [--level L]         # its cached file; never trains
     python -m analyses.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
@@ -20,13 +24,14 @@ from __future__ import annotations
 import difflib
 import os
 import shlex
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from analyses.zoo.recipe import ZOO_PREFIX, Recipe, parse_zoo_ref
+from analyses.zoo.recipe import ZOO_PREFIX, Recipe, is_zoo_ref, parse_zoo_ref
 from analyses.zoo.recipes import RECIPES
 from models.train.build import make_run_config
 from models.train.cache import (
@@ -43,6 +48,7 @@ from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
+from seqprobe.paths import cache_dir_or_default, is_default_cache_dir
 from seqprobe.sweep import (
     EXIT_SOME_FAILED,
     Backend,
@@ -71,7 +77,8 @@ def seed_offset() -> int:
     text = os.environ.get(SEED_OFFSET_ENV, "").strip()
     if not text:
         return 0
-    check(text.isdigit() and int(text) <= MAX_SEED_OFFSET,
+    # isascii: "²" and "٣" are digits to str.isdigit, but not to int()
+    check(text.isascii() and text.isdigit() and int(text) <= MAX_SEED_OFFSET,
           f"{SEED_OFFSET_ENV}={text!r}: expected an integer in 0..{MAX_SEED_OFFSET}")
     return int(text)
 
@@ -111,7 +118,7 @@ def untrained_init(name: str, preset: str, cache_dir: str | Path,
     return None if init is None or init.exists() else recipe(name).init_from[preset]
 
 
-def run_config(name: str, preset: str, cache_dir: str | Path = "checkpoints",
+def run_config(name: str, preset: str, cache_dir: str | Path | None = None,
          train: Mapping[str, Any] | None = None,
          device: str | torch.device = "auto") -> RunConfig:
     """The run of a recipe at a preset; an ``init_from`` recipe must be cached already (on
@@ -130,7 +137,7 @@ def run_config(name: str, preset: str, cache_dir: str | Path = "checkpoints",
     if init is not None:
         if not init.exists():
             raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
-                             f"trained yet in {cache_dir}")
+                             f"trained yet in {_where(cache_dir)}")
         tr["init_from"] = str(init)
     return make_run_config(r.arch, r.task, preset, parts["model"], parts["task"], tr)
 
@@ -144,7 +151,7 @@ def dependencies(name: str, preset: str) -> list[str]:
     return [*dependencies(parent, preset), parent]
 
 
-def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path | None = None,
                device: str = "auto", progress: bool = True,
                train: Mapping[str, Any] | None = None, resume: str | Path | None = None) -> Path:
     """The path of recipe ``name``'s checkpoint at ``preset``, trained (and its init chain
@@ -158,7 +165,7 @@ def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path = "checkp
 
 
 def checkpoints(names: Iterable[str], preset: str = "quick",
-                cache_dir: str | Path = "checkpoints", device: str = "auto",
+                cache_dir: str | Path | None = None, device: str = "auto",
                 progress: bool = True) -> dict[str, Path]:
     """:func:`checkpoint` of each name: ``{name: path}``."""
     return {n: checkpoint(n, preset, cache_dir, device, progress) for n in names}
@@ -180,7 +187,7 @@ def _cached(name: str, preset: str, cache_dir: str | Path,
 
 
 def train_recipes(names: Iterable[str], preset: str = "quick",
-                  cache_dir: str | Path = "checkpoints", device: str = "auto",
+                  cache_dir: str | Path | None = None, device: str = "auto",
                   backend: Backend | None = None, train: Mapping[str, Any] | None = None,
                   progress: bool = True) -> dict[str, Path | Failed]:
     """:func:`checkpoint` of each name, the ones not cached yet run as tasks on ``backend``
@@ -198,7 +205,7 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
             todo.append(n)
         else:
             out[n] = path
-    results = map_tasks(_train_one, [(n, preset, str(cache_dir), device,
+    results = map_tasks(_train_one, [(n, preset, str(cache_dir_or_default(cache_dir)), device,
                                       dict(train) if train else None) for n in todo],
                         backend or Backend(), desc="train", progress=progress,
                         done_before=len(out), on_done=lambda i, _: {"recipe": todo[i]})
@@ -223,11 +230,11 @@ def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") 
 
 
 def train_command(names: Iterable[str], preset: str = "quick",
-                  cache_dir: str | Path = "checkpoints") -> str:
+                  cache_dir: str | Path | None = None) -> str:
     """The command that trains ``names`` at ``preset`` into ``cache_dir`` (and what they start
     from), as a user would type it."""
     flags_ = ([] if preset == "quick" else [f"--{preset}"]) + (
-        [] if str(cache_dir) == "checkpoints" else ["--cache-dir", str(cache_dir)])
+        [] if is_default_cache_dir(cache_dir) else ["--cache-dir", str(cache_dir)])
     return shlex.join(["python", "-m", "analyses.zoo", "train", *names, *flags_])
 
 
@@ -237,12 +244,12 @@ def not_trained(pairs: Iterable[tuple[str, str]], preset: str,
     command that trains them."""
     pairs = list(pairs)
     what = ", ".join(f"{n} ({st})" for n, st in pairs)
-    return NotTrained(f"not trained at {preset} in {cache_dir}: {what}; train "
+    return NotTrained(f"not trained at {preset} in {_where(cache_dir)}: {what}; train "
                       f"{'it' if len(pairs) == 1 else 'them'} with `"
                       f"{train_command([n for n, _ in pairs], preset, cache_dir)}`")
 
 
-def path(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+def path(name: str, preset: str = "quick", cache_dir: str | Path | None = None,
          device: str = "auto") -> Path:
     """The path of recipe ``name``'s finished checkpoint at ``preset`` in ``cache_dir`` (the run
     ``device`` trains: "auto" is this machine's); never trains, never writes. Not cached
@@ -256,7 +263,7 @@ def path(name: str, preset: str = "quick", cache_dir: str | Path = "checkpoints"
     return cache_path(run, cache_dir)
 
 
-def resolve(ref: str, cache_dir: str | Path = "checkpoints", device: str = "auto") -> Path:
+def resolve(ref: str, cache_dir: str | Path | None = None, device: str = "auto") -> Path:
     """``zoo:NAME`` / ``zoo:NAME@LEVEL`` (:func:`analyses.zoo.recipe.parse_zoo_ref`) -> the cached
     checkpoint's path (:func:`path`): what ``models.load`` and the analyses open for it."""
     name, preset = parse_zoo_ref(ref)
@@ -272,13 +279,15 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--list", action="store_true", help="list the recipes that exist at the "
                    "level, with each one's state and path (the default; creates nothing)")
     add_level_flag(p)
-    p.add_argument("--cache-dir", default="checkpoints")
+    p.add_argument("--cache-dir", default=None, help="the checkpoint cache (default: "
+                   "$SEQPROBE_CACHE, else ~/.cache/seqprobe, else the clone's checkpoints/)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
+    seed_offset()  # a bad $SEQPROBE_SEED_OFFSET is one line, not every recipe "invalid"
     if args.names[:1] == ["path"] and not args.list:
         return _print_paths(args.names[1:], args.level, args.cache_dir, args.device)
     if args.names[:1] == ["train"] and not args.list:
@@ -305,17 +314,34 @@ def _main(argv: list[str] | None) -> int:
     return _print_list(args.names, args.level, args.cache_dir, args.device)
 
 
-def _readable_cache_dir(cache_dir: str | Path) -> None:
+def _where(cache_dir: str | Path | None) -> str:
+    """The cache folder for a message: absolute, so that it says where it looked."""
+    return os.path.abspath(cache_dir_or_default(cache_dir))
+
+
+def _readable_cache_dir(cache_dir: str | Path | None) -> None:
     """Listing and looking up read the cache and create nothing: a missing directory is an
     empty cache; a file in its place is one line."""
-    check(not Path(cache_dir).exists() or Path(cache_dir).is_dir(),
-          f"cache directory {cache_dir}: is a file, not a directory")
+    d = cache_dir_or_default(cache_dir)
+    check(not d.exists() or d.is_dir(), f"cache directory {d}: is a file, not a directory")
 
 
-def _print_paths(names: list[str], preset: str, cache_dir: str, device: str) -> int:
+def _bare_name(name: str, preset: str) -> str:
+    """A recipe name as ``path`` takes it: ``NAME``, or ``zoo:NAME[@LEVEL]`` as a path is
+    written (its level, if given, must be the one asked for)."""
+    if not is_zoo_ref(name):
+        return name
+    bare, level = parse_zoo_ref(name)
+    check("@" not in name or level == preset, f"{name}: level {level}, but this lookup is at "
+          f"{preset}; give one: `path {bare} --level {level}`")
+    return bare
+
+
+def _print_paths(names: list[str], preset: str, cache_dir: str | None, device: str) -> int:
     """``path NAME...``: each recipe's cached checkpoint, one path a line; any not cached is
     one line naming them and the command that trains them (nothing is trained)."""
     check(bool(names), "name the recipes whose paths to print (see --list)")
+    names = [_bare_name(n, preset) for n in names]
     _readable_cache_dir(cache_dir)
     for n in names:  # every name checked before any lookup
         recipe(n).parts(preset)
@@ -328,10 +354,13 @@ def _print_paths(names: list[str], preset: str, cache_dir: str, device: str) -> 
     return 0
 
 
-def _print_list(prefixes: list[str], preset: str, cache_dir: str, device: str) -> int:
+def _print_list(prefixes: list[str], preset: str, cache_dir: str | None, device: str) -> int:
     """The recipes that exist at ``preset`` (and start with one of ``prefixes``): name, state,
-    the path their checkpoint has (or will have) in ``cache_dir``, and what it is."""
+    the path their checkpoint has (or will have) in ``cache_dir``, and what it is. The cache
+    folder itself goes to stderr (stdout stays one row a recipe)."""
     _readable_cache_dir(cache_dir)
+    print(f"cache: {_where(cache_dir)}" + ("" if cache_dir else " (the default: --cache-dir "
+          "or $SEQPROBE_CACHE to choose another)"), file=sys.stderr)
     named = [n for n in RECIPES if not prefixes or n.startswith(tuple(prefixes))]
     check(bool(named), f"no recipe starts with {', '.join(prefixes)}; see "
           "`python -m analyses.zoo --list`")

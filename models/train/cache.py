@@ -1,10 +1,16 @@
 """The checkpoint cache: train once per distinct run, reuse ever after.
 
-Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunConfig.hash`). A lock file beside
+Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunConfig.hash`); ``cache_dir``
+defaults to :func:`seqprobe.paths.default_cache_dir`, the same from any folder. A lock file beside
 each entry makes a second process that asks for the same checkpoint (two analyses run side by
 side) wait for the first and reuse it instead of training it again. An entry is served only
 when it is this spec's finished run (:func:`entry_state`): a broken file or another run's
 checkpoint at the path is retrained, a run stopped by Ctrl-C or SIGTERM is resumed.
+
+An entry means the same from any folder and after the cache is moved: a fine-tuned run's key
+covers its ``init_from`` checkpoint's bytes (not its path), and the ``init_from`` its record
+names is looked up in the entry's own cache directory by name (:func:`recorded_run`), never
+against the current folder.
 """
 
 from __future__ import annotations
@@ -26,20 +32,21 @@ from models.train.runconfig import RunConfig
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import CheckpointError, InputError
+from seqprobe.paths import cache_dir_or_default
 
 
-def cache_path(spec: RunConfig, cache_dir: str | Path) -> Path:
-    """Where ``spec``'s run is cached; resolve it for its device first
-    (:meth:`RunConfig.resolved`: an unresolved run is keyed as its CPU run)."""
-    return Path(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
+def cache_path(spec: RunConfig, cache_dir: str | Path | None = None) -> Path:
+    """Where ``spec``'s run is cached (None: the default cache); resolve it for its device
+    first (:meth:`RunConfig.resolved`: an unresolved run is keyed as its CPU run)."""
+    return cache_dir_or_default(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
 
 
-def check_cache_dir(cache_dir: str | Path, write: bool = True) -> Path:
+def check_cache_dir(cache_dir: str | Path | None = None, write: bool = True) -> Path:
     """``cache_dir`` as a directory this process can write in (created if missing), or one
     :class:`InputError` line before any work. ``write=False``: a directory that exists and can
     be listed is enough (a shared read-only cache serves its finished entries; whether a write
     is needed is known only per entry, :func:`train_run_cached`)."""
-    path = Path(cache_dir)
+    path = cache_dir_or_default(cache_dir)
     if path.exists() and not path.is_dir():
         raise InputError(f"cache directory {path}: is a file, not a directory")
     if not write and path.is_dir():
@@ -65,12 +72,33 @@ def check_lock_file(lock: Path) -> None:
           f"{lock}: is not a lock file (a directory?); remove it and run again")
 
 
-def _spec_hash(ck: dict) -> str | None:
-    """The cache hash of the run a checkpoint records, or None where it records none."""
+def init_in_cache(init_from: str, cache_dir: str | Path) -> str:
+    """Where the ``init_from`` a cached run records is now: the file of that name in the
+    entry's own cache directory (a zoo parent is always cached beside its child, under a name
+    that does not depend on where the cache is), else the path as recorded when it is absolute,
+    else that path under ``cache_dir`` — never relative to the current folder."""
+    here = Path(cache_dir) / Path(init_from).name
+    if os.path.lexists(here) or Path(init_from).is_absolute():
+        return str(here) if os.path.lexists(here) else init_from
+    return str(Path(cache_dir) / init_from)
+
+
+def recorded_run(ck: dict, cache_dir: str | Path) -> RunConfig:
+    """The run a checkpoint in ``cache_dir`` records, its ``init_from`` found as
+    :func:`init_in_cache` says (so its hash is the same from any folder)."""
+    run = RunConfig.from_checkpoint(ck)
+    if run.train.init_from:
+        run = run.replace(train={"init_from": init_in_cache(run.train.init_from, cache_dir)})
+    return run
+
+
+def _spec_hash(ck: dict, cache_dir: str | Path) -> str | None:
+    """The cache hash of the run a checkpoint in ``cache_dir`` records, or None where it
+    records none (or its init checkpoint cannot be read)."""
     try:
         if "config" not in ck["train"]:
             return None  # a construction, not a trained run
-        return RunConfig.from_checkpoint(ck).hash()
+        return recorded_run(ck, cache_dir).hash()
     except (KeyError, TypeError, InputError, OSError):
         return None
 
@@ -86,7 +114,7 @@ def entry_state(path: Path, spec: RunConfig | None = None) -> str:
         ck = read_checkpoint(path)
     except CheckpointError:
         return "broken"
-    if spec is not None and _spec_hash(ck) != spec.hash():
+    if spec is not None and _spec_hash(ck, path.parent) != spec.hash():
         return "other"
     tr = ck.get("train", {})
     steps = (tr.get("config") or {}).get("steps")
@@ -101,7 +129,7 @@ def is_cached(path: Path, spec: RunConfig | None = None) -> bool:
     return entry_state(path, spec) == "done"
 
 
-def train_run_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", device: str = "auto",
+def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, device: str = "auto",
                       progress: bool = True, resume: str | Path | None = None,
                       label: str | None = None) -> Path:
     """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
@@ -116,6 +144,8 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", dev
     # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
     # never served for a CUDA run, nor the reverse (their keys differ)
     spec = spec.resolved(resolve_device(device))
+    if spec.train.init_from:  # recorded absolute: the record names the file, from any folder
+        spec = spec.replace(train={"init_from": os.path.abspath(spec.train.init_from)})
     path = cache_path(spec, cache_dir)
     world = distributed.world()
     if world.is_main:
@@ -142,7 +172,7 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", dev
             if state == "interrupted" and resume is None:
                 resume = path  # the same spec stopped by a signal: continue it, not serve it
             elif resume is not None:
-                _check_continues(spec, resume)
+                _check_continues(spec, resume, path.parent)
             if world.is_main:
                 announce(spec, path, what=label, device=device, resume_step=read_checkpoint(
                     resume)["train"].get("step") if resume else None)
@@ -150,9 +180,12 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path = "checkpoints", dev
     return path
 
 
-def _check_continues(spec: RunConfig, resume: str | Path) -> None:
+def _check_continues(spec: RunConfig, resume: str | Path, cache_dir: str | Path) -> None:
     ck = read_checkpoint(resume)
-    earlier = run_config_of_checkpoint(ck)
+    init = (ck["train"].get("config") or {}).get("init_from")
+    # its init_from found as the cache finds it (recorded_run), not from the current folder
+    earlier = run_config_of_checkpoint(
+        ck, train={"init_from": init_in_cache(init, cache_dir)} if init else None)
     same = earlier.replace(train={"steps": spec.train.steps})
     check(spec.train.schedule == "constant" and same.hash() == spec.hash()
           and ck["train"]["step"] <= spec.train.steps,
@@ -160,7 +193,7 @@ def _check_continues(spec: RunConfig, resume: str | Path) -> None:
           "at a constant schedule)")
 
 
-def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path = "checkpoints",
+def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path | None = None,
                  model: dict | None = None, task_config: dict | None = None,
                  train_overrides: dict | None = None, device: str = "auto",
                  progress: bool = True) -> Path:

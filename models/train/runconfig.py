@@ -38,9 +38,12 @@ evaluated on a few drawn lengths before every length was scored are other cache 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +51,7 @@ from typing import Any
 
 import torch
 
+from models.checkpoint.paths import file_kind
 from models.registry import ARCHS, model_class
 from models.train.evaluation import LENGTH_EVAL
 from models.train_config import TrainConfig, resolve_train
@@ -133,11 +137,24 @@ def loads_json(text: str | bytes, what: str = "JSON") -> Any:
 
 
 def file_digest(path: str | Path) -> str:
-    """sha256 of a file's bytes (first 16 hex digits)."""
+    """sha256 of a regular file's bytes (first 16 hex digits), read up to the size it had when
+    opened. Anything else is an :class:`OSError` before a byte is read: a FIFO would block the
+    read (it is opened non-blocking, never waited on), ``/dev/zero`` would never end."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a checkpoint file")
+        left = st.st_size
+        while left > 0:
+            block = os.read(fd, min(left, 1 << 20))
+            if not block:
+                break
             h.update(block)
+            left -= len(block)
+    finally:
+        os.close(fd)
     return h.hexdigest()[:16]
 
 

@@ -42,7 +42,9 @@ from models.train import gpu_costs
 from models.train.build import make_run_config
 from models.train.runconfig import RunConfig
 from seqprobe import flags
-from seqprobe.atomic import write_atomic
+from seqprobe.atomic import check_output_file, write_atomic
+from seqprobe.cli import run_cli
+from seqprobe.config import check
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "results_gpu_check.json"
@@ -91,16 +93,27 @@ def run_tests(files: list[str], timeout: float) -> dict[str, Any]:
         cases = ET.parse(xml).getroot().iter("testcase")
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures = []
+    modules = {Path(f).stem for f in files}
     for case in cases:
         kinds = {child.tag for child in case}
         if kinds & {"failure", "error"}:
             counts["failed"] += 1
-            failures.append(f"{case.get('classname')}::{case.get('name')}")
+            failures.append(f"{_test_class(case.get('classname') or '', modules)}::"
+                            f"{case.get('name')}")
         elif "skipped" in kinds:
             counts["skipped"] += 1
         else:
             counts["passed"] += 1
     return {**out, **counts, "failures": failures}
+
+
+def _test_class(classname: str, modules: set[str]) -> str:
+    """A JUnit classname from its test module on (``test_x`` or ``test_x.TestClass``): pytest
+    prefixes the module's folders relative to its rootdir, which depend on where the clone and
+    the test files live (a clone under /tmp and a test file in /tmp/pytest-of-...)."""
+    parts = classname.split(".")
+    first = next((i for i, part in enumerate(parts) if part in modules), 0)
+    return ".".join(parts[first:])
 
 
 def table_rows(bench: dict[str, dict[str, Any]], card: str, when: str,
@@ -123,6 +136,10 @@ def dryrun_name(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu with --tiny")
@@ -138,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-steps", type=flags.flag("--warm-steps"), default=None)
     p.add_argument("--timed-steps", type=flags.flag("--timed-steps"), default=None)
     args = p.parse_args(argv)
-    kind = gpu_costs.device_kind(args.device)
+    kind = gpu_costs.device_kind(args.device)  # an unknown device: one line (run_cli)
+    check(kind in ("cuda", "cpu"), f"bench.gpu_check: --device {args.device}: a {kind} device; "
+          "this check runs on cuda, cuda:N, or cpu with --tiny")
     if kind == "cuda" and not torch.cuda.is_available():
         print("bench.gpu_check: no CUDA device here (torch.cuda.is_available() is False); "
               "nothing run or written (a CPU check of the pipeline: --device cpu --tiny)",
@@ -157,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.gpu_check: --budget-s must be > 0 and the step counts >= 1",
               file=sys.stderr)
         return 2
+    check_output_file(args.out)  # before the run: its results are never lost to a bad --out
     t0 = time.time()
 
     def left() -> float:

@@ -156,6 +156,37 @@ def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
     fsync_dir(path.parent)  # make the rename itself durable
 
 
+def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Fail before any work when :func:`write_atomic` could not write ``path``: one
+    :class:`OutputError` line for a directory or a non-regular file there, a file where a folder
+    goes, or a folder this process cannot create or write in (tried with a temp file: root
+    passes ``os.access`` even in a read-only directory). Creates the missing folders."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:
+        raise OutputError(f"{flag} {path}: cannot write it ({e.strerror})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OutputError(f"{flag} {path}: is {what}; give the path of a file to write")
+    for p in path.parents:  # the first existing ancestor must be a directory
+        if p.exists():
+            if not p.is_dir():
+                raise OutputError(f"{flag} {path}: cannot write under {p}, which is a file")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name[:40]}.",
+                                         suffix=".write-test"):
+            pass
+    except OSError as e:
+        raise OutputError(f"{flag} {path}: cannot write in {path.parent} "
+                          f"({e.strerror or type(e).__name__})") from None
+    return path
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` atomically (:func:`atomic_file`), creating its directory."""
     path = Path(path)

@@ -70,3 +70,31 @@ def test_tiny_pipeline_on_cpu(tmp_path, monkeypatch):
     assert rope["attention"] == "sdpa" and rope["card"] == "cpu"
     assert [r["name"] for r in doc["dry_run"]["rows"]] == ["copy/rope", "copy/mamba2"]
     assert doc["dry_run"]["failed"] == []
+
+
+def test_unknown_device_and_unwritable_out_are_one_line_before_any_run(tmp_path, monkeypatch,
+                                                                       capsys):
+    """Issue 48, failure 7: `--device tpu` was a traceback; an unwritable `--out` was found
+    only after the whole run (its results lost)."""
+    monkeypatch.setattr(gpu_check, "run_tests", lambda *a: pytest.fail("ran before the check"))
+    for device in ("tpu", "meta"):
+        assert gpu_check.main(["--device", device, "--tiny", "--out", str(tmp_path / "r.json")]) \
+            == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and device in err[0] and "Traceback" not in err[0]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for out in (blocker / "r.json", tmp_path):
+        assert gpu_check.main(["--device", "cpu", "--tiny", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--out" in err[0]
+
+
+def test_failure_names_do_not_depend_on_where_the_clone_lives():
+    """Issue 48, failure 9: the JUnit classname carries the test file's folders relative to
+    pytest's rootdir (a clone under /tmp saw them)."""
+    mods = {"test_fake_gpu"}
+    for classname in ("test_fake_gpu", "pytest-of-root.pytest-0.test_x0.test_fake_gpu",
+                      "...pytest-of-root.test_fake_gpu"):
+        assert gpu_check._test_class(classname, mods) == "test_fake_gpu"
+    assert gpu_check._test_class("a.test_fake_gpu.TestX", mods) == "test_fake_gpu.TestX"

@@ -101,6 +101,7 @@ def _timings(out: Path, preset: str) -> dict:
     if timings.get("preset", preset) != preset:
         timings = {}
     timings["preset"] = preset
+    timings["seed_offset"] = zoo.seed_offset()  # which seeds the folder holds (reproduce.seeds)
     return timings
 
 

@@ -156,7 +156,8 @@ def read_timings(path: Path) -> dict:
     except InputError as e:
         print(f"ignoring {e}", file=sys.stderr)
         return {}
-    return {k: v for k, v in timings.items() if isinstance(v, dict) or k == "preset"}
+    return {k: v for k, v in timings.items()
+            if isinstance(v, dict) or k in ("preset", "seed_offset")}
 
 
 def _cell(text: str) -> str:

@@ -1,0 +1,85 @@
+"""Reliability, fifth round (issue 48): each failure a hostile user found, reproduced, now one
+clear line and a non-zero exit (or the right answer). The cache's folder-independence and the
+FIFO / /dev/zero records are in tests/test_cache_anywhere.py, bench.gpu_check's in
+tests/test_gpu_check.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analyses import zoo
+from analyses.reproduce import seeds
+from seqprobe.errors import InputError
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+# ---------------------------------------------------------------------------- failure 7
+@pytest.mark.parametrize("text", ["²", "٣", "1²", "abc", "-1", "1001"])
+def test_a_bad_seed_offset_is_one_line_not_a_traceback(monkeypatch, capsys, text):
+    monkeypatch.setenv(zoo.SEED_OFFSET_ENV, text)
+    with pytest.raises(InputError, match="SEQPROBE_SEED_OFFSET"):
+        zoo.seed_offset()
+    for argv in (["--list", "copy/"], ["path", "copy/rope"]):
+        assert zoo.main(argv) == 2
+        line = _one_line(capsys)  # not every recipe "invalid" / "not trained"
+        assert "SEQPROBE_SEED_OFFSET" in line and "not trained" not in line
+
+
+# ---------------------------------------------------------------------------- failure 8
+def _run_folder(tmp_path: Path, name: str, mean: float, level="quick", offset=None) -> Path:
+    out = tmp_path / name
+    out.mkdir()
+    (out / "mamba_decay.json").write_text(json.dumps({"models": [
+        {"label": "markov/mamba2", "mean": mean}]}))
+    timings = {"preset": level, **({} if offset is None else {"seed_offset": offset})}
+    (out / "reproduce_timings.json").write_text(json.dumps(timings))
+    return out
+
+
+def test_seeds_refuses_one_run_counted_twice(tmp_path, capsys, monkeypatch):
+    a = _run_folder(tmp_path, "s0", 0.99)
+    monkeypatch.chdir(tmp_path)
+    for argv in ([str(a), str(a)], [str(a), "s0/"], [str(a), "./s0"]):
+        assert seeds.main(argv) == 2
+        assert "same folder" in _one_line(capsys)
+    (tmp_path / "link").symlink_to(a)
+    assert seeds.main([str(a), "link"]) == 2
+    assert "same folder" in _one_line(capsys)
+
+
+def test_seeds_reads_each_folders_level_and_seed_offset(tmp_path, capsys):
+    a = _run_folder(tmp_path, "a", 0.99, offset=0)
+    b = _run_folder(tmp_path, "b", 0.97, offset=0)  # a copy of the same seeds' run
+    assert seeds.main([str(a), str(b)]) == 2
+    assert "both runs of seed offset 0" in _one_line(capsys)
+    c = _run_folder(tmp_path, "c", 0.97, level="medium", offset=1)
+    assert seeds.main([str(a), str(c)]) == 2
+    assert "different levels" in _one_line(capsys)
+    d = _run_folder(tmp_path, "d", 0.97, offset=3)
+    assert seeds.main([str(a), str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "seed offset 0 | seed offset 3" in out and "| yes |" in out
+
+
+def test_seeds_refuses_a_folder_without_results(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert seeds.main([str(tmp_path / "empty")]) == 2
+    assert "no analysis results" in _one_line(capsys)
+
+
+def test_seeds_md_that_cannot_be_written_is_one_line_before_reading(tmp_path, capsys):
+    a = _run_folder(tmp_path, "a", 0.99, offset=0)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for md in (a, blocker / "t.md"):  # `seeds D --md D`; a folder that is a file
+        assert seeds.main([str(a), "--md", str(md)]) == 2
+        assert "--md" in _one_line(capsys)
+    assert sorted(p.name for p in a.iterdir()) == ["mamba_decay.json", "reproduce_timings.json"]

@@ -70,6 +70,15 @@ def test_the_block_check_can_fail():
     assert [b.not_run for b in blocks(DOCS / "nowhere.md", text)] == [None, "slow", "", None]
 
 
+def module_exists(name: str) -> bool:
+    """``python -m name`` finds something: a suite module by its file (importing the suite's
+    packages would take seconds), anything else by ``find_spec``."""
+    path = ROOT.joinpath(*name.split("."))
+    if (ROOT / name.split(".")[0]).is_dir():
+        return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+    return importlib.util.find_spec(name) is not None
+
+
 def test_the_commands_the_docs_show_name_real_modules():
     """A block not run still names modules that exist (``python -m analyses.NAME`` with NAME a
     placeholder excepted)."""
@@ -78,11 +87,14 @@ def test_the_commands_the_docs_show_name_real_modules():
         for b in blocks(page):
             if b.lang in ("bash", "text"):
                 for name in MODULE.findall(b.body):
-                    if "NAME" not in name and importlib.util.find_spec(name) is None:
+                    if "NAME" not in name and not module_exists(name):
                         missing.append(f"{b.page}:{b.line}: {name}")
     assert not missing, missing
     assert MODULE.findall("torchrun --standalone --nproc_per_node N -m models.train --x") == [
         "models.train"]
+    assert module_exists("analyses.reproduce.seeds") and module_exists("pytest")
+    assert not module_exists("analyses.no_such_analysis")
+    assert not module_exists("models")  # a package without __main__ cannot be run
 
 
 def test_the_tl_tools_block_runs(tmp_path, monkeypatch):

@@ -8,7 +8,10 @@ import os
 import torch
 
 from seqprobe.errors import InputError
-from seqprobe.memory import human_bytes  # noqa: F401 - imported from here by models.*
+from seqprobe.memory import (
+    address_space_headroom,
+    human_bytes,  # noqa: F401 - imported from here by models.*
+)
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -52,8 +55,14 @@ def memory_bytes(device: str | torch.device = "cpu") -> int:
 def check_fits(n_bytes: int, what: str, device: str | torch.device = "cpu") -> None:
     """Raise :class:`InputError` (one line) when ``n_bytes`` exceed the memory of ``device``."""
     total = memory_bytes(device)
+    where = "this machine's memory" if torch.device(device).type == "cpu" else \
+        f"the memory of {device}"
+    if torch.device(device).type == "cpu" and address_space_headroom() < total:
+        # an address-space limit (ulimit -v) bounds this process however much RAM there is:
+        # the allocator fails beyond it (a long traceback), so the check reads it as the
+        # evaluation's check does (seqprobe.memory)
+        total, where = address_space_headroom(), "what this process's address-space limit " \
+            "(ulimit -v) leaves"
     if n_bytes > total:
-        where = "this machine's memory" if torch.device(device).type == "cpu" else \
-            f"the memory of {device}"
         raise InputError(f"{what} needs at least {human_bytes(n_bytes)}, more than "
                         f"{where} ({human_bytes(total)})")

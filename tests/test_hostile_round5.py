@@ -83,3 +83,26 @@ def test_seeds_md_that_cannot_be_written_is_one_line_before_reading(tmp_path, ca
         assert seeds.main([str(a), "--md", str(md)]) == 2
         assert "--md" in _one_line(capsys)
     assert sorted(p.name for p in a.iterdir()) == ["mamba_decay.json", "reproduce_timings.json"]
+
+
+def test_training_under_an_address_space_limit_is_refused_in_one_line(tmp_path):
+    """`ulimit -v` bounds the process whatever the RAM: the training size check reads it (as
+    the evaluation's does), not the machine's total, so in-range length x batch is one line,
+    not an allocator traceback."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "models.train", "--task", "copy", "--arch", "transformer",
+         "--steps", "2", "--batch_size", "4096", "--max_len", "512", "--no-progress",
+         "--out", str(tmp_path / "x.pt")], cwd=root, preexec_fn=limit, capture_output=True,
+        text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "needs at least" in err[0] and "ulimit -v" in err[0]
+    assert not (tmp_path / "x.pt").exists()

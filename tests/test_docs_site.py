@@ -61,6 +61,22 @@ def test_every_code_block_runs_or_says_why_not():
         assert page in (ROOT / test).read_text(), f"{test} does not read {page}"
 
 
+def orphan_table_rows(text: str) -> list[int]:
+    """Lines that look like a table row but start a table without a header (a blank line
+    inside a table splits it, and the rows after it show as a paragraph of pipes)."""
+    lines = text.splitlines()
+    return [i + 1 for i, line in enumerate(lines)
+            if line.startswith("|") and (i == 0 or not lines[i - 1].strip())
+            and not (i + 1 < len(lines) and re.match(r"^\|\s*:?-{3,}", lines[i + 1]))]
+
+
+def test_every_table_row_is_in_a_table():
+    bad = [f"{page.relative_to(ROOT)}:{n}" for page in pages()
+           for n in orphan_table_rows(page.read_text())]
+    assert not bad, f"table rows cut off from their table by a blank line: {bad}"
+    assert orphan_table_rows("| a | b |\n|---|---|\n| 1 | 2 |\n\n| 3 | 4 |\n") == [5]
+
+
 def test_the_block_check_can_fail():
     text = ("# Page\n\n```python\n>>> 1\n1\n```\n\n<!-- not run: slow -->\n```bash\nls\n```\n\n"
             "<!-- not run: -->\n```bash\nls\n```\n\n```bash\nls\n```\n")

@@ -49,7 +49,6 @@ from __future__ import annotations
 import copy
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -63,7 +62,9 @@ from transformer_lens.utilities import get_act_name
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import FORMAT, make_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
+from models.provenance import Provenance
 from models.text import TaskText
+from models.tl_surface import TLSurface, near_matches
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.errors import InputError
@@ -117,6 +118,20 @@ class TLConfigFields:
     def n_key_value_heads(self) -> None:
         return None  # every attention head has its own keys and values (no GQA / MQA)
 
+    @property
+    def d_vocab_out(self) -> int:
+        return self.vocab_size
+
+    @property
+    def normalization_type(self) -> str | None:
+        """TL's kind of norm before each sublayer and the unembedding (``"LN"``, ``"RMS"``, None
+        for none), which ``ActivationCache``'s ``apply_ln`` reads; configs with norms say theirs."""
+        return None
+
+    @property
+    def attn_only(self) -> bool:
+        return False  # TL's "no MLPs"; decompose_resid reads it (an SSM's is refused there)
+
     def _placement(self, what: str):
         try:
             return self.__dict__["_tl_" + what]
@@ -156,10 +171,22 @@ class SuiteActivationCache(ActivationCache):
         why = (f"this {arch} model has no attention heads, and TransformerLens' head tools "
                "(head patching, detect_head) need them"
                if ".attn." in name and not any(".attn." in n for n in model.hook_dict)
-               else f"this {arch} model has no hook {name!r}")
+               else f"this {arch} model has no hook {name!r}"
+               + near_matches(name, getattr(model, "hook_dict", {})))
         raise ActivationNotFound(f"{why}; its blocks have blocks.{{i}}."
                                  f"{{{', '.join(layer_hooks)}}} (every hook: "
                                  "model.hook_names())") from None
+
+    def decompose_resid(self, *args: Any, **kwargs: Any):
+        """TL's: the residual stream as embed + each block's attn_out and mlp_out. Refused in one
+        line on a model whose blocks have no attention output (an SSM, LSTM or STU block)."""
+        arch = getattr(self.model, "arch", "") or type(self.model).__name__
+        check("blocks.0.hook_attn_out" in getattr(self.model, "hook_dict", {}),
+              f"decompose_resid splits the residual stream into each block's attn_out and "
+              f"mlp_out, and this {arch} model's blocks write no attn_out (they mix tokens "
+              "without attention): accumulated_resid and the blocks' own hooks "
+              "(model.hook_names()) read its stream")
+        return super().decompose_resid(*args, **kwargs)
 
     def _name(self, key) -> str:
         """The hook name TL's ``__getitem__`` looks up for ``key`` (see ``get_act_name``)."""
@@ -172,47 +199,6 @@ class SuiteActivationCache(ActivationCache):
             return get_act_name(*key)
         except Exception:  # noqa: BLE001 - an unparsable key is reported as given
             return str(key)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a model's weights came from: what its checkpoint holds besides the model config,
-    the task (``model.task``) and the weights. A model built in code has the empty one.
-
-    ``train`` is the checkpoint's training record as stored (``config``, ``seed``, ``step``,
-    ``samples_seen``, ``stop`` …; a construction's ``construction`` and its parameters);
-    ``model.train_config`` is its ``config`` as a dataclass. ``pretrained`` describes a
-    HuggingFace model (``name``, ``local``, ``hf_architecture``, ``config``: its config.json).
-    ``model_config`` is the model config as the file stored it: the fields its run set, which
-    ``RunConfig``'s cache key reads (``model.config`` is the whole dataclass).
-    """
-
-    source: str | None = None  # the checkpoint file, HF directory or hub name it was loaded from
-    train: dict[str, Any] = field(default_factory=dict)
-    history: tuple[dict[str, Any], ...] = ()  # the metrics logged while it trained
-    pretrained: dict[str, Any] | None = None
-    model_config: dict[str, Any] | None = None
-
-    @classmethod
-    def of_checkpoint(cls, ckpt: dict[str, Any], source: str | os.PathLike | None = None
-                      ) -> Provenance:
-        return cls(source=None if source is None else str(source),
-                   train=dict(ckpt.get("train") or {}),
-                   history=tuple(dict(h) for h in ckpt.get("history") or ()),
-                   model_config=dict(ckpt["model"]["config"]) if ckpt.get("model") else None)
-
-    @property
-    def step(self) -> int | None:
-        return self.train.get("step")
-
-    @property
-    def samples_seen(self) -> int | None:
-        return self.train.get("samples_seen")
-
-    @property
-    def stop(self) -> str:
-        """Why training stopped before its step budget (``stop_at`` reached …), or ``""``."""
-        return self.train.get("stop", "")
 
 
 def train_config_of(train: dict[str, Any]) -> TrainConfig | None:
@@ -228,7 +214,7 @@ def train_config_of(train: dict[str, Any]) -> TrainConfig | None:
 NOT_SAVED_TRAIN_KEYS = ("rng",)
 
 
-class SuiteModel(TaskText, HookedRootModule):
+class SuiteModel(TLSurface, TaskText, HookedRootModule):
     arch: ClassVar[str] = ""
     config_cls: ClassVar[type] = object
     scans: ClassVar[tuple[str, ...]] = ()  # the paths set_scan accepts; () = one path only
@@ -366,6 +352,22 @@ class SuiteModel(TaskText, HookedRootModule):
     def hook_names(self) -> list[str]:
         """Every hook point's name, in module order."""
         return list(self.hook_dict.keys())
+
+    def add_hook(self, name, hook, *args: Any, **kwargs: Any) -> None:
+        """TL's ``add_hook``; a name that is no hook point is one line with its near matches."""
+        self._check_hook_name(name)
+        super().add_hook(name, hook, *args, **kwargs)
+
+    def _enable_hook_with_name(self, name: str, hook, dir) -> None:
+        # what run_with_hooks and `with model.hooks(...)` call for each named hook
+        self._check_hook_name(name)
+        super()._enable_hook_with_name(name, hook, dir)
+
+    def _check_hook_name(self, name) -> None:
+        if isinstance(name, str) and name not in self.hook_dict:
+            raise ActivationNotFound(f"this {self.arch} model has no hook {name!r}"
+                                     f"{near_matches(name, self.hook_dict)} (every hook: "
+                                     "model.hook_names())")
 
     # ------------------------------------------------------------------ checkpoints
     def load_records(self, ckpt: dict[str, Any], source: str | os.PathLike | None = None

@@ -56,6 +56,10 @@ class LSTMConfig(TLConfigFields):
         check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
 
     @property
+    def normalization_type(self) -> str | None:
+        return "RMS" if self.final_norm else None  # TL's (ActivationCache's apply_ln)
+
+    @property
     def n_heads(self) -> int:
         """TransformerLens reads ``cfg.n_heads`` in every patching sweep, residual ones too.
         This model has no attention heads; 1 lets TL's head tools reach the cache lookup, which

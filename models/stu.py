@@ -103,6 +103,10 @@ class STUConfig(TLConfigFields):
         return self.d_mlp or 4 * self.d_model
 
     @property
+    def normalization_type(self) -> str | None:
+        return "LN" if self.normalization == "layernorm" else None  # TL's (ActivationCache)
+
+    @property
     def n_branches(self) -> int:
         return 2 if self.negative_branch else 1
 

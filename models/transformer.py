@@ -128,6 +128,16 @@ class TransformerConfig(TLConfigFields):
     def d_vocab_out(self) -> int:
         return self.vocab_size if self.head == "lm" else self.n_classes
 
+    @property
+    def normalization_type(self) -> str | None:
+        return "LN" if self.normalization == "layernorm" else None
+
+    @property
+    def positional_embedding_type(self) -> str:
+        """TL's name where it has one (``rotary``, ``alibi``); ``none`` (NoPE) and
+        ``hard_alibi`` otherwise. No value is TL's ``standard``: no suite model has a W_pos."""
+        return {"rope": "rotary", "nope": "none"}.get(self.pe, self.pe)
+
 
 def positional_bias(cfg: TransformerConfig, q_len: int, k_len: int, device
                     ) -> Float[Tensor, "head q_pos k_pos"]:

@@ -72,7 +72,6 @@ from transformer_lens.model_bridge.sources.transformers import (
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
-from models.base import Provenance
 from models.checkpoint.paths import HUB_NAME
 from models.hf.checks import (
     HFError,
@@ -89,6 +88,7 @@ from models.hf.checks import (
     stored_shapes,
 )
 from models.outputs import log_probs
+from models.provenance import Provenance
 from models.registry import HF_ARCHS
 from seqprobe.device import resolve_device
 from tasks.registry import Task, make_task

@@ -99,6 +99,11 @@ class SSMLMConfig(TLConfigFields):
     def d_inner(self) -> int:
         return self.expand * self.d_model
 
+    @property
+    def normalization_type(self) -> str | None:
+        """TL's name of the final norm (an RMSNorm), which ``apply_ln`` reads."""
+        return "RMS" if self.final_norm else None
+
 
 def init_dt_bias(n: int, cfg: SSMLMConfig) -> Float[Tensor, " n"]:
     """mamba-ssm's Δ bias: Δ log-uniform in [dt_min, dt_max] (floored), then softplus⁻¹(Δ), so

@@ -106,3 +106,20 @@ def test_training_under_an_address_space_limit_is_refused_in_one_line(tmp_path):
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and "needs at least" in err[0] and "ulimit -v" in err[0]
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_reproduce_out_that_cannot_be_created_or_indexed_is_one_line(tmp_path, monkeypatch,
+                                                                     capsys):
+    """`--out` under /proc or /sys passed the writability check and was a mkdir traceback;
+    `--index-only --out /nonexistent` created it and indexed 15 FAILED with exit 0."""
+    from analyses.reproduce import cli as reproduce_cli
+
+    monkeypatch.chdir(tmp_path)
+    for out in ("/proc/nope/x", "/sys/x"):
+        for extra in ([], ["--index-only"]):
+            assert reproduce_cli.main(["--only", "spectral_lds", "--out", out, *extra]) == 2
+            assert "--out" in _one_line(capsys)
+    for out in (tmp_path / "nowhere", tmp_path):  # missing; a folder with no results
+        assert reproduce_cli.main(["--index-only", "--out", str(out)]) == 2
+        assert "no analysis results" in _one_line(capsys)
+    assert not (tmp_path / "nowhere").exists()

@@ -43,6 +43,7 @@ from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
+from seqprobe.errors import OutputError
 from seqprobe.paths import default_cache_dir
 from seqprobe.sweep import add_backend_arguments, backend_of
 
@@ -166,8 +167,18 @@ def body(argv: list[str] | None) -> int:
     if args.dry_run:
         check_output_dir(out)
         return dryrun.report(plan_models(names, args.level), args.device, out)
-    _check_dirs(out, cache)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.index_only:  # rebuilds an index from results: a folder without any is refused
+        check(out.is_dir() and any(not Job(n, (), figure=figure_of(n)).missing(out)
+                                   for n in names),
+              f"--index-only: {out} holds no analysis results to index (run the plan into "
+              "it first, or give the --out of a run)")
+        check_output_dir(out)
+    else:
+        _check_dirs(out, cache)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # /proc/x, /sys/x: what the checks above cannot see
+        raise OutputError(f"--out {out}: cannot create it ({e.strerror})") from None
     timings = _timings(out, args.level)
     if args.index_only:
         outcomes = [index_outcome(Job(n, (), figure=figure_of(n)), out, timings.get(n, {}))

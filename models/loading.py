@@ -50,8 +50,24 @@ SOURCES_GROUP = "seqprobe.sources"
 
 
 def sources() -> dict[str, importlib.metadata.EntryPoint]:
-    """The registered named sources by scheme (``zoo``)."""
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group=SOURCES_GROUP)}
+    """The registered named sources by scheme (``zoo``). A scheme that two installed
+    distributions claim with different resolvers is one :class:`CheckpointError` line naming
+    both: which one ``importlib`` lists last is an accident of ``sys.path``, so neither
+    silently wins (the same one found twice, an editable install and its egg-info, is one)."""
+    claims: dict[str, dict[str, importlib.metadata.EntryPoint]] = {}
+    for ep in importlib.metadata.entry_points(group=SOURCES_GROUP):
+        claims.setdefault(ep.name, {}).setdefault(ep.value, ep)
+    for scheme, by_value in claims.items():
+        if len(by_value) > 1:
+            who = " and ".join(f"{_dist_name(ep)} ({ep.value})" for ep in by_value.values())
+            raise CheckpointError(f"two installed packages claim the {scheme}: source of "
+                                  f"models.load: {who}; uninstall the one that should not")
+    return {scheme: next(iter(by_value.values())) for scheme, by_value in claims.items()}
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return getattr(dist, "name", None) or "an unnamed distribution"
 
 
 def named_source(path: str | os.PathLike):

@@ -123,3 +123,31 @@ def test_reproduce_out_that_cannot_be_created_or_indexed_is_one_line(tmp_path, m
         assert reproduce_cli.main(["--index-only", "--out", str(out)]) == 2
         assert "no analysis results" in _one_line(capsys)
     assert not (tmp_path / "nowhere").exists()
+
+
+# ---------------------------------------------------------------------------- failure 6
+def test_two_distributions_claiming_zoo_are_refused_naming_both(monkeypatch, tmp_path):
+    import importlib.metadata
+    import types
+
+    import models
+    from models import loading
+    from seqprobe.errors import CheckpointError
+
+    def ep(value: str, dist: str) -> importlib.metadata.EntryPoint:
+        e = importlib.metadata.EntryPoint("zoo", value, loading.SOURCES_GROUP)
+        vars(e).update(dist=types.SimpleNamespace(name=dist))
+        return e
+
+    ours = ep("analyses.zoo", "seqprobe")
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [ours, ep("evil.zoo", "evil-plugin")])
+    with pytest.raises(CheckpointError, match=r"seqprobe \(analyses.zoo\) and evil-plugin "
+                       r"\(evil.zoo\)") as e:
+        models.load("zoo:copy/rope")
+    assert "\n" not in str(e.value)
+    # the suite found twice (an editable install beside its egg-info) is one claim
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [ours, ours])
+    monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path))
+    with pytest.raises(InputError, match="not trained"):
+        models.load("zoo:copy/rope")

@@ -14,9 +14,12 @@ from analyses import markov_holdout as mh
 from analyses.claims import Undecided
 from analyses.markov_holdout.claims import (
     SMALL,
+    claim_finding,
     claim_fixed_sequence,
     claim_in_range,
     claim_loss_converges,
+    claim_per_state_in,
+    claim_per_state_out,
     claim_restricted,
     claim_shrinks,
     claim_to_zero,
@@ -93,13 +96,17 @@ def test_medium_claims_say_yes_and_no():
                              _run([0.36, 0.1, 0.005, 0.002], [0.25, 0.02, 0.01, 0.004], 0.26)])
     flat = mh.combine([_run([0.25, 0.28, 0.27, 0.27], [0.25, 0.02, 0.08, 0.01], 0.01),
                        _run([0.25, 0.27, 0.26, 0.28], [0.25, 0.02, 0.01, 0.01], 0.02)])
-    for claim, yes_on in ((claim_shrinks, paper_like), (claim_to_zero, paper_like),
-                          (claim_restricted, flat)):
+    for claim, yes_on in ((claim_shrinks, paper_like), (claim_to_zero, paper_like)):
         no_on = flat if yes_on is paper_like else paper_like
         assert claim(yes_on)[1] is True and claim(no_on)[1] is False
         assert "seeds" in claim(yes_on)[0]
     assert claim_in_range(paper_like)[1] is True
     assert claim_in_range(flat)[1] is False  # one seed at 0.08 at t = 100
+    # our own check has no threshold in the paper: distances with intervals, never a verdict
+    for d in (paper_like, flat):
+        read = claim_restricted(d)
+        assert read[1] is None and "no verdict" in read[0] and "Student-t interval" in read[0]
+        assert "does not hold" not in read[0] and read.margin.interval is not None
     # one seed that does not halve is a no, even when the mean does
     mixed = mh.combine([_run([0.3, 0.1, 0.01, 0.01], [0.2] * 4, 0.1),
                         _run([0.3, 0.2, 0.2, 0.2], [0.2] * 4, 0.1)])
@@ -166,7 +173,14 @@ def test_medium_compute_averages_seeds_and_refuses_a_seed_twice(tmp_path):
     assert all(r["mean"] < 1e-6 for r in res["held_out"]["by_t"].values())
     rq = res["held_out"]["by_t"]["50"]["restricted_vs_add_beta"]
     assert rq > SMALL  # the training prior's predictor cannot follow held-out chains
-    assert claim_restricted(res)[1] is False and claim_to_zero(res)[1] is True
+    assert claim_restricted(res)[1] is None and claim_to_zero(res)[1] is True
+    # the per-state reading on one 512-token sequence, state 0 in range, state 1 out of it:
+    # add-β itself is 0 off at every visit of both
+    ps = res["per_state"]
+    assert ps["p1"]["0"] <= 0.5 <= ps["p1"]["1"] and ps["in_state"] == 0
+    assert all(max(v) < 1e-6 for st in ps["states"].values() for v in st["by_visit"].values())
+    v = claim_per_state_out(res)[1]  # 2 seeds: a sign test cannot reach 0.05
+    assert isinstance(v, Undecided) and "2 seeds cannot decide" in v.reason
     # add-β itself: no loss gap, a zero deviation on the fixed sequence and on every chain
     # (float32 weights: forward's logits are log|v| and their log-softmax rounds the L1
     # normalisation at ~1e-7 a token, so the mean gap is zero only to ~1e-9)
@@ -224,3 +238,54 @@ def test_a_held_out_no_before_table_7s_steps_is_not_decided():
         assert text.startswith("not matched: 2,700 steps (Table 7: 10,000); batch 16")
         assert claim(full)[1] is False
         assert claim(at(2700, shrinks))[1] is True
+
+
+def _per_state(inside: float, outside: float, seeds: int) -> dict:
+    """A medium result's per-state part: every seed has the same deviation (identical
+    per-sequence values: only the seed count can move a verdict); state 0 reaches visit 300,
+    state 1 visit 100."""
+    ps = {"seed": 3, "seq_len": 512, "in_state": 0, "out_state": 1,
+          "p1": {"0": 0.3, "1": 0.8},
+          "states": {"0": {"visits": 320, "by_visit": {"1": [0.26] * seeds,
+                                                       "50": [0.02] * seeds,
+                                                       "300": [inside] * seeds}},
+                     "1": {"visits": 190, "by_visit": {"1": [0.25] * seeds,
+                                                       "100": [outside] * seeds}}}}
+    return {"train_range": [0.0, 0.5], "runs": [{}] * seeds, "per_state": ps,
+            "held_out": {"by_t": {"1": {"mean": 0.26}, "300": {"mean": 0.21}}}}
+
+
+def test_per_state_reading_the_seed_count_decides():
+    """Table 2 read per state (issue 46): Table 2's value at the visit read (its upper end,
+    t = 300: 0.001 + 0.001; t = 100: 0.007 + 0.003) against each seed, a sign test."""
+    d = _per_state(0.0015, 0.13, seeds=5)
+    read = claim_per_state_in(d)
+    assert read[1] is True and "Table 2 at t = 300" in read[0] and "inside" in read[0]
+    assert read.margin.threshold == pytest.approx(0.002)
+    assert claim_per_state_out(d)[1] is False and "outside" in claim_per_state_out(d)[0]
+    assert claim_finding(d)[1] is True  # in-range falls as Table 2, held-out does not
+    for claim in (claim_per_state_in, claim_per_state_out, claim_finding):
+        v = claim(_per_state(0.0015, 0.13, seeds=3))[1]
+        assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
+    # the in-range state off Table 2's value in every seed: does not hold, nor the finding
+    assert claim_per_state_in(_per_state(0.05, 0.13, seeds=5))[1] is False
+    assert claim_finding(_per_state(0.05, 0.13, seeds=5))[1] is False
+    # the held-out state reaching Table 2's value too: the finding does not hold
+    assert claim_per_state_out(_per_state(0.0015, 0.005, seeds=5))[1] is True
+    assert claim_finding(_per_state(0.0015, 0.005, seeds=5))[1] is False
+    assert claim_per_state_in({"train_range": [0, 0.5]}) is None  # no per-state part
+
+
+def test_mixed_kernel_sequence_is_the_tasks_sampler():
+    from analyses.markov_holdout.per_state import mixed_kernel_sequence, per_state_deviation
+    x, k, task = mixed_kernel_sequence(1.0, (0.0, 0.5), (0.5, 1.0), seed=5, seq_len=4000)
+    y, k2, _ = mixed_kernel_sequence(1.0, (0.0, 0.5), (0.5, 1.0), seed=5, seq_len=4000)
+    assert torch.equal(x, y) and torch.equal(k, k2) and x.shape == (4000,)
+    assert float(k[0, 1]) <= 0.5 <= float(k[1, 1])
+    for s in (0, 1):  # the chain follows its kernel
+        nxt = x[1:][x[:-1] == s].double()
+        assert abs(float(nxt.mean()) - float(k[s, 1])) < 0.06
+    dev = per_state_deviation(np.zeros(6), np.array([0.5, 0.1, 0.2, 0.3, 0.4, 0.6]),
+                              np.array([0, 1, 1, 0, 1, 0]), visits=(1, 2, 3, 4))
+    assert dev["0"] == {"visits": 3, "by_visit": {"1": 0.5, "2": 0.3, "3": 0.6}}
+    assert dev["1"]["by_visit"] == {"1": 0.1, "2": 0.2, "3": 0.4}

@@ -71,6 +71,7 @@ def read_states(model, cache: ActivationCache | dict, t: int) -> list[SSMState]:
     holding :func:`state_hook_names`; ``model.run_with_cache`` keeps them)."""
     check_ssm(model)
     cfg = model.cfg
+    _check_cached(cache, state_hook_names(cfg.n_layers))
     T = cache[IN_PROJ_HOOK.format(0)].shape[1]
     check(0 <= t < T, f"position t = {t} is outside the run's 0..{T - 1}")
     chans, w = conv_channels(cfg, model.arch), window(cfg)
@@ -80,7 +81,16 @@ def read_states(model, cache: ActivationCache | dict, t: int) -> list[SSMState]:
         rows = cache[IN_PROJ_HOOK.format(i)][:, max(0, t - w + 1): t + 1, chans]
         pad = rows.new_zeros(rows.shape[0], w - rows.shape[1], rows.shape[2])  # before the start
         states.append(SSMState(h, torch.cat([pad, rows], dim=1)))  # conv [batch, w, channels]
+        check_state(model, states[-1], i)  # a cache of another model: one line here
     return states
+
+
+def _check_cached(cache: ActivationCache | dict, names: Sequence[str]) -> None:
+    """One line naming the first of ``names`` the cache lacks (not a bare KeyError)."""
+    missing = [n for n in names if n not in cache]
+    check(not missing, f"the cache lacks {missing[:1][0] if missing else ''!r} ("
+          f"{len(missing)} of the {len(names)} entries needed); run_with_cache keeps them "
+          "(names_filter=state_hook_names(n_layers), or no filter)")
 
 
 def run_states(model, tokens: Int[Tensor, "batch pos"], t: int) -> list[SSMState]:
@@ -91,13 +101,44 @@ def run_states(model, tokens: Int[Tensor, "batch pos"], t: int) -> list[SSMState
     return read_states(model, cache, t)
 
 
+def check_state(model, state: object, layer: int) -> None:
+    """One line unless ``state`` is an :class:`SSMState` of layer ``layer`` of ``model``: H of
+    [batch, heads, d_head, d_state], a window of [batch, w − 1, conv channels], one batch,
+    finite. A state of another model (d_state 1, one head, a window of 1 where the conv keeps
+    2) would otherwise broadcast into silently wrong logits."""
+    check(isinstance(state, SSMState), f"state of layer {layer}: an SSMState (or None), got "
+          f"{type(state).__name__}")
+    cfg = model.cfg
+    chans = conv_channels(cfg, model.arch)
+    want_h = (cfg.n_heads, cfg.d_head, cfg.d_state)
+    want_conv = (window(cfg), chans.stop - chans.start)
+    h, conv = state.h, state.conv
+    check(isinstance(h, torch.Tensor) and h.dim() == 4 and tuple(h.shape[1:]) == want_h,
+          f"state of layer {layer}: H of shape {tuple(getattr(h, 'shape', ()))}, but this "
+          f"{model.arch} holds [batch, heads {want_h[0]}, d_head {want_h[1]}, d_state "
+          f"{want_h[2]}]")
+    check(isinstance(conv, torch.Tensor) and conv.dim() == 3
+          and tuple(conv.shape[1:]) == want_conv,
+          f"state of layer {layer}: conv window of shape {tuple(getattr(conv, 'shape', ()))}, "
+          f"but this {model.arch} keeps [batch, w - 1 = {want_conv[0]}, channels "
+          f"{want_conv[1]}]")
+    check(conv.shape[0] == h.shape[0], f"state of layer {layer}: H of batch {h.shape[0]}, "
+          f"window of batch {conv.shape[0]}")
+    check(bool(torch.isfinite(h).all()) and bool(torch.isfinite(conv).all()),
+          f"state of layer {layer}: holds NaN or infinite values")
+
+
 @contextlib.contextmanager
 def start_from(model, states: Sequence[SSMState | None]) -> Iterator[None]:
     """Within the block, every forward of ``model`` starts layer i from ``states[i]`` (None:
-    the zero state) instead of H_0 = 0 and a zero-padded window."""
+    the zero state) instead of H_0 = 0 and a zero-padded window; each checked
+    (:func:`check_state`)."""
     check_ssm(model)
     check(len(states) == model.cfg.n_layers,
           f"{len(states)} states for a model of {model.cfg.n_layers} layers")
+    for i, s in enumerate(states):
+        if s is not None:
+            check_state(model, s, i)
     mixers = [b.mixer for b in model.blocks]
     try:
         for mixer, s in zip(mixers, states, strict=True):
@@ -112,8 +153,10 @@ def continue_from(model, states: Sequence[SSMState | None], tokens: Int[Tensor, 
                   fwd_hooks: Sequence = ()) -> Float[Tensor, "batch pos vocab"]:
     """The logits of ``tokens`` run on from ``states`` (what the run that left those states
     predicts at its next positions, when it goes on with ``tokens``)."""
-    for s in states:
+    check_ssm(model)
+    for i, s in enumerate(states):
         if s is not None:
+            check_state(model, s, i)
             check(s.h.shape[0] == tokens.shape[0], f"states of batch {s.h.shape[0]} for "
                   f"tokens of batch {tokens.shape[0]}")
     with start_from(model, states):
@@ -147,9 +190,16 @@ def get_act_patch_ssm(model, corrupted_tokens: Int[Tensor, "batch pos"],
     for layer in range(L):
         name = f"blocks.{layer}.{hook}"
         check(name in model.hook_dict, f"{model.arch} has no hook {name!r}")
+        _check_cached(clean_cache, [name])
         clean = clean_cache[name]
+        check(tuple(clean.shape[:2]) == tuple(corrupted_tokens.shape), f"the clean cache's "
+              f"{name} is of [batch, pos] {tuple(clean.shape[:2])}, the corrupted tokens "
+              f"{tuple(corrupted_tokens.shape)}: patching needs runs of one shape")
         for pos in range(T):
             def setter(act, hook, pos=pos, clean=clean):
+                check(act.shape == clean.shape, f"{hook.name}: the clean cache's activation "
+                      f"is {tuple(clean.shape)}, this model's {tuple(act.shape)} (a cache of "
+                      "another model?)")
                 act = act.clone()
                 act[:, pos] = clean[:, pos]
                 return act
@@ -167,6 +217,11 @@ def get_state_patch(model, corrupted_tokens: Int[Tensor, "batch pos"],
     layer l and position t ([n_layers, pos]). ``clean_cache`` holds :func:`state_hook_names`."""
     check_ssm(model)
     L, T = model.cfg.n_layers, corrupted_tokens.shape[1]
+    _check_cached(clean_cache, state_hook_names(L))
+    check(tuple(clean_cache[IN_PROJ_HOOK.format(0)].shape[:2]) == tuple(corrupted_tokens.shape),
+          f"the clean cache is of [batch, pos] "
+          f"{tuple(clean_cache[IN_PROJ_HOOK.format(0)].shape[:2])}, the corrupted tokens "
+          f"{tuple(corrupted_tokens.shape)}: patching needs runs of one shape")
     with torch.no_grad():
         _, corrupted_cache = model.run_with_cache(corrupted_tokens,
                                                   names_filter=state_hook_names(L))

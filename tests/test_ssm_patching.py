@@ -98,3 +98,51 @@ def test_state_patch_of_a_one_layer_model_is_the_clean_continuation(tiny_model):
 def test_a_transformer_is_refused_in_one_line(tiny_model):
     with pytest.raises(InputError, match="needs a suite Mamba or Mamba-2 model"):
         sp.run_states(tiny_model("transformer"), CLEAN, 2)
+
+
+def _unchecked_state(h, conv):
+    state = object.__new__(sp.SSMState)
+    object.__setattr__(state, "h", h)
+    object.__setattr__(state, "conv", conv)
+    return state
+
+
+@pytest.mark.parametrize("arch", ["mamba2", "mamba"])
+def test_a_state_of_another_shape_is_refused_not_broadcast(tiny_model, arch):
+    """Issue 48, failure 5: a state with d_state 1, one head or a conv window of 1 of w − 1
+    gave silently wrong logits (only the batch was checked); NaN passed too."""
+    m = model64(tiny_model, arch)
+    with torch.no_grad():
+        states = sp.run_states(m, CLEAN, T_SPLIT)
+    s = states[0]
+    bad = {
+        "d_state": sp.SSMState(s.h[..., :1], s.conv),
+        "heads": sp.SSMState(s.h[:, :1], s.conv),
+        "window": sp.SSMState(s.h, s.conv[:, -1:]),
+        "channels": sp.SSMState(s.h, s.conv[..., :1]),
+        "batch": _unchecked_state(s.h, s.conv[:1]),  # jaxtyping refuses it under pytest only
+        "nan": sp.SSMState(s.h.clone().fill_(float("nan")), s.conv),
+        "type": s.h,
+    }
+    for what, state in bad.items():
+        with pytest.raises(InputError, match="state of layer 0") as e:
+            sp.continue_from(m, [state, *states[1:]], CLEAN[:, T_SPLIT + 1:])
+        assert "\n" not in str(e.value), what
+    assert all(b.mixer.start_state is None for b in m.blocks)
+
+
+def test_caches_that_do_not_fit_are_one_line_not_raw_errors(tiny_model):
+    m = model64(tiny_model, "mamba2")
+    with torch.no_grad():
+        _, cache = m.run_with_cache(CLEAN)
+        _, short = m.run_with_cache(CLEAN[:, :4])
+    with pytest.raises(InputError, match="the cache lacks"):
+        sp.read_states(m, {}, 0)
+    with pytest.raises(InputError, match="the cache lacks"):
+        sp.get_act_patch_ssm(m, CORRUPTED, {}, metric)
+    for run in (sp.get_act_patch_ssm, sp.get_state_patch):
+        with pytest.raises(InputError, match="runs of one shape"):
+            run(m, CORRUPTED, short, metric)
+    other = model64(tiny_model, "mamba2", d_state=2)
+    with pytest.raises(InputError, match="d_state"):
+        sp.read_states(other, cache, 2)

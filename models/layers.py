@@ -31,11 +31,25 @@ def activation(name: str) -> Callable[[Tensor], Tensor]:
 
 
 def has_hooks(hp: HookPoint) -> bool:
-    """True when a user hook (forward or backward) is attached to ``hp``.
+    """True when a user hook (forward or backward) is attached to ``hp``, or a tracer that
+    replaced its ``forward`` is running (:func:`traced`).
 
     Fast paths ask this before skipping an activation: a hooked activation must be computed.
     """
-    return bool(hp._forward_hooks) or bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
+    return (bool(hp._forward_hooks) or bool(hp._backward_hooks) or bool(hp._backward_pre_hooks)
+            or ("forward" in hp.__dict__ and traced(hp)))
+
+
+def traced(hp: HookPoint) -> bool:
+    """True while a tracer reads ``hp`` through a ``forward`` of its own instead of a torch hook.
+
+    nnsight (0.8) installs a controller as the module's ``forward`` and leaves the hook lists
+    empty, so without this a fast path would skip the activation the trace waits for (nnsight's
+    OutOfOrderError). Its controller says whether a trace is running through the module now
+    (``state.active()``); then the activation is computed, otherwise the fast path stays. Any
+    other replaced ``forward`` is taken to read the activation."""
+    active = getattr(getattr(hp.__dict__["forward"], "state", None), "active", None)
+    return active is None or active()[0] is not None
 
 
 def has_backward_hooks(hp: HookPoint) -> bool:

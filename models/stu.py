@@ -179,6 +179,8 @@ class STULayer(nn.Module):
 
 
 class STUBlock(nn.Module):
+    hook_out_is_single_residual_stream = True  # what TL's logit lens asks (see TransformerBlock)
+
     def __init__(self, cfg: STUConfig):
         super().__init__()
         on = cfg.normalization == "layernorm"

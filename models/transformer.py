@@ -345,6 +345,10 @@ class Attention(nn.Module):
 
 
 class TransformerBlock(nn.Module):
+    # TL's logit lens reads hook_resid_post as the one stream ln_final and unembed turn into
+    # logits (the bridge's blocks declare it so); every block here writes exactly that
+    hook_out_is_single_residual_stream = True
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg

@@ -119,6 +119,9 @@ def test_cache_methods_equal_the_bridges(exported):
     same(full, theirs.get_full_resid_decomposition(expand_neurons=False),
          "get_full_resid_decomposition")
     same(full.sum(0), ours["blocks.1.hook_resid_post"], "the decomposition sums to the stream")
+    lens, their_lens = ours.logit_lens(), theirs.logit_lens()  # TL's tool, on both caches
+    assert lens.labels == their_lens.labels
+    same(lens.readout.values, their_lens.readout.values, "logit_lens")
     same(model.tokens_to_residual_directions(answer),
          bridge.tokens_to_residual_directions(answer), "tokens_to_residual_directions")
     torch.testing.assert_close(model.loss_fn(ours_logits, tokens, per_token=True),
@@ -218,6 +221,8 @@ def test_ssms_refuse_what_has_no_meaning_in_one_line(arch, extra, tiny_model, to
     assert acc.shape == (model.cfg.n_layers + 1, *x.shape, model.cfg.d_model)
     last = acc[-1] @ model.W_U + model.b_U
     torch.testing.assert_close(last, logits, atol=1e-5, rtol=0)
+    lens = cache.logit_lens(return_type="logits").readout.values  # [stream, batch, vocab]
+    torch.testing.assert_close(lens[-1], logits[:, -1], atol=1e-5, rtol=0)
     attrs = cache.logit_attrs(acc, x[:, -1])
     assert attrs.shape == (model.cfg.n_layers + 1, x.shape[0], x.shape[1])
 

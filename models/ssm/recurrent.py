@@ -274,6 +274,8 @@ class SSMMixer(nn.Module):
 class SSMBlock(nn.Module):
     """resid_post = resid_pre + mixer(norm(resid_pre)) [+ mlp(norm2(resid_mid))] (pre-norm)."""
 
+    hook_out_is_single_residual_stream = True  # what TL's logit lens asks (see TransformerBlock)
+
     def __init__(self, cfg: SSMLMConfig, mixer: nn.Module):
         super().__init__()
         self.cfg = cfg

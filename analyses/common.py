@@ -151,19 +151,17 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             for n in names:  # every name checked before any training
                 zoo.recipe(n).parts(args.train)
             check_cache_dir(args.cache_dir, write=False)  # a read-only cache serves what it has
+            backend = None
             if args.ray is not None and names:  # not cached yet: Ray tasks, retried
                 backend = backend_of(args, os.cpu_count() or 1, args.device, num_cpus=max(
                     zoo.recipe(n).slots for n in names))
-                done = zoo.train_recipes(names, args.train, args.cache_dir, args.device,
-                                         backend, progress=False)
-                failed = [f"{n} ({f.error}; {f.attempts} attempts)" for n, f in done.items()
-                          if isinstance(f, Failed)]
-                check(not failed, f"training failed: {', '.join(failed)}")
-                given += [Checkpoint(n, str(done[n])) for n in names]
-            else:
-                given += [Checkpoint(n, str(zoo.checkpoint(n, args.train, args.cache_dir,
-                                                           args.device, progress=False)))
-                          for n in names]
+            # the one way recipes are trained: in waves, as ensembles where they pay off
+            done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,
+                                     progress=False)
+            failed = [f"{n} ({f.error}; {f.attempts} attempts)" for n, f in done.items()
+                      if isinstance(f, Failed)]
+            check(not failed, f"training failed: {', '.join(failed)}")
+            given += [Checkpoint(n, str(done[n])) for n in names]
         with output_lock(args.out, name):  # one writer of these outputs at a time
             result = compute(args, given)
             out_name = output_name(args, result) if output_name else name

@@ -73,7 +73,7 @@ def test_each_member_is_its_solo_run(arch, tmp_path, float64):
         assert max((s1[k]["exp_avg"] - s2[k]["exp_avg"]).abs().max().item() for k in s1) <= 1e-10
 
 
-def test_a_member_that_reaches_stop_at_stops_and_the_others_go_on(tmp_path, float64):
+def test_a_member_that_reaches_stop_at_stops_and_the_others_go_on(tmp_path):
     # an untrained STU recalls some of the 4 evaluation tokens of induction (chance 1/4), so
     # a tiny level is reached at the first evaluation (tests/test_early_stop.py)
     base = dict(steps=8, batch_size=4, eval_every=2, eval_batches=1, eval_batch_size=4,
@@ -90,7 +90,8 @@ def test_a_member_that_reaches_stop_at_stops_and_the_others_go_on(tmp_path, floa
         solo = train(specs[i], out=tmp_path / f"s{i}.pt", device="cpu", progress=False)
         assert solo["train"]["step"] == ens[i]["train"]["step"]
         assert solo["train"].get("stop") == ens[i]["train"].get("stop")
-        assert _close(ens[i]["state_dict"], solo["state_dict"]) <= 1e-10
+        # float32 (the early stop of tests/test_early_stop.py): equal up to float32 rounding
+        assert _close(ens[i]["state_dict"], solo["state_dict"]) <= 1e-5
 
 
 def test_members_are_cached_under_their_solo_keys(tmp_path):
@@ -111,3 +112,27 @@ def test_grouping_and_refusals(tmp_path):
         train_ensemble([stu[0], lstm[0]], [None, None], device="cpu", progress=False)
     with pytest.raises(InputError, match="same file"):
         train_ensemble(stu[:2], [tmp_path / "a.pt"] * 2, device="cpu", progress=False)
+
+
+def test_the_zoo_trains_a_sweep_as_ensembles_served_as_solo_recipes(tmp_path, monkeypatch):
+    from analyses import zoo
+    from models.train import ensemble_cache
+
+    sizes = []
+    real = ensemble_cache.train_ensemble
+
+    def counting(specs, *a, **kw):
+        sizes.append(len(specs))
+        return real(specs, *a, **kw)
+
+    monkeypatch.setattr(ensemble_cache, "train_ensemble", counting)
+    names = [f"induction/stu_L16_s{i}" for i in range(3)]
+    short = {"steps": 3, "eval_every": 3, "eval_batches": 1}
+    done = zoo.train_recipes(names, "quick", tmp_path, "cpu", train=short, progress=False)
+    assert sizes == [3]  # one ensemble of the three seeds
+    for n in names:  # each served under its solo run's key
+        assert done[n] == zoo._cached(n, "quick", tmp_path, short, "cpu") is not None
+    done_off = zoo.train_recipes(names, "quick", tmp_path / "off", "cpu", train=short,
+                                 progress=False, ensembles="off")
+    assert sizes == [3] and [p.name for p in done_off.values()] == [
+        p.name for p in done.values()]

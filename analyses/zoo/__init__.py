@@ -41,6 +41,8 @@ from models.train.cache import (
     is_cached,
     train_run_cached,
 )
+from models.train.ensemble import MemberFailed, group_runs
+from models.train.ensemble_cache import ENSEMBLES, train_runs_cached
 from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
 from seqprobe import flags
@@ -171,10 +173,17 @@ def checkpoints(names: Iterable[str], preset: str = "quick",
     return {n: checkpoint(n, preset, cache_dir, device, progress) for n in names}
 
 
-def _train_one(name: str, preset: str, cache_dir: str, device: str,
-               train: Mapping[str, Any] | None) -> str:
-    """Task body of :func:`train_recipes` (a worker process, a Ray worker or this one)."""
-    return str(checkpoint(name, preset, cache_dir, device, progress=False, train=train))
+def _train_group(names: list[str], preset: str, cache_dir: str, device: str,
+                 train: Mapping[str, Any] | None, ensembles: str,
+                 progress: bool = False) -> list[str | Failed]:
+    """Task body of :func:`train_recipes` (a worker process, a Ray worker or this one): the
+    recipes ``names``, whose init recipes are cached, trained as ensembles where they can be
+    (:func:`models.train.ensemble_cache.train_runs_cached`); each one's path, or a
+    :class:`Failed` for a run that diverged."""
+    specs = [run_config(n, preset, cache_dir, train, device) for n in names]
+    done = train_runs_cached(specs, cache_dir, device, progress=progress, labels=names,
+                             ensembles=ensembles)
+    return [Failed(r.error, 1) if isinstance(r, MemberFailed) else str(r) for r in done]
 
 
 def _cached(name: str, preset: str, cache_dir: str | Path,
@@ -189,29 +198,55 @@ def _cached(name: str, preset: str, cache_dir: str | Path,
 def train_recipes(names: Iterable[str], preset: str = "quick",
                   cache_dir: str | Path | None = None, device: str = "auto",
                   backend: Backend | None = None, train: Mapping[str, Any] | None = None,
-                  progress: bool = True) -> dict[str, Path | Failed]:
-    """:func:`checkpoint` of each name, the ones not cached yet run as tasks on ``backend``
-    (:mod:`seqprobe.sweep`; default: one after the other here). A recipe whose training fails
-    on every attempt maps to a :class:`Failed`; the others still train. The cache must be
-    one the workers share (a cluster: a shared file system)."""
+                  progress: bool = True, ensembles: str = "auto") -> dict[str, Path | Failed]:
+    """:func:`checkpoint` of each name: the one way a sweep of recipes is trained. The ones not
+    cached yet train in waves (what a fine-tune starts from first), each wave's recipes
+    grouped into ensembles (``ensembles``: see :func:`~models.train.ensemble_cache.
+    train_runs_cached`), each ensemble a task on ``backend`` (:mod:`seqprobe.sweep`; default:
+    one after the other here). A recipe whose training fails maps to a :class:`Failed`; the
+    others still train. The cache must be one the workers share (a cluster: a shared file
+    system)."""
     names = list(dict.fromkeys(names))
     for n in names:  # every name checked before any training
         recipe(n).parts(preset)
+    check(ensembles in ENSEMBLES, f"--ensembles must be one of {', '.join(ENSEMBLES)}")
+    cache = str(cache_dir_or_default(cache_dir))
+    every = list(dict.fromkeys(d for n in names for d in [*dependencies(n, preset), n]))
+    backend = backend or Backend(retries=0)  # here: a failure is reported once, not retried
+    # each run's own progress bar where it trains in this process (a sweep's bar elsewhere)
+    here = not backend.ray and backend.jobs == 1 and progress
     out: dict[str, Path | Failed] = {}
-    todo = []
-    for n in names:
-        path = _cached(n, preset, cache_dir, train, device)
-        if path is None:
-            todo.append(n)
-        else:
-            out[n] = path
-    results = map_tasks(_train_one, [(n, preset, str(cache_dir_or_default(cache_dir)), device,
-                                      dict(train) if train else None) for n in todo],
-                        backend or Backend(), desc="train", progress=progress,
-                        done_before=len(out), on_done=lambda i, _: {"recipe": todo[i]})
-    for n, r in zip(todo, results, strict=True):
-        out[n] = r if isinstance(r, Failed) else Path(r)
+    for depth in sorted({len(dependencies(n, preset)) for n in every}):
+        wave = [n for n in every if len(dependencies(n, preset)) == depth]
+        todo = []
+        for n in wave:
+            parent = recipe(n).init_from.get(preset)
+            if isinstance(out.get(parent), Failed):
+                out[n] = Failed(f"{parent}, which it starts from, failed", 0)
+            elif (path := _cached(n, preset, cache_dir, train, device)) is None:
+                todo.append(n)
+            else:
+                out[n] = path
+        groups = _groups(todo, preset, cache_dir, train, device, ensembles)
+        results = map_tasks(_train_group, [(g, preset, cache, device,
+                                            dict(train) if train else None, ensembles, here)
+                                           for g in groups],
+                            backend, desc="train", progress=progress and not here,
+                            done_before=0, on_done=lambda i, _, gs=groups: {"recipes": len(gs[i])})
+        for g, r in zip(groups, results, strict=True):
+            for k, n in enumerate(g):
+                out[n] = r if isinstance(r, Failed) else (
+                    r[k] if isinstance(r[k], Failed) else Path(r[k]))
     return {n: out[n] for n in names}
+
+
+def _groups(names: list[str], preset: str, cache_dir, train, device: str,
+            ensembles: str) -> list[list[str]]:
+    """``names`` as the ensembles they train in (one name a group where none forms)."""
+    if ensembles == "off" or len(names) < 2:
+        return [[n] for n in names]
+    specs = [_resolved(run_config(n, preset, cache_dir, train, device), device) for n in names]
+    return [[names[i] for i in g] for g in group_runs(specs, only_if_it_pays=ensembles == "auto")]
 
 
 def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") -> str:
@@ -286,6 +321,9 @@ def _main(argv: list[str] | None) -> int:
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
+    p.add_argument("--ensembles", choices=ENSEMBLES, default="auto",
+                   help="`train`: runs of one model trained as one ensemble (auto: where it "
+                   "is faster: on a GPU, and on a CPU for models whose default path vmaps)")
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
     seed_offset()  # a bad $SEQPROBE_SEED_OFFSET is one line, not every recipe "invalid"
     if args.names[:1] == ["path"] and not args.list:
@@ -296,17 +334,14 @@ def _main(argv: list[str] | None) -> int:
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
             recipe(n).parts(args.level)  # every name checked before any training
-        if args.ray is None:  # as ever: one after the other, each with its own progress bar
-            for n, path in checkpoints(args.names, args.level, args.cache_dir, args.device,
-                                       not args.no_progress).items():
-                print(f"{n}: {path}")
-            return 0
-        jobs = args.jobs or os.cpu_count() or 1
-        slots = max(recipe(n).slots for n in args.names)
         device = str(resolve_device(args.device))  # auto: what this machine has
-        backend = backend_of(args, jobs, device, num_cpus=slots)
+        backend = None
+        if args.ray is not None:
+            jobs = args.jobs or os.cpu_count() or 1
+            slots = max(recipe(n).slots for n in args.names)
+            backend = backend_of(args, jobs, device, num_cpus=slots)
         done = train_recipes(args.names, args.level, args.cache_dir, device, backend,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, ensembles=args.ensembles)
         for n, path in done.items():
             print(f"{n}: {path.error} (failed after {path.attempts} attempt(s))"
                   if isinstance(path, Failed) else f"{n}: {path}")

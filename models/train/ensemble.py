@@ -41,6 +41,7 @@ from torch.func import functional_call, vmap
 
 from models.checkpoint.io import exclusive_writer
 from models.checkpoint.paths import check_writable
+from models.registry import model_class
 from models.train.build import run_size, validate_run_config
 from models.train.callbacks import Callback
 from models.train.evaluation import EvaluationStopped, Evaluator, evaluate
@@ -59,7 +60,8 @@ from seqprobe.device import resolve_device
 from seqprobe.memory import check_fits, human_bytes
 from tasks.registry import make_task
 
-__all__ = ["MemberFailed", "ensemble_key", "fused_backward", "group_runs", "train_ensemble"]
+__all__ = ["MemberFailed", "ensemble_key", "fused_backward", "group_runs", "pays_off",
+           "train_ensemble"]
 
 
 @dataclass(frozen=True)
@@ -81,13 +83,27 @@ def ensemble_key(spec: RunConfig) -> str | None:
     return f"{spec.arch}|{model}|{cfg.precision}|{cfg.device_type}"
 
 
-def group_runs(specs: Sequence[RunConfig], max_members: int = 32) -> list[list[int]]:
+def pays_off(spec: RunConfig) -> bool:
+    """Whether an ensemble trains ``spec`` faster than one run after another (the
+    ``--ensembles auto`` rule): on a GPU always (a small model's step is bound by kernel
+    launches, which an ensemble shares); on a CPU a step is bound by its arithmetic, which an
+    ensemble does not share, and only a model whose default path vmaps gains the per-op
+    overhead (a class with an ``ensemble_scan`` swaps its fused CPU path for the plain one:
+    slower; bench/results.json ``bench_ensemble``)."""
+    if spec.train.device_type == "cuda":
+        return True
+    return getattr(model_class(spec.arch), "ensemble_scan", None) is None
+
+
+def group_runs(specs: Sequence[RunConfig], max_members: int = 32,
+               only_if_it_pays: bool = False) -> list[list[int]]:
     """Indices of ``specs`` grouped into ensembles (:func:`ensemble_key`; at most
-    ``max_members`` each, in the order given); a run that trains alone is a group of one."""
+    ``max_members`` each, in the order given); a run that trains alone is a group of one.
+    ``only_if_it_pays``: a run :func:`pays_off` says nothing for trains alone too."""
     groups: dict[str, list[list[int]]] = {}
     out: list[list[int]] = []
     for i, spec in enumerate(specs):
-        key = ensemble_key(spec)
+        key = ensemble_key(spec) if not only_if_it_pays or pays_off(spec) else None
         if key is None:
             out.append([i])
             continue

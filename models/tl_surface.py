@@ -44,12 +44,25 @@ def near_matches(name: str, names) -> str:
 
 
 def sample_next(logits: Float[Tensor, "batch vocab"], do_sample: bool, temperature: float,
-                top_k: int | None, top_p: float | None) -> Int[Tensor, " batch"]:
-    """TL's ``sample_logits`` without its penalties: argmax, or a draw from the softmax of
-    ``logits / temperature`` restricted to the ``top_k`` tokens and the ``top_p`` mass."""
+                top_k: int | None, top_p: float | None, seen: Int[Tensor, "batch pos"],
+                freq_penalty: float = 0.0, repetition_penalty: float = 1.0
+                ) -> Int[Tensor, " batch"]:
+    """TL's ``sample_logits``: argmax, or a draw from the softmax of ``logits / temperature``
+    restricted to the ``top_k`` tokens and the ``top_p`` mass. ``repetition_penalty`` (HF's:
+    the logits of tokens in ``seen`` divided by it where positive, multiplied where negative)
+    applies to both; ``freq_penalty`` (minus it times each token's count in ``seen``) to
+    sampling only, as in TL."""
+    logits = logits.float()
+    if repetition_penalty != 1.0:
+        picked = logits.gather(-1, seen)
+        picked = torch.where(picked > 0, picked / repetition_penalty, picked * repetition_penalty)
+        logits = logits.scatter(-1, seen, picked)
     if not do_sample or temperature == 0.0:
         return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
+    if freq_penalty:
+        logits = logits - freq_penalty * torch.zeros_like(logits).scatter_add(
+            -1, seen, torch.ones_like(seen, dtype=logits.dtype))
+    logits = logits / temperature
     if top_k is not None:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -235,23 +248,34 @@ class TLSurface:
     def generate(self, input: str | list[str] | Tensor = "", max_new_tokens: int = 10,
                  stop_at_eos: bool = True, eos_token_id: int | None = None,
                  do_sample: bool = True, top_k: int | None = None, top_p: float | None = None,
-                 temperature: float = 1.0, use_past_kv_cache: bool = True,
+                 temperature: float = 1.0, freq_penalty: float = 0.0,
+                 repetition_penalty: float = 1.0, use_past_kv_cache: bool = True,
                  prepend_bos: bool | None = None, padding_side: str | None = None,
                  return_type: str | None = "input", verbose: bool = True):
         """TL's ``generate``: ``max_new_tokens`` tokens after ``input``, drawn from the softmax
-        (``do_sample``, TL's default; ``temperature``, ``top_k``, ``top_p``) or greedy
-        (``do_sample=False``: :func:`models.generation.greedy_decode`'s argmax). Text is read as
-        :meth:`to_tokens` reads it, ``<BOS>`` first as the task writes its sequences (what
-        ``greedy_decode`` of a task batch sees). Returns prompt and continuation: text for text
-        input (``return_type="input"``, or ``"str"``), ids for ids (or ``"tokens"``). A row
-        that writes ``<EOS>`` is padded with it afterwards (``stop_at_eos``); all done, it
-        stops. Every step re-runs the whole sequence (no KV cache: ``use_past_kv_cache`` and
-        ``verbose`` are accepted for TL's signature), so hooks see full-sequence activations.
+        (``do_sample``, TL's default; ``temperature``, ``top_k``, ``top_p``, the penalties of
+        :func:`sample_next`) or greedy (``do_sample=False``:
+        :func:`models.generation.greedy_decode`'s argmax). Text is read as :meth:`to_tokens`
+        reads it, ``<BOS>`` first as the task writes its sequences (what ``greedy_decode`` of a
+        task batch sees). Strings of different lengths are refused: no suite model takes an
+        attention mask, so padding would be read as input. Returns prompt and continuation:
+        text for text input (``return_type="input"``, or ``"str"``), ids for ids (or
+        ``"tokens"``). A row that writes ``<EOS>`` is padded with it afterwards
+        (``stop_at_eos``); all done, it stops. Every step re-runs the whole sequence (no KV
+        cache: ``use_past_kv_cache`` and ``verbose`` are accepted for TL's signature), so hooks
+        see full-sequence activations.
         """
         check(return_type in ("input", "str", "tokens"),
               f"return_type must be 'input', 'str' or 'tokens', got {return_type!r}")
         text = not isinstance(input, Tensor)
-        tokens = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
+        if text:
+            tokens, mask = self.tokens_and_mask(input, prepend_bos, padding_side)
+            check(mask is None, "generate takes strings of one length (no suite model takes an "
+                                "attention mask, so padding would be read as input): generate "
+                                "them one at a time, or group them by length")
+            tokens = tokens.to(self.cfg.device)
+        else:
+            tokens = self.to_tokens(input)
         check(tokens.shape[1] >= 1, "generate needs at least one token to start from (the task "
                                     "has no <BOS> to start an empty prompt with)")
         if eos_token_id is None and stop_at_eos and self.task is not None:
@@ -259,7 +283,8 @@ class TLSurface:
             eos_token_id = self.task_vocab.id("EOS") if "EOS" in specials else None
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         for _ in range(max_new_tokens):
-            nxt = sample_next(self(tokens)[:, -1], do_sample, temperature, top_k, top_p)
+            nxt = sample_next(self(tokens)[:, -1], do_sample, temperature, top_k, top_p, tokens,
+                              freq_penalty, repetition_penalty)
             if stop_at_eos and eos_token_id is not None:
                 nxt = nxt.masked_fill(done, eos_token_id)
                 done = done | (nxt == eos_token_id)

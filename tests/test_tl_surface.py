@@ -162,6 +162,14 @@ def test_generate_copies_with_the_tasks_bos(copier):
     # sampling: a cold temperature or top_k=1 is the argmax; any draw is a token of the task
     for kw in (dict(temperature=1e-4), dict(top_k=1), dict(top_p=1e-6)):
         assert copier.generate("hello<COPY>", max_new_tokens=8, **kw).endswith("hello<EOS>")
+    # TL's penalties: a heavy frequency penalty pushes the sampled copy off its letters
+    assert copier.generate("hello<COPY>", max_new_tokens=8, top_k=1, freq_penalty=50.0) != \
+        copier.generate("hello<COPY>", max_new_tokens=8, top_k=1)
+    assert copier.generate(["ab<COPY>", "cd<COPY>"], max_new_tokens=4, do_sample=False) == \
+        ["<BOS>ab<COPY>ab<EOS>", "<BOS>cd<COPY>cd<EOS>"]
+    with pytest.raises(InputError, match="one length") as e:  # padding would be read as input
+        copier.generate(["ab<COPY>", "abc<COPY>"])
+    one_line(e.value)
     torch.manual_seed(0)
     drawn = copier.generate("ab<COPY>", max_new_tokens=5, temperature=50.0, stop_at_eos=False,
                             return_type="tokens")

@@ -123,6 +123,7 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
                 raise
             # a recipe's name reads as a hub name: say how to open the recipe instead
             raise HFError(f"{e}; {hints[0]}") from None
+        check_task_fits(model, path)  # an export's task (its provenance) against the model
         return model if eval_mode else model.train()
     if Path(path).is_dir():
         raise CheckpointError(f"{path}: is a directory, not a checkpoint file (nor a "
@@ -137,4 +138,18 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     if eval_mode:
         model.eval()
     model.load_records(ckpt, source=path)
+    check_task_fits(model, path)
     return model
+
+
+def check_task_fits(model, path: str | os.PathLike) -> None:
+    """The task a checkpoint records must fit its model: every token id of the task's
+    vocabulary is a row of the model's embedding (a 30-token model given a 62-token task would
+    index past it; training refuses the same run, models.train.build.validate_run_config)."""
+    task, vocab = getattr(model, "task", None), getattr(model.cfg, "vocab_size", None)
+    if task is None or vocab is None or getattr(model.cfg, "head", "lm") != "lm":
+        return
+    size = getattr(getattr(task, "vocab", None), "size", None)
+    _need(size is None or size <= vocab, path,
+          f"its {task.name} task has {size} tokens, more than the model's vocab_size {vocab}: "
+          "the task is not the one the model was trained on")

@@ -151,3 +151,93 @@ def test_two_distributions_claiming_zoo_are_refused_naming_both(monkeypatch, tmp
     monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path))
     with pytest.raises(InputError, match="not trained"):
         models.load("zoo:copy/rope")
+
+
+# ---------------------------------------------------------------------------- failure 4
+@pytest.mark.parametrize("D", [60, 40])
+def test_a_checkpoint_whose_task_does_not_fit_its_model_is_refused(tmp_path, D):
+    """A 30-token model recording a copy task of D symbols + specials > 30: an IndexError
+    traceback (or scores of garbage) before; one line now."""
+    import models
+    from models.checkpoint.io import save_checkpoint
+    from seqprobe.errors import CheckpointError
+    from tests.tiny import good_checkpoint
+
+    ck = good_checkpoint()
+    ck["task"]["config"]["D"] = D
+    save_checkpoint(ck, tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match="more than the model's vocab_size 30") as e:
+        models.load(tmp_path / "m.pt")
+    assert "\n" not in str(e.value)
+    save_checkpoint(good_checkpoint(), tmp_path / "ok.pt")
+    assert models.load(tmp_path / "ok.pt").task.vocab.size <= 30
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny transformer checkpoint exported to HF (GPT-NeoX): its directory."""
+    from models.checkpoint.io import save_checkpoint
+    from models.hf import export as export_hf
+    from tests.tiny import good_checkpoint
+
+    root = tmp_path_factory.mktemp("export")
+    save_checkpoint(good_checkpoint(pe="rope"), root / "m.pt")
+    export_hf.export(root / "m.pt", root / "hf", verify=False)
+    return root / "hf"
+
+
+def _edited_export(exported: Path, tmp_path: Path, edit) -> Path:
+    import shutil
+
+    out = tmp_path / "hf"
+    shutil.copytree(exported, out)
+    config = json.loads((out / "config.json").read_text())
+    edit(config)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["seqprobe"].update(arch="mamba2"), "says a mamba2 model, but config.json "
+     "builds a gpt_neox one"),
+    (lambda c: c["seqprobe"].update(arch="lstm"), "arch 'lstm' is none the exporter writes"),
+    (lambda c: c["seqprobe"]["config"].update(d_model=1 << 20), "config.d_model 1048576 is out of "
+     "range"),
+    (lambda c: c["seqprobe"].update(step=-5), "step -5 is not a step count"),
+    (lambda c: c["seqprobe"].update(digest="md5:abc"), "digest 'md5:abc' is not"),
+    (lambda c: c["seqprobe"]["task"]["config"].update(D=60), "more than the model's "
+     "vocab_size 30"),
+])
+def test_an_export_whose_record_disagrees_with_its_model_is_refused(exported, tmp_path, edit,
+                                                                    message):
+    import models
+    from models.hf.checks import HFError  # noqa: F401 - HFError and CheckpointError: one line
+
+    out = _edited_export(exported, tmp_path, edit)
+    with pytest.raises(InputError, match=message) as e:
+        models.load(out)
+    assert "\n" not in str(e.value)
+
+
+def test_a_huge_config_json_is_not_read_by_the_analyses(exported, tmp_path, monkeypatch):
+    """analyses.common.export_of_dir read config.json whole before the loader's size check (a
+    1 GB file: 2.6 GB RSS; a sparse 3 GB one: MemoryError)."""
+    import shutil
+
+    from analyses.common import export_of_dir, load_model
+
+    out = tmp_path / "hf"
+    shutil.copytree(exported, out)
+    with open(out / "config.json", "r+b") as f:
+        f.truncate(3 << 30)  # sparse: no disk used
+    read = []
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or
+                        real(self, *a, **k))
+    assert export_of_dir(out) is None and not any(p.name == "config.json" for p in read)
+    with pytest.raises(InputError, match="config.json") as e:
+        load_model(str(out))
+    assert "\n" not in str(e.value)
+    (out / "config.json").unlink()
+    (out / "config.json").write_text("[" * 100000)  # a RecursionError in json before
+    assert export_of_dir(out) is None

@@ -32,6 +32,8 @@ from models.checkpoint.untrusted import (
 from models.checkpoint.untrusted import (
     check_tensor_storage as _check_tensor_storage,
 )
+from models.hf.export_map import MAX_CONFIG_BYTES
+from models.hf.export_record import record_problem
 from seqprobe.config import config_from_dict
 from seqprobe.device import check_fits
 from seqprobe.errors import InputError
@@ -49,8 +51,6 @@ class HFError(InputError):
 # each other; its public name stays models.hf.HFError (pickles, the error tree, the docs)
 HFError.__module__ = "models.hf"
 
-# transformers reads a config.json whole; real ones are a few kB, so a larger file is not a config
-MAX_CONFIG_BYTES = 2**24
 # tokenizer and other text files (.json, .txt, .model, .jinja) are read whole, and a tokenizer
 # holds many times its file's size once parsed: several times the largest published ones
 MAX_TEXT_FILE_BYTES = 2**27
@@ -143,6 +143,9 @@ def check_provenance(config: PretrainedConfig, source: str) -> None:
     where = f"{source}: its provenance (config.json 'seqprobe')"
     if not isinstance(prov, dict):
         raise HFError(f"{where} is a {type(prov).__name__}, not an object")
+    problem = record_problem(prov, config)
+    if problem:
+        raise HFError(f"{where}: {problem}")
     task = prov.get("task")
     if task is None:
         return

@@ -52,6 +52,7 @@ from models.checkpoint.paths import check_path, short_path
 from models.checkpoint.rebuild import model_from_checkpoint
 from models.hf.export_hooks import HFSite, hook_sites
 from models.hf.export_map import (
+    MAX_CONFIG_BYTES,
     ExportError,
     HFExport,
     read_provenance,
@@ -111,7 +112,6 @@ EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safete
                           "model.safetensors.index.json", "tokenizer.json",
                           "tokenizer_config.json", "special_tokens_map.json"})
 SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-MAX_CONFIG_BYTES = 1 << 24  # ours hold a few numbers per d_model (ln_final_shift): far below
 
 
 def not_an_export(directory: Path) -> str | None:

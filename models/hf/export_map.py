@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ from seqprobe.errors import InputError
 from tasks.base import Vocab
 from tasks.registry import make_task
 
+# transformers reads a config.json whole; real ones are a few kB (ours hold a few numbers per
+# d_model, ln_final_shift), so a larger file is not a config: refused before it is read
+MAX_CONFIG_BYTES = 1 << 24
 HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
               "mamba": "MambaForCausalLM"}
 # Mamba-2 with the Markov paper's MLP after each mixer (d_mlp > 0): Bamba's blocks are exactly
@@ -338,8 +342,9 @@ def _mamba(cfg, sd: dict[str, Tensor], ids: dict, notes: list[str]):
 
 
 def to_hf(ckpt: dict) -> HFExport:
-    """Map a checkpoint dict (:func:`models.checkpoint.io.read_checkpoint`) to an HF config, state dict and
-    tokenizer; raise :class:`ExportError` (one line) where no HF class computes it exactly."""
+    """Map a checkpoint dict (:func:`models.checkpoint.io.read_checkpoint`) to an HF config,
+    state dict and tokenizer; raise :class:`ExportError` (one line) where no HF class computes
+    it exactly."""
     arch = ckpt["model"]["arch"]
     cfg = config_from_dict(model_class(arch).config_cls, ckpt["model"]["config"])
     why = refusal(arch, cfg)
@@ -384,7 +389,15 @@ def read_provenance(hf_dir: str | os.PathLike) -> dict | None:
     task, step, digest, notes), or None for a model this suite did not export."""
     path = Path(hf_dir) / "config.json"
     try:
+        st = os.stat(path)
+        # read only a regular file of a config's size: a FIFO would block, a 1 GB one is
+        # no config (and would be read whole before the loader's own check refused it)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+            raise ExportError(f"{short_path(path)}: not a readable HF config ("
+                              + ("not a regular file" if not stat.S_ISREG(st.st_mode) else
+                                 f"{st.st_size:,} bytes, more than any config") + ")")
         entry = json.loads(path.read_text()).get("seqprobe")
-    except (OSError, ValueError, AttributeError) as e:
-        raise ExportError(f"{short_path(path)}: not a readable HF config ({e})") from None
+    except (OSError, ValueError, AttributeError, RecursionError) as e:
+        raise ExportError(f"{short_path(path)}: not a readable HF config "
+                          f"({' '.join(str(e).split())[:160] or type(e).__name__})") from None
     return entry if isinstance(entry, dict) else None

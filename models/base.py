@@ -64,7 +64,7 @@ from models.checkpoint.schema import FORMAT, make_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.provenance import Provenance
 from models.text import TaskText
-from models.tl_surface import TLSurface, near_matches
+from models.tl_surface import TLSurface, near_matches, neuron_width
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.errors import InputError
@@ -187,6 +187,10 @@ class SuiteActivationCache(ActivationCache):
               "without attention): accumulated_resid and the blocks' own hooks "
               "(model.hook_names()) read its stream")
         return super().decompose_resid(*args, **kwargs)
+
+    def stack_neuron_results(self, *args: Any, **kwargs: Any):
+        with neuron_width(self.model.cfg):  # TL labels neurons by cfg.d_mlp
+            return super().stack_neuron_results(*args, **kwargs)
 
     def _name(self, key) -> str:
         """The hook name TL's ``__getitem__`` looks up for ``key`` (see ``get_act_name``)."""

@@ -18,6 +18,7 @@ with the reason, an ``AttributeError`` too, so ``hasattr`` and ``getattr(model, 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 
 import torch
@@ -41,6 +42,22 @@ def near_matches(name: str, names) -> str:
     or ``""`` when none is close: the tail of a "no such hook" line."""
     close = difflib.get_close_matches(name, list(names), n=NEAR_MATCHES, cutoff=0.6)
     return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+
+
+@contextlib.contextmanager
+def neuron_width(cfg):
+    """``cfg.d_mlp`` as the MLP's width for the duration (TL labels neurons by ``cfg.d_mlp``;
+    a transformer config's ``d_mlp=0`` means 4·d_model, its ``d_mlp_``). ``cfg`` is the model's
+    own copy (:class:`models.base.SuiteModel` keeps one); the stored 0 is put back after."""
+    width = getattr(cfg, "d_mlp_", None)
+    if getattr(cfg, "d_mlp", None) != 0 or not width:
+        yield
+        return
+    object.__setattr__(cfg, "d_mlp", width)
+    try:
+        yield
+    finally:
+        object.__setattr__(cfg, "d_mlp", 0)
 
 
 def sample_next(logits: Float[Tensor, "batch vocab"], do_sample: bool, temperature: float,

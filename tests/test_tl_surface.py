@@ -119,6 +119,11 @@ def test_cache_methods_equal_the_bridges(exported):
     same(full, theirs.get_full_resid_decomposition(expand_neurons=False),
          "get_full_resid_decomposition")
     same(full.sum(0), ours["blocks.1.hook_resid_post"], "the decomposition sums to the stream")
+    # every neuron (the quick recipe's d_mlp is 0, meaning 4·d_model: TL labels by the width)
+    neurons, labels = ours.get_full_resid_decomposition(return_labels=True)
+    their_neurons, their_labels = theirs.get_full_resid_decomposition(return_labels=True)
+    assert labels == their_labels and len(labels) == neurons.shape[0]
+    same(neurons, their_neurons, "get_full_resid_decomposition(expand_neurons=True)")
     lens, their_lens = ours.logit_lens(), theirs.logit_lens()  # TL's tool, on both caches
     assert lens.labels == their_lens.labels
     same(lens.readout.values, their_lens.readout.values, "logit_lens")

@@ -63,8 +63,10 @@ ALPHA_01 = Threshold(0.01, "no level in the paper: one-sided 0.01, the suite's l
 
 
 def _values(values: Sequence[float]) -> np.ndarray:
+    """One value per replicate; ± inf allowed (a lower bound: a seed that never got there
+    counts as slower than any that did), NaN not."""
     v = np.asarray([float(x) for x in values], dtype=float)
-    check(bool(np.all(np.isfinite(v))), "replicate values must be finite")
+    check(not bool(np.any(np.isnan(v))), "replicate values must not be NaN")
     return v
 
 
@@ -201,6 +203,8 @@ def t_interval(values: Sequence[float], level: float = 0.95, unit: str = "seed")
     v = _values(values)
     n = len(v)
     method = "Student-t interval of the mean"
+    if not np.all(np.isfinite(v)):
+        return Interval(method, n, unit, level, refused="a value is only a bound")
     if n < 2:
         return Interval(method, n, unit, level, refused=f"{n} {unit}: no spread to read")
     half = float(stats.t.ppf((1 + level) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))

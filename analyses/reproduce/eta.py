@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from analyses.reproduce.plan import Job, priorities
 from analyses.reproduce.pool import forkable
 from analyses.zoo.dryrun import recipe_spec
+from models.train import gpu_costs
 from models.train.costs import Estimate, StepCosts
+from models.train.plan import plan_row
+from models.train.runconfig import RunConfig
 from seqprobe.errors import InputError
 
 # The table's estimate weighs as much as finished jobs whose estimates add up to this share of
@@ -58,22 +61,49 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
         seconds = last.get("seconds")
         if isinstance(seconds, (int, float)) and seconds > 0:
             return Estimate(float(seconds), "timings")
-    if job.recipe is None:
+    if not job.recipes:
         found = costs.analysis(job.name, preset)
         if found is not None and costs.device != "cuda":
             found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
         try:
-            spec = recipe_spec(job.recipe, preset)
+            specs = [recipe_spec(r, preset) for r in job.recipes]
         except InputError:
             return None
-        found = costs.run(spec, job.device)
+        found = (costs.run(specs[0], job.device) if len(specs) == 1
+                 else ensemble_estimate(specs, costs, job.device))
     if found is None or costs.device == "cuda" or forkable(job.argv) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
     # forked job (analyses.reproduce.pool) starts with them paid.
     start = costs.start_seconds()
     return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
+
+
+def ensemble_estimate(specs: Sequence[RunConfig], costs: StepCosts,
+                      device: str | None) -> Estimate | None:
+    """Seconds of an ensemble of ``specs`` (:mod:`models.train.ensemble`). On CPU cores: its
+    members' runs one after another, less all but one start-up (a CPU step is bound by its
+    arithmetic, which an ensemble does not share: bench/results.json ``bench_ensemble``). On a
+    GPU, where a small model's step is bound by kernel launches: the longest member's
+    steps at the slowest member step, or the members' FLOPs together at the assumed
+    utilisation where those take longer (source ``ensemble projection`` until a CUDA table
+    has ensemble rows)."""
+    if costs.device == "cuda" and device != "cpu":
+        runs = [costs.gpu_run(s) for s in specs]
+        per_step = max(r.seconds / s.train.steps for r, s in zip(runs, specs, strict=True))
+        flops = 0.0
+        for s in specs:
+            row = plan_row(s.arch, s)
+            flops += row["flops_per_token"] * row["tokens_per_step"]
+        step = max(per_step, gpu_costs.projected_seconds(flops, specs[0].train.precision))
+        return Estimate(step * max(s.train.steps for s in specs), "ensemble projection")
+    runs = [costs.run(s, device) for s in specs]
+    if any(r is None for r in runs):
+        return None
+    start = costs.start_seconds()
+    seconds = sum(r.seconds for r in runs) - start * (len(runs) - 1)
+    return Estimate(max(seconds, max(r.seconds for r in runs)), runs[0].source)
 
 
 def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,

@@ -13,6 +13,9 @@ from pathlib import Path
 from analyses import zoo
 from analyses.claims import Figure
 from analyses.zoo import dryrun
+from analyses.zoo.dryrun import recipe_spec
+from models.train.ensemble import ensemble_key, pays_off
+from seqprobe.device import resolve_device
 
 PLAN: tuple[str, ...] = (
     "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
@@ -29,7 +32,8 @@ NOT_PLANNED: dict[str, str] = {
     # command line, which a reproduce run has no weights for (hub download or local dirs)
     "pretrained_copy": "needs pretrained HuggingFace weights; run it by hand",
 }
-TRAIN = "train:"  # prefix of the jobs that train a zoo recipe
+TRAIN = "train:"  # prefix of the jobs that train zoo recipes
+MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training has the last word)
 
 # Where a level's jobs run, for the levels that say (the others: the analyses' defaults, the
 # zoo's training on "auto"): analysis -> (device, jobs). The device is that of the analysis and
@@ -72,11 +76,17 @@ class Job:
     after: tuple[str, ...] = ()  # jobs that must have succeeded first
     figure: Figure | None = None  # analyses only
     device: str | None = None  # the --device it was given (None: its default)
+    recipes: tuple[str, ...] = ()  # the zoo recipes a training job trains (one ensemble or one)
+
+    def __post_init__(self):
+        if self.name.startswith(TRAIN) and not self.recipes:  # "train:NAME": that one recipe
+            object.__setattr__(self, "recipes", (self.name[len(TRAIN):],))
 
     @property
     def recipe(self) -> str | None:
-        """The zoo recipe a training job trains (None for an analysis)."""
-        return self.name[len(TRAIN):] if self.name.startswith(TRAIN) else None
+        """The zoo recipe a training job of one recipe trains (None for an analysis or an
+        ensemble: see :attr:`recipes`)."""
+        return self.recipes[0] if len(self.recipes) == 1 else None
 
     @property
     def stems(self) -> tuple[str, ...]:
@@ -99,32 +109,69 @@ def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -
             *fig.extra_args(preset), *placed, *seed]
 
 
-def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path) -> list[Job]:
+def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
+               slots: int | None = None, ensembles: str = "auto") -> list[Job]:
     """Training jobs for the recipes the analyses need that are not cached yet (each after
-    its ``init_from`` recipe), then one job per analysis, after its recipes' training."""
-    jobs: dict[str, Job] = {}
-
-    def need(recipe: str, device: str | None) -> str:
-        name = TRAIN + recipe
-        if name not in jobs:
-            parent = zoo.dependencies(recipe, preset)[-1:]
-            after = tuple(need(p, device) for p in parent
-                          if zoo.status(p, preset, cache) != "cached")
-            on = ("--device", device) if device else ()
-            jobs[name] = Job(name, (sys.executable, "-m", "analyses.zoo", "train", recipe,
-                                    f"--{preset}", "--cache-dir", str(cache), "--no-progress",
-                                    *on), zoo.recipe(recipe).slots, after, device=device)
-        return name
-
+    the job of its ``init_from`` recipe), then one job per analysis, after its recipes'
+    training. The recipes train as ensembles (:func:`training_groups`; ``slots``: the cores
+    the run may use, default :func:`default_jobs`)."""
+    needs: dict[str, str | None] = {}  # recipe -> the device its analysis places it on
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, slots = placement(n, preset)
+        device, jobs_ = placement(n, preset)
         recipes = list(fig.recipes(preset)) if fig.trains else []
-        after = [need(r, device) for r in recipes if zoo.status(r, preset, cache) != "cached"]
-        analyses.append(Job(n, tuple(analysis_argv(n, fig, preset, out, cache)),
-                            slots or fig.slots, tuple(dict.fromkeys(after)), fig, device))
-    return [*jobs.values(), *analyses]
+        missing = [r for r in recipes if zoo.status(r, preset, cache) != "cached"]
+        for r in missing:
+            for d in [*zoo.dependencies(r, preset), r]:
+                if d == r or zoo.status(d, preset, cache) != "cached":
+                    needs.setdefault(d, device)
+        analyses.append((n, fig, device, jobs_, missing))
+    jobs: dict[str, Job] = {}
+    job_of: dict[str, str] = {}
+    for group in training_groups(needs, preset, slots or default_jobs(preset), ensembles):
+        name = TRAIN + ",".join(seed_ranges(group))
+        parents = [p for r in group for p in zoo.dependencies(r, preset)[-1:] if p in job_of]
+        device = needs[group[0]]
+        on = ("--device", device) if device else ()
+        how = ("--ensembles", ensembles) if ensembles != "auto" else ()
+        jobs[name] = Job(name, (sys.executable, "-m", "analyses.zoo", "train", *group,
+                                f"--{preset}", "--cache-dir", str(cache), "--no-progress",
+                                *on, *how),
+                         max(zoo.recipe(r).slots for r in group),
+                         tuple(dict.fromkeys(job_of[p] for p in parents)), device=device,
+                         recipes=tuple(group))
+        job_of.update({r: name for r in group})
+    return [*jobs.values(), *[
+        Job(n, tuple(analysis_argv(n, fig, preset, out, cache)), jobs_ or fig.slots,
+            tuple(dict.fromkeys(job_of[r] for r in missing)), fig, device)
+        for n, fig, device, jobs_, missing in analyses]]
+
+
+def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
+                    ensembles: str = "auto") -> list[list[str]]:
+    """The recipes ``needs`` (recipe -> device) as the training jobs that train them, in the
+    order they can start (what a fine-tune starts from first): runs of one model on one device
+    in one wave of the init chains form an ensemble where one pays off
+    (:func:`models.train.ensemble.pays_off`; ``ensembles`` "on": wherever one can form, "off":
+    never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores it
+    is split into one ensemble per core (at most ``slots``), as cores side by side are what
+    speeds a CPU sweep up."""
+    keyed: dict[tuple, list[str]] = {}
+    for r, device in needs.items():
+        dev = resolve_device(device or "auto")
+        spec = recipe_spec(r, preset).resolved(dev)
+        depth = len(zoo.dependencies(r, preset))
+        key = ensemble_key(spec) if ensembles == "on" or (
+            ensembles == "auto" and pays_off(spec)) else None
+        keyed.setdefault((depth, device, key if key is not None else r), []).append(r)
+    groups = []
+    for (_depth, device, _), members in sorted(keyed.items(), key=lambda kv: kv[0][0]):
+        cpu = resolve_device(device or "auto").type == "cpu"
+        parts = min(len(members), slots) if cpu else -(-len(members) // MAX_MEMBERS)
+        size = -(-len(members) // max(1, parts))
+        groups += [members[i:i + size] for i in range(0, len(members), size)]
+    return groups
 
 
 def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, float]:
@@ -163,12 +210,10 @@ def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Bui
 
 
 def default_jobs(preset: str) -> int:
-    """Quick and medium: two cores' worth at once (most models are too small to use a second
-    thread, the copy models take both). Large: every core (its small models side by side,
-    :data:`PLACEMENT`). Paper: one at a time, each with the whole GPU."""
-    if preset == "large":
-        return os.cpu_count() or 1
-    return 1 if preset == "paper" else min(2, os.cpu_count() or 1)
+    """Every core at every level but paper (one job at a time, each with the whole GPU): the
+    suite's models are too small to use a second thread, so jobs side by side use the cores
+    (memory is estimated before each run, :mod:`models.train.build`)."""
+    return 1 if preset == "paper" else os.cpu_count() or 1
 
 
 def seed_ranges(recipes: Sequence[str]) -> list[str]:

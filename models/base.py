@@ -64,7 +64,7 @@ from models.checkpoint.schema import FORMAT, make_checkpoint
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.provenance import Provenance
 from models.text import TaskText
-from models.tl_surface import TLSurface, near_matches, neuron_width
+from models.tl_surface import TLSurface, cache_refusal, near_matches, neuron_width
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.errors import InputError
@@ -177,16 +177,22 @@ class SuiteActivationCache(ActivationCache):
                                  f"{{{', '.join(layer_hooks)}}} (every hook: "
                                  "model.hook_names())") from None
 
+    # TL's methods that cannot mean the same on every architecture: one line where they cannot
+    # (models.tl_surface.cache_refusal says why), TL's own computation where they can
     def decompose_resid(self, *args: Any, **kwargs: Any):
-        """TL's: the residual stream as embed + each block's attn_out and mlp_out. Refused in one
-        line on a model whose blocks have no attention output (an SSM, LSTM or STU block)."""
-        arch = getattr(self.model, "arch", "") or type(self.model).__name__
-        check("blocks.0.hook_attn_out" in getattr(self.model, "hook_dict", {}),
-              f"decompose_resid splits the residual stream into each block's attn_out and "
-              f"mlp_out, and this {arch} model's blocks write no attn_out (they mix tokens "
-              "without attention): accumulated_resid and the blocks' own hooks "
-              "(model.hook_names()) read its stream")
+        cache_refusal(self.model, "decompose_resid")
         return super().decompose_resid(*args, **kwargs)
+
+    def apply_ln_to_stack(self, residual_stack: Tensor, layer: int | None = None,
+                          mlp_input: bool = False, *args: Any, **kwargs: Any) -> Tensor:
+        cache_refusal(self.model, "apply_ln_to_stack", layer, mlp_input)
+        return super().apply_ln_to_stack(residual_stack, layer, mlp_input, *args, **kwargs)
+
+    def compute_ssm_state(self, *args: Any, **kwargs: Any):
+        cache_refusal(self.model, "compute_ssm_state")
+
+    def compute_ssm_effective_attention(self, *args: Any, **kwargs: Any):
+        cache_refusal(self.model, "compute_ssm_effective_attention")
 
     def stack_neuron_results(self, *args: Any, **kwargs: Any):
         with neuron_width(self.model.cfg):  # TL labels neurons by cfg.d_mlp

@@ -60,6 +60,34 @@ def neuron_width(cfg):
         object.__setattr__(cfg, "d_mlp", 0)
 
 
+def cache_refusal(model, method: str, layer: int | None = None, mlp_input: bool = False
+                  ) -> None:
+    """One :class:`InputError` line where TL's ``ActivationCache.<method>`` cannot mean on
+    ``model`` what it means in TL; nothing where it can (:class:`models.base.SuiteActivationCache`
+    asks before running TL's)."""
+    hooks, arch = getattr(model, "hook_dict", {}), getattr(model, "arch", type(model).__name__)
+    if method == "decompose_resid":
+        check("blocks.0.hook_attn_out" in hooks,
+              f"decompose_resid splits the residual stream into each block's attn_out and "
+              f"mlp_out, and this {arch} model's blocks write no attn_out (they mix tokens "
+              "without attention): accumulated_resid and the blocks' own hooks "
+              "(model.hook_names()) read its stream")
+    elif method == "apply_ln_to_stack" and layer is not None and 0 <= layer < model.cfg.n_layers:
+        norm = f"blocks.{layer}.ln{2 if mlp_input else 1}"
+        check(model.cfg.normalization_type is None or f"{norm}.hook_scale" in hooks,
+              f"apply_ln before block {layer} divides by TL's {norm}.hook_scale, and this {arch} "
+              f"model's blocks have no {norm} (its norms: " + ", ".join(sorted(
+                  {n.rsplit(".", 1)[0] for n in hooks if n.startswith(f"blocks.{layer}.")
+                   and n.endswith(".hook_scale")})) + "); at the final norm (layer=None) it works")
+    elif method.startswith("compute_ssm"):
+        check(not any(n.endswith("mixer.hook_ssm_state") for n in hooks),
+              f"{method} reads TransformerLens' SSM bridge components, which a suite {arch} "
+              "model is not: its cache holds the state itself (blocks.{i}.mixer.hook_ssm_state) "
+              "and probes.effective_attention.effective_attention(model, cache, layer) gives "
+              "the effective attention")
+        raise InputError(f"{method} needs SSM layers, and this {arch} model has none")
+
+
 def sample_next(logits: Float[Tensor, "batch vocab"], do_sample: bool, temperature: float,
                 top_k: int | None, top_p: float | None, seen: Int[Tensor, "batch pos"],
                 freq_penalty: float = 0.0, repetition_penalty: float = 1.0
@@ -109,9 +137,9 @@ class TLSurface:
         attns = [getattr(b, "attn", None) for b in self.blocks]
         if any(a is None for a in attns):
             raise NotInThisModel(
-                f"{name} is an attention weight, and this {self.arch} model has no attention "
-                "heads (its blocks mix tokens with a recurrence or a filter): read its own "
-                "parameters (model.blocks[i]) or the hooks it has (model.hook_names())")
+                f"{name} is made of attention weights, and this {self.arch} model has no "
+                "attention heads (its blocks mix tokens with a recurrence or a filter): read its "
+                "own parameters (model.blocks[i]) or the hooks it has (model.hook_names())")
         return attns
 
     def _mlps(self, name: str) -> list:

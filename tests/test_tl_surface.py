@@ -221,9 +221,18 @@ def test_ssms_refuse_what_has_no_meaning_in_one_line(arch, extra, tiny_model, to
         logits, cache = model.run_with_cache(x)
     got = model.generate(x[:, :3], max_new_tokens=2, do_sample=False)
     torch.testing.assert_close(got[:, 3:], greedy_decode(model, x[:, :3], 2))
-    with pytest.raises(InputError, match="no attn_out") as e:
-        cache.decompose_resid()
+    with pytest.raises(NotInThisModel, match="accumulated_bias") as e:
+        model.accumulated_bias(1)
     one_line(e.value)
+    refusals = {"no attn_out": cache.decompose_resid,
+                "TransformerLens' SSM bridge" if arch.startswith("mamba") else "needs SSM layers":
+                cache.compute_ssm_state}
+    if arch.startswith("mamba"):  # a Mamba block's norm is `norm`, not TL's ln1
+        refusals["no blocks.1.ln1 "] = lambda: cache.accumulated_resid(layer=1, apply_ln=True)
+    for match, call in refusals.items():
+        with pytest.raises(InputError, match=match) as e:
+            call()
+        one_line(e.value)
     if arch == "lstm":  # its blocks are not residual: hook_h is a block's whole output
         with pytest.raises(ActivationNotFound, match="hook_resid_post") as e:
             cache.accumulated_resid(apply_ln=True)

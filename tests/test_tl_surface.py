@@ -6,6 +6,10 @@ default attention path. docs/tl_surface.md is the table of what works, differs o
 
 from __future__ import annotations
 
+import doctest
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from transformer_lens import FactoredMatrix
@@ -302,3 +306,21 @@ def test_nnsight_reads_the_pattern_on_the_default_path(pe, tiny_model):
     assert (edited - logits).abs().max() > 1e-4
     # outside a trace the wrapped model takes its fast path again
     assert model.blocks[1].attn._path(x.device) != "plain"
+
+
+# ---------------------------------------------------------------------------- the docs page
+def test_the_docs_page_runs():
+    """docs/tl_surface.md's example runs as a doctest (its table is what this module tests)."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "tl_surface.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks, "docs/tl_surface.md has no ```python block"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report: list[str] = []
+    globs: dict = {}
+    for i, block in enumerate(blocks):
+        test = doctest.DocTestParser().get_doctest(block, globs, f"tl_surface.md [{i}]",
+                                                   str(page), 0)
+        runner.run(test, out=report.append, clear_globs=False)
+        globs = test.globs
+    assert runner.failures == 0, "".join(report)
+    assert runner.tries >= 10

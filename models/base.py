@@ -42,6 +42,9 @@ take a suite model as they take a ``HookedTransformer``. What they read of it:
 * the cache under TL's hook names (``blocks.{i}.hook_resid_pre``, ``attn.hook_z``,
   ``hook_mlp_out`` …). A name this model has no hook for (``attn.hook_pattern`` of an SSM) is one
   :class:`ActivationNotFound` line naming the model's hooks instead of a bare ``KeyError``.
+
+``HookedTransformer``'s own names (``W_Q`` … ``W_U``, ``OV``, ``generate``, ``tokenizer`` …) are
+:class:`models.tl_surface.TLSurface`'s; docs/tl_surface.md tabulates what works where.
 """
 
 from __future__ import annotations
@@ -177,8 +180,7 @@ class SuiteActivationCache(ActivationCache):
                                  f"{{{', '.join(layer_hooks)}}} (every hook: "
                                  "model.hook_names())") from None
 
-    # TL's methods that cannot mean the same on every architecture: one line where they cannot
-    # (models.tl_surface.cache_refusal says why), TL's own computation where they can
+    # TL's where it means the same here, else one line why (models.tl_surface.cache_refusal)
     def decompose_resid(self, *args: Any, **kwargs: Any):
         cache_refusal(self.model, "decompose_resid")
         return super().decompose_resid(*args, **kwargs)

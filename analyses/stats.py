@@ -130,8 +130,8 @@ class TestResult:
 
 def too_few(t: TestResult) -> Undecided:
     """"not decided — n seeds cannot decide at this level", with the number that could."""
-    group = " a group" if "pairs" in t.agree else ""
-    return Undecided(f"{TOO_FEW}: {t.n} {t.unit}s{group} cannot decide at α = {t.alpha.value:g} "
+    who = f"{t.n} {t.unit}{'' if t.n == 1 else 's'}" + (" a group" if "pairs" in t.agree else "")
+    return Undecided(f"{TOO_FEW}: {who} cannot decide at α = {t.alpha.value:g} "
                      f"({t.method}: even all agreeing gives p = {t.floor:.2g}); "
                      f"at least {t.needed} could")
 

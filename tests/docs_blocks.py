@@ -25,6 +25,7 @@ RUN = {
     ("docs/export.md", "# Export to HuggingFace"): "tests/test_export_roundtrip.py",
     ("docs/hooks-vs-tl.md", "## TransformerLens' own tools on suite models"):
         "tests/test_docs_site.py",
+    ("docs/tl_surface.md", "# TransformerLens surface"): "tests/test_tl_surface.py",
 }
 
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)

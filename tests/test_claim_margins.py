@@ -326,8 +326,9 @@ def test_medium_readers_margins():
     assert margin_of(stu_claims.claim_generalise(d)).value == 0.95
     assert margin_of(stu_claims.claim_vs_baselines(d)).value == pytest.approx(
         float(np.median([0.3, 0.95, 0.4, 0.35])) - 0.3)
-    assert margin_of(stu_claims.claim_padding(d)).threshold in (0.9, 0.1)
-    assert stu_claims.claim_blank_zero(d).margin.value == pytest.approx(0.5)
+    assert stu_claims.claim_padding(d).margin.threshold == 0  # padded − as is, over seeds
+    assert stu_claims.claim_padding(d).margin.value == pytest.approx(0.45)
+    assert stu_claims.claim_blank_zero(d).margin.value == pytest.approx(-0.45)
     assert stu_claims.claim_shared_mixture(d).margin.value == 0.55
 
 

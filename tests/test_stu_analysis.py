@@ -331,16 +331,27 @@ def test_claim_generalise_window_reads_the_seen_lags():
 
 
 def test_claim_padding_both_ways():
-    text, ok = A.claim_padding(medium_json({"stu": [0.4]}))
-    assert ok and "0.50 as is, 0.95 left-padded" in text
-    assert not A.claim_padding(medium_json({"stu": [0.4]}, shorter=(0.5, 0.55)))[1]
-    assert not A.claim_padding(medium_json({"stu": [0.4]}, shorter=(0.95, 1.0)))[1]
+    """The seed is the unit (issue 46): a sign test of padded − as is, no level chosen here;
+    every seed the same, so the seed count moves the verdict."""
+    text, ok = A.claim_padding(medium_json({"stu": [0.4] * 5}))
+    assert ok is True and "0.50 as is, 0.95 left-padded" in text
+    v = A.claim_padding(medium_json({"stu": [0.4] * 3}))[1]
+    assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
+    # padding costs recall in every seed: does not hold
+    assert A.claim_padding(medium_json({"stu": [0.4] * 5}, shorter=(0.95, 0.6)))[1] is False
+    # no change in any seed: nothing to test
+    v = A.claim_padding(medium_json({"stu": [0.4] * 5}, shorter=(0.95, 0.95)))[1]
+    assert isinstance(v, Undecided)
 
 
 def test_claim_blank_zero_both_ways():
-    text, ok = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3, 0.95]}, shorter=(0.93, 0.97)))
-    assert ok and "16 0.93 as is, 0.97 left-padded" in text and "1/2 seeds >= 0.9" in text
-    assert not A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, shorter=(0.6, 0.97)))[1]
+    text, ok = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3, 0.95]}, shorter=(0.97, 0.97)))
+    assert ok and "16 0.97 as is, 0.97 left-padded" in text and "1/2 seeds >= 0.9" in text
+    # as is below padded in every one of 5 seeds: does not hold; in 3 seeds: too few to say
+    assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3] * 5},
+                                          shorter=(0.6, 0.97)))[1] is False
+    v = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3] * 3}, shorter=(0.6, 0.97)))[1]
+    assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
     assert not A.claim_blank_zero(medium_json({"stu": [0.3]}))[1]  # no such rows
     assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, preset="quick")) is None
 

@@ -32,8 +32,7 @@ from models.checkpoint.untrusted import (
 from models.checkpoint.untrusted import (
     check_tensor_storage as _check_tensor_storage,
 )
-from models.hf.export_map import MAX_CONFIG_BYTES
-from models.hf.export_record import record_problem
+from models.hf.export_record import MAX_CONFIG_BYTES, record_problem
 from seqprobe.config import config_from_dict
 from seqprobe.device import check_fits
 from seqprobe.errors import InputError

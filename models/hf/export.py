@@ -52,12 +52,12 @@ from models.checkpoint.paths import check_path, short_path
 from models.checkpoint.rebuild import model_from_checkpoint
 from models.hf.export_hooks import HFSite, hook_sites
 from models.hf.export_map import (
-    MAX_CONFIG_BYTES,
     ExportError,
     HFExport,
     read_provenance,
     to_hf,
 )
+from models.hf.export_record import MAX_CONFIG_BYTES
 from models.loading import EXPORT_TEMP_SUFFIX, interrupted_swap
 from seqprobe.atomic import exclusive_lock, umask
 from seqprobe.cli import OneLineParser, run_cli

@@ -51,6 +51,7 @@ from torch import Tensor
 
 from models.checkpoint.paths import short_path
 from models.hf.export_hooks import BAMBA
+from models.hf.export_record import HF_CLASSES, MAX_CONFIG_BYTES
 from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from models.registry import model_class
 from models.ssm.recurrent import to_hf_state_dict
@@ -59,11 +60,6 @@ from seqprobe.errors import InputError
 from tasks.base import Vocab
 from tasks.registry import make_task
 
-# transformers reads a config.json whole; real ones are a few kB (ours hold a few numbers per
-# d_model, ln_final_shift), so a larger file is not a config: refused before it is read
-MAX_CONFIG_BYTES = 1 << 24
-HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
-              "mamba": "MambaForCausalLM"}
 # Mamba-2 with the Markov paper's MLP after each mixer (d_mlp > 0): Bamba's blocks are exactly
 # resid + mixer(RMSNorm(resid)), then resid + down(act(gate(·)) ⊙ up(·))(RMSNorm(resid)); with
 # no attention layer listed it is a pure Mamba-2 stack

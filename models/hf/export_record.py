@@ -14,18 +14,25 @@ from transformers import PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from models.hf.export_hooks import BAMBA
-from models.hf.export_map import HF_CLASSES
 from models.registry import model_class
 from seqprobe.config import config_from_dict
 from seqprobe.errors import InputError
 from seqprobe.flags import BOUNDS, MAX_STEPS, check_value
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{16,64}")
+# transformers reads a config.json whole; real ones are a few kB (ours hold a few numbers per
+# d_model, ln_final_shift), so a larger file is not a config: refused before it is read
+MAX_CONFIG_BYTES = 1 << 24
+# the HF class each exportable suite arch becomes (models.hf.export_map.hf_class; Mamba-2 with
+# an MLP after each mixer is Bamba). Here, below the exporter, so that the loader's checks read
+# it without importing the exporter (which imports the models)
+HF_CLASSES = {"transformer": "GPTNeoXForCausalLM", "mamba2": "Mamba2ForCausalLM",
+              "mamba": "MambaForCausalLM"}
 
 
 def model_types(arch: str) -> tuple[str, ...]:
     """The HF ``model_type`` values an export of ``arch`` has: its class's
-    (:data:`~models.hf.export_map.HF_CLASSES`; Mamba-2 with an MLP is Bamba)."""
+    (:data:`HF_CLASSES`; Mamba-2 with an MLP is Bamba)."""
     classes = {HF_CLASSES[arch], *([BAMBA] if arch == "mamba2" else [])}
     return tuple(sorted(t for t, c in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items() if c in classes))
 

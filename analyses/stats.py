@@ -193,7 +193,8 @@ class Interval:
     def __str__(self) -> str:
         if self.refused:
             return f"no interval ({self.refused})"
-        return (f"{100 * self.level:.0f} % CI [{self.lo:+.3g}, {self.hi:+.3g}] "
+        sign = "+" if self.lo < 0 else ""  # signs where the interval spans them
+        return (f"{100 * self.level:.0f} % CI [{self.lo:{sign}.3g}, {self.hi:{sign}.3g}] "
                 f"({self.method}, {self.n} {self.unit}s)")
 
 
@@ -312,3 +313,13 @@ def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_0
     return TestResult("exact one-sided Mann-Whitney U test", unit, n, k, p, p_against, alpha,
                       floor <= alpha.value, need, floor,
                       f"{k}/{len(x) * len(y)} pairs of {len(x)} and {len(y)} {unit}s")
+
+
+def rate_interval(k: int, n: int, level: float = 0.95, unit: str = "seed") -> Interval:
+    """Clopper-Pearson (exact) interval of the rate of replicates that show something, from
+    ``k`` of ``n`` (scipy.stats.binomtest): what "occasionally" can be, given n seeds."""
+    method = "Clopper-Pearson interval of the rate"
+    if n < 1:
+        return Interval(method, n, unit, level, refused=f"no {unit}")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return Interval(method, n, unit, level, float(ci.low), float(ci.high))

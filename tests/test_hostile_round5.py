@@ -241,3 +241,19 @@ def test_a_huge_config_json_is_not_read_by_the_analyses(exported, tmp_path, monk
     (out / "config.json").unlink()
     (out / "config.json").write_text("[" * 100000)  # a RecursionError in json before
     assert export_of_dir(out) is None
+
+
+def test_an_export_loaded_by_models_load_puts_bos_first_as_the_suite_model(exported):
+    """Issue 47, item 2: `models.load(export).generate` copied wrong, its ids without the
+    `<BOS>` the suite model (and the task) puts first."""
+    import models
+
+    suite = models.load(exported.parent / "m.pt")
+    hf = models.load(exported)
+    text = "abcd<COPY>"
+    assert hf.to_tokens(text).tolist() == suite.to_tokens(text).tolist()
+    assert hf.to_tokens(text)[0, 0].item() == suite.task.vocab.id("BOS")
+    ours = suite.generate(suite.to_tokens(text), max_new_tokens=4, do_sample=False,
+                          verbose=False)
+    theirs = hf.generate(hf.to_tokens(text), max_new_tokens=4, do_sample=False, verbose=False)
+    assert theirs.tolist() == ours.tolist()

@@ -397,4 +397,9 @@ def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu",
                     "config": config.to_dict()})
     task = (getattr(config, "seqprobe", None) or {}).get("task")  # checked: check_provenance
     model.__dict__["_task"] = make_task(task["name"], task["config"]) if task else None
+    if task:  # an export: its tokenizer puts <BOS> first, as the task writes its sequences, but
+        # TL's to_tokens / generate strip it unless default_prepend_bos says otherwise
+        tok = model.tokenizer
+        model.cfg.default_prepend_bos = bool(getattr(tok, "add_bos_token", False)
+                                             and getattr(tok, "bos_token_id", None) is not None)
     return model

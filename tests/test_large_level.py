@@ -255,23 +255,30 @@ def test_summarise_max_n_fits_the_points_and_keeps_lower_bounds_out():
 
 
 # ---------------------------------------------------------------------------- plan
-def test_the_plan_places_tiny_models_on_cpu_and_copy_on_the_gpu(tmp_path):
+def test_the_plan_puts_every_sweep_on_the_gpu_as_ensembles(tmp_path):
     assert default_jobs("large") == (os.cpu_count() or 1)
-    assert placement("stu_induction", "large") == ("cpu", None)
-    assert placement("copy_efficiency", "large")[0] == "auto"
+    assert placement("stu_induction", "large") == ("auto", None)
+    assert placement("markov_holdout", "large") == ("auto", None)
+    assert placement("memorization", "large")[0] == "cpu"
     assert placement("stu_induction", "medium") == (None, None)
     jobs = {j.name: j for j in build_jobs(["markov_holdout", "copy_efficiency"], "large",
-                                          tmp_path / "out", tmp_path / "ck")}
+                                          tmp_path / "out", tmp_path / "ck", 16, auto="cuda")}
     mk = jobs["markov_holdout"]
-    assert mk.device == "cpu" and mk.argv[mk.argv.index("--device") + 1] == "cpu"
+    assert mk.device == "auto" and mk.argv[mk.argv.index("--device") + 1] == "auto"
     first = markov_holdout.FIGURE.recipes("large")[0]
     train = next(j for j in jobs.values() if first in j.recipes)
-    assert train.argv[train.argv.index("--device") + 1] == "cpu" and "--large" in train.argv
+    assert train.argv[train.argv.index("--device") + 1] == "auto" and "--large" in train.argv
+    # on a GPU a sweep of one model is one ensemble: the 5 seeds of each width together
+    assert len(train.recipes) == 5 and all(r in train.argv for r in train.recipes)
     ce = jobs["copy_efficiency"]
     assert ce.argv[ce.argv.index("--device") + 1] == "auto" and "--jobs" in ce.argv
     assert ce.slots == placement("copy_efficiency", "large")[1]
-    assert sum(len(j.recipes) for j in jobs.values()
-               if j.recipes and j.recipes[0].startswith("copy_large/")) == 60
+    copy = [j for j in jobs.values() if j.recipes and j.recipes[0].startswith("copy_large/")]
+    assert sum(len(j.recipes) for j in copy) == 60 and len(copy) == 5  # one per architecture
+    # on CPU cores the same sweep is split one ensemble per core
+    cpu = build_jobs(["markov_holdout"], "large", tmp_path / "out", tmp_path / "ck", 2,
+                     auto="cpu")
+    assert sorted(len(j.recipes) for j in cpu if j.recipes) == [2, 2, 2, 3, 3, 3]
     medium = build_jobs(["markov_holdout"], "medium", tmp_path / "out", tmp_path / "ck")
     assert all("--device" not in j.argv for j in medium)  # the other levels as they were
 
@@ -280,7 +287,7 @@ def test_reproduce_large_list(capsys):
     assert reproduce_cli.main(["--large", "--list", "--only", "stu_induction",
                            "--only", "markov_holdout"]) == 0
     out = capsys.readouterr().out
-    assert "stu_induction" in out and "(on cpu, 1 core)" in out
+    assert "stu_induction" in out and "(on auto, 1 core)" in out
     assert "induction_large/stu_L16_lr1e-3_s0-15" in out
 
 
@@ -307,3 +314,38 @@ def test_markov_large_takes_table_7s_batch_with_a_gpu_and_16_without(monkeypatch
     assert {zoo.run_config(n, "large").train.batch_size for n in names} == {64 if gpu else 16}
     assert ("--cpu-batch" in markov_holdout.FIGURE.extra_args("large")) is not gpu
     assert markov_holdout.FIGURE.extra_args("medium") == ()
+
+
+def test_the_large_list_for_a_gpu_splits_into_parts_of_one_lent_call(capsys):
+    import re
+
+    assert reproduce_cli.main(["--large", "--list", "--device", "cuda", "--jobs", "16",
+                               "--only", "stu_induction", "--only", "markov_holdout"]) == 0
+    out = capsys.readouterr().out
+    parts = re.findall(r"part (\d+)/(\d+): ([\d.]+) min", out)
+    assert parts and all(float(m) <= 8 for _, _, m in parts)
+    assert "ensemble projection" in out  # says which rows are projections
+
+
+def test_parts_split_merge_and_refusals(tmp_path):
+    from analyses.reproduce.parts import merge, parse_part, split
+    from seqprobe.errors import InputError
+
+    cost = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 1.0}
+    wall = lambda part: sum(cost[n] for n in part)  # noqa: E731 - one job at a time
+    assert split(list(cost), wall, budget=7) == [["a", "d"], ["b", "c"]]
+    assert split(list(cost), wall, budget=100) == [list(cost)]
+    assert split(list(cost), wall, budget=1, parts=3) == [["a"], ["b"], ["c", "d"]]
+    assert parse_part("2/3") == (2, 3)
+    for bad in ("0/3", "4/3", "x", "1/0"):
+        with pytest.raises(InputError):
+            parse_part(bad)
+    p1, p2, out = tmp_path / "p1", tmp_path / "p2", tmp_path / "out"
+    for p, name in ((p1, "a"), (p2, "b")):
+        p.mkdir()
+        (p / f"{name}.json").write_text("{}")
+        (p / "index.json").write_text("{}")
+    assert merge([p1, p2], out) == ["a.json", "b.json"]
+    (p2 / "a.json").write_text("{}")
+    with pytest.raises(InputError, match="a.json is in both"):
+        merge([p1, p2], tmp_path / "out2")

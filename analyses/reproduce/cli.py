@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -16,13 +17,14 @@ from tqdm.auto import tqdm
 from analyses import zoo
 from analyses.claims import verdict_text
 from analyses.common import check_output_dir
-from analyses.reproduce.eta import Eta
+from analyses.reproduce.eta import Eta, makespan
 from analyses.reproduce.index import (
     Outcome,
     index_outcome,
     read_timings,
     write_index,
 )
+from analyses.reproduce.parts import PART_BUDGET_S, merge, parse_part, split
 from analyses.reproduce.plan import (
     PLAN,
     Job,
@@ -77,6 +79,12 @@ def _parser() -> OneLineParser:
     add_backend_arguments(p)
     p.add_argument("--index-only", action="store_true",
                    help="run nothing: rebuild the index (claims re-read) from the JSON in --out")
+    p.add_argument("--part", default=None, metavar="K/N",
+                   help="run part K of the level split in N (each part's analyses with every "
+                        "recipe they train; --list shows the split, each part sized for one "
+                        "lent GPU call at the same --jobs)")
+    p.add_argument("--merge", nargs="+", default=[], metavar="DIR", type=Path,
+                   help="with --index-only: copy these parts' results into --out first")
     p.add_argument("--dry-run", action="store_true",
                    help="train nothing: two optimizer steps of every model the plan trains, "
                         "at its real size; prints sizes, step times and projected H100 hours, "
@@ -115,10 +123,43 @@ def _eta_line(eta: Eta, slots: int) -> str:
             f"({eta.sources()})")
 
 
+def level_parts(names: list[str], level: str, slots: int, device: str,
+                parts: int | None = None) -> list[list[str]]:
+    """The plan's analyses split into parts (:func:`analyses.reproduce.parts.split`), each
+    costed with an empty cache (a lent machine's) on ``device``'s kind at ``slots``: the same
+    split on every machine that asks with the same ``--jobs``."""
+    kind = device_kind(device)
+    empty = Path("/nonexistent/seqprobe-empty-cache")
+    jobs = build_jobs(names, level, Path("/nonexistent/out"), empty, slots, auto=kind)
+    eta = Eta.of(jobs, slots, level, StepCosts.load(device=kind).timed(), {})
+    cost, by_name = eta.costs(), {j.name: j for j in jobs}
+
+    def closure(part: Sequence[str]) -> list[Job]:
+        todo, seen = list(part), {}
+        while todo:
+            j = by_name[todo.pop()]
+            if j.name not in seen:
+                seen[j.name] = j
+                todo += [a for a in j.after if a in by_name]
+        return list(seen.values())
+
+    memo: dict[tuple, float] = {}
+
+    def wall(part: Sequence[str]) -> float:
+        key = tuple(sorted(part))
+        if key not in memo:
+            memo[key] = makespan(closure(part), cost, slots)
+        return memo[key]
+
+    level_parts.wall = wall  # for the listing's per-part estimate
+    return split(names, wall, PART_BUDGET_S, parts)
+
+
 def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
-          device: str = "cpu") -> int:
+          device: str = "cpu", show_parts: bool = False) -> int:
     """The plan and its estimated wall time; ``device`` ``cuda`` (given, or ``auto`` on a GPU
-    machine) estimates it for one GPU from the CUDA step-cost table, on any machine."""
+    machine) estimates it for one GPU from the CUDA step-cost table, on any machine.
+    ``show_parts``: also the split into parts of one lent GPU call each (``--part``)."""
     kind = device_kind(device)
     for n in names:
         fig = figure_of(n)
@@ -127,17 +168,37 @@ def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
         where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
-    jobs = build_jobs(names, preset, out, cache)
+    jobs = build_jobs(names, preset, out, cache, slots, auto=kind)
     # an earlier run's times here are of this machine's device, not a GPU's: not used for one
     timings = _timings_if_any(out, preset) if kind != "cuda" else {}
     eta = Eta.of(jobs, slots, preset, StepCosts.load(device=kind).timed(), timings)
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
+    if show_parts:
+        parts = level_parts(names, preset, slots, kind)
+        print(f"\nin {len(parts)} part{'s' * (len(parts) > 1)} of at most "
+              f"{PART_BUDGET_S / 60:.0f} min each (an empty cache, --jobs {slots}; "
+              f"`--part K/{len(parts)}` runs part K):")
+        for k, part in enumerate(parts, 1):
+            minutes = level_parts.wall(part) / 60
+            over = "  (over: one analysis' own chain)" if minutes * 60 > PART_BUDGET_S else ""
+            print(f"  part {k}/{len(parts)}: {minutes:.1f} min  {', '.join(part)}{over}")
+        print(f"ensemble jobs costed: {_ensemble_sources(eta)}")
     if kind == "cuda":
         print(f"GPU estimate: training jobs on one {REFERENCE_CARD}, their steps only "
               "(start-up, torch.compile and evaluations not counted), measured where the CUDA "
               f"table has the run, else its FLOPs at {UTILISATION:.0%} of the peak of its "
               "precision; analyses at their CPU seconds")
     return 0
+
+
+def _ensemble_sources(eta: Eta) -> str:
+    """Which training jobs' estimates are measured and which projected, in words."""
+    counts: dict[str, int] = {}
+    for j in eta.jobs:
+        if j.recipes and eta.estimates.get(j.name) is not None:
+            src = eta.estimates[j.name].source
+            counts[src] = counts.get(src, 0) + 1
+    return ", ".join(f"{n} {src}" for src, n in sorted(counts.items())) or "none"
 
 
 def _timings_if_any(out: Path, preset: str) -> dict:
@@ -161,12 +222,22 @@ def body(argv: list[str] | None) -> int:
     out, cache = Path(args.out), Path(args.cache_dir)
     if args.seed_offset:  # read by the zoo here (the plan's cache states) and in every job
         os.environ[zoo.SEED_OFFSET_ENV] = str(args.seed_offset)
+    check(not args.merge or args.index_only, "--merge goes with --index-only (it runs nothing)")
+    slots_ = args.jobs or default_jobs(args.level)
+    if args.part is not None:
+        k, n = parse_part(args.part)
+        parts = level_parts(names, args.level, slots_, args.device, n)
+        check(k <= len(parts), f"--part {args.part}: the plan has {len(names)} analyses, so "
+              f"at most {len(parts)} parts")
+        names = parts[k - 1]
     if args.list:
-        return _list(names, args.level, out, cache, args.jobs or default_jobs(args.level),
-                     args.device)
+        return _list(names, args.level, out, cache, slots_, args.device,
+                     show_parts=args.part is None and args.level == "large")
     if args.dry_run:
         check_output_dir(out)
         return dryrun.report(plan_models(names, args.level), args.device, out)
+    if args.merge:
+        print(f"merged {len(merge(args.merge, out))} result files into {out}")
     if args.index_only:  # rebuilds an index from results: a folder without any is refused
         check(out.is_dir() and any(not Job(n, (), figure=figure_of(n)).missing(out)
                                    for n in names),

@@ -15,6 +15,7 @@ from analyses.claims import Figure
 from analyses.zoo import dryrun
 from analyses.zoo.dryrun import recipe_spec
 from models.train.ensemble import ensemble_key, pays_off
+from models.train.gpu_costs import device_kind, run_settings
 from seqprobe.device import resolve_device
 
 PLAN: tuple[str, ...] = (
@@ -40,16 +41,16 @@ MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training h
 # of every recipe it trains (both get ``--device``, so a checkpoint is asked for on the device
 # it was trained on); ``jobs``, where not None, is the cores its own job keeps busy, passed as
 # its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
-# Large (issue 36 §2; one GPU and 16 CPU cores): the tiny models (STU, the Markov Mamba-2, the
-# memorization cells) on CPU cores, one process per core, because on a GPU they are
-# launch-bound; the copy and lookup models (~1M parameters, contexts of 420) on the GPU
-# ("auto": the GPU where there is one, so the level also runs on a CPU-only machine), several
-# processes at once; copy_efficiency trains its best lrs' other seeds itself, memorization its
-# 16 (width, seed) searches: 8 cores each, so that neither holds the whole machine (a job
-# waits until its cores are free) and the other jobs run beside them.
+# Large (one GPU and 16 CPU cores): every sweep on the GPU ("auto": the GPU where there is one,
+# so the level also runs on a CPU-only machine), trained as ensembles, which share a small
+# model's kernel launches (alone, the STU and Markov Mamba-2 runs are launch-bound there and
+# were placed on CPU cores, where one Markov Table 7 run takes about an hour);
+# copy_efficiency trains its best lrs' other seeds itself, memorization its 16 (width, seed)
+# searches on 8 CPU cores, so that neither holds the whole machine (a job waits until its
+# cores are free) and the other jobs run beside them.
 PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
     "large": {"copy_efficiency": ("auto", 8), "ngram_lookup": ("auto", None),
-              "stu_induction": ("cpu", None), "markov_holdout": ("cpu", None),
+              "stu_induction": ("auto", None), "markov_holdout": ("auto", None),
               "memorization": ("cpu", 8)},
 }
 
@@ -110,11 +111,13 @@ def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -
 
 
 def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
-               slots: int | None = None, ensembles: str = "auto") -> list[Job]:
+               slots: int | None = None, ensembles: str = "auto",
+               auto: str | None = None) -> list[Job]:
     """Training jobs for the recipes the analyses need that are not cached yet (each after
     the job of its ``init_from`` recipe), then one job per analysis, after its recipes'
     training. The recipes train as ensembles (:func:`training_groups`; ``slots``: the cores
-    the run may use, default :func:`default_jobs`)."""
+    the run may use, default :func:`default_jobs`; ``auto``: the kind of device "auto" means,
+    default this machine's: ``--list --device cuda`` plans a GPU machine's run anywhere)."""
     needs: dict[str, str | None] = {}  # recipe -> the device its analysis places it on
     analyses = []
     for n in names:
@@ -129,7 +132,7 @@ def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
         analyses.append((n, fig, device, jobs_, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
-    for group in training_groups(needs, preset, slots or default_jobs(preset), ensembles):
+    for group in training_groups(needs, preset, slots or default_jobs(preset), ensembles, auto):
         name = TRAIN + ",".join(seed_ranges(group))
         parents = [p for r in group for p in zoo.dependencies(r, preset)[-1:] if p in job_of]
         device = needs[group[0]]
@@ -149,7 +152,7 @@ def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
 
 
 def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
-                    ensembles: str = "auto") -> list[list[str]]:
+                    ensembles: str = "auto", auto: str | None = None) -> list[list[str]]:
     """The recipes ``needs`` (recipe -> device) as the training jobs that train them, in the
     order they can start (what a fine-tune starts from first): runs of one model on one device
     in one wave of the init chains form an ensemble where one pays off
@@ -157,17 +160,24 @@ def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
     never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores it
     is split into one ensemble per core (at most ``slots``), as cores side by side are what
     speeds a CPU sweep up."""
+    def kind(device: str | None) -> str:
+        if auto is not None and device in (None, "auto"):
+            return auto
+        return device_kind(str(resolve_device(device or "auto")))
+
     keyed: dict[tuple, list[str]] = {}
     for r, device in needs.items():
-        dev = resolve_device(device or "auto")
-        spec = recipe_spec(r, preset).resolved(dev)
+        spec = recipe_spec(r, preset)
+        precision, _ = run_settings(spec, kind(device))
+        spec = spec.replace(train={"precision": precision, "compile": False,
+                                   "device_type": kind(device)})
         depth = len(zoo.dependencies(r, preset))
         key = ensemble_key(spec) if ensembles == "on" or (
             ensembles == "auto" and pays_off(spec)) else None
         keyed.setdefault((depth, device, key if key is not None else r), []).append(r)
     groups = []
     for (_depth, device, _), members in sorted(keyed.items(), key=lambda kv: kv[0][0]):
-        cpu = resolve_device(device or "auto").type == "cpu"
+        cpu = kind(device) == "cpu"
         parts = min(len(members), slots) if cpu else -(-len(members) // MAX_MEMBERS)
         size = -(-len(members) // max(1, parts))
         groups += [members[i:i + size] for i in range(0, len(members), size)]

@@ -157,6 +157,14 @@ class CudaTable:
                 return {**row, "card": name}
         return None
 
+    def launch_floor(self, arch: str, card: str | None = None) -> float:
+        """The least seconds a training step of ``arch`` took on ``card`` in the table (of any
+        architecture where it has no row of this one; 0 without rows): a small model's step
+        is bound by kernel launches, not FLOPs, so no projection of one is taken below it."""
+        rows = [r for r in self.rows(card) if "seconds_per_step" in r]
+        own = [r for r in rows if r.get("arch") == arch] or rows
+        return min((float(r["seconds_per_step"]) for r in own), default=0.0)
+
     def rows(self, card: str | None = None) -> list[dict[str, Any]]:
         name = self.card(card)
         return list(self.cards[name].get("rows", [])) if name else []
@@ -174,8 +182,9 @@ def measured_or_projected(spec: RunConfig, seq_len: int, flops_per_step: float,
     if row is not None:
         return {"seconds_per_step": float(row["seconds_per_step"]), "source": MEASURED,
                 "row": row, "precision": precision, "compile": comp}
-    return {"seconds_per_step": projected_seconds(flops_per_step, precision),
-            "source": PROJECTION, "precision": precision, "compile": comp}
+    floor = table.launch_floor(spec.arch, card)
+    return {"seconds_per_step": max(projected_seconds(flops_per_step, precision), floor),
+            "source": PROJECTION, "precision": precision, "compile": comp, "floor_s": floor}
 
 
 @functools.lru_cache(maxsize=4)

@@ -123,9 +123,11 @@ class TestResult:
             f"{self.method} p = {self.p:.2g} for it, {self.p_against:.2g} against it "
             f"(α = {self.alpha.value:g})")
 
-    def text(self) -> str:
-        return (f"{self.agree} on the claim's side, {self.method} p = "
-                f"{self.p:.2g} vs α = {self.alpha}")
+    def text(self, source: bool = False) -> str:
+        """"k/n seeds on the claim's side, METHOD p = … vs α = …" (with where α comes from
+        where ``source``: say it once per claim, not per row)."""
+        return (f"{self.agree} on the claim's side, {self.method} p = {self.p:.2g} vs α = "
+                + (str(self.alpha) if source else f"{self.alpha.value:g}"))
 
 
 def too_few(t: TestResult) -> Undecided:

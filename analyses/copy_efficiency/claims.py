@@ -252,7 +252,7 @@ def claim_gap_grows(d: dict) -> Reading | None:
     m = min((f[2] for f in found), key=lambda c: c.interval[0] if c.interval else c.value,
             default=None)
     text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
-            "change of the ratio (the seed is the unit): " + "; ".join(parts)
+            f"change of the ratio (the seed is the unit; α = {GAP_ALPHA}): " + "; ".join(parts)
             + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
     down = [lab for lab, t, _, a, g, _n in found if t.can_decide
             and t.p_against < against.value and gap_is_clear(g, a)]

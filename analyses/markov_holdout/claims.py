@@ -107,7 +107,7 @@ def seeded(d: dict, values: list[float], threshold: float, relation: str, quanti
     m = Margin(f"{quantity}, mean over seeds", float(np.mean(values)), relation, threshold,
                unit, interval=ci.bounds)
     v = True if t.holds else in_regime(d, False) if t.fails else t.verdict(against=False)
-    return f"{t.text()}; {ci}", v, m
+    return f"{t.text(source=True)}; {ci}", v, m
 
 
 def not_matched_text(d: dict) -> str:

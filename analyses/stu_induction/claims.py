@@ -84,7 +84,8 @@ def claim_recall(d: dict) -> Reading:
                      f"{lo['length']}, {ci}, vs seen-lags bound {bound:.2f}; {t.text()}; best "
                      f"seed {max(accs):.2f}")
     text = (f"STU (seen-lags bound: right at the lags seen in training, chance "
-            f"{d['chance']:.2f} beyond; the seed is the unit): " + "; ".join(parts))
+            f"{d['chance']:.2f} beyond; the seed is the unit): " + "; ".join(parts)
+            + f" (α = {alpha})")
     i = max(range(len(rows)), key=lambda j: margins[j].distance)  # the row closest to it
     m = margins[i]
     if any(t.holds for t in tests):
@@ -275,7 +276,8 @@ def claim_padding(d: dict) -> Reading | None:
     if not tests:
         return Reading("STU below its training length: no shorter length", False)
     i = max(range(len(tests)), key=lambda j: margins[j].distance)
-    text = "STU below its training length: " + "; ".join(parts)
+    text = ("STU below its training length: " + "; ".join(parts)
+            + f" (α = {FINDING_ALPHA})")
     if any(t.holds for t in tests):
         return Reading(text, True, margins[i])
     if all(t.fails for t in tests):

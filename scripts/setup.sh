@@ -26,8 +26,11 @@ else
   #    that cannot reach it fails in one line instead of minutes of retries
   elif "$PY" -c "import socket; socket.create_connection(('download.pytorch.org', 443), 5)" \
       2>/dev/null; then
-    "$PY" -m pip install -q --retries 1 --timeout 30 "torch==${TORCH_VERSION}" \
-      --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
+    # the wheel alone from there; its dependencies from pip's own configured index (a mirror,
+    # a proxy), never an index address spelt out here
+    "$PY" -m pip install -q --retries 1 --timeout 30 --no-deps "torch==${TORCH_VERSION}" \
+      --index-url https://download.pytorch.org/whl/cpu
+    "$PY" -m pip install -q "torch==${TORCH_VERSION}"  # satisfied: installs only its deps
   else
     echo "setup: no local torch ${TORCH_VERSION} wheel and PyTorch's CPU index is unreachable;" \
       "install a CPU build of torch first (it is kept), then run this again" >&2

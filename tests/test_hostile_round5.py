@@ -257,3 +257,25 @@ def test_an_export_loaded_by_models_load_puts_bos_first_as_the_suite_model(expor
                           verbose=False)
     theirs = hf.generate(hf.to_tokens(text), max_new_tokens=4, do_sample=False, verbose=False)
     assert theirs.tolist() == ours.tolist()
+
+
+# ---------------------------------------------------------------------------- warnings
+def test_a_symlink_loop_as_cache_is_one_line_not_all_missing(tmp_path, capsys):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for argv in (["--list", "--cache-dir", str(loop)], ["path", "copy/rope", "--cache-dir",
+                                                        str(loop)],
+                 ["train", "copy/rope", "--cache-dir", str(loop)]):
+        assert zoo.main(argv) == 2
+        assert "leads nowhere" in _one_line(capsys)
+
+
+def test_run_records_nested_too_deep_or_with_nan_are_one_clean_line():
+    from models.train.runconfig import RunConfig
+    from seqprobe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="nested too deep"):
+        RunConfig.from_json("[" * 100000)
+    with pytest.raises(ConfigError) as e:
+        RunConfig.from_json('{"model": NaN}')
+    assert str(e.value).count("run record") == 1 and "NaN is not a JSON number" in str(e.value)

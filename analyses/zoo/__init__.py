@@ -37,6 +37,7 @@ from models.train.build import make_run_config
 from models.train.cache import (
     cache_path,
     check_cache_dir,
+    check_not_dangling,
     entry_state,
     is_cached,
     train_run_cached,
@@ -358,6 +359,7 @@ def _readable_cache_dir(cache_dir: str | Path | None) -> None:
     """Listing and looking up read the cache and create nothing: a missing directory is an
     empty cache; a file in its place is one line."""
     d = cache_dir_or_default(cache_dir)
+    check_not_dangling(d)  # a symlink loop would list every recipe as "missing"
     check(not d.exists() or d.is_dir(), f"cache directory {d}: is a file, not a directory")
 
 

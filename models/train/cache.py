@@ -47,6 +47,7 @@ def check_cache_dir(cache_dir: str | Path | None = None, write: bool = True) -> 
     be listed is enough (a shared read-only cache serves its finished entries; whether a write
     is needed is known only per entry, :func:`train_run_cached`)."""
     path = cache_dir_or_default(cache_dir)
+    check_not_dangling(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"cache directory {path}: is a file, not a directory")
     if not write and path.is_dir():
@@ -61,6 +62,17 @@ def check_cache_dir(cache_dir: str | Path | None = None, write: bool = True) -> 
         raise InputError(f"cache directory {path}: cannot write in it "
                         f"({e.strerror or type(e).__name__})") from None
     return path
+
+
+def check_not_dangling(path: Path) -> None:
+    """One line for a cache path that is a symbolic link leading nowhere (a loop, or a target
+    removed): it reads as an empty cache, every entry "missing", and no write can create it."""
+    if os.path.lexists(path) and not path.exists():
+        try:
+            os.stat(path)
+        except OSError as e:
+            raise InputError(f"cache directory {path}: a symbolic link that leads nowhere "
+                             f"({e.strerror}); fix or remove it") from None
 
 
 def check_lock_file(lock: Path) -> None:

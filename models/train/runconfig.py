@@ -126,12 +126,14 @@ def loads_json(text: str | bytes, what: str = "JSON") -> Any:
     """``json.loads`` that refuses duplicate keys and NaN / Infinity, one
     :class:`ConfigError` line for any text that is not such JSON."""
     def constant(name: str):
-        raise ConfigError(f"{what}: {name} is not a JSON number")
+        raise ConfigError(f"{name} is not a JSON number")  # prefixed with ``what`` below, once
 
     try:
         return json.loads(text, object_pairs_hook=refuse_duplicates, parse_constant=constant)
     except ConfigError as e:
         raise ConfigError(f"{what}: {e}") from None
+    except RecursionError:  # '[' * 100000: nested deeper than any record
+        raise ConfigError(f"{what} is not JSON (nested too deep)") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{what} is not JSON ({str(e).splitlines()[0][:120]})") from None
 

@@ -349,3 +349,23 @@ def test_parts_split_merge_and_refusals(tmp_path):
     (p2 / "a.json").write_text("{}")
     with pytest.raises(InputError, match="a.json is in both"):
         merge([p1, p2], tmp_path / "out2")
+
+
+def test_gpu_run_packs_results_without_checkpoints(tmp_path):
+    import tarfile
+
+    from bench.gpu_run import main, pack
+
+    res = tmp_path / "res"
+    (res / "logs").mkdir(parents=True)
+    (res / "a.json").write_text("{}")
+    (res / "a.png").write_bytes(b"png")
+    (res / "m.pt").write_bytes(b"weights")
+    (res / "logs" / "train-x.log").write_text("x" * 10000 + "the end")
+    size = pack(res, tmp_path / "p.tar.gz")
+    with tarfile.open(tmp_path / "p.tar.gz") as tar:
+        names = tar.getnames()
+        tail = tar.extractfile("logs/train-x.log").read()
+    assert size > 0 and sorted(names) == ["a.json", "a.png", "logs/train-x.log"]
+    assert tail.endswith(b"the end") and len(tail) < 10000
+    assert main(["--out", str(tmp_path / "o"), "--part", "3/2"]) == 2  # one line, exit 2

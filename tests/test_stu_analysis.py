@@ -357,16 +357,23 @@ def test_claim_blank_zero_both_ways():
 
 
 def test_claim_shared_mixture_both_ways():
+    """The seed is the unit (issue 46): a sign test of the seeds' recall at L against the
+    even-lag bound + its slack; every seed the same, so the seed count moves the verdict."""
     bound = induction.even_lags_accuracy(64, 4)  # lags 1..62, 31 even: 0.5 + 0.5 / 4
     assert bound == pytest.approx(0.625)
-    at_T = {C.STU_SHARED: [0.3, 0.3], "stu": [0.4, 0.4]}
-    text, ok = A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.62, 0.6]}))
-    assert ok and "even-lag bound 0.62" in text and "per-branch STU's 1.00" in text
-    assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.99]}))[1]
-    assert not A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.71]}))[1]
-    assert A.claim_shared_mixture(medium_json(at_T, at_L={C.STU_SHARED: [0.6, 0.69]}))[1]
+    five = {C.STU_SHARED: [0.3] * 5, "stu": [0.4] * 5}
+    text, ok = A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.62] * 5}))
+    assert ok is True and "even-lag bound 0.62" in text and "per-branch STU's 1.00" in text
+    two = {C.STU_SHARED: [0.3, 0.3], "stu": [0.4, 0.4]}
+    v = A.claim_shared_mixture(medium_json(two, at_L={C.STU_SHARED: [0.62, 0.6]}))[1]
+    assert isinstance(v, Undecided) and "2 seeds cannot decide" in v.reason
+    assert A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.99] * 5}))[1] is False
+    assert A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.71] * 5}))[1] is False
+    assert A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.69] * 5}))[1] is True
+    v = A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.6, 0.6, 0.9, 0.9, 0.9]}))
+    assert isinstance(v[1], Undecided) and "either side" in v[1].reason
     assert A.claim_shared_mixture(medium_json({"stu": [0.4]})) is None  # no shared runs: left out
-    assert A.claim_shared_mixture(medium_json(at_T, preset=None)) is None
+    assert A.claim_shared_mixture(medium_json(two, preset=None)) is None
 
 
 def test_even_lags_accuracy_is_the_parity_blind_optimum():

@@ -325,3 +325,17 @@ def rate_interval(k: int, n: int, level: float = 0.95, unit: str = "seed") -> In
         return Interval(method, n, unit, level, refused=f"no {unit}")
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
     return Interval(method, n, unit, level, float(ci.low), float(ci.high))
+
+
+def seeds_needed(values: Sequence[float], threshold: float, relation: str = ">",
+                 alpha: float = 0.05, power: float = POWER) -> dict[str, int | None]:
+    """From measured replicate values (one per seed) and the claim's threshold: how many seeds
+    a sign test and a t test need to decide the claim's side at ``alpha`` with ``power``
+    (``sign``, ``t``), and to decide the other side (``sign_against``, ``t_against``); None
+    where the measured effect points the other way (or is too small within 1000)."""
+    mean, sd = spread(values)
+    d = mean - threshold if relation == ">" else threshold - mean
+    return {"sign": seeds_for_sign_test(d, sd, alpha, power),
+            "t": seeds_for_t_test(d, sd, alpha, power),
+            "sign_against": seeds_for_sign_test(-d, sd, alpha, power),
+            "t_against": seeds_for_t_test(-d, sd, alpha, power)}

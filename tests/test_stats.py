@@ -87,3 +87,22 @@ def test_threshold_says_where_it_comes_from():
     with pytest.raises(InputError):
         stats.Threshold(0.1, " ")
     assert "no level in the paper" in stats.ALPHA_05.source
+
+
+def test_gap_grows_decides_with_the_seeds_the_power_calculation_asks_for():
+    """Issue 46's done-when: 3 seeds read "not decided"; the power calculation from their
+    spread names a count at which the same per-seed change decides."""
+    from analyses.copy_efficiency.claims import claim_gap_grows
+
+    def medium(change: list[float]):
+        n = len(change)
+        return {"level": "medium", "by_length": {str(L): {"ratio_to_reference": {"mamba": {
+            "ratio": 1.0, "per_seed": r, "min": min(r), "max": max(r), "all_reached": True}}}
+            for L, r in ((10, [2.0] * n), (20, [2.0 + c for c in change]))}}
+
+    measured = [0.11, 0.01, 0.20]  # a per-seed change of the ratio, 3 seeds
+    v = claim_gap_grows(medium(measured))[1]
+    assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
+    need = stats.seeds_needed(measured, 0.0)
+    assert need["sign"] >= 5 and need["t"] >= 2 and need["sign_against"] is None
+    assert claim_gap_grows(medium([sum(measured) / 3] * need["sign"]))[1] is True

@@ -279,3 +279,19 @@ def test_run_records_nested_too_deep_or_with_nan_are_one_clean_line():
     with pytest.raises(ConfigError) as e:
         RunConfig.from_json('{"model": NaN}')
     assert str(e.value).count("run record") == 1 and "NaN is not a JSON number" in str(e.value)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.parametrize("level", ["--large", "--paper"])
+def test_a_gpu_level_on_a_machine_without_one_is_refused_unless_asked(tmp_path, monkeypatch,
+                                                                      capsys, level):
+    """`reproduce --paper` / `--large` on a CPU machine started runs with ETAs of days."""
+    from analyses.reproduce import cli as reproduce_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(reproduce_cli, "run_jobs", lambda *a, **k: pytest.fail("ran"))
+    assert reproduce_cli.main([level, "--out", str(tmp_path / "o")]) == 2
+    line = _one_line(capsys)
+    assert "no CUDA device" in line and "--device cpu" in line
+    assert not (tmp_path / "o").exists()
+    assert reproduce_cli.main([level, "--list"]) == 0  # estimating it here is fine

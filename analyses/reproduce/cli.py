@@ -54,6 +54,9 @@ DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick``
                "on a GPU).")
 
 
+GPU_LEVELS = ("large", "paper")  # seqprobe.cli.LEVEL_HELP: one GPU machine; for a GPU
+
+
 def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m analyses.reproduce", description=DESCRIPTION)
     add_level_flag(p)
@@ -236,6 +239,13 @@ def body(argv: list[str] | None) -> int:
     if args.dry_run:
         check_output_dir(out)
         return dryrun.report(plan_models(names, args.level), args.device, out)
+    # a GPU level on a machine without one ran for days at CPU speed: refused unless asked
+    # for by name (--device cpu) or sent elsewhere (--ray); --list and --dry-run estimate it
+    check(args.level not in GPU_LEVELS or args.index_only or args.ray is not None
+          or args.device == "cpu" or device_kind("auto") == "cuda",
+          f"--{args.level} is a GPU machine's work and this machine has no CUDA device; "
+          "--list or --dry-run estimate it here, --ray ADDRESS sends it to a cluster, "
+          "--device cpu runs it here anyway (days)")
     if args.merge:
         print(f"merged {len(merge(args.merge, out))} result files into {out}")
     if args.index_only:  # rebuilds an index from results: a folder without any is refused

@@ -8,6 +8,7 @@ it (:func:`tightest` of several). :func:`verdict_text` is how the index writes a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,13 @@ class Reading(tuple):
     margin: Margin | None
 
     def __new__(cls, measured: str, verdict: Verdict, margin: Margin | None = None):
+        if (margin is not None and verdict is not None and not isinstance(verdict, Undecided)
+                and (math.isnan(margin.value) or math.isnan(margin.threshold))):
+            # NaN compares False with everything: it would read as "does not hold" (an infinite
+            # value, "never reached", compares as it should)
+            verdict = Undecided(f"{margin.quantity} is {margin.value:g} against "
+                                f"{margin.threshold:g}: no number to decide on (a run that "
+                                "diverged or measured nothing)")
         self = super().__new__(cls, (measured, verdict))
         self.margin = margin
         return self

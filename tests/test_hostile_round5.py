@@ -295,3 +295,13 @@ def test_a_gpu_level_on_a_machine_without_one_is_refused_unless_asked(tmp_path, 
     assert "no CUDA device" in line and "--device cpu" in line
     assert not (tmp_path / "o").exists()
     assert reproduce_cli.main([level, "--list"]) == 0  # estimating it here is fine
+
+
+def test_a_nan_measurement_is_not_decided_never_does_not_hold():
+    """NaN compares False with every threshold: an accuracy of NaN read as "does not hold"."""
+    from analyses import mamba_decay
+    from analyses.claims import Undecided, verdict_text
+
+    read = mamba_decay.claim_markov({"models": [{"label": "m", "mean": float("nan")}]})
+    assert isinstance(read[1], Undecided) and "no number to decide on" in verdict_text(read[1])
+    assert mamba_decay.claim_markov({"models": [{"label": "m", "mean": 0.5}]})[1] is False

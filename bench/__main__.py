@@ -47,14 +47,17 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         proc = subprocess.run([sys.executable, "-m", f"bench.{name}"])
         result = RESULTS / f"results_{name.removeprefix('bench_')}.json"
+        # keyed as its results file is: bench_ensemble -> "ensemble" (ensemble.stu.speedup)
+        key = name.removeprefix("bench_")
+        merged.pop(name, None)  # the older key of the same entry
         if proc.returncode != 0 or not result.exists():
             failed.append(name)
-            merged[name] = {"error": f"exit code {proc.returncode}"}
+            merged[key] = {"error": f"exit code {proc.returncode}"}
             continue
         # each entry keeps its own machine description: an --only run may time on another
         # clock or thread count than the entries it leaves in place
         data = json.loads(result.read_text())
-        merged[name] = {**data, "bench_wall_s": round(time.time() - t0, 1)}
+        merged[key] = {**data, "bench_wall_s": round(time.time() - t0, 1)}
     timings = DEFAULT_OUT / "reproduce_timings.json"
     if timings.exists():
         merged["figures_wall_s"] = json.loads(timings.read_text())

@@ -11,7 +11,7 @@
 Each run takes ``--steps`` steps with one evaluation at the end (the recipe's evaluation
 settings otherwise); both sides train the same runs to the same weights (tests/test_ensemble.py),
 so the ratio of their wall times is the speed-up. ``per_step_s`` is wall seconds per step of
-one run alone and of the whole ensemble. Numbers: ``bench/results.json`` (``bench_ensemble``).
+one run alone and of the whole ensemble. Numbers: ``bench/results.json`` (``ensemble``).
 """
 
 from __future__ import annotations

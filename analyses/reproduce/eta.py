@@ -84,7 +84,7 @@ def ensemble_estimate(specs: Sequence[RunConfig], costs: StepCosts,
                       device: str | None) -> Estimate | None:
     """Seconds of an ensemble of ``specs`` (:mod:`models.train.ensemble`). On CPU cores: its
     members' runs one after another, less all but one start-up (a CPU step is bound by its
-    arithmetic, which an ensemble does not share: bench/results.json ``bench_ensemble``). On a
+    arithmetic, which an ensemble does not share: bench/results.json ``ensemble``). On a
     GPU, where a small model's step is bound by kernel launches: the longest member's
     steps at the slowest member step, or the members' FLOPs together at the assumed
     utilisation where those take longer (source ``ensemble projection`` until a CUDA table
@@ -96,7 +96,8 @@ def ensemble_estimate(specs: Sequence[RunConfig], costs: StepCosts,
         for s in specs:
             row = plan_row(s.arch, s)
             flops += row["flops_per_token"] * row["tokens_per_step"]
-        step = max(per_step, gpu_costs.projected_seconds(flops, specs[0].train.precision))
+        precision = gpu_costs.run_settings(specs[0], "cuda")[0]
+        step = max(per_step, gpu_costs.projected_seconds(flops, precision))
         return Estimate(step * max(s.train.steps for s in specs), "ensemble projection")
     runs = [costs.run(s, device) for s in specs]
     if any(r is None for r in runs):

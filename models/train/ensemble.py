@@ -89,7 +89,7 @@ def pays_off(spec: RunConfig) -> bool:
     launches, which an ensemble shares); on a CPU a step is bound by its arithmetic, which an
     ensemble does not share, and only a model whose default path vmaps gains the per-op
     overhead (a class with an ``ensemble_scan`` swaps its fused CPU path for the plain one:
-    slower; bench/results.json ``bench_ensemble``)."""
+    slower; bench/results.json ``ensemble``)."""
     if spec.train.device_type == "cuda":
         return True
     return getattr(model_class(spec.arch), "ensemble_scan", None) is None

@@ -102,15 +102,16 @@ def _train_group(specs, paths, device, progress, labels) -> list[Path | MemberFa
         states = [entry_state(p, s) for p, s in zip(paths, specs, strict=True)]
         train = [i for i, st in enumerate(states) if st != "done"]
         resumes = []
-        for i in train:
+        for k, i in enumerate(train):
             if states[i] == "other":
                 print(f"cache: {paths[i].name} holds another run's checkpoint; training this "
                       "run over it", file=sys.stderr)
             resume = paths[i] if states[i] == "interrupted" else None
             resumes.append(resume)
+            # the ETA is of the member's run alone: on CPU cores about the ensemble's share
             announce(specs[i], paths[i], what=labels[i], device=device,
                      resume_step=read_checkpoint(resume)["train"].get("step") if resume
-                     else None)
+                     else None, detail=f"member {k + 1} of an ensemble of {len(train)}")
         done = train_ensemble([specs[i] for i in train], [paths[i] for i in train], device,
                               resumes, progress) if train else []
     out: list[Path | MemberFailed] = list(paths)

@@ -92,7 +92,8 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     built.
 
     ``path`` may also name a zoo checkpoint, ``zoo:NAME`` or ``zoo:NAME@LEVEL`` (quick by
-    default): the recipe's finished checkpoint in ``checkpoints/`` (:func:`named_source`;
+    default): the recipe's finished checkpoint in the default cache (``$SEQPROBE_CACHE``, else
+    ``~/.cache/seqprobe``, else the clone's ``checkpoints/``; :func:`named_source`;
     another cache: ``models.load(zoo.path(NAME, LEVEL, cache_dir))``). One not trained yet is
     one line with the command that trains it; nothing is ever trained here.
     """

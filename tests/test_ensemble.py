@@ -136,3 +136,26 @@ def test_the_zoo_trains_a_sweep_as_ensembles_served_as_solo_recipes(tmp_path, mo
                                  progress=False, ensembles="off")
     assert sizes == [3] and [p.name for p in done_off.values()] == [
         p.name for p in done.values()]
+
+
+def test_a_stopped_ensemble_saves_every_member_and_resumes_to_the_same_weights(
+        tmp_path, monkeypatch, float64):
+    from models.train import loop
+    from models.train.loop import TrainingInterrupted
+    from tests.tiny import sigint_during_step
+
+    specs = _specs("mamba")
+    whole = train_ensemble(specs, [None] * 3, device="cpu", progress=False)
+    outs = [tmp_path / f"e{i}.pt" for i in range(3)]
+    real = sigint_during_step(monkeypatch, step=2)  # SIGINT while step 2 begins
+    with pytest.raises(TrainingInterrupted):
+        train_ensemble(specs, outs, device="cpu", progress=False)
+    monkeypatch.setattr(loop, "lr_at", real)
+    steps = [read_checkpoint(o)["train"]["step"] for o in outs]
+    assert steps == [3, 3, 3]  # every member finished the step it was in, then saved
+    assert [entry_state(o, s.resolved(torch.device("cpu"))) for o, s in
+            zip(outs, specs, strict=True)] == ["interrupted"] * 3
+    resumed = train_ensemble(specs, outs, device="cpu", resumes=outs, progress=False)
+    for a, b in zip(resumed, whole, strict=True):
+        assert _close(a["state_dict"], b["state_dict"]) <= 1e-10
+        assert _history_gap(a["history"], b["history"]) <= 1e-10

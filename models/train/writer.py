@@ -24,14 +24,17 @@ from models.train.rng import rng_state, set_rng_state
 from models.train.runconfig import RunConfig
 from seqprobe.config import config_to_dict
 from seqprobe.errors import CheckpointError, SaveError
+from seqprobe.paths import user_cache_dir
 
 
 def rescue_dirs() -> list[Path]:
     """Where a checkpoint goes when its own directory cannot take it (disk full, a directory
-    that went away): the system's temp directory, then the user's cache."""
+    that went away): the system's temp directory, then ``rescued/`` in the user's cache
+    directory (beside the default checkpoint cache, never in it: a rescued file under an
+    entry's name is not a finished entry to serve)."""
     dirs = [Path(tempfile.gettempdir())]
     try:
-        dirs.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seqprobe")
+        dirs.append(user_cache_dir() / "rescued")
     except RuntimeError:  # no home directory
         pass
     return dirs

@@ -170,8 +170,12 @@ def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path | None = 
 def checkpoints(names: Iterable[str], preset: str = "quick",
                 cache_dir: str | Path | None = None, device: str = "auto",
                 progress: bool = True) -> dict[str, Path]:
-    """:func:`checkpoint` of each name: ``{name: path}``."""
-    return {n: checkpoint(n, preset, cache_dir, device, progress) for n in names}
+    """:func:`checkpoint` of each name: ``{name: path}``, trained as :func:`train_recipes`
+    trains them; a run that fails is one line naming it."""
+    done = train_recipes(names, preset, cache_dir, device, progress=progress)
+    failed = [f"{n} ({r.error})" for n, r in done.items() if isinstance(r, Failed)]
+    check(not failed, f"training failed: {', '.join(failed)}")
+    return dict(done)
 
 
 def _train_group(names: list[str], preset: str, cache_dir: str, device: str,

@@ -328,6 +328,11 @@ def test_claim_generalise_window_reads_the_seen_lags():
     read = A.claim_generalise_window(d)
     assert read[1] is True and read.margin.value == 0.95
     assert A.claim_generalise_window(medium_json({"stu": [1.0]}, preset="quick")) is None
+    # the finding: seeds generalise under reading 2 and none under reading 1
+    text, ok = A.claim_readings_finding(d)
+    assert ok is True and "every lag 0/2" in text and "lags <= T^q 1/2" in text
+    assert "Clopper-Pearson" in text
+    assert A.claim_readings_finding(medium_json({"stu": [0.3, 0.95]}))[1] is False
 
 
 def test_claim_padding_both_ways():

@@ -42,6 +42,7 @@ from analyses.stu_induction.claims import (
     claim_generalise,
     claim_generalise_window,
     claim_padding,
+    claim_readings_finding,
     claim_recall,
     claim_shared_mixture,
     claim_vs_baselines,
@@ -303,6 +304,9 @@ FIGURE = Figure(
      Claim("Fig. 5, reading 2 of 2: the flag within T^q of the query (a longer T adds blanks, "
            f"not lags), lags <= T^q scored at T: some seed >= {GENERALISES}",
            claim_generalise_window),
+     Claim("(finding) what reconciles Fig. 5's two readings with the suite: generalising seeds "
+           "under the flag-within-T^q reading and none when every lag is scored",
+           claim_readings_finding),
      Claim("(our comparison, not the paper's: its §5 leaves comparisons with transformers "
            "and SSMs to future work) the STU length-generalises at least as well as Hard-ALiBi "
            "and Mamba-2 trained at the same lengths", claim_vs_baselines),

@@ -71,8 +71,8 @@ def _parser() -> OneLineParser:
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="cores' worth of jobs at once (default: 2 on a machine with >= 2 "
-                        "cores for --quick / --medium, 1 for --paper: one GPU)")
+                   help="cores' worth of jobs at once (default: every core, as many as the "
+                        "free memory holds; 1 for --paper: one GPU)")
     p.add_argument("--seed-offset", type=flags.flag("--seed-offset"), default=0,
                    help="shift every recipe's training seed (and each analysis' --seed) by K: "
                         "the same plan over other seeds of its models, cached apart (default 0: "

@@ -17,6 +17,7 @@ from analyses.zoo.dryrun import recipe_spec
 from models.train.ensemble import ensemble_key, pays_off
 from models.train.gpu_costs import device_kind, run_settings
 from seqprobe.device import resolve_device
+from seqprobe.memory import available_bytes
 
 PLAN: tuple[str, ...] = (
     "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
@@ -219,11 +220,19 @@ def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Bui
     return list(items.items())
 
 
+# what one job holds at least: an interpreter with torch and the suite imported, a small model,
+# its batches and its optimizer (a job's own check, models.train.build, sees only itself)
+JOB_BYTES = 1 << 30
+
+
 def default_jobs(preset: str) -> int:
     """Every core at every level but paper (one job at a time, each with the whole GPU): the
-    suite's models are too small to use a second thread, so jobs side by side use the cores
-    (memory is estimated before each run, :mod:`models.train.build`)."""
-    return 1 if preset == "paper" else os.cpu_count() or 1
+    suite's models are too small to use a second thread, so jobs side by side use the cores —
+    as many as the free memory holds at :data:`JOB_BYTES` a job (each run also checks its
+    own size before it starts, :mod:`models.train.build`)."""
+    if preset == "paper":
+        return 1
+    return max(1, min(os.cpu_count() or 1, available_bytes() // JOB_BYTES))
 
 
 def seed_ranges(recipes: Sequence[str]) -> list[str]:

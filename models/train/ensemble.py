@@ -116,11 +116,15 @@ def group_runs(specs: Sequence[RunConfig], max_members: int = 32,
 
 
 def _template(model: torch.nn.Module) -> torch.nn.Module:
-    """The module the members' stacked weights run through: a copy of a member's model on the
-    path that vmap batches (the class's ``ensemble_scan``; e.g. the transformer's plain
-    attention, as PyTorch has no batching rule for CPU SDPA and would loop over members)."""
+    """The module the members' stacked weights run through: a copy of a member's model on a
+    path that vmap batches: the class's ``ensemble_scan`` (e.g. the transformer's plain
+    attention, as PyTorch has no batching rule for CPU SDPA and would loop over members); on
+    CUDA the chunked scan of a model that could take mamba-ssm's kernels, which have none."""
     template = copy.deepcopy(model)
     scan = getattr(template, "ensemble_scan", None)
+    if (scan is None and "kernel" in getattr(template, "scans", ())
+            and next(template.parameters()).is_cuda):
+        scan = "chunked"
     if scan is not None:
         template.set_scan(scan)
     return template

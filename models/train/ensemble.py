@@ -233,6 +233,9 @@ def _train_members(specs, paths, dev, resumes, progress, callbacks, evaluator):
                                    evaluator, position=i if progress else None))
             rngs.append(_MemberRngs())
     template = _template(members[0].model)
+    for m in members:
+        if m.cfg.compile:  # its records say so, as a solo run's whose compile fell back
+            m.compiled = _RanEager()
     results: list[dict[str, Any] | MemberFailed | None] = [None] * len(members)
     try:
         with _StopSignals() as signals:
@@ -292,6 +295,12 @@ def _train_members(specs, paths, dev, resumes, progress, callbacks, evaluator):
     finally:
         for m in members:
             m.bar.close()
+
+
+class _RanEager:
+    """What an evaluation record reads of a compiled forward that ran eager."""
+
+    fallback = "ensemble member: the vmapped forward runs eager, not torch.compile'd"
 
 
 class _NoInterrupt:

@@ -64,10 +64,15 @@ ALPHA_01 = Threshold(0.01, "no level in the paper: one-sided 0.01, the suite's l
 
 def _values(values: Sequence[float]) -> np.ndarray:
     """One value per replicate; ± inf allowed (a lower bound: a seed that never got there
-    counts as slower than any that did), NaN not."""
+    counts as slower than any that did); a NaN (a run that diverged or measured nothing) is
+    no replicate and is left out — :func:`_nan_note` says how many."""
     v = np.asarray([float(x) for x in values], dtype=float)
-    check(not bool(np.any(np.isnan(v))), "replicate values must not be NaN")
-    return v
+    return v[~np.isnan(v)]
+
+
+def _nan_note(values: Sequence[float], unit: str) -> str:
+    n = sum(1 for x in values if float(x) != float(x))
+    return f" ({n} {unit}{'' if n == 1 else 's'} with no number left out)" if n else ""
 
 
 def seeds_to_reach(alpha: float) -> int:
@@ -155,7 +160,7 @@ def sign_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPH
         p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
     need = seeds_to_reach(alpha.value)
     return TestResult("exact one-sided sign test", unit, n, k, p, p_against, alpha, n >= need,
-                      need, 0.5 ** n)
+                      need, 0.5 ** n, f"{k}/{n} {unit}s" + _nan_note(values, unit))
 
 
 def t_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_05,

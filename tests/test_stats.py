@@ -34,6 +34,8 @@ def test_sign_test_counts_replicates_and_refuses_too_few():
     assert stats.sign_test([0.4] * 6, 0.5, relation="<").verdict() is True
     t = stats.sign_test([0.5] * 6, 0.5)  # ties carry no sign
     assert t.n == 0 and not t.can_decide
+    t = stats.sign_test([0.6] * 5 + [float("nan")], 0.5)  # a diverged seed is no replicate
+    assert t.n == 5 and t.holds and "1 seed with no number left out" in t.agree
 
 
 def test_t_test_and_interval():

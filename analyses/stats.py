@@ -82,7 +82,7 @@ def seeds_to_reach(alpha: float) -> int:
 
 
 @dataclass(frozen=True)
-class TestResult:
+class ReplicateTest:
     """One test of replicate values against a threshold: its method, how many replicates
     (``n``, of ``unit``), how many agree with the claim's side (``k``), the one-sided p-values
     for the claim's side (``p``) and against it (``p_against``), the level (``alpha``), and
@@ -135,7 +135,7 @@ class TestResult:
                 + (str(self.alpha) if source else f"{self.alpha.value:g}"))
 
 
-def too_few(t: TestResult) -> Undecided:
+def too_few(t: ReplicateTest) -> Undecided:
     """"not decided — n seeds cannot decide at this level", with the number that could."""
     who = f"{t.n} {t.unit}{'' if t.n == 1 else 's'}" + (" a group" if "pairs" in t.agree else "")
     return Undecided(f"{TOO_FEW}: {who} cannot decide at α = {t.alpha.value:g} "
@@ -144,7 +144,7 @@ def too_few(t: TestResult) -> Undecided:
 
 
 def sign_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_05,
-              relation: str = ">", unit: str = "seed") -> TestResult:
+              relation: str = ">", unit: str = "seed") -> ReplicateTest:
     """Exact one-sided sign test (binomial, p = 1/2; scipy.stats.binomtest) of one value per
     replicate against ``threshold``: are the replicates on the ``relation`` side of it more
     often than chance? Ties carry no sign and are dropped (as the test is defined).
@@ -159,12 +159,12 @@ def sign_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPH
         p = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
         p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
     need = seeds_to_reach(alpha.value)
-    return TestResult("exact one-sided sign test", unit, n, k, p, p_against, alpha, n >= need,
+    return ReplicateTest("exact one-sided sign test", unit, n, k, p, p_against, alpha, n >= need,
                       need, 0.5 ** n, f"{k}/{n} {unit}s" + _nan_note(values, unit))
 
 
 def t_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_05,
-           relation: str = ">", unit: str = "seed") -> TestResult:
+           relation: str = ">", unit: str = "seed") -> ReplicateTest:
     """One-sample one-sided t test (scipy.stats.ttest_1samp) of one value per replicate
     against ``threshold``: the replicates' mean on the ``relation`` side. Assumes roughly
     normal replicate values; needs n >= 2 (and a spread: equal values decide nothing)."""
@@ -173,11 +173,11 @@ def t_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_0
     d = (v - threshold) if relation == ">" else (threshold - v)
     n, k = len(d), int((d > 0).sum())
     if n < 2 or float(np.std(d)) == 0.0:
-        return TestResult("one-sided t test", unit, n, k, 1.0, 1.0, alpha, False, max(n, 2) + 1,
+        return ReplicateTest("one-sided t test", unit, n, k, 1.0, 1.0, alpha, False, max(n, 2) + 1,
                           1.0)
     p = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
     p_against = float(stats.ttest_1samp(d, 0.0, alternative="less").pvalue)
-    return TestResult("one-sided t test", unit, n, k, p, p_against, alpha, True, 2)
+    return ReplicateTest("one-sided t test", unit, n, k, p, p_against, alpha, True, 2)
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
 
 
 def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_05,
-              relation: str = ">", unit: str = "seed") -> TestResult:
+              relation: str = ">", unit: str = "seed") -> ReplicateTest:
     """Exact one-sided Mann-Whitney U test (scipy.stats.mannwhitneyu) of two groups of
     independent replicates: ``a`` tends to lie on the ``relation`` side of ``b``. ``k``
     counts the pairs on the claim's side; n is the smaller group (what limits the test):
@@ -312,12 +312,12 @@ def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_0
     floor = 1 / math.comb(len(x) + len(y), len(x)) if n else 1.0
     need = next(m for m in range(1, 64) if 1 / math.comb(2 * m, m) <= alpha.value)
     if n == 0:
-        return TestResult("exact one-sided Mann-Whitney U test", unit, 0, 0, 1.0, 1.0, alpha,
+        return ReplicateTest("exact one-sided Mann-Whitney U test", unit, 0, 0, 1.0, 1.0, alpha,
                           False, need, 1.0)
     k = int(sum((xi > yj) for xi in x for yj in y))
     p = float(stats.mannwhitneyu(x, y, alternative="greater", method="exact").pvalue)
     p_against = float(stats.mannwhitneyu(x, y, alternative="less", method="exact").pvalue)
-    return TestResult("exact one-sided Mann-Whitney U test", unit, n, k, p, p_against, alpha,
+    return ReplicateTest("exact one-sided Mann-Whitney U test", unit, n, k, p, p_against, alpha,
                       floor <= alpha.value, need, floor,
                       f"{k}/{len(x) * len(y)} pairs of {len(x)} and {len(y)} {unit}s")
 

@@ -3,7 +3,9 @@
 A suite model is a ``transformer_lens.HookedRootModule`` whose ``cfg`` is a frozen config
 dataclass with at least ``vocab_size`` and ``n_layers``. Subclasses:
 
-* set the class attribute ``arch`` (the name in :mod:`models.registry`) and ``config_cls``;
+* declare what the suite needs to know of them (:class:`~models.contract.ModelContract`):
+  ``arch`` (the name in :mod:`models.registry`), ``config_cls``, ``tiny_config``, the shapes
+  of their hooks, their FLOPs per token;
 * build their modules, put ``HookPoint``s wherever an activation is worth reading, and call
   ``self.setup()`` last in ``__init__`` so ``run_with_cache`` / ``run_with_hooks`` see them;
 * compute in :meth:`SuiteModel.compute_logits` (``[batch, pos]`` int64 tokens to ``[batch,
@@ -53,7 +55,7 @@ import copy
 import os
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.utils.checkpoint
@@ -64,6 +66,7 @@ from transformer_lens.utilities import get_act_name
 
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import FORMAT, make_checkpoint
+from models.contract import ModelContract
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.provenance import Provenance
 from models.text import TaskText
@@ -226,11 +229,7 @@ def train_config_of(train: dict[str, Any]) -> TrainConfig | None:
 NOT_SAVED_TRAIN_KEYS = ("rng",)
 
 
-class SuiteModel(TLSurface, TaskText, HookedRootModule):
-    arch: ClassVar[str] = ""
-    config_cls: ClassVar[type] = object
-    scans: ClassVar[tuple[str, ...]] = ()  # the paths set_scan accepts; () = one path only
-    fast_scans: ClassVar[tuple[str, ...]] = ()  # paths tested against "plain" (CPU ones)
+class SuiteModel(ModelContract, TLSurface, TaskText, HookedRootModule):
 
     def __init__(self, cfg):
         super().__init__()

@@ -26,6 +26,7 @@ recurrence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 from jaxtyping import Float
@@ -33,6 +34,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
+from models.contract import Shapes
 from models.layers import RMSNorm, has_hooks
 from seqprobe.config import check
 
@@ -121,6 +123,12 @@ class LSTMLM(SuiteModel):
     scans = SCANS
     fast_scans = ("fused",)
     ensemble_scan = "plain"  # aten::lstm has no vmap rule
+    tiny_config = MappingProxyType(dict(vocab_size=7, d_model=8, n_layers=2))
+
+    @classmethod
+    def block_hook_shapes(cls, cfg: LSTMConfig, batch: int, pos: int) -> Shapes:
+        B, T, d = batch, pos, cfg.d_model
+        return {"hook_h": (B, T, d), "hook_c": (B, T, d), "hook_gates": (B, T, 4, d)}
 
     def __init__(self, cfg: LSTMConfig):
         super().__init__(cfg)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import einops
 import torch
@@ -54,6 +55,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
+from models.contract import Shapes
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
 from seqprobe.config import check
@@ -225,6 +227,17 @@ class STULM(SuiteModel):
 
     arch = "stu"
     config_cls = STUConfig
+    tiny_config = MappingProxyType(dict(vocab_size=7, d_model=8, n_layers=2, filter_len=32,
+                                        num_filters=6, d_mlp=16))
+
+    @classmethod
+    def block_hook_shapes(cls, cfg: STUConfig, batch: int, pos: int) -> Shapes:
+        B, T, d, sign = batch, pos, cfg.d_model, cfg.n_branches
+        return {"stu.hook_features": ((B, T, sign, d) if cfg.param == "tensordot"
+                                      else (B, T, sign, cfg.num_filters, d)),
+                "stu.hook_out": (B, T, d), "hook_resid_mid": (B, T, d),
+                "mlp.hook_pre": (B, T, cfg.d_mlp_), "mlp.hook_post": (B, T, cfg.d_mlp_),
+                "hook_mlp_out": (B, T, d), "hook_resid_post": (B, T, d)}
 
     def __init__(self, cfg: STUConfig):
         super().__init__(cfg)

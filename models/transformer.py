@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import einops
 import torch
@@ -47,6 +48,7 @@ from torch.nn.attention.flex_attention import flex_attention
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
+from models.contract import Shapes
 from models.layers import MLP, LayerNorm, has_hooks
 from seqprobe.config import check
 
@@ -387,6 +389,23 @@ class HookedTransformerLM(SuiteModel):
     scans = ("auto", "plain", "sdpa", "flex")
     fast_scans = ("sdpa",)
     ensemble_scan = "plain"  # PyTorch has no vmap rule for CPU SDPA: it would loop over members
+    tiny_config = MappingProxyType(dict(vocab_size=11, d_model=16, n_layers=2, n_heads=4,
+                                        d_mlp=32))
+
+    @classmethod
+    def block_hook_shapes(cls, cfg: TransformerConfig, batch: int, pos: int) -> Shapes:
+        B, T, d, H, dh = batch, pos, cfg.d_model, cfg.n_heads, cfg.d_head
+        return {**{f"attn.hook_{n}": (B, T, H, dh) for n in ("q", "k", "v", "z")},
+                "attn.hook_attn_scores": (B, H, T, T), "attn.hook_pattern": (B, H, T, T),
+                "attn.hook_result": (B, T, H, d), "hook_resid_mid": (B, T, d),
+                "mlp.hook_pre": (B, T, cfg.d_mlp_), "mlp.hook_post": (B, T, cfg.d_mlp_),
+                "hook_resid_post": (B, T, d)}
+
+    @classmethod
+    def flops_per_token(cls, cfg: TransformerConfig, n_params: int, length: int) -> float:
+        """6·N plus attention's scores and mixing: 12·n_layers·d_model·length (the forward's
+        2·2·n_layers·d_model·length, tripled for the backward)."""
+        return 6.0 * n_params + 12.0 * cfg.n_layers * cfg.d_model * length
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__(cfg)

@@ -37,51 +37,33 @@ B, T = 3, 11  # T > chunk_size and T > d_conv, so chunk and window boundaries ar
 
 
 def design_hook_shapes(arch: str, cfg) -> dict[str, tuple[int, ...]]:
-    """Every hook DESIGN.md names for ``arch`` (TransformerLens vocabulary) -> its shape on a
-    [B, T] batch, as DESIGN.md and the HookPoints' shape comments give it."""
-    d = cfg.d_model
-    shapes = {"hook_embed": (B, T, d), "ln_final.hook_normalized": (B, T, d)}
-    layer = {"hook_resid_pre": (B, T, d)}
-    if arch == "transformer":
-        H, dh = cfg.n_heads, cfg.d_head
-        layer |= {f"attn.hook_{n}": (B, T, H, dh) for n in ("q", "k", "v", "z")}
-        layer |= {"attn.hook_attn_scores": (B, H, T, T), "attn.hook_pattern": (B, H, T, T),
-                  "attn.hook_result": (B, T, H, d), "hook_resid_mid": (B, T, d),
-                  "mlp.hook_pre": (B, T, cfg.d_mlp_), "mlp.hook_post": (B, T, cfg.d_mlp_),
-                  "hook_resid_post": (B, T, d)}
-    elif arch in ("mamba2", "mambazero", "mamba"):
-        if arch == "mamba":  # one "head" per inner channel, d_head 1; B, C shared
-            Hs, N = (cfg.d_inner,), cfg.d_state
-            x, bc, dt, decay = (B, T, cfg.d_inner), (B, T, N), (B, T, cfg.d_inner), (B, T, *Hs, N)
-            state, proj, conv = (B, T, cfg.d_inner, 1, N), 2 * cfg.d_inner, cfg.d_inner
-        else:
-            H, P, N, G = cfg.n_heads, cfg.d_head, cfg.d_state, cfg.n_groups
-            x, bc, dt, decay = (B, T, H, P), (B, T, G, N), (B, T, H), (B, T, H)
-            state, proj, conv = (B, T, H, P, N), cfg.d_in_proj, cfg.conv_dim
-        mixer = {"in_proj": (B, T, proj), "conv": (B, T, conv), "x": x, "B": bc, "C": bc,
-                 "ssm_dt": dt, "decay": decay, "ssm_write": state, "ssm_state": state, "y": x,
-                 "ssm_out": (B, T, d)}
-        if cfg.gated:
-            mixer["gate"] = (B, T, cfg.d_inner)
-        layer |= {f"mixer.hook_{n}": s for n, s in mixer.items()}
-        layer["hook_resid_post"] = (B, T, d)
-        if cfg.d_mlp:
-            layer |= {"hook_resid_mid": (B, T, d), "mlp.hook_post": (B, T, cfg.d_mlp),
-                      "hook_mlp_out": (B, T, d)}
-    elif arch == "lstm":
-        layer |= {"hook_h": (B, T, d), "hook_c": (B, T, d), "hook_gates": (B, T, 4, d)}
-    elif arch == "stu":
-        sign = cfg.n_branches
-        layer |= {"stu.hook_features": ((B, T, sign, d) if cfg.param == "tensordot"
-                                        else (B, T, sign, cfg.num_filters, d)),
-                  "stu.hook_out": (B, T, d), "hook_resid_mid": (B, T, d),
-                  "mlp.hook_pre": (B, T, cfg.d_mlp_), "mlp.hook_post": (B, T, cfg.d_mlp_),
-                  "hook_mlp_out": (B, T, d), "hook_resid_post": (B, T, d)}
-    else:
-        raise AssertionError(f"{arch}: add its hooks (DESIGN.md) to design_hook_shapes")
-    for i in range(cfg.n_layers):
-        shapes |= {f"blocks.{i}.{n}": s for n, s in layer.items()}
-    return shapes
+    """Every hook DESIGN.md names for ``arch`` -> its shape on a [B, T] batch, as the model
+    class declares it (models.contract.ModelContract.hook_shapes)."""
+    return model_class(arch).hook_shapes(cfg, B, T)
+
+
+# DESIGN.md's vocabulary per family: a class's declaration must name at least these
+DESIGN_NAMES = {
+    "transformer": {"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_q",
+                    "attn.hook_k", "attn.hook_v", "attn.hook_attn_scores", "attn.hook_pattern",
+                    "attn.hook_z", "attn.hook_result", "mlp.hook_pre", "mlp.hook_post"},
+    "ssm": {"hook_resid_pre", "hook_resid_post", *(f"mixer.hook_{n}" for n in (
+        "in_proj", "conv", "x", "B", "C", "ssm_dt", "decay", "ssm_write", "ssm_state", "y",
+        "ssm_out"))},
+    "lstm": {"hook_resid_pre", "hook_h", "hook_c"},
+    "stu": {"hook_resid_pre", "stu.hook_features", "stu.hook_out"},
+}
+FAMILY = {"transformer": "transformer", "mamba": "ssm", "mamba2": "ssm", "mambazero": "ssm",
+          "lstm": "lstm", "stu": "stu"}
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_each_class_declares_design_hooks(arch, tiny_config):
+    cfg = build_model(arch, tiny_config(arch)).cfg
+    declared = model_class(arch).hook_shapes(cfg, B, T)
+    layer = {n.split(".", 2)[2] for n in declared if n.startswith("blocks.0.")}
+    assert DESIGN_NAMES[FAMILY[arch]] <= layer, DESIGN_NAMES[FAMILY[arch]] - layer
+    assert {"hook_embed", "ln_final.hook_normalized"} <= set(declared)
 
 
 def assert_design_hooks(arch: str, model, cache) -> None:
@@ -91,9 +73,10 @@ def assert_design_hooks(arch: str, model, cache) -> None:
         assert tuple(cache[name].shape) == shape, (name, tuple(cache[name].shape), shape)
 
 
-def test_every_architecture_has_a_tiny_config(tiny_config):
-    for arch in ARCHS:  # a KeyError here: add the new architecture to tests/tiny.py's TINY
-        assert tiny_config(arch) is not None
+def test_every_architecture_declares_a_tiny_config():
+    for arch in ARCHS:  # empty: set tiny_config on the model class (models.contract)
+        assert model_class(arch).tiny_config or arch == "mambazero", arch
+        build_model(arch, dict(model_class(arch).tiny_config))
 
 
 def _build(tiny_model, arch, kw, dtype=torch.float64):

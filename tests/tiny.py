@@ -12,22 +12,14 @@ from __future__ import annotations
 import torch
 
 import models
+from models.registry import ARCHS, model_class
 
-# The one tiny configuration of each architecture (models.registry.ARCHS; the contract test
-# fails when an architecture has none). Sizes keep every axis distinct where it can be
-# (vocab, width, heads, state) so a transposed axis shows up as a shape error.
-TINY: dict[str, dict] = {
-    "transformer": dict(vocab_size=11, d_model=16, n_layers=2, n_heads=4, d_mlp=32),
-    "mamba2": dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2, d_state=4, d_conv=3,
-                   chunk_size=4),
-    "mambazero": dict(chunk_size=4),  # Thm 1's size for S = 2 (the config's defaults)
-    "mamba": dict(vocab_size=7, d_model=8, n_layers=2, d_state=4, d_conv=3),
-    "lstm": dict(vocab_size=7, d_model=8, n_layers=2),
-    "stu": dict(vocab_size=7, d_model=8, n_layers=2, filter_len=32, num_filters=6, d_mlp=16),
-    # the transformer of a tiny training run and of a tiny checkpoint file: one layer, two
-    # heads; a run's task sets the vocabulary (the checkpoint below: copy with D = 26)
-    "run": dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
-}
+# The one tiny configuration of each architecture: the one its class declares
+# (models.contract.ModelContract.tiny_config; the contract test fails when one has none).
+TINY: dict[str, dict] = {arch: dict(model_class(arch).tiny_config) for arch in ARCHS}
+# the transformer of a tiny training run and of a tiny checkpoint file: one layer, two heads;
+# a run's task sets the vocabulary (the checkpoint below: copy with D = 26)
+TINY["run"] = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 TINY_RUN = TINY["run"]
 # the same model as `python -m models.train` flags
 TINY_RUN_FLAGS = [a for k, v in TINY_RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 import einops
@@ -131,6 +132,12 @@ def mamba_ssm_selective_scan():
 class MambaMixer(SSMMixer):
     """The S6 mixer of the module docstring, hooks as in :class:`~models.ssm.recurrent.SSMMixer`
     (a channel is a head of width one)."""
+
+    @classmethod
+    def axes(cls, cfg: MambaConfig, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
+        B, T, D, N = batch, pos, cfg.d_inner, cfg.d_state  # B, C shared by every channel
+        return {"x": (B, T, D), "bc": (B, T, N), "dt": (B, T, D), "decay": (B, T, D, N),
+                "state": (B, T, D, 1, N), "proj": (2 if cfg.gated else 1) * D, "conv": D}
 
     def __init__(self, cfg: MambaConfig, layer: int = 0):
         super().__init__(cfg)
@@ -231,5 +238,7 @@ class MambaLM(SSMLanguageModel):
     arch = "mamba"
     config_cls = MambaConfig
     mixer_cls = MambaMixer
+    tiny_config = MappingProxyType(dict(vocab_size=7, d_model=8, n_layers=2, d_state=4,
+                                        d_conv=3))
     scans = MambaConfig.SCANS
     fast_scans = ("scan", "chunked")

@@ -33,6 +33,7 @@ MambaZero), so they keep one import path.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import torch
 from torch import Tensor, nn
@@ -102,6 +103,8 @@ class Mamba2LM(SSMLanguageModel):
     arch = "mamba2"
     config_cls = Mamba2Config
     mixer_cls = Mamba2Mixer
+    tiny_config = MappingProxyType(dict(vocab_size=7, d_model=8, n_layers=2, n_heads=2,
+                                        d_state=4, d_conv=3, chunk_size=4))
     scans = Mamba2Config.SCANS
     fast_scans = ("chunked",)
 

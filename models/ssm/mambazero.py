@@ -30,6 +30,7 @@ The block has no norm and the model no final norm, so the readout is v_t = W_ℓ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from models.ssm.recurrent import SSMLanguageModel
 from models.ssm.ssd import Mamba2Config, Mamba2Mixer
@@ -67,5 +68,6 @@ class MambaZeroLM(SSMLanguageModel):
     arch = "mambazero"
     config_cls = MambaZeroConfig
     mixer_cls = Mamba2Mixer
+    tiny_config = MappingProxyType(dict(chunk_size=4))  # Thm 1's size for S = 2 (the defaults)
     scans = Mamba2Config.SCANS
     fast_scans = ("chunked",)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from models.base import SuiteModel, TLConfigFields, check_counts
+from models.contract import Shapes
 from models.layers import GatedMLP, RMSNorm, has_hooks
 from seqprobe.config import check
 
@@ -244,6 +245,24 @@ class SSMMixer(nn.Module):
     of width one, so state analyses run on both). ``layer`` is the block's index (HF's
     ``layer_idx``), for mixers whose initialisation depends on depth."""
 
+    @classmethod
+    def axes(cls, cfg, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
+        """The shapes of x, B / C (``bc``), Δ_t (``dt``), a_t, the state, and the widths of the
+        input projection and the conv, on a ``[batch, pos]`` input."""
+        raise NotImplementedError(f"{cls.__name__}: declare its axes")
+
+    @classmethod
+    def hook_shapes(cls, cfg, batch: int, pos: int) -> Shapes:
+        """Every mixer hook DESIGN.md names (``mixer.`` left off) -> its shape."""
+        B, T, a = batch, pos, cls.axes(cfg, batch, pos)
+        shapes = {"in_proj": (B, T, a["proj"]), "conv": (B, T, a["conv"]), "x": a["x"],
+                  "B": a["bc"], "C": a["bc"], "ssm_dt": a["dt"], "decay": a["decay"],
+                  "ssm_write": a["state"], "ssm_state": a["state"], "y": a["x"],
+                  "ssm_out": (B, T, cfg.d_model)}
+        if cfg.gated:
+            shapes["gate"] = (B, T, cfg.d_inner)
+        return {f"hook_{n}": s for n, s in shapes.items()}
+
     def __init__(self, cfg: SSMLMConfig, layer: int = 0):
         super().__init__()
         self.cfg = cfg
@@ -307,6 +326,16 @@ class SSMLanguageModel(SuiteModel):
     """
 
     mixer_cls: ClassVar[type[SSMMixer]] = SSMMixer
+
+    @classmethod
+    def block_hook_shapes(cls, cfg: SSMLMConfig, batch: int, pos: int) -> Shapes:
+        B, T, d = batch, pos, cfg.d_model
+        shapes = {f"mixer.{n}": s for n, s in cls.mixer_cls.hook_shapes(cfg, B, T).items()}
+        shapes["hook_resid_post"] = (B, T, d)
+        if cfg.d_mlp:
+            shapes |= {"hook_resid_mid": (B, T, d), "mlp.hook_post": (B, T, cfg.d_mlp),
+                       "hook_mlp_out": (B, T, d)}
+        return shapes
 
     def __init__(self, cfg: SSMLMConfig):
         super().__init__(cfg)

@@ -212,6 +212,12 @@ def mamba_ssm_chunk_scan():
 class Mamba2Mixer(SSMMixer):
     """The Mamba-2 mixer of the module docstring, hooks as in :class:`SSMMixer`."""
 
+    @classmethod
+    def axes(cls, cfg: Mamba2Config, batch: int, pos: int) -> dict[str, tuple[int, ...]]:
+        B, T, H, P, N, G = batch, pos, cfg.n_heads, cfg.d_head, cfg.d_state, cfg.n_groups
+        return {"x": (B, T, H, P), "bc": (B, T, G, N), "dt": (B, T, H), "decay": (B, T, H),
+                "state": (B, T, H, P, N), "proj": cfg.d_in_proj, "conv": cfg.conv_dim}
+
     def __init__(self, cfg: Mamba2Config, layer: int = 0):
         super().__init__(cfg)
         H = cfg.n_heads

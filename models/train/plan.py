@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from models.checkpoint.rebuild import model_footprint
+from models.registry import model_class
 from models.train import gpu_costs
 from models.train.build import run_size
 from models.train.evaluation import batches
@@ -20,11 +21,9 @@ H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
 
 
 def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
-    """Training FLOPs per token (see the module docstring)."""
-    flops = 6.0 * n_params
-    if spec.arch == "transformer":
-        flops += 12.0 * spec.model.n_layers * spec.model.d_model * length
-    return flops
+    """Training FLOPs per token, as the model class declares them
+    (:meth:`models.contract.ModelContract.flops_per_token`)."""
+    return model_class(spec.arch).flops_per_token(spec.model, n_params, length)
 
 
 def gpu_hours(flops: float, precision: str = "bf16") -> float:

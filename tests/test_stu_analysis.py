@@ -105,12 +105,15 @@ def test_a_run_outside_the_table_is_a_clear_error(archs, qs, seeds, match):
 def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch, capsys):
     asked = []
 
-    def fake_checkpoint(name, preset, cache_dir, device, progress=True, train=None):
-        asked.append((name, preset, str(cache_dir)))
-        seed = int(name.rsplit("_s", 1)[1])
-        return _train_tiny(tmp_path, name.replace("/", "_"), seed=seed)
+    def fake_train_recipes(names, preset, cache_dir, device, backend=None, progress=True):
+        out = {}
+        for name in names:
+            asked.append((name, preset, str(cache_dir)))
+            seed = int(name.rsplit("_s", 1)[1])
+            out[name] = _train_tiny(tmp_path, name.replace("/", "_"), seed=seed)
+        return out
 
-    monkeypatch.setattr(zoo, "checkpoint", fake_checkpoint)
+    monkeypatch.setattr(zoo, "train_recipes", fake_train_recipes)
     out = tmp_path / "out"
     argv = ["--train", "quick", "--archs", "stu", "--qs", "1/2", "--seeds", "2",
             "--cache-dir", str(tmp_path / "cache"), "--lengths", "8", "--n-eval", "4",

@@ -81,6 +81,15 @@ def tiny_config():
 
 
 @pytest.fixture
+def float64():
+    """Models built inside are float64 (the training loop builds with the default dtype)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.fixture
 def tiny_model(tiny_config):
     """tiny_model(arch, random=False, dtype=None, **overrides) -> a tiny suite model.
 

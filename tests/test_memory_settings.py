@@ -21,15 +21,6 @@ TINY = dict(d_model=16, n_layers=2, n_heads=2, d_mlp=32, use_sdpa=False)
 EAGER = dict(precision="fp32", compile=False)  # what a CPU run resolves to, stated
 
 
-@pytest.fixture
-def float64():
-    """Models built inside are float64 (the training loop builds with the default dtype)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 def _spec(**train):
     return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
                      train=dict(steps=4, eval_every=2, eval_batches=1, eval_batch_size=4,

@@ -126,7 +126,10 @@ def test_patching_every_activation_with_itself_changes_nothing(arch, kw, tiny_mo
 def test_save_load_round_trip(arch, kw, tiny_model, tokens, tmp_path):
     m = _build(tiny_model, arch, kw, dtype=None)
     train_record = {"config": {"steps": 10}, "seed": 0, "step": 3, "samples_seen": 12}
-    ck = {"format": 1, "model": m.to_checkpoint_dict(), "task": {"name": "copy", "config": {}},
+    V = m.cfg.vocab_size  # a task whose vocabulary fits the model (models.load checks it)
+    task = ({"name": "copy", "config": {"D": V - 4}} if V > 4 else
+            {"name": "markov", "config": {"S": V}})
+    ck = {"format": 1, "model": m.to_checkpoint_dict(), "task": task,
           "train": train_record, "state_dict": m.state_dict(), "history": []}
     loaded = models.load(save_checkpoint(ck, tmp_path / "m.pt"))
     assert type(loaded) is type(m) and loaded.arch == arch and loaded.cfg == m.cfg

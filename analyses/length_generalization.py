@@ -103,10 +103,12 @@ def plot(result: dict):
     max_lens = {v.get("max_len") for v in result["train"].values() if v.get("max_len")}
     contexts = {v.get("context") for v in result["train"].values() if v.get("context")}
     for ax in axes:
-        for m in max_lens:
-            ax.axvline(m, color=COLORS["mamba"], ls=":", lw=1)  # longest training string
-        for c in contexts:
-            ax.axvline((c - 3) / 2, color=COLORS["hard_alibi"], ls=":", lw=1)  # context window
+        for i, m in enumerate(sorted(max_lens)):
+            ax.axvline(m, color="grey", ls=":", lw=1,
+                       label="longest training string" if i == 0 else None)
+        for i, c in enumerate(sorted(contexts)):
+            ax.axvline((c - 3) / 2, color="black", ls="--", lw=0.8,
+                       label="longest string the context holds" if i == 0 else None)
         ax.set(xscale="log", xlabel="test string length L", ylim=(-0.02, 1.02))
         ax.legend(fontsize=7)
     axes[0].set(ylabel="string-level accuracy", title="copy: length generalisation")

@@ -133,8 +133,8 @@ def plot(result: dict):
             ax[1].axvline(p + 1, color=COLORS["rope"], lw=0.8, ls="--",
                           label="switch token" if j == 0 else None)
         ax[1].set(xlabel="position t", ylabel="a_t", ylim=(-0.02, 1.05),
-                  title=f"switching Markov (Fig. 13): at switch {r['mean_at_switch']:.3f}, "
-                        f"elsewhere {r['mean_elsewhere']:.3f}")
+                  title=f"switching Markov (Fig. 13)\nmean a_t at a switch "
+                        f"{r['mean_at_switch']:.3f}, elsewhere {r['mean_elsewhere']:.3f}")
         ax[1].legend(fontsize=6)
     else:
         ax[1].text(0.5, 0.5, "no switching-Markov checkpoint given", ha="center",

@@ -91,7 +91,8 @@ def plot(result: dict):
     for i, r in enumerate(rows):
         c = np.array(r["l1_curve"], dtype=float)
         ax[1].plot(np.arange(1, len(c) + 1), c, color=_color(r, i), lw=1.0, label=r["label"])
-    ax[1].axvline(result["t_min"], color="grey", ls=":", lw=0.8)
+    ax[1].axvline(result["t_min"], color="grey", ls=":", lw=0.8,
+                  label=f"mean taken over t ≥ {result['t_min']}")
     ax[1].set(xlabel="position t", ylabel="mean Σ_j |P_θ(j) − P_β(j)|", yscale="log",
               title="L1 deviation from add-β")
     ax[1].legend(fontsize=6)

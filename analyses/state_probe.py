@@ -150,6 +150,9 @@ def compute(model, n_seqs: int = 64, seed: int = 0, layers: list[int] | None = N
 
 
 # ---------------------------------------------------------------------------- plot
+R2_FLOOR = -0.5  # the lowest R² the position-bucket panel shows
+
+
 def plot(result: dict):
     fig, ax = new_figure(4, width_per_panel=3.8, height=3.3)
     S, k = result["S"], result["order"]
@@ -171,23 +174,31 @@ def plot(result: dict):
     for j in range(min(true.shape[1], 4)):
         ax[1].scatter(true[:, j], pred[:, j], s=3, alpha=0.5, label=result["targets"][j])
     lim = [0, max(1.0, float(np.nanmax(true)))]
-    ax[1].plot(lim, lim, color="black", lw=0.8)
+    ax[1].plot(lim, lim, color="black", lw=0.8, label="prediction = truth")
     ax[1].set(xlabel="true count", ylabel="probe prediction", title="predicted vs true")
     ax[1].legend(markerscale=3)
 
     edges = result["bucket_edges"]
     mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    series = []
     for label, color, key in (("trained", COLORS["mamba2"], "r2_by_bucket"),
                               ("random_init", COLORS["lstm"], "r2_by_bucket"),
                               ("trained", COLORS["alibi"], "shuffled_r2_by_bucket")):
         if label not in result:
             continue
         r = next(x for x in result[label] if x["layer"] == best["layer"])
-        vals = [np.nan if b["r2_mean"] is None else b["r2_mean"] for b in r[key]]
-        name = label if key == "r2_by_bucket" else "shuffled targets"
-        ax[2].plot(mids, vals, marker="o", color=color, label=name)
-    ax[2].set(xlabel="position bucket (centre)", ylabel="mean held-out R²", ylim=(-0.1, 1.05),
-              title="R² per position bucket")
+        vals = np.array([np.nan if b["r2_mean"] is None else b["r2_mean"] for b in r[key]])
+        series.append((label if key == "r2_by_bucket" else "shuffled targets", color, vals))
+    # R² of a probe of shuffled targets is below 0 and unbounded; the panel shows down to
+    # R2_FLOOR so the trained curves keep their resolution, and says so when it cuts one
+    low = min([-0.1, *(np.nanmin(v) - 0.05 for _, _, v in series if np.isfinite(v).any())])
+    bottom = max(low, R2_FLOOR)
+    for name, color, vals in series:
+        cut = np.nanmin(vals, initial=np.inf) < bottom
+        ax[2].plot(mids, np.maximum(vals, bottom), marker="o", color=color,
+                   label=name + (f" (cut at {bottom:g})" if cut else ""))
+    ax[2].set(xlabel="position bucket (centre)", ylabel="mean held-out R²",
+              ylim=(bottom - 0.02, 1.05), title="R² per position bucket")
     ax[2].legend()
 
     keys = [("r2_mean", "H→n_ij"), ("r2_within_pos", "H→n_ij within t"), ("ctx_r2_mean", "H→n_i"),
@@ -201,7 +212,7 @@ def plot(result: dict):
         ax[3].bar(x + off, [max(-0.1, r[key] if r[key] is not None else np.nan)
                             for key, _ in keys], 0.4, color=color, label=label)
     ax[3].set(xticks=x, ylim=(-0.1, 1.05), ylabel="R²", title="summary (held-out)")
-    ax[3].set_xticklabels([n for _, n in keys], rotation=20, fontsize=7)
+    ax[3].set_xticklabels([n for _, n in keys], rotation=30, ha="right", fontsize=7)
     ax[3].legend()
     return fig
 

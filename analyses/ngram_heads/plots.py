@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from figures.style import COLORS, new_figure, plt
+from figures.style import COLORS, new_figure
 
 ANNOTATE_MAX_HEADS = 16  # write the scores into the heat map up to this many heads per layer
+ANNOTATE_MIN_PT = 18  # ... in cells at least this wide (points): narrower, the numbers collide
 
 
 def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> None:
@@ -17,12 +18,14 @@ def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> Non
     scale every panel shares."""
     ms = np.array(result[key], dtype=float)
     im = ax.imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+    cell_pt = ax.get_position().width * fig.get_figwidth() * 72 / ms.shape[1]
     if ms.shape[1] <= ANNOTATE_MAX_HEADS:
-        for i in range(ms.shape[0]):
-            for h in range(ms.shape[1]):
-                ax.text(h, i, f"{ms[i, h]:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if ms[i, h] < 0.6 else "black")
         ax.set(xticks=range(ms.shape[1]))
+    if ms.shape[1] <= ANNOTATE_MAX_HEADS and cell_pt >= ANNOTATE_MIN_PT:
+        for i in range(ms.shape[0]):
+            for h in range(ms.shape[1]):  # ".99": the scale is 0..1, the 0 says nothing
+                ax.text(h, i, f"{ms[i, h]:.2f}".replace("0.", ".", 1), ha="center",
+                        va="center", fontsize=7, color="white" if ms[i, h] < 0.6 else "black")
     ax.set(xlabel="channel" if result.get("heads") == "s6" else "head", ylabel="layer",
            title=title, yticks=range(ms.shape[0]))
     ax.grid(False)
@@ -87,16 +90,17 @@ def plot_side_by_side(result: dict):
     runs = result["models"]
     N = len(runs)
     per_head = all(r.get("per_head_drop") is not None for r in runs)
-    # with --per-head a second row: what ablating each head alone costs, under its scores
-    rows, cols = (2, N + 1) if per_head else (1, N + 2)
-    fig, grid = plt.subplots(rows, cols, squeeze=False, figsize=(3.9 * cols, 3.4 * rows))
+    # with --per-head each model's map is followed by what ablating each head alone costs
+    maps = N * (2 if per_head else 1)
+    fig, ax = new_figure(maps + 2, width_per_panel=3.9, height=3.4)
     for j, r in enumerate(runs):
         what = "effective attention" if r["heads"] != "attention" else "attention"
-        _heatmap(fig, grid[0][j], r, f"{r['label']}: match score ({what})")
+        at = j * (2 if per_head else 1)
+        _heatmap(fig, ax[at], r, f"{r['label']}: match score ({what})")
         if per_head:
-            _heatmap(fig, grid[1][j], r, f"{r['label']}: string acc. lost, head ablated alone",
+            _heatmap(fig, ax[at + 1], r, f"{r['label']}: string acc. lost, head ablated alone",
                      "per_head_drop")
-    ax = [*grid[0][:N], grid[0][N], grid[-1][-1]]
+    ax = [*ax[:N], *ax[maps:]]
     a = ax[len(runs)]
     for r in runs:
         by_n = _by_n(r)

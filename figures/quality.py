@@ -1,0 +1,162 @@
+"""What makes a figure readable on the page, as checks (tests/test_figure_quality.py runs them
+on every analysis' figure; :func:`figures.style.finish` moves legends by
+:func:`legend_overlaps`). Each check returns the problems it finds, one line each, so a failing
+test says which panel and what to change.
+
+Data artists are those drawn in data coordinates: lines (their points and the segments between
+them), scatter markers and bars. Reference lines (``axhline``/``axvline``: drawn in axes
+coordinates along one axis) are not data, but each must be named in its panel's legend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.collections import PathCollection
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+
+MIN_TEXT_PX = 12  # the smallest text on the page, in pixels (7 pt at 130 dpi)
+_SAMPLES = 24  # points per segment when a line is tested against a legend's box
+
+
+def _renderer(fig):
+    return fig.canvas.get_renderer()
+
+
+def _is_reference(line, ax) -> bool:
+    """An axhline/axvline: in axes coordinates along one of its directions."""
+    t = line.get_transform()
+    return isinstance(line, Line2D) and t in (ax.get_xaxis_transform(), ax.get_yaxis_transform())
+
+
+def _line_points(line, ax) -> np.ndarray:
+    """Display-space points along a data line, its segments sampled (a legend over the middle
+    of a segment covers it as much as one over a marker)."""
+    xy = np.asarray(line.get_xydata(), dtype=float)
+    xy = xy[np.isfinite(xy).all(axis=1)] if xy.ndim == 2 else np.empty((0, 2))
+    if not len(xy):
+        return np.empty((0, 2))
+    pts = ax.transData.transform(xy)
+    if line.get_linestyle() in ("None", "", " ") or len(pts) == 1:
+        return pts
+    t = np.linspace(0, 1, _SAMPLES)[:, None, None]
+    seg = pts[:-1][None] * (1 - t) + pts[1:][None] * t
+    return seg.reshape(-1, 2)
+
+
+def data_boxes(ax) -> tuple[np.ndarray, list]:
+    """``(points, boxes)``: display-space points of the panel's lines and markers, and the
+    display boxes of its bars."""
+    pts = [_line_points(line, ax) for line in ax.get_lines()
+           if line.get_visible() and not _is_reference(line, ax)
+           and line.get_transform().contains_branch(ax.transData)]
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection) and coll.get_visible():
+            offs = np.asarray(coll.get_offsets(), dtype=float)
+            if offs.size:
+                offs = offs[np.isfinite(offs).all(axis=1)]
+                pts.append(coll.get_offset_transform().transform(offs))
+    boxes = [p.get_window_extent() for p in ax.patches
+             if isinstance(p, Rectangle) and p.get_visible() and p.get_height() != 0
+             and p.get_transform().contains_branch(ax.transData)]
+    points = np.concatenate(pts) if pts else np.empty((0, 2))
+    return points, boxes
+
+
+def legend_overlaps(ax, pad: float = 3.0) -> int:
+    """How many data points and bars of ``ax`` its legend's box, widened by ``pad`` pixels,
+    covers (0: none)."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return 0
+    fig = ax.figure
+    ax.get_xlim(), ax.get_ylim()  # autoscaled limits, as a draw would set them
+    box = legend.get_window_extent(_renderer(fig)).padded(pad)
+    points, boxes = data_boxes(ax)
+    axes_box = ax.get_window_extent()
+    inside = (points[:, 0] >= box.x0) & (points[:, 0] <= box.x1) & \
+        (points[:, 1] >= box.y0) & (points[:, 1] <= box.y1) if len(points) else np.array([])
+    # only what is drawn: points outside the panel are clipped away
+    shown = ((points[:, 0] >= axes_box.x0) & (points[:, 0] <= axes_box.x1)
+             & (points[:, 1] >= axes_box.y0) & (points[:, 1] <= axes_box.y1)) \
+        if len(points) else np.array([])
+    n = int((inside & shown).sum()) if len(points) else 0
+    return n + sum(1 for b in boxes if b.overlaps(box)) + legend_sticks_out(ax)
+
+
+def legend_sticks_out(ax) -> int:
+    """1 when a legend placed inside its panel is wider or taller than the panel (it then
+    covers the tick labels and the axis label), else 0; one placed outside on purpose (its
+    own anchor) is not counted."""
+    legend = ax.get_legend()
+    if legend is None or legend.get_bbox_to_anchor() is not ax.bbox:
+        return 0
+    box = legend.get_window_extent(_renderer(ax.figure))
+    a = ax.get_window_extent()
+    return int(box.x0 < a.x0 - 2 or box.x1 > a.x1 + 2 or box.y0 < a.y0 - 2 or box.y1 > a.y1 + 2)
+
+
+def problems(fig, page_px: int, dpi: float) -> list[str]:
+    """Every problem of ``fig`` as saved at ``dpi`` and shown at most ``page_px`` wide."""
+    fig.canvas.draw()
+    r = _renderer(fig)
+    out = []
+    width_px = fig.get_figwidth() * dpi
+    shrink = min(1.0, page_px / width_px)
+    if width_px > page_px + 1:
+        out.append(f"{width_px:.0f} px wide: shrunk to {page_px} px on the page")
+    fig_box = fig.bbox
+    small = sorted((t.get_fontsize() * dpi / 72 * shrink, t.get_text()[:30])
+                   for t in fig.findobj(Text) if t.get_text() and t.get_visible()
+                   and t.get_fontsize() * dpi / 72 * shrink < MIN_TEXT_PX - 0.01)
+    if small:
+        out.append(f"{len(small)} texts under {MIN_TEXT_PX} px on the page, the smallest "
+                   f"{small[0][1]!r} at {small[0][0]:.1f} px")
+    for i, ax in enumerate(fig.axes):
+        where = f"panel {i} ({ax.get_title()[:40]!r})"
+        title = ax.title
+        if title.get_text():
+            tb = title.get_window_extent(r)
+            if tb.x0 < fig_box.x0 - 1 or tb.x1 > fig_box.x1 + 1 or tb.y1 > fig_box.y1 + 1:
+                out.append(f"{where}: title cut at the figure's edge")
+        n = legend_overlaps(ax)
+        if n:
+            out.append(f"{where}: legend covers {n} data points/bars")
+        out += [f"{where}: {p}" for p in _axis_problems(ax)]
+    return out
+
+
+def _axis_problems(ax) -> list[str]:
+    out = []
+    for name, axis, lim in (("x", ax.xaxis, ax.get_xlim()), ("y", ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() in ("log", "symlog"):
+            lo, hi = min(lim), max(lim)
+            ticks = [v for v in axis.get_ticklocs() if lo <= v <= hi]
+            if any(v == 0 for v in ticks):
+                out.append(f"a 0 tick on the {name} axis' {axis.get_scale()} scale")
+    legend = ax.get_legend()
+    named = {t.get_text() for t in legend.get_texts()} if legend else set()
+    refs = [ln for ln in ax.get_lines() if _is_reference(ln, ax) and ln.get_visible()]
+    # a line like one the legend names (the same colour and style: a second switch token, a
+    # second training length) is named by it
+    styles = {(ln.get_color(), ln.get_linestyle()) for ln in refs if ln.get_label() in named}
+    unnamed = [ln for ln in refs if (ln.get_color(), ln.get_linestyle()) not in styles]
+    if unnamed:
+        out.append(f"{len(unnamed)} reference lines not named in the legend")
+    x0, x1 = sorted(ax.get_xlim())
+    y0, y1 = sorted(ax.get_ylim())
+    for line in ax.get_lines():
+        if _is_reference(line, ax) or not line.get_visible():
+            continue
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if xy.ndim != 2 or not len(xy):
+            continue
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        tol_y = 1e-6 * max(1.0, abs(y1 - y0))
+        off = ((xy[:, 1] < y0 - tol_y) | (xy[:, 1] > y1 + tol_y)) & \
+            (xy[:, 0] >= x0) & (xy[:, 0] <= x1)
+        if off.any():
+            out.append(f"line {line.get_label()[:30]!r} has {int(off.sum())} points outside "
+                       "the y range")
+    return out

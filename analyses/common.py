@@ -28,7 +28,7 @@ from analyses import zoo
 from analyses.zoo import dryrun
 from analyses.zoo.dryrun import Builder
 from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
-from figures.style import DEFAULT_OUT, figure_png
+from figures.style import DEFAULT_OUT, caption_text, figure_png
 from models.checkpoint.paths import is_hf_source
 from models.hf.export_map import ExportError, read_provenance
 from models.loading import load
@@ -166,7 +166,8 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             result = compute(args, given)
             out_name = output_name(args, result) if output_name else name
             write_outputs(out_name, result, plot(result), args.out,
-                          table(result) if table else None)
+                          table(result) if table else None,
+                          caption_text(result, args.level, getattr(args, "seed", None)))
         return EXIT_SOME_FAILED if failed_key and result.get(failed_key) else 0
 
     return run_cli(body, argv)
@@ -329,11 +330,13 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def write_outputs(name: str, result: dict, fig, out_dir: str | Path,
-                  table: Sequence[Sequence[Any]] | None = None) -> tuple[Path, Path]:
-    """Write ``out_dir/name.png`` and ``out_dir/name.json``; print ``table`` (rows) if given."""
+                  table: Sequence[Sequence[Any]] | None = None,
+                  caption: str | None = None) -> tuple[Path, Path]:
+    """Write ``out_dir/name.png`` (``caption``, the run's settings, under the figure) and
+    ``out_dir/name.json``; print ``table`` (rows) if given."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    png = write_atomic(out / f"{name}.png", figure_png(fig))
+    png = write_atomic(out / f"{name}.png", figure_png(fig, caption=caption))
     js = write_atomic(out / f"{name}.json", json.dumps(to_jsonable(result), indent=1))
     if table:
         print_table(table)

@@ -7,8 +7,9 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM; the
-legend gives each model's steps); add others with ``--models``. ``--paper`` trains all six on
+Quick preset: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM and
+Mamba-2, the GSSM of the comparison; the legend gives each model's steps); add others with
+``--models``. ``--paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 
 A pretrained HuggingFace causal LM (a model directory or a hub name) is evaluated on the same

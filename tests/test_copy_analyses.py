@@ -198,7 +198,7 @@ def test_each_analysis_trains_the_recipes_it_trained_before():
     assert recipes(copy_bounds, "quick") == ["copy/lstm"]
     assert recipes(copy_bounds, "paper") == ["copy/mamba", "copy/lstm"]
     assert recipes(length_generalization, "quick") == [
-        "copy/hard_alibi", "copy/nope", "copy/rope", "copy/lstm"]
+        "copy/hard_alibi", "copy/nope", "copy/rope", "copy/lstm", "copy/mamba2"]
     for preset in ("quick", "paper"):  # copy_efficiency reads length_generalization's models
         assert recipes(copy_efficiency, preset) == recipes(length_generalization, preset)
     assert recipes(ngram_lookup, "quick") == [

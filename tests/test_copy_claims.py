@@ -147,6 +147,24 @@ def test_efficiency_claim():
     assert verdict(claim, reach_json(hard_alibi=3200, nope=6400)) is None  # no GSSM
 
 
+def test_the_quick_comparison_reads_its_gssm():
+    """Quick trains a Mamba-2 beside the transformers and the LSTM (issue 47.7): both claims
+    read it as the paper's GSSM, at the quick strings' length (L <= 20)."""
+    quick = reach_json(20, hard_alibi=28800, nope=None, rope=32000, lstm=None, mamba2=None)
+    for k in quick["train"]:
+        quick["train"][k]["samples_seen"] = 48000
+    text, holds = claim_fewer_samples(quick)
+    assert holds is True and "mamba2 never" in text and "mamba2 6.7×" in text
+    # the paper's trend predicts Mamba-2 ~7x slower at L <= 20: one as fast contradicts it
+    assert verdict(claim_fewer_samples, reach_json(20, hard_alibi=28800, mamba2=9600)) is False
+    curves = curves_json({"hard_alibi": [1.0, 1.0, 0.9, 0.6], "nope": [1.0, 1.0, 0.0, 0.0],
+                          "lstm": [0.2, 0.0, 0.0, 0.0], "mamba2": [0.3, 0.1, 0.0, 0.0]})
+    assert verdict(length_generalization.claim_beyond, curves) is True
+    for row, acc in zip(curves["curves"]["mamba2"], (1.0, 1.0, 0.8, 0.0), strict=True):
+        row["string_acc"] = acc  # a GSSM copying beyond its training length
+    assert verdict(length_generalization.claim_beyond, curves) is False
+
+
 def test_efficiency_gap_claim():  # medium level; more in tests/test_copy_efficiency_medium.py
     def medium(ratios):  # {L: mamba's ratio to the fastest transformer in each seed}
         return {"level": "medium", "by_length": {str(L): {"ratio_to_reference": {"mamba": {

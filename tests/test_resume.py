@@ -279,8 +279,9 @@ def test_divergence_through_the_cli_exits_3_and_keeps_the_file(tmp_path, capsys,
     orig = loss_mod.nll  # --lr is bounded (seqprobe.flags.BOUNDS): the loss is made NaN instead
     monkeypatch.setattr(loss_mod, "nll", lambda logp, targets, reduction="mean": (
         orig(logp, targets, reduction) * (float("nan") if logp.requires_grad else 1.0)))
+    # (a constant schedule: --steps on --resume is refused where it changes the schedule)
     code = main(["--resume", str(out), "--steps", "40", "--lr", "10", "--warmup-steps", "0",
-                 "--no-progress"])
+                 "--schedule", "constant", "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3
     assert err[-1].startswith("error: loss is nan at step ") and "Traceback" not in "".join(err)

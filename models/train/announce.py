@@ -4,30 +4,45 @@ they thought would read a checkpoint is training one.
 
     about to train NAME (ARCH on TASK): STEPS steps -> CACHE PATH; ETA TIME (SOURCE)
 
-The ETA is the shipped step-cost table's (:class:`models.train.costs.StepCosts`: this run's
-row, else its architecture's cost per FLOP; on a GPU the CUDA table or a projection), in this
-machine's seconds now (the table's reference step is timed here first, a busy machine's wait
-included; other work that starts later is not); "ETA unknown" where the table cannot say.
-Called by :func:`models.train.cache.train_run_cached` (``python -m analyses.zoo train``, every
-analysis' ``--train``) and by ``python -m models.train``.
+With ``measure`` (``python -m models.train``, ``python -m analyses.zoo train``, an analysis'
+``--train``) a few real steps of this very run are timed first, on a throwaway copy of it in
+this process (:func:`step_seconds`): the load of the machine now, the run's own threads and
+their fight with other work all show in them, which a one-thread reference step on an idle
+core does not see. The step-cost table then only says how the run's evaluations compare with
+its steps (:meth:`~models.train.costs.StepCosts.in_steps`). Without ``measure`` (an ensemble's
+members, whose steps run together), and where no step can be timed (a GPU, torchrun), the ETA
+is the table's (:class:`models.train.costs.StepCosts`: this run's row, else its
+architecture's cost per FLOP; on a GPU the CUDA table or a projection) in this machine's
+seconds now (the table's reference step is timed here first). "ETA unknown" where neither
+can say. Other work that starts later is never in the ETA.
+Called by :func:`models.train.cache.train_run_cached` and by ``python -m models.train``.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 from models.train import distributed
 from models.train.costs import Estimate, StepCosts
+from models.train.evaluation import evaluate
+from models.train.loop import Trainee
+from models.train.loss import backward, step_loss
+from models.train.rng import global_rngs_kept
 from models.train.runconfig import RunConfig
 from seqprobe.device import resolve_device
 
 # where an estimate comes from, as the line says it
 SOURCES = {"table": "step-cost table", "flops": "step-cost table, its architecture's rate",
            "measured": "CUDA step-cost table", "projection": "projected from FLOPs"}
+PROBE_WARMUP = 2  # steps of the throwaway copy before the timed ones (allocations, lazy init)
+PROBE_MIN_STEPS = 3  # timed steps, at least ...
+PROBE_MIN_S = 1.0  # ... and at least this many wall seconds of them (a busy core's share varies)
+PROBE_SHARE = 0.02  # ... or this share of the table's ETA, where that is less
 
 
 @functools.cache
@@ -47,6 +62,62 @@ def estimate(spec: RunConfig, device: str | torch.device = "auto") -> Estimate |
         return None
 
 
+def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
+                 budget_s: float = PROBE_MIN_S) -> float | None:
+    """Wall seconds of one training step of ``spec`` here, now: a throwaway copy of the run
+    (the same model, batches, threads and loss; no output, no evaluation) takes
+    ``PROBE_WARMUP`` steps, then at least ``PROBE_MIN_STEPS`` and ``budget_s`` of timed
+    ones. Torch's, numpy's and python's global RNGs are left as they were (the run seeds its
+    own anyway). None on a GPU (the CUDA table is measured there) or under torchrun (a step
+    there waits on the other ranks), or when the copy cannot step: an ETA is a convenience,
+    never a reason to fail."""
+    dev = resolve_device(device)
+    if dev.type != "cpu" or distributed.world().active:
+        return None
+    try:
+        with global_rngs_kept():
+            spec = spec.resolved(dev)
+            copy = Trainee(spec, None, dev, None, False, (), evaluate)
+            copy.bar.close()
+            loss_fn = step_loss(copy.model, spec.train, dev)
+
+            def step() -> None:  # the loop's step, at the optimiser's first learning rate
+                batch = next(copy.data)
+                copy.opt.zero_grad(set_to_none=True)
+                backward(loss_fn, batch, spec.train.micro_batch)
+                torch.nn.utils.clip_grad_norm_(copy.model.parameters(), copy.clip)
+                copy.opt.step()
+
+            for _ in range(PROBE_WARMUP):
+                step()
+            n, t0 = 0, time.perf_counter()
+            while n < PROBE_MIN_STEPS or time.perf_counter() - t0 < budget_s:
+                step()
+                n += 1
+            return (time.perf_counter() - t0) / n
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+
+
+def measured_estimate(spec: RunConfig, device: str | torch.device = "auto") -> Estimate | None:
+    """Seconds of ``spec``'s whole run from :func:`step_seconds` (its evaluations from the
+    step-cost table's ratio of an evaluation to a step; left out, and said so, where the table
+    has no row of the architecture); None where no step can be timed."""
+    table = estimate(spec, device)  # a short run spends a small share of itself on the timing
+    budget = PROBE_MIN_S if table is None else min(PROBE_MIN_S, PROBE_SHARE * table.seconds)
+    per_step = step_seconds(spec, device, budget)
+    if per_step is None:
+        return None
+    try:
+        steps = StepCosts.load().in_steps(spec)
+    except Exception:  # noqa: BLE001 - as estimate()
+        steps = None
+    if steps is None:
+        return Estimate(per_step * spec.train.steps,
+                        f"{per_step:.3g} s per step of this run now, evaluations not included")
+    return Estimate(per_step * steps, f"{per_step:.3g} s per step of this run now")
+
+
 def human_seconds(s: float) -> str:
     if s < 90:
         return f"{s:.0f} s"
@@ -59,10 +130,11 @@ def human_seconds(s: float) -> str:
 
 def training_line(spec: RunConfig, out: str | Path | None, *, what: str | None = None,
                   device: str | torch.device = "auto", resume_step: int | None = None,
-                  detail: str | None = None) -> str:
+                  detail: str | None = None, measure: bool = False) -> str:
     """The line (see the module docstring). ``what``: the recipe's name, where there is one;
     ``resume_step``: the step a resumed run continues from (the ETA is of the steps left);
-    ``detail``: more about the run, in the parentheses (parameters, DDP)."""
+    ``detail``: more about the run, in the parentheses (parameters, DDP); ``measure``: time
+    steps of this run for the ETA (:func:`measured_estimate`)."""
     steps = spec.train.steps
     run = f"{spec.arch} on {spec.task_name}" + (f", {detail}" if detail else "")
     head = f"about to train {what} ({run})" if what else f"about to train ({run})"
@@ -71,7 +143,7 @@ def training_line(spec: RunConfig, out: str | Path | None, *, what: str | None =
     if resume_step:
         todo = f"steps {resume_step:,} to {steps:,} (resumed)"
         left = max(steps - resume_step, 0) / max(steps, 1)
-    est = estimate(spec, device)
+    est = (measured_estimate(spec, device) if measure else None) or estimate(spec, device)
     if est is None:
         eta = f"ETA unknown (no step cost of a {spec.arch} in the step-cost table)"
     else:
@@ -83,8 +155,8 @@ def training_line(spec: RunConfig, out: str | Path | None, *, what: str | None =
 
 def announce(spec: RunConfig, out: str | Path | None, *, what: str | None = None,
              device: str | torch.device = "auto", resume_step: int | None = None,
-             detail: str | None = None) -> None:
+             detail: str | None = None, measure: bool = False) -> None:
     """Print :func:`training_line` to stderr (rank 0 alone under torchrun)."""
     if distributed.world().is_main:
         print(training_line(spec, out, what=what, device=device, resume_step=resume_step,
-                            detail=detail), file=sys.stderr, flush=True)
+                            detail=detail, measure=measure), file=sys.stderr, flush=True)

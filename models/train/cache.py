@@ -187,7 +187,7 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, devic
                 _check_continues(spec, resume, path.parent)
             if world.is_main:
                 announce(spec, path, what=label, device=device, resume_step=read_checkpoint(
-                    resume)["train"].get("step") if resume else None)
+                    resume)["train"].get("step") if resume else None, measure=True)
             train(spec, out=path, device=device, progress=progress, resume=resume)
     return path
 

@@ -35,10 +35,12 @@ from models.checkpoint.rebuild import meta_model
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
 from models.train.build import check_names, make_run_config, run_config_of_checkpoint
+from models.train.callbacks import Callback, Run
 from models.train.distributed import World, env_world
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
+from models.train.runconfig import RunConfig
 from models.train.writer import check_resumable
-from models.train_config import TrainConfig
+from models.train_config import TrainConfig, lr_at
 from seqprobe.cli import (
     EXIT_DIVERGED,
     EXIT_INTERRUPTED,
@@ -47,6 +49,7 @@ from seqprobe.cli import (
     add_level_flag,
     exit_code,
 )
+from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError, SeqprobeError
 from seqprobe.flags import BOUNDS, flag
@@ -175,6 +178,45 @@ def _names(argv: list[str]) -> tuple[str, str, dict | None, str | None]:
     return arch, task, ck, known.resume
 
 
+class EvalLines(Callback):
+    """``--no-progress``: each evaluation's record as one line on stderr (rank 0), the numbers
+    the progress bar would have shown beside it, so a log without the bar still says how the
+    run went."""
+
+    KEYS = ("loss", "eval_loss", "string_acc", "char_acc")
+
+    def __init__(self, world: World):
+        self.world = world
+
+    def on_eval(self, run: Run, record: dict[str, Any]) -> None:
+        if self.world.is_main:
+            shown = ", ".join(f"{k}={record[k]:.4g}" for k in self.KEYS
+                              if isinstance(record.get(k), float))
+            print(f"step {run.step}/{run.spec.train.steps}: {shown}", file=sys.stderr,
+                  flush=True)
+
+
+def check_same_schedule(ck: dict, spec: RunConfig, resume: str) -> None:
+    """Refuse ``--steps`` that changes a resumed run's schedule: a linear or cosine decay is a
+    function of the step *and* the run's length, so the steps already taken would have had
+    other learning rates in the run asked for, and the checkpoint would end as neither run.
+    Allowed where every step taken keeps its learning rate (a constant schedule after its
+    warm-up, or a run stopped inside its warm-up): the result is then exactly the new run."""
+    saved = ck["train"].get("config") or {}
+    before, done = saved.get("steps"), int(ck["train"].get("step") or 0)
+    if before is None or before == spec.train.steps:
+        return
+    check(done <= spec.train.steps,
+          f"--steps {spec.train.steps}: {resume} is at step {done} already")
+    old = dataclasses.replace(spec.train, steps=before)
+    for step in range(done):
+        a, b = lr_at(old, step), lr_at(spec.train, step)
+        check(a == b, f"--steps {spec.train.steps} would change the {spec.train.schedule} "
+              f"schedule of {resume} (trained for {before} steps: step {step} had learning "
+              f"rate {a:.3g}, this run gives it {b:.3g}); resume without --steps, or train a "
+              "new run (--schedule constant does not depend on the length)")
+
+
 def _sigterm_as_ctrl_c(signum, frame):
     raise KeyboardInterrupt
 
@@ -217,6 +259,7 @@ def _main(argv: list[str]) -> int:
         resolve_device(args.device)
         if ck is not None:
             spec = run_config_of_checkpoint(ck, given["model"], given["task"], given["train"])
+            check_same_schedule(ck, spec, resume)
             out = args.out or resume
         else:
             spec = make_run_config(arch, task, args.level, given["model"], given["task"],
@@ -236,9 +279,11 @@ def _main(argv: list[str]) -> int:
         with exclusive_writer(out) if world.is_main else nullcontext():
             ddp = f" (DDP over {world.size} processes)" if world.active else ""
             announce(spec, out, device=args.device, detail=f"{n_params:,} parameters{ddp}",
-                     resume_step=ck["train"].get("step") if ck is not None else None)
+                     resume_step=ck["train"].get("step") if ck is not None else None,
+                     measure=True)
             ck = train(spec, out=out, device=args.device, resume=resume,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress,
+                       callbacks=[EvalLines(world)] if args.no_progress else ())
     except TrainingDiverged as e:
         say(f"error: {e}")
         return EXIT_DIVERGED

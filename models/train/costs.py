@@ -175,11 +175,32 @@ class StepCosts:
         places on the CPU cores (the tiny models of a GPU machine's plan), costed as one."""
         if self.device == "cuda" and device != "cpu":
             return self.gpu_run(spec)
+        parts = self._parts(spec)
+        if parts is None:
+            return None
+        start, step, evaluation, source = parts
         evals = evaluations(spec.train.steps, spec.train.eval_every)
+        units = start + spec.train.steps * step + evals * evaluation
+        return Estimate(units * self.unit_s, source)
+
+    def in_steps(self, spec: RunConfig) -> float | None:
+        """``spec``'s steps and evaluations in units of one of its own steps (no start-up: the
+        process asking has started): what a step of this run timed here now turns into the
+        run's seconds (:mod:`models.train.announce`). None where :meth:`run` is."""
+        parts = self._parts(spec)
+        if parts is None:
+            return None
+        _, step, evaluation, _ = parts
+        evals = evaluations(spec.train.steps, spec.train.eval_every)
+        return spec.train.steps + evals * evaluation / step
+
+    def _parts(self, spec: RunConfig) -> tuple[float, float, float, str] | None:
+        """(start-up, one step, one evaluation) of ``spec`` in reference steps, and where they
+        come from: this run's row ("table"), else its architecture's rate per FLOP ("flops");
+        None when the table has no row of the architecture."""
         r = self.rows.get(cost_key(spec))
         if r is not None:
-            units = r["start"] + spec.train.steps * r["step"] + evals * r["eval"]
-            return Estimate(units * self.unit_s, "table")
+            return r["start"], r["step"], r["eval"], "table"
         same = [r for r in self.rows.values() if r.get("arch") == spec.arch]
         if not same:
             return None
@@ -187,8 +208,7 @@ class StepCosts:
         per_flop = statistics.median(r["step"] / r["flops_per_step"] for r in same)
         eval_ratio = statistics.median(r["eval"] / r["step"] for r in same)
         step = per_flop * row["flops_per_token"] * row["tokens_per_step"]
-        units = self._start() + spec.train.steps * step + evals * eval_ratio * step
-        return Estimate(units * self.unit_s, "flops")
+        return self._start(), step, eval_ratio * step, "flops"
 
     def gpu_run(self, spec: RunConfig) -> Estimate:
         """Seconds of ``spec``'s steps on one GPU: steps x the CUDA table's measured seconds

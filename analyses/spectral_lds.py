@@ -156,6 +156,11 @@ def compute(T: int = 2**13, k: int = 24, d_hidden: int = 256, d_in: int = 4, d_o
                 "region": region, "algorithm": alg, "qs": list(qs), "L": L,
                 "t": grid.tolist(),
                 "loss": [smooth(c, window)[grid].tolist() for c in mean_curve],
+                # the seeds' spread, for the figure's band: each seed's smoothed curve
+                "loss_min": np.min([[smooth(c, window)[grid] for c in seed_curves]
+                                    for seed_curves in losses], axis=0).tolist(),
+                "loss_max": np.max([[smooth(c, window)[grid] for c in seed_curves]
+                                    for seed_curves in losses], axis=0).tolist(),
                 "best_full": smooth(star_full.mean(0), window)[grid].tolist()}
             avg = losses.mean(-1)  # [seed, q]
             avg_late = losses[..., late].mean(-1)
@@ -220,11 +225,14 @@ def plot(result: dict):
         for i, (q, L) in enumerate(zip(c["qs"], c["L"], strict=True)):
             label = "q = 1 (full)" if q == 1 else f"q = {q:.3g} (L = {L})"
             ax.plot(c["t"], c["loss"][i], color=cmap(i / max(1, n - 1)), lw=1.2, label=label)
+            if "loss_min" in c and result.get("seeds", 1) > 1:  # the seeds' min-max band
+                ax.fill_between(c["t"], c["loss_min"][i], c["loss_max"][i], lw=0, alpha=0.15,
+                                color=cmap(i / max(1, n - 1)))
         ax.set(yscale="log", xlabel="t", ylabel="ℓ_t (smoothed, mean over seeds)",
                title=TITLES.get(key, key))
-    axes[0].legend(loc="upper right", fontsize=6)
+    axes[0].legend(loc="upper right", fontsize=7)
     fig.suptitle(f"T = {result['T']}, k = {result['k']}, hidden {result['d_hidden']}, "
-                 f"{result['seeds']} seeds", fontsize=9)
+                 f"{result['seeds']} seeds (band: min–max over seeds)", fontsize=9)
     return fig
 
 

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyses.copy_efficiency.seeded import compute_medium
+from analyses.markov_holdout import combine
+from tests.test_copy_efficiency_medium import runs
+from tests.test_markov_holdout import _run
+from tests.test_ngram_lookup_medium import prefix_json
+
 RNG = np.random.default_rng(0)
 COPY_LABELS = ("hard_alibi", "nope", "rope", "lstm", "mamba2")
 
@@ -155,9 +161,10 @@ def spectral_lds() -> dict:
     curves = {}
     for key in ("A1", "B1", "B2", "A2"):
         qs, Ls = [0.5, 0.75, 1], [16, 64, 256]
-        curves[key] = {"qs": qs, "L": Ls, "t": t,
-                       "loss": [(1 / np.arange(1, 257) ** (0.3 + 0.2 * i) + 1e-3).tolist()
-                                for i in range(3)]}
+        loss = [1 / np.arange(1, 257) ** (0.3 + 0.2 * i) + 1e-3 for i in range(3)]
+        curves[key] = {"qs": qs, "L": Ls, "t": t, "loss": [c.tolist() for c in loss],
+                       "loss_min": [(0.8 * c).tolist() for c in loss],
+                       "loss_max": [(1.25 * c).tolist() for c in loss]}
     return {"curves": curves, "T": 256, "k": 8, "d_hidden": 16, "seeds": 3}
 
 
@@ -170,7 +177,34 @@ def markov_ablations() -> dict:
     return {"models": rows}
 
 
+def copy_efficiency_medium() -> dict:
+    """The seeded comparison (medium and above), from the medium tests' runs."""
+    d = compute_medium(runs({("rope", 4): [2, 2, 4], ("hard_alibi", 4): [3, 3, 3],
+                             ("mamba", 4): [4, 6, 8], ("lstm", 4): [6, None, 6],
+                             ("rope", 6): [3, 4, 4], ("hard_alibi", 6): [4, 5, 3],
+                             ("mamba", 6): [6, 8, 9], ("lstm", 6): [9, None, None]}))
+    return {**d, "level": "medium"}
+
+
+def markov_holdout() -> dict:
+    return combine([_run([0.3, 0.2, 0.1, 0.01], [0.2, 0.02, 0.01, 0.01], 0.3),
+                    _run([0.3, 0.2, 0.1, 0.03], [0.2, 0.02, 0.01, 0.01], 0.1)])
+
+
+def ngram_lookup() -> dict:
+    d = prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "hard_alibi'": [1.0, 0.9, 0.8],
+                     "lstm": [0.9, 0.3, 0.1]})
+    for t in d["train"]["prefix"].values():
+        t["steps"] = 500
+    d["curves"]["suffix"] = {"hard_alibi": d["curves"]["prefix"]["hard_alibi"],
+                             "lstm": d["curves"]["prefix"]["lstm"]}
+    d["train"]["suffix"] = {k: {"max_len": 20, "steps": 500} for k in ("hard_alibi", "lstm")}
+    return d
+
+
 CASES = {
+    "copy_efficiency_medium": copy_efficiency_medium, "markov_holdout": markov_holdout,
+    "ngram_lookup": ngram_lookup,
     "copy_efficiency": copy_efficiency, "length_generalization": length_generalization,
     "state_probe": state_probe, "mamba_decay": mamba_decay,
     "bc_orthogonality": bc_orthogonality, "markov_laplace": markov_laplace,

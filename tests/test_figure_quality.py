@@ -29,6 +29,9 @@ PLOTS = {
     "stu_induction": ("analyses.stu_induction", "plot"),
     "spectral_lds": ("analyses.spectral_lds", "plot"),
     "markov_ablations": ("analyses.markov_ablations", "plot"),
+    "copy_efficiency_medium": ("analyses.copy_efficiency", "plot"),
+    "markov_holdout": ("analyses.markov_holdout", "plot"),
+    "ngram_lookup": ("analyses.ngram_lookup", "plot"),
 }
 
 

@@ -92,7 +92,7 @@ def plot_medium(result: dict):
             axes[0].plot(x, y, color=COLORS.get(label), lw=1 if ls == "-" else 0.7,
                          ls=ls, alpha=0.8, label=None if label in seen or ls != "-" else label)
         seen.add(label)
-    axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8)
+    axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8, label=f"{LEVELS[-1]:.0%}")
     axes[0].set(xscale="log", xlabel="training examples seen", ylabel="string-level accuracy",
                 ylim=(-0.02, 1.02),
                 title=f"copy, L = {base} (each seed, best lr)\nsolid: at exactly L; "
@@ -131,16 +131,16 @@ def plot_medium(result: dict):
             axes[2].scatter(*zip(*bounds, strict=True), marker="^", facecolors="none",
                             edgecolors=COLORS.get(g), label=f"{g} >= (a seed never got there)")
     _plot_sweep(axes[3], at[lengths[-1]], lengths[-1])
-    axes[2].axhline(1, color="k", ls=":", lw=0.8)
+    axes[2].axhline(1, color="k", ls=":", lw=0.8, label="as fast as the transformer")
     axes[2].set(yscale="log", xlabel="string length L", xticks=lengths,
                 ylabel="samples to 90 %: GSSM / fastest transformer",
                 title="ratio (bars: per-seed min–max)")
-    axes[2].text(0.02, 0.98, "paper: Mamba ~10× at L <= 30 (Fig. 9b),\n~100× at L <= 300 "
-                 "(Fig. 1a)", transform=axes[2].transAxes, va="top", fontsize=7)
+    axes[2].set_xlabel("string length L\n(paper: Mamba ~10× at L <= 30, Fig. 9b; ~100× at "
+                       "L <= 300, Fig. 1a)")
     axes[0].legend(fontsize=7)
-    axes[1].legend(fontsize=6, ncol=3, loc="upper center")
+    axes[1].legend(fontsize=7, ncol=3, loc="upper center")
     axes[1].set_ylim(top=axes[1].get_ylim()[1] * 4)  # room for the legend
-    axes[2].legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, 0.86))
+    axes[2].legend(fontsize=7)
     for ax in axes[1:]:  # plain numbers on the log axes, at 1, 2, 5 × 10^k
         ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10

@@ -189,8 +189,9 @@ def plot(result: dict):
         c = np.array(r["curve"], dtype=float)
         ax[0].plot(np.arange(1, len(c) + 1), c, color=COLORS["add_beta"], ls="--", lw=0.8,
                    label="held-out: training prior's Bayes predictor vs add-β")
-    for t in TABLE_T:
-        ax[0].axvline(t, color="grey", ls=":", lw=0.6)
+    for i, t in enumerate(TABLE_T):
+        ax[0].axvline(t, color="grey", ls=":", lw=0.6,
+                      label="t of the table's columns" if i == 0 else None)
     seeds = f", {len(result['runs'])} seeds" if "runs" in result else ""
     ax[0].set(xlabel="tokens seen t", ylabel="mean |P_θ(1) − P_β(1)|", yscale="log",
               title=f"hold-out (App. E.5): trained on P(1|·) ∈ {result['train_range']}{seeds}")
@@ -212,7 +213,8 @@ def plot(result: dict):
         ax[2].scatter(np.asarray(pc["p_hat"], dtype=float),
                       np.asarray(pc["deviation"], dtype=float), s=5, color=color, alpha=0.5,
                       label=key.replace("_", "-"))
-    ax[2].axvline(result["train_range"][1], color="grey", ls=":", lw=0.6)
+    ax[2].axvline(result["train_range"][1], color="grey", ls=":", lw=0.6,
+                  label="edge of the training range")
     ax[2].set(xlabel=f"chain's empirical P̂(1|·) at t={result['held_out']['per_chain']['t']}",
               ylabel="|P_θ(1) − P_β(1)|", title="per chain")
     ax[2].legend()

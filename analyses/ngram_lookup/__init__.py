@@ -171,8 +171,9 @@ def plot(result: dict):
             ax.plot([r["L"] for r in rows], [r["string_acc"] for r in rows], marker="o",
                     color=COLORS.get(model_of(label)), alpha=0.6 if seed else 1.0,
                     label="_nolegend_" if seed else f"{label} ({how})" if how else label)
-        for v in {i["max_len"] for i in result["train"][key].values()}:
-            ax.axvline(v, color=COLORS["mamba"], ls=":", lw=1)  # longest training string
+        for i, v in enumerate(sorted({i["max_len"] for i in result["train"][key].values()})):
+            ax.axvline(v, color="grey", ls=":", lw=1,
+                       label="longest training string" if i == 0 else None)
         ax.set(xlabel="string length L", ylabel="lookup accuracy (k answer tokens)",
                ylim=(-0.02, 1.02), title=f"{key}-key n-gram lookup (Fig. {fig_no})")
         if result["curves"][key]:

@@ -43,7 +43,7 @@ from analyses.copy_models import (
     copy_recipes,
     load_copy_models,
 )
-from figures.style import COLORS, new_figure
+from figures.style import COLORS, new_figure, shared_legend
 from probes.copying import accuracy_at
 from seqprobe.config import check
 from tasks.copy import CopyConfig, CopyTask
@@ -111,7 +111,7 @@ def plot(result: dict):
             ax.axvline((c - 3) / 2, color="black", ls="--", lw=0.8,
                        label="longest string the context holds" if i == 0 else None)
         ax.set(xscale="log", xlabel="test string length L", ylim=(-0.02, 1.02))
-        ax.legend(fontsize=7)
+    shared_legend(fig, axes[0])  # the same models in both panels
     axes[0].set(ylabel="string-level accuracy", title="copy: length generalisation")
     axes[1].set(ylabel="char-level accuracy (teacher forced)", title="per-token accuracy")
     return fig

@@ -135,8 +135,8 @@ def _axis_problems(ax) -> list[str]:
             ticks = [v for v in axis.get_ticklocs() if lo <= v <= hi]
             if any(v == 0 for v in ticks):
                 out.append(f"a 0 tick on the {name} axis' {axis.get_scale()} scale")
-    legend = ax.get_legend()
-    named = {t.get_text() for t in legend.get_texts()} if legend else set()
+    legends = [ax.get_legend(), *ax.figure.legends]
+    named = {t.get_text() for lg in legends if lg is not None for t in lg.get_texts()}
     refs = [ln for ln in ax.get_lines() if _is_reference(ln, ax) and ln.get_visible()]
     # a line like one the legend names (the same colour and style: a second switch token, a
     # second training length) is named by it

@@ -79,6 +79,15 @@ def new_figure(n_panels: int = 1, width_per_panel: float = 4.2, height: float = 
     return fig, axes[:n_panels]
 
 
+def shared_legend(fig, ax, ncol: int = 3):
+    """One legend for panels that show the same models: ``ax``'s entries, under the panels
+    (:func:`finish` makes room for it above the caption), so no panel gives up its width or
+    its data to a legend of its own."""
+    handles, labels = ax.get_legend_handles_labels()
+    return fig.legend(handles, labels, loc="lower center", ncol=min(ncol, len(labels)),
+                      frameon=False)
+
+
 def caption_text(result: dict, level: str | None = None, seed: int | None = None) -> str:
     """The run's settings, for the line under a figure: its level, the seeds and the training
     steps of the models it read, as far as the result records them (a figure copied out of its
@@ -218,6 +227,13 @@ def finish(fig, caption: str | None = None):
         caption = textwrap.fill(caption, chars)
         lines = caption.count("\n") + 1
         band = min(0.3, (lines * 1.35 * (MIN_FONT_PT + 1) / 72 + 0.08) / fig.get_figheight())
+    if fig.legends:  # shared legends (shared_legend): under the panels, above the caption
+        renderer = fig.canvas.get_renderer()
+        below = band
+        for legend in fig.legends:
+            legend.set_bbox_to_anchor((0.5, below), transform=fig.transFigure)
+            below += legend.get_window_extent(renderer).height / fig.bbox.height + 0.01
+        band = below
     fig.tight_layout(rect=(0, band, 1, 1))
     _wrap_titles(fig)
     fig.tight_layout(rect=(0, band, 1, 1))

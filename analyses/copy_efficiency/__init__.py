@@ -56,7 +56,7 @@ from analyses.copy_models import (
     load_copy_models,
 )
 from analyses.zoo import copy as zoo_copy
-from figures.style import COLORS, new_figure
+from figures.style import COLORS, new_figure, shared_legend
 from models.train.levels import SEEDED
 from probes.sample_efficiency import (
     LEVELS,
@@ -117,7 +117,7 @@ def plot(result: dict):
                 title="character level (Fig. 9)")
     for ax in axes:
         ax.set(xscale="log", xlabel="training examples seen", ylim=(-0.02, 1.02))
-        ax.legend(fontsize=7)
+    shared_legend(fig, axes[0])  # the same models in both panels
     return fig
 
 

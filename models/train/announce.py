@@ -39,9 +39,8 @@ from seqprobe.device import resolve_device
 # where an estimate comes from, as the line says it
 SOURCES = {"table": "step-cost table", "flops": "step-cost table, its architecture's rate",
            "measured": "CUDA step-cost table", "projection": "projected from FLOPs"}
-PROBE_WARMUP = 2  # steps of the throwaway copy before the timed ones (allocations, lazy init)
-PROBE_MIN_STEPS = 3  # timed steps, at least ...
-PROBE_MIN_S = 1.0  # ... and at least this many wall seconds of them (a busy core's share varies)
+PROBE_WARMUP = 1  # steps of the throwaway copy before the timed ones (allocations, lazy init)
+PROBE_MIN_S = 1.0  # wall seconds of timed steps, at least one step (a busy core's share varies)
 PROBE_SHARE = 0.02  # ... or this share of the table's ETA, where that is less
 
 
@@ -66,11 +65,11 @@ def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
                  budget_s: float = PROBE_MIN_S) -> float | None:
     """Wall seconds of one training step of ``spec`` here, now: a throwaway copy of the run
     (the same model, batches, threads and loss; no output, no evaluation) takes
-    ``PROBE_WARMUP`` steps, then at least ``PROBE_MIN_STEPS`` and ``budget_s`` of timed
-    ones. Torch's, numpy's and python's global RNGs are left as they were (the run seeds its
-    own anyway). None on a GPU (the CUDA table is measured there) or under torchrun (a step
-    there waits on the other ranks), or when the copy cannot step: an ETA is a convenience,
-    never a reason to fail."""
+    ``PROBE_WARMUP`` steps, then timed ones for ``budget_s`` (at least one: where a step takes
+    seconds, the timing stays a step or two). Torch's, numpy's and python's global RNGs are
+    left as they were (the run seeds its own anyway). None on a GPU (the CUDA table is
+    measured there) or under torchrun (a step there waits on the other ranks), or when the
+    copy cannot step: an ETA is a convenience, never a reason to fail."""
     dev = resolve_device(device)
     if dev.type != "cpu" or distributed.world().active:
         return None
@@ -91,7 +90,7 @@ def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
             for _ in range(PROBE_WARMUP):
                 step()
             n, t0 = 0, time.perf_counter()
-            while n < PROBE_MIN_STEPS or time.perf_counter() - t0 < budget_s:
+            while n < 1 or time.perf_counter() - t0 < budget_s:
                 step()
                 n += 1
             return (time.perf_counter() - t0) / n

@@ -3,8 +3,8 @@
 * :func:`find_match_heads`: every head's n-gram match score for n = 1..n_max over probe data
   (:mod:`probes.ngram_data`); a head's *match score* is its best over n, and the match heads
   are those reaching a threshold (or the k best). A head's score is at its better match lag
-  (:func:`probes.attention.ngram_match_mask`): the successor, or one past it. Attention heads and SSM heads (their
-  effective attention, :mod:`probes.effective_attention`) alike.
+  (:func:`probes.attention.ngram_match_mask`): the successor, or one past it. Attention heads
+  and SSM heads (their effective attention, :mod:`probes.effective_attention`) alike.
 * :func:`ablation_controls`: ablating as many randomly chosen other heads, from anywhere and
   from the match heads' own layers, the control of the causal check (§3.1).
 * :func:`per_head_drops`: the string accuracy each head costs when ablated alone.
@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from models.generation import copy_accuracy, greedy_decode, teacher_forced_argmax
 from probes import effective_attention as ea
 from probes.attention import pattern_scores
-from probes.copying import accuracy_on
 from probes.ngram_data import ProbeData
+from seqprobe.config import check
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -85,16 +87,48 @@ def find_match_heads(model, data: ProbeData, n_max: int, threshold: float = 0.5,
         heads = [(i, h) for _, i, h in order[:top_k]]
     else:
         heads = [(i, h) for s, i, h in order if s >= threshold] or [(order[0][1], order[0][2])]
-    return MatchHeads(match_by_n=_at_lag(sc["match"], lag), lag=lag, queries_by_n=sc["counts"], target=sc["target"],
+    return MatchHeads(match_by_n=_at_lag(sc["match"], lag), lag=lag, queries_by_n=sc["counts"],
+                      target=sc["target"],
                       profile=sc["profile"], match_score=match_score, best_n=best_n,
                       heads=tuple(heads),
                       threshold_met=all(float(match_score[i, h]) >= threshold
                                         for i, h in heads))
 
 
+@torch.no_grad()
+def greedy_predictions(model, prompts: Tensor, answers: Tensor) -> Tensor:
+    """[batch, answer]: what greedy decoding (:func:`~models.generation.greedy_decode`) gives
+    for each row, decoding only the rows that need it. One teacher-forced pass first: a row
+    whose every argmax given the true prefix is right decodes to its answer (greedy decoding
+    sees that same prefix at every step, the model being causal), so only the other rows are
+    decoded. Where a model copies most probe strings (the unablated model, most ablation
+    controls) that is one forward pass instead of one per answer token."""
+    right = (teacher_forced_argmax(model, prompts, answers) == answers).all(dim=1)
+    pred = answers.clone()
+    if not right.all():
+        pred[~right] = greedy_decode(model, prompts[~right], answers.shape[1])
+    return pred
+
+
 def accuracy(model, data: ProbeData) -> dict[str, float]:
-    """Greedy string- and character-level accuracy over the probe batches (paper §3.1)."""
-    return accuracy_on(model, (batch for batch, _ in data), greedy=True)
+    """Greedy string- and character-level accuracy over the probe batches (paper §3.1), each
+    batch weighted by its rows (:func:`~probes.copying.accuracy_on`'s sums, over
+    :func:`greedy_predictions`)."""
+    was_training = model.training
+    model.eval()
+    s = c = 0.0
+    done = 0
+    try:
+        for batch, _ in data:
+            batch = batch.to(model.device)
+            b = batch.prompts.shape[0]
+            acc = copy_accuracy(greedy_predictions(model, batch.prompts, batch.answers),
+                                batch.answers)
+            s, c, done = s + acc["string_acc"] * b, c + acc["char_acc"] * b, done + b
+    finally:
+        model.train(was_training)
+    check(done > 0, "accuracy over no examples")
+    return {"string_acc": s / done, "char_acc": c / done}
 
 
 def mean_activations(model, data: ProbeData) -> dict[int, torch.Tensor]:
@@ -161,6 +195,26 @@ def control_sets(pool: list[Head], k: int, most: int, seed: int
     return out, False
 
 
+def control_plan(model, top: list[Head], draws: int, seed: int
+                 ) -> dict[str, tuple[list[list[Head]], bool]]:
+    """The head sets each control of :func:`ablation_controls` ablates, and whether they are
+    every such set (:func:`control_sets`; deterministic, so a caller can count them first)."""
+    layers, n_heads = model.cfg.n_layers, ea.n_heads(model)
+    others = [(i, h) for i in range(layers) for h in range(n_heads) if (i, h) not in top]
+    top_layers = {i for i, _ in top}
+    same_layer = [(i, h) for i, h in others if i in top_layers]
+    return {name: control_sets(pool, min(len(top), len(pool)), draws, seed + i)
+            for i, (name, pool) in enumerate((("random", others),
+                                              ("random_same_layer", same_layer)))}
+
+
+def feeding_candidates(model, found: MatchHeads) -> list[Head]:
+    """The heads :func:`feeding_heads` ablates one at a time: every head of the layers below
+    the last match head."""
+    return [(i, h) for i in range(max(i for i, _ in found.heads))
+            for h in range(ea.n_heads(model))]
+
+
 def ablation_controls(model, data: ProbeData, top: list[Head], base: dict, mode: str,
                       means: dict[int, torch.Tensor], draws: int, seed: int,
                       tick: Callable[[], object] = _no_tick) -> dict[str, dict]:
@@ -168,13 +222,8 @@ def ablation_controls(model, data: ProbeData, top: list[Head], base: dict, mode:
     the other heads anywhere and from the other heads of ``top``'s layers — every such set
     when there are at most ``draws``, else ``draws`` distinct sets (:func:`control_sets`);
     each control with its runs and the spread of the accuracy drop against ``base``."""
-    layers, n_heads = model.cfg.n_layers, ea.n_heads(model)
-    others = [(i, h) for i in range(layers) for h in range(n_heads) if (i, h) not in top]
-    top_layers = {i for i, _ in top}
-    same_layer = [(i, h) for i, h in others if i in top_layers]
     controls = {}
-    for i, (name, pool) in enumerate((("random", others), ("random_same_layer", same_layer))):
-        sets, exhaustive = control_sets(pool, min(len(top), len(pool)), draws, seed + i)
+    for name, (sets, exhaustive) in control_plan(model, top, draws, seed).items():
         runs = []
         for pick in sets:
             runs.append({"heads": pick, **ablated_accuracy(model, data, pick, mode, means)})
@@ -203,12 +252,11 @@ def feeding_heads(model, data: ProbeData, found: MatchHeads, n_max: int, mode: s
     ablating it alone lowers the match heads' mean score at their best n; largest drop first."""
     ref = found.best_n_score(found.match_by_n)
     out = []
-    for i in range(max(i for i, _ in found.heads)):
-        for h in range(ea.n_heads(model)):
-            with ea.ablated_heads(model, [(i, h)], mode, means):
-                after = pattern_scores(model, data, n_max, patterns=ea.head_patterns)["match"]
-            out.append({"layer": i, "head": h,
-                        "match_score_drop": ref - found.best_n_score(after)})
-            tick()
+    for i, h in feeding_candidates(model, found):
+        with ea.ablated_heads(model, [(i, h)], mode, means):
+            after = pattern_scores(model, data, n_max, patterns=ea.head_patterns)["match"]
+        out.append({"layer": i, "head": h,
+                    "match_score_drop": ref - found.best_n_score(after)})
+        tick()
     out.sort(key=lambda r: -r["match_score_drop"])
     return out

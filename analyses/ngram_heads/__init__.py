@@ -64,6 +64,8 @@ from probes.match_heads import (
     ablated_accuracy,
     ablation_controls,
     accuracy,
+    control_plan,
+    feeding_candidates,
     feeding_heads,
     find_match_heads,
     mean_activations,
@@ -163,13 +165,16 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
     # (a suite export, an HF model with its task, is searched as its checkpoint is)
     feeding_on = ((kind != "s6" and (not ea.is_hf(model) or model.task is not None))
                   if cfg.feeding is None else cfg.feeding)
-    n_heads = model.cfg.n_layers * ea.n_heads(model)
-    steps = 3 + 2 * cfg.draws + n_heads * (int(feeding_on) + int(cfg.per_head))
-    bar = tqdm(total=steps, desc=NAME, disable=not progress, leave=False)
-
+    bar = tqdm(total=3, desc=NAME, disable=not progress, leave=False)
     found = find_match_heads(model, data, cfg.n_max, cfg.threshold, cfg.top_k)
-    bar.update(1)
     top = list(found.heads)
+    # the bar's total is the work this probe does: its control sets (fewer than 2 x draws
+    # where a pool has fewer distinct sets), the feeding search's candidates, --per-head's heads
+    bar.total = (3 + sum(len(sets) for sets, _ in
+                         control_plan(model, top, cfg.draws, cfg.seed).values())
+                 + len(feeding_candidates(model, found)) * int(feeding_on)
+                 + model.cfg.n_layers * ea.n_heads(model) * int(cfg.per_head))
+    bar.update(1)
     # ---- causal check: ablate the match heads vs as many random other heads
     means = mean_activations(model, data)
     base = accuracy(model, data)

@@ -122,7 +122,7 @@ def plot(result: dict):
     palette = [COLORS["hard_alibi"], COLORS["nope"], COLORS["rope"], COLORS["alibi"],
                COLORS["mamba"], COLORS["lstm"]]
     for j, ax in enumerate(axes):
-        n_ref = 0
+        n_ref, named = 0, set()
         for k, (label, per_len) in enumerate(result["curves"].items()):
             entry = per_len[j]
             ns = [r["n"] for r in entry["by_n"] if r["string_acc"] is not None]
@@ -135,12 +135,17 @@ def plot(result: dict):
                 color, marker = palette[k % len(palette)], "o"
             line = ax.plot(ns, acc, marker=marker, ls="--" if ref else "-", color=color,
                            label=label)[0]
-            ax.axhline(entry["baseline"]["string_acc"], color=line.get_color(), lw=0.8, ls=":")
+            # the reference lines of every model in its colour: the legend names each kind once
+            ax.axhline(entry["baseline"]["string_acc"], color=line.get_color(), lw=0.8, ls=":",
+                       label=None if "base" in named else "without a duplicate (each colour)")
+            named.add("base")
             if entry["first_drop_n"] is not None and not ref:
-                ax.axvline(entry["first_drop_n"], color=line.get_color(), lw=0.8, alpha=0.5)
+                ax.axvline(entry["first_drop_n"], color=line.get_color(), lw=0.8, alpha=0.5,
+                           label=None if "drop" in named else "first clear drop")
+                named.add("drop")
         ax.set(xlabel="n (length of the duplicated n-gram)", ylabel="string-level accuracy",
                ylim=(-0.02, 1.02), title=f"copy with a duplicated n-gram, L = {entry['length']}")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=7)
     return fig
 
 

@@ -138,10 +138,10 @@ def _axis_problems(ax) -> list[str]:
     legends = [ax.get_legend(), *ax.figure.legends]
     named = {t.get_text() for lg in legends if lg is not None for t in lg.get_texts()}
     refs = [ln for ln in ax.get_lines() if _is_reference(ln, ax) and ln.get_visible()]
-    # a line like one the legend names (the same colour and style: a second switch token, a
-    # second training length) is named by it
-    styles = {(ln.get_color(), ln.get_linestyle()) for ln in refs if ln.get_label() in named}
-    unnamed = [ln for ln in refs if (ln.get_color(), ln.get_linestyle()) not in styles]
+    # a line in the style of one the legend names (a second switch token, another model's
+    # baseline in its own colour) is named by it
+    styles = {ln.get_linestyle() for ln in refs if ln.get_label() in named}
+    unnamed = [ln for ln in refs if ln.get_linestyle() not in styles]
     if unnamed:
         out.append(f"{len(unnamed)} reference lines not named in the legend")
     x0, x1 = sorted(ax.get_xlim())
@@ -153,6 +153,8 @@ def _axis_problems(ax) -> list[str]:
         if xy.ndim != 2 or not len(xy):
             continue
         xy = xy[np.isfinite(xy).all(axis=1)]
+        if ax.get_yscale() == "log":  # a 0 is not drawn on a log axis, by design
+            xy = xy[xy[:, 1] > 0]
         tol_y = 1e-6 * max(1.0, abs(y1 - y0))
         off = ((xy[:, 1] < y0 - tol_y) | (xy[:, 1] > y1 + tol_y)) & \
             (xy[:, 0] >= x0) & (xy[:, 0] <= x1)

@@ -175,14 +175,15 @@ def _make_headroom(ax, legend) -> bool:
     for grow in _HEADROOM:
         top = (y1 * (y1 / y0) ** grow) if log else y1 + grow * (y1 - y0)
         ax.set_ylim(y0, top)
-        if not log and ax.get_yscale() == "linear":
-            ax.set_yticks([t for t in ticks if min(y0, y1) - 1e-12 <= t <= max(y0, y1) + 1e-12])
+        if ax.get_yscale() in ("linear", "log"):  # no tick above the data's own range
+            ax.set_yticks([t for t in ticks if min(y0, y1) * (1 - 1e-9) - 1e-12 <= t
+                           <= max(y0, y1) * (1 + 1e-9) + 1e-12])
+            ax.set_ylim(y0, top)
         if _fit_inside(ax, legend, _UPPER):
             return True
-    ax.set_ylim(y0, y1)
-    if not log and ax.get_yscale() == "linear":
+    if ax.get_yscale() in ("linear", "log"):
         ax.set_yticks(ticks)
-        ax.set_ylim(y0, y1)
+    ax.set_ylim(y0, y1)
     return False
 
 

@@ -202,7 +202,32 @@ def ngram_lookup() -> dict:
     return d
 
 
+def copy_bounds() -> dict:
+    rows = [{"n": n, "L": L, "bound": L * L * 26.0 ** -n,
+             "p_ngram": min(1, L * L * 26.0 ** -n) / 2,
+             "error": 0.0 if L * L * 26.0 ** -n < 1e-2 else min(1, L * L * 26.0 ** -n) / 3,
+             "error_se": 0.0 if L * L * 26.0 ** -n < 1e-2 else 1e-3}
+            for n in (3, 4, 5) for L in (20, 100, 300, 1000)]
+    measured = [{"L": L, "error": min(1.0, L / 80)} for L in (10, 20, 40, 80, 160)]
+    return {"D": 26, "construction": rows, "checkpoints": [{
+        "label": "copy/lstm", "arch": "lstm", "state_floats": 1024, "measured": measured,
+        "bounds": {"32": {"L_star": 6971, "state_bits": 32768},
+                   "8": {"L_star": 1743, "state_bits": 8192}}}]}
+
+
+def duplicated_ngrams() -> dict:
+    def entry(L, drop_at, base):
+        return {"length": L, "baseline": {"string_acc": base}, "first_drop_n": drop_at,
+                "by_n": [{"n": n, "string_acc": base if n < drop_at else base * 0.3}
+                         for n in range(1, 11)]}
+    return {"lengths": [20, 30], "curves": {
+        "hard_alibi": [entry(20, 3, 0.96), entry(30, 3, 0.9)],
+        "construction n=3": [entry(20, 3, 1.0), entry(30, 3, 1.0)],
+        "construction n=5": [entry(20, 5, 1.0), entry(30, 5, 1.0)]}}
+
+
 CASES = {
+    "copy_bounds": copy_bounds, "duplicated_ngrams": duplicated_ngrams,
     "copy_efficiency_medium": copy_efficiency_medium, "markov_holdout": markov_holdout,
     "ngram_lookup": ngram_lookup,
     "copy_efficiency": copy_efficiency, "length_generalization": length_generalization,

@@ -113,7 +113,7 @@ def plot(result: dict):
         ax.set(xscale="log", xlabel="test string length L", ylim=(-0.02, 1.02))
     shared_legend(fig, axes[0])  # the same models in both panels
     axes[0].set(ylabel="string-level accuracy", title="copy: length generalisation")
-    axes[1].set(ylabel="char-level accuracy (teacher forced)", title="per-token accuracy")
+    axes[1].set(ylabel="char-level accuracy\n(teacher forced)", title="per-token accuracy")
     return fig
 
 

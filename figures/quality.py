@@ -113,6 +113,9 @@ def problems(fig, page_px: int, dpi: float) -> list[str]:
     if small:
         out.append(f"{len(small)} texts under {MIN_TEXT_PX} px on the page, the smallest "
                    f"{small[0][1]!r} at {small[0][0]:.1f} px")
+    titles = [ax.title.get_window_extent(r) for ax in fig.axes if ax.title.get_text()]
+    if any(a.overlaps(b) for i, a in enumerate(titles) for b in titles[i + 1:]):
+        out.append("two panels' titles overlap")
     for i, ax in enumerate(fig.axes):
         where = f"panel {i} ({ax.get_title()[:40]!r})"
         title = ax.title
@@ -120,6 +123,12 @@ def problems(fig, page_px: int, dpi: float) -> list[str]:
             tb = title.get_window_extent(r)
             if tb.x0 < fig_box.x0 - 1 or tb.x1 > fig_box.x1 + 1 or tb.y1 > fig_box.y1 + 1:
                 out.append(f"{where}: title cut at the figure's edge")
+        for label, size, room in ((ax.xaxis.label, "width", "width"),
+                                  (ax.yaxis.label, "height", "height")):
+            if label.get_text() and getattr(label.get_window_extent(r), size) > \
+                    1.1 * getattr(ax.get_window_extent(r), room) + 2:
+                out.append(f"{where}: axis label {label.get_text()[:30]!r} is longer than "
+                           "its axis")
         n = legend_overlaps(ax)
         if n:
             out.append(f"{where}: legend covers {n} data points/bars")

@@ -144,7 +144,7 @@ def _wrap_titles(fig) -> None:
         if not text or "\n" in text:
             continue
         width = title.get_window_extent(renderer).width
-        room = ax.get_window_extent(renderer).width * 1.1
+        room = ax.get_window_extent(renderer).width
         if width > room:
             chars = max(12, int(len(text) * room / width))
             title.set_text(textwrap.fill(text, chars))

@@ -226,7 +226,22 @@ def duplicated_ngrams() -> dict:
         "construction n=5": [entry(20, 5, 1.0), entry(30, 5, 1.0)]}}
 
 
+def memorization() -> dict:
+    ns, widths = [100, 200, 400, 800, 1600], [8, 16, 24, 32, 48, 64]
+    err = np.array([[max(0.0, 0.6 - w / (n ** 0.5 * 2)) for w in widths] for n in ns])
+    fit = {"linear": {"a": 100.0, "b": 4.0, "r2": 0.97},
+           "theory": {"a": -200.0, "b": 180.0, "r2": 0.99}}
+    return {"data": "wikitext", "level": "sequence", "seq_len": 16, "threshold": 0.01,
+            "widths": widths, "n_examples": ns, "error": err.tolist(),
+            "min_params_total": [900, 1500, 2600, 4800, None],
+            "min_params_non_embedding": [500, 900, 1700, 3300, None],
+            "params_total": [900, 1500, 2600, 4800, 9000, 12000],
+            "params_non_embedding": [500, 900, 1700, 3300, 6000, 8000],
+            "fits": {"total": fit, "non_embedding": fit}}
+
+
 CASES = {
+    "memorization": memorization,
     "copy_bounds": copy_bounds, "duplicated_ngrams": duplicated_ngrams,
     "copy_efficiency_medium": copy_efficiency_medium, "markov_holdout": markov_holdout,
     "ngram_lookup": ngram_lookup,

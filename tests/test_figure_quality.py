@@ -32,6 +32,7 @@ PLOTS = {
     "copy_efficiency_medium": ("analyses.copy_efficiency", "plot"),
     "markov_holdout": ("analyses.markov_holdout", "plot"),
     "ngram_lookup": ("analyses.ngram_lookup", "plot"),
+    "memorization": ("analyses.memorization.plots", "plot"),
     "copy_bounds": ("analyses.copy_bounds", "plot"),
     "duplicated_ngrams": ("analyses.duplicated_ngrams", "plot"),
 }

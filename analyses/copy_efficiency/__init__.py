@@ -113,7 +113,7 @@ def plot(result: dict):
     # pass over prompt and true answer), as is the quick preset's; greedy decoding gives the
     # same string accuracy but counts the characters of its own continuation
     forced = any(not i.get("greedy_eval", True) for i in result["train"].values())
-    axes[1].set(ylabel="character-level accuracy" + (" (teacher forced)" if forced else ""),
+    axes[1].set(ylabel="character-level accuracy" + ("\n(teacher forced)" if forced else ""),
                 title="character level (Fig. 9)")
     for ax in axes:
         ax.set(xscale="log", xlabel="training examples seen", ylim=(-0.02, 1.02))

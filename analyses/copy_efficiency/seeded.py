@@ -133,10 +133,10 @@ def plot_medium(result: dict):
     _plot_sweep(axes[3], at[lengths[-1]], lengths[-1])
     axes[2].axhline(1, color="k", ls=":", lw=0.8, label="as fast as the transformer")
     axes[2].set(yscale="log", xlabel="string length L", xticks=lengths,
-                ylabel="samples to 90 %: GSSM / fastest transformer",
+                ylabel="samples to 90 %:\nGSSM / fastest transformer",
                 title="ratio (bars: per-seed min–max)")
-    axes[2].set_xlabel("string length L\n(paper: Mamba ~10× at L <= 30, Fig. 9b; ~100× at "
-                       "L <= 300, Fig. 1a)")
+    axes[2].set_xlabel("string length L\n(paper: Mamba ~10× at L <= 30, Fig. 9b;\n"
+                       "~100× at L <= 300, Fig. 1a)")
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7, ncol=3, loc="upper center")
     axes[1].set_ylim(top=axes[1].get_ylim()[1] * 4)  # room for the legend

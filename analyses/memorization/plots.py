@@ -64,9 +64,9 @@ def plot_params(result: dict, ax=None):
             ax.plot(grid_n, th["a"] + th["b"] * np.sqrt(scale * grid_n), ":", color=color,
                     lw=1.3, label=f"a + b·{theory_label}, R²={_r2(th)}")
     ax.set_xlabel("dataset size N (sequences)")
-    ax.set_ylabel(f"parameters of the smallest model, error < {result['threshold']}")
+    ax.set_ylabel(f"parameters of the smallest model\nwith training error < {result['threshold']}")
     ax.set_title(f"{result['data']} / {result['level']}: parameters to memorise")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=7)
     return fig if fig is not None else ax.figure
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from figures.style import COLORS, new_figure
 
 ANNOTATE_MAX_HEADS = 16  # write the scores into the heat map up to this many heads per layer
-ANNOTATE_MIN_PT = 18  # ... in cells at least this wide (points): narrower, the numbers collide
+ANNOTATE_MIN_PT = 22  # ... in cells at least this wide (points): narrower, the numbers collide
 
 
 def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> None:
@@ -18,6 +18,7 @@ def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> Non
     scale every panel shares."""
     ms = np.array(result[key], dtype=float)
     im = ax.imshow(ms, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
+    fig.colorbar(im, ax=ax, fraction=0.046)  # first: the cells' width is what it leaves
     cell_pt = ax.get_position().width * fig.get_figwidth() * 72 / ms.shape[1]
     if ms.shape[1] <= ANNOTATE_MAX_HEADS:
         ax.set(xticks=range(ms.shape[1]))
@@ -29,7 +30,6 @@ def _heatmap(fig, ax, result: dict, title: str, key: str = "match_score") -> Non
     ax.set(xlabel="channel" if result.get("heads") == "s6" else "head", ylabel="layer",
            title=title, yticks=range(ms.shape[0]))
     ax.grid(False)
-    fig.colorbar(im, ax=ax, fraction=0.046)
 
 
 def _by_n(result: dict) -> np.ndarray:
@@ -107,7 +107,7 @@ def plot_side_by_side(result: dict):
         best = r["match_heads"][0]
         a.plot(np.arange(1, by_n.shape[2] + 1), by_n[best["layer"], best["head"]], marker="o",
                color=COLORS.get(r["label"]), label=f"{r['label']} L{best['layer']}H{best['head']}")
-    a.set(xlabel="n (length of the matched n-gram)", ylabel="mass on n-gram successors",
+    a.set(xlabel="n (matched n-gram's length)", ylabel="mass on n-gram successors",
           ylim=(0, 1.05), title="best head: score vs n")
     a.legend(fontsize=6)
     a = ax[len(runs) + 1]
@@ -128,9 +128,8 @@ def plot_side_by_side(result: dict):
                   label=None if labelled else "as many random heads (range)")
             labelled = True
     a.set(xticks=x, xticklabels=[r["label"] for r in runs], ylabel="string accuracy",
-          ylim=(0, 1.35), yticks=np.linspace(0, 1, 6),
-          title=f"{result['mode']}-ablation on {result['data']} data")
-    a.legend(loc="upper center", fontsize=6, ncol=2)
+          ylim=(0, 1.05), title=f"{result['mode']}-ablation on {result['data']} data")
+    a.legend(fontsize=7)  # figures.style.finish places it off the bars
     return fig
 
 

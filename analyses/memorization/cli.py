@@ -25,7 +25,7 @@ from analyses.memorization.plots import (
     plot_search_params,
 )
 from analyses.memorization.sweep import compute
-from figures.style import new_figure, save_figure
+from figures.style import caption_text, new_figure, save_figure
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.sweep import backend_of
@@ -134,11 +134,12 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
                      progress=not args.no_progress,
                      backend=backend_of(args, args.jobs, args.device), seeds=args.seeds)
     name, out = result["name"], Path(args.out)
+    caption = caption_text(result, args.level, getattr(args, "seed", None))  # run's settings
     csv_path = write_csv(result, out / f"{name}_cells.csv")
     if "search" in result:
-        save_figure(plot_probes(result), out / f"{name}_probes.png")
+        save_figure(plot_probes(result), out / f"{name}_probes.png", caption)
         save_figure(plot_max_n(result) if result["search"].get("method") == METHOD
-                    else plot_search_params(result), out / f"{name}_params.png")
+                    else plot_search_params(result), out / f"{name}_params.png", caption)
         print(f"wrote {out / (name + '_probes.png')}, {out / (name + '_params.png')}, "
               f"{csv_path}")
         print(f"{result['cells_trained']} cells trained ({result['train_cpu_s']} CPU-s), "
@@ -149,8 +150,8 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
                   f" failed after {c['attempts']} attempt(s): "
                   f"{c['error']}")
         return result
-    save_figure(plot_heatmap(result), out / f"{name}_heatmap.png")
-    save_figure(plot_params(result), out / f"{name}_params.png")
+    save_figure(plot_heatmap(result), out / f"{name}_heatmap.png", caption)
+    save_figure(plot_params(result), out / f"{name}_params.png", caption)
     t = result["trends"]
     print(f"wrote {out / (name + '_heatmap.png')}, {out / (name + '_params.png')}, {csv_path}")
     print(f"{result['cells_trained']} cells trained, {result['cells_reused']} reused, "

@@ -219,8 +219,8 @@ def plot(result: dict):
             for a in r["acc_per_model"]:
                 ax.plot([v * nudge for v in x], a, ".", ms=3, color=_color(arch), alpha=0.35)
             ax.fill_between(x, r["acc_min"], r["acc_max"], color=_color(arch), alpha=0.12)
-            ax.axvline(r["train_length"], color=_color(arch), ls=ls, lw=0.6, alpha=0.6,
-                       label=f"training length {r['train_length']}")
+            ax.axvline(r["train_length"], color=_color(arch), ls=(0, (1, 3)), lw=0.8, alpha=0.8,
+                       label="training lengths" if i == 0 else None)
         ax.axhline(result["chance"], color="k", ls=":", lw=1, label="chance")
         ax.set(xscale="log", xlabel="evaluation length", ylabel="recall accuracy",
                ylim=(0, 1.05), title=arch)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -53,10 +54,41 @@ S = TypeVar("S")
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint an analysis was given: ``label`` is the zoo recipe's name or the file's."""
+    """A checkpoint an analysis was given: ``label`` is the zoo recipe's name or the file's;
+    ``recipe`` and ``level``: the zoo recipe it was served as (``--train``, ``zoo:NAME``),
+    None for a file given by path (the reproduce index tells a level's own results apart from
+    a user's model by them: :func:`models_used`)."""
 
     label: str
     path: str
+    recipe: str | None = None
+    level: str | None = None
+
+
+def short_hash(path: str | os.PathLike, chars: int = 12) -> str | None:
+    """The first ``chars`` hex digits of the SHA-256 of a checkpoint file's bytes (of every
+    file of a model directory, in name order): names the weights a result came from, however
+    the file was named. None for what is not on this disk (a hub name)."""
+    p = Path(path)
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) \
+        if p.is_dir() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(p)).encode() if f != p else b"")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:chars]
+
+
+def models_used(checkpoints: Sequence[Checkpoint]) -> list[dict]:
+    """What an analysis' JSON records of its checkpoints (``models_used``): name, path, the zoo
+    recipe and level it was served as (None: a file given by path) and its :func:`short_hash`,
+    so an index or a reader can say which model a figure shows."""
+    return [{"name": c.label, "path": c.path, "recipe": c.recipe, "level": c.level,
+             "sha256": short_hash(c.path)} for c in checkpoints]
 
 
 def base_parser(name: str, description: str, checkpoints: bool = True,
@@ -70,8 +102,9 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
                        "(python -m models.hf.export) as the checkpoint it came from, or "
                        "HuggingFace causal LM(s) where the analysis takes them: a model "
                        "directory or a hub name")
-    p.add_argument("--out", default=str(DEFAULT_OUT),
-                   help="output directory (default: figures/out)")
+    p.add_argument("--out", default=str(DEFAULT_OUT / name),
+                   help=f"output directory (default: figures/out/{name}/, this analysis' own "
+                   "folder: never the reproduction's figures in figures/out/)")
     add_device_argument(p)
     p.add_argument("--seed", type=flags.flag("--seed"), default=0,
                    help="seed of the evaluation data")
@@ -161,9 +194,10 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             failed = [f"{n} ({f.error}; {f.attempts} attempts)" for n, f in done.items()
                       if isinstance(f, Failed)]
             check(not failed, f"training failed: {', '.join(failed)}")
-            given += [Checkpoint(n, str(done[n])) for n in names]
+            given += [Checkpoint(n, str(done[n]), n, args.train) for n in names]
         with output_lock(args.out, name):  # one writer of these outputs at a time
             result = compute(args, given)
+            result.setdefault("models_used", models_used(given))
             out_name = output_name(args, result) if output_name else name
             write_outputs(out_name, result, plot(result), args.out,
                           table(result) if table else None,
@@ -179,8 +213,8 @@ def given_checkpoint(path: str, cache_dir: str | Path | None = None) -> Checkpoi
     ``--cache-dir``), labelled with the recipe's name as ``--train`` labels it. A zoo name not
     trained yet is one line saying how to train it, before any work (nothing is trained)."""
     if is_zoo_ref(path):
-        name, _ = parse_zoo_ref(path)
-        return Checkpoint(name, str(zoo.resolve(path, cache_dir)))
+        name, level = parse_zoo_ref(path)
+        return Checkpoint(name, str(zoo.resolve(path, cache_dir)), name, level)
     return Checkpoint(Path(path).stem, str(path))
 
 

@@ -7,16 +7,22 @@ import html
 import json
 import math
 import os
+import platform
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+
+import torch
 
 from analyses.claims import Margin, Undecided, Verdict, verdict_text
 from analyses.reproduce.plan import Job
 from seqprobe.atomic import write_atomic
 from seqprobe.errors import InputError
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout whose commit the index names
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
 MAX_CLAIM_CHARS = 2000  # bound on one claim cell the index copies from an analysis' JSON
 
@@ -63,6 +69,13 @@ class Outcome:
     log_tail: str
     claims: list[tuple[str, str, Verdict]]  # (paper claim, our result, verdict)
     margins: list[Margin | None] = field(default_factory=list)  # each claim's, in order
+    # "ok", "FAILED", or "not run" (--index-only: its JSON is absent and no run recorded a
+    # failure); "" : from ``ok``
+    status: str = ""
+
+    @property
+    def state(self) -> str:
+        return self.status or ("ok" if self.ok else "FAILED")
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
@@ -135,6 +148,10 @@ def index_outcome(job: Job, out: Path, timing: dict) -> Outcome:
     missing = job.missing(out)
     ok = not missing and timing.get("ok", True) is True
     log = f"missing: {', '.join(missing)}" if missing else "" if ok else "failed in the last run"
+    # none of its JSON here and no failure recorded: never run into this folder
+    if missing and len(missing) == len(job.stems) and timing.get("ok") is not False:
+        return Outcome(job, False, None, f"not run: no {', '.join(missing)} in {out}", [],
+                       status="not run")
     seconds = timing.get("seconds")
     seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) \
         else None
@@ -180,9 +197,101 @@ def _margins(o: Outcome) -> list[Margin | None]:
     return list(o.margins) if len(o.margins) == len(o.claims) else [None] * len(o.claims)
 
 
-def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "") -> None:
+def made_by() -> dict[str, str]:
+    """What an index was made with: the date (UTC), the commit of this checkout ("-dirty":
+    with changes not committed), the torch version and the machine (CPU, cores, GPU), so a
+    reader can tell two indexes apart and what a figure's numbers depend on."""
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": _commit(), "torch": torch.__version__, "machine": _machine()}
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty",
+                               "--abbrev=12"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = (", GPU " + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else ""
+    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores{gpu}"
+
+
+def models_of(job: Job, out: Path) -> list[dict] | None:
+    """The checkpoints an analysis' JSON says it read (``models_used``, written by
+    :func:`analyses.common.run_analysis`), over all its JSON files; None where a JSON does
+    not record them (written before it did, or by hand) or cannot be read."""
+    used: list[dict] = []
+    for stem in job.stems:
+        if not (out / f"{stem}.json").exists():
+            continue  # not written: nothing of it is shown
+        try:
+            rec = read_json(out / f"{stem}.json").get("models_used")
+        except InputError:
+            return None
+        if not isinstance(rec, list) or not all(isinstance(r, dict) for r in rec):
+            return None
+        used += [r for r in rec if r not in used]
+    return used
+
+
+def is_level_own(used: list[dict] | None, level: str) -> bool:
+    """Whether every checkpoint of a result is one of ``level``'s own recipes: served by the
+    zoo by recipe name at that level (``--train LEVEL``, ``zoo:NAME@LEVEL``), not a model given
+    by path nor another level's. A result that records no checkpoints cannot show that."""
+    return used is not None and all(isinstance(u.get("recipe"), str) and u.get("level") == level
+                                    for u in used)
+
+
+def model_text(used: list[dict] | None) -> str:
+    """The checkpoints of a row, as the index names them: recipe (or path) and short hash."""
+    if used is None:
+        return "checkpoints not recorded (its JSON predates the record: rerun it)"
+    if not used:
+        return "no checkpoint (built in code or trained inside the analysis)"
+    return ", ".join(f"{u.get('recipe') or u.get('path')}"
+                     + (f"@{u['level']}" if u.get("recipe") and u.get("level") else "")
+                     + f" (sha256 {u.get('sha256') or 'unknown'})" for u in used)
+
+
+def _row(o: Outcome, out: Path, preset: str) -> dict:
+    """One analysis of the index, as index.json holds it. One that wrote no JSON here (not
+    run, or failed before writing) is the plan's, under the level's header: it shows no
+    result."""
+    wrote = len(o.job.missing(out)) < len(o.job.stems)
+    used = models_of(o.job, out) if wrote else []
+    return {"analysis": o.job.name, "title": o.job.figure.title, "paper": o.job.figure.paper,
+            "status": o.state, "seconds": o.seconds, "wrote": wrote, "checkpoints": used,
+            "level_own": not wrote or is_level_own(used, preset),
+            "claims": [{"paper": p, "measured": m, "verdict": verdict_text(h),
+                        "margin": margin_text(g)}
+                       for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]}
+
+
+def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
+                made: dict[str, str] | None = None) -> None:
+    """``index.md``, ``index.html`` and ``index.json`` in ``out``: what made them
+    (:func:`made_by`), then each analysis under the level's header when every checkpoint it
+    read is the level's own recipe (:func:`is_level_own`), else under a header of its own
+    that says so: a user's model in the folder is never shown as the level's result."""
+    made = made or made_by()
+    rows = [_row(o, out, preset) for o in outcomes]
+    own = [(o, r) for o, r in zip(outcomes, rows, strict=True) if r["level_own"]]
+    other = [(o, r) for o, r in zip(outcomes, rows, strict=True) if not r["level_own"]]
+    stamp = (f"Made {made['date']} from commit {made['commit']} with torch {made['torch']} on "
+             f"{made['machine']}.")
     scale = scale_text(preset)
-    md = [f"# Reproduced figures ({preset} preset)", "",
+    md = [f"# Reproduced figures ({preset} preset)", "", _cell(stamp), "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
           "paper's, the measured column is ours; \"not decided at this level\" says why this "
           "level cannot decide a claim; the margin is how far the measured value sits from what "
@@ -190,46 +299,78 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "")
           + (f" {note}" if note else ""), ""]
     if scale:
         md += [_cell(scale), ""]
+    sections = [(None, own)]
+    if other:
+        sections.append((f"Other results in this folder: not the {preset} preset's recipes",
+                         other))
     rows_html = []
-    for o in outcomes:
-        j, fig = o.job, o.job.figure
-        took = "" if o.seconds is None else f" in {o.seconds:.0f} s"
-        md += [f"## {fig.title}", f"*{fig.paper}* — `python -m analyses.{j.name}` — "
-               f"{'ok' if o.ok else '**FAILED**'}{took}", ""]
-        for stem in j.stems:
-            if (out / f"{stem}.png").exists():
-                md.append(f"![{stem}]({stem}.png)")
-        margins = _margins(o)
-        if o.claims:
-            md += ["", "| paper's claim | measured here | verdict | margin |",
-                   "|---|---|---|---|"]
-            md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} | "
-                   f"{_cell(margin_text(g))} |" for (p, m, h), g in zip(o.claims, margins,
-                                                                           strict=True)]
-        if not o.ok:
-            md += ["", "```", o.log_tail.strip()[-1500:], "```"]
-        md.append("")
-        imgs = "".join(f'<img src="{stem}.png" style="max-width:100%">'
-                       for stem in j.stems if (out / f"{stem}.png").exists())
-        claims = "".join(
-            f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
-            f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td>"
-            f"<td>{html.escape(margin_text(g))}</td></tr>"
-            for (p, m, h), g in zip(o.claims, margins, strict=True))
-        rows_html.append(
-            f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
-            f"<code>python -m analyses.{j.name}</code> — {'ok' if o.ok else '<b>FAILED</b>'}"
-            f"{took}</p>{imgs}"
-            + ("<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th>"
-               f"<th>margin</th></tr>"
-               f"{claims}</table>" if claims else "")
-            + ("" if o.ok else f"<pre>{html.escape(o.log_tail[-1500:])}</pre>") + "</section>")
+    for header, part in sections:
+        if header:
+            md += [f"# {header}", "", "Each was computed from a checkpoint the plan does not "
+                   f"train at {preset} (a model given by path, another level's, or one not "
+                   "recorded): shown for what it is, never as the level's result.", ""]
+            rows_html.append(f"<h1>{html.escape(header)}</h1>")
+        for o, r in part:
+            md += _md_section(o, r, out)
+            rows_html.append(_html_section(o, r, out))
     write_atomic(out / "index.md", "\n".join(md))
+    write_atomic(out / "index.json", json.dumps(
+        {"level": preset, "made": made, "note": note, "scale": scale,
+         "results": [r for _, r in own], "other": [r for _, r in other]}, indent=1))
     write_atomic(out / "index.html",
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
         "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}"
         ".und{color:#a60}</style>"
-        f"<h1>Reproduced figures ({preset} preset)</h1><p>{html.escape(note)}</p>"
+        f"<h1>Reproduced figures ({preset} preset)</h1><p class='made'>{html.escape(stamp)}</p>"
+        f"<p>{html.escape(note)}</p>"
         + (f"<p class='scale'>{html.escape(scale)}</p>" if scale else "") +
         f"{''.join(rows_html)}")
+
+
+def _status(o: Outcome, html_: bool = False) -> str:
+    if o.state == "FAILED":
+        return "<b>FAILED</b>" if html_ else "**FAILED**"
+    return o.state
+
+
+def _md_section(o: Outcome, r: dict, out: Path) -> list[str]:
+    j, fig = o.job, o.job.figure
+    took = "" if o.seconds is None else f" in {o.seconds:.0f} s"
+    md = [f"## {fig.title}", f"*{fig.paper}* — `python -m analyses.{j.name}` — "
+          f"{_status(o)}{took}", ""]
+    if r["wrote"]:
+        md += [f"Checkpoints: {_cell(model_text(r['checkpoints']))}", ""]
+    for stem in j.stems:
+        if (out / f"{stem}.png").exists() and o.state != "not run":
+            md.append(f"![{stem}]({stem}.png)")
+    if o.claims:
+        md += ["", "| paper's claim | measured here | verdict | margin |", "|---|---|---|---|"]
+        md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} | "
+               f"{_cell(margin_text(g))} |"
+               for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]
+    if o.state == "FAILED":
+        md += ["", "```", o.log_tail.strip()[-1500:], "```"]
+    md.append("")
+    return md
+
+
+def _html_section(o: Outcome, r: dict, out: Path) -> str:
+    j, fig = o.job, o.job.figure
+    took = "" if o.seconds is None else f" in {o.seconds:.0f} s"
+    imgs = "".join(f'<img src="{stem}.png" style="max-width:100%">' for stem in j.stems
+                   if (out / f"{stem}.png").exists() and o.state != "not run")
+    claims = "".join(
+        f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
+        f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td>"
+        f"<td>{html.escape(margin_text(g))}</td></tr>"
+        for (p, m, h), g in zip(o.claims, _margins(o), strict=True))
+    models = ("" if not r["wrote"] else
+              f"<p class='models'>Checkpoints: {html.escape(model_text(r['checkpoints']))}</p>")
+    return (f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
+            f"<code>python -m analyses.{j.name}</code> — {_status(o, True)}{took}</p>{models}"
+            f"{imgs}"
+            + ("<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th>"
+               f"<th>margin</th></tr>{claims}</table>" if claims else "")
+            + (f"<pre>{html.escape(o.log_tail[-1500:])}</pre>" if o.state == "FAILED" else "")
+            + "</section>")

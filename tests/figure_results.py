@@ -240,7 +240,21 @@ def memorization() -> dict:
             "fits": {"total": fit, "non_embedding": fit}}
 
 
+def pretrained_copy() -> dict:
+    models = {"pythia-410m": {"arch": "gpt_neox", "n_params": 405_000_000},
+              "mamba-370m": {"arch": "mamba_hf", "n_params": 370_000_000}}
+
+    def curve(key, xs, fall):
+        return {m: [{key: x, "acc": float(_sigmoid((fall * (i + 1) - x) / (fall / 4)))}
+                    for x in xs] for i, m in enumerate(models)}
+    return {"models": models,
+            "phonebook": {"curves": curve("entries", [10, 20, 40, 80, 160], 40)},
+            "copy": {"curves": curve("tokens", [16, 32, 64, 128, 256], 64),
+                     "text": {"natural": True, "shuffled": False}}}
+
+
 CASES = {
+    "pretrained_copy": pretrained_copy,
     "memorization": memorization,
     "copy_bounds": copy_bounds, "duplicated_ngrams": duplicated_ngrams,
     "copy_efficiency_medium": copy_efficiency_medium, "markov_holdout": markov_holdout,

@@ -33,6 +33,7 @@ PLOTS = {
     "markov_holdout": ("analyses.markov_holdout", "plot"),
     "ngram_lookup": ("analyses.ngram_lookup", "plot"),
     "memorization": ("analyses.memorization.plots", "plot"),
+    "pretrained_copy": ("analyses.pretrained_copy", "plot"),
     "copy_bounds": ("analyses.copy_bounds", "plot"),
     "duplicated_ngrams": ("analyses.duplicated_ngrams", "plot"),
 }

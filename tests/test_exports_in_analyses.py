@@ -38,7 +38,7 @@ REFUSE_EXPORTS = ("copy_bounds", "copy_efficiency", "ngram_lookup", "state_probe
                   "stu_induction")
 # results' entries that name where a model came from or how it was trained (an export keeps
 # no training record), not what the analysis measured
-PROVENANCE_KEYS = {"train", "checkpoints", "checkpoint", "path", "paths", "steps",
+PROVENANCE_KEYS = {"train", "checkpoints", "checkpoint", "models_used", "path", "paths", "steps",
                    "samples_seen", "context", "source"}
 # ngram_heads describes the model as loaded: an export's is an HF model ("hf_transformer",
 # TransformerLens' config, which has no "pe")

@@ -136,8 +136,23 @@ def problems(fig, page_px: int, dpi: float) -> list[str]:
     return out
 
 
+def tick_labels_collide(axis) -> bool:
+    """Whether two shown tick labels of ``axis`` (major and minor) overlap."""
+    r = _renderer(axis.figure)
+    lo, hi = sorted(axis.get_view_interval())
+    boxes = [t.label1.get_window_extent(r) for t in (*axis.get_major_ticks(),
+                                                      *axis.get_minor_ticks())
+             if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi
+             and not t.label1.get_rotation()]  # a rotated label's box is not its ink
+    boxes.sort(key=lambda b: (b.x0, b.y0))
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:i + 4])
+
+
 def _axis_problems(ax) -> list[str]:
     out = []
+    for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        if tick_labels_collide(axis):
+            out.append(f"the {name} axis' tick labels overlap")
     for name, axis, lim in (("x", ax.xaxis, ax.get_xlim()), ("y", ax.yaxis, ax.get_ylim())):
         if axis.get_scale() in ("log", "symlog"):
             lo, hi = min(lim), max(lim)

@@ -21,8 +21,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: analyses run on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
-from figures.quality import legend_overlaps  # noqa: E402
+from figures.quality import legend_overlaps, tick_labels_collide  # noqa: E402
 from seqprobe.atomic import write_atomic  # noqa: E402 - the suite's one atomic writer
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -216,6 +217,16 @@ def _move_legends(fig) -> bool:
     return outside
 
 
+def _declutter_ticks(fig) -> None:
+    """A log axis spanning under two decades labels its minor ticks too; where those labels
+    collide, only the decades keep theirs."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log" and tick_labels_collide(axis):
+                axis.set_minor_formatter(NullFormatter())
+
+
 def finish(fig, caption: str | None = None):
     """Ready ``fig`` for the page: text raised to :data:`MIN_FONT_PT`, titles wrapped to their
     panels, legends moved off the data, the layout tightened, and ``caption`` (the run's
@@ -238,6 +249,7 @@ def finish(fig, caption: str | None = None):
     fig.tight_layout(rect=(0, band, 1, 1))
     _wrap_titles(fig)
     fig.tight_layout(rect=(0, band, 1, 1))
+    _declutter_ticks(fig)
     for _ in range(3):  # a legend moved outside narrows its row: the others are checked again
         if not _move_legends(fig):
             break

@@ -63,22 +63,24 @@ def test_the_checks_find_what_they_look_for():
     """The check itself: a wide figure, tiny text, a legend over a line, a clipped title, a
     0 tick on a symlog axis, an unnamed reference line and a line below its axis are each
     found."""
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3))
+    fig, axes = plt.subplots(1, 5, figsize=(20, 3))
     axes[0].plot([0, 1], [0, 1], label="data")
     axes[0].legend(loc="center", fontsize=5)
-    axes[3].set_title("a very long title " * 10)
+    axes[4].set_title("a very long title " * 10)
     axes[2].plot([0, 1], [0.5, 1])
     axes[2].set_yscale("symlog", linthresh=1e-3)
     axes[2].set_ylim(0, 2)
     axes[3].plot([0, 1], [-1, 1])
     axes[3].set_ylim(0, 1)
     axes[3].axhline(0.5)
+    axes[4].set_xscale("log")  # under a decade and a half: minor ticks labelled, crowded
+    axes[4].set_xlim(3000, 40000)
     try:
         found = "\n".join(quality.problems(fig, PAGE_PX, DPI))
     finally:
         plt.close(fig)
     for what in ("px wide", "px on the page", "legend covers", "title cut", "a 0 tick",
-                 "reference lines not named", "outside the y range"):
+                 "reference lines not named", "outside the y range", "tick labels overlap"):
         assert what in found
 
 

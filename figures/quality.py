@@ -47,7 +47,7 @@ def _line_points(line, ax) -> np.ndarray:
 
 def data_boxes(ax) -> tuple[np.ndarray, list]:
     """``(points, boxes)``: display-space points of the panel's lines and markers, and the
-    display boxes of its bars."""
+    display boxes of its bars and of the texts written on them."""
     pts = [_line_points(line, ax) for line in ax.get_lines()
            if line.get_visible() and not _is_reference(line, ax)
            and line.get_transform().contains_branch(ax.transData)]
@@ -60,6 +60,9 @@ def data_boxes(ax) -> tuple[np.ndarray, list]:
     boxes = [p.get_window_extent() for p in ax.patches
              if isinstance(p, Rectangle) and p.get_visible() and p.get_height() != 0
              and p.get_transform().contains_branch(ax.transData)]
+    # numbers written on the data (bar_label's values, annotations) are read with it
+    r = _renderer(ax.figure)
+    boxes += [t.get_window_extent(r) for t in ax.texts if t.get_visible() and t.get_text()]
     points = np.concatenate(pts) if pts else np.empty((0, 2))
     return points, boxes
 

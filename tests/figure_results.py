@@ -143,6 +143,14 @@ def ngram_heads_side_by_side() -> dict:
             "mode": "mean", "data": "copy"}
 
 
+def ngram_heads_per_head() -> dict:
+    """Side by side with ``--per-head``: each model's map and its per-head ablation map."""
+    d = ngram_heads_side_by_side()
+    for r in d["models"]:
+        r["per_head_drop"] = RNG.uniform(0, 0.2, (2, 8)).tolist()
+    return d
+
+
 def stu_induction() -> dict:
     lengths = [16, 32, 64, 128, 256]
     rows = []
@@ -263,6 +271,7 @@ CASES = {
     "state_probe": state_probe, "mamba_decay": mamba_decay,
     "bc_orthogonality": bc_orthogonality, "markov_laplace": markov_laplace,
     "ngram_heads": ngram_heads, "ngram_heads_side_by_side": ngram_heads_side_by_side,
+    "ngram_heads_per_head": ngram_heads_per_head,
     "stu_induction": stu_induction, "spectral_lds": spectral_lds,
     "markov_ablations": markov_ablations,
 }

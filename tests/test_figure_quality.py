@@ -26,6 +26,7 @@ PLOTS = {
     "markov_laplace": ("analyses.markov_laplace", "plot"),
     "ngram_heads": ("analyses.ngram_heads.plots", "plot"),
     "ngram_heads_side_by_side": ("analyses.ngram_heads.plots", "plot"),
+    "ngram_heads_per_head": ("analyses.ngram_heads.plots", "plot"),
     "stu_induction": ("analyses.stu_induction", "plot"),
     "spectral_lds": ("analyses.spectral_lds", "plot"),
     "markov_ablations": ("analyses.markov_ablations", "plot"),

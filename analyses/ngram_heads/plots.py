@@ -6,6 +6,7 @@ models side by side."""
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from figures.style import COLORS, new_figure
 
@@ -56,6 +57,7 @@ def plot(result: dict):
         ax[2].plot(np.arange(len(prof)), prof, marker="s", label=f"L{r['layer']}H{r['head']}")
     ax[2].set(xlabel="offset back from the query (0 = own token)", ylabel="attention mass",
               ylim=(0, 1.05), title="hashing heads: previous-token profile")
+    ax[2].xaxis.set_major_locator(MaxNLocator(integer=True))  # offsets are whole tokens
     if result["hashing_heads"]:
         ax[2].legend()
 

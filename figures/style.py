@@ -110,8 +110,12 @@ def caption_text(result: dict, level: str | None = None, seed: int | None = None
         parts.append("steps " + (f"{steps[0]:,}" if len(steps) == 1
                                  else f"{steps[0]:,}–{steps[-1]:,}"))
     n = result.get("n_examples")
-    if isinstance(n, int):
+    if isinstance(n, int) and not isinstance(n, bool):
         parts.append(f"{n:,} test examples per point")
+    used = [m.get("name") for m in result.get("models_used") or [] if isinstance(m, dict)]
+    used = [str(u) for u in used if u]
+    if used:  # which models the figure shows (the analysis' record of its checkpoints)
+        parts.append(("models " + ", ".join(used)) if len(used) <= 4 else f"{len(used)} models")
     return "; ".join(parts)
 
 

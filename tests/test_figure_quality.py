@@ -100,6 +100,8 @@ def test_the_caption_says_the_runs_settings():
                          "n_examples": 128}, "quick", 0)
     assert text == "level quick; seed 0; steps 1,500–3,000; 128 test examples per point"
     assert "seeds 0, 1, 2" in caption_text({"seeds": [0, 1, 2], "level": "medium"})
+    used = [{"name": "copy/rope", "path": "x.pt"}, {"name": "mine", "path": "y.pt"}]
+    assert caption_text({"models_used": used}).endswith("models copy/rope, mine")
     fig = render("length_generalization", text)
     try:
         assert any(t.get_text().startswith("level quick") for t in fig.texts)

@@ -13,12 +13,12 @@ With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints 
 preset evaluates every 100 steps.
 
 ``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
-setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes; ``zoo_copy.COPY_MEDIUM_SETTING``
-says what is matched and what is not): parameter-matched models (the transformers as the
-authors' GPT-NeoX: a quarter of each head rotated, parallel residual), strings of random length
-1..L, several seeds, a run stopped once past 90 %, every model at its own learning rate: the
-one a sweep over the lr grid at every seed chose (:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``;
-``--sweep`` trains the whole sweep of ``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each
+setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes;
+``zoo_copy.COPY_MEDIUM_SETTING`` says what is matched and what is not): parameter-matched
+models (the transformers as the authors' GPT-NeoX: a quarter of each head rotated, parallel
+residual), strings of random length 1..L, several seeds, a run stopped once past 90 %, every
+model at its own learning rate: the one a sweep over the lr grid at every seed chose
+(:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``; ``--sweep`` trains the whole sweep of ``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each
 model with its best; a chosen lr at an end of its grid is flagged, ``lr_edge``); then
 samples to 50 % and 90 % at exactly L, as Fig. 1a's caption scores (the score over the
 training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds), per GSSM
@@ -172,9 +172,9 @@ FIGURE = Figure(
 def add_arguments(p) -> None:
     add_copy_models_argument(p)
     p.add_argument("--sweep", action="store_true",
-                   help="with --train medium: every lr of the sweep (zoo_copy.COPY_MEDIUM['lrs']) at "
-                   "every seed, which picks each model's lr (zoo_copy.COPY_MEDIUM_LR); without it "
-                   "only the chosen lrs train (a third of the runs)")
+                   help="with --train medium: every lr of the sweep (zoo_copy.COPY_MEDIUM['lrs']) "
+                   "at every seed, which picks each model's lr (zoo_copy.COPY_MEDIUM_LR); without "
+                   "it only the chosen lrs train (a third of the runs)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --train large: the other seeds' runs trained side by side "
                    "(default: this machine's cores)")

@@ -221,7 +221,8 @@ def large_choice(runs: list[dict]) -> dict[tuple[str, int], float]:
 
 def large_followups(choice: dict[tuple[str, int], float]) -> list[str]:
     """The recipes of the other seeds at each model's chosen lr (the sweep seed is trained)."""
-    seeds = [s for s in range(zoo_copy.COPY_LARGE["seeds"]) if s != zoo_copy.COPY_LARGE["sweep_seed"]]
+    seeds = [s for s in range(zoo_copy.COPY_LARGE["seeds"])
+             if s != zoo_copy.COPY_LARGE["sweep_seed"]]
     return [zoo_copy.copy_large_name(label, L, s, lr) for (label, L), lr in choice.items()
             for s in seeds]
 

@@ -18,8 +18,9 @@ setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes;
 models (the transformers as the authors' GPT-NeoX: a quarter of each head rotated, parallel
 residual), strings of random length 1..L, several seeds, a run stopped once past 90 %, every
 model at its own learning rate: the one a sweep over the lr grid at every seed chose
-(:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``; ``--sweep`` trains the whole sweep of ``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each
-model with its best; a chosen lr at an end of its grid is flagged, ``lr_edge``); then
+(:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``; ``--sweep`` trains the whole sweep of
+``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each model with its best; a chosen lr at
+an end of its grid is flagged, ``lr_edge``); then
 samples to 50 % and 90 % at exactly L, as Fig. 1a's caption scores (the score over the
 training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds), per GSSM
 the ratio of its samples to the fastest transformer's (ratio of the means, and the per-seed

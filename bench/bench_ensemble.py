@@ -10,13 +10,16 @@
 
 Each run takes ``--steps`` steps with one evaluation at the end (the recipe's evaluation
 settings otherwise); both sides train the same runs to the same weights (tests/test_ensemble.py),
-so the ratio of their wall times is the speed-up. ``per_step_s`` is wall seconds per step of
-one run alone and of the whole ensemble. Numbers: ``bench/results.json`` (``ensemble``).
+so the ratio of their times is the speed-up. On a CPU the headline ``speedup`` is of the work,
+one thread's CPU time (each side's fastest of two, interleaved); ``wall`` beside it is the wall
+time with every thread on the machine as it is. ``per_step_s`` is seconds per step of one run
+alone and of the whole ensemble. Numbers: ``bench/results.json`` (``ensemble``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -42,22 +45,41 @@ def sweeps(steps: int) -> dict[str, list[RunConfig]]:
     return {"stu": stu, "copy": copy}
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+def timed(fn, clock=time.perf_counter) -> float:
+    t0 = clock()
     fn()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
-def measure(specs: list[RunConfig], device: str, steps: int) -> dict[str, float]:
-    one = timed(lambda: [train(s, device=device, progress=False) for s in specs])
-    together = timed(lambda: train_ensemble(specs, [None] * len(specs), device=device,
-                                            progress=False))
-    return {"members": len(specs), "steps": steps, "one_after_another_s": round(one, 2),
+def measure(specs: list[RunConfig], device: str, steps: int, one_thread_cpu: bool,
+            repeats: int = 2) -> dict[str, float]:
+    """The two sides interleaved ``repeats`` times, the fastest of each. ``one_thread_cpu``:
+    on one thread, by this process's CPU time — the work each side does, which other jobs on
+    the machine do not change; else wall time with torch's default threads — what a user
+    waits, which a loaded machine changes (small ops on two threads spin and wait on each
+    other: the side with the smaller ops suffers most)."""
+    threads = torch.get_num_threads()
+    clock = time.process_time if one_thread_cpu else time.perf_counter
+    if one_thread_cpu:
+        torch.set_num_threads(1)
+    try:
+        ones, togethers = [], []
+        for _ in range(repeats):
+            ones.append(timed(lambda: [train(s, device=device, progress=False) for s in specs],
+                              clock))
+            togethers.append(timed(lambda: train_ensemble(specs, [None] * len(specs),
+                                                          device=device, progress=False), clock))
+    finally:
+        torch.set_num_threads(threads)
+    one, together = min(ones), min(togethers)
+    return {"clock": "cpu, 1 thread" if one_thread_cpu else f"wall, {threads} threads",
+            "members": len(specs), "steps": steps, "one_after_another_s": round(one, 2),
             "ensemble_s": round(together, 2), "speedup": round(one / together, 2),
             "per_step_s": {"one_run": round(one / len(specs) / steps, 5),
-                           "ensemble": round(together / steps, 5)}}
+                           "ensemble": round(together / steps, 5)},
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     device = str(resolve_device(args.device))
     out = {"device": device}
     for name, specs in sweeps(args.steps).items():
-        out[name] = measure(specs, device, args.steps)
+        # the headline: the work on one thread (steady on a shared machine); beside it, the
+        # wall time with every thread, as a user sees it (on a GPU: wall time only)
+        out[name] = measure(specs, device, args.steps, one_thread_cpu=device == "cpu")
+        out[name]["wall"] = measure(specs, device, args.steps, one_thread_cpu=False, repeats=1)
         print(name, out[name], flush=True)
     write_results("ensemble" if device == "cpu" else "ensemble_cuda", out)
     return 0

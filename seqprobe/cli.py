@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from seqprobe.config import check
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
+from seqprobe.orphans import die_with_parent_from_env
 from seqprobe.paths import default_cache_dir
 
 EXIT_FAILED = 1  # a suite error that is not the input's (a run failed): what a traceback exits
@@ -113,6 +114,7 @@ def exit_code(e: SeqprobeError) -> int:
 def run_cli(body: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
     """Run a command's body: a suite error (any :class:`SeqprobeError`) becomes one stderr line
     and :func:`exit_code`, Ctrl-C 130."""
+    die_with_parent_from_env()  # a job of a reproduce run ends when that run is killed
     try:
         code = body(argv)
     except SeqprobeError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -34,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, save)
         print("waiting", flush=True)
         time.sleep(30)
+        return 0
+    if what == "worker":  # a job that started a worker of its own (joblib's do), in its group
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print(f"job {os.getpid()} worker {worker.pid}", flush=True)
+        time.sleep(120)
         return 0
     if what == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)

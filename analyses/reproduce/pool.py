@@ -32,6 +32,8 @@ import numpy as np
 import torch
 import tqdm.std
 
+from seqprobe.orphans import die_with
+
 # No tqdm monitor thread in a process that forks: a fork copies only the forking thread, and a
 # lock the monitor held at that moment would stay held in the job.
 tqdm.std.tqdm.monitor_interval = 0
@@ -58,11 +60,12 @@ class ForkedJob:
         sys.stdout.flush()
         sys.stderr.flush()
         self.returncode: int | None = None
+        run = os.getpid()
         pid = os.fork()
         if pid == 0:  # the job: never returns into the caller's code
             code = 1
             try:
-                code = _child(module, list(args), log, env, threads)
+                code = _child(module, list(args), log, env, threads, run)
             finally:
                 os._exit(code)
         self.pid = pid
@@ -94,9 +97,10 @@ class ForkedJob:
 
 
 def _child(module: str, args: list[str], log: Path, env: Mapping[str, str],
-           threads: int) -> int:
+           threads: int, run: int) -> int:
     """The forked job's body: its session, its log, its threads and signals, then main."""
     os.setsid()  # its own process group, as start_new_session gives a subprocess
+    die_with(run)  # a killed run takes its job and the job's workers with it
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

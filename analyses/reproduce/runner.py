@@ -16,6 +16,7 @@ from analyses.reproduce.plan import TRAIN, Job, priorities
 from analyses.reproduce.pool import ForkedJob, forkable
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from seqprobe.orphans import PARENT_ENV
 from seqprobe.sweep import Backend, RayCommand
 
 
@@ -42,7 +43,8 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
     n = str(slots * threads_per_slot)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-           "TQDM_MININTERVAL": "30"}  # a progress line every half minute in the log
+           "TQDM_MININTERVAL": "30",  # a progress line every half minute in the log
+           PARENT_ENV: str(os.getpid())}  # a subprocess job ends when this run is killed
     if backend is not None and backend.ray:  # a Ray task with the job's cores (and a GPU)
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
@@ -134,7 +136,8 @@ def run_jobs(jobs: list[Job], out: Path, slots: int = 1, timeout: float = 3600.0
             j = by_name[n]
             if j in pending:
                 pending.remove(j)
-                done[n] = o = Outcome(j, False, 0.0, f"not run: {name} failed", [])
+                done[n] = o = Outcome(j, False, 0.0, f"not run: {name} failed", [],
+                                      status="not run")
                 on_done(o)
                 fail_dependents(n)
 

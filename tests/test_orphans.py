@@ -67,3 +67,17 @@ def test_kill_9_of_the_run_ends_its_job_and_the_jobs_workers(tmp_path, how):
         assert not _alive(job) and not _alive(worker)
     finally:
         run.kill()
+
+
+def test_two_runs_into_one_folder_keep_each_jobs_log_whole(tmp_path):
+    from analyses.reproduce.runner import _own_log
+
+    log = tmp_path / "logs" / "train-x.log"
+    first, held = _own_log(log)
+    first.write_text("the first run's job\n")
+    second, held2 = _own_log(log)  # another run while the first one's job is running
+    assert first == log and second == log.with_name(f"train-x.{os.getpid()}.log")
+    assert log.read_text() == "the first run's job\n"  # not truncated by the second
+    os.close(held)
+    os.close(held2)
+    assert _own_log(log)[0] == log  # once the job is over, the name is free again

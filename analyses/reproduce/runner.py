@@ -3,6 +3,7 @@ once, each after the jobs it needs; a failure is reported and the rest still run
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ class _Running:
     log: Path
     t0: float
     slots: int
+    log_lock: int | None = None  # this run's hold on its log (see _own_log)
 
 
 def log_name(job: Job) -> str:
@@ -38,8 +40,7 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
     """Start a job in its own process (and process group, so a timeout also stops its
     workers): forked from this one where it can be (:mod:`.pool`), else a subprocess; its
     output goes to ``out/logs/NAME.log``."""
-    log = out / "logs" / f"{log_name(job)}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    log, lock = _own_log(out / "logs" / f"{log_name(job)}.log")
     # torch, MKL and OpenMP read these at start-up: each process gets its share of the cores
     n = str(slots * threads_per_slot)
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
@@ -48,19 +49,36 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
     if backend is not None and backend.ray:  # a Ray task with the job's cores (and a GPU)
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
-        return _Running(job, cmd, log, time.time(), slots)
+        return _Running(job, cmd, log, time.time(), slots, lock)
     module = forkable(job.argv)
     if module is not None:  # forked from this process: torch and the suite imported once
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         proc = ForkedJob(module, job.argv[3:], log, own, slots * threads_per_slot)
-        return _Running(job, proc, log, time.time(), slots)
+        return _Running(job, proc, log, time.time(), slots, lock)
     with open(log, "w") as f:
         proc = subprocess.Popen(list(job.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    return _Running(job, proc, log, time.time(), slots)
+    return _Running(job, proc, log, time.time(), slots, lock)
+
+
+def _own_log(log: Path) -> tuple[Path, int]:
+    """``log``, or ``NAME.PID.log`` beside it when another live run holds ``log`` (two runs
+    into one folder: each keeps its own job's log whole), with this run's lock on it (an
+    exclusive ``flock``, released when the job ends or this run dies)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for path in (log, log.with_name(f"{log.stem}.{os.getpid()}.log")):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return path, fd
+        except OSError:
+            os.close(fd)
+    raise InputError(f"{log}: held by another run, and so is this run's own name for it")
 
 
 def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
+    if r.log_lock is not None:
+        os.close(r.log_lock)
     seconds = time.time() - r.t0
     if isinstance(r.proc, RayCommand):  # its output came back with the result
         r.log.write_text(r.proc.output)

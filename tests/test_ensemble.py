@@ -120,8 +120,13 @@ def test_the_zoo_trains_a_sweep_as_ensembles_served_as_solo_recipes(tmp_path, mo
     monkeypatch.setattr(ensemble_cache, "train_ensemble", counting)
     names = [f"induction/stu_L16_s{i}" for i in range(3)]
     short = {"steps": 3, "eval_every": 3, "eval_batches": 1}
-    done = zoo.train_recipes(names, "quick", tmp_path, "cpu", train=short, progress=False)
+    auto = zoo.train_recipes(names, "quick", tmp_path / "auto", "cpu", train=short,
+                             progress=False)
+    assert sizes == []  # on CPU cores "auto" trains them one after another: no faster as one
+    done = zoo.train_recipes(names, "quick", tmp_path, "cpu", train=short, progress=False,
+                             ensembles="on")
     assert sizes == [3]  # one ensemble of the three seeds
+    assert [p.name for p in auto.values()] == [p.name for p in done.values()]
     for n in names:  # each served under its solo run's key
         assert done[n] == zoo._cached(n, "quick", tmp_path, short, "cpu") is not None
     done_off = zoo.train_recipes(names, "quick", tmp_path / "off", "cpu", train=short,

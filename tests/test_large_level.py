@@ -275,9 +275,13 @@ def test_the_plan_puts_every_sweep_on_the_gpu_as_ensembles(tmp_path):
     assert ce.slots == placement("copy_efficiency", "large")[1]
     copy = [j for j in jobs.values() if j.recipes and j.recipes[0].startswith("copy_large/")]
     assert sum(len(j.recipes) for j in copy) == 60 and len(copy) == 5  # one per architecture
-    # on CPU cores the same sweep is split one ensemble per core
+    # on CPU cores "auto" runs the sweep's runs side by side; asked for, ensembles split one
+    # per core
     cpu = build_jobs(["markov_holdout"], "large", tmp_path / "out", tmp_path / "ck", 2,
                      auto="cpu")
+    assert [len(j.recipes) for j in cpu if j.recipes] == [1] * 15
+    cpu = build_jobs(["markov_holdout"], "large", tmp_path / "out", tmp_path / "ck", 2,
+                     ensembles="on", auto="cpu")
     assert sorted(len(j.recipes) for j in cpu if j.recipes) == [2, 2, 2, 3, 3, 3]
     medium = build_jobs(["markov_holdout"], "medium", tmp_path / "out", tmp_path / "ck")
     assert all("--device" not in j.argv for j in medium)  # the other levels as they were

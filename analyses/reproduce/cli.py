@@ -40,6 +40,7 @@ from analyses.zoo import dryrun
 from figures.style import DEFAULT_OUT
 from models.train.cache import check_cache_dir
 from models.train.costs import StepCosts
+from models.train.ensemble_cache import ENSEMBLES
 from models.train.gpu_costs import REFERENCE_CARD, UTILISATION, device_kind
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
@@ -86,6 +87,9 @@ def _parser() -> OneLineParser:
                    help="run part K of the level split in N (each part's analyses with every "
                         "recipe they train; --list shows the split, each part sized for one "
                         "lent GPU call at the same --jobs)")
+    p.add_argument("--ensembles", choices=ENSEMBLES, default="auto",
+                   help="train runs of one model as one ensemble (auto: on a GPU, where it is "
+                        "faster; on: on CPU cores too, one per core; off: never)")
     p.add_argument("--merge", nargs="+", default=[], metavar="DIR", type=Path,
                    help="with --index-only: copy these parts' results into --out first")
     p.add_argument("--dry-run", action="store_true",
@@ -159,7 +163,7 @@ def level_parts(names: list[str], level: str, slots: int, device: str,
 
 
 def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
-          device: str = "cpu", show_parts: bool = False) -> int:
+          device: str = "cpu", show_parts: bool = False, ensembles: str = "auto") -> int:
     """The plan and its estimated wall time; ``device`` ``cuda`` (given, or ``auto`` on a GPU
     machine) estimates it for one GPU from the CUDA step-cost table, on any machine.
     ``show_parts``: also the split into parts of one lent GPU call each (``--part``)."""
@@ -171,7 +175,7 @@ def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
         where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
-    jobs = build_jobs(names, preset, out, cache, slots, auto=kind)
+    jobs = build_jobs(names, preset, out, cache, slots, ensembles, auto=kind)
     # an earlier run's times here are of this machine's device, not a GPU's: not used for one
     timings = _timings_if_any(out, preset) if kind != "cuda" else {}
     eta = Eta.of(jobs, slots, preset, StepCosts.load(device=kind).timed(), timings)
@@ -235,7 +239,8 @@ def body(argv: list[str] | None) -> int:
         names = parts[k - 1]
     if args.list:
         return _list(names, args.level, out, cache, slots_, args.device,
-                     show_parts=args.part is None and args.level == "large")
+                     show_parts=args.part is None and args.level == "large",
+                     ensembles=args.ensembles)
     if args.dry_run:
         check_output_dir(out)
         return dryrun.report(plan_models(names, args.level), args.device, out)
@@ -267,8 +272,8 @@ def body(argv: list[str] | None) -> int:
         write_index(outcomes, out, args.level)
         print(f"index: {out / 'index.html'}")
         return 0
-    jobs = build_jobs(names, args.level, out, cache)
     slots = args.jobs or default_jobs(args.level)
+    jobs = build_jobs(names, args.level, out, cache, slots, args.ensembles)
     backend = backend_of(args, slots, "cuda" if args.level == "paper" else "cpu")
     if backend.ray and not args.jobs:  # every ready job goes to Ray, which queues them
         slots = sum(j.slots for j in jobs)

@@ -158,9 +158,9 @@ def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
     order they can start (what a fine-tune starts from first): runs of one model on one device
     in one wave of the init chains form an ensemble where one pays off
     (:func:`models.train.ensemble.pays_off`; ``ensembles`` "on": wherever one can form, "off":
-    never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores it
-    is split into one ensemble per core (at most ``slots``), as cores side by side are what
-    speeds a CPU sweep up."""
+    never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores
+    (``ensembles`` "on") it is split into one ensemble per core (at most ``slots``), as cores
+    side by side are what speeds a CPU sweep up."""
     def kind(device: str | None) -> str:
         if auto is not None and device in (None, "auto"):
             return auto

@@ -328,7 +328,7 @@ def _main(argv: list[str] | None) -> int:
     add_backend_arguments(p)
     p.add_argument("--ensembles", choices=ENSEMBLES, default="auto",
                    help="`train`: runs of one model trained as one ensemble (auto: where it "
-                   "is faster: on a GPU, and on a CPU for models whose default path vmaps)")
+                   "is faster: on a GPU; on CPU cores the same work or more, so not there)")
     args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
     seed_offset()  # a bad $SEQPROBE_SEED_OFFSET is one line, not every recipe "invalid"
     if args.names[:1] == ["path"] and not args.list:

@@ -41,7 +41,6 @@ from torch.func import functional_call, vmap
 
 from models.checkpoint.io import exclusive_writer
 from models.checkpoint.paths import check_writable
-from models.registry import model_class
 from models.train.build import run_size, validate_run_config
 from models.train.callbacks import Callback
 from models.train.evaluation import EvaluationStopped, Evaluator, evaluate
@@ -85,14 +84,11 @@ def ensemble_key(spec: RunConfig) -> str | None:
 
 def pays_off(spec: RunConfig) -> bool:
     """Whether an ensemble trains ``spec`` faster than one run after another (the
-    ``--ensembles auto`` rule): on a GPU always (a small model's step is bound by kernel
-    launches, which an ensemble shares); on a CPU a step is bound by its arithmetic, which an
-    ensemble does not share, and only a model whose default path vmaps gains the per-op
-    overhead (a class with an ``ensemble_scan`` swaps its fused CPU path for the plain one:
-    slower; bench/results.json ``ensemble``)."""
-    if spec.train.device_type == "cuda":
-        return True
-    return getattr(model_class(spec.arch), "ensemble_scan", None) is None
+    ``--ensembles auto`` rule): on a GPU, where a small model's step is bound by kernel
+    launches, which an ensemble's members share. Not on a CPU: there a step is bound by its
+    arithmetic, which an ensemble does not share (bench/results.json ``ensemble``: the same
+    work or more), so CPU cores run a sweep's runs side by side, each exactly its solo run."""
+    return spec.train.device_type == "cuda"
 
 
 def group_runs(specs: Sequence[RunConfig], max_members: int = 32,

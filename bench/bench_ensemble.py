@@ -29,6 +29,7 @@ from bench.common import write_results
 from models.train.ensemble import train_ensemble
 from models.train.loop import train
 from models.train.runconfig import RunConfig
+from seqprobe import flags
 from seqprobe.device import resolve_device
 
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # the copy sweep's grid (analyses/zoo/copy.py)
@@ -85,7 +86,7 @@ def measure(specs: list[RunConfig], device: str, steps: int, one_thread_cpu: boo
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_ensemble", description=__doc__)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=flags.flag("--steps"), default=40)
     args = p.parse_args(argv)
     device = str(resolve_device(args.device))
     out = {"device": device}

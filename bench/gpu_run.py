@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from analyses.reproduce.parts import parse_part
+from seqprobe import flags
 from seqprobe.cli import run_cli
 from seqprobe.config import check
 
@@ -72,9 +73,9 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="the folder brought back ($OUT)")
     p.add_argument("--part", required=True, metavar="K/N", help="the large level's part")
     p.add_argument("--no-checks", action="store_true", help="skip stages 1 and 2")
-    p.add_argument("--budget-s", type=float, default=BUDGET_S)
+    p.add_argument("--budget-s", type=flags.flag("--budget-s"), default=BUDGET_S)
     p.add_argument("--device", default="cuda", help="cuda (default); cpu for a dry test")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1)
     args = p.parse_args(argv)
     k, n = parse_part(args.part)
     check(args.budget_s > 0, "--budget-s must be > 0")

@@ -56,9 +56,10 @@ def train_runs_cached(specs: list[RunConfig], cache_dir: str | Path | None = Non
     alone goes through :func:`~models.train.cache.train_run_cached`, its solo path exactly."""
     check(ensembles in ENSEMBLES, f"ensembles must be one of {', '.join(ENSEMBLES)}, "
           f"got {ensembles!r}")
-    check(not distributed.world().active,
-          "ensembles train in one process; under torchrun train one run at a time")
     labels = labels or [None] * len(specs)
+    if distributed.world().active:  # under torchrun: one run at a time, every rank in it (DDP)
+        return [train_run_cached(s, cache_dir, device, progress, label=lb)
+                for s, lb in zip(specs, labels, strict=True)]
     specs = [keyed(s, device) for s in specs]
     paths = [cache_path(s, cache_dir) for s in specs]
     check(len(set(paths)) == len(paths), "the same run is asked for twice")

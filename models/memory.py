@@ -33,11 +33,6 @@ FIT_LENGTHS = (8, 16, 32)  # short meta runs: three points fix a + b·T + c·T²
 # rows an analysis runs through a model at once: probes.markov.model_probs' chunk and
 # ngram_heads' default batch (larger batches are the analysis' own flags, checked there)
 EVAL_ROWS = 64
-# the task fields that are sequence lengths -> (factor, extra): the positions of the longest
-# sequence they make. A copy-style string is held twice plus specials (<BOS> x <COPY> x <EOS>;
-# a lookup's key and answer are shorter than the string); a Markov sequence draws seq_len + 1
-# symbols; an induction row is its length.
-LENGTH_FIELDS = {"max_len": (2, 4), "seq_len": (1, 1), "length": (1, 1)}
 
 
 def _config_dict(config) -> dict:
@@ -108,14 +103,6 @@ def weight_bytes(arch: str, config) -> int:
     return int(params + buffers)
 
 
-def task_positions(task_config: dict) -> int:
-    """The longest sequence a task config feeds a model (see :data:`LENGTH_FIELDS`); 0 when it
-    names no length."""
-    positions = [LENGTH_FIELDS[k][0] * v + LENGTH_FIELDS[k][1] for k, v in task_config.items()
-                 if k in LENGTH_FIELDS and isinstance(v, int) and not isinstance(v, bool)]
-    return max(positions, default=0)
-
-
 def evaluation_bytes(arch: str, config, positions: int, rows: int = EVAL_ROWS) -> int:
     """The least an evaluation at ``positions`` tokens needs: one row through the model with its
     activations cached (an analysis cannot run less), and the data of ``rows`` rows at once:
@@ -134,9 +121,7 @@ def check_evaluation_fits(model, what: str, rows: int = EVAL_ROWS) -> None:
     arch = getattr(model, "arch", None)
     if task is None or arch is None or getattr(model, "cfg", None) is None:
         return
-    positions = task_positions(config_to_dict(task.cfg))
-    if positions == 0:
-        return
+    positions = task.max_example_len()  # the task's own: no list of length fields here
     try:
         need = evaluation_bytes(arch, model.cfg, positions, rows)
     except Exception:  # noqa: BLE001 - an architecture the meta device cannot run: no estimate

@@ -35,7 +35,6 @@ from scipy.stats import beta as beta_dist
 from torch import Tensor
 
 from seqprobe.config import check
-from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_probs, switching_probs, window_index
 from tasks.base import Batch, Vocab
 from tasks.registry import Task
@@ -117,6 +116,7 @@ class MarkovTask(Task):
 
     name = "markov"
     config_cls = MarkovConfig
+    packable = False  # every sequence is seq_len long
 
     def __init__(self, cfg: MarkovConfig):
         super().__init__(cfg)
@@ -165,8 +165,7 @@ class MarkovTask(Task):
         return b.tokens[0], b.targets[0]
 
     def max_example_len(self) -> int:
-        raise InputError(f"{self.name} sequences have a fixed length (seq_len) and are not packed; "
-                        "use --context 0")
+        return self.cfg.seq_len  # a sequence's positions: T + 1 symbols drawn, T predicted
 
     def model_fields(self) -> dict:
         return {"vocab_size": self.vocab.size}

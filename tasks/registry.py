@@ -31,6 +31,9 @@ class Task:
 
     name: ClassVar[str] = ""
     config_cls: ClassVar[type] = object
+    # whether examples can be packed into a context (``TrainConfig.context``); fixed-length
+    # sequences (the Markov chains) are not
+    packable: ClassVar[bool] = True
     vocab: Vocab
 
     def __init__(self, cfg):
@@ -60,8 +63,19 @@ class Task:
         return None
 
     def max_example_len(self) -> int:
-        """Longest example this config can produce (packing checks it fits the context)."""
+        """The most positions one example of this config puts before a model: what packing
+        checks against the context and the memory checks size a run and an evaluation by."""
         raise NotImplementedError
+
+
+def check_packable(task: Task, context: int) -> None:
+    """One line unless ``task``'s examples can be packed into ``context`` tokens."""
+    check(task.packable, f"{task.name} sequences have a fixed length (seq_len) and are not "
+          "packed; use --context 0")
+    check(context >= task.max_example_len(),
+          f"context {context} is shorter than the longest {task.name} example "
+          f"({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
+          f"{task.max_example_len()}")
 
 
 class LetterTask(Task):
@@ -79,8 +93,7 @@ def packed_batch(task: Task, batch_size: int, context: int, g: torch.Generator) 
     """Fill each of ``batch_size`` rows of ``context`` tokens with i.i.d. examples (paper A.2,
     "we fill the context with multiple independent samples"); the tail that no whole example
     fits in is padding with no loss."""
-    check(context >= task.max_example_len(),
-          f"context {context} is shorter than the longest example ({task.max_example_len()})")
+    check_packable(task, context)
     tokens = torch.full((batch_size, context), task.pad_id, dtype=torch.long)
     targets = torch.full((batch_size, context), IGNORE, dtype=torch.long)
     for row in range(batch_size):

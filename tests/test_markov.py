@@ -11,7 +11,7 @@ from probes.estimators import add_beta_brute_force, add_beta_loss, cross_entropy
 from seqprobe.errors import InputError
 from tasks.add_beta import add_beta_counts, add_beta_probs, switching_probs
 from tasks.base import Batch, make_generator
-from tasks.registry import make_task
+from tasks.registry import make_task, packed_batch
 
 
 # ---------------------------------------------------------------------------- estimator
@@ -96,8 +96,9 @@ def test_markov_batch_shapes_targets_and_determinism():
     assert not torch.equal(b.tokens, task.batch(6, make_generator(2)).tokens)
     assert task.model_fields() == {"vocab_size": 3}
     assert task.eval_batch(4, make_generator(0)) is None
-    with pytest.raises(InputError):
-        task.max_example_len()  # fixed-length sequences are never packed
+    assert task.max_example_len() == 50  # what a model sees: the memory checks size by it
+    with pytest.raises(InputError, match="not packed"):
+        packed_batch(task, 2, 64, make_generator(0))  # fixed-length sequences are never packed
 
 
 def test_markov_sequences_follow_their_own_kernel():

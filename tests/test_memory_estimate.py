@@ -21,10 +21,10 @@ from models.memory import (
     check_evaluation_fits,
     evaluation_bytes,
     forward_bytes,
-    task_positions,
 )
 from seqprobe import memory
 from seqprobe.errors import InputError
+from tasks.registry import make_task
 from tests.tiny import TINY, good_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,12 +146,13 @@ def test_ordinary_settings_pass_the_check(tmp_path):
     # the paper's copy setting (strings up to 300) in a 12-layer, 12-head transformer: one row
     # with its patterns cached, not a whole batch of them, is what loading it must fit
     wide = {"vocab_size": 30, "d_model": 768, "n_layers": 12, "n_heads": 12, "d_mlp": 3072}
-    assert evaluation_bytes("transformer", wide, task_positions({"max_len": 300})) < 4 << 30
+    longest = make_task("copy", {"max_len": 300}).max_example_len()
+    assert evaluation_bytes("transformer", wide, longest) < 4 << 30
 
 
 def test_a_hostile_task_length_is_refused_when_loaded_for_evaluation(tmp_path):
     """The per-int bound admits seq_len = 2^24; evaluating 64 rows of it cannot fit."""
     huge = models.load(_markov_checkpoint(tmp_path / "huge.pt", 2**24))
-    assert task_positions({"seq_len": 2**24}) == 2**24 + 1
+    assert huge.task.max_example_len() == 2**24  # the task's own longest sequence
     with pytest.raises(InputError, match=f"the data of {EVAL_ROWS} rows"):
         check_evaluation_fits(huge, "huge.pt")

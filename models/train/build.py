@@ -25,7 +25,7 @@ from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.device import check_fits
 from seqprobe.errors import InputError
-from tasks.registry import TASKS, make_task
+from tasks.registry import TASKS, check_packable, make_task
 
 
 def check_names(arch: str, task: str) -> None:
@@ -86,10 +86,7 @@ def validate_run_config(spec: RunConfig) -> None:
     if spec.train.init_from:
         _check_init(spec)
     if spec.train.context:
-        check(spec.train.context >= task.max_example_len(),
-              f"context {spec.train.context} is shorter than the longest {spec.task_name} "
-              f"example ({task.max_example_len()} tokens); use --context 0 (no packing) or >= "
-              f"{task.max_example_len()}")
+        check_packable(task, spec.train.context)
 
 
 BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
@@ -102,10 +99,7 @@ def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
     configs alone (meta-device builds: nothing is allocated)."""
     n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model_dict)
     cfg = spec.train
-    try:
-        length = cfg.context or task.max_example_len()
-    except (InputError, NotImplementedError):  # fixed-length tasks (Markov chains)
-        length = int(getattr(task.cfg, "seq_len", 0)) + 1
+    length = cfg.context or task.max_example_len()
     rows = max(cfg.batch_size, cfg.eval_batch_size)
     vocab = int(getattr(spec.model, "vocab_size", 0) or 0)
     # int64 tokens and targets; fp32 logits, their log-softmax and its gradient

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from analyses.zoo.dryrun import Builder
+from models.train.runconfig import Builder
 from seqprobe.config import check
 
 # The three reasons a claim reader may leave a claim undecided (Undecided's constructors).

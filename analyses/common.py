@@ -27,7 +27,6 @@ import torch
 
 from analyses import zoo
 from analyses.zoo import dryrun
-from analyses.zoo.dryrun import Builder
 from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
 from figures.style import DEFAULT_OUT, caption_text, figure_png
 from models.checkpoint.paths import is_hf_source
@@ -37,6 +36,7 @@ from models.memory import check_evaluation_fits
 from models.registry import HF_ARCHS
 from models.train import distributed
 from models.train.cache import check_cache_dir
+from models.train.runconfig import Builder
 from seqprobe import flags
 from seqprobe.atomic import output_lock, write_atomic
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_arguments, run_cli

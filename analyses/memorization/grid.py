@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyses.zoo.dryrun import Builder
 from models.train.build import make_run_config
-from models.train.runconfig import RunConfig
+from models.train.runconfig import Builder, RunConfig
 from seqprobe.config import check
 from tasks.memorization import REAL_LEVEL
 

@@ -16,6 +16,7 @@ from analyses.zoo import dryrun
 from analyses.zoo.dryrun import recipe_spec
 from models.train.ensemble import ensemble_key, pays_off
 from models.train.gpu_costs import device_kind, run_settings
+from models.train.runconfig import Builder
 from seqprobe.device import resolve_device
 from seqprobe.memory import available_bytes
 
@@ -205,10 +206,10 @@ def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, 
     return {j.name: chain(j.name) for j in jobs}
 
 
-def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, dryrun.Builder]]:
+def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:
     """Every model the analyses ``names`` train at ``preset``, each once, in plan order:
     ``(label, spec builder)``."""
-    items: dict[str, dryrun.Builder] = {}
+    items: dict[str, Builder] = {}
     for n in names:
         fig = figure_of(n)
         if not fig.trains:

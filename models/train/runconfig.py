@@ -44,7 +44,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -389,3 +389,7 @@ class RunConfig:
     def hash(self) -> str:
         """The cache key: sha256 of :meth:`to_json` (first 12 hex digits)."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+
+# a run made on demand: the dry run and the plan build each only when they measure or list it
+Builder = Callable[[], RunConfig]

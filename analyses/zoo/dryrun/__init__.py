@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from models.train.plan import (
     H100_MEMORY,
     plan_row,
 )
-from models.train.runconfig import RunConfig
+from models.train.runconfig import Builder, RunConfig
 from seqprobe.atomic import write_atomic
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
@@ -66,9 +66,6 @@ from seqprobe.memory import human_bytes
 H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs says why)
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
 EXIT_SOME_FAILED = 1
-
-Builder = Callable[[], RunConfig]
-
 
 # ---------------------------------------------------------------------------- specs
 def recipe_spec(name: str, preset: str) -> RunConfig:

@@ -1,16 +1,18 @@
 """Sweeps as ensembles: several runs of one architecture trained as one batched model.
 
-A sweep's runs (seeds, learning rates, weight decays of one model) are tiny next to the
-machine: one step of one of them keeps a GPU a few percent busy and is mostly per-op overhead
-on a CPU. An ensemble trains them together. Each member is a :class:`~models.train.loop.
-Trainee`, exactly the solo run of its :class:`RunConfig`: its own initialisation (its seed),
-data stream, AdamW with its learning rate, weight decay and schedule, gradient clipping,
-evaluations, callbacks, early stop (``stop_at``), checkpoints and ``--resume``. Only the
-forward and backward pass are shared: each step the members' weights are stacked on a
-leading member axis and one ``torch.func.vmap`` of the model's forward runs every member's
-batch at once (:func:`fused_backward`). The sum of the members' losses is backpropagated, and
-as the members share no weight, each member's gradient is its own loss's gradient, the one
-its solo run computes (up to float rounding: a batched matmul adds in another order).
+A sweep's runs (seeds, learning rates, weight decays of one model) are tiny next to a GPU: a
+step of one of them is bound by kernel launches and keeps the card a few percent busy. An
+ensemble trains them together, its members sharing the launches (on a CPU, where such a step is
+bound by its arithmetic, it is no faster: :func:`pays_off`). Each member is a
+:class:`~models.train.loop.Trainee`, exactly the solo run of its :class:`RunConfig`: its own
+initialisation (its seed), data stream, AdamW with its learning rate, weight decay and
+schedule, gradient clipping, evaluations, callbacks, early stop (``stop_at``), checkpoints and
+``--resume``. Only the forward and backward pass are shared: each step the members' weights are
+stacked on a leading member axis and one ``torch.func.vmap`` of the model's forward runs every
+member's batch at once (:func:`fused_backward`). The sum of the members' losses is
+backpropagated, and as the members share no weight, each member's gradient is its own loss's
+gradient, the one its solo run computes (up to float rounding: a batched matmul adds in another
+order).
 
 A member that stops (``stop_at``, its last step, a diverged loss) leaves the stack; the rest
 go on. Members whose batches differ in shape at a step (tasks of other lengths) run as one

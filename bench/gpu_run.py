@@ -112,6 +112,7 @@ def _main(argv: list[str] | None = None) -> int:
         t = time.time()
         rc = _run([py, "-m", "analyses.reproduce", "--large", "--part", f"{k}/{n}",
                    "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.jobs),
+                   *(["--device", "cpu"] if args.device == "cpu" else []),  # a dry test here
                    "--timeout", str(max(30.0, left() - 20))], left() - 10, log)
         report["stages"]["large"] = {"rc": rc, "seconds": round(time.time() - t, 1)}
         if results.is_dir():

@@ -302,6 +302,9 @@ def test_claim_generalise_both_ways():
     # the variants are not the paper's setting: a generalising shared / BLANK-0 STU is no verdict
     assert not A.claim_generalise(medium_json({"stu": [0.3, 0.3], C.STU_SHARED: [1.0, 1.0],
                                                C.STU_BLANK0: [1.0, 1.0]}))[1]
+    # no seed learnt the task at its own training length: not decided, never "does not hold"
+    und = A.claim_generalise(medium_json({"stu": [0.3, 0.4]}, at_L={"stu": [0.5, 0.6]}))[1]
+    assert isinstance(und, Undecided) and "own training length (best 0.60)" in und.reason
     assert A.claim_generalise(medium_json({"mamba2": [1.0]})) is None  # no STU runs: left out
     assert A.claim_generalise(medium_json({"stu": [1.0]}, preset="quick")) is None  # not here
 
@@ -331,6 +334,8 @@ def test_claim_generalise_window_reads_the_seen_lags():
     read = A.claim_generalise_window(d)
     assert read[1] is True and read.margin.value == 0.95
     assert A.claim_generalise_window(medium_json({"stu": [1.0]}, preset="quick")) is None
+    und = A.claim_generalise_window(medium_json({"stu": [0.3]}, at_L={"stu": [0.5]}))[1]
+    assert isinstance(und, Undecided)  # no seed learnt the task: not decided
     # the finding: seeds generalise under reading 2 and none under reading 1
     text, ok = A.claim_readings_finding(d)
     assert ok is True and "every lag 0/2" in text and "lags <= T^q 1/2" in text

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -131,10 +131,12 @@ def _eta_line(eta: Eta, slots: int) -> str:
 
 
 def level_parts(names: list[str], level: str, slots: int, device: str,
-                parts: int | None = None) -> list[list[str]]:
+                parts: int | None = None
+                ) -> tuple[list[list[str]], Callable[[Sequence[str]], float]]:
     """The plan's analyses split into parts (:func:`analyses.reproduce.parts.split`), each
     costed with an empty cache (a lent machine's) on ``device``'s kind at ``slots``: the same
-    split on every machine that asks with the same ``--jobs``."""
+    split on every machine that asks with the same ``--jobs``. Returns the parts and the
+    estimated wall seconds of a part."""
     kind = device_kind(device)
     empty = Path("/nonexistent/seqprobe-empty-cache")
     jobs = build_jobs(names, level, Path("/nonexistent/out"), empty, slots, auto=kind)
@@ -158,8 +160,7 @@ def level_parts(names: list[str], level: str, slots: int, device: str,
             memo[key] = makespan(closure(part), cost, slots)
         return memo[key]
 
-    level_parts.wall = wall  # for the listing's per-part estimate
-    return split(names, wall, PART_BUDGET_S, parts)
+    return split(names, wall, PART_BUDGET_S, parts), wall
 
 
 def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
@@ -181,12 +182,12 @@ def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
     eta = Eta.of(jobs, slots, preset, StepCosts.load(device=kind).timed(), timings)
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
     if show_parts:
-        parts = level_parts(names, preset, slots, kind)
+        parts, wall = level_parts(names, preset, slots, kind)
         print(f"\nin {len(parts)} part{'s' * (len(parts) > 1)} of at most "
               f"{PART_BUDGET_S / 60:.0f} min each (an empty cache, --jobs {slots}; "
               f"`--part K/{len(parts)}` runs part K):")
         for k, part in enumerate(parts, 1):
-            minutes = level_parts.wall(part) / 60
+            minutes = wall(part) / 60
             over = "  (over: one analysis' own chain)" if minutes * 60 > PART_BUDGET_S else ""
             print(f"  part {k}/{len(parts)}: {minutes:.1f} min  {', '.join(part)}{over}")
         print(f"ensemble jobs costed: {_ensemble_sources(eta)}")
@@ -233,7 +234,7 @@ def body(argv: list[str] | None) -> int:
     slots_ = args.jobs or default_jobs(args.level)
     if args.part is not None:
         k, n = parse_part(args.part)
-        parts = level_parts(names, args.level, slots_, args.device, n)
+        parts, _ = level_parts(names, args.level, slots_, args.device, n)
         check(k <= len(parts), f"--part {args.part}: the plan has {len(names)} analyses, so "
               f"at most {len(parts)} parts")
         names = parts[k - 1]

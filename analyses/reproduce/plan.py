@@ -43,13 +43,12 @@ MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training h
 # of every recipe it trains (both get ``--device``, so a checkpoint is asked for on the device
 # it was trained on); ``jobs``, where not None, is the cores its own job keeps busy, passed as
 # its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
-# Large (one GPU and 16 CPU cores): every sweep on the GPU ("auto": the GPU where there is one,
-# so the level also runs on a CPU-only machine), trained as ensembles, which share a small
-# model's kernel launches (alone, the STU and Markov Mamba-2 runs are launch-bound there and
-# were placed on CPU cores, where one Markov Table 7 run takes about an hour);
-# copy_efficiency trains its best lrs' other seeds itself, memorization its 16 (width, seed)
-# searches on 8 CPU cores, so that neither holds the whole machine (a job waits until its
-# cores are free) and the other jobs run beside them.
+# Large: every sweep on the GPU ("auto": the GPU where there is one, so the level also runs on
+# a CPU-only machine), trained as ensembles, which share a small model's kernel launches (one
+# at a time the STU and Markov Mamba-2 runs are launch-bound there, and too slow for a lent
+# call on CPU cores); copy_efficiency trains its best lrs' other seeds itself, memorization
+# its (width, seed) searches on CPU cores, each taking part of the machine (a job waits until
+# its cores are free) so that the other jobs run beside them.
 PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
     "large": {"copy_efficiency": ("auto", 8), "ngram_lookup": ("auto", None),
               "stu_induction": ("auto", None), "markov_holdout": ("auto", None),

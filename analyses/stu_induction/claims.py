@@ -124,6 +124,17 @@ def _at_train_length(d: dict, r: dict) -> list[float]:
     return [a[d["lengths"].index(r["train_length"])] for a in r["acc_per_model"]]
 
 
+def _not_learnt(d: dict, rows: dict[int, dict]) -> Undecided | None:
+    """"Not decided" when no seed learnt the task at its own training length: a model that
+    cannot recall at T^q says nothing about recall beyond it (the claim is about models that
+    learnt the task there)."""
+    best = max(a for r in rows.values() for a in _at_train_length(d, r))
+    if best >= GENERALISES:
+        return None
+    return Undecided.not_learnt(f"no seed recalls >= {GENERALISES} at its own training length "
+                                f"(best {best:.2f})")
+
+
 def _loss(r: dict) -> str:
     losses = [v for v in r.get("final_eval_loss", []) if v == v]  # not nan
     return f", final eval loss <= {max(losses):.1e}" if losses else ""
@@ -165,7 +176,8 @@ def claim_generalise(d: dict) -> Reading | None:
     text = f"STU, {SETTING}: " + "; ".join(parts)
     m = Margin(f"best seed's accuracy at {max(r['longest']['length'] for r in rows.values())}",
                max(a[-1] for r in rows.values() for a in r["acc_per_model"]), ">=", GENERALISES)
-    return Reading(with_not_matched(text, None if ok else UNMATCHED), ok, m)
+    return Reading(with_not_matched(text, None if ok else UNMATCHED),
+                   ok or _not_learnt(d, rows) or False, m)
 
 
 def claim_generalise_window(d: dict) -> Reading | None:
@@ -197,7 +209,8 @@ def claim_generalise_window(d: dict) -> Reading | None:
     text = (f"STU, {SETTING}; flag within T^q of the query (lags <= T^q scored at T): "
             + "; ".join(parts))
     m = Margin("best seed's accuracy at T on lags <= T^q", best, ">=", GENERALISES)
-    return Reading(with_not_matched(text, None if ok else UNMATCHED), bool(ok), m)
+    return Reading(with_not_matched(text, None if ok else UNMATCHED),
+                   bool(ok) or _not_learnt(d, rows) or False, m)
 
 
 def claim_readings_finding(d: dict) -> Reading | None:

@@ -193,11 +193,18 @@ def _train_group(names: list[str], preset: str, cache_dir: str, device: str,
 
 def _cached(name: str, preset: str, cache_dir: str | Path,
             train: Mapping[str, Any] | None, device: str = "auto") -> Path | None:
+    return _entry(name, preset, cache_dir, train, device)[1]
+
+
+def _entry(name: str, preset: str, cache_dir: str | Path, train: Mapping[str, Any] | None,
+           device: str = "auto") -> tuple[RunConfig | None, Path | None]:
+    """``(the run device trains, its cached path)``; the path is None where the entry is not
+    this run's finished one, the run None where what it starts from is not trained yet."""
     if untrained_init(name, preset, cache_dir, device):
-        return None  # its init recipe is not trained yet: so neither is it
+        return None, None  # its init recipe is not trained yet: so neither is it
     run = _resolved(run_config(name, preset, cache_dir, train, device), device)
     path = cache_path(run, cache_dir)
-    return path if is_cached(path, run) else None
+    return run, (path if is_cached(path, run) else None)
 
 
 def train_recipes(names: Iterable[str], preset: str = "quick",
@@ -223,16 +230,19 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
     out: dict[str, Path | Failed] = {}
     for depth in sorted({len(dependencies(n, preset)) for n in every}):
         wave = [n for n in every if len(dependencies(n, preset)) == depth]
-        todo = []
+        todo, runs = [], []
         for n in wave:
             parent = recipe(n).init_from.get(preset)
             if isinstance(out.get(parent), Failed):
                 out[n] = Failed(f"{parent}, which it starts from, failed", 0)
-            elif (path := _cached(n, preset, cache_dir, train, device)) is None:
+                continue
+            run, path = _entry(n, preset, cache_dir, train, device)
+            if path is None:
                 todo.append(n)
+                runs.append(run)
             else:
                 out[n] = path
-        groups = _groups(todo, preset, cache_dir, train, device, ensembles)
+        groups = _groups(todo, runs, ensembles)
         results = map_tasks(_train_group, [(g, preset, cache, device,
                                             dict(train) if train else None, ensembles, here)
                                            for g in groups],
@@ -245,13 +255,13 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
     return {n: out[n] for n in names}
 
 
-def _groups(names: list[str], preset: str, cache_dir, train, device: str,
+def _groups(names: list[str], runs: list[RunConfig | None],
             ensembles: str) -> list[list[str]]:
-    """``names`` as the ensembles they train in (one name a group where none forms)."""
-    if ensembles == "off" or len(names) < 2:
+    """``names`` (their ``runs``) as the ensembles they train in (one name a group where none
+    forms)."""
+    if ensembles == "off" or len(names) < 2 or None in runs:
         return [[n] for n in names]
-    specs = [_resolved(run_config(n, preset, cache_dir, train, device), device) for n in names]
-    return [[names[i] for i in g] for g in group_runs(specs, only_if_it_pays=ensembles == "auto")]
+    return [[names[i] for i in g] for g in group_runs(runs, only_if_it_pays=ensembles == "auto")]
 
 
 def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") -> str:

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from filelock import FileLock
 
 from models.checkpoint.io import read_checkpoint
@@ -33,6 +34,16 @@ from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import CheckpointError, InputError
 from seqprobe.paths import cache_dir_or_default
+
+
+def keyed(spec: RunConfig, device: str | torch.device = "auto") -> RunConfig:
+    """``spec`` as the cache keys and records it on ``device``: resolved for the device
+    ("auto" precision / compile set: a CPU checkpoint is never served for a CUDA run, nor the
+    reverse) and its ``init_from`` absolute (the record names the file from any folder)."""
+    spec = spec.resolved(resolve_device(device))
+    if spec.train.init_from:
+        spec = spec.replace(train={"init_from": os.path.abspath(spec.train.init_from)})
+    return spec
 
 
 def cache_path(spec: RunConfig, cache_dir: str | Path | None = None) -> Path:
@@ -155,9 +166,7 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, devic
     the recipe's name, where there is one)."""
     # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
     # never served for a CUDA run, nor the reverse (their keys differ)
-    spec = spec.resolved(resolve_device(device))
-    if spec.train.init_from:  # recorded absolute: the record names the file, from any folder
-        spec = spec.replace(train={"init_from": os.path.abspath(spec.train.init_from)})
+    spec = keyed(spec, device)
     path = cache_path(spec, cache_dir)
     world = distributed.world()
     if world.is_main:

@@ -9,7 +9,6 @@ checkpoint up to float rounding), a member stopped by a signal resumed from its 
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,24 +23,15 @@ from models.train.cache import (
     check_cache_dir,
     check_lock_file,
     entry_state,
+    keyed,
     train_run_cached,
 )
 from models.train.ensemble import MemberFailed, group_runs, train_ensemble
 from models.train.loop import TrainingDiverged
 from models.train.runconfig import RunConfig
 from seqprobe.config import check
-from seqprobe.device import resolve_device
 
 ENSEMBLES = ("auto", "on", "off")  # --ensembles
-
-
-def keyed(spec: RunConfig, device: str) -> RunConfig:
-    """``spec`` as the cache keys it on ``device`` (:func:`~models.train.cache.train_run_cached`
-    does the same for one run)."""
-    spec = spec.resolved(resolve_device(device))
-    if spec.train.init_from:  # recorded absolute: the record names the file, from any folder
-        spec = spec.replace(train={"init_from": os.path.abspath(spec.train.init_from)})
-    return spec
 
 
 def train_runs_cached(specs: list[RunConfig], cache_dir: str | Path | None = None,
@@ -109,7 +99,7 @@ def _train_group(specs, paths, device, progress, labels) -> list[Path | MemberFa
                       "run over it", file=sys.stderr)
             resume = paths[i] if states[i] == "interrupted" else None
             resumes.append(resume)
-            # the ETA is of the member's run alone: on CPU cores about the ensemble's share
+            # the ETA is the member's solo run's: the step-cost tables have no ensemble rows
             announce(specs[i], paths[i], what=labels[i], device=device,
                      resume_step=read_checkpoint(resume)["train"].get("step") if resume
                      else None, detail=f"member {k + 1} of an ensemble of {len(train)}")

@@ -25,7 +25,7 @@ recurrence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import torch
@@ -37,19 +37,29 @@ from models.base import SuiteModel, TLConfigFields, check_counts
 from models.contract import Shapes
 from models.layers import RMSNorm, has_hooks
 from seqprobe.config import check
+from seqprobe.flags import (
+    EPS_FIELD,
+    INIT_STD_FIELD,
+    LAYERS_FIELD,
+    MAX_SCALE,
+    VOCAB_FIELD,
+    WIDTH_FIELD,
+    bound,
+)
 
 SCANS = ("auto", "plain", "fused")
 
 
 @dataclass(frozen=True)
 class LSTMConfig(TLConfigFields):
-    vocab_size: int = 30
-    d_model: int = 256
-    n_layers: int = 2
+    vocab_size: int = field(default=30, metadata=VOCAB_FIELD)
+    d_model: int = field(default=256, metadata=WIDTH_FIELD)
+    n_layers: int = field(default=2, metadata=LAYERS_FIELD)
     final_norm: bool = False  # RMSNorm before the unembedding
-    norm_eps: float = 1e-5
-    forget_bias: float = 1.0  # added to b_ih's forget rows at init (keeps c_t early in training)
-    init_std: float = 0.02  # embedding init
+    norm_eps: float = field(default=1e-5, metadata=EPS_FIELD)
+    forget_bias: float = field(  # added to b_ih's forget rows at init (keeps c_t early in training)
+        default=1.0, metadata=bound(-MAX_SCALE, MAX_SCALE, "the LSTM forget gate's bias"))
+    init_std: float = field(default=0.02, metadata=INIT_STD_FIELD)  # embedding init
     scan: str = "auto"  # auto | plain | fused
 
     def __post_init__(self):

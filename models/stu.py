@@ -45,7 +45,7 @@ layers cannot read a recalled token at an odd lag from the query.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import einops
@@ -59,6 +59,16 @@ from models.contract import Shapes
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
 from seqprobe.config import check
+from seqprobe.flags import (
+    EPS_FIELD,
+    LAYERS_FIELD,
+    MAX_DIM,
+    MAX_HORIZON,
+    MLP_FIELD,
+    VOCAB_FIELD,
+    WIDTH_FIELD,
+    bound,
+)
 
 PARAMS = ("tensordot", "full")
 MIXTURES = ("per_branch", "shared")
@@ -66,19 +76,22 @@ MIXTURES = ("per_branch", "shared")
 
 @dataclass(frozen=True)
 class STUConfig(TLConfigFields):
-    vocab_size: int = 6
-    d_model: int = 64
-    n_layers: int = 2
-    filter_len: int = 256  # T of H_T (paper Fig. 5)
-    num_filters: int = 24  # K
+    vocab_size: int = field(default=6, metadata=VOCAB_FIELD)
+    d_model: int = field(default=64, metadata=WIDTH_FIELD)
+    n_layers: int = field(default=2, metadata=LAYERS_FIELD)
+    filter_len: int = field(  # T of H_T (paper Fig. 5)
+        default=256, metadata=bound(1, MAX_HORIZON, "a spectral filter's length; STU paper: 2^14"))
+    num_filters: int = field(  # K
+        default=24, metadata=bound(1, MAX_DIM, "spectral filters K; the STU paper: 24"))
     param: str = "tensordot"  # tensordot | full
     negative_branch: bool = True  # U⁻ features (eigenvalues in [−1, 0])
-    d_mlp: int = 0  # 0 -> 4 * d_model
+    d_mlp: int = field(default=0, metadata=MLP_FIELD)  # 0 -> 4 * d_model
     act_fn: str = "relu"  # paper: "MLPs and ReLU nonlinearities"
     normalization: str = "layernorm"  # layernorm | none
-    ln_eps: float = 1e-5
+    ln_eps: float = field(default=1e-5, metadata=EPS_FIELD)
     mixture: str = "per_branch"  # tensordot: per_branch | shared (Flash STU's one M_filters)
-    zero_embed: tuple[int, ...] = ()  # token ids whose embeddings are held at zero
+    zero_embed: tuple[int, ...] = field(  # token ids whose embeddings are held at zero
+        default=(), metadata=bound(0, MAX_DIM, "token ids", allow_empty=True))
 
     def __post_init__(self):
         check_counts(self, "vocab_size", "d_model", "n_layers", "filter_len", "num_filters")

@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import (
+    MAX_BATCH,
+    MAX_EVAL_BATCHES,
+    MAX_HORIZON,
+    MAX_LR,
+    MAX_STEPS,
+    SEED_FIELD,
+    STEPS_WHY,
+    bound,
+)
 
 # How a run uses its device. "auto" is resolved for the device the run trains on
 # (:func:`resolve_train`) before the run starts and before its cache key is taken, so the
@@ -24,25 +34,35 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.999
-    warmup_steps: int = 100
+    steps: int = field(default=1000, metadata=bound(1, MAX_STEPS, STEPS_WHY))
+    batch_size: int = field(
+        default=32, metadata=bound(1, MAX_BATCH, "rows per step; the suite's presets: 4 to 512"))
+    lr: float = field(
+        default=1e-3,
+        metadata=bound(0.0, MAX_LR, "Adam's learning rate; papers: 1e-5 to 1e-2", open_lo=True))
+    weight_decay: float = field(
+        default=0.1, metadata=bound(0.0, 100.0, "AdamW's decay; papers: 0 to 0.1"))
+    beta1: float = field(default=0.9, metadata=bound(0.0, 1.0, "Adam's beta1; must be < 1"))
+    beta2: float = field(default=0.999, metadata=bound(0.0, 1.0, "Adam's beta2; must be < 1"))
+    warmup_steps: int = field(default=100, metadata=bound(0, MAX_STEPS, STEPS_WHY))
     schedule: str = "linear"  # linear | cosine | constant (after warm-up)
-    grad_clip: float = 1.0  # 0 disables clipping
-    context: int = 0  # > 0: pack i.i.d. examples into contexts of this many tokens (App. A.2)
-    eval_every: int = 250  # 0: evaluate only at the end
+    grad_clip: float = field(  # 0 disables clipping
+        default=1.0, metadata=bound(0.0, 1e6, "a gradient norm; 0: no clipping; papers: 1"))
+    context: int = field(  # > 0: pack i.i.d. examples into contexts of this many tokens (App. A.2)
+        default=0, metadata=bound(0, MAX_HORIZON, "tokens of a packed context; paper: 420"))
+    eval_every: int = field(  # 0: evaluate only at the end
+        default=250, metadata=bound(0, MAX_STEPS, STEPS_WHY))
     # > 0: early stop, once an evaluation's string accuracy reaches this (training "until
     # convergence": ``steps`` is then the most the run may take); needs eval_every > 0
-    stop_at: float = 0.0
-    eval_batches: int = 4
-    eval_batch_size: int = 64
+    stop_at: float = field(default=0.0, metadata=bound(0.0, 1.0, "a string accuracy"))
+    eval_batches: int = field(
+        default=4, metadata=bound(1, MAX_EVAL_BATCHES, "batches of one evaluation"))
+    eval_batch_size: int = field(
+        default=64, metadata=bound(1, MAX_BATCH, "rows per evaluation batch"))
     greedy_eval: bool = True  # False: string accuracy from one teacher-forced pass (exact)
-    save_every: int = 0  # > 0: also checkpoint every this many steps (needs an output path)
-    seed: int = 0
+    save_every: int = field(  # > 0: also checkpoint every this many steps (needs an output path)
+        default=0, metadata=bound(0, MAX_STEPS, STEPS_WHY))
+    seed: int = field(default=0, metadata=SEED_FIELD)
     # a checkpoint of the same arch and model config whose weights start the run (fine-tuning,
     # e.g. lookup from a copy model); "" = random init. The run's cache hash covers the file's
     # bytes, not its path, so a retrained init file gives a new run.
@@ -63,7 +83,9 @@ class TrainConfig:
     # global batch as micro-batches of this many rows whose gradients add up to the whole
     # batch's (0: the whole batch at once)
     checkpoint_blocks: bool = field(default=False, metadata={"hash": False})
-    micro_batch: int = field(default=0, metadata={"hash": False})
+    micro_batch: int = field(
+        default=0,
+        metadata=bound(0, MAX_BATCH, "rows per micro-batch; 0: the whole batch", hash=False))
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import einops
@@ -51,6 +51,19 @@ from models.base import SuiteModel, TLConfigFields, check_counts
 from models.contract import Shapes
 from models.layers import MLP, LayerNorm, has_hooks
 from seqprobe.config import check
+from seqprobe.flags import (
+    EPS_FIELD,
+    INIT_STD_FIELD,
+    LAYERS_FIELD,
+    MAX_DIM,
+    MAX_HEADS,
+    MAX_LENGTH,
+    MAX_SCALE,
+    MLP_FIELD,
+    VOCAB_FIELD,
+    WIDTH_FIELD,
+    bound,
+)
 
 PES = ("nope", "alibi", "hard_alibi", "rope")
 HEADS = ("lm", "token_cls", "seq_cls")
@@ -58,28 +71,35 @@ HEADS = ("lm", "token_cls", "seq_cls")
 
 @dataclass(frozen=True)
 class TransformerConfig(TLConfigFields):
-    vocab_size: int = 30
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 8
-    d_mlp: int = 0  # 0 -> 4 * d_model
+    vocab_size: int = field(default=30, metadata=VOCAB_FIELD)
+    d_model: int = field(default=128, metadata=WIDTH_FIELD)
+    n_layers: int = field(default=2, metadata=LAYERS_FIELD)
+    n_heads: int = field(
+        default=8, metadata=bound(1, MAX_HEADS, "heads per layer; papers: up to 16"))
+    d_mlp: int = field(default=0, metadata=MLP_FIELD)  # 0 -> 4 * d_model
     pe: str = "hard_alibi"
     # ALiBi slopes m_h; empty -> m_h = 2^(−h/2), h = 1..H (paper A.2)
-    alibi_slopes: tuple[float, ...] = ()
+    alibi_slopes: tuple[float, ...] = field(
+        default=(), metadata=bound(0.0, MAX_SCALE, "ALiBi slopes", allow_empty=True))
     # Hard-ALiBi: number M of masked heads (−1 -> n_heads // 2) and their windows (empty -> 1..M)
-    hard_alibi_heads: int = -1
-    hard_alibi_windows: tuple[int, ...] = ()
-    rope_base: float = 10000.0
-    rotary_frac: float = 1.0  # fraction of d_head rotated (NeoX's rotary_pct)
+    hard_alibi_heads: int = field(
+        default=-1, metadata=bound(-1, MAX_HEADS, "Hard-ALiBi heads; -1: the default"))
+    hard_alibi_windows: tuple[int, ...] = field(
+        default=(), metadata=bound(1, MAX_LENGTH, "windows in tokens", allow_empty=True))
+    rope_base: float = field(
+        default=10000.0, metadata=bound(0.0, 1e12, "RoPE's base; papers: 10^4", open_lo=True))
+    rotary_frac: float = field(  # fraction of d_head rotated (NeoX's rotary_pct)
+        default=1.0, metadata=bound(0.0, 1.0, "the rotated fraction of a head"))
     parallel_residual: bool = False
     causal: bool = True
     head: str = "lm"  # lm | token_cls | seq_cls
-    n_classes: int = 0  # for token_cls / seq_cls
+    n_classes: int = field(  # for token_cls / seq_cls
+        default=0, metadata=bound(0, MAX_DIM, "classes of a classification head; 0: none"))
     act_fn: str = "gelu"
     # "none": every LayerNorm is the identity (hand-set constructions, App. C; w/b unused)
     normalization: str = "layernorm"
-    ln_eps: float = 1e-5
-    init_std: float = 0.02
+    ln_eps: float = field(default=1e-5, metadata=EPS_FIELD)
+    init_std: float = field(default=0.02, metadata=INIT_STD_FIELD)
     use_sdpa: bool = True  # fast path when no hook needs the attention pattern
 
     def __post_init__(self):

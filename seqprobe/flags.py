@@ -1,32 +1,41 @@
-"""Numeric command-line flags, checked when they are parsed (issue 29 item 14, issue 39 item 2):
-every number any command takes (``models.train``'s per-field flags, ``models.train.launch``,
-``analyses.zoo``, ``analyses.reproduce``, every analysis and benchmark) has a row in one table,
-:data:`BOUNDS` (flag name -> range and why), and its argparse ``type=`` is that row's parser,
-:func:`flag`. A bad value is one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before
-any model is loaded or any tensor allocated, never a silent default or a request the allocator
-refuses. ``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag
-whose type is not a row of :data:`BOUNDS`.
+"""Numeric command-line flags, checked when they are parsed (issue 29 item 14, issue 39 item 2,
+issue 49 item 1): every number any command takes has a bound, declared once. A config field's
+bound is the field's own metadata (``field(default=..., metadata=bound(lo, hi, why))``), where
+the field is defined, so ``python -m models.train``'s per-field flags (``--model.d_model``,
+``--task.D``, ``--train.steps``), a run record's check (``models.train.runconfig``) and an
+export's (``models.hf.export_record``) read it from the class (:func:`field_bound`); every
+other command's numeric flag (``models.train.launch``, ``analyses.zoo``,
+``analyses.reproduce``, every analysis and benchmark) has a row in :data:`BOUNDS` (flag name ->
+range and why), and its argparse ``type=`` is that row's parser, :func:`flag`. A bad value is
+one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is loaded or any
+tensor allocated, never a silent default or a request the allocator refuses.
+``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag whose
+type is not a row of :data:`BOUNDS`, and on a numeric config field without a bound
+(:func:`unbounded_fields`, naming the class, the field and the metadata to add).
 
 The upper bounds keep one command within a machine: they are far above the papers' settings
-(the figure a bound guards is in its row's ``why``) and far below what would exhaust memory or
-run for days. A product of in-range values can still be too large; that is the memory estimate's
+(the figure a bound guards is in its ``why``) and far below what would exhaust memory or run
+for days. A product of in-range values can still be too large; that is the memory estimate's
 job, not a bound's. Sequence lengths are also checked against the loaded model's context
 (:func:`check_context`), once the model is known and before any prompt is built.
 
-Lives in ``models`` (the lowest layer with a command line) so that ``analyses.zoo``,
-``seqprobe.sweep`` and every analysis share it.
+Lives in ``seqprobe`` (the bottom layer) so that the config classes of ``tasks`` and
+``models``, ``analyses.zoo``, ``seqprobe.sweep`` and every analysis share it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
+import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from seqprobe.config import check
+from seqprobe.config import check, type_hints
 from seqprobe.errors import ConfigError
 
 # ---------------------------------------------------------------------------- bounds
@@ -140,13 +149,17 @@ def fraction_list(lo: float, hi: float, *, open_lo: bool = False, max_items: int
     return parse
 
 
-# ---------------------------------------------------------------------------- the table
+# ---------------------------------------------------------------------------- bounds
+KINDS = ("int", "float", "ints", "floats")
+
+
 @dataclass(frozen=True)
 class Bound:
-    """One row of :data:`BOUNDS`. ``kind``: ``int`` or ``float`` (one value), ``ints`` or
-    ``floats`` (comma-separated; ``floats`` also takes fractions such as ``1/4``); the range
-    ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``); ``why``: the reason, said with a refused
-    value; ``allow_empty``: a list flag may be given empty."""
+    """A range and why: a row of :data:`BOUNDS`, or a config field's (:func:`bound`). ``kind``:
+    ``int`` or ``float`` (one value), ``ints`` or ``floats`` (comma-separated; ``floats`` also
+    takes fractions such as ``1/4``), or "" in a field's metadata (the field's annotation says:
+    :func:`field_bound`); the range ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``); ``why``: the
+    reason, said with a refused value; ``allow_empty``: a list flag may be given empty."""
 
     kind: str
     lo: float
@@ -156,7 +169,7 @@ class Bound:
     allow_empty: bool = False
 
     def __post_init__(self):
-        check(self.kind in ("int", "float", "ints", "floats"), f"bad Bound kind {self.kind!r}")
+        check(self.kind in ("", *KINDS), f"bad Bound kind {self.kind!r}")
         check(self.lo <= self.hi, f"Bound [{self.lo}, {self.hi}] is empty")
 
 
@@ -174,87 +187,93 @@ MAX_WIDTH_MULT = 64  # Mamba's expand (the papers: 2)
 MAX_CONV = 1024  # a causal convolution's width (the papers: 2 to 4)
 MAX_ORDER = 20  # Markov order k: S^k contexts, which the task caps at 2^20 (papers: 1 to 3)
 MAX_SCALE = 1e6  # a positive model constant (init scale, Dirichlet beta, rope base / 1e6 ...)
-_STEPS = "training steps of one run; papers: up to 10^5"
-_WIDTH = "a width the model allocates per layer; papers: up to 2,048"
-_EPS = "a norm's epsilon: positive, at most 1"
+STEPS_WHY = "training steps of one run; papers: up to 10^5"
+WIDTH_WHY = "a width the model allocates per layer; papers: up to 2,048"
+EPS_WHY = "a norm's epsilon: positive, at most 1"
+SEED_WHY = "torch and numpy take a non-negative 63-bit seed"
 
-# Every numeric flag of every command: the flag's name (a command's own meaning of a name that
-# another command uses otherwise: "COMMAND --flag") -> its range and why. models.train's flags
-# are its configs' fields, one row per field: --train.F, --model.F, --task.F (--F and --f-g are
-# other spellings of the same flag).
+# ---------------------------------------------------------------------------- config fields
+BOUND = "bound"  # the field-metadata key of a config field's Bound
+
+
+def bound(lo: float, hi: float, why: str, *, open_lo: bool = False, allow_empty: bool = False,
+          **metadata: Any) -> dict[str, Any]:
+    """A numeric config field's range and why, as dataclass field metadata (other metadata
+    keys beside it: ``bound(0, 8, "rows", hash=False)``)::
+
+        d_state: int = field(default=16, metadata=bound(1, MAX_DIM, "the SSM state size"))
+
+    Its flag (``--model.d_state``), a run record and an export are checked against it; a
+    subclass that only changes the default (``d_state: int = 2``) keeps its base's bound."""
+    return {**metadata, BOUND: Bound("", lo, hi, why, open_lo, allow_empty)}
+
+
+# bounds that several config classes share: a field of its own kind takes bound(...) directly
+SEED_FIELD = bound(0, MAX_SEED, SEED_WHY)
+VOCAB_FIELD = bound(1, MAX_DIM, "tokens of the vocabulary; tasks: up to 60")
+WIDTH_FIELD = bound(1, MAX_DIM, WIDTH_WHY)
+MLP_FIELD = bound(0, 4 * MAX_DIM, WIDTH_WHY + "; 0: the arch's default")
+LAYERS_FIELD = bound(1, MAX_LAYERS, "layers; papers: up to 24")
+EPS_FIELD = bound(0.0, 1.0, EPS_WHY, open_lo=True)
+INIT_STD_FIELD = bound(0.0, MAX_SCALE, "an init scale; papers: 0.02")
+
+
+def kind_of(tp: Any) -> str | None:
+    """The :class:`Bound` kind of a field annotated ``tp`` (``int``, ``float | None``,
+    ``tuple[int, ...]``); None where ``tp`` takes no number (bool is not one here)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        kinds = {kind_of(a) for a in typing.get_args(tp)} - {None}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin is tuple:
+        inner = {kind_of(a) for a in typing.get_args(tp) if a is not Ellipsis}
+        return {frozenset({"int"}): "ints", frozenset({"float"}): "floats"}.get(
+            frozenset(inner))
+    return {int: "int", float: "float"}.get(tp)
+
+
+def field_bound(cls: type, name: str) -> Bound | None:
+    """The bound of config field ``name`` of the dataclass ``cls``, its kind from the field's
+    annotation: the field's metadata, or where a subclass redeclares the field without one (a
+    new default), the nearest base class's; None where it has none."""
+    kind = kind_of(type_hints(cls).get(name))
+    for klass in cls.__mro__:
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is not None and BOUND in f.metadata:
+            return dataclasses.replace(f.metadata[BOUND], kind=kind or "float")
+    return None
+
+
+def unbounded_fields(cls: type) -> list[str]:
+    """One line for each numeric field of the config dataclass ``cls`` that has no bound, or
+    whose default is outside it, naming the class, the field and the metadata to add."""
+    bad = []
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    for f in dataclasses.fields(cls):
+        tp = type_hints(cls).get(f.name)
+        if not f.init or kind_of(tp) is None:
+            continue
+        b = field_bound(cls, f.name)
+        name = getattr(tp, "__name__", str(tp))
+        if b is None:
+            default = "..." if f.default is dataclasses.MISSING else repr(f.default)
+            bad.append(f"{where}.{f.name} ({name}) has no bound: declare it where the field "
+                       f"is defined, `{f.name}: {name} = field(default={default}, "
+                       "metadata=bound(LO, HI, \"why\"))` (seqprobe.flags.bound)")
+        elif f.default is not dataclasses.MISSING and f.default is not None:
+            try:
+                check_in(b, f.default, f"{where}.{f.name}'s default")
+            except ConfigError as e:
+                bad.append(str(e))
+    return bad
+
+
+# Every numeric flag of every command but models.train's per-field ones (their bounds are the
+# config fields' own: bound()): the flag's name (a command's own meaning of a name that another
+# command uses otherwise: "COMMAND --flag") -> its range and why.
 BOUNDS: dict[str, Bound] = {
-    # ------------------------------------------------ models.train: TrainConfig
-    "--train.steps": _int(1, MAX_STEPS, _STEPS),
-    "--train.batch_size": _int(1, MAX_BATCH, "rows per step; the suite's presets: 4 to 512"),
-    "--train.lr": _float(0.0, MAX_LR, "Adam's learning rate; papers: 1e-5 to 1e-2", True),
-    "--train.weight_decay": _float(0.0, 100.0, "AdamW's decay; papers: 0 to 0.1"),
-    "--train.beta1": _float(0.0, 1.0, "Adam's beta1; must be < 1"),
-    "--train.beta2": _float(0.0, 1.0, "Adam's beta2; must be < 1"),
-    "--train.warmup_steps": _int(0, MAX_STEPS, _STEPS),
-    "--train.grad_clip": _float(0.0, 1e6, "a gradient norm; 0: no clipping; papers: 1"),
-    "--train.context": _int(0, MAX_HORIZON, "tokens of a packed context; paper: 420"),
-    "--train.eval_every": _int(0, MAX_STEPS, _STEPS),
-    "--train.stop_at": _float(0.0, 1.0, "a string accuracy"),
-    "--train.eval_batches": _int(1, MAX_EVAL_BATCHES, "batches of one evaluation"),
-    "--train.eval_batch_size": _int(1, MAX_BATCH, "rows per evaluation batch"),
-    "--train.save_every": _int(0, MAX_STEPS, _STEPS),
-    "--train.seed": _int(0, MAX_SEED, "torch and numpy take a non-negative 63-bit seed"),
-    "--train.micro_batch": _int(0, MAX_BATCH, "rows per micro-batch; 0: the whole batch"),
-    # ------------------------------------------------ models.train: the model configs
-    "--model.vocab_size": _int(1, MAX_DIM, "tokens of the vocabulary; tasks: up to 60"),
-    "--model.d_model": _int(1, MAX_DIM, _WIDTH),
-    "--model.d_mlp": _int(0, 4 * MAX_DIM, _WIDTH + "; 0: the arch's default"),
-    "--model.n_layers": _int(1, MAX_LAYERS, "layers; papers: up to 24"),
-    "--model.n_heads": _int(1, MAX_HEADS, "heads per layer; papers: up to 16"),
-    "--model.n_groups": _int(1, MAX_HEADS, "B/C groups; papers: 1"),
-    "--model.n_classes": _int(0, MAX_DIM, "classes of a classification head; 0: none"),
-    "--model.hard_alibi_heads": _int(-1, MAX_HEADS, "Hard-ALiBi heads; -1: the default"),
-    "--model.hard_alibi_windows": Bound("ints", 1, MAX_LENGTH, "windows in tokens",
-                                        allow_empty=True),
-    "--model.alibi_slopes": Bound("floats", 0.0, MAX_SCALE, "ALiBi slopes", allow_empty=True),
-    "--model.rope_base": _float(0.0, 1e12, "RoPE's base; papers: 10^4", True),
-    "--model.rotary_frac": _float(0.0, 1.0, "the rotated fraction of a head"),
-    "--model.init_std": _float(0.0, MAX_SCALE, "an init scale; papers: 0.02"),
-    "--model.ln_eps": _float(0.0, 1.0, _EPS, True),
-    "--model.norm_eps": _float(0.0, 1.0, _EPS, True),
-    "--model.l1_eps": _float(0.0, 1.0, _EPS, True),
-    "--model.d_state": _int(1, MAX_DIM, "the SSM state size N; papers: up to 128"),
-    "--model.d_conv": _int(1, MAX_CONV, "the causal conv's width; papers: 2 to 4"),
-    "--model.expand": _int(1, MAX_WIDTH_MULT, "Mamba's expansion; papers: 2"),
-    "--model.chunk_size": _int(1, MAX_LENGTH, "tokens per scan chunk; the suite: 64"),
-    "--model.dt_rank": _int(0, MAX_DIM, "dt projection rank; 0: d_model / 16"),
-    "--model.dt_min": _float(0.0, MAX_SCALE, "an initial step size; papers: 1e-3"),
-    "--model.dt_max": _float(0.0, MAX_SCALE, "an initial step size; papers: 0.1"),
-    "--model.dt_init_floor": _float(0.0, MAX_SCALE, "an initial step size; papers: 1e-4"),
-    "--model.dt_scale": _float(0.0, MAX_SCALE, "the dt init scale; papers: 1"),
-    "--model.unembed_bias_init": _float(-MAX_SCALE, MAX_SCALE, "an initial bias"),
-    "--model.forget_bias": _float(-MAX_SCALE, MAX_SCALE, "the LSTM forget gate's bias"),
-    "--model.num_filters": _int(1, MAX_DIM, "spectral filters K; the STU paper: 24"),
-    "--model.filter_len": _int(1, MAX_HORIZON, "a spectral filter's length; STU paper: 2^14"),
-    "--model.zero_embed": Bound("ints", 0, MAX_DIM, "token ids", allow_empty=True),
-    # ------------------------------------------------ models.train: the task configs
-    "--task.D": _int(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"),
-    "--task.S": _int(2, MAX_DIM, "Markov states; papers: 2 to 10"),
-    "--task.order": _int(1, MAX_ORDER, "S^order contexts, at most 2^20"),
-    "--task.beta": _float(0.0, MAX_SCALE, "the Dirichlet prior's beta; papers: 1", True),
-    "--task.seq_len": _int(1, MAX_HORIZON, "tokens per sequence; papers: up to 2,048"),
-    "--task.length": _int(1, MAX_HORIZON, "tokens per sequence; the STU paper: 2^14"),
-    "--task.min_len": _int(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"),
-    "--task.max_len": _int(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"),
-    "--task.n": _int(1, MAX_N, "n of an n-gram; papers: up to 10"),
-    "--task.k": _int(1, MAX_LENGTH, "tokens looked up"),
-    "--task.n_entries": _int(1, MAX_ENTRIES, "phone-book entries; paper: up to 140"),
-    "--task.n_shots": _int(0, MAX_ENTRIES, "phone-book shots; paper: 2"),
-    "--task.p_switch": _float(0.0, 1.0, "a probability; must be < 1"),
-    "--task.p_lo": _float(0.0, 1.0, "a probability"),
-    "--task.p_hi": _float(0.0, 1.0, "a probability"),
-    "--task.fraction": _float(0.0, 1.0, "a fraction of the dataset", True),
-    "--task.n_examples": _int(1, MAX_EXAMPLES, "examples to memorize; paper: up to 10^5"),
-    "--task.vocab": _int(2, MAX_DIM, "tokens of the vocabulary"),
-    "--task.n_classes": _int(0, MAX_DIM, "labels; 0: the default"),
-    "--task.seed": _int(0, MAX_SEED, "torch and numpy take a non-negative 63-bit seed"),
     # ------------------------------------------------ the suite's other commands
-    "--seed": _int(0, MAX_SEED, "torch and numpy take a non-negative 63-bit seed"),
+    "--seed": _int(0, MAX_SEED, SEED_WHY),
     "--jobs": _int(1, MAX_JOBS, "parallel workers"),
     "--retries": _int(0, MAX_RETRIES, "attempts after the first"),
     "--timeout": _float(0.0, MAX_SECONDS, "seconds; at most 30 days", True),
@@ -262,8 +281,8 @@ BOUNDS: dict[str, Bound] = {
                                           "or its GPUs on a GPU machine"),
     # the environment's SEQPROBE_SEED_OFFSET takes the same range (analyses.zoo.MAX_SEED_OFFSET)
     "--seed-offset": _int(0, 1000, "a shift of every recipe's training seed"),
-    "--steps": _int(1, MAX_STEPS, _STEPS),
-    "--patience": _int(1, MAX_STEPS, _STEPS),
+    "--steps": _int(1, MAX_STEPS, STEPS_WHY),
+    "--patience": _int(1, MAX_STEPS, STEPS_WHY),
     "--batch-size": _int(1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512"),
     "--lengths": Bound("ints", 1, MAX_LENGTH, "tokens per string"),
     "ngram_heads --lengths": Bound("ints", 2, MAX_LENGTH, "tokens per string (an n-gram match "
@@ -286,10 +305,10 @@ BOUNDS: dict[str, Bound] = {
     "--D": _int(2, MAX_DIM, "the alphabet"),
     "--T": _int(2, MAX_HORIZON, "a dynamical system's horizon; the STU paper: 2^14"),
     "--k": _int(1, MAX_DIM, "spectral filters"),
-    "--d-hidden": _int(1, MAX_DIM, _WIDTH),
-    "--d-in": _int(1, MAX_DIM, _WIDTH),
-    "--d-out": _int(1, MAX_DIM, _WIDTH),
-    "--widths": Bound("ints", 1, MAX_DIM, _WIDTH),
+    "--d-hidden": _int(1, MAX_DIM, WIDTH_WHY),
+    "--d-in": _int(1, MAX_DIM, WIDTH_WHY),
+    "--d-out": _int(1, MAX_DIM, WIDTH_WHY),
+    "--widths": Bound("ints", 1, MAX_DIM, WIDTH_WHY),
     "spectral_lds --lr": _float(0.0, MAX_SCALE, "a step size in units of 1/E|X_t|^2", True),
     "--radius": _float(0.0, MAX_SCALE, "a spectral radius", True),
     "--alpha": _float(0.0, math.inf, "a ridge penalty: finite and > 0", True),
@@ -310,13 +329,10 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-@functools.cache
-def flag(row: str) -> Callable[[str], Any]:
-    """The argparse ``type=`` of the flag whose :data:`BOUNDS` row is ``row`` (one parser per
-    row; it carries ``.row``, which ``tests/test_flag_table.py`` checks)."""
-    if row not in BOUNDS:
-        raise KeyError(f"no row {row!r} in seqprobe.flags.BOUNDS: add one (range and why)")
-    b = BOUNDS[row]
+def parser(b: Bound, row: str) -> Callable[[str], Any]:
+    """The argparse ``type=`` that reads one flag within ``b``; it carries ``.row`` (the
+    flag's name in messages and in ``tests/test_flag_table.py``) and ``.bound``."""
+    check(b.kind in KINDS, f"{row}: a Bound of kind {b.kind!r} parses nothing")
     if b.kind == "int":
         parse = bounded_int(int(b.lo), int(b.hi), b.why)
     elif b.kind == "float":
@@ -326,23 +342,58 @@ def flag(row: str) -> Callable[[str], Any]:
     else:
         parse = fraction_list(b.lo, b.hi, open_lo=b.open_lo, allow_empty=b.allow_empty,
                               why=b.why)
-    parse.row = row
+    parse.row, parse.bound = row, b
     return parse
 
 
-def check_value(row: str, value: Any, what: str) -> None:
+@functools.cache
+def flag(row: str) -> Callable[[str], Any]:
+    """The argparse ``type=`` of the flag whose :data:`BOUNDS` row is ``row`` (one parser per
+    row; it carries ``.row``, which ``tests/test_flag_table.py`` checks)."""
+    if row not in BOUNDS:
+        raise KeyError(f"no row {row!r} in seqprobe.flags.BOUNDS: add one (range and why)")
+    return parser(BOUNDS[row], row)
+
+
+@functools.cache
+def field_flag(cls: type, name: str, row: str) -> Callable[[str], Any] | None:
+    """The argparse ``type=`` of config field ``name`` of ``cls`` given as the flag ``row``
+    (``--model.d_model``): its :func:`field_bound`'s parser; None for a field without one."""
+    b = field_bound(cls, name)
+    return None if b is None else parser(b, row)
+
+
+def check_in(b: Bound, value: Any, what: str) -> None:
     """Raise :class:`ConfigError` (one line naming ``what``) unless ``value``, a number or a
-    tuple of numbers given in code or a stored record rather than as text, is in ``row``'s
-    range: the same bound as the flag's."""
-    b = BOUNDS[row]
+    tuple of numbers given in code or a stored record rather than as text, is in ``b``."""
     values = value if isinstance(value, (tuple, list)) else (value,)
     for v in values:
-        low_ok = v > b.lo if b.open_lo else v >= b.lo
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and low_ok and v <= b.hi):
+        low_ok = isinstance(v, (int, float)) and (v > b.lo if b.open_lo else v >= b.lo)
+        if not (low_ok and math.isfinite(v) and v <= b.hi):
             side = "(" if b.open_lo else "["
             where = (f"{int(b.lo)}..{int(b.hi)}" if b.kind in ("int", "ints")
                      else f"in {side}{b.lo:g}, {b.hi:g}]")
             raise ConfigError(f"{what} {v!r} is out of range: must be {where} ({b.why})")
+
+
+def check_value(row: str, value: Any, what: str) -> None:
+    """:func:`check_in` of ``row``'s :data:`BOUNDS` range: the same bound as the flag's."""
+    check_in(BOUNDS[row], value, what)
+
+
+def check_fields(cfg: Any, prefix: str, names: Iterable[str] | None = None) -> None:
+    """:func:`check_in` of each bounded number of the config dataclass instance ``cfg`` (those
+    of ``names`` only, when given), each named ``prefix.FIELD`` in a refusal: the bounds its
+    flags take, for a config given in code or a stored record."""
+    keep = None if names is None else set(names)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if (keep is not None and f.name not in keep) or value is None \
+                or isinstance(value, (bool, str)):
+            continue
+        b = field_bound(type(cfg), f.name)
+        if b is not None:
+            check_in(b, value, f"{prefix}.{f.name}")
 
 
 # ---------------------------------------------------------------------------- model context

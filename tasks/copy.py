@@ -12,11 +12,12 @@ followed by different tokens — a model that copies by n-gram lookup of length 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
 from tasks.base import IGNORE, PromptBatch, Vocab
 from tasks.registry import LetterTask
 
@@ -25,9 +26,12 @@ COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
 
 @dataclass(frozen=True)
 class CopyConfig:
-    D: int = 26  # alphabet size (paper: 26 letters)
-    min_len: int = 1
-    max_len: int = 20
+    D: int = field(  # alphabet size (paper: 26 letters)
+        default=26, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
+    min_len: int = field(
+        default=1, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
+    max_len: int = field(
+        default=20, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
 
     def __post_init__(self):
         check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
@@ -92,7 +96,8 @@ class CopyTask(LetterTask):
 @dataclass(frozen=True)
 class DupNgramConfig(CopyConfig):
     min_len: int = 11  # the default n = 5 needs strings of at least 2n + 1 tokens
-    n: int = 5  # length of the duplicated n-gram
+    n: int = field(  # length of the duplicated n-gram
+        default=5, metadata=bound(1, MAX_N, "n of an n-gram; papers: up to 10"))
     distinct_successor: bool = True  # the two copies are followed by different tokens
 
     def __post_init__(self):

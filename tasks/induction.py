@@ -16,11 +16,12 @@ argument evaluates at lengths other than the training length (length generalisat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, bound
 from tasks.base import IGNORE, Batch, PromptBatch
 from tasks.registry import LetterTask
 
@@ -30,8 +31,10 @@ MIN_LENGTH = 3  # flag, recalled token, query
 
 @dataclass(frozen=True)
 class InductionConfig:
-    D: int = 4  # alphabet of the recalled token (paper: vocabulary size 4)
-    length: int = 16  # training sequence length (paper: T^q with T = 256)
+    D: int = field(  # alphabet of the recalled token (paper: vocabulary size 4)
+        default=4, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
+    length: int = field(  # training sequence length (paper: T^q with T = 256)
+        default=16, metadata=bound(1, MAX_HORIZON, "tokens per sequence; the STU paper: 2^14"))
 
     def __post_init__(self):
         check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")

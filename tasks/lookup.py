@@ -12,11 +12,12 @@ The key occurs exactly once in x (n-gram unique), so the answer is well defined.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
 from tasks.base import IGNORE, PromptBatch
 from tasks.copy import COPY_SPECIALS
 from tasks.registry import LetterTask
@@ -26,11 +27,16 @@ MAX_TRIES = 1000
 
 @dataclass(frozen=True)
 class LookupConfig:
-    D: int = 26
-    min_len: int = 10
-    max_len: int = 30  # paper: trained on strings of at most 30 tokens
-    n: int = 3  # key length (n-gram)
-    k: int = 1  # answer tokens after the key
+    D: int = field(
+        default=26, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
+    min_len: int = field(
+        default=10, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
+    max_len: int = field(  # paper: trained on strings of at most 30 tokens
+        default=30, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
+    n: int = field(  # key length (n-gram)
+        default=3, metadata=bound(1, MAX_N, "n of an n-gram; papers: up to 10"))
+    k: int = field(  # answer tokens after the key
+        default=1, metadata=bound(1, MAX_LENGTH, "tokens looked up"))
     key: str = "suffix"  # suffix | prefix
 
     def __post_init__(self):

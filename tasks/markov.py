@@ -26,7 +26,7 @@ task's ``torch.Generator``, so a batch is still a pure function of that generato
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from scipy.stats import beta as beta_dist
 from torch import Tensor
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_ORDER, MAX_SCALE, bound
 from tasks.add_beta import add_beta_probs, switching_probs, window_index
 from tasks.base import Batch, Vocab
 from tasks.registry import Task
@@ -42,10 +43,15 @@ from tasks.registry import Task
 
 @dataclass(frozen=True)
 class MarkovConfig:
-    S: int = 2  # state-space size |X| (the paper's binary case: 2)
-    order: int = 1  # Markov order k
-    beta: float = 1.0  # Dirichlet concentration β of every kernel row (β = 1: uniform simplex)
-    seq_len: int = 256  # T: positions per sequence (T + 1 symbols are drawn)
+    S: int = field(  # state-space size |X| (the paper's binary case: 2)
+        default=2, metadata=bound(2, MAX_DIM, "Markov states; papers: 2 to 10"))
+    order: int = field(  # Markov order k
+        default=1, metadata=bound(1, MAX_ORDER, "S^order contexts, at most 2^20"))
+    beta: float = field(  # Dirichlet concentration β of every kernel row (β = 1: uniform simplex)
+        default=1.0,
+        metadata=bound(0.0, MAX_SCALE, "the Dirichlet prior's beta; papers: 1", open_lo=True))
+    seq_len: int = field(  # T: positions per sequence (T + 1 symbols are drawn)
+        default=256, metadata=bound(1, MAX_HORIZON, "tokens per sequence; papers: up to 2,048"))
 
     def __post_init__(self):
         check(self.S >= 2, f"S (state-space size) must be >= 2, got {self.S}")
@@ -59,7 +65,8 @@ class MarkovConfig:
 
 @dataclass(frozen=True)
 class SwitchingMarkovConfig(MarkovConfig):
-    p_switch: float = 0.01  # probability that a position is the SWITCH token (App. E.7: 0.01)
+    p_switch: float = field(  # probability that a position is the SWITCH token (App. E.7: 0.01)
+        default=0.01, metadata=bound(0.0, 1.0, "a probability; must be < 1"))
 
     def __post_init__(self):
         super().__post_init__()
@@ -243,8 +250,9 @@ class SwitchingMarkovTask(MarkovTask):
 
 @dataclass(frozen=True)
 class HoldoutMarkovConfig(MarkovConfig):
-    p_lo: float = 0.0  # every P(1 | context) is drawn from Beta(β, β) restricted to [p_lo, p_hi]
-    p_hi: float = 0.5
+    p_lo: float = field(  # every P(1 | context) is drawn from Beta(β, β) restricted to [p_lo, p_hi]
+        default=0.0, metadata=bound(0.0, 1.0, "a probability"))
+    p_hi: float = field(default=0.5, metadata=bound(0.0, 1.0, "a probability"))
 
     def __post_init__(self):
         super().__post_init__()

@@ -48,14 +48,16 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
+from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, bound
 from tasks.base import IGNORE, Batch, Vocab, letters, make_generator
 from tasks.registry import Task
 
@@ -78,15 +80,23 @@ WORD_RE = re.compile(r"\w+|[^\w\s]")  # MNLI word-level tokenizer: words and sin
 class MemorizationConfig:
     data: str = "synthetic"  # synthetic | conll | mnli
     level: str = "token"  # token (Thm 3.1) | sequence (Thm 4.1)
-    n_examples: int = 256  # N; real data: 0 -> every (distinct) example of the file
-    fraction: float = 1.0  # use the first round(fraction · N) examples (App. F: 10 %, …, 100 %)
-    seq_len: int = 8  # n (synthetic)
-    vocab: int = 16  # |V| (synthetic)
-    n_classes: int = 0  # C; 0 -> 2 for synthetic, 9 for CoNLL, 3 for MNLI
+    n_examples: int = field(  # N; real data: 0 -> every (distinct) example of the file
+        default=256,
+        metadata=bound(1, flags.MAX_EXAMPLES, "examples to memorize; paper: up to 10^5"))
+    fraction: float = field(  # use the first round(fraction · N) examples (App. F: 10 %, …, 100 %)
+        default=1.0, metadata=bound(0.0, 1.0, "a fraction of the dataset", open_lo=True))
+    seq_len: int = field(  # n (synthetic)
+        default=8, metadata=bound(1, MAX_HORIZON, "tokens per sequence; papers: up to 2,048"))
+    vocab: int = field(  # |V| (synthetic)
+        default=16, metadata=bound(2, MAX_DIM, "tokens of the vocabulary"))
+    n_classes: int = field(  # C; 0 -> 2 for synthetic, 9 for CoNLL, 3 for MNLI
+        default=0, metadata=bound(0, MAX_DIM, "labels; 0: the default"))
     consistent: bool = True  # synthetic: distinct contexts, consistent labels (Def. 3.2)
     data_path: str = ""  # real data: the file, or a folder holding it
-    max_len: int = 64  # real data: inputs truncated to this many tokens
-    seed: int = 0  # data seed: sequences, labels, the order the fractions are taken in
+    max_len: int = field(  # real data: inputs truncated to this many tokens
+        default=64, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
+    seed: int = field(  # data seed: sequences, labels, the order the fractions are taken in
+        default=0, metadata=SEED_FIELD)
 
     def __post_init__(self):
         check(self.data in DATA_SOURCES, f"data must be one of {DATA_SOURCES}, got {self.data!r}")

@@ -12,13 +12,14 @@ Character-level tokenizer; names come from the packaged lists ``tasks/data/*_nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_ENTRIES, bound
 from tasks.base import IGNORE, PromptBatch, Vocab
 from tasks.copy import COPY_SPECIALS
 from tasks.registry import Task
@@ -38,8 +39,10 @@ def names() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class PhoneBookConfig:
-    n_entries: int = 20  # lines in the phone book
-    n_shots: int = 2  # solved queries before the real one
+    n_entries: int = field(  # lines in the phone book
+        default=20, metadata=bound(1, MAX_ENTRIES, "phone-book entries; paper: up to 140"))
+    n_shots: int = field(  # solved queries before the real one
+        default=2, metadata=bound(0, MAX_ENTRIES, "phone-book shots; paper: 2"))
 
     def __post_init__(self):
         first, last = names()

@@ -42,19 +42,21 @@ TASK = '''
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from seqprobe.config import check
+from seqprobe.flags import bound
 from tasks.base import IGNORE
 from tasks.registry import LetterTask
 
 
 @dataclass(frozen=True)
 class RepeatConfig:
-    D: int = 3  # the alphabet (field names with a row in seqprobe/flags.py BOUNDS)
-    length: int = 6
+    # each number carries its bound (its --task.FIELD flag and run records are checked by it)
+    D: int = field(default=3, metadata=bound(2, 64, "the alphabet"))
+    length: int = field(default=6, metadata=bound(2, 4096, "tokens per sequence"))
 
     def __post_init__(self):
         check(self.D >= 2, f"D must be >= 2, got {self.D}")

@@ -1,12 +1,16 @@
-"""One bound table for every numeric flag of every command (issue 39 item 2): each command's
-parser is built and every numeric flag's type must be a row of ``seqprobe.flags.BOUNDS``
-(``seqprobe.flags.flag(row)``), so a flag added without a bound fails here, naming the table.
-``python -m models.train``'s per-field flags are checked for every arch and task, and
-``models.train.launch`` bounds ``--nproc_per_node`` by the machine before spawning anything."""
+"""One bound for every numeric flag of every command (issue 39 item 2, issue 49 item 1): each
+command's parser is built and every numeric flag's type must be a row of
+``seqprobe.flags.BOUNDS`` (``seqprobe.flags.flag(row)``), so a flag added without a bound fails
+here, naming the table. ``python -m models.train``'s per-field flags take each config field's
+own bound (its metadata, ``seqprobe.flags.bound``): every numeric field of every config class
+the registries find has one, checked for every arch and task, so a new architecture's or
+task's field without one fails here, naming the class and the field. ``models.train.launch``
+bounds ``--nproc_per_node`` by the machine before spawning anything."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import re
 from pathlib import Path
@@ -14,14 +18,16 @@ from pathlib import Path
 import pytest
 
 import models.train.launch as launcher
-from models.registry import ARCHS
+from models.registry import ARCHS, model_class
 from models.train import cli as train_cli
+from models.train_config import TrainConfig
 from seqprobe import flags
-from tasks.registry import TASKS
+from tasks.registry import TASKS, task_class
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("analyses", "models", "bench", "probes", "tasks")
 FIX = "give it type=seqprobe.flags.flag(ROW) and a row in seqprobe.flags.BOUNDS (range and why)"
+FIX_FIELD = "give the config field metadata=seqprobe.flags.bound(LO, HI, why)"
 
 
 def cli_modules() -> list[str]:
@@ -69,15 +75,17 @@ def parsers_of(module: str, monkeypatch) -> list[argparse.ArgumentParser]:
     return out
 
 
-def unbounded(parser: argparse.ArgumentParser, where: str) -> list[str]:
-    """The numeric flags of ``parser`` whose type is not a row of the table, each with why."""
+def unbounded(parser: argparse.ArgumentParser, where: str, fields: bool = False) -> list[str]:
+    """The numeric flags of ``parser`` whose type is not a row of the table (with ``fields``:
+    nor a config field's bound, models.train's flags), each with why."""
     bad = []
     for a in parser._actions:
         name = "/".join(a.option_strings) or a.dest
         row = getattr(a.type, "row", None)
         if row is not None:
             flag = row.split()[-1]  # "COMMAND --flag" rows: a command's own meaning
-            if row not in flags.BOUNDS or flag not in a.option_strings:
+            known = row in flags.BOUNDS or (fields and a.type.bound.kind in flags.KINDS)
+            if not known or flag not in a.option_strings:
                 bad.append(f"{where} {name}: row {row!r} is not this flag's row")
         elif a.type in (int, float) or (a.type is not None and a.type not in (str, Path)):
             bad.append(f"{where} {name}: type {getattr(a.type, '__name__', a.type)} is not "
@@ -98,26 +106,73 @@ def test_every_numeric_flag_of_every_command_is_a_row_of_the_table(monkeypatch):
             bad += unbounded(parser, module)
             used |= {a.type.row for a in parser._actions if hasattr(a.type, "row")}
     assert not bad, f"unbounded numeric flags ({FIX}):\n" + "\n".join(bad)
-    # the launcher's bound is a row too (its parser is torchrun's: test_launch_bounds_nproc)
+    # the launcher's bound is a row too (its parser is torchrun's: test_launch_bounds_nproc);
+    # models.train's flags are config fields, whose bounds are the fields' own (below)
     used.add("--nproc_per_node")
-    for arch in ARCHS:
-        for task in TASKS:
-            parser, _ = train_cli.build_parser(arch, task)
-            used |= {a.type.row for a in parser._actions if hasattr(a.type, "row")}
     assert not set(flags.BOUNDS) - used, f"rows no command uses: {set(flags.BOUNDS) - used}"
+
+
+def config_classes() -> dict[str, type]:
+    """Every config class a run is made of, found by the registries: the training config,
+    each arch's model config and each task's config."""
+    return {"TrainConfig": TrainConfig,
+            **{model_class(a).config_cls.__name__: model_class(a).config_cls for a in ARCHS},
+            **{task_class(t).config_cls.__name__: task_class(t).config_cls for t in TASKS}}
+
+
+def test_every_numeric_config_field_carries_its_bound():
+    classes = config_classes()
+    assert {"TrainConfig", "TransformerConfig", "CopyConfig"} <= set(classes)
+    bad = [line for cls in classes.values() for line in flags.unbounded_fields(cls)]
+    assert not bad, "numeric config fields without a bound:\n" + "\n".join(bad)
+
+
+def test_a_numeric_field_without_a_bound_fails_where_it_is_defined():
+    """The check above can fail: it names the class, the field and the metadata to add; a
+    subclass that changes a default keeps its base's bound; a default out of range fails."""
+
+    @dataclasses.dataclass(frozen=True)
+    class WidgetConfig:
+        width: int = dataclasses.field(default=8, metadata=flags.bound(1, 64, "a width"))
+        ratio: float = 0.5
+        sizes: tuple[int, ...] = ()
+        name: str = "w"
+        on: bool = True
+        bias: float | None = dataclasses.field(default=None,
+                                               metadata=flags.bound(-1.0, 1.0, "a bias"))
+
+    bad = flags.unbounded_fields(WidgetConfig)
+    assert [b.split(" ")[0] for b in bad] == [f"{__name__}.{WidgetConfig.__qualname__}.ratio",
+                                              f"{__name__}.{WidgetConfig.__qualname__}.sizes"]
+    assert "field(default=0.5, metadata=bound(LO, HI" in bad[0] and "seqprobe.flags" in bad[0]
+
+    @dataclasses.dataclass(frozen=True)
+    class NarrowConfig(WidgetConfig):
+        width: int = 16  # a new default: the base's bound still holds
+        ratio: float = dataclasses.field(default=2.0, metadata=flags.bound(0.0, 1.0, "a share"))
+        sizes: tuple[int, ...] = dataclasses.field(default=(), metadata=flags.bound(1, 9, "n"))
+
+    assert flags.field_bound(NarrowConfig, "width") == flags.Bound("int", 1, 64, "a width")
+    assert flags.field_bound(NarrowConfig, "sizes").kind == "ints"
+    assert flags.field_bound(NarrowConfig, "bias").kind == "float"
+    assert [b.split(" is out")[0] for b in flags.unbounded_fields(NarrowConfig)] == [
+        f"{__name__}.{NarrowConfig.__qualname__}.ratio's default 2.0"]
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_every_numeric_field_flag_of_models_train_is_bounded(arch):
     for task in sorted(TASKS):
         parser, owners = train_cli.build_parser(arch, task)
+        cls = {"train": TrainConfig, "model": model_class(arch).config_cls,
+               "task": task_class(task).config_cls}
         by_dest = {a.dest: a for a in parser._actions}
         for dest, (part, name, tp) in owners.items():
             if train_cli.is_numeric(tp):
-                row = getattr(by_dest[dest].type, "row", None)
-                assert row == f"--{part}.{name}", (f"models.train --{part}.{name} ({arch}, "
-                                                   f"{task}) is unbounded: {FIX}")
-        assert not unbounded(parser, f"models.train ({arch}, {task})")
+                parse = by_dest[dest].type
+                assert getattr(parse, "row", None) == f"--{part}.{name}", (
+                    f"models.train --{part}.{name} ({arch}, {task}) is unbounded: {FIX_FIELD}")
+                assert parse.bound == flags.field_bound(cls[part], name)
+        assert not unbounded(parser, f"models.train ({arch}, {task})", fields=True)
 
 
 def test_a_flag_without_a_row_fails_here(monkeypatch):

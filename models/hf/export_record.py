@@ -17,7 +17,7 @@ from models.hf.export_hooks import BAMBA
 from models.registry import model_class
 from seqprobe.config import config_from_dict
 from seqprobe.errors import InputError
-from seqprobe.flags import BOUNDS, MAX_STEPS, check_value
+from seqprobe.flags import MAX_STEPS, check_fields
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{16,64}")
 # transformers reads a config.json whole; real ones are a few kB (ours hold a few numbers per
@@ -41,8 +41,8 @@ def record_problem(prov: dict, config: PretrainedConfig) -> str | None:
     """Why an export record ``prov`` cannot be believed for the model ``config`` builds, or
     None: its arch is one the exporter writes and the HF class the config builds is that
     arch's (a ``mamba2`` record on a GPT-NeoX model would label the figures Mamba-2); its model
-    config is that arch's, each number within the flag table's bounds
-    (:data:`seqprobe.flags.BOUNDS`: the bounds a run has); ``step`` a step count; ``digest`` a
+    config is that arch's, each number within its field's bound
+    (:func:`seqprobe.flags.field_bound`: the bounds a run has); ``step`` a step count; ``digest`` a
     sha256 or absent. A record of a task alone (no arch, no config) has nothing of these."""
     arch = prov.get("arch")
     if arch is None and "config" not in prov:
@@ -57,11 +57,9 @@ def record_problem(prov: dict, config: PretrainedConfig) -> str | None:
     if not isinstance(cfg, dict):
         return f"'config' must be the {arch} model's config (an object)"
     try:
-        config_from_dict(model_class(arch).config_cls, cfg)
-        for name, value in cfg.items():
-            row = f"--model.{name}"
-            if row in BOUNDS and value is not None and not isinstance(value, (bool, str)):
-                check_value(row, value, f"config.{name}")
+        # each number within its field's bound (the bounds its flags take), the fields the
+        # record sets: the others are the arch's defaults
+        check_fields(config_from_dict(model_class(arch).config_cls, cfg), "config", cfg)
     except InputError as e:
         return " ".join(str(e).split())[:200]
     except Exception as e:  # noqa: BLE001 - a config value no check anticipated

@@ -56,7 +56,7 @@ Parameter names equal mamba-ssm / HF ``MambaForCausalLM`` inside the mixer; the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -79,6 +79,7 @@ from models.ssm.recurrent import (
     selective_scan_chunked,
 )
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_SCALE, bound
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,15 @@ class MambaConfig(SSMLMConfig):
     vocab_size: int = 30
     d_model: int = 64
     n_layers: int = 2
-    dt_rank: int = 0  # 0: ⌈d_model / 16⌉
-    dt_scale: float = 1.0
+    dt_rank: int = field(  # 0: ⌈d_model / 16⌉
+        default=0, metadata=bound(0, MAX_DIM, "dt projection rank; 0: d_model / 16"))
+    dt_scale: float = field(
+        default=1.0, metadata=bound(0.0, MAX_SCALE, "the dt init scale; papers: 1"))
     # positions per chunk of the chunked scan (memory only; any value gives the same numbers):
     # the backward pass holds one chunk's [batch, chunk, d_inner, d_state] tensors, the
     # forward one [batch, d_inner, d_state] state per chunk
-    chunk_size: int = 64
+    chunk_size: int = field(
+        default=64, metadata=bound(1, MAX_LENGTH, "tokens per scan chunk; the suite: 64"))
 
     def __post_init__(self):
         super().__post_init__()

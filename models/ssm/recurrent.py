@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -35,6 +35,19 @@ from models.base import SuiteModel, TLConfigFields, check_counts
 from models.contract import Shapes
 from models.layers import GatedMLP, RMSNorm, has_hooks
 from seqprobe.config import check
+from seqprobe.flags import (
+    EPS_FIELD,
+    INIT_STD_FIELD,
+    LAYERS_FIELD,
+    MAX_CONV,
+    MAX_DIM,
+    MAX_SCALE,
+    MAX_WIDTH_MULT,
+    MLP_FIELD,
+    VOCAB_FIELD,
+    WIDTH_FIELD,
+    bound,
+)
 
 SSM_ACTIVATIONS = ("silu", "relu", "identity")  # after the conv and on the gate
 PREDICTIONS = ("softmax", "l1")
@@ -46,38 +59,48 @@ class SSMLMConfig(TLConfigFields):
     """Fields shared by the state-space language models (Mamba-2, MambaZero, Mamba-1)."""
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain")  # each model's paths (``scan``)
-    vocab_size: int = 2
-    d_model: int = 32
-    n_layers: int = 1
-    d_mlp: int = 0  # > 0: a gated MLP after each mixer (Markov paper Fig. 2 / App. B); 0: none
+    vocab_size: int = field(default=2, metadata=VOCAB_FIELD)
+    d_model: int = field(default=32, metadata=WIDTH_FIELD)
+    n_layers: int = field(default=1, metadata=LAYERS_FIELD)
+    d_mlp: int = field(  # > 0: a gated MLP after each mixer (Markov paper Fig. 2 / App. B); 0: none
+        default=0, metadata=MLP_FIELD)
     mlp_act: str = "relu"  # the paper's MLP: W_2[ReLU(W_1 u) ⊙ W_3 u]
     block_norm: bool = True  # RMSNorm before the mixer (and before the MLP)
     final_norm: bool = True  # RMSNorm before the unembedding (ln_final)
-    norm_eps: float = 1e-5
+    norm_eps: float = field(default=1e-5, metadata=EPS_FIELD)
     unembed_bias: bool = False
     # the unembedding bias at init (needs unembed_bias). An L1-prediction model starts with
     # every output ≈ 0, clamps the negative ones (no gradient) and falls into the uniform
     # predictor; a positive start gives every output a gradient (the add-β logits β + n are
     # positive too). Set after all random draws, so the rest of the init is unchanged.
-    unembed_bias_init: float | None = None
+    unembed_bias_init: float | None = field(
+        default=None, metadata=bound(-MAX_SCALE, MAX_SCALE, "an initial bias"))
     prediction: str = "softmax"  # softmax | l1 (MambaZero's L1-normalised prediction, §4.1)
-    l1_eps: float = 1e-6  # l1: p ∝ max(|v|, l1_eps) (see SSMLanguageModel.compute_logits)
-    init_std: float = 0.02  # embedding / unembedding init (mamba-ssm: 0.02)
+    l1_eps: float = field(  # l1: p ∝ max(|v|, l1_eps) (see SSMLanguageModel.compute_logits)
+        default=1e-6, metadata=EPS_FIELD)
+    init_std: float = field(  # embedding / unembedding init (mamba-ssm: 0.02)
+        default=0.02, metadata=INIT_STD_FIELD)
     use_kernels: bool = True  # on CUDA with mamba-ssm installed, its kernels when allowed
     scan: str = "auto"  # force a path (see each model's docstring); auto picks the fastest
     # the mixer (both Mamba generations)
-    expand: int = 2  # e
-    d_state: int = 16  # N (the copy paper's "state size S" sweeps 16..256 and keeps 32)
-    d_conv: int = 4  # w
+    expand: int = field(  # e
+        default=2, metadata=bound(1, MAX_WIDTH_MULT, "Mamba's expansion; papers: 2"))
+    d_state: int = field(  # N (the copy paper's "state size S" sweeps 16..256 and keeps 32)
+        default=16, metadata=bound(1, MAX_DIM, "the SSM state size N; papers: up to 128"))
+    d_conv: int = field(  # w
+        default=4, metadata=bound(1, MAX_CONV, "the causal conv's width; papers: 2 to 4"))
     conv: bool = True  # ablation: False removes the convolution (Markov paper §3, Fig. 3a)
     conv_bias: bool = True
     activation: str = "silu"  # after the conv and on the gate: silu | relu | identity
     gated: bool = True  # ablation: False removes z and the gate y ⊙ act(z)
     use_D: bool = True
     proj_bias: bool = False  # bias of in_proj / out_proj (HF use_bias)
-    dt_min: float = 0.001  # Δ initialisation range (mamba-ssm / HF defaults)
-    dt_max: float = 0.1
-    dt_init_floor: float = 1e-4
+    dt_min: float = field(  # Δ initialisation range (mamba-ssm / HF defaults)
+        default=0.001, metadata=bound(0.0, MAX_SCALE, "an initial step size; papers: 1e-3"))
+    dt_max: float = field(
+        default=0.1, metadata=bound(0.0, MAX_SCALE, "an initial step size; papers: 0.1"))
+    dt_init_floor: float = field(
+        default=1e-4, metadata=bound(0.0, MAX_SCALE, "an initial step size; papers: 1e-4"))
 
     def __post_init__(self):
         check_counts(self, "vocab_size", "d_model", "n_layers", "expand", "d_state", "d_conv")

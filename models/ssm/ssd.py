@@ -69,7 +69,7 @@ mixer (:func:`models.ssm.recurrent.to_hf_state_dict` renames the LM wrapper's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import einops
@@ -89,6 +89,7 @@ from models.ssm.recurrent import (
     optional_kernel,
 )
 from seqprobe.config import check
+from seqprobe.flags import MAX_HEADS, MAX_LENGTH, bound
 
 
 # ---------------------------------------------------------------------------- config
@@ -99,9 +100,11 @@ class Mamba2Config(SSMLMConfig):
 
     SCANS: ClassVar[tuple[str, ...]] = ("auto", "plain", "chunked", "kernel")
     NORMS: ClassVar[tuple[str, ...]] = ("rms", "layernorm")
-    n_heads: int = 1  # the Markov paper uses one head (Table 7)
-    n_groups: int = 1
-    chunk_size: int = 64  # SSD chunk length (speed only; any value gives the same numbers)
+    n_heads: int = field(  # the Markov paper uses one head (Table 7)
+        default=1, metadata=bound(1, MAX_HEADS, "heads per layer; papers: up to 16"))
+    n_groups: int = field(default=1, metadata=bound(1, MAX_HEADS, "B/C groups; papers: 1"))
+    chunk_size: int = field(  # SSD chunk length (speed only; any value gives the same numbers)
+        default=64, metadata=bound(1, MAX_LENGTH, "tokens per scan chunk; the suite: 64"))
     mixer_norm: bool = True  # the gated RMSNorm before out_proj
     decay: bool = True  # False: a_t = 1 (no forgetting, "w/o gating factor a_t", Table 4)
     # the Markov paper's published model (module docstring); the defaults are mamba-ssm's

@@ -52,7 +52,7 @@ from seqprobe.cli import (
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError, SeqprobeError
-from seqprobe.flags import BOUNDS, flag
+from seqprobe.flags import field_flag
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
@@ -136,7 +136,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             if not f.init:
                 continue
             tp = hints[f.name]
-            row = f"--{part}.{f.name}"  # the flag's row in seqprobe.flags.BOUNDS
+            row = f"--{part}.{f.name}"  # the flag's name in its messages
             flags = [row]
             if seen[f.name] == 1 and f.name not in RESERVED:
                 flags = [f"--{f.name}", f"--{f.name.replace('_', '-')}", *flags]
@@ -146,8 +146,10 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             # a bool flag alone means true (--compile), as well as --compile false
             boolean = tp is bool or bool in typing.get_args(tp)
             bare = {"nargs": "?", "const": "true"} if boolean else {}
-            # a number is parsed and bounded by its row of the one table (seqprobe.flags.BOUNDS)
-            bound = {"type": flag(row)} if is_numeric(tp) and row in BOUNDS else {}
+            # a number is parsed and bounded by the field's own bound (seqprobe.flags.bound);
+            # one without a bound is read as text here and fails tests/test_flag_table.py
+            parse = field_flag(cls, f.name, row) if is_numeric(tp) else None
+            bound = {"type": parse} if parse is not None else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",
                                help=f"{getattr(tp, '__name__', tp)} (default {f.default!r})",
                                **bare, **bound)

@@ -57,7 +57,7 @@ from models.train.evaluation import LENGTH_EVAL
 from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
 from seqprobe.errors import ConfigError, InputError
-from seqprobe.flags import BOUNDS, check_value
+from seqprobe.flags import check_fields
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -238,13 +238,9 @@ class RunConfig:
         check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
         set_fields = set(_section(self.model, ()))  # non-defaults are always set
         object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
-        # a run's numbers take the range their flags take (seqprobe.flags.BOUNDS: the one table),
-        # however the run is given: flags, a record, code
-        for f in dataclasses.fields(self.train):
-            row = f"--train.{f.name}"
-            value = getattr(self.train, f.name)
-            if row in BOUNDS and not isinstance(value, (bool, str)):
-                check_value(row, value, f"train.{f.name}")
+        # a run's numbers take the range their flags take (each field's bound, declared on
+        # the field: seqprobe.flags.bound), however the run is given: flags, a record, code
+        check_fields(self.train, "train")
 
     # ------------------------------------------------------------------ names
     @property

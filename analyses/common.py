@@ -265,7 +265,11 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
     as the checkpoint it came from by an analysis that reads only a model's outputs: one whose
     ``archs`` names HF archs, or takes any model (``archs`` None); an analysis that reads the
     suite model itself (its config, hooks or training record) refuses it in one line naming
-    the checkpoint to give instead."""
+    the checkpoint to give instead. A zoo name (``zoo:NAME[@LEVEL]``) opens the recipe's cached
+    checkpoint (:func:`given_checkpoint`); a bare recipe name that reads as a hub name and is
+    not one says how to open the recipe."""
+    if is_zoo_ref(path):
+        path = given_checkpoint(path).path
     if is_hf_source(path):
         export = export_of_dir(path)
         takes = sorted(set(archs or ()) & set(HF_ARCHS))
@@ -280,7 +284,7 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
             check(bool(takes), f"{path}: this analysis needs a suite checkpoint (.pt) "
                   f"{'of a ' + ' or '.join(sorted(set(archs))) + ' model ' if archs else ''}"
                   "trained on its task, not a HuggingFace model")
-    model = load(path, device=resolve_device(device), archs=archs)
+    model = _load_or_hint(path, resolve_device(device), archs)
     check_evaluation_fits(model, str(path))  # in-range task lengths can still ask for GBs
     # a suite model's task, or an export's (its provenance); a pretrained LM has none
     if tasks is not None and not is_pretrained(model) and model.task is not None:
@@ -288,6 +292,20 @@ def load_model(path: str, archs: Iterable[str] | None = None, device: str | torc
         check(task in set(tasks), f"{path}: this analysis needs a checkpoint trained on "
               f"{' or '.join(sorted(set(tasks)))}, but the file's task is {task!r}")
     return model
+
+
+def _load_or_hint(path: str, device: torch.device, archs: Iterable[str] | None):
+    """:func:`models.loading.load`; a zoo recipe's name given without ``zoo:`` reads as a hub
+    name there, and its error says how to open the recipe."""
+    try:
+        return load(path, device=device, archs=archs)
+    except InputError as e:
+        hint = None if Path(path).exists() or not is_hf_source(path) else zoo.hint(str(path))
+        if hint is None:
+            raise
+        from models.hf.checks import HFError  # imported already: the load that failed did
+
+        raise HFError(f"{e}; {hint}") from None
 
 
 def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None:

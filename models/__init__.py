@@ -1,7 +1,7 @@
 """Hooked sequence models (one architecture per file), checkpoints and training.
 
 The package's face is two functions: :func:`models.load` (a checkpoint, an export, a
-HuggingFace model or ``zoo:NAME``) and :func:`models.build_model` (an architecture from its
+HuggingFace model; a zoo recipe by ``zoo.path(NAME)``) and :func:`models.build_model` (an architecture from its
 config); everything else is imported from the module that defines it.
 """
 

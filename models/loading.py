@@ -4,7 +4,6 @@ Its own module so that the checkpoint code and the HF code need not import each 
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 from collections.abc import Iterable
@@ -42,41 +41,22 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
         return None
 
 
-# Named sources (``zoo:NAME``): a layer above this one registers a resolver as an entry point
-# of this group in pyproject.toml (``zoo = "analyses.zoo"``), so the loader opens its names
-# without importing upward; the module has ``resolve(ref) -> path`` and
-# ``hint(name) -> str | None`` (how to open a bare name that reads as a hub name).
-SOURCES_GROUP = "seqprobe.sources"
+# A zoo name (``zoo:NAME[@LEVEL]``) is a recipe of analyses.zoo, a layer above this one: the
+# loader opens files and HuggingFace models only, and says how to open a zoo name instead of
+# reaching up for it (analyses resolve their ``zoo:`` arguments themselves, analyses.common).
+ZOO_PREFIX = "zoo:"
 
 
-def sources() -> dict[str, importlib.metadata.EntryPoint]:
-    """The registered named sources by scheme (``zoo``). A scheme that two installed
-    distributions claim with different resolvers is one :class:`CheckpointError` line naming
-    both: which one ``importlib`` lists last is an accident of ``sys.path``, so neither
-    silently wins (the same one found twice, an editable install and its egg-info, is one)."""
-    claims: dict[str, dict[str, importlib.metadata.EntryPoint]] = {}
-    for ep in importlib.metadata.entry_points(group=SOURCES_GROUP):
-        claims.setdefault(ep.name, {}).setdefault(ep.value, ep)
-    for scheme, by_value in claims.items():
-        if len(by_value) > 1:
-            who = " and ".join(f"{_dist_name(ep)} ({ep.value})" for ep in by_value.values())
-            raise CheckpointError(f"two installed packages claim the {scheme}: source of "
-                                  f"models.load: {who}; uninstall the one that should not")
-    return {scheme: next(iter(by_value.values())) for scheme, by_value in claims.items()}
-
-
-def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return getattr(dist, "name", None) or "an unnamed distribution"
-
-
-def named_source(path: str | os.PathLike):
-    """The source object of ``SCHEME:REF`` when SCHEME is registered, else None (a path)."""
-    scheme, sep, _ = str(path).partition(":")
-    if not sep:
-        return None
-    ep = sources().get(scheme)
-    return None if ep is None else ep.load()
+def refuse_zoo_name(path: str | os.PathLike) -> None:
+    """One line for ``models.load("zoo:NAME[@LEVEL]")``: the call that opens it."""
+    ref = str(path)
+    if not ref.startswith(ZOO_PREFIX):
+        return
+    name, _, level = ref[len(ZOO_PREFIX):].partition("@")
+    args = f"{name!r}" + (f", {level!r}" if level else "")
+    raise CheckpointError(f"{ref}: a zoo name; models.load opens files and HuggingFace models "
+                          f"(the zoo sits above it): models.load(zoo.path({args})) after "
+                          "`from analyses import zoo`, or give it to an analysis as it is")
 
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
@@ -91,15 +71,10 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     ``archs``: the architectures the caller can use; any other is refused before the model is
     built.
 
-    ``path`` may also name a zoo checkpoint, ``zoo:NAME`` or ``zoo:NAME@LEVEL`` (quick by
-    default): the recipe's finished checkpoint in the default cache (``$SEQPROBE_CACHE``, else
-    ``~/.cache/seqprobe``, else the clone's ``checkpoints/``; :func:`named_source`;
-    another cache: ``models.load(zoo.path(NAME, LEVEL, cache_dir))``). One not trained yet is
-    one line with the command that trains it; nothing is ever trained here.
+    A zoo recipe's checkpoint is opened by its path, ``models.load(zoo.path(NAME, LEVEL))``
+    (:mod:`analyses.zoo`, a layer above: a ``zoo:NAME`` string here is one line saying so).
     """
-    source = named_source(path)
-    if source is not None:
-        path = source.resolve(str(path))
+    refuse_zoo_name(path)
     aside = interrupted_swap(path)
     if aside is not None:
         raise CheckpointError(f"{path}: missing: an export into it was stopped while replacing "
@@ -113,17 +88,8 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
         # deferred: transformers and the bridge take seconds to import, and a suite
         # checkpoint (every training run, every test) never needs them
         from models.hf import load_hf
-        from models.hf.checks import HFError
 
-        try:
-            model = load_hf(path, device, archs=archs)
-        except HFError as e:
-            hints = [] if Path(path).exists() else [
-                h for src in sources().values() if (h := src.load().hint(str(path)))]
-            if not hints:
-                raise
-            # a recipe's name reads as a hub name: say how to open the recipe instead
-            raise HFError(f"{e}; {hints[0]}") from None
+        model = load_hf(path, device, archs=archs)
         check_task_fits(model, path)  # an export's task (its provenance) against the model
         return model if eval_mode else model.train()
     if Path(path).is_dir():

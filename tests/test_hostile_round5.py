@@ -126,31 +126,22 @@ def test_reproduce_out_that_cannot_be_created_or_indexed_is_one_line(tmp_path, m
 
 
 # ---------------------------------------------------------------------------- failure 6
-def test_two_distributions_claiming_zoo_are_refused_naming_both(monkeypatch, tmp_path):
+def test_the_loader_reads_no_plugin_and_says_how_to_open_a_zoo_name(monkeypatch):
+    """models.load once reached the zoo (a layer above) through an entry point, which a
+    second installed package could claim; it now reads none, and a zoo name is one line
+    naming the call that opens it."""
     import importlib.metadata
-    import types
 
     import models
-    from models import loading
     from seqprobe.errors import CheckpointError
 
-    def ep(value: str, dist: str) -> importlib.metadata.EntryPoint:
-        e = importlib.metadata.EntryPoint("zoo", value, loading.SOURCES_GROUP)
-        vars(e).update(dist=types.SimpleNamespace(name=dist))
-        return e
+    def no_plugins(**kw):
+        raise AssertionError(f"the loader read entry points {kw}")
 
-    ours = ep("analyses.zoo", "seqprobe")
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: [ours, ep("evil.zoo", "evil-plugin")])
-    with pytest.raises(CheckpointError, match=r"seqprobe \(analyses.zoo\) and evil-plugin "
-                       r"\(evil.zoo\)") as e:
+    monkeypatch.setattr(importlib.metadata, "entry_points", no_plugins)
+    with pytest.raises(CheckpointError, match=r"zoo.path\('copy/rope'\)") as e:
         models.load("zoo:copy/rope")
     assert "\n" not in str(e.value)
-    # the suite found twice (an editable install beside its egg-info) is one claim
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [ours, ours])
-    monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path))
-    with pytest.raises(InputError, match="not trained"):
-        models.load("zoo:copy/rope")
 
 
 # ---------------------------------------------------------------------------- failure 4

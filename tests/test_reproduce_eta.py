@@ -83,7 +83,32 @@ def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
     # another size of the same architecture: the table's rate per FLOP
     other = recipe_spec("markov/transformer_2L", "quick")
     assert costs.run(other).source == "flops"
-    assert costs.run(recipe_spec("markov/mamba2", "quick")) is None  # no mamba2 row
+    # no mamba2 row: projected from its FLOPs at the table's rate, and the ETA says so
+    mamba = recipe_spec("markov/mamba2", "quick")
+    assert costs.run(mamba).source == "projection"
+    assert StepCosts(unit_s=0.005).run(mamba) is None  # an empty table projects nothing
+
+
+def test_an_architecture_the_table_never_measured_is_projected_not_left_out(tmp_path):
+    """A new architecture has no row: its FLOPs (its class's ``flops_per_token``) at the rate
+    of the rows there are, and the ETA's start line says "projected" for it."""
+    from models.train.plan import plan_row
+
+    spec, new = recipe_spec("markov/transformer_1L", "quick"), recipe_spec("markov/mamba2",
+                                                                           "quick")
+    row = {"arch": spec.arch, "step": 2.0, "eval": 10.0, "start": 600.0, "flops_per_step": 1e9}
+    costs = StepCosts({cost_key(spec): row}, unit_s=0.005)
+    found = costs.run(new)
+    planned = plan_row(new.arch, new)
+    step = 2.0 / 1e9 * planned["flops_per_token"] * planned["tokens_per_step"]
+    evals = evaluations(new.train.steps, new.train.eval_every)
+    want = 0.005 * (600.0 + new.train.steps * step + evals * 5.0 * step)
+    assert found == Estimate(pytest.approx(want), "projection")
+    jobs = [job(TRAIN + "markov/mamba2"), job(TRAIN + "markov/transformer_1L")]
+    eta = Eta.of(jobs, 1, "quick", costs, {})
+    assert eta.estimates[TRAIN + "markov/mamba2"].source == "projection"
+    assert "1 from their FLOPs, projected" in eta.sources()
+    assert "1 from the step-cost table" in eta.sources()
 
 
 def test_the_reference_step_is_timed_on_one_thread_and_restores_the_threads():

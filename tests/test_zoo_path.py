@@ -1,7 +1,7 @@
 """Finding a checkpoint by name (issue 37, first item): ``python -m analyses.zoo path NAME`` and
 ``--list`` read the cache and never train or create anything; ``zoo:NAME[@LEVEL]`` opens the
-cached checkpoint in ``models.load`` and in every analysis; a command that is about to train
-says so first in one line."""
+cached checkpoint in every analysis (``models.load`` takes ``zoo.path(NAME)``: the zoo sits
+above it); a command that is about to train says so first in one line."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 import models
 from analyses import zoo
-from analyses.common import given_checkpoint
+from analyses.common import given_checkpoint, load_model
 from analyses.zoo.recipe import parse_zoo_ref
+from models.registry import HF_ARCHS
 from models.train import loop as L
 from models.train.announce import training_line
 from models.train.cache import cache_path
@@ -64,9 +65,11 @@ def test_path_load_and_analyses_find_the_cached_checkpoint(tiny_recipe, tmp_path
     assert code == 0 and out.strip() == str(trained)
     code, out, _ = run_zoo(capsys, "path", "test/tiny", "--level", "quick")
     assert code == 0 and out.strip() == str(trained)
-    m = models.load("zoo:test/tiny")
+    m = models.load(zoo.path("test/tiny"))
     assert m.provenance.source == str(trained) and m.task.name == "copy"
-    assert models.load("zoo:test/tiny@quick").provenance.source == str(trained)
+    assert load_model("zoo:test/tiny@quick").provenance.source == str(trained)
+    with pytest.raises(InputError, match=r"models.load\(zoo.path\('test/tiny', 'quick'\)\)"):
+        models.load("zoo:test/tiny@quick")  # the loader opens files; it says how to open one
     assert given_checkpoint("zoo:test/tiny") == given_checkpoint("zoo:test/tiny", "checkpoints")
     assert given_checkpoint("zoo:test/tiny").label == "test/tiny"
     assert given_checkpoint("zoo:test/tiny").path == str(trained)
@@ -85,7 +88,7 @@ def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_p
     code, _, err = run_zoo(capsys, "path", "test/tiny")
     assert code != 0 and "(interrupted)" in err and "train test/tiny" in err
     with pytest.raises(InputError, match=r"not trained .*interrupted.*zoo train test/tiny"):
-        models.load("zoo:test/tiny")
+        load_model("zoo:test/tiny")
     with pytest.raises(InputError, match="interrupted"):
         given_checkpoint("zoo:test/tiny")
     cache_path(zoo.run_config("test/tiny", "quick"), "checkpoints").write_bytes(b"junk")
@@ -114,9 +117,9 @@ def test_unknown_names_and_levels_are_one_line_with_near_matches(tiny_recipe, ca
     assert code != 0 and len(err.strip().splitlines()) == 1
     assert "did you mean copy/hard_alibi" in err
     with pytest.raises(InputError, match="did you mean copy/rope"):
-        models.load("zoo:copy/rop")
+        load_model("zoo:copy/rop")
     with pytest.raises(InputError, match="no medium version .it has quick"):
-        models.load("zoo:test/tiny@medium")
+        load_model("zoo:test/tiny@medium")
     with pytest.raises(InputError, match="unknown level 'huge'"):
         parse_zoo_ref("zoo:copy/rope@huge")
     assert parse_zoo_ref("zoo:copy/rope@paper") == ("copy/rope", "paper")
@@ -134,11 +137,11 @@ def test_the_training_line_says_what_where_steps_and_eta():
 
 
 def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypatch):
-    """``models.load("copy/hard_alibi")`` reads as a hub name; its error says ``zoo:``."""
+    """An analysis given ``copy/hard_alibi`` reads it as a hub name; its error says ``zoo:``."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked
     with pytest.raises(InputError, match="opened as zoo:copy/hard_alibi"):
-        models.load("copy/hard_alibi")
+        load_model("copy/hard_alibi", archs=HF_ARCHS)
 
 
 def test_python_m_models_train_says_it_will_train_before_it_does(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """How long the rest of a reproduce run will take, from its first second.
 
 Each job's cost is estimated before it has ever run: a training job from its recipe's steps
-times the shipped step cost of its model (:class:`models.train.costs.StepCosts`), an analysis
+times the shipped step cost of its model (:class:`models.train.costs.StepCosts`; a model the
+table never measured is projected from its FLOPs, and the start line says so), an analysis
 from the seconds its own process took in the run the table was filled from. A job the last run
 of this preset timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
 makespan of the pending jobs packed onto the ``--jobs`` slots the way the scheduler packs them
@@ -205,6 +206,7 @@ class Eta:
                  "flops": "the table's rate for their architecture",
                  "median": "the table's median analysis", "none": "no estimate (mean used)",
                  "measured": "the CUDA step-cost table (step times measured on a GPU)",
-                 "projection": "a FLOPs projection (no measured GPU step time)"}
+                 "projection": "their FLOPs, projected (no measured step of their model: "
+                               "a new architecture, or a GPU without its row)"}
         return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
                          for s, n in counts.items())

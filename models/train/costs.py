@@ -15,8 +15,9 @@ little from a second thread, and the ETA learns the rest from the jobs that fini
 
 A run whose key is not in the table (a new recipe, another size) is estimated from the
 table's rows of its architecture: their cost per training FLOP (:func:`~models.train.plan.
-flops_per_token`) times this run's FLOPs per step. None when the table has no row of the
-architecture: the caller says it cannot estimate, never guesses.
+flops_per_token`, the class's own count) times this run's FLOPs per step. An architecture with
+no row at all (a new one) is projected from its FLOPs at the rate of every row, its source
+``"projection"`` so the ETA says so. None only when the table is empty.
 
 On a GPU (``StepCosts.load(device="cuda")``) a run costs its steps times the seconds per step
 of the CUDA table (:mod:`models.train.gpu_costs`: measured on a named card) where it has the
@@ -43,6 +44,8 @@ from models.train.runconfig import RunConfig
 from models.train_config import resolve_train
 
 TABLE = Path(__file__).with_name("step_costs.json")
+# the source of an estimate from FLOPs alone (the same word as the GPU's projection)
+PROJECTED = gpu_costs.PROJECTION
 # of the table file, and of the reference step its units are: changing either makes old tables
 # unreadable (estimates then come from timings only), never silently wrong
 FORMAT = 2
@@ -116,8 +119,9 @@ class Estimate:
     """Seconds a run is expected to take on idle cores, and where the number comes from."""
 
     seconds: float
-    # "table" (this run's row), "flops" (its architecture's rate), "timings"; on a GPU
-    # "measured" (the CUDA table's row) or "projection" (FLOPs at an assumed utilisation)
+    # "table" (this run's row), "flops" (its architecture's rate), "projection" (FLOPs at
+    # every row's rate: no row of its architecture), "timings"; on a GPU "measured" (the CUDA
+    # table's row) or "projection" (FLOPs at an assumed utilisation)
     source: str
 
 
@@ -196,19 +200,25 @@ class StepCosts:
 
     def _parts(self, spec: RunConfig) -> tuple[float, float, float, str] | None:
         """(start-up, one step, one evaluation) of ``spec`` in reference steps, and where they
-        come from: this run's row ("table"), else its architecture's rate per FLOP ("flops");
-        None when the table has no row of the architecture."""
+        come from: this run's row ("table"), else its architecture's rate per FLOP ("flops"),
+        else every row's rate ("projection": an architecture never measured); None when the
+        table has no row at all."""
         r = self.rows.get(cost_key(spec))
         if r is not None:
             return r["start"], r["step"], r["eval"], "table"
-        same = [r for r in self.rows.values() if r.get("arch") == spec.arch]
+        rated = [r for r in self.rows.values() if r.get("flops_per_step")]
+        same = [r for r in rated if r.get("arch") == spec.arch]
+        # an architecture the table has never measured (a new one) is not left out of an ETA:
+        # its FLOPs at the rate of every measured row, and the estimate says it is projected
+        source = "flops" if same else PROJECTED
+        same = same or rated
         if not same:
             return None
         row = plan_row(spec.arch, spec)  # this run's FLOPs (meta-device build, one batch)
         per_flop = statistics.median(r["step"] / r["flops_per_step"] for r in same)
         eval_ratio = statistics.median(r["eval"] / r["step"] for r in same)
         step = per_flop * row["flops_per_token"] * row["tokens_per_step"]
-        return self._start(), step, eval_ratio * step, "flops"
+        return self._start(), step, eval_ratio * step, source
 
     def gpu_run(self, spec: RunConfig) -> Estimate:
         """Seconds of ``spec``'s steps on one GPU: steps x the CUDA table's measured seconds

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.registry import ARCHS, model_class
-from models.train.build import make_run_config
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
 from models.train_config import TrainConfig
 from models.transformer import TransformerConfig
@@ -96,12 +96,30 @@ def test_a_field_added_later_needs_nothing_to_keep_old_keys(monkeypatch):
     assert "save_every" in run(save_every=5).canonical()["train"]
 
 
-def test_format1_lists_name_fields_that_exist():
+def test_format1_lists_name_fields_that_exist_and_are_pinned():
+    """FORMAT1_FIELDS is frozen data (the fields a format-1 hash covered): each class it names
+    is still a run's config class, each field it records still exists (else old keys would
+    move), and a run at the defaults writes exactly those fields. A config class added later
+    has no row and needs none (the next test)."""
     classes = {c.__name__: c for c in [TrainConfig, *(task_class(t).config_cls for t in TASKS)]}
-    assert set(FORMAT1_FIELDS) == set(classes)
+    assert "TrainConfig" in FORMAT1_FIELDS and "CopyConfig" in FORMAT1_FIELDS
     for name, fields in FORMAT1_FIELDS.items():
+        assert name in classes, f"{name}: a format-1 class is no run's config (keys would move)"
         have = {f.name for f in dataclasses.fields(classes[name])}
         assert set(fields) <= have, f"{name}: a format-1 field was removed (keys would move)"
+        if name != "TrainConfig":
+            canon = RunConfig(TransformerConfig(), classes[name]()).canonical()
+            assert set(canon["task_config"]) == set(fields), name
+    train = RunConfig(TransformerConfig(), CopyConfig()).canonical()["train"]
+    assert set(train) == set(FORMAT1_FIELDS["TrainConfig"])
+
+
+def test_a_config_class_without_a_format1_row_pins_nothing(monkeypatch):
+    """What a task added after format 1 gets: no row, so its defaults are left out of the
+    hash and the fields it sets are written. Shown by taking a listed class off the list."""
+    monkeypatch.delitem(FORMAT1_FIELDS, "CopyConfig")
+    assert RunConfig(TransformerConfig(), CopyConfig()).canonical()["task_config"] == {}
+    assert run().canonical()["task_config"] == {"max_len": 6}
 
 
 def test_int_and_float_spellings_are_one_run():

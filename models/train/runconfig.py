@@ -61,7 +61,8 @@ from seqprobe.flags import check_fields
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
-# field added to one of these classes later is not listed, and never will be.
+# field added to one of these classes later is not listed, and never will be; a config class
+# added later has no row (it pins nothing) and needs none.
 FORMAT1_FIELDS: dict[str, tuple[str, ...]] = {
     "TrainConfig": ("steps", "batch_size", "lr", "weight_decay", "beta1", "beta2",
                     "warmup_steps", "schedule", "grad_clip", "context", "eval_every",

@@ -6,6 +6,9 @@ level, that case. The readers' verdicts both ways are tested beside each analysi
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from analyses import (
@@ -253,19 +256,44 @@ def test_stu_recall_margin_and_undecided():
     assert read[1] is True and read.margin.distance == pytest.approx(0.21)
 
 
-QUICK_READERS_TESTED = {
-    "ngram_heads": 2, "duplicated_ngrams": 1, "copy_bounds": 3, "length_generalization": 2,
-    "copy_efficiency": 1, "ngram_lookup": 2, "markov_laplace": 2, "state_probe": 2,
-    "bc_orthogonality": 1, "mamba_decay": 2, "markov_ablations": 2, "markov_holdout": 2,
-    "memorization": 2, "spectral_lds": 2, "stu_induction": 1}
+def margin_tested(tests_dir: Path = Path(__file__).parent) -> dict[str, set[str]]:
+    """Each name a test function in ``tests_dir`` refers to, where that test reads a margin
+    (``margin_of`` or ``.margin``): name -> the test files. A claim reader's name among them
+    has a margin test, here or beside its analysis."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(tests_dir.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+                if names & {"margin", "margin_of"}:
+                    for name in names:
+                        found.setdefault(name, set()).add(path.name)
+    return found
 
 
-def test_every_quick_claim_reader_is_tested_here():
-    """The plan's quick claims (those a quick run reads, not the medium ones) are the readers
-    above: a new quick claim needs its margin test here."""
-    assert set(QUICK_READERS_TESTED) == set(PLAN)
-    for name, n in QUICK_READERS_TESTED.items():
-        assert len(figure_of(name).claims) >= n
+def without_margin_test(plan, tested: dict[str, set[str]]) -> list[str]:
+    """One line per analysis of ``plan`` none of whose claim readers has a margin test."""
+    bad = []
+    for name in plan:
+        readers = [getattr(c.measure, "__name__", "?") for c in figure_of(name).claims]
+        if not any(r in tested for r in readers):
+            bad.append(f"{name} (in PLAN, analyses/reproduce/plan.py): no test reads the margin "
+                       f"of any of its claims ({', '.join(readers) or 'none'}); add one beside "
+                       "the analysis or here (margin_of(reader(json)))")
+    return bad
+
+
+def test_every_planned_analysis_has_its_claims_margins_tested():
+    """The plan's analyses (PLAN: the one list) each have a reader whose margin a test reads,
+    found by the reader's name in the tests, so a new paper adds its analysis to PLAN and its
+    margin tests beside it, and no list here."""
+    tested = margin_tested()
+    assert not without_margin_test(PLAN, tested), "\n".join(without_margin_test(PLAN, tested))
+    assert {"claim_match_heads", "claim_recall", "claim_trends"} <= set(tested)
+    # the check can fail: with no test found, every planned analysis is named, beside PLAN
+    bad = without_margin_test(PLAN[:2], {})
+    assert len(bad) == 2 and all("PLAN" in b for b in bad) and PLAN[0] in bad[0]
 
 
 # ---------------------------------------------------------------------------- medium readers

@@ -187,3 +187,9 @@ class Figure:
     # preset -> (label, spec builder) of the models it trains itself, outside the zoo (the
     # memorization grid's cells): what ``--dry-run`` runs beside the recipes
     dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda preset: ()
+    # level -> one clause: what this analysis trains at that level, in the papers' terms (the
+    # index's scale line joins the clauses of the analyses it ran; None or "": nothing to
+    # add, e.g. where another analysis of the same models says it), and the paper's own
+    # setting that those clauses are read against
+    scale: Callable[[str], str | None] = lambda level: None
+    paper_scale: str = ""

@@ -17,7 +17,7 @@ from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import index as reproduce_index
 from analyses.reproduce import plan as reproduce_plan
 from analyses.reproduce import runner as reproduce_runner
-from analyses.reproduce.index import LEVEL_SCALE, Outcome, write_index
+from analyses.reproduce.index import Outcome, scale_text, write_index
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
 from analyses.reproduce.runner import run_jobs
 from seqprobe.errors import InputError
@@ -69,7 +69,9 @@ def test_the_index_writes_not_decided_with_its_reason_apart_from_does_not_hold(t
     fig = Figure("F", "Paper Fig. 1", (
         Claim("a", lambda d: ("short L", Undecided.regime("L ≤ 6, the paper's trend: 2x"))),
         Claim("b", lambda d: ("x = 1", np.bool_(False))),
-        Claim("c", lambda d: ("vacuous", None))))
+        Claim("c", lambda d: ("vacuous", None))),
+        scale={"quick": "toy models of ~0.4M parameters"}.get,
+        paper_scale="models of ~160M parameters")
     (tmp_path / "f.json").write_text("{}")
     claims = reproduce_index.read_claims(Job("f", (), figure=fig), tmp_path)
     assert [type(h) for _, _, h in claims] == [Undecided, bool, type(None)]
@@ -80,12 +82,28 @@ def test_the_index_writes_not_decided_with_its_reason_apart_from_does_not_hold(t
     assert "| b | x = 1 | does not hold |" in md and "| c | vacuous | n/a |" in md
     page = (tmp_path / "index.html").read_text()
     assert "class='und'>not decided at this level" in page and "class='bad'>does not hold" in page
-    # the header gives the level's scale against the papers'
-    assert "Scale of this level — quick" in md and "160M" in md and "Scale of this level" in page
+    # the header gives the level's scale against the papers', from what the figure declares
+    assert ("Scale of this level — quick: toy models of ~0.4M parameters. Against the papers: "
+            "models of ~160M parameters.") in md and "Scale of this level" in page
 
 
-def test_every_level_has_a_scale_line_and_an_undecided_verdict_needs_a_reason():
-    assert {"quick", "medium", "large", "paper"} <= set(LEVEL_SCALE)
+def test_every_level_has_a_scale_line_from_the_planned_figures():
+    """The scale line is built from the figures run (each says its clause at a level), so a
+    new paper's analysis brings its own and edits nothing here."""
+    figures = [reproduce_plan.figure_of(name) for name in PLAN]
+    for level in ("quick", "medium", "large", "paper"):
+        line = scale_text(level, figures)
+        assert line.startswith(f"Scale of this level — {level}") and "Against the papers" in line
+        for fig in figures:
+            assert not fig.scale(level) or fig.scale(level) in line
+            assert fig.paper_scale in line
+    assert "160M" in scale_text("quick", figures)
+    copy = next(f for f in figures if f.paper_scale)  # each clause said once
+    assert scale_text("quick", [copy, copy]).count(copy.paper_scale) == 1
+    assert scale_text("quick", [Figure("F", "P")]) == ""
+
+
+def test_an_undecided_verdict_needs_a_reason():
     with pytest.raises(InputError, match="reason"):
         Undecided(" ")
     assert verdict_text(Undecided.not_learnt("0.3 < 0.9")) == (

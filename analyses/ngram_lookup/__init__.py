@@ -221,6 +221,12 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     return result
 
 
+# what each level trains against the paper (the index's scale line)
+SCALE = {
+    "quick": "prefix lookup fine-tuned from the quick copy models",
+    "medium": "prefix lookup over 8 letters, strings 5-20, 2 seeds",
+    "large": "prefix lookup over 26 letters, strings 5-30 packed to 420, 2 seeds",
+}
 FIGURE = Figure(
     "n-gram lookup, suffix and prefix keys", "Copy paper Figs. 5, 6",
     (Claim("suffix key: transformers beat GSSMs on strings longer than trained on (Fig. 5)",
@@ -229,7 +235,8 @@ FIGURE = Figure(
            claim_prefix),
      Claim("prefix key: GSSMs length-generalise near-perfectly (Fig. 6, medium)",
            claim_prefix_length)),
-    recipes=lookup_recipes, presets=("quick", "medium", "large", "paper"))
+    recipes=lookup_recipes, presets=("quick", "medium", "large", "paper"), scale=SCALE.get,
+    paper_scale="lookup strings <= 30 over 26 letters trained 15 epochs")
 
 
 def main(argv=None) -> int:

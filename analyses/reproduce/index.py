@@ -26,39 +26,21 @@ REPO = Path(__file__).resolve().parents[2]  # the checkout whose commit the inde
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
 MAX_CLAIM_CHARS = 2000  # bound on one claim cell the index copies from an analysis' JSON
 
-# Each level's scale against the papers', the index's first lines: a verdict is read at this
-# scale, and a claim that needs the papers' says "not decided at this level" with its reason.
-# Settings only (what the recipes train), kept beside the levels the plan runs.
-PAPERS_SCALE = ("the papers: copy models of ~160M parameters on strings of length <= 300 "
-                "(copy Fig. 1a; <= 30 in Fig. 9b), lookup strings <= 30 over 26 letters "
-                "trained 15 epochs; Markov models at Table 7's 10,000 steps × batch 64; STU "
-                "at T = 256 trained at T^q for q in {1/2, 5/8, 3/4, 7/8}; memorization with "
-                "BERT (6 layers) on 14,000 sentences")
-LEVEL_SCALE = {
-    "quick": "quick (CPU minutes per model): copy transformers of ~0.4M parameters and an "
-             "LSTM of ~1M on strings of length <= 20, one seed, the GSSMs far from trained; "
-             "prefix lookup fine-tuned from them; the Mamba-2 Markov models at 1,500-2,000 "
-             "steps × batch 32; 3 STU seeds at q = 1/2, 3/4; memorization on five dataset "
-             "sizes",
-    "medium": "medium (a 2-core CPU, about half an hour): parameter-matched copy models of "
-              "~100k parameters on strings of length <= 4 and <= 6, 3 seeds; prefix lookup "
-              "over 8 letters, strings 5-20, 2 seeds; the paper's Markov model at 2,700 steps "
-              "× batch 16 (27 % of Table 7's steps), 3 seeds; STU trained to convergence, 8 "
-              "seeds per training length; memorization N = 16...512",
-    "large": "large (one 80 GB GPU and 16 CPU cores, about an hour): the smallest settings "
-             "that decide each claim — parameter-matched copy models of ~1M parameters on "
-             "strings of length <= 10, 20, 30 over 26 letters, 3 seeds; prefix lookup over 26 "
-             "letters, strings 5-30 packed to 420, 2 seeds; Table 7 in full for the Markov "
-             "hold-out (d = N 8, 16, 32, 5 seeds; batch 16 without a GPU); STU at q = 1/2, "
-             "5/8, 3/4, 7/8, 16 seeds, 2 lrs; memorization's largest N per width, 8 widths",
-    "paper": "paper: the papers' own settings (GPU-sized; see README 'Scaling up')",
-}
-
-
-def scale_text(level: str) -> str:
-    """The index's scale line of ``level`` against the papers' ('' for a level not listed)."""
-    own = LEVEL_SCALE.get(level)
-    return f"Scale of this level — {own}. Against {PAPERS_SCALE}." if own else ""
+def scale_text(level: str, figures) -> str:
+    """The index's scale line of ``level`` against the papers', built from what the ``figures``
+    run declare (each :class:`~analyses.claims.Figure`'s ``scale(level)`` clause and its
+    ``paper_scale``, each said once, in the run's order): a verdict is read at this scale, and
+    a claim that needs the papers' says "not decided at this level" with its reason. A new
+    paper's analysis brings its own clauses; '' where no figure says anything."""
+    own = list(dict.fromkeys(c for f in figures if f is not None and (c := f.scale(level))))
+    papers = list(dict.fromkeys(f.paper_scale for f in figures
+                                if f is not None and f.paper_scale))
+    if not own and not papers:
+        return ""
+    if not own and level == "paper":
+        own = ["the papers' own settings"]
+    text = f"Scale of this level — {level}" + (": " + "; ".join(own) if own else "") + "."
+    return text + (f" Against the papers: {'; '.join(papers)}." if papers else "")
 
 
 @dataclass
@@ -290,7 +272,7 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
     other = [(o, r) for o, r in zip(outcomes, rows, strict=True) if not r["level_own"]]
     stamp = (f"Made {made['date']} from commit {made['commit']} with torch {made['torch']} on "
              f"{made['machine']}.")
-    scale = scale_text(preset)
+    scale = scale_text(preset, [o.job.figure for o in outcomes])
     md = [f"# Reproduced figures ({preset} preset)", "", _cell(stamp), "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
           "paper's, the measured column is ours; \"not decided at this level\" says why this "

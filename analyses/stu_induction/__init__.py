@@ -294,6 +294,12 @@ def _selected_recipes(args: argparse.Namespace) -> list[str]:
                              args.seeds)
 
 
+# what each level trains against the paper (the index's scale line)
+SCALE = {
+    "quick": "3 STU seeds at q = 1/2, 3/4",
+    "medium": "STU trained to convergence, 8 seeds per training length",
+    "large": "STU at q = 1/2, 5/8, 3/4, 7/8, 16 seeds, 2 lrs",
+}
 FIGURE = Figure(
     "STU on induction heads, trained short", "Spectral paper Fig. 5",
     (Claim("STU trained short sometimes generalises to length T (above the seen-lags bound: "
@@ -318,7 +324,8 @@ FIGURE = Figure(
      Claim("(finding) the reference code's tensordot STU (one filter mixture shared by the ± "
            "branches) reads even lags only: at its training length it recalls no better than "
            "right at even lags and chance at odd ones", claim_shared_mixture)),
-    presets=("quick", "medium", "large", "paper"), recipes=induction_recipes)
+    presets=("quick", "medium", "large", "paper"), recipes=induction_recipes, scale=SCALE.get,
+    paper_scale="STU at T = 256 trained at T^q for q in {1/2, 5/8, 3/4, 7/8}")
 
 
 # ---------------------------------------------------------------------------- main

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from analyses.zoo import dryrun
+from analyses.zoo.levels import make_run_config
 from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_specs
 from bench.common import RESULTS
 from models.train import gpu_costs
-from models.train.build import make_run_config
 from models.train.runconfig import RunConfig
 from seqprobe import flags
 from seqprobe.atomic import check_output_file, write_atomic

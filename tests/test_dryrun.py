@@ -14,14 +14,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import seqprobe.device
 from analyses import markov_holdout as holdout
-from analyses import memorization
 from analyses.common import run_analysis
+from analyses.memorization import cli as memorization
 from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import plan as reproduce_plan
 from analyses.zoo import dryrun
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
 from models.train import plan as train_plan
-from models.train.build import make_run_config
 from seqprobe.errors import InputError
 from tasks.base import IGNORE
 

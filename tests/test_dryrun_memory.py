@@ -6,8 +6,8 @@ import torch
 
 from analyses.zoo import dryrun
 from analyses.zoo.dryrun import measuring
+from analyses.zoo.levels import make_run_config
 from models.ssm.mamba import MambaConfig
-from models.train.build import make_run_config
 
 TINY_MAMBA = dict(d_model=8, n_layers=2, d_state=4)
 

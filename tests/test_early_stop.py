@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from models.train.build import make_run_config
+from analyses.zoo.levels import make_run_config
 from models.train.loop import train
 from models.train_config import TrainConfig
 from seqprobe.config import config_to_dict

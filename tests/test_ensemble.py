@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import read_checkpoint
 from models.registry import ARCHS
-from models.train.build import make_run_config
 from models.train.cache import cache_path, entry_state
 from models.train.ensemble import ensemble_key, group_runs, train_ensemble
 from models.train.loop import train

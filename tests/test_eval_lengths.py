@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
 from models.train import distributed, evaluation
-from models.train.build import make_run_config
 from models.train.callbacks import StopAt
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import models
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import make_checkpoint
 from models.hf import export as export_hf
 from models.registry import HF_ARCHS
-from models.train.build import make_run_config
 from tests.tiny import TINY_RUN
 
 # analysis -> (the task of the tiny model it gets, the flags of a tiny setting)

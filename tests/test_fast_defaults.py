@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import save_checkpoint
 from models.registry import build_model
 from models.train import cache
-from models.train.build import make_run_config
 from models.train.cli import build_parser, parse_value
 from models.train.compiled import CompiledForward, CompileFallbackWarning
 from models.train.evaluation import batches

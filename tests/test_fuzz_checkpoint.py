@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import models
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import save_checkpoint
 from models.checkpoint.schema import tensor_digest
-from models.train.build import make_run_config
 from models.train.loop import train
 from seqprobe.errors import CheckpointError
 

@@ -144,7 +144,7 @@ def test_induction_config_checks(bad):
 
 
 def test_trainer_reports_recall_accuracy():
-    from models.train.build import make_run_config
+    from analyses.zoo.levels import make_run_config
     from models.train.loop import train
 
     spec = make_run_config("stu", "induction", "quick",

@@ -37,7 +37,7 @@ LARGE = [r for r in zoo.RECIPES.values() if "large" in r.levels]
 def test_large_sits_between_medium_and_paper_and_starts_from_medium():
     assert LEVELS == ("quick", "medium", "large", "paper")
     assert presets.BASE["large"] == "medium"
-    assert presets.preset_overrides("large", "copy", "mamba") == presets.preset_overrides(
+    assert zoo_copy.TABLE.rows("large", "copy", "mamba") == zoo_copy.TABLE.rows(
         "medium", "copy", "mamba")
     assert set(presets.SEEDED) == {"medium", "large"}
 

@@ -269,7 +269,7 @@ def test_mambazero_unembed_bias_init_is_the_hand_set_start(seed):
 def test_quick_mamba2_learns_the_add_beta_estimator():
     """Markov paper Fig. 1a at quick scale: a 1-layer Mamba-2 trained on binary first-order
     chains gets within 0.01 nats of L_beta."""
-    from models.train.build import make_run_config
+    from analyses.zoo.levels import make_run_config
     from models.train.loop import train
 
     torch.set_num_threads(1)

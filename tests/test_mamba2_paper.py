@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL, Mamba2LM, from_markov_paper_state_dict
 from models.ssm.ssd import Mamba2Config
-from models.train.build import make_run_config
 from seqprobe.errors import InputError
 
 D, E, N, W, L, V = 6, 2, 5, 4, 2, 2  # d, e, N, w, layers, vocab (binary Markov)

@@ -20,8 +20,8 @@ from analyses.memorization import grid as mem_grid
 from analyses.memorization import search as mem_search
 from analyses.memorization import stats as mem_stats
 from analyses.memorization import sweep as mem_sweep
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
-from models.train.build import make_run_config
 from models.train.loop import train
 from probes.fits import fit_trends, line_fit
 from seqprobe.errors import InputError
@@ -148,7 +148,7 @@ def test_cli_writes_figures_json_and_csv(tmp_path):
     argv = ["--data", "synthetic", "--task", "sequence", "--widths", "4,8", "--fractions",
             "0.5,1", "--n-examples", "12", "--steps", "20", "--jobs", "1", "--out",
             str(tmp_path), "--no-progress"]
-    assert am.main(argv) == 0
+    assert mem_cli.main(argv) == 0
     name = "memorization_synthetic_sequence"
     for suffix in (".png", ".json", "_heatmap.png", "_params.png", "_cells.csv"):
         assert (tmp_path / f"{name}{suffix}").is_file()
@@ -164,7 +164,7 @@ def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
     argv = ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
             "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(tmp_path / "out"),
             "--no-progress"]
-    assert am.main(argv) == 0
+    assert mem_cli.main(argv) == 0
     result = json.loads((tmp_path / "out" / "memorization_conll_token.json").read_text())
     assert result["n_examples"] == [3] and result["n_labels"] == [9]  # 5 + 2 + 2 words
     assert result["config"]["model"]["n_classes"] == 9
@@ -178,13 +178,13 @@ def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
     (["--widths", "a,b"], "not an integer"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
-    assert am.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
+    assert mem_cli.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
 
 
 def test_cli_refuses_checkpoints_it_would_ignore(tmp_path, capsys):
-    assert am.main(["ckpt.pt", "--out", str(tmp_path)]) == 2
+    assert mem_cli.main(["ckpt.pt", "--out", str(tmp_path)]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
 
 
@@ -201,7 +201,7 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
 
     monkeypatch.setattr(am.cli, "compute", small)
     argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
-    assert am.main(argv) == 0
+    assert mem_cli.main(argv) == 0
     assert seen == {"data": "synthetic", "level": "token", "preset": "quick",
                     "fractions": (0.2, 0.4, 0.6, 0.8, 1.0)}
     assert am.FIGURE.outputs == ("memorization_synthetic_token",)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
-from models.train.build import make_run_config
 from models.train.loss import loss_of
 from seqprobe.errors import InputError
 from tasks.base import IGNORE, make_generator

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
-from models.train.build import make_run_config
 from models.train.loop import train
 from models.train.loss import backward, step_loss
 from models.train_config import TrainConfig

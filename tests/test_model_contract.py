@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import models
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import save_checkpoint
 from models.layers import RMSNorm
 from models.registry import ARCHS, build_model, model_class
 from models.ssm.ssd import ssd_chunked
 from models.stu import PARAMS
-from models.train.build import make_run_config
 from models.train.loop import train
 from models.transformer import PES
 from seqprobe.errors import InputError

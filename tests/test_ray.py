@@ -21,7 +21,7 @@ import pytest
 import ray
 
 import analyses.markov_ablations as ma
-import analyses.memorization as am
+import analyses.memorization.cli as am
 from analyses import common as mem_common
 from analyses import zoo
 from analyses.memorization import cells as mem_cells
@@ -136,7 +136,7 @@ def test_a_failed_cell_is_marked_in_the_json_and_the_exit_code(tmp_path, monkeyp
 def test_local_run_does_not_import_ray(tmp_path):
     argv = [*GRID_ARGV, "--widths", "4", "--fractions", "1", "--steps", "5", "--out",
             str(tmp_path)]
-    code = ("import sys, analyses.memorization as am; "
+    code = ("import sys, analyses.memorization.cli as am; "
             f"rc = am.main({argv!r}); "
             "assert rc == 0, rc; assert 'ray' not in sys.modules, 'ray imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -1,5 +1,5 @@
-"""Cache keys never move: every zoo recipe at every preset it has, and the preset defaults of
-every (task, arch) pair, hash to what tests/data/recipe_hashes.json recorded. A changed hash
+"""Cache keys never move: every zoo recipe at every level it has hashes to what
+tests/data/recipe_hashes.json recorded. A changed hash
 means every cached checkpoint of that run is retrained, so a refactor of how runs are
 described must keep this file green.
 
@@ -21,10 +21,7 @@ from pathlib import Path
 import pytest
 
 from analyses import zoo
-from models.registry import ARCHS
 from models.train import build, cache, runconfig
-from seqprobe.errors import InputError
-from tasks.registry import TASKS
 
 DATA = Path(__file__).parent / "data" / "recipe_hashes.json"
 PRESETS = ("quick", "medium", "paper")
@@ -51,21 +48,13 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
 
 
 def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:
-    """``{"recipes": {name@preset: hash}, "presets": {preset/task/arch: hash or error}}``."""
+    """``{"recipes": {name@level: hash}}``."""
     recipes = {}
     for name, r in zoo.RECIPES.items():
-        for preset in PRESETS:
-            if r.available(preset):
-                recipes[f"{name}@{preset}"] = zoo.run_config(name, preset, cache_dir).hash()
-    presets = {}
-    for preset in PRESETS:
-        for task in sorted(TASKS):
-            for arch in sorted(ARCHS):
-                try:
-                    presets[f"{preset}/{task}/{arch}"] = build.make_run_config(arch, task, preset).hash()
-                except InputError:
-                    presets[f"{preset}/{task}/{arch}"] = "invalid"
-    return {"recipes": recipes, "presets": presets}
+        for level in PRESETS:
+            if r.available(level):
+                recipes[f"{name}@{level}"] = zoo.run_config(name, level, cache_dir).hash()
+    return {"recipes": recipes}
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +78,6 @@ def test_every_recipe_keeps_its_cache_key(recorded, current):
     moved = {k: (recorded["recipes"][k], h) for k, h in current["recipes"].items()
              if recorded["recipes"][k] != h}
     assert not moved, f"{len(moved)} recipe hashes moved, e.g. {sorted(moved.items())[:5]}"
-
-
-def test_every_preset_default_keeps_its_cache_key(recorded, current):
-    moved = {k: (v, current["presets"].get(k)) for k, v in recorded["presets"].items()
-             if current["presets"].get(k) != v}
-    assert not moved, f"{len(moved)} preset hashes moved, e.g. {sorted(moved.items())[:5]}"
 
 
 def test_the_fixture_can_fail(recorded, current):

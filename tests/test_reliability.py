@@ -28,9 +28,9 @@ import models
 import models.train.loop as L
 import models.train.writer as W
 from analyses.common import load_model
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import exclusive_writer, read_checkpoint, save_checkpoint
 from models.checkpoint.paths import check_writable
-from models.train.build import make_run_config
 from models.train.cli import main
 from models.train.loop import train
 from seqprobe import atomic

@@ -23,8 +23,8 @@ import torch
 
 import models.train.loop as L
 import models.train.loss as loss_mod
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import read_checkpoint
-from models.train.build import make_run_config
 from models.train.cli import main
 from models.train.loop import TrainingDiverged, TrainingInterrupted, train
 from seqprobe import atomic

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import models.train.evaluation as E
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import read_checkpoint
 from models.registry import build_model
-from models.train.build import make_run_config
 from models.train.cache import entry_state
 from models.train.loop import TrainingInterrupted, train
 from tasks.registry import make_task

@@ -17,7 +17,7 @@ from analyses import zoo
 from analyses.claims import Undecided
 from analyses.stu_induction import claims as C
 from analyses.zoo import spectral as zoo_spectral
-from models.train.build import make_run_config
+from analyses.zoo.levels import make_run_config
 from models.train.loop import train
 from probes import induction
 from probes.induction import binomial_sf, recall_accuracy

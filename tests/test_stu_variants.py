@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.stu import STULM, STUConfig
-from models.train.build import make_run_config
 from seqprobe.config import config_from_dict, config_to_dict
 from seqprobe.errors import InputError
 from tasks.registry import make_task

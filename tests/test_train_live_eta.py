@@ -9,8 +9,8 @@ import time
 import torch
 
 import models.train.announce as A
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import read_checkpoint
-from models.train.build import make_run_config
 from models.train.cli import main
 from tests.tiny import TINY_RUN_FLAGS
 

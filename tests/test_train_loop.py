@@ -2,8 +2,8 @@
 
 import torch
 
+from analyses.zoo.levels import make_run_config
 from models.registry import build_model
-from models.train.build import make_run_config
 from models.train.loop import train
 from models.train.loss import loss_of, step_loss
 from tasks.base import make_generator

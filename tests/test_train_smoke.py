@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import models
-from models.train.build import make_run_config
+from analyses.zoo.levels import make_run_config
 from models.train.loop import train
 from models.train_config import TrainConfig, lr_at
 from tasks.base import make_generator

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from analyses import zoo
+from analyses.zoo.levels import make_run_config
 from models.checkpoint.io import read_checkpoint
 from models.train import loop as L
-from models.train.build import make_run_config
 from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
 from seqprobe.errors import CheckpointError, InputError

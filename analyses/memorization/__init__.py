@@ -73,10 +73,12 @@ step budget. Minibatches are seeded epochs over the fixed set (the task's ``epoc
 The package, one job a module: :mod:`.grid` (the GRIDS table, parameter count, each cell's
 RunConfig), :mod:`.cells` (training one cell, the saved cells), :mod:`.search` (the medium
 search), :mod:`.sweep` (running a grid or a search on a backend), :mod:`.stats`,
-:mod:`.plots`, :mod:`.claims` (the paper's claims, ``FIGURE``) and :mod:`.cli`.
+:mod:`.plots`, :mod:`.claims` (the paper's claims, ``FIGURE``) and :mod:`.cli` (the command
+line, ``main``: this package imports none of it, so nothing it imports comes back here). The
+settings of every level (the rows, the grids, the widths) are the paper's, in their one home
+:mod:`analyses.zoo.memorization`.
 """
 
 from analyses.memorization.claims import FIGURE
-from analyses.memorization.cli import main
 
-__all__ = ["FIGURE", "main"]
+__all__ = ["FIGURE"]

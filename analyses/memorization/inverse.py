@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from analyses.memorization import cells
+import analyses.memorization.cells as cells  # the module: tests replace its run_cell
 from analyses.memorization.cells import CellSettings, CellStore, search_cell_name, torch_threads
 from analyses.memorization.grid import CellSpace, grid_settings
 from analyses.memorization.search import search_min_width

@@ -41,14 +41,21 @@ tqdm.std.tqdm.monitor_interval = 0
 
 
 def forkable(argv: Sequence[str]) -> str | None:
-    """The module of ``python -m MODULE ...`` if this process can run it forked, else None."""
+    """The module whose ``main`` runs ``python -m MODULE ...`` if this process can run it
+    forked, else None: MODULE itself, or its ``cli`` module (a package that keeps its command
+    line out of its ``__init__``)."""
     if not hasattr(os, "fork") or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
         return None
-    try:
-        mod = importlib.import_module(argv[2])
-    except Exception:  # noqa: BLE001 - then it starts as a subprocess, which reports it
-        return None
-    return argv[2] if callable(getattr(mod, "main", None)) else None
+    for module in (argv[2], f"{argv[2]}.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - then it starts as a subprocess, which reports it
+            return None
+        if callable(getattr(mod, "main", None)):
+            return module
+        if not hasattr(mod, "__path__"):  # a module, not a package: it has no cli module
+            return None
+    return None
 
 
 class ForkedJob:

@@ -1,8 +1,8 @@
 """The checkpoint zoo: every trained model an analysis uses, served by name.
 
-The recipes are data (:mod:`analyses.zoo.recipes`): a task × arch with overrides on top of the
-preset
-rows at each level it has, and optionally another recipe whose checkpoint starts it.
+The recipes are data (:mod:`analyses.zoo.recipes`): a task × arch with overrides on top of its
+paper's level rows at each level it has, and optionally another recipe whose checkpoint starts
+it; one paper's settings, rows and recipes are one module here (:mod:`analyses.zoo.copy` …).
 :func:`checkpoint` serves a recipe through the one locked, hashed cache of
 :mod:`models.train.cache`: trained once, reused by every analysis and by
 ``python -m analyses.reproduce``, which trains what its plan needs from here. ``zoo:NAME`` or
@@ -33,7 +33,6 @@ import torch
 
 from analyses.zoo.recipe import ZOO_PREFIX, Recipe, is_zoo_ref, parse_zoo_ref
 from analyses.zoo.recipes import RECIPES
-from models.train.build import make_run_config
 from models.train.cache import (
     cache_path,
     check_cache_dir,
@@ -44,7 +43,6 @@ from models.train.cache import (
 )
 from models.train.ensemble import MemberFailed, group_runs
 from models.train.ensemble_cache import ENSEMBLES, train_runs_cached
-from models.train.levels import preset_overrides
 from models.train.runconfig import RunConfig
 from seqprobe import flags
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
@@ -122,27 +120,19 @@ def untrained_init(name: str, preset: str, cache_dir: str | Path,
 
 
 def run_config(name: str, preset: str, cache_dir: str | Path | None = None,
-         train: Mapping[str, Any] | None = None,
-         device: str | torch.device = "auto") -> RunConfig:
-    """The run of a recipe at a preset; an ``init_from`` recipe must be cached already (on
-    ``device``; :func:`checkpoint` trains it first; else :class:`NotTrained`). ``train``
-    overrides training fields on top. Its precision, compile and device type are as written
-    (usually "auto"); :meth:`RunConfig.resolved` gives the run ``device`` trains, which the
-    cache keys."""
+               train: Mapping[str, Any] | None = None,
+               device: str | torch.device = "auto") -> RunConfig:
+    """The run of recipe ``name`` at a level (:meth:`Recipe.run_config`), shifted by
+    :func:`seed_offset`; an ``init_from`` recipe must be cached already (on ``device``;
+    :func:`checkpoint` trains it first; else :class:`NotTrained`). ``train`` overrides training
+    fields on top. :meth:`RunConfig.resolved` gives the run ``device`` trains, which the cache
+    keys."""
     r = recipe(name)
-    parts = r.parts(preset)
-    tr = {**parts["train"], **(train or {})}
-    offset = seed_offset()
-    if offset:  # the recipe's seed, shifted: another run, so another cache key
-        seed = {**preset_overrides(preset, r.task, r.arch)["train"], **tr}.get("seed", 0)
-        tr["seed"] = int(seed) + offset
     init = _init_path(name, preset, cache_dir, device)
-    if init is not None:
-        if not init.exists():
-            raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
-                             f"trained yet in {_where(cache_dir)}")
-        tr["init_from"] = str(init)
-    return make_run_config(r.arch, r.task, preset, parts["model"], parts["task"], tr)
+    if init is not None and not init.exists():
+        raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
+                         f"trained yet in {_where(cache_dir)}")
+    return r.run_config(preset, train, init, seed_offset())
 
 
 def dependencies(name: str, preset: str) -> list[str]:

@@ -1,15 +1,79 @@
-"""The copy paper's recipes (Jelassi et al., "Repeat After Me"): the copy models at every
-level, their HF-export twins, and the n-gram lookup models (suffix and prefix keys)."""
+"""The copy paper's settings and recipes (Jelassi et al., "Repeat After Me"): its level rows
+(:data:`TABLE`), the copy models at every level, their HF-export twins, and the n-gram lookup
+models (suffix and prefix keys)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
 from analyses.zoo.recipe import Recipe, checked_labels
-from models.train.levels import preset_overrides
+from models.train.levels import LevelTable
 from seqprobe.config import check
 
-# Copy paper (Jelassi et al.). Quick: strings <= 20 (models.train.levels). Paper: Fig. 1b's
+# The level rows of the copy and lookup tasks: every recipe below starts from them. Why each
+# setting was chosen is said beside it; what a run of it measured is in the reproduce index.
+_PAPER_COPY_MODELS = {
+    # Paper App. A.2: GPT-NeoX, 12 layers, hidden 1024, 16 heads, M = 6 masked heads.
+    "transformer": {"model": {"d_model": 1024, "n_layers": 12, "n_heads": 16,
+                              "hard_alibi_heads": 6}},
+    # App. A.2: Mamba 24 layers, hidden 1024, state size 32. The Mamba trains with checkpointed
+    # blocks (TrainConfig.checkpoint_blocks; its scan="auto" takes the chunked scan at this
+    # size): without mamba-ssm's kernels, 24 layers of activations at 420 positions would not
+    # fit one 80 GB card at batch 64. Memory settings change no number and no cache key.
+    "mamba": {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32},
+              "train": {"checkpoint_blocks": True}},
+    # The copy paper trains no Mamba-2; sized as its Mamba (24 layers, d 1024, N 32) with
+    # heads of 64 channels (mamba-ssm's Mamba-2 default headdim), so Fig. 1a's GSSM side has
+    # both generations at the paper's scale.
+    "mamba2": {"model": {"d_model": 1024, "n_layers": 24, "d_state": 32, "n_heads": 32},
+               "train": {"checkpoint_blocks": True}},
+    # App. A.2: LSTM 4 layers, 1024.
+    "lstm": {"model": {"d_model": 1024, "n_layers": 4}},
+}
+TABLE = LevelTable.of({
+    # Quick: strings of length <= 20, a 2-layer model. lr 3e-3, not the paper's 5e-5 (tuned
+    # for a 12-layer model): the small model learns far faster with it. 3000 steps, not 1500:
+    # the n-gram match heads (analyses.ngram_heads) form only in the second half, and they are
+    # what copies beyond the training length. The in-training eval is teacher forced
+    # (``greedy_eval`` False): the same string accuracy as greedy decoding at one pass instead
+    # of one per answer token, so an eval every 100 steps (the resolution of
+    # analyses.copy_efficiency) stays cheap.
+    ("quick", "copy", "*"): {
+        "task": {"min_len": 1, "max_len": 20},
+        "train": {"steps": 3000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 200,
+                  "weight_decay": 0.1, "schedule": "linear", "eval_every": 100,
+                  "greedy_eval": False},
+    },
+    ("quick", "copy", "transformer"): {
+        "model": {"d_model": 128, "n_layers": 2, "n_heads": 8},  # Hard-ALiBi: M = 4 masked heads
+    },
+    # Quick GSSMs learn copying far more slowly than the transformers at this budget (the
+    # copy paper's Fig. 1a contrast; analyses.copy_efficiency measures it).
+    ("quick", "copy", "mamba"): {"model": {"d_model": 64, "n_layers": 2, "d_state": 16}},
+    ("quick", "copy", "lstm"): {"model": {"d_model": 256, "n_layers": 2}},
+    # Paper App. A.2: AdamW lr 5e-5, linear decay, 300 warm-up steps, weight decay 0.1, batch
+    # 64. Context C = 620 for Fig. 1a (strings <= 300: 602-token examples), C = 420 elsewhere
+    # (Fig. 1b: strings <= 50; length_generalization sets it).
+    ("paper", "copy", "*"): {
+        "task": {"min_len": 1, "max_len": 300},
+        "train": {"context": 620, "lr": 5e-5, "warmup_steps": 300, "weight_decay": 0.1,
+                  "schedule": "linear", "batch_size": 64, "steps": 20000, "eval_every": 1000},
+    },
+    **{("paper", "copy", arch): row for arch, row in _PAPER_COPY_MODELS.items()},
+    # Copy paper §3.3 (Figs. 5, 6): the lookup models are the copy models (the same rows; tests
+    # check it); at quick they are fine-tuned from the quick copy checkpoints (below), at paper
+    # trained from scratch.
+    **{("paper", "lookup", arch): row for arch, row in _PAPER_COPY_MODELS.items()},
+})
+
+
+
+def _recipe(*args, **kwargs) -> Recipe:
+    """A recipe of this paper: on top of its :data:`TABLE`."""
+    return Recipe(*args, table=TABLE, **kwargs)
+
+
+# Copy paper (Jelassi et al.). Quick: strings <= 20 (TABLE). Paper: Fig. 1b's
 # setting, strings <= 50 in contexts of C = 420 (App. A.2), tested up to 1000.
 COPY_MODELS: dict[str, tuple[str, dict]] = {
     "hard_alibi": ("transformer", {"pe": "hard_alibi"}),
@@ -21,7 +85,7 @@ COPY_MODELS: dict[str, tuple[str, dict]] = {
     "lstm": ("lstm", {}),
 }
 COPY_PAPER = {"task": {"min_len": 1, "max_len": 50}, "train": {"context": 420}}
-# The quick Hard-ALiBi keeps the preset's 3000 steps: its n-gram match heads, which
+# The quick Hard-ALiBi keeps the level's 3000 steps: its n-gram match heads, which
 # analyses.ngram_heads finds and which copy beyond the training length, form late. The other
 # quick copy models get 1500: NoPE and RoPE are near-perfect in distribution by then, and
 # more steps do not teach positions never seen; the GSSMs stay far behind either way.
@@ -35,7 +99,7 @@ COPY_QUICK_BY_LABEL = {"hard_alibi": {}}
 
 def _copy() -> Iterator[Recipe]:
     for label, (arch, model) in COPY_MODELS.items():
-        yield Recipe(f"copy/{label}", "copy", arch, {"model": model},
+        yield _recipe(f"copy/{label}", "copy", arch, {"model": model},
                      {"quick": COPY_QUICK_BY_LABEL.get(label, COPY_QUICK), "paper": COPY_PAPER},
                      doc=f"{label} trained to copy (copy paper §3, Figs. 1a-b)")
 
@@ -49,7 +113,7 @@ COPY_MAMBA2_EXPORT = {"d_mlp": 64, "mlp_act": "silu"}
 
 
 def _copy_export() -> Iterator[Recipe]:
-    yield Recipe("copy/mamba2_mlp", "copy", "mamba2", {"model": COPY_MAMBA2_EXPORT},
+    yield _recipe("copy/mamba2_mlp", "copy", "mamba2", {"model": COPY_MAMBA2_EXPORT},
                  {"quick": COPY_QUICK}, levels=("quick",),
                  doc="Mamba-2 with a gated SiLU MLP trained to copy; exports as Bamba")
 
@@ -134,7 +198,7 @@ def _copy_medium() -> Iterator[Recipe]:
             arch, model = COPY_MEDIUM_MODEL[label]
             for lr in COPY_MEDIUM["lrs"]:
                 for s in range(COPY_MEDIUM["seeds"]):
-                    yield Recipe(copy_medium_name(label, L, s, lr), "copy", arch,
+                    yield _recipe(copy_medium_name(label, L, s, lr), "copy", arch,
                                  {"model": model, "task": {"min_len": 1, "max_len": L},
                                   "train": {**COPY_MEDIUM_TRAIN, "lr": lr, "seed": s}},
                                  levels=("medium",),
@@ -160,7 +224,7 @@ def _lookup() -> Iterator[Recipe]:
     for key in ("suffix", "prefix"):
         for label, (arch, model) in COPY_MODELS.items():
             for stem, init in (("lookup", {"quick": f"copy/{label}"}), ("lookup_scratch", {})):
-                yield Recipe(f"{stem}_{key}/{label}", "lookup", arch,
+                yield _recipe(f"{stem}_{key}/{label}", "lookup", arch,
                              {"model": model, "task": {**LOOKUP_TASK, "key": key}},
                              {"quick": {"train": LOOKUP_QUICK_TRAIN},
                               "paper": {"train": LOOKUP_PAPER_TRAIN}},
@@ -215,8 +279,8 @@ def _lookup_medium() -> Iterator[Recipe]:
         arch, model = COPY_MODELS[label]
         extra = LOOKUP_MEDIUM_BY_LABEL.get(label, {})
         for s in range(LOOKUP_MEDIUM["seeds"]):
-            yield Recipe(lookup_medium_name(label, s), "lookup", arch,
-                         {"model": {**preset_overrides("quick", "copy", arch)["model"], **model,
+            yield _recipe(lookup_medium_name(label, s), "lookup", arch,
+                         {"model": {**TABLE.rows("quick", "copy", arch)["model"], **model,
                                     **extra.get("model", {})},
                           "task": LOOKUP_MEDIUM_TASK,
                           "train": {**LOOKUP_MEDIUM_TRAIN, **extra.get("train", {}), "seed": s}},
@@ -308,7 +372,7 @@ def _copy_large() -> Iterator[Recipe]:
             arch, model = COPY_LARGE_MODEL[label]
             for lr in COPY_LARGE["lrs"]:
                 for s in range(COPY_LARGE["seeds"]):
-                    yield Recipe(copy_large_name(label, L, s, lr), "copy", arch,
+                    yield _recipe(copy_large_name(label, L, s, lr), "copy", arch,
                                  {"model": model, "task": {"D": 26, "min_len": 1, "max_len": L},
                                   "train": {**COPY_LARGE_TRAIN, "lr": lr, "seed": s}},
                                  levels=("large",),
@@ -347,7 +411,7 @@ def _lookup_large() -> Iterator[Recipe]:
     for label in LOOKUP_LARGE["labels"]:
         arch, model = COPY_LARGE_MODEL[label]
         for s in range(LOOKUP_LARGE["seeds"]):
-            yield Recipe(lookup_large_name(label, s), "lookup", arch,
+            yield _recipe(lookup_large_name(label, s), "lookup", arch,
                          {"model": model, "task": LOOKUP_LARGE_TASK,
                           "train": {**LOOKUP_LARGE_TRAIN, "seed": s}},
                          levels=("large",),

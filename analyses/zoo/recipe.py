@@ -1,16 +1,23 @@
-"""What a recipe is: a task × arch with overrides on top of the preset rows of
-:mod:`models.train.levels` — ``common`` at every level it has, ``by_level[L]`` on top at level
-``L``. It exists at exactly the levels it lists (``levels``; by default ``quick`` and
+"""What a recipe is: a task × arch with overrides on top of its paper's level rows (``table``,
+a :class:`~models.train.levels.LevelTable` in the paper's zoo module; a recipe made outside a
+paper has the generic rows only) — ``common`` at every level it has, ``by_level[L]`` on top at
+level ``L``. It exists at exactly the levels it lists (``levels``; by default ``quick`` and
 ``paper``: the medium runs are recipes of their own). ``init_from[L]`` names the recipe whose
-checkpoint starts it at level ``L`` (fine-tuning). The zoo's recipes: :mod:`analyses.zoo.recipes`."""
+checkpoint starts it at level ``L`` (fine-tuning). :meth:`Recipe.run_config` is the one way
+from a recipe to its :class:`~models.train.runconfig.RunConfig`. The zoo's recipes:
+:mod:`analyses.zoo.recipes`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from models.train.build import make_run_config
+from models.train.levels import GENERIC, LevelTable
+from models.train.runconfig import RunConfig
 from seqprobe.cli import LEVELS
 from seqprobe.config import check
 
@@ -43,6 +50,7 @@ class Recipe:
     slots: int = 1
     doc: str = ""
     levels: tuple[str, ...] = DEFAULT_LEVELS
+    table: LevelTable = field(default=GENERIC, repr=False)  # its paper's level rows
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
@@ -67,11 +75,39 @@ class Recipe:
 
     def parts(self, level: str) -> dict[str, dict[str, Any]]:
         """The recipe's overrides at ``level``: ``common``, then ``by_level[level]``."""
-        check(level in LEVELS, f"unknown preset {level!r}; allowed: {', '.join(LEVELS)}")
+        check(level in LEVELS, f"unknown level {level!r}; allowed: {', '.join(LEVELS)}")
         check(self.available(level), f"recipe {self.name} has no {level} version (it has "
               f"{', '.join(self.levels)})")
         extra = self.by_level.get(level) or _frozen({})
         return {k: {**self.common[k], **extra[k]} for k in ("model", "task", "train")}
+
+    def run_config(self, level: str, train: Mapping[str, Any] | None = None,
+                   init_from: str | Path | RunConfig | None = None,
+                   seed_offset: int = 0) -> RunConfig:
+        """The run of this recipe at ``level``: its paper's rows (``table``), then
+        :meth:`parts`, then ``train`` on top; ``seed_offset`` shifts its training seed (another
+        run, so another cache key). A recipe fine-tuned at ``level`` needs ``init_from``: the
+        checkpoint that starts it (the run trained), or the run of the recipe it starts from
+        (the run costed without that file: the model is that run's, with this recipe's model
+        fields on top). Its precision, compile and device type are as written (usually
+        "auto"); :meth:`RunConfig.resolved` gives the run a device trains."""
+        parts = self.parts(level)
+        model, tr = dict(parts["model"]), {**parts["train"], **(train or {})}
+        if seed_offset:
+            seed = {**self.table.rows(level, self.task, self.arch)["train"], **tr}.get("seed", 0)
+            tr["seed"] = int(seed) + seed_offset
+        fine_tuned = level in self.init_from
+        check(fine_tuned or init_from is None, f"recipe {self.name} starts from no checkpoint "
+              f"at {level}; init_from is for a fine-tuned recipe")
+        if fine_tuned:
+            check(init_from is not None, f"recipe {self.name} starts from "
+                  f"{self.init_from[level]} at {level}: give its checkpoint or its run")
+            if isinstance(init_from, RunConfig):
+                model = {**init_from.model_dict, **model}
+            else:
+                tr["init_from"] = str(init_from)
+        return make_run_config(self.arch, self.task, level, model, parts["task"], tr,
+                               table=self.table)
 
 
 def is_zoo_ref(text: object) -> bool:

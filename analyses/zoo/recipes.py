@@ -1,10 +1,11 @@
 """The zoo's recipes as data: every trained model an analysis uses, by name — one module per
 paper (:mod:`analyses.zoo.copy`, :mod:`analyses.zoo.markov`, :mod:`analyses.zoo.spectral`,
-found by :func:`papers`; the memorization paper's models are built by its analysis), collected
-here once.
+:mod:`analyses.zoo.memorization`, found by :func:`papers`; each holds its paper's level rows,
+``TABLE``, beside its recipes; the memorization paper's models are built by its analysis),
+collected here once.
 
-What a recipe is (a task × arch with the differences from its level's row, at the levels it
-lists): :class:`analyses.zoo.recipe.Recipe`. :mod:`analyses.zoo` serves them. Why a setting was
+What a recipe is (a task × arch with the differences from its paper's level rows, at the levels
+it lists): :class:`analyses.zoo.recipe.Recipe`. :mod:`analyses.zoo` serves them. Why a setting was
 chosen is said beside it; what a run of it measured is in the reproduce index.
 """
 
@@ -18,7 +19,7 @@ from types import ModuleType
 from analyses.zoo.recipe import Recipe
 from seqprobe.config import check
 
-NOT_PAPERS = ("recipe", "recipes", "dryrun")  # the zoo's own modules, not a paper's recipes
+NOT_PAPERS = ("recipe", "recipes", "levels", "dryrun")  # the zoo's own modules, not papers
 
 
 def papers() -> list[ModuleType]:

@@ -1,15 +1,60 @@
-"""The spectral filtering paper's recipes (induction heads, §4.2, Fig. 5): STU, Hard-ALiBi
-transformer and Mamba-2 trained at T^q, every level."""
+"""The spectral filtering paper's settings and recipes (induction heads, §4.2, Fig. 5): its
+level rows (:data:`TABLE`), STU, Hard-ALiBi transformer and Mamba-2 trained at T^q, every
+level."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
 from analyses.zoo.recipe import Recipe
+from models.train.levels import LevelTable
 from seqprobe.config import check
 
+# Induction heads (spectral filtering paper §4.2, Fig. 5): vocabulary 4, STU filters of length
+# T = 256, trained at length T^q. Quick: small models and 400 steps, enough for STU, Hard-ALiBi
+# transformer and Mamba-2 to recall at their training length. The paper rows are these at
+# twice the width (below, and why there).
+INDUCTION_QUICK_MODELS: dict[str, dict] = {
+    "stu": {"d_model": 32, "n_layers": 2, "filter_len": 256, "num_filters": 24,
+            "param": "tensordot"},
+    "transformer": {"d_model": 32, "n_layers": 2, "n_heads": 4, "pe": "hard_alibi"},
+    "mamba2": {"d_model": 32, "n_layers": 2, "d_mlp": 64, "n_heads": 4},
+}
+
+
+def _twice_as_wide(model: dict) -> dict:
+    """``model`` with d_model and d_mlp (where set) doubled."""
+    return {**model, **{k: 2 * v for k, v in model.items() if k in ("d_model", "d_mlp")}}
+
+
+TABLE = LevelTable.of({
+    ("quick", "induction", "*"): {
+        "task": {"D": 4, "length": 16},
+        "train": {"steps": 400, "batch_size": 32, "lr": 3e-3, "warmup_steps": 50,
+                  "weight_decay": 0.0, "schedule": "linear", "eval_every": 0,
+                  "eval_batches": 2, "eval_batch_size": 64},
+    },
+    **{("quick", "induction", arch): {"model": model}
+       for arch, model in INDUCTION_QUICK_MODELS.items()},
+    # Paper: "trained until convergence with a tuned Adam optimizer"; sizes are not given, so
+    # the paper models are the quick ones at twice the width (d_model, d_mlp).
+    ("paper", "induction", "*"): {
+        "task": {"D": 4, "length": 16},
+        "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200,
+                  "weight_decay": 0.0, "schedule": "linear", "eval_every": 500},
+    },
+    **{("paper", "induction", arch): {"model": _twice_as_wide(model)}
+       for arch, model in INDUCTION_QUICK_MODELS.items()},
+})
+
+
+def _recipe(*args, **kwargs) -> Recipe:
+    """A recipe of this paper: on top of its :data:`TABLE`."""
+    return Recipe(*args, table=TABLE, **kwargs)
+
+
 # Induction heads (spectral paper §4.2, Fig. 5): trained at length T^q for filters of length
-# T = 256, several seeds; the preset rows give the model sizes.
+# T = 256, several seeds; the level rows (TABLE) give the model sizes.
 INDUCTION_T = 256
 INDUCTION_RUNS = {"quick": {"qs": (1 / 2, 3 / 4), "seeds": 3},
                   "paper": {"qs": (1 / 2, 5 / 8, 3 / 4, 7 / 8), "seeds": 5}}
@@ -30,7 +75,7 @@ def _induction() -> Iterator[Recipe]:
             for s in range(max(r["seeds"] for r in INDUCTION_RUNS.values())):
                 levels = tuple(lv for lv, r in INDUCTION_RUNS.items() if s < r["seeds"] and any(
                     induction_length(q) == L for q in r["qs"]))
-                yield Recipe(induction_name(arch, L, s), "induction", arch,
+                yield _recipe(induction_name(arch, L, s), "induction", arch,
                              {"task": {"length": L}, "train": {"seed": s}}, levels=levels,
                              doc=f"{arch} on induction heads at length {L}, seed {s} "
                                  "(spectral paper Fig. 5)")
@@ -72,7 +117,7 @@ def _induction_medium() -> Iterator[Recipe]:
         steps = {"steps": INDUCTION_MEDIUM_STEPS[label]} if label in INDUCTION_MEDIUM_STEPS else {}
         for L in sorted({induction_length(q) for q in INDUCTION_MEDIUM_QS}):
             for s in range(seeds):
-                yield Recipe(induction_medium_name(label, L, s), "induction", arch,
+                yield _recipe(induction_medium_name(label, L, s), "induction", arch,
                              {"model": model, "task": {"length": L}, "train": {"seed": s}},
                              {"medium": {"train": {**INDUCTION_MEDIUM_TRAIN, **steps}}},
                              levels=("medium",),
@@ -119,7 +164,7 @@ def _induction_large() -> Iterator[Recipe]:
         for L in sorted({induction_length(q) for q in INDUCTION_LARGE_QS}):
             for lr in INDUCTION_LARGE_LRS:
                 for s in range(seeds):
-                    yield Recipe(induction_large_name(label, L, lr, s), "induction", arch,
+                    yield _recipe(induction_large_name(label, L, lr, s), "induction", arch,
                                  {"model": model, "task": {"length": L},
                                   "train": {**INDUCTION_MEDIUM_TRAIN, "lr": lr, "seed": s}},
                                  levels=("large",),

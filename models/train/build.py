@@ -3,9 +3,10 @@
 A run is described by :class:`~models.train.runconfig.RunConfig` (typed sections, canonical
 form, the cache hash); every function here takes or returns one.
 
-:func:`make_run_config` merges a preset's rows, the task's derived model fields (vocabulary size,
-classification head …) and the caller's overrides, then :func:`validate_run_config` checks every
-config and their fit before any compute.
+:func:`make_run_config` merges a level's rows (from the :class:`~models.train.levels.LevelTable`
+it is given: a paper's, from its zoo module; by default only the generic rows), the task's
+derived model fields (vocabulary size, classification head …) and the caller's overrides, then
+:func:`validate_run_config` checks every config and their fit before any compute.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from models.checkpoint.paths import check_path
 from models.checkpoint.rebuild import model_footprint
 from models.checkpoint.untrusted import check_task_bounds
 from models.registry import ARCHS, model_class
-from models.train.levels import preset_overrides
+from models.train.levels import GENERIC, LevelTable
 from models.train.runconfig import RunConfig
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
@@ -35,14 +36,16 @@ def check_names(arch: str, task: str) -> None:
         raise InputError(f"unknown task {task!r}; allowed: {', '.join(sorted(TASKS))}")
 
 
-def make_run_config(arch: str, task: str, preset: str = "quick", model: dict | None = None,
-              task_config: dict | None = None, train: dict | None = None) -> RunConfig:
-    """The run of ``arch`` on ``task`` at ``preset``: preset rows, then the task's derived
-    model fields (vocab size…), then user overrides.
-    With ``init_from``, the model config starts from that checkpoint's instead of the preset's
+def make_run_config(arch: str, task: str, level: str = "quick", model: dict | None = None,
+                    task_config: dict | None = None, train: dict | None = None,
+                    table: LevelTable = GENERIC) -> RunConfig:
+    """The run of ``arch`` on ``task`` at ``level``: the rows of ``table`` (the level's
+    settings for this task and arch; :data:`~models.train.levels.GENERIC` unless a caller
+    gives a paper's), then the task's derived model fields (vocab size…), then user overrides.
+    With ``init_from``, the model config starts from that checkpoint's instead of the rows'
     (fine-tuning a checkpoint needs no model flags)."""
     check_names(arch, task)
-    rows = preset_overrides(preset, task, arch)
+    rows = table.rows(level, task, arch)
     task_cfg = {**rows["task"], **(task_config or {})}
     task_obj = make_task(task, task_cfg)  # validates the task config
     train_cfg = config_from_dict(TrainConfig, {**rows["train"], **(train or {})})
@@ -51,9 +54,9 @@ def make_run_config(arch: str, task: str, preset: str = "quick", model: dict | N
         init = _init_model_entry(train_cfg.init_from)
         base = init["config"] if init["arch"] == arch else base
     model_cfg = {**base, **model_fields_for(task_obj, arch), **(model or {})}
-    spec = RunConfig.build(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
-    validate_run_config(spec)  # every config checked before any compute
-    return spec
+    run = RunConfig.build(arch, task, model_cfg, config_to_dict(task_obj.cfg), train_cfg)
+    validate_run_config(run)  # every config checked before any compute
+    return run
 
 
 def run_config_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,

@@ -51,7 +51,7 @@ import torch
 from analyses import zoo
 from analyses.zoo.dryrun.measuring import CHILD_TIMEOUT, DRY_STEPS, _one_line, run_isolated
 from models.train import gpu_costs
-from models.train.build import BYTES_PER_PARAM, make_run_config
+from models.train.build import BYTES_PER_PARAM
 from models.train.gpu_costs import MEASURED, PEAK_FLOPS, PROJECTION
 from models.train.plan import (
     H100_MEMORY,
@@ -70,14 +70,12 @@ EXIT_SOME_FAILED = 1
 # ---------------------------------------------------------------------------- specs
 def recipe_spec(name: str, preset: str) -> RunConfig:
     """The run of zoo recipe ``name`` at ``preset`` without its ``init_from`` (the
-    starting weights change no cost, and the recipe it starts from need not be trained)."""
+    starting weights change no cost, and the recipe it starts from need not be trained): a
+    fine-tuned recipe's model is its parent's run's (:meth:`~analyses.zoo.recipe.Recipe.
+    run_config`)."""
     r = zoo.recipe(name)
-    parts = r.parts(preset)
-    model = parts["model"]
-    if preset in r.init_from:  # fine-tuned: the model is the parent's (make_run_config takes
-        # the init file's config), with this recipe's own model fields on top
-        model = {**recipe_spec(r.init_from[preset], preset).model_dict, **model}
-    return make_run_config(r.arch, r.task, preset, model, parts["task"], parts["train"])
+    parent = recipe_spec(r.init_from[preset], preset) if preset in r.init_from else None
+    return r.run_config(preset, init_from=parent)
 
 
 def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:

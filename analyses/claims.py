@@ -117,11 +117,16 @@ def tightest(*margins: Margin) -> Margin:
 class Reading(tuple):
     """What a claim reader returns: the pair ``(measured text, verdict)`` — it unpacks and
     compares as that pair — with the claim's :class:`Margin` as ``.margin`` (None where the
-    verdict is not a comparison with a number: n/a, no run to read)."""
+    verdict is not a comparison with a number: n/a, no run to read) and the replicate tests
+    it decided with as ``.tests``: (label, :class:`analyses.stats.ReplicateTest`) pairs, each
+    test with its power calculation (the index's table of replicates: the seeds each claim
+    would need)."""
 
     margin: Margin | None
+    tests: tuple
 
-    def __new__(cls, measured: str, verdict: Verdict, margin: Margin | None = None):
+    def __new__(cls, measured: str, verdict: Verdict, margin: Margin | None = None,
+                tests: Sequence = ()):
         if (margin is not None and verdict is not None and not isinstance(verdict, Undecided)
                 and (math.isnan(margin.value) or math.isnan(margin.threshold))):
             # NaN compares False with everything: it would read as "does not hold" (an infinite
@@ -131,6 +136,7 @@ class Reading(tuple):
                                 "diverged or measured nothing)")
         self = super().__new__(cls, (measured, verdict))
         self.margin = margin
+        self.tests = tuple(tests)
         return self
 
 

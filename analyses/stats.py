@@ -100,6 +100,11 @@ class ReplicateTest:
     needed: int
     floor: float = 0.0  # the smallest p the test can give with these replicates
     agree: str = ""  # how many agree with the claim's side, in words ("7/8 seeds")
+    # the power calculation from these replicates' spread: the side they point to ("for" the
+    # claim or "against" it) and the fewest replicates that decide that side at alpha with
+    # POWER (None: no side, or not within 1000); see :func:`sign_power_from`
+    power_side: str | None = None
+    power_n: int | None = None
 
     def __post_init__(self):
         if not self.agree:
@@ -123,10 +128,11 @@ class ReplicateTest:
             return False
         if not self.can_decide:
             return too_few(self)
+        power = f"; {self.power_text()}" if self.power_n else ""
         return Undecided(
             f"{EITHER_SIDE}: {self.agree} on the claim's side, "
             f"{self.method} p = {self.p:.2g} for it, {self.p_against:.2g} against it "
-            f"(α = {self.alpha.value:g})")
+            f"(α = {self.alpha.value:g}){power}")
 
     def text(self, source: bool = False) -> str:
         """"k/n seeds on the claim's side, METHOD p = … vs α = …" (with where α comes from
@@ -134,13 +140,31 @@ class ReplicateTest:
         return (f"{self.agree} on the claim's side, {self.method} p = {self.p:.2g} vs α = "
                 + (str(self.alpha) if source else f"{self.alpha.value:g}"))
 
+    def power_text(self) -> str:
+        """What the power calculation asks for, in words ('' where it has nothing to say)."""
+        if self.power_n is None:
+            return ""
+        side = "the claim" if self.power_side == "for" else "against the claim"
+        return (f"{self.power_n} {self.unit}s decide {side} with {100 * POWER:.0f} % power "
+                f"at this spread")
 
-def too_few(t: ReplicateTest) -> Undecided:
-    """"not decided — n seeds cannot decide at this level", with the number that could."""
+    def to_dict(self) -> dict:
+        """The test as the reproduce index records it (its ``replicates`` section)."""
+        return {"method": self.method, "unit": self.unit, "n": self.n, "k": self.k,
+                "p": self.p, "p_against": self.p_against, "alpha": self.alpha.value,
+                "alpha_source": self.alpha.source, "can_decide": self.can_decide,
+                "power": POWER, "power_side": self.power_side, "power_n": self.power_n}
+
+
+def too_few(t: ReplicateTest, where: str = "") -> Undecided:
+    """"not decided — n seeds cannot decide at this level", with the number that could and
+    what the power calculation asks for (``where``: the reader's own account of it, for a
+    claim of several tests, in place of this test's)."""
     who = f"{t.n} {t.unit}{'' if t.n == 1 else 's'}" + (" a group" if "pairs" in t.agree else "")
+    power = f" ({where})" if where else f"; {t.power_text()}" if t.power_n else ""
     return Undecided(f"{TOO_FEW}: {who} cannot decide at α = {t.alpha.value:g} "
                      f"({t.method}: even all agreeing gives p = {t.floor:.2g}); "
-                     f"at least {t.needed} could")
+                     f"at least {t.needed} could{power}")
 
 
 def sign_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_05,
@@ -159,8 +183,10 @@ def sign_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPH
         p = float(stats.binomtest(k, n, 0.5, alternative="greater").pvalue)
         p_against = float(stats.binomtest(k, n, 0.5, alternative="less").pvalue)
     need = seeds_to_reach(alpha.value)
+    side, power_n = sign_power_from(d, alpha.value)
     return ReplicateTest("exact one-sided sign test", unit, n, k, p, p_against, alpha, n >= need,
-                      need, 0.5 ** n, f"{k}/{n} {unit}s" + _nan_note(values, unit))
+                      need, 0.5 ** n, f"{k}/{n} {unit}s" + _nan_note(values, unit), side,
+                      power_n)
 
 
 def t_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_05,
@@ -290,6 +316,37 @@ def seeds_for_t_test(mean: float, sd: float, alpha: float = 0.05, power: float =
     if mean <= 0:
         return None
     return next((n for n in range(2, most + 1) if t_power(n, mean, sd, alpha) >= power), None)
+
+
+def sign_power_from(distances: np.ndarray, alpha: float,
+                    power: float = POWER) -> tuple[str | None, int | None]:
+    """The power calculation of a sign test from its replicates: ``distances`` (one per
+    replicate, > 0 on the claim's side; ± inf allowed) say which side they point to and how
+    often a new replicate lands there — from their mean and spread where every one is finite
+    (:func:`p_agree_of`), else from their count on that side, shrunk to 1/2 by one
+    half-replicate each way (a lower bound that never reads as certainty). Returns the side
+    ("for" / "against") and the fewest replicates that decide it with ``power`` at ``alpha``
+    (None, None with fewer than 2 replicates or no side)."""
+    d = distances[distances != 0]
+    if len(d) < 2:
+        return None, None
+    if np.all(np.isfinite(d)):
+        mean, sd = float(d.mean()), float(d.std(ddof=1))
+        if mean == 0:
+            return None, None
+        q = p_agree_of(abs(mean), sd)
+        side = "for" if mean > 0 else "against"
+    else:
+        k = int((d > 0).sum())
+        if 2 * k == len(d):
+            return None, None
+        side = "for" if 2 * k > len(d) else "against"
+        q = (max(k, len(d) - k) + 0.5) / (len(d) + 1)
+    if q <= 0.5:
+        return None, None
+    n = next((m for m in range(seeds_to_reach(alpha), 1001) if sign_power(m, q, alpha) >= power),
+             None)
+    return side, n
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:

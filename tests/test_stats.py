@@ -108,3 +108,35 @@ def test_gap_grows_decides_with_the_seeds_the_power_calculation_asks_for():
     need = stats.seeds_needed(measured, 0.0)
     assert need["sign"] >= 5 and need["t"] >= 2 and need["sign_against"] is None
     assert claim_gap_grows(medium([sum(measured) / 3] * need["sign"]))[1] is True
+
+
+def test_sign_test_carries_its_power_calculation():
+    """Each sign test says which side its replicates point to and how many replicates would
+    decide that side with 80 % power; a reader's "too few" verdict repeats it."""
+    up = stats.sign_test([0.4, 0.5, 0.45], 0.0)
+    assert (up.power_side, up.power_n) == ("for", 5)  # certain agreement: the test's floor
+    assert "5 seeds decide the claim with 80 % power" in stats.too_few(up).reason
+    noisy = stats.sign_test([0.3, -0.1, 0.2], 0.0)
+    assert noisy.power_side == "for" and noisy.power_n > 5
+    assert stats.sign_power(noisy.power_n, stats.p_agree_of(*stats.spread([0.3, -0.1, 0.2])),
+                            0.05) >= stats.POWER
+    down = stats.sign_test([-0.4, -0.5, -0.45], 0.0)
+    assert down.power_side == "against" and "against the claim" in down.power_text()
+    # a bound (a seed that never got there) has no spread: read from the count, never certain
+    bound = stats.sign_test([1.2, float("inf"), 2.0], 1.0)
+    assert bound.power_side == "for" and bound.power_n > 5
+    assert stats.sign_test([1.0], 0.0).power_n is None  # one replicate: no spread to read
+    assert stats.sign_test([1.0, -1.0], 0.0).power_n is None  # no side
+    assert up.to_dict()["power_n"] == 5 and up.to_dict()["unit"] == "seed"
+
+
+def test_seeded_readers_hand_their_tests_to_the_index():
+    """A seeded claim's Reading carries the (label, test) pairs it decided with."""
+    from analyses.copy_efficiency.claims import claim_gap_grows
+
+    d = {"level": "medium", "by_length": {str(L): {"ratio_to_reference": {"mamba": {
+        "ratio": 1.0, "per_seed": r, "min": min(r), "max": max(r), "all_reached": True}}}
+        for L, r in ((10, [2.0] * 3), (20, [2.1, 2.2, 2.3]))}}
+    r = claim_gap_grows(d)
+    (label, t), = r.tests
+    assert "mamba L=10→20" in label and t.n == 3 and t.power_n == 5

@@ -145,13 +145,14 @@ def _fewer_samples_medium(d: dict) -> Reading:
     low = min(seeds, default=None)
     m = None if low is None else Margin(f"smallest per-seed ratio ({low[1]} at L={low[2]})",
                                         low[0], ">", 1, "×")
+    run = [(f"{g} L={L}: ratio > 1", t) for g, L, t in tests]
     if failed or unlearnt or not all(t.holds for *_, t in tests):
         if failed or unlearnt:
-            return Reading(text, _combine(failed, unlearnt), m)
+            return Reading(text, _combine(failed, unlearnt), m, run)
         few = next((t for *_, t in tests if not t.can_decide), None)
         return Reading(text, stats.too_few(few) if few else next(
-            t for *_, t in tests if not t.holds).verdict(against=False), m)
-    return Reading(text, True, m)
+            t for *_, t in tests if not t.holds).verdict(against=False), m, run)
+    return Reading(text, True, m, run)
 
 
 def _not_matched_text(d: dict) -> str:
@@ -232,15 +233,13 @@ def claim_gap_grows(d: dict) -> Reading | None:
         change = [pb[s] - pa[s] for s in both]
         t = stats.sign_test(change, 0.0, GAP_ALPHA)
         ci = stats.t_interval(change)
-        mean, sd = stats.spread(change)
-        need = stats.seeds_for_sign_test(mean, sd, GAP_ALPHA.value) if mean > 0 else None
+        mean, _ = stats.spread(change)
         found.append((f"{g} L={a}→{b}", t, Margin(
             f"{g} L={a}→{b}: mean change of its ratio", mean, ">", 0, "×",
-            interval=ci.bounds), a, g, need))
+            interval=ci.bounds), a, g))
         parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
                      f"{fmean(pb[s] for s in both):.1f}×, change {mean:+.2f}, {ci}; "
-                     f"{t.text()}" + (f"; {need} seeds for 80 % power at this spread"
-                                      if need else ""))
+                     f"{t.text()}" + (f"; {t.power_text()}" if t.power_n else ""))
     if len(lengths) < 2:
         return Reading(_not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d),
                        None)
@@ -254,25 +253,26 @@ def claim_gap_grows(d: dict) -> Reading | None:
     text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
             f"change of the ratio (the seed is the unit; α = {GAP_ALPHA}): " + "; ".join(parts)
             + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
-    down = [lab for lab, t, _, a, g, _n in found if t.can_decide
+    tests = [(f"{lab}: change > 0", t) for lab, t, *_ in found]
+    down = [lab for lab, t, _, a, g in found if t.can_decide
             and t.p_against < against.value and gap_is_clear(g, a)]
-    short = [lab for lab, t, _, a, g, _n in found if t.can_decide
+    short = [lab for lab, t, _, a, g in found if t.can_decide
              and t.p_against < against.value and not gap_is_clear(g, a)]
     if down:
-        return Reading(text, False, m)
+        return Reading(text, False, m, tests)
     if short:
         return Reading(text, Undecided.regime(
             f"the ratio falls ({', '.join(short)}) only where the paper's own trend predicts a "
-            f"gap of at most {CLEAR_GAP:g}×"), m)
-    if found and not thin and all(t.holds for _, t, *_ in found):
-        return Reading(text, True, m)
-    few = [(lab, t, n) for lab, t, _, _, _, n in found if not t.can_decide]
+            f"gap of at most {CLEAR_GAP:g}×"), m, tests)
+    if found and not thin and all(t.holds for _, t in tests):
+        return Reading(text, True, m, tests)
+    few = [(lab, t) for lab, t, *_ in found if not t.can_decide]
     if few:
-        lab, t, _ = few[0]
-        where = "; ".join(lb + (f": {n} seeds for 80 % power at the measured spread" if n
-                                else "") for lb, _, n in few)
-        return Reading(text, Undecided(f"{stats.too_few(t).reason} ({where})"), m)
-    either = [lab for lab, t, *_ in found if not t.holds]
+        where = "; ".join(lb + (f": {t.power_text()}" if t.power_n else "") for lb, t in few)
+        return Reading(text, stats.too_few(few[0][1], where), m, tests)
+    either = [lab + (f": {t.power_text()}" if t.power_n else "")
+              for lab, t, *_ in found if not t.holds]
     return Reading(text, Undecided(
         "; ".join(([f"{stats.EITHER_SIDE} ({', '.join(either)})"] if either else [])
-                  + ([f"one seed pairing, no test ({', '.join(thin)})"] if thin else []))), m)
+                  + ([f"one seed pairing, no test ({', '.join(thin)})"] if thin else []))), m,
+        tests)

@@ -101,13 +101,13 @@ def seeded(d: dict, values: list[float], threshold: float, relation: str, quanti
     claim's side, does not hold where it finds them on the other (not decided short of Table
     7's steps, :func:`in_regime`), else not decided (too few seeds to reach the level, with
     how many could, or the seeds fit either side). Returns (test text, verdict, margin: the
-    seeds' mean with its Student-t interval)."""
+    seeds' mean with its Student-t interval, the test as Reading.tests takes it)."""
     t = stats.sign_test(values, threshold, SEED_ALPHA, relation)
     ci = stats.t_interval(values)
     m = Margin(f"{quantity}, mean over seeds", float(np.mean(values)), relation, threshold,
                unit, interval=ci.bounds)
     v = True if t.holds else in_regime(d, False) if t.fails else t.verdict(against=False)
-    return f"{t.text(source=True)}; {ci}", v, m
+    return f"{t.text(source=True)}; {ci}", v, m, [(m.quantity, t)]
 
 
 def not_matched_text(d: dict) -> str:
@@ -141,10 +141,10 @@ def claim_shrinks(d: dict) -> Reading:
                    by_t[ts[0]]["mean"])
         return Reading(text, in_regime(d, m.holds), m)
     first, last = by_t[ts[0]]["seeds"], by_t[ts[-1]]["seeds"]
-    tt, v, m = seeded(d, [b / a if a else float("inf") for a, b in zip(first, last,
+    tt, v, m, run = seeded(d, [b / a if a else float("inf") for a, b in zip(first, last,
                                                                        strict=True)],
                       1.0, "<", f"deviation t={ts[-1]} / t={ts[0]}")
-    return Reading(text + f" ({_over(len(first))}{setting_text(d)}); {tt}", v, m)
+    return Reading(text + f" ({_over(len(first))}{setting_text(d)}); {tt}", v, m, run)
 
 
 def claim_in_range(d: dict) -> Reading | None:
@@ -162,8 +162,8 @@ def claim_in_range(d: dict) -> Reading | None:
         f"t={t}: {_fmt(by_t[t])} (floor {by_t[t]['restricted_vs_add_beta']:.3f})" for t in ts)
         + f" ({_n_seeds(d)}; small: < {SMALL})")
     worst = [max(v) for v in zip(*(by_t[t]["seeds"] for t in ts), strict=True)]  # per seed
-    tt, v, m = seeded(d, worst, SMALL, "<", f"largest in-range deviation at t >= {T_LEARNT}")
-    return Reading(f"{text}; {tt}", v, m)
+    tt, v, m, run = seeded(d, worst, SMALL, "<", f"largest in-range deviation at t >= {T_LEARNT}")
+    return Reading(f"{text}; {tt}", v, m, run)
 
 
 def claim_to_zero(d: dict) -> Reading | None:
@@ -181,8 +181,8 @@ def claim_to_zero(d: dict) -> Reading | None:
     th = (stats.Threshold(sum(TABLE2[int(t)]), f"Table 2 at t = {t}: {TABLE2[int(t)][0]} ± "
                           f"{TABLE2[int(t)][1]}, its upper end") if int(t) in TABLE2
           else stats.Threshold(SMALL, "the suite's 'small' (Table 2 has no such t)"))
-    tt, v, m = seeded(d, by_t[t]["seeds"], th.value, "<", f"held-out deviation at t={t}")
-    return Reading(f"{text}; vs {th}: {tt}", v, m)
+    tt, v, m, run = seeded(d, by_t[t]["seeds"], th.value, "<", f"held-out deviation at t={t}")
+    return Reading(f"{text}; vs {th}: {tt}", v, m, run)
 
 
 def claim_restricted(d: dict) -> Reading | None:
@@ -249,11 +249,8 @@ def _per_state_claim(d: dict, which: str) -> Reading | None:
             f"(seed {d['per_state']['seed']}), per state by its visits: " + text)
     if t is None:
         return Reading(text, Undecided.regime("the state is visited once: nothing to read"))
-    if t.holds:
-        return Reading(text, True, m)
-    if t.fails:
-        return Reading(text, in_regime(d, False), m)
-    return Reading(text, t.verdict(against=False), m)
+    v = True if t.holds else in_regime(d, False) if t.fails else t.verdict(against=False)
+    return Reading(text, v, m, [(m.quantity, t)])
 
 
 def claim_per_state_in(d: dict) -> Reading | None:
@@ -285,12 +282,13 @@ def claim_finding(d: dict) -> Reading | None:
             f"{by_t[last]['mean']:.3f}")
     if t_in is None or t_out is None:
         return Reading(text, Undecided.regime("a state is visited once: nothing to read"))
+    tests = [("in-range state below Table 2", t_in), ("held-out state below Table 2", t_out)]
     if t_in.holds and t_out.fails:
-        return Reading(text, True, m_in)
+        return Reading(text, True, m_in, tests)
     if t_in.fails or t_out.holds:
-        return Reading(text, in_regime(d, False), m_in)
+        return Reading(text, in_regime(d, False), m_in, tests)
     short = next(t for t in (t_in, t_out) if not (t.holds or t.fails))
-    return Reading(text, short.verdict(against=False), m_in)
+    return Reading(text, short.verdict(against=False), m_in, tests)
 
 
 def claim_fixed_sequence(d: dict) -> Reading:
@@ -318,10 +316,10 @@ def claim_fixed_sequence(d: dict) -> Reading:
                 f"{TABLE7_STEPS:,} steps: whether it falls moves with the seed"), m)
         return Reading(text, in_regime(d, m.holds), m)
     first, last = fx["by_t"][ts[0]]["seeds"], fx["by_t"][ts[-1]]["seeds"]
-    tt, v, m = seeded(d, [b / a if a else float("inf") for a, b in zip(first, last,
+    tt, v, m, run = seeded(d, [b / a if a else float("inf") for a, b in zip(first, last,
                                                                        strict=True)],
                       1.0, "<", f"deviation t={ts[-1]} / t={ts[0]}")
-    return Reading(text + f" ({_over(len(first))}); {tt}", v, m)
+    return Reading(text + f" ({_over(len(first))}); {tt}", v, m, run)
 
 
 def claim_loss_converges(d: dict) -> Reading | None:
@@ -339,6 +337,6 @@ def claim_loss_converges(d: dict) -> Reading | None:
             f"{_fmt(h, 4)}, in-range {_fmt(i, 4)}; the training prior's Bayes predictor "
             "on held-out chains "
             f"{rg:.4f} ({_n_seeds(d)}; converged: < {LOSS_SMALL})")
-    tt, v, m = seeded(d, h["seeds"], LOSS_SMALL, "<", "held-out loss gap to add-β",
+    tt, v, m, run = seeded(d, h["seeds"], LOSS_SMALL, "<", "held-out loss gap to add-β",
                       "nats/token")
-    return Reading(f"{text}; {tt}", v, m)
+    return Reading(f"{text}; {tt}", v, m, run)

@@ -88,17 +88,19 @@ def claim_recall(d: dict) -> Reading:
             + f" (α = {alpha})")
     i = max(range(len(rows)), key=lambda j: margins[j].distance)  # the row closest to it
     m = margins[i]
+    run = [(f"trained at {r['train_length']}: above the seen-lags bound", t)
+           for r, t in zip(rows, tests, strict=True)]
     if any(t.holds for t in tests):
         return Reading(text, True, next(g for g, t in zip(margins, tests, strict=True)
-                                        if t.holds))
+                                        if t.holds), run)
     if "lengths" in d and all(r["train_length"] in d["lengths"] for r in rows):
         at_train = [max(_at_train_length(d, r)) for r in rows]
         if max(at_train) < GENERALISES:
             return Reading(text, Undecided.not_learnt(
                 f"no STU seed reaches {GENERALISES} at its own training length (best "
-                f"{max(at_train):.2f})"), m)
+                f"{max(at_train):.2f})"), m, run)
     if not tests[i].can_decide and tests[i].k == tests[i].n:
-        return Reading(text, stats.too_few(tests[i]), m)  # every seed above, too few of them
+        return Reading(text, stats.too_few(tests[i]), m, run)  # every seed above, too few of them
     if d.get("preset") not in SEEDED:
         seeds = max(r.get("n_models", len(r["acc_per_model"])) for r in rows)
         return Reading(text, Undecided.regime(
@@ -106,8 +108,8 @@ def claim_recall(d: dict) -> Reading:
             "recalls to T only occasionally, which the medium level's converged seeds decide"),
             m)
     if all(t.fails for t in tests):
-        return Reading(text, False, m)
-    return Reading(text, tests[i].verdict(against=False), m)
+        return Reading(text, False, m, run)
+    return Reading(text, tests[i].verdict(against=False), m, run)
 
 
 def _medium_rows(d: dict, arch: str) -> dict[int, dict] | None:
@@ -263,13 +265,15 @@ def claim_vs_baselines(d: dict) -> Reading | None:
                      "that the STU's seeds lie below)")
     text = f"median accuracy at {d['lengths'][-1]} over seeds: " + "; ".join(parts)
     m = min(gaps, key=lambda g: g.distance)
+    run = [(f"trained at {L}: STU above {a}", t) for (L, _, a, _), t in zip(pairs, tests,
+                                                                            strict=True)]
     if any(t.fails for t in tests):
-        return Reading(text, False, m)
+        return Reading(text, False, m, run)
     if all(g.holds for g in gaps):
-        return Reading(text, True, m)
+        return Reading(text, True, m, run)
     worst = tests[gaps.index(m)]
     return Reading(text, worst.verdict(against=False) if worst.can_decide
-                   else stats.too_few(worst), m)
+                   else stats.too_few(worst), m, run)
 
 
 def _shorter(r: dict) -> tuple[list[float], list[float]]:

@@ -19,7 +19,7 @@ EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a tool its reader closed
 
-LEVELS = ("quick", "medium", "large", "paper")  # smallest first; models.train.levels has their rows
+LEVELS = ("quick", "medium", "large", "paper")  # smallest first; each paper's rows: analyses/zoo
 
 
 class OneLineParser(argparse.ArgumentParser):

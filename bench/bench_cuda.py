@@ -35,7 +35,7 @@ from models.train.runconfig import RunConfig
 from seqprobe import flags
 
 # The paper copy models by the name the bench reports them under: the zoo's paper recipes (the
-# Mamba-2 one is sized as the paper Mamba: models.train.levels says why).
+# Mamba-2 one is sized as the paper Mamba: analyses.zoo.copy says why).
 COPY_RECIPES = {"transformer_nope": "copy/nope", "transformer_alibi": "copy/alibi",
                 "transformer_hard_alibi": "copy/hard_alibi", "transformer_rope": "copy/rope",
                 "mamba": "copy/mamba", "mamba2": "copy/mamba2", "lstm": "copy/lstm"}

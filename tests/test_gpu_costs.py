@@ -131,5 +131,5 @@ def test_list_estimates_a_gpu_plan_on_a_cpu_machine(level, only, measured, tmp_p
                            "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "GPU estimate: training jobs on one NVIDIA H100" in out
-    assert "estimated" in out and "FLOPs projection" in out
+    assert "estimated" in out and "their FLOPs, projected" in out
     assert ("CUDA step-cost table (step times measured on a GPU)" in out) == measured

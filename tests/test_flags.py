@@ -49,7 +49,7 @@ BAD = {  # CLI module -> bad flags, each refused on its own
                                ["--lengths", "0"]],
     "analyses.reproduce.cli": [["--timeout", "nan"], ["--timeout", "-1"], ["--jobs", "0"]],
     "analyses.zoo": [["--jobs", "0"]],
-    "analyses.memorization": [
+    "analyses.memorization.cli": [
         ["--widths", "0,4"], ["--fractions", "0"], ["--fractions", "1.5"], ["--steps", "0"],
         ["--threshold", "nan"], ["--seeds", "0"], ["--n-examples", HUGE], ["--jobs", "0"]],
 }

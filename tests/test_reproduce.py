@@ -19,6 +19,7 @@ from analyses.reproduce import plan as reproduce_plan
 from analyses.reproduce import runner as reproduce_runner
 from analyses.reproduce.index import Outcome, scale_text, write_index
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
+from analyses.reproduce.pool import forkable
 from analyses.reproduce.runner import run_jobs
 from seqprobe.errors import InputError
 
@@ -27,7 +28,10 @@ def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
     assert len(PLAN) == len(set(PLAN))
     for n in PLAN:
         mod = importlib.import_module(f"analyses.{n}")
-        assert callable(mod.main) and isinstance(mod.FIGURE, Figure) and mod.FIGURE.claims
+        # its command: the module's main, or its cli module's (a package keeps its command
+        # line out of its __init__); the pool forks the same one
+        assert forkable([sys.executable, "-m", f"analyses.{n}"]) is not None, n
+        assert isinstance(mod.FIGURE, Figure) and mod.FIGURE.claims
         for preset in mod.FIGURE.presets:
             for r in mod.FIGURE.recipes(preset):
                 zoo.recipe(r).parts(preset)  # raises for an unknown recipe or preset

@@ -28,8 +28,8 @@ import torch
 
 import models
 from bench.common import _peak_memory_here, in_fresh_process, write_results
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import tensor_digest
+from models.checkpoint.layout import tensor_digest
+from models.checkpoint.write import save_checkpoint
 from seqprobe.errors import CheckpointError
 
 MB = 2**20

@@ -30,7 +30,7 @@ The model object (what a researcher holds in IPython):
   (:class:`Provenance`: source file, training record, history). Issue 28's ``RunConfig{model,
   task, train}`` is these three configs until that class exists.
 * ``model.save(path)``: the one checkpoint format, written atomically
-  (:func:`models.checkpoint.save_checkpoint`), which ``models.load`` reads back.
+  (:func:`models.checkpoint.write.save_checkpoint`), which ``models.load`` reads back.
 
 TransformerLens' own tools (``transformer_lens.patching``, ``transformer_lens.head_detector``)
 take a suite model as they take a ``HookedTransformer``. What they read of it:
@@ -64,8 +64,8 @@ from torch import Tensor
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.utilities import get_act_name
 
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import FORMAT, make_checkpoint
+from models.checkpoint.layout import FORMAT, make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.contract import ModelContract
 from models.outputs import check_return_type, log_probs, next_token_loss
 from models.provenance import Provenance

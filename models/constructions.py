@@ -50,8 +50,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
 from seqprobe.config import check

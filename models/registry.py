@@ -16,7 +16,7 @@ from seqprobe.errors import InputError
 ARCHS: Mapping[str, str] = Discovered(
     ("models", "models.ssm"), lambda: importlib.import_module("models.base").SuiteModel, "arch",
     skip=("registry", "base", "layers", "outputs", "text", "generation", "loading",
-          "constructions", "memory"))
+          "constructions", "memory", "tokenizer"))
 
 # The arch names models.hf gives HuggingFace causal LMs booted through TransformerBridge:
 # attention, Mamba, Mamba-2, hybrid. Never a suite arch name, so an analysis that reads a suite

@@ -244,14 +244,14 @@ class TLSurface:
     @property
     def tokenizer(self):
         """A ``transformers.PreTrainedTokenizerFast`` of the task vocabulary, the one an HF
-        export ships (:func:`models.hf.export_tokenizer.hf_tokenizer`: our ids, ``<BOS>`` put in
+        export ships (:func:`models.tokenizer.hf_tokenizer`: our ids, ``<BOS>`` put in
         front as the tasks' sequences start). Built on first use and kept."""
         vocab = self.task_vocab
         cached = self.__dict__.get("_tl_tokenizer")
         if cached is None or cached[0] is not vocab:
             # deferred: transformers takes seconds to import, and only a model asked for its
             # tokenizer needs it
-            from models.hf.export_tokenizer import hf_tokenizer
+            from models.tokenizer import hf_tokenizer
 
             cached = (vocab, hf_tokenizer(vocab, self.cfg.vocab_size))
             self.__dict__["_tl_tokenizer"] = cached

@@ -18,8 +18,7 @@ import torch
 
 from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
-from tasks.base import IGNORE, PromptBatch, Vocab
-from tasks.registry import LetterTask
+from tasks.base import IGNORE, LetterTask, PromptBatch, Vocab
 
 COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
 

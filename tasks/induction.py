@@ -22,8 +22,7 @@ import torch
 
 from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_HORIZON, bound
-from tasks.base import IGNORE, Batch, PromptBatch
-from tasks.registry import LetterTask
+from tasks.base import IGNORE, Batch, LetterTask, PromptBatch
 
 SPECIALS = ("BLANK", "FLAG")
 MIN_LENGTH = 3  # flag, recalled token, query

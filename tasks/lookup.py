@@ -18,9 +18,8 @@ import torch
 
 from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
-from tasks.base import IGNORE, PromptBatch
+from tasks.base import IGNORE, LetterTask, PromptBatch
 from tasks.copy import COPY_SPECIALS
-from tasks.registry import LetterTask
 
 MAX_TRIES = 1000
 

@@ -37,8 +37,7 @@ from torch import Tensor
 from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_ORDER, MAX_SCALE, bound
 from tasks.add_beta import add_beta_probs, switching_probs, window_index
-from tasks.base import Batch, Vocab
-from tasks.registry import Task
+from tasks.base import Batch, Task, Vocab
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,7 @@ from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, bound
-from tasks.base import IGNORE, Batch, Vocab, letters, make_generator
-from tasks.registry import Task
+from tasks.base import IGNORE, Batch, Task, Vocab, letters, make_generator
 
 DATA_SOURCES = ("synthetic", "conll", "mnli")
 LEVELS = ("token", "sequence")

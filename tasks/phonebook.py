@@ -20,9 +20,8 @@ import torch
 
 from seqprobe.config import check
 from seqprobe.flags import MAX_ENTRIES, bound
-from tasks.base import IGNORE, PromptBatch, Vocab
+from tasks.base import IGNORE, PromptBatch, Task, Vocab
 from tasks.copy import COPY_SPECIALS
-from tasks.registry import Task
 
 CHARS = tuple("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 :-\n")
 NUMBER_LEN = 12  # "609-323-7777"

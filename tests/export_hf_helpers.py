@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from seqprobe.config import config_to_dict
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from analyses import zoo
-from models.checkpoint.io import read_checkpoint, save_checkpoint
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.train.cache import cache_path, entry_state
 from models.train.runconfig import RunConfig
 from seqprobe import paths

@@ -22,7 +22,8 @@ import torch
 
 import models
 from analyses.common import load_model
-from models.checkpoint.io import read_checkpoint, save_checkpoint
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.write import save_checkpoint
 from seqprobe import atomic
 from seqprobe.errors import CheckpointError, InputError
 from tests.tiny import good_checkpoint
@@ -257,7 +258,7 @@ def test_save_to_unusable_paths_is_one_line(tmp_path):
 CHILD_SEAM = textwrap.dedent("""
     import os, signal, sys, torch
     sys.path.insert(0, {root!r})
-    from models.checkpoint import io as ck
+    from models.checkpoint import write as ck
     from seqprobe import atomic
 
     def ckpt(step):
@@ -277,7 +278,7 @@ CHILD_SEAM = textwrap.dedent("""
 CHILD_LOOP = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {root!r})
-    from models.checkpoint import io as ck
+    from models.checkpoint import write as ck
 
     big = torch.zeros(1_000_000)  # ~4 MB: a save takes a while
     for step in range(1, 100_000):

@@ -16,8 +16,8 @@ from analyses import (
     ngram_lookup,
     zoo,
 )
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import FORMAT
+from models.checkpoint.layout import FORMAT
+from models.checkpoint.write import save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.registry import build_model
 from models.transformer import HookedTransformerLM, TransformerConfig

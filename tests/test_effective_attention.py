@@ -9,8 +9,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import Mamba2Config, Mamba2ForCausalLM, PreTrainedTokenizerFast
 
 from models import load
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import FORMAT
+from models.checkpoint.layout import FORMAT
+from models.checkpoint.write import save_checkpoint
 from probes import bridge_attention as ba
 from probes import effective_attention as ea
 from seqprobe.errors import InputError

@@ -20,7 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from models.hf import export as export_hf
 from models.hf import export_hooks, export_map
 from models.hf.export import export, main
-from models.hf.export_tokenizer import hf_tokenizer
+from models.tokenizer import hf_tokenizer
 from seqprobe.config import config_to_dict
 from tasks.registry import make_task
 from tests.export_hf_helpers import copy_task_config, leftovers, write_checkpoint

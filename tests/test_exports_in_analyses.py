@@ -16,8 +16,8 @@ import torch
 
 import models
 from analyses.zoo.levels import make_run_config
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.hf import export as export_hf
 from models.registry import HF_ARCHS
 from tests.tiny import TINY_RUN

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from analyses.zoo.levels import make_run_config
-from models.checkpoint.io import save_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.registry import build_model
 from models.train import cache
 from models.train.cli import build_parser, parse_value

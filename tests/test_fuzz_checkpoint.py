@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 import models
 from analyses.zoo.levels import make_run_config
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import tensor_digest
+from models.checkpoint.layout import tensor_digest
+from models.checkpoint.write import save_checkpoint
 from models.train.loop import train
 from seqprobe.errors import CheckpointError
 

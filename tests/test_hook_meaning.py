@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import models
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.hf import export as export_hf
 from seqprobe.config import config_to_dict
 

@@ -13,8 +13,8 @@ import torch
 
 import models
 from analyses import ngram_heads, zoo
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.hf import export as export_hf
 from models.hf.export import export
 from models.loading import interrupted_swap, load

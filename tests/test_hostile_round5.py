@@ -150,7 +150,7 @@ def test_a_checkpoint_whose_task_does_not_fit_its_model_is_refused(tmp_path, D):
     """A 30-token model recording a copy task of D symbols + specials > 30: an IndexError
     traceback (or scores of garbage) before; one line now."""
     import models
-    from models.checkpoint.io import save_checkpoint
+    from models.checkpoint.write import save_checkpoint
     from seqprobe.errors import CheckpointError
     from tests.tiny import good_checkpoint
 
@@ -167,7 +167,7 @@ def test_a_checkpoint_whose_task_does_not_fit_its_model_is_refused(tmp_path, D):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A tiny transformer checkpoint exported to HF (GPT-NeoX): its directory."""
-    from models.checkpoint.io import save_checkpoint
+    from models.checkpoint.write import save_checkpoint
     from models.hf import export as export_hf
     from tests.tiny import good_checkpoint
 

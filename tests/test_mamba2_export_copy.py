@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM
 
 import models
 from analyses import zoo
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.hf import export as export_hf
 from models.hf.export_hooks import BAMBA
 from models.hf.export_map import hf_class, refusal

@@ -25,7 +25,7 @@ from analyses.markov_holdout.claims import (
     claim_to_zero,
     setting_text,
 )
-from models.checkpoint.io import save_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.constructions import mambazero_add_beta, mambazero_checkpoint
 from models.ssm.mamba2 import MARKOV_PAPER_MODEL
 from probes import markov as probes_markov

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import models
-from models.checkpoint.io import save_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.memory import (
     EVAL_ROWS,
     check_evaluation_fits,

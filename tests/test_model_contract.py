@@ -12,7 +12,7 @@ import torch
 
 import models
 from analyses.zoo.levels import make_run_config
-from models.checkpoint.io import save_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.layers import RMSNorm
 from models.registry import ARCHS, build_model, model_class
 from models.ssm.ssd import ssd_chunked
@@ -53,8 +53,17 @@ DESIGN_NAMES = {
     "lstm": {"hook_resid_pre", "hook_h", "hook_c"},
     "stu": {"hook_resid_pre", "stu.hook_features", "stu.hook_out"},
 }
-FAMILY = {"transformer": "transformer", "mamba": "ssm", "mamba2": "ssm", "mambazero": "ssm",
-          "lstm": "lstm", "stu": "stu"}
+
+
+def family(arch: str) -> str:
+    """The DESIGN.md family of ``arch``, from where its class lives (models/ssm/ holds the
+    SSMs; any other module is its own family): no list of architectures to keep."""
+    module = model_class(arch).__module__
+    return "ssm" if module.startswith("models.ssm.") else module.rsplit(".", 1)[-1]
+
+
+def test_every_design_family_is_an_architecture_s():
+    assert set(DESIGN_NAMES) <= {family(a) for a in ARCHS}  # a renamed module shows here
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
@@ -62,7 +71,9 @@ def test_each_class_declares_design_hooks(arch, tiny_config):
     cfg = build_model(arch, tiny_config(arch)).cfg
     declared = model_class(arch).hook_shapes(cfg, B, T)
     layer = {n.split(".", 2)[2] for n in declared if n.startswith("blocks.0.")}
-    assert DESIGN_NAMES[FAMILY[arch]] <= layer, DESIGN_NAMES[FAMILY[arch]] - layer
+    # a family DESIGN.md does not name yet (a new architecture) declares its own hooks
+    names = DESIGN_NAMES.get(family(arch), {"hook_resid_pre"})
+    assert names <= layer, names - layer
     assert {"hook_embed", "ln_final.hook_normalized"} <= set(declared)
 
 

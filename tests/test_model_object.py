@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import models
-from models.checkpoint.io import read_checkpoint, save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.hf.checks import HFError
 from models.hf.export import export
 from models.outputs import log_probs

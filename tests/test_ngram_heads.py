@@ -14,8 +14,8 @@ from analyses import ngram_heads
 from analyses.claims import Undecided
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from models import load
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import FORMAT
+from models.checkpoint.layout import FORMAT
+from models.checkpoint.write import save_checkpoint
 from models.constructions import build_hash_copy_transformer, save_hash_copy
 from models.hf.export import export
 from models.registry import build_model

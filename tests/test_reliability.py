@@ -29,8 +29,9 @@ import models.train.loop as L
 import models.train.writer as W
 from analyses.common import load_model
 from analyses.zoo.levels import make_run_config
-from models.checkpoint.io import exclusive_writer, read_checkpoint, save_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.checkpoint.paths import check_writable
+from models.checkpoint.write import exclusive_writer, save_checkpoint
 from models.train.cli import main
 from models.train.loop import train
 from seqprobe import atomic
@@ -293,7 +294,7 @@ def test_a_path_over_path_max_is_one_line(tmp_path, capsys):
 CHILD_KILLED_MID_SAVE = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from models.checkpoint import io as ck
+    from models.checkpoint import write as ck
     from seqprobe import atomic
     from tests.tiny import TINY_RUN_FLAGS, good_checkpoint
 

@@ -22,8 +22,9 @@ from analyses.common import load_model
 from analyses.zoo.levels import make_run_config
 from models.base import SuiteModel
 from models.checkpoint import rebuild, untrusted
-from models.checkpoint.io import read_checkpoint, save_checkpoint
-from models.checkpoint.schema import tensor_digest
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.layout import tensor_digest
+from models.checkpoint.write import save_checkpoint
 from models.train.loop import train
 from seqprobe import flags
 from seqprobe.errors import CheckpointError, InputError

@@ -18,8 +18,8 @@ from transformers import AutoTokenizer
 
 import models
 from models.base import ActivationNotFound
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import make_checkpoint
+from models.checkpoint.layout import make_checkpoint
+from models.checkpoint.write import save_checkpoint
 from models.constructions import build_hash_copy_transformer
 from models.generation import greedy_decode
 from models.hf import export as export_hf

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import models.train.cli as C
-from models.checkpoint.io import save_checkpoint
-from models.checkpoint.schema import tensor_digest
+from models.checkpoint.layout import tensor_digest
+from models.checkpoint.write import save_checkpoint
 from models.train.cli import main
 from tests.tiny import TINY_RUN_FLAGS
 

@@ -47,8 +47,8 @@ def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
     ``zoo.path`` / ``models.load("zoo:NAME")`` serve, without training it. For doctests whose
     shown outputs depend on the configs only. Returns its path."""
     from analyses import zoo
-    from models.checkpoint.io import save_checkpoint
-    from models.checkpoint.schema import make_checkpoint
+    from models.checkpoint.layout import make_checkpoint
+    from models.checkpoint.write import save_checkpoint
     from models.train.cache import cache_path
     from seqprobe.config import config_to_dict
     from seqprobe.device import resolve_device

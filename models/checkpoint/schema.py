@@ -1,23 +1,31 @@
-"""The checkpoint layout (DESIGN.md), the one place a payload is assembled, its digests, and
-its validation.
+"""Validation of a loaded payload against the checkpoint layout (:mod:`models.checkpoint.layout`)
+and the registries of architectures and tasks, and the translation of older formats.
 
-A *payload* is the dict a checkpoint file holds: ``{"format": 1, "model": {"arch", "config"},
-"task": {"name", "config"}, "train": {config, seed, step, samples_seen, rng}, "state_dict",
-"optimizer" (optional), "history": [metrics], "digest", "resume_digest", "record_digest"}``
-(the weights; the RNG and optimizer state; the rest of the record). Validation checks a
-loaded payload without building its model; a layout that changes bumps :data:`FORMAT` and adds
-a one-time translation of the old one to :data:`UPGRADES`, so files already written still load.
+Validation checks a loaded payload without building its model; a layout that changes bumps
+:data:`~models.checkpoint.layout.FORMAT` and adds a one-time translation of the old one to
+:data:`UPGRADES`, so files already written still load. The layout and digests are re-exported
+here, where callers have imported them from.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from models.checkpoint.layout import (
+    FORMAT,
+    RECORD_EXCLUDED,
+    REQUIRED,
+    check_complete,
+    make_checkpoint,
+    record_digest,
+    resume_digest,
+    tensor_digest,
+    with_digests,
+)
 from models.checkpoint.untrusted import (
     check_task_bounds,
     check_tensor_storage,
@@ -31,111 +39,16 @@ from seqprobe.config import config_from_dict
 from seqprobe.errors import CheckpointError, InputError
 from tasks.registry import TASKS, task_class
 
-FORMAT = 1
-REQUIRED = ("format", "model", "task", "train", "state_dict", "history")
+__all__ = ["FORMAT", "RECORD_EXCLUDED", "REQUIRED", "TENSOR_DTYPES", "UPGRADES",
+           "check_complete", "make_checkpoint", "record_digest", "resume_digest",
+           "tensor_digest", "validate_checkpoint", "with_digests"]
+
 # tensors a checkpoint may hold (what torch.save writes for these models, and plain data)
 TENSOR_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
                  torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}
 # UPGRADES[n] turns a format-n payload into format n + 1. Empty: every file written so far is
 # format 1.
 UPGRADES: dict[int, Callable[[dict], dict]] = {}
-
-
-def make_checkpoint(arch: str, model_config: dict[str, Any], task: str,
-                    task_config: dict[str, Any], train: dict[str, Any],
-                    state_dict: dict[str, torch.Tensor], history: list | None = None,
-                    optimizer: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The one place a payload is assembled (DESIGN's layout): a trained run's and a hand-set
-    construction's alike. Tensors are detached and on the CPU (not cloned: a CPU model's
-    weights are shared, so save the payload before the next optimiser step)."""
-    payload = {
-        "format": FORMAT,
-        "model": {"arch": arch, "config": dict(model_config)},
-        "task": {"name": task, "config": dict(task_config)},
-        "train": dict(train),
-        "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
-        "history": list(history or []),
-    }
-    if optimizer is not None:
-        payload["optimizer"] = optimizer
-    return payload
-
-
-def tensor_digest(state_dict: dict[str, torch.Tensor]) -> str:
-    """``sha256:…`` over every tensor of a state dict: name, dtype, shape and bytes, in name
-    order. Stored in the payload (``digest``) and checked on load: the zip archive's CRCs
-    are not verified by ``torch.load``, so flipped bytes inside the weights would load."""
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        t = state_dict[name].detach()
-        t = t.cpu().contiguous() if t.device.type != "cpu" else t.contiguous()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-    return f"sha256:{h.hexdigest()}"
-
-
-def _feed(h, where: str, obj: Any) -> None:
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"{where}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
-    elif isinstance(obj, dict):
-        for k in sorted(obj, key=str):
-            _feed(h, f"{where}/{k}", obj[k])
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _feed(h, f"{where}/{i}", v)
-    else:
-        h.update(f"{where}={obj!r}\0".encode())
-
-
-def resume_digest(payload: dict[str, Any]) -> str:
-    """``sha256:…`` over what a resumed run restores besides the weights: the RNG states
-    (``train.rng``) and the optimizer state. Stored as ``resume_digest`` and checked before a
-    resume, so a flipped bit there is refused instead of silently changing the run."""
-    h = hashlib.sha256()
-    _feed(h, "rng", payload["train"].get("rng"))
-    _feed(h, "optimizer", payload.get("optimizer"))
-    return f"sha256:{h.hexdigest()}"
-
-
-# what record_digest leaves to the other two digests (weights; optimizer and, in "train", RNG)
-RECORD_EXCLUDED = frozenset({"state_dict", "optimizer", "digest", "resume_digest",
-                             "record_digest"})
-
-
-def record_digest(payload: dict[str, Any]) -> str:
-    """``sha256:…`` over the whole record besides the weights and the optimizer state: format,
-    model (arch and config), task (name and config), train (config, seed, step, …; its RNG
-    state is :func:`resume_digest`'s, checked when a run resumes),
-    history and any other entry. Stored as ``record_digest`` and checked on load, so a config
-    edited after training (a task's β 1 → 1000) is refused instead of run and recorded as if
-    trained so. A file written before it has none: its ``digest`` covers the weights only."""
-    h = hashlib.sha256()
-    for key in sorted(payload, key=str):
-        if key not in RECORD_EXCLUDED:
-            value = payload[key]
-            if key == "train" and isinstance(value, dict):  # its RNG: resume_digest's
-                value = {k: v for k, v in value.items() if k != "rng"}
-            _feed(h, key, value)
-    return f"sha256:{h.hexdigest()}"
-
-
-def check_complete(payload: dict[str, Any]) -> None:
-    """Refuse to save a payload that lacks a :data:`REQUIRED` entry (it could not be read)."""
-    missing = [k for k in REQUIRED if k not in payload]
-    if missing:
-        raise CheckpointError(f"refusing to save an incomplete checkpoint: missing {missing}")
-
-
-def with_digests(payload: dict[str, Any]) -> dict[str, Any]:
-    """``payload`` as it is saved: with the digests of its weights and of the rest of its record
-    and, where it can be resumed, of its RNG and optimizer state."""
-    payload = {**payload, "digest": tensor_digest(payload["state_dict"])}
-    payload["record_digest"] = record_digest(payload)
-    if "rng" in payload["train"] or "optimizer" in payload:
-        payload["resume_digest"] = resume_digest(payload)
-    return payload
 
 
 def _is_count(v) -> bool:

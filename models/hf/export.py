@@ -5,8 +5,7 @@ trained models open in ``transformers``, TransformerLens, nnsight or SAELens, of
     AutoModelForCausalLM.from_pretrained(OUT_DIR); AutoTokenizer.from_pretrained(OUT_DIR)
 
 Which HF class each model becomes, what is refused and why, and :data:`HOOK_MAP` (our hook ->
-HF module) live in :mod:`models.hf.export_map`; the tokenizer in :mod:`models.hf.export_tokenizer`.
-Both are re-exported here.
+HF module) live in :mod:`models.hf.export_map`; the tokenizer in :mod:`models.tokenizer`.
 
 Before the directory is published it is loaded back with ``from_pretrained`` and compared with
 ours on a batch of the checkpoint's task, both in float32 (eager attention): the logits, and the

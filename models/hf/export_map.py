@@ -52,9 +52,9 @@ from torch import Tensor
 from models.checkpoint.paths import short_path
 from models.hf.export_hooks import BAMBA
 from models.hf.export_record import HF_CLASSES, MAX_CONFIG_BYTES
-from models.hf.export_tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from models.registry import model_class
 from models.ssm.recurrent import to_hf_state_dict
+from models.tokenizer import MIN_POSITIONS, SPECIAL_ROLES, hf_tokenizer
 from seqprobe.config import check, config_from_dict
 from seqprobe.errors import InputError
 from tasks.base import Vocab

@@ -29,9 +29,10 @@ import typing
 from contextlib import nullcontext
 from typing import Any
 
-from models.checkpoint.io import check_overwrite, exclusive_writer, read_checkpoint
+from models.checkpoint.io import check_overwrite, read_checkpoint
 from models.checkpoint.paths import check_writable
 from models.checkpoint.rebuild import meta_model
+from models.checkpoint.write import exclusive_writer
 from models.registry import ARCHS, model_class
 from models.train.announce import announce
 from models.train.build import check_names, make_run_config, run_config_of_checkpoint

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch.func import functional_call, vmap
 
-from models.checkpoint.io import exclusive_writer
 from models.checkpoint.paths import check_writable
+from models.checkpoint.write import exclusive_writer
 from models.train.build import run_size, validate_run_config
 from models.train.callbacks import Callback
 from models.train.evaluation import EvaluationStopped, Evaluator, evaluate

@@ -41,8 +41,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from models.checkpoint.io import exclusive_writer, read_checkpoint
+from models.checkpoint.io import read_checkpoint
 from models.checkpoint.paths import check_writable
+from models.checkpoint.write import exclusive_writer
 from models.registry import build_model
 from models.train import distributed
 from models.train.build import check_run_size, validate_run_config

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from models.checkpoint.io import read_checkpoint, save_checkpoint
+from models.checkpoint.io import read_checkpoint
+from models.checkpoint.layout import make_checkpoint, resume_digest
 from models.checkpoint.rebuild import state_dict_mismatch
-from models.checkpoint.schema import make_checkpoint, resume_digest
+from models.checkpoint.write import save_checkpoint
 from models.train import distributed
 from models.train.callbacks import Run
 from models.train.distributed import World

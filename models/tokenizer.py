@@ -1,4 +1,5 @@
-"""The tokenizer of an HF export (:mod:`models.hf.export`): a ``PreTrainedTokenizerFast`` over a
+"""The tokenizer of a suite model's task vocabulary, the one an HF export ships
+(:mod:`models.hf.export`) and ``model.tokenizer`` returns: a ``PreTrainedTokenizerFast`` over a
 checkpoint's task vocabulary, built with the ``tokenizers`` package, one token per symbol and our
 ids. ``<BOS>``, ``<EOS>``, ``<PAD>`` are HF's bos / eos / pad, the other specials extra special
 tokens. A one-character alphabet reads text character by character ("abc<COPY>abc"; whitespace
@@ -6,6 +7,9 @@ only separates unless it is a symbol, as in phone-book text); a longer one reads
 whitespace-separated symbols ("s1 s0 s1") — the strings ``Vocab.decode`` prints and our models'
 ``to_tokens`` reads. Its post-processor puts ``<BOS>`` in front where the task has one (as our
 tasks' sequences start), and it has no unknown token (a foreign symbol is an error).
+
+Here, not in :mod:`models.hf` (whose package imports the registries), so the model base class
+reaches it without importing the registry that finds the models.
 """
 
 from __future__ import annotations

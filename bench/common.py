@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from seqprobe.sweep import run_fresh
+
 RESULTS = Path(__file__).resolve().parent
 # BENCH_CLOCK=cpu: interleaved_times counts this thread's CPU time and torch runs on one thread,
 # the steadier measure on a machine shared with other jobs (waiting for a core does not count).
@@ -71,21 +73,15 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
     module-level function. See :func:`_peak_memory_here` for what is counted."""
     if torch.cuda.is_available():
         return _peak_memory_here(fn)
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return float(pool.apply(_peak_memory_here, (fn,)))
+    return float(in_fresh_process(_peak_memory_here, fn))
 
 
 def in_fresh_process(fn: Callable[..., object], *args: object) -> object:
-    """``fn(*args)`` in a new interpreter (``spawn``; ``fn`` module-level): a measurement that
-    what ran before in this process must not colour (the C allocator keeps or returns memory
-    depending on what was allocated earlier, and fresh memory costs page faults)."""
-    import multiprocessing as mp
-
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
+    """``fn(*args)`` in a new interpreter (``fn`` module-level; the one job runner's fresh
+    process, :func:`seqprobe.sweep.run_fresh`): a measurement that what ran before in this
+    process must not colour (the C allocator keeps or returns memory depending on what was
+    allocated earlier, and fresh memory costs page faults)."""
+    return run_fresh(fn, *args)
 
 
 def _peak_memory_here(fn: Callable[[], object]) -> float:

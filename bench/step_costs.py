@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ from models.train.runconfig import RunConfig
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.errors import InputError
+from seqprobe.sweep import ProcessFailed, run_fresh
 
 WARM_STEPS = 1  # the first step pays one-off allocations and lazy imports: not timed
 LEVELS = ("quick", "medium", "paper")
@@ -93,39 +93,32 @@ def measure(spec: RunConfig, steps: int) -> dict[str, Any]:
             "timed_steps": timed}
 
 
-def _child() -> int:
-    """``python -m bench.step_costs --child STEPS`` with a JSON list of runs
-    (:meth:`RunConfig.to_dict`) on stdin: one JSON line, a result (or ``{"error": ...}``) per
-    run. ``start`` is the CPU time the process spent before its first run (interpreter and
-    imports, as a job's process spends), in reference steps."""
+def measure_runs(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+    """:func:`measure` of each run (:meth:`RunConfig.to_dict`), on one thread: a result (or
+    ``{"error": ...}``) per run. ``start`` is the CPU time the process spent before its
+    first run (interpreter and imports, as a job's process spends), in reference steps: run
+    as the first task of a fresh process (:func:`run_child`)."""
     torch.set_num_threads(1)
     start = _cpu() / reference_seconds(time.thread_time)
     results = []
-    for d in json.loads(sys.stdin.read()):
+    for d in runs:
         try:
-            results.append({**measure(RunConfig.from_dict(d), int(sys.argv[2])),
-                            "start": start})
+            results.append({**measure(RunConfig.from_dict(d), steps), "start": start})
         except Exception as e:  # noqa: BLE001 - one row's failure is reported, the others still run
             first = str(e).splitlines()[0][:300] if str(e) else ""
             results.append({"error": f"{type(e).__name__}: {first}"})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 def run_child(specs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
-    """:func:`measure` of each spec in one fresh process, on one thread."""
-    blob = json.dumps([s.to_dict() for s in specs], default=list)
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.run([sys.executable, "-m", "bench.step_costs", "--child", str(steps)],
-                          input=blob, capture_output=True, text=True, env=env)
-    lines = proc.stdout.strip().splitlines()
+    """:func:`measure` of each spec in one fresh process (the one job runner's,
+    :func:`seqprobe.sweep.run_fresh`), on one thread."""
+    runs = json.loads(json.dumps([s.to_dict() for s in specs], default=list))
     try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return [{"error": f"exit code {proc.returncode}: {tail[:300]}"}] * len(specs)
+        return run_fresh(measure_runs, runs, steps,
+                         env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    except ProcessFailed as e:
+        return [{"error": str(e)}] * len(specs)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -198,4 +191,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child() if sys.argv[1:2] == ["--child"] else main())
+    sys.exit(main())

@@ -13,6 +13,8 @@ Backends (:class:`Backend`):
 
 * local (the default): ``jobs`` worker processes (joblib), or the calling process when
   ``jobs`` is 1. Ray is not imported.
+* fresh (``Backend(fresh=True)``, :func:`run_fresh`): each task in a new interpreter of its
+  own, started by threads here (the dry run's and the step-cost table's measurements).
 * Ray: ``ray.init(num_cpus=jobs)`` on this machine (``--ray``), or an existing cluster
   (``--ray ADDRESS``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``). Every task asks for
   ``num_cpus`` CPUs and ``num_gpus`` GPUs (one when the run is on CUDA) and is retried by Ray
@@ -32,12 +34,17 @@ GPU tasks, several machines, worker failures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import pickle
 import re
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import traceback
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +73,16 @@ class Backend:
     num_cpus: float = 1.0  # per task (Ray's scheduling)
     num_gpus: float = 0.0  # per task (Ray's scheduling)
     retries: int = DEFAULT_RETRIES  # attempts after the first
+    # each task in a new interpreter of its own (local only): a measurement that what ran
+    # before in a process must not colour, or a run whose crash or out-of-memory kill must
+    # be one task's failure, not the caller's
+    fresh: bool = False
+    timeout: float | None = None  # seconds a fresh task may run before it is killed
+    env: tuple[tuple[str, str], ...] = ()  # set in a fresh task's environment
 
     def __post_init__(self):
+        object.__setattr__(self, "env", tuple(dict(self.env).items()))
+        check(not (self.fresh and self.ray), "a fresh-process backend is local (no --ray)")
         check(self.jobs >= 1, f"jobs must be >= 1, got {self.jobs}")
         check(self.retries >= 0, f"--retries must be >= 0, got {self.retries}")
         check(self.num_cpus > 0 and self.num_gpus >= 0,
@@ -135,9 +150,85 @@ def _attempts(fn: Callable, i: int, args: tuple, retries: int) -> tuple[int, Any
             return i, _call(fn, *args)
         except Exception as e:  # noqa: BLE001 - any failure of one task is reported, not fatal
             if attempt == retries + 1:
-                traceback.print_exc()
+                if not isinstance(e, ProcessFailed):  # its own process printed its traceback
+                    traceback.print_exc()
                 return i, Failed(_error_line(e), attempt)
     raise AssertionError("unreachable")
+
+
+class ProcessFailed(RunError):
+    """A fresh task's process crashed, was killed or timed out, or its task raised there."""
+
+
+class _MainPickler(pickle.Pickler):
+    """Pickles a function of the ``python -m MODULE`` being run (``__main__``) by MODULE's
+    name, which a fresh interpreter can import (``__main__`` there is another program)."""
+
+    def reducer_override(self, obj):
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        if (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"
+                and spec is not None):
+            return _import_attr, (spec.name, obj.__qualname__)
+        return NotImplemented
+
+
+def _import_attr(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
+
+
+FRESH_CHILD = "from seqprobe.sweep import _fresh_child; _fresh_child()"
+
+
+def _fresh(b: Backend, fn: Callable, *args: Any) -> Any:
+    """One attempt of a task in a new interpreter (``b.fresh``): ``fn(*args)`` there, its
+    result back (a :class:`Failed` for bad input), or :class:`ProcessFailed` in one line."""
+    root = str(Path(__file__).resolve().parents[1])  # the child imports this checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])]), **dict(b.env)}
+    with tempfile.TemporaryDirectory(prefix="seqprobe-task-") as tmp:
+        task, out = Path(tmp) / "task.pkl", Path(tmp) / "result.pkl"
+        with open(task, "wb") as f:
+            _MainPickler(f).dump((fn, args))
+        try:
+            proc = subprocess.run([sys.executable, "-c", FRESH_CHILD, str(task), str(out)],
+                                  capture_output=True, text=True, env=env, timeout=b.timeout)
+        except subprocess.TimeoutExpired:
+            raise ProcessFailed(f"timed out after {b.timeout:.0f} s") from None
+        if proc.returncode == 0 and out.is_file():
+            raised, value = pickle.loads(out.read_bytes())
+            if raised:
+                raise ProcessFailed(value)
+            return value
+    if proc.returncode < 0:
+        why = " (out of memory?)" if -proc.returncode == signal.SIGKILL else ""
+        raise ProcessFailed(f"killed by {signal.Signals(-proc.returncode).name}{why}")
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise ProcessFailed(f"exit code {proc.returncode}: {tail[:300]}")
+
+
+def _fresh_child() -> None:
+    """The body of a fresh task's interpreter: ``fn(*args)`` from the task file
+    (``sys.argv[1]``), its result (or the error it raised, one line) to ``sys.argv[2]``."""
+    fn, args = pickle.loads(Path(sys.argv[1]).read_bytes())
+    try:
+        result = (False, _call(fn, *args))
+    except Exception as e:  # noqa: BLE001 - reported to the caller, which may retry it
+        traceback.print_exc()
+        result = (True, _error_line(e))
+    Path(sys.argv[2]).write_bytes(pickle.dumps(result))
+
+
+def run_fresh(fn: Callable[..., Any], *args: Any, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Any:
+    """``fn(*args)`` as one task of :func:`map_tasks` in a new interpreter, not retried: its
+    result, or :class:`ProcessFailed` (one line: the error, the signal that killed it, the
+    timeout). For a measurement that must start from a fresh process."""
+    b = Backend(fresh=True, retries=0, timeout=timeout, env=tuple((env or {}).items()))
+    [result] = map_tasks(fn, [args], b, progress=False)
+    if isinstance(result, Failed):
+        raise ProcessFailed(result.error.removeprefix(f"{ProcessFailed.__name__}: "))
+    return result
 
 
 def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, *,
@@ -161,7 +252,7 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
         results[i] = result
         post = on_done(i, result) if on_done else None
         bar.update(1)
-        if isinstance(result, Failed):
+        if isinstance(result, Failed) and (progress or desc):  # else the caller says it
             bar.write(f"{desc}: task {i} failed after {result.attempts} attempt(s): "
                       f"{result.error}")
         elif post:
@@ -170,6 +261,13 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
     try:
         if ray is not None:
             _ray_map(ray, started, fn, items, backend, finish)
+        elif backend.fresh:  # each its own interpreter, started from threads of this one
+            runner = Parallel(n_jobs=min(backend.jobs, len(items)), backend="threading",
+                              return_as="generator_unordered")
+            for i, result in runner(delayed(_attempts)(_fresh, i, (backend, fn, *args),
+                                                       backend.retries)
+                                    for i, args in enumerate(items)):
+                finish(i, result)
         elif backend.jobs == 1:
             for i, args in enumerate(items):
                 finish(*_attempts(fn, i, args, backend.retries))

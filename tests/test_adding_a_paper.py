@@ -1,261 +1,159 @@
-"""The docs' "Adding a paper" exercise (docs/adding-a-paper.md), done for real with a toy paper.
+"""The docs' "Adding a paper" (docs/adding-a-paper.md), done for real with a toy fifth paper.
 
-The toy paper's files are written where the page says (``tasks/toy_repeat.py``,
-``probes/toy_repeat.py``, ``analyses/toy_repeat.py``, ``analyses/zoo/toy_repeat.py``), but
-under ``tmp_path``: those folders are appended to the packages' search paths. The task and the
-zoo's recipes are then *found* (tasks.registry.TASKS, analyses.zoo.recipes.papers), as a new
-file in the real folders would be; the one registration, the name in ``PLAN``, is
-monkeypatched in as the edit to analyses/reproduce/plan.py would make it. The architecture is
-an existing one (``lstm``): a new one is one file, models/NAME.py, found the same way
-(models.registry.ARCHS; tests/test_model_contract.py holds it to the contract).
+The toy (tests/toy_paper.py) brings a new architecture (``echo``: its own config class with a
+numeric field no other has, ``decay``, and its contract), a new task (``toy_echo``, whose
+length field is ``span``), a probe, its zoo module (level rows and a recipe at quick and
+medium), an analysis with two claims and its scale sentences, and its readers' tests; the one
+edit to an existing file is its name in ``PLAN``. They are written into a copy of this
+repository (its ``git ls-files``, as they are on disk), where everything runs in fresh
+processes with the copy as the working directory: the suite's discovery finds the toy as it
+finds a real paper, and nothing is registered or put back by hand.
 
-Then the plan machinery runs on it: ``build_jobs`` makes its training job and its analysis
-job, both run in this process from the exact argv the plan built (60 training steps of a
-tiny LSTM), the analysis writes its JSON, and the index reads its claim back with its ``Margin``.
-The hand-kept-list checks pass with the toy registered and name the fix when it is not.
+Then, in the copy: it is found (the registries), planned and costed (``python -m
+analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
+quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
+and every suite-wide check runs with it there: the flag-bound table, the model contract, the
+hand-kept lists (PLAN, recipe levels, independence), the claim-margin check, the recipe hashes
+and the layer checks (lint-imports, cycles, hidden links).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
-import analyses
-import probes
-import tasks
+from tests import toy_paper
+from tests.toy_paper import ARCH, NAME, RECIPE
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FILES = 7  # issue 49's done-when: 5 new files, PLAN, and the paper's tests
+
+# The suite-wide checks run in the copy with the toy in it (test ids, pytest -k below)
+SUITE_CHECKS = ("tests/test_flag_table.py", "tests/test_model_contract.py",
+                "tests/test_hand_kept_lists.py", "tests/test_recipe_hashes.py",
+                "tests/test_claim_margins.py", "tests/test_layers.py", f"tests/test_{NAME}.py")
+# the architecture-wide tests of the contract for the toy's arch alone; of the claim margins,
+# the PLAN-wide check; of the layers, the ones over the whole graph
+SELECT = (f"(test_model_contract and ({ARCH} or tiny_config or fast_path_is_tested)) or "
+          "(test_claim_margins and every_planned) or test_flag_table or test_hand_kept or "
+          "test_recipe_hashes or (test_layers and (linter or hidden or circle)) or "
+          f"test_{NAME}")
+
+SCRIPT = f"""
+import json, sys
+from pathlib import Path
 from analyses import zoo
-from analyses.reproduce import cli as reproduce_cli
-from analyses.reproduce import plan
-from analyses.reproduce.index import index_outcome, write_index
-from analyses.zoo.recipes import build_recipes
+from analyses.reproduce import cli
+from analyses.zoo.levels import TABLE
+from models.registry import ARCHS
 from tasks.registry import TASKS
-from tests.test_hand_kept_lists import analyses_with_figure, plan_problems
+from models.train.plan import plan_row
 
-NAME = "toy_repeat"
-RECIPE = f"{NAME}/lstm"
-
-TASK = '''
-"""Toy task: one letter repeated ``length`` times; the loss is on every next token."""
-
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-
-import torch
-
-from seqprobe.config import check
-from seqprobe.flags import bound
-from tasks.base import IGNORE
-from tasks.registry import LetterTask
-
-
-@dataclass(frozen=True)
-class RepeatConfig:
-    # each number carries its bound (its --task.FIELD flag and run records are checked by it)
-    D: int = field(default=3, metadata=bound(2, 64, "the alphabet"))
-    length: int = field(default=6, metadata=bound(2, 4096, "tokens per sequence"))
-
-    def __post_init__(self):
-        check(self.D >= 2, f"D must be >= 2, got {self.D}")
-        check(self.length >= 2, f"length must be >= 2, got {self.length}")
-
-
-class RepeatTask(LetterTask):
-    name = "toy_repeat"
-    config_cls = RepeatConfig
-    specials = ("PAD",)
-
-    def example(self, g: torch.Generator):
-        x = torch.randint(0, self.cfg.D, (1,), generator=g)
-        tokens = x.repeat(self.cfg.length)
-        targets = torch.full_like(tokens, IGNORE)
-        targets[:-1] = tokens[1:]
-        return tokens, targets
-
-    def max_example_len(self) -> int:
-        return self.cfg.length
-'''
-
-PROBE = '''
-"""Toy probe: how often the model's top next-token guess is the repeated letter."""
-
-from __future__ import annotations
-
-import torch
-
-
-def repeat_accuracy(model, tokens: torch.Tensor) -> float:
-    with torch.no_grad():
-        logits = model(tokens)  # [batch, pos, vocab]
-    return float((logits[:, :-1].argmax(-1) == tokens[:, 1:]).float().mean())
-'''
-
-ANALYSIS = '''
-"""Toy paper Fig. 1: a model learns to repeat a letter.
-
-``python -m analyses.toy_repeat CKPT`` (or ``--train quick``: the zoo's ``toy_repeat/lstm``)
+out, cache = Path(sys.argv[1]), Path(sys.argv[2])
+recipe = zoo.RECIPES[{RECIPE!r}]
+found = {{"arch": ARCHS[{ARCH!r}], "task": TASKS[{NAME!r}], "levels": list(recipe.levels),
+         "medium_model": dict(TABLE.rows("medium", {NAME!r}, {ARCH!r})["model"]),
+         "flops": plan_row({RECIPE!r}, recipe.run_config("quick"))["flops_per_token"]}}
+print("FOUND " + json.dumps(found), flush=True)
+common = ["--quick", "--only", {NAME!r}, "--out", str(out), "--cache-dir", str(cache),
+          "--jobs", "1"]
+print("LIST", flush=True)
+assert cli.main([*common, "--list"]) == 0
+print("RUN", flush=True)
+sys.exit(cli.main(common))
 """
 
-from __future__ import annotations
 
-from analyses.claims import Claim, Figure, Margin, Reading
-from analyses.common import load_model, need, run_analysis
-from figures.style import COLORS, new_figure
-from probes.toy_repeat import repeat_accuracy
-from tasks.base import make_generator
-
-NAME = "toy_repeat"
-RECIPES = ("toy_repeat/lstm",)
-THRESHOLD = 0.5
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _compute(args, checkpoints):
-    need(checkpoints)
-    rows = []
-    for c in checkpoints:
-        model = load_model(c.path, archs=("lstm",), tasks=("toy_repeat",), device=args.device)
-        batch = model.task.batch(16, make_generator(args.seed))
-        rows.append({"label": c.label, "arch": model.arch,
-                     "accuracy": repeat_accuracy(model, batch.tokens)})
-    return {"seed": args.seed, "models": rows}
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): _digest(p) for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
-def plot(result):
-    fig, (ax,) = new_figure(1)
-    rows = result["models"]
-    ax.bar(range(len(rows)), [r["accuracy"] for r in rows],
-           color=[COLORS.get(r["arch"]) for r in rows])
-    ax.set(xticks=range(len(rows)), xticklabels=[r["label"] for r in rows],
-           ylabel="next-token accuracy")
-    return fig
+def _copy_repo(dest: Path) -> None:
+    """This checkout's files as they are on disk: the tracked ones and the untracked ones git
+    does not ignore (another change in progress is copied as it stands)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / rel)
 
 
-def table(result):
-    return [["model", "accuracy"], *([r["label"], r["accuracy"]] for r in result["models"])]
+def _env(repo: Path) -> dict[str, str]:
+    # the copy first on the path: the editable install would otherwise serve this checkout
+    return {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def claim_repeat(d: dict) -> Reading:
-    """Toy paper Fig. 1: the model repeats the letter (accuracy >= 0.5)."""
-    r = d["models"][0]
-    m = Margin("next-token accuracy", r["accuracy"], ">=", THRESHOLD)
-    return Reading(f"accuracy {r['accuracy']:.3f} ({r['label']})", m.holds, m)
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A copy of the repository with the toy paper written into it; the files it changed;
+    the outputs of the suite's checks and of the reproduce script run there (side by side)."""
+    base = tmp_path_factory.mktemp("toy")
+    repo = base / "repo"
+    _copy_repo(repo)
+    before = _tree(repo)
+    for rel, text in toy_paper.sources().items():
+        (repo / rel).write_text(text)
+    plan = repo / toy_paper.PLAN_FILE
+    plan.write_text(toy_paper.add_to_plan(plan.read_text()))
+    after = _tree(repo)
+    touched = sorted(p for p in after if before.get(p) != after[p])
+    env = _env(repo)
+    checks = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow",
+         "-k", SELECT, *SUITE_CHECKS], cwd=repo, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    run = subprocess.run([sys.executable, "-c", SCRIPT, str(base / "out"), str(base / "ck")],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    checks_out = checks.communicate(timeout=600)[0]
+    return {"repo": repo, "out": base / "out", "touched": touched, "run": run,
+            "checks": (checks.returncode, checks_out)}
 
 
-FIGURE = Figure("Toy: repeating a letter", "Toy paper Fig. 1",
-                (Claim(f"the model repeats the letter (accuracy >= {THRESHOLD})", claim_repeat),),
-                recipes=lambda preset: list(RECIPES))
+def test_the_toy_touches_at_most_seven_files(toy):
+    assert toy["touched"] == sorted([*toy_paper.FILES, toy_paper.PLAN_FILE])
+    assert len(toy["touched"]) <= MAX_FILES, toy["touched"]
 
 
-def main(argv=None) -> int:
-    return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE)
+def test_every_suite_wide_check_passes_with_the_toy(toy):
+    rc, out = toy["checks"]
+    assert rc == 0, out[-4000:]
+    # they ran (a -k that selected nothing would pass too): the toy's own tests among them
+    assert " passed" in out and " error" not in out, out[-2000:]
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-'''
-
-# the paper's zoo module, analyses/zoo/toy_repeat.py: a tiny LSTM, 60 steps, which
-# learns to repeat the letter (deterministic: the seeds are the recipe's)
-ZOO = f'''
-"""Toy paper's recipes."""
-
-from collections.abc import Iterator
-
-from analyses.zoo.recipe import Recipe
-
-
-def recipes() -> Iterator[Recipe]:
-    yield Recipe("{RECIPE}", "{NAME}", "lstm",
-                 {{"model": {{"d_model": 8, "n_layers": 1}},
-                  "train": {{"steps": 60, "batch_size": 16, "lr": 3e-2, "warmup_steps": 1,
-                            "eval_every": 0, "eval_batches": 1, "eval_batch_size": 4}}}},
-                 doc="toy: an LSTM that repeats a letter")
-'''
-
-
-@pytest.fixture
-def toy_paper(tmp_path, monkeypatch):
-    """The toy paper's three files under tmp_path, importable as tasks.toy_repeat,
-    probes.toy_repeat and analyses.toy_repeat; nothing registered yet."""
-    for package, text in ((tasks, TASK), (probes, PROBE), (analyses, ANALYSIS), (zoo, ZOO)):
-        folder = tmp_path / "tree" / package.__name__.replace(".", "/") / "_toy"
-        folder.mkdir(parents=True)
-        (folder / f"{NAME}.py").write_text(textwrap.dedent(text).lstrip())
-        monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
-    monkeypatch.syspath_prepend(str(tmp_path / "tree"))
-    yield tmp_path
-    for package in (tasks, probes, analyses, zoo):
-        sys.modules.pop(f"{package.__name__}.{NAME}", None)
-        if hasattr(package, NAME):
-            delattr(package, NAME)
-
-
-def register(monkeypatch) -> None:
-    """What the page's steps make: the task and the recipes found in their folders (the
-    discovered tables are rebuilt, as a fresh process would build them), the name in PLAN."""
-    monkeypatch.setattr(TASKS, "_table", None)  # found again, with the new file
-    assert TASKS[NAME] == f"tasks.{NAME}:RepeatTask"
-    found = build_recipes()
-    assert set(found) - set(zoo.RECIPES) == {RECIPE}  # the zoo module's recipe, found
-    monkeypatch.setitem(zoo.RECIPES, RECIPE, found[RECIPE])
-    monkeypatch.setattr(plan, "PLAN", (*plan.PLAN, NAME))  # analyses/reproduce/plan.py
-    # cli.py imported the name PLAN: the edit to plan.py reaches it, a monkeypatch must too
-    monkeypatch.setattr(reproduce_cli, "PLAN", plan.PLAN)
-
-
-def test_a_forgotten_registration_is_named_by_the_hand_kept_list_checks(toy_paper):
-    found = analyses_with_figure()
-    assert NAME in found  # discovered from its module-level FIGURE alone
-    assert (f"analyses.{NAME} declares a FIGURE but is not planned: add {NAME} to PLAN in "
-            "analyses/reproduce/plan.py") in "\n".join(plan_problems(found))
-
-
-def test_a_toy_paper_runs_through_the_plan_to_the_index(toy_paper, monkeypatch, capsys):
-    register(monkeypatch)
-    found = analyses_with_figure()
-    assert plan_problems(found) == []
-
-    # the plan lists it at quick
-    out, cache = toy_paper / "out", toy_paper / "ck"
-    assert reproduce_cli.main(["--quick", "--only", NAME, "--list", "--out", str(out),
-                               "--cache-dir", str(cache)]) == 0
-    assert NAME in capsys.readouterr().out
-
-    # its jobs: the recipe's training, then the analysis after it
-    jobs = plan.build_jobs([NAME], "quick", out, cache)
-    assert [j.name for j in jobs] == [plan.TRAIN + RECIPE, NAME]
-    train, analysis = jobs
-    assert analysis.after == (train.name,) and analysis.figure is sys.modules[
-        f"analyses.{NAME}"].FIGURE
-    assert train.argv[1:5] == ("-m", "analyses.zoo", "train", RECIPE)
-    assert analysis.argv[1:3] == ("-m", f"analyses.{NAME}") and "--train" in analysis.argv
-    assert analysis.missing(out) == [f"{NAME}.json"]
-
-    # each job run here, from the argv the plan built (python -m MODULE ARGS...)
-    assert zoo.main(list(train.argv[3:])) == 0
-    assert zoo.status(RECIPE, "quick", cache) == "cached"
-    assert plan.build_jobs([NAME], "quick", out, cache)[0].name == NAME  # nothing left to train
-    module = sys.modules[f"analyses.{NAME}"]
-    assert module.main(list(analysis.argv[3:])) == 0
-    assert analysis.missing(out) == []
-    result = json.loads((out / f"{NAME}.json").read_text())
-    accuracy = result["models"][0]["accuracy"]
-    assert result["models"][0]["label"] == RECIPE and 0.0 <= accuracy <= 1.0
-
-    # the index reads the claim from that JSON, with its margin
-    outcome = index_outcome(analysis, out, {})
-    assert outcome.ok
-    [(paper, measured, verdict)] = outcome.claims
-    [margin] = outcome.margins
-    assert paper.startswith("the model repeats the letter") and RECIPE in measured
-    assert margin is not None and margin.value == pytest.approx(accuracy)
-    assert verdict is True and accuracy >= 0.5 and margin.threshold == 0.5  # it learnt it
-    assert margin.distance == pytest.approx(accuracy - 0.5)
-    write_index([outcome], out, "quick")
-    md = (out / "index.md").read_text()
-    assert "## Toy: repeating a letter" in md and "next-token accuracy" in md
-    assert f"python -m analyses.{NAME}" in md and "| holds |" in md
+def test_the_toy_is_found_planned_costed_trained_and_read_into_the_index(toy):
+    run = toy["run"]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    found_line = next(s for s in run.stdout.splitlines() if s.startswith("FOUND "))
+    found = json.loads(found_line.removeprefix("FOUND "))
+    # found: discovery reads the new files
+    assert found["arch"] == f"models.{ARCH}:EchoLM" and found["task"] == f"tasks.{NAME}:EchoTask"
+    assert found["levels"] == ["quick", "medium"] and found["medium_model"]["decay"] == 0.8
+    assert found["flops"] > 0  # the class's own FLOPs per token
+    # planned and costed: the --list output names it and projects its training from FLOPs
+    listing = run.stdout.split("\nLIST\n", 1)[1].split("\nRUN\n", 1)[0]
+    assert NAME in listing and "Toy paper Fig. 1" in listing and RECIPE in listing
+    assert "1 from their FLOPs, projected" in listing, listing
+    # trained and read: the result, and the index with the two claims and the scale sentence
+    result = json.loads((toy["out"] / f"{NAME}.json").read_text())
+    assert [r["label"] for r in result["models"]] == [RECIPE]
+    index = (toy["out"] / "index.md").read_text()
+    assert "## Toy: an echo repeats a letter" in index
+    assert "the model repeats the letter" in index and "at twice the trained span" in index
+    assert "next-token accuracy" in index and "accuracy at twice the span" in index
+    assert "an echo model on a letter repeated 6 times" in index

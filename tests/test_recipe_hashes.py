@@ -74,9 +74,12 @@ def current(tmp_path_factory) -> dict[str, dict[str, str]]:
 
 
 def test_every_recipe_keeps_its_cache_key(recorded, current):
-    assert set(current["recipes"]) == set(recorded["recipes"])  # no recipe lost or added here
+    # no recorded recipe lost; a recipe added since has no key to keep yet (recorded when the
+    # file is regenerated), so a new paper's recipes need no edit here
+    lost = set(recorded["recipes"]) - set(current["recipes"])
+    assert not lost, f"{len(lost)} recorded recipes no longer exist, e.g. {sorted(lost)[:5]}"
     moved = {k: (recorded["recipes"][k], h) for k, h in current["recipes"].items()
-             if recorded["recipes"][k] != h}
+             if k in recorded["recipes"] and recorded["recipes"][k] != h}
     assert not moved, f"{len(moved)} recipe hashes moved, e.g. {sorted(moved.items())[:5]}"
 
 

@@ -182,6 +182,14 @@ def plan_args(preset: str) -> list[str]:
     return ["--data", "synthetic", "--task", "token", "--no-progress", *quick]
 
 
+# level -> what the plan's grid (analyses.zoo.memorization.GRIDS, synthetic token level)
+# trains there, for the index's scale line
+SCALE = {"quick": "memorization on five dataset sizes",
+         "medium": "memorization N = 16…512 (nine sizes)",
+         "large": "memorization's largest N per width, 8 widths",
+         "paper": "memorization with 6-layer encoders on 14,000 synthetic sequences (the "
+                  "CoNLL set's size)"}
+
 FIGURE = Figure(
     "Memorization vs parameter count (token level)", "Memorization paper Figs. 1, 2",
     (Claim("training error falls with width and rises with dataset size (Fig. 1)",
@@ -200,5 +208,7 @@ FIGURE = Figure(
     presets=("quick", "medium", "large", "paper"),
     recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
-    dry_run_specs=dry_run_cells)  # the plan's grid: synthetic, token level
+    dry_run_specs=dry_run_cells,  # the plan's grid: synthetic, token level
+    scale=SCALE.get, paper_scale="memorization with BERT (6 layers) on 14,000 CoNLL "
+    "sentences (§5.1, App. F)")
 

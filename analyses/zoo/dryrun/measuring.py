@@ -2,7 +2,7 @@
 the training loop (:func:`measure`; on a GPU the largest micro-batch that fits,
 :func:`micro_batches`), its step time and peak memory (the RSS it added on a CPU,
 ``torch.cuda.max_memory_allocated`` on a GPU), each in a fresh Python process
-(:func:`run_isolated`, which runs ``python -m analyses.zoo.dryrun --child``), so that a crash,
+(:func:`run_isolated`, a task of :func:`seqprobe.sweep.run_fresh`), so that a crash,
 an out-of-memory kill or a timeout (:data:`CHILD_TIMEOUT`) is one row of the table.
 """
 
@@ -12,11 +12,8 @@ import gc
 import json
 import os
 import resource
-import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +24,7 @@ from models.train.loop import train
 from models.train.runconfig import RunConfig
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
+from seqprobe.sweep import ProcessFailed, run_fresh
 
 DRY_STEPS = 2  # the first step pays one-off allocations; the second is the one timed
 MALLOC_TRIM_THRESHOLD = 2**20  # bytes: see run_isolated
@@ -154,52 +152,32 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
 
 
-def _child(argv: list[str]) -> int:
-    """``python -m analyses.zoo.dryrun --child DEVICE`` with a run's JSON
-    (:meth:`RunConfig.to_dict`) on stdin: one JSON line on stdout, the measurement or
-    ``{"error": "one line"}``."""
-    device = argv[1]
+def measure_dict(run: dict[str, Any], device: str) -> dict[str, Any]:
+    """:func:`measure` of a run given as :meth:`RunConfig.to_dict` (what a fresh process is
+    handed): the measurement, or ``{"error": "one line"}``."""
     try:
-        spec = RunConfig.from_json(sys.stdin.read())
-        result = measure(spec, device)
+        return measure(RunConfig.from_dict(run), device)
     except InputError as e:
-        result = {"error": str(e).splitlines()[0]}
+        return {"error": str(e).splitlines()[0]}
     except Exception as e:  # noqa: BLE001 - any failure of a run is one row of the table
-        result = {"error": _one_line(e)}
-    print(json.dumps(result))
-    return 0
+        return {"error": _one_line(e)}
 
 
 def run_isolated(spec: RunConfig, device: torch.device,
                  timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
-    """:func:`measure` in a fresh Python process: the result, or ``{"error": ...}`` for a run
-    that raised, was killed (the kernel's out-of-memory killer sends SIGKILL) or timed out."""
-    blob = json.dumps(spec.to_dict(), default=list)
-    root = str(Path(__file__).resolve().parents[3])  # the child imports this checkout
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    """:func:`measure` in a fresh Python process (the one job runner's,
+    :func:`seqprobe.sweep.run_fresh`): the result, or ``{"error": ...}`` for a run that raised,
+    was killed (the kernel's out-of-memory killer sends SIGKILL) or timed out."""
     # glibc's malloc keeps freed memory once its mmap threshold has grown (it does, after the
     # first large free), so a run that allocates and frees chunk after chunk (the chunked scan,
     # checkpointed blocks) would show the memory it freed in its RSS: the CPU's peak would
     # then measure the allocator, not what the run needs at once, which is what the
     # extrapolation to a GPU batch stands on. A fixed trim threshold returns it (and turns the
     # dynamic threshold off); other C libraries ignore the variable. A user's setting wins.
-    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
+    run = json.loads(json.dumps(spec.to_dict(), default=list))
     try:
-        proc = subprocess.run([sys.executable, "-m", "analyses.zoo.dryrun", "--child",
-                               str(device)], input=blob, capture_output=True, text=True,
-                              timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except ValueError:
-            pass
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        why = " (out of memory?)" if -proc.returncode == signal.SIGKILL else ""
-        return {"error": f"killed by {name}{why}"}
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": f"exit code {proc.returncode}: {tail[:300]}"}
+        return run_fresh(measure_dict, run, str(device), timeout=timeout,
+                         env={"MALLOC_TRIM_THRESHOLD_": trim})
+    except ProcessFailed as e:
+        return {"error": str(e)}

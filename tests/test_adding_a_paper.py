@@ -13,8 +13,9 @@ Then, in the copy: it is found (the registries), planned and costed (``python -m
 analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
 quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
 and every suite-wide check runs with it there: the flag-bound table, the model contract, the
-hand-kept lists (PLAN, recipe levels, independence), the claim-margin check, the recipe hashes
-and the layer checks (lint-imports, cycles, hidden links).
+hand-kept lists (PLAN, recipe levels, independence), the claim-margin check, the plan-wide
+reproduce checks (main, claims, recipes, scale line), the recipe hashes and the layer checks
+(lint-imports, cycles, hidden links).
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ MAX_FILES = 7  # issue 49's done-when: 5 new files, PLAN, and the paper's tests
 # The suite-wide checks run in the copy with the toy in it (test ids, pytest -k below)
 SUITE_CHECKS = ("tests/test_flag_table.py", "tests/test_model_contract.py",
                 "tests/test_hand_kept_lists.py", "tests/test_recipe_hashes.py",
-                "tests/test_claim_margins.py", "tests/test_layers.py", f"tests/test_{NAME}.py")
+                "tests/test_claim_margins.py", "tests/test_reproduce.py", "tests/test_layers.py",
+                f"tests/test_{NAME}.py")
 # the architecture-wide tests of the contract for the toy's arch alone; of the claim margins,
-# the PLAN-wide check; of the layers, the ones over the whole graph
+# the PLAN-wide check; of the reproduce tests, the PLAN-wide ones; of the layers, the ones
+# over the whole graph
 SELECT = (f"(test_model_contract and ({ARCH} or tiny_config or fast_path_is_tested)) or "
           "(test_claim_margins and every_planned) or test_flag_table or test_hand_kept or "
           "test_recipe_hashes or (test_layers and (linter or hidden or circle)) or "
+          "(test_reproduce and (every_plan_name or scale_line_from_the_planned)) or "
           f"test_{NAME}")
 
 SCRIPT = f"""

@@ -11,6 +11,10 @@ same run as in its own process.
 
 Only jobs of the form ``python -m MODULE ...`` whose module has a ``main`` are forked; any
 other command, and every job on a platform without ``os.fork``, starts as a subprocess.
+
+The pool forks the plan's *commands* (its analyses and ``python -m analyses.zoo train``), not
+training runs: each command trains through the one job runner, :func:`seqprobe.sweep.map_tasks`
+(tests/test_one_job_runner.py lists every place a run or a process is started).
 """
 
 from __future__ import annotations

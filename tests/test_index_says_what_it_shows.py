@@ -84,3 +84,31 @@ def test_index_only_over_a_users_model_and_missing_analyses(tmp_path, capsys):
 def test_an_analysis_by_hand_writes_to_its_own_folder():
     args = base_parser("ngram_heads", "d").parse_args([])
     assert args.out == str(DEFAULT_OUT / "ngram_heads")
+
+
+def test_the_index_names_each_claims_replicates_and_the_seeds_it_would_take(tmp_path):
+    """Issue 46: a seeded claim's row in the index names its test, the unit it counts, n, and
+    what the power calculation asks for; a claim without replicate tests adds no table."""
+    from analyses import stats
+    from analyses.claims import Reading
+
+    def seeded(d):
+        t = stats.sign_test(d["per_seed"], 0.0)
+        return Reading("three seeds", t.verdict(), None, [("change up", t)])
+
+    fig = Figure("Figure S", "Paper Fig. 4", (Claim("it grows", seeded),))
+    (tmp_path / "s.json").write_text(json.dumps({"per_seed": [0.4, 0.5, 0.45]}))
+    (tmp_path / "f.json").write_text(json.dumps({}))
+    outcomes = [index_outcome(Job("s", (), figure=fig), tmp_path, {}),
+                index_outcome(Job("f", (), figure=FIG), tmp_path, {})]
+    write_index(outcomes, tmp_path, "medium")
+    doc = json.loads((tmp_path / "index.json").read_text())
+    rows = {r["analysis"]: r for r in doc["results"] + doc["other"]}
+    (rep,) = rows["s"]["replicates"]
+    assert (rep["claim"], rep["unit"], rep["n"], rep["power_side"], rep["power_n"]) == (
+        "it grows", "seed", 3, "for", 5)
+    assert rows["f"]["replicates"] == []
+    md = (tmp_path / "index.md").read_text()
+    assert "| change up | exact one-sided sign test | seed | 3 | 3/3 |" in md
+    assert "5 \\(for the claim\\)" in md and md.count("Replicates:") == 1
+    assert "class='replicates'" in (tmp_path / "index.html").read_text()

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -51,6 +52,8 @@ class Outcome:
     log_tail: str
     claims: list[tuple[str, str, Verdict]]  # (paper claim, our result, verdict)
     margins: list[Margin | None] = field(default_factory=list)  # each claim's, in order
+    # each claim's replicate tests, in order: (label, analyses.stats.ReplicateTest) pairs
+    tests: list[tuple] = field(default_factory=list)
     # "ok", "FAILED", or "not run" (--index-only: its JSON is absent and no run recorded a
     # failure); "" : from ``ok``
     status: str = ""
@@ -92,26 +95,39 @@ def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
     return [(p, m, h) for p, m, h, _ in read_claim_margins(job, out)]
 
 
-def read_claim_margins(job: Job, out: Path) -> list[tuple[str, str, Verdict, Margin | None]]:
-    """:func:`read_claims` with each claim's :class:`~analyses.claims.Margin` (None where its
-    reader gives none)."""
+class ClaimRead(NamedTuple):
+    """One claim as its reader read it: the paper's claim, what was measured, the verdict, the
+    :class:`~analyses.claims.Margin` (None where the reader gives none) and the replicate
+    tests it decided with ((label, :class:`~analyses.stats.ReplicateTest`) pairs)."""
+
+    paper: str
+    measured: str
+    verdict: Verdict
+    margin: Margin | None
+    tests: tuple = ()
+
+
+def read_claim_margins(job: Job, out: Path) -> list[ClaimRead]:
+    """:func:`read_claims` with each claim's :class:`~analyses.claims.Margin` and replicate
+    tests (:class:`ClaimRead`)."""
     stems = job.stems
     data = {s: read_json(out / f"{s}.json") for s in stems}
-    claims: list[tuple[str, str, Verdict, Margin | None]] = []
+    claims: list[ClaimRead] = []
     for c in job.figure.claims:
-        margin = None
+        margin, tests = None, ()
         try:
             read = c.measure(data if len(data) > 1 else data[stems[0]])
             if read is None:
                 continue  # a claim of another level (Claim says why)
             measured, holds = read
             margin = getattr(read, "margin", None)
+            tests = tuple(getattr(read, "tests", ()))
             if not isinstance(holds, Undecided) and holds is not None:
                 holds = bool(holds)  # a numpy bool reads as the verdict it is
         except Exception as e:  # noqa: BLE001 - a claim that cannot be read is reported
             measured, holds = f"could not read: {type(e).__name__}: {e}", None
-        claims.append((c.paper, _bounded(str(measured)), holds,
-                       margin if isinstance(margin, Margin) else None))
+        claims.append(ClaimRead(c.paper, _bounded(str(measured)), holds,
+                                margin if isinstance(margin, Margin) else None, tests))
     return claims
 
 
@@ -137,13 +153,14 @@ def index_outcome(job: Job, out: Path, timing: dict) -> Outcome:
     seconds = timing.get("seconds")
     seconds = float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) \
         else None
-    read: list[tuple[str, str, Verdict, Margin | None]] = []
+    read: list[ClaimRead] = []
     if not missing:
         try:
             read = read_claim_margins(job, out)
         except InputError as e:  # this figure is reported unreadable; the others still index
             ok, log = False, str(e)
-    return Outcome(job, ok, seconds, log, [r[:3] for r in read], [r[3] for r in read])
+    return Outcome(job, ok, seconds, log, [r[:3] for r in read], [r.margin for r in read],
+                   [r.tests for r in read])
 
 
 def read_timings(path: Path) -> dict:
@@ -177,6 +194,32 @@ def _css_class(verdict: Verdict) -> str:
 def _margins(o: Outcome) -> list[Margin | None]:
     """An outcome's margins, one per claim (None for each where it carries none)."""
     return list(o.margins) if len(o.margins) == len(o.claims) else [None] * len(o.claims)
+
+
+def _tests(o: Outcome) -> list[tuple]:
+    """An outcome's replicate tests, one tuple per claim (empty where it carries none)."""
+    return list(o.tests) if len(o.tests) == len(o.claims) else [()] * len(o.claims)
+
+
+def replicate_rows(o: Outcome) -> list[dict]:
+    """Every replicate test of an outcome's claims, as index.json's ``replicates`` holds
+    them: the claim, the test's label, and the test (method, unit, n, p, α and where it comes
+    from, the power calculation: the side the replicates point to and the count that decides
+    it with 80 % power at their spread)."""
+    return [{"claim": p, "label": label, **t.to_dict()}
+            for (p, _, _), tests in zip(o.claims, _tests(o), strict=True)
+            for label, t in tests]
+
+
+REPLICATE_HEAD = ("claim", "test", "unit", "n", "on the claim's side", "p (for / against)",
+                  "α", "seeds the power calculation asks for")
+
+
+def _replicate_cells(r: dict) -> tuple[str, ...]:
+    side = {"for": "for the claim", "against": "against it"}.get(r["power_side"] or "", "")
+    need = f"{r['power_n']} ({side})" if r["power_n"] else "— (no side, or one replicate)"
+    return (r["label"], r["method"], r["unit"], str(r["n"]), f"{r['k']}/{r['n']}",
+            f"{r['p']:.2g} / {r['p_against']:.2g}", f"{r['alpha']:g}", need)
 
 
 def made_by() -> dict[str, str]:
@@ -257,7 +300,8 @@ def _row(o: Outcome, out: Path, preset: str) -> dict:
             "level_own": not wrote or is_level_own(used, preset),
             "claims": [{"paper": p, "measured": m, "verdict": verdict_text(h),
                         "margin": margin_text(g)}
-                       for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]}
+                       for (p, m, h), g in zip(o.claims, _margins(o), strict=True)],
+            "replicates": replicate_rows(o)}
 
 
 def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
@@ -331,6 +375,13 @@ def _md_section(o: Outcome, r: dict, out: Path) -> list[str]:
         md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} | "
                f"{_cell(margin_text(g))} |"
                for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]
+    if r["replicates"]:
+        md += ["", "Replicates: each test counts independent replicates (the unit), never "
+               "pooled evaluations of shared inputs; the last column is the power calculation "
+               "(80 %) from their spread.", "",
+               "| " + " | ".join(REPLICATE_HEAD) + " |", "|" + "---|" * len(REPLICATE_HEAD)]
+        md += ["| " + " | ".join(_cell(c) for c in _replicate_cells(x)) + " |"
+               for x in r["replicates"]]
     if o.state == "FAILED":
         md += ["", "```", o.log_tail.strip()[-1500:], "```"]
     md.append("")
@@ -347,6 +398,8 @@ def _html_section(o: Outcome, r: dict, out: Path) -> str:
         f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td>"
         f"<td>{html.escape(margin_text(g))}</td></tr>"
         for (p, m, h), g in zip(o.claims, _margins(o), strict=True))
+    reps = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _replicate_cells(x))
+                   + "</tr>" for x in r["replicates"])
     models = ("" if not r["wrote"] else
               f"<p class='models'>Checkpoints: {html.escape(model_text(r['checkpoints']))}</p>")
     return (f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
@@ -354,5 +407,7 @@ def _html_section(o: Outcome, r: dict, out: Path) -> str:
             f"{imgs}"
             + ("<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th>"
                f"<th>margin</th></tr>{claims}</table>" if claims else "")
+            + ("<table class='replicates'><tr>" + "".join(f"<th>{html.escape(h)}</th>"
+               for h in REPLICATE_HEAD) + f"</tr>{reps}</table>" if reps else "")
             + (f"<pre>{html.escape(o.log_tail[-1500:])}</pre>" if o.state == "FAILED" else "")
             + "</section>")

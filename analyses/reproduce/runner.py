@@ -98,7 +98,8 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
             read = read_claim_margins(r.job, out)
         except InputError as e:
             ok, log = False, log + f"\n({e})"
-    return Outcome(r.job, ok, seconds, log[-3000:], [c[:3] for c in read], [c[3] for c in read])
+    return Outcome(r.job, ok, seconds, log[-3000:], [c[:3] for c in read],
+                   [c.margin for c in read], [c.tests for c in read])
 
 
 # seconds a stopped run's jobs get to save their checkpoints before they are killed

@@ -44,7 +44,7 @@ def seed_rows(outs: list[Path]) -> list[dict]:
                 read = read_claim_margins(job, out)
             except InputError:
                 continue
-            for paper, _, verdict, margin in read:
+            for paper, _, verdict, margin, _ in read:
                 row = rows.setdefault((name, paper), {"analysis": name, "claim": paper,
                                                       "runs": {}})
                 row["runs"][i] = (margin, verdict)

@@ -45,7 +45,7 @@ from seqprobe.config import check
 
 NAME = "bc_orthogonality"
 ARCHS = ("mamba2", "mambazero")
-# the preset's Mamba-2, and a converged L1 MambaZero (the model of Thm 1 and Fig. 5)
+# the level's Mamba-2, and a converged L1 MambaZero (the model of Thm 1 and Fig. 5)
 RECIPES = ("markov/mamba2", "markov/mambazero_fig5")
 FIG5 = "markov/mambazero_fig5"
 
@@ -170,22 +170,22 @@ def table(result: dict) -> list[list]:
 
 
 # ---------------------------------------------------------------------------- training
-def trajectory_steps(preset: str, n_points: int) -> list[int]:
+def trajectory_steps(level: str, n_points: int) -> list[int]:
     """n_points evenly spaced steps up to the Fig. 5 recipe's length."""
     check(n_points >= 1, f"--trajectory takes a number of checkpoints >= 1, got {n_points}")
-    total = zoo.run_config(FIG5, preset).train.steps
+    total = zoo.run_config(FIG5, level).train.steps
     return sorted({max(1, round(total * (i + 1) / n_points)) for i in range(n_points)})
 
 
-def trajectory_checkpoints(preset: str, cache_dir: str, device: str, n_points: int
+def trajectory_checkpoints(level: str, cache_dir: str, device: str, n_points: int
                            ) -> list[Checkpoint]:
     """Checkpoints of one Fig. 5 MambaZero run at n_points evenly spaced steps. The schedule
     is ``constant`` (after warm-up), so the learning rate does not depend on where a run ends
     and each checkpoint is the same run stopped earlier; each one continues the previous
     (``resume``) instead of starting again from step 0."""
     out, prev = [], None
-    for s in trajectory_steps(preset, n_points):
-        prev = zoo.checkpoint(FIG5, preset, cache_dir, device, progress=False,
+    for s in trajectory_steps(level, n_points):
+        prev = zoo.checkpoint(FIG5, level, cache_dir, device, progress=False,
                               train={"steps": s, "schedule": "constant"}, resume=prev)
         out.append(Checkpoint(f"{FIG5}@{s}", str(prev)))
     return out
@@ -242,7 +242,7 @@ FIGURE = Figure(
     "b·c orthogonality", "Markov paper Fig. 5",
     (Claim("converged MambaZero: b^(ij)·c^(k) ≈ 0 for i ≠ k wherever the loss demands it "
            "(pinned off/on ratio < 0.1)", claim_pinned),),
-    recipes=lambda preset: RECIPES)
+    recipes=lambda level: RECIPES)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """The paper's claims as an analysis states them, and the description of an analysis the
-reproduce plan reads: a :class:`Figure` (title, paper, presets, the zoo recipes it trains)
+reproduce plan reads: a :class:`Figure` (title, paper, levels, the zoo recipes it trains)
 holds :class:`Claim` readers, each turning the analysis' JSON into a :class:`Reading` — what
 was measured and its verdict (holds, does not hold, n/a, or :class:`Undecided` with its
 reason) — with the :class:`Margin` by which the measured value clears or misses what decides
@@ -9,8 +9,9 @@ it (:func:`tightest` of several). :func:`verdict_text` is how the index writes a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from models.train.runconfig import Builder
 from seqprobe.config import check
@@ -149,6 +150,12 @@ def verdict_text(verdict: Verdict) -> str:
         None if verdict is None else bool(verdict)]
 
 
+def level_of(d: Mapping[str, Any]) -> Any:
+    """The level a result or timings JSON was run at: its ``"level"``, or ``"preset"`` in a file
+    written before the level had one name (None when it says neither)."""
+    return d.get("level", d.get("preset"))
+
+
 def with_not_matched(text: str, not_matched: str | None) -> str:
     """A claim's measured text with what differs from the paper's setting first ("not
     matched: …"), so a reader sees the setting before the number."""
@@ -177,22 +184,22 @@ class Figure:
     title: str
     paper: str  # which paper / figure
     claims: tuple[Claim, ...] = ()
-    # the presets it has (``python -m analyses.reproduce --medium`` runs those with medium)
-    presets: tuple[str, ...] = ("quick", "paper")
-    # preset -> the zoo recipes ``--train PRESET`` uses (reproduce trains them first)
-    recipes: Callable[[str], Sequence[str]] = lambda preset: ()
-    # preset -> extra flags reproduce passes (beyond --PRESET, --out, and --train/--cache-dir
+    # the levels it has (``python -m analyses.reproduce --medium`` runs those with medium)
+    levels: tuple[str, ...] = ("quick", "paper")
+    # level -> the zoo recipes ``--train LEVEL`` uses (reproduce trains them first)
+    recipes: Callable[[str], Sequence[str]] = lambda level: ()
+    # level -> extra flags reproduce passes (beyond --LEVEL, --out, and --train/--cache-dir
     # when it has recipes)
-    extra_args: Callable[[str], Sequence[str]] = lambda preset: ()
+    extra_args: Callable[[str], Sequence[str]] = lambda level: ()
     outputs: tuple[str, ...] = ()  # output stems (default: the analysis name)
     # cores its own compute keeps busy: one (one thread) unless it runs processes side by side;
     # a second thread speeds the suite's small models up far less than 2x, and waits on the
     # slower core when other work shares the machine
     slots: int = 1
     trains: bool = True  # takes --train / --cache-dir
-    # preset -> (label, spec builder) of the models it trains itself, outside the zoo (the
+    # level -> (label, spec builder) of the models it trains itself, outside the zoo (the
     # memorization grid's cells): what ``--dry-run`` runs beside the recipes
-    dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda preset: ()
+    dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda level: ()
     # level -> one clause: what this analysis trains at that level, in the papers' terms (the
     # index's scale line joins the clauses of the analyses it ran; None or "": nothing to
     # add, e.g. where another analysis of the same models says it), and the paper's own

@@ -93,7 +93,7 @@ def models_used(checkpoints: Sequence[Checkpoint]) -> list[dict]:
 
 def base_parser(name: str, description: str, checkpoints: bool = True,
                 training: bool = False) -> argparse.ArgumentParser:
-    """The flags every analysis takes: ``--out``, ``--device``, ``--seed`` (+ presets)."""
+    """The flags every analysis takes: ``--out``, ``--device``, ``--seed`` (+ levels)."""
     p = OneLineParser(prog=f"python -m analyses.{name}", description=description)
     if checkpoints:
         p.add_argument("checkpoints", nargs="*",
@@ -111,8 +111,8 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
     if training:
         add_level_arguments(p)
         p.add_argument("--dry-run", action="store_true",
-                       help="compute nothing: build each model --train PRESET (else the "
-                       "preset) would train at its real size, run two optimizer steps, print "
+                       help="compute nothing: build each model --train LEVEL (else the "
+                       "level) would train at its real size, run two optimizer steps, print "
                        "sizes, step times and projected H100 hours (analyses.zoo.dryrun); "
                        "writes OUT/NAME_dry_run.json, exit 1 if any cannot run")
         add_backend_arguments(p)  # --ray: the models to train (or cells) as Ray tasks
@@ -141,11 +141,11 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                  dry_run_specs: Callable[[argparse.Namespace], Sequence[tuple[str, Builder]]]
                  | None = None, failed_key: str | None = None) -> int:
     """The ``main`` of an analysis. ``compute(args, checkpoints)`` gets the checkpoints given
-    on the command line and, with ``--train PRESET``, those of ``recipes(args)`` (default:
-    ``figure.recipes(PRESET)``) from the zoo, trained first where not cached.
+    on the command line and, with ``--train LEVEL``, those of ``recipes(args)`` (default:
+    ``figure.recipes(LEVEL)``) from the zoo, trained first where not cached.
 
     With ``--dry-run`` nothing is computed: those recipes and the models of
-    ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(PRESET)``) take two steps each
+    ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(LEVEL)``) take two steps each
     (:func:`analyses.zoo.dryrun.report`); the exit code is the dry run's.
 
     ``failed_key``: the result's list of parts (cells, recipes) that failed on every attempt
@@ -164,8 +164,8 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
               "run the analysis (it reads them from the cache)")
         if training:
             for level in dict.fromkeys(x for x in (args.level, args.train) if x):
-                check(level in figure.presets, f"analyses.{name} has no {level} level (it has "
-                      f"{', '.join(figure.presets)})")
+                check(level in figure.levels, f"analyses.{name} has no {level} level (it has "
+                      f"{', '.join(figure.levels)})")
         check_output_dir(args.out)
         resolve_device(args.device)
         if threads is not None:  # tiny models: more threads only contend on shared cores
@@ -313,18 +313,18 @@ def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None
 
 
 def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
-    """``--lengths`` and ``--n-examples`` (``unit`` per length), both the preset's by default."""
+    """``--lengths`` and ``--n-examples`` (``unit`` per length), both the level's by default."""
     p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="test lengths (default: preset's)")
+                   default=None, help="test lengths (default: level's)")
     p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
-                   help=f"{unit} per length (default: preset's)")
+                   help=f"{unit} per length (default: level's)")
 
 
 def with_flags(settings: S, args: argparse.Namespace, *names: str, **flag_of: str) -> S:
-    """A preset's settings (an analysis' frozen ``Settings``) with the value of each flag the
-    command line gave in place of the preset's. ``names``: fields set by the flag of the same
+    """A level's settings (an analysis' frozen ``Settings``) with the value of each flag the
+    command line gave in place of the level's. ``names``: fields set by the flag of the same
     name (``--n-examples`` -> ``n_examples``); ``flag_of``: field -> the flag that sets it
-    where the names differ (``n_values="n"``). A flag left out (None) keeps the preset's."""
+    where the names differ (``n_values="n"``). A flag left out (None) keeps the level's."""
     given = {field: getattr(args, flag) for field, flag in
              (*((n, n) for n in names), *flag_of.items())}
     return dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})

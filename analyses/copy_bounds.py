@@ -54,7 +54,7 @@ CHECKPOINT_ROWS = 32  # checkpoint_errors' batch
 
 @dataclass(frozen=True)
 class Settings:
-    """How much of each part a preset measures. Construction (part 1): ``n_values`` n-gram
+    """How much of each part a level measures. Construction (part 1): ``n_values`` n-gram
     lengths × ``lengths`` string lengths, p_n-gram counted on ``count_samples`` uniform
     strings, ``model_samples`` strings per stratum run through it. Checkpoints (part 2):
     ``gssm_samples`` strings at each of ``gssm_lengths``; ``gssm_archs``, the GSSMs that
@@ -69,7 +69,7 @@ class Settings:
     gssm_archs: tuple[str, ...]
 
 
-PRESETS: dict[str, Settings] = {
+LEVEL_SETTINGS: dict[str, Settings] = {
     # quick: CPU-sized estimates; paper: tighter estimates and longer strings (GPU). Quick
     # measures the LSTM only: the quick Mamba does not learn to copy at CPU budgets and its
     # reference scan is slow; ``--archs mamba,lstm`` adds it.
@@ -150,13 +150,13 @@ def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int
     return rows
 
 
-def compute(models: dict | None = None, D: int = 26, preset: str = "quick", seed: int = 0,
+def compute(models: dict | None = None, D: int = 26, level: str = "quick", seed: int = 0,
             device: str = "cpu", progress: bool = True, settings: Settings | None = None
             ) -> dict:
     """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty);
-    ``settings``: the preset's unless given."""
-    check(preset in PRESETS, f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
-    cfg = settings or PRESETS[preset]
+    ``settings``: the level's unless given."""
+    check(level in LEVEL_SETTINGS, f"unknown level {level!r}; allowed: {', '.join(LEVEL_SETTINGS)}")
+    cfg = settings or LEVEL_SETTINGS[level]
     constr = construction_errors(list(cfg.n_values), list(cfg.lengths), D, cfg.count_samples,
                                  cfg.model_samples, seed, device, progress)
     gssm = []
@@ -174,7 +174,7 @@ def compute(models: dict | None = None, D: int = 26, preset: str = "quick", seed
                                             floats * b, r["L"], D)} for r in entry["measured"]]}
                                for b in (32, 8)}
         gssm.append(entry)
-    return to_jsonable({"D": D, "preset": preset, "seed": seed,
+    return to_jsonable({"D": D, "level": level, "seed": seed,
                         "settings": dataclasses.asdict(cfg),
                         "construction": constr, "checkpoints": gssm})
 
@@ -251,12 +251,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="uniform strings counted for p_n-gram")
     p.add_argument("--archs", default=None,
                    help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "
-                        "(default: the preset's)")
+                        "(default: the level's)")
 
 
-def gssm_recipes(preset: str, archs: list[str] | None = None) -> list[str]:
-    """The zoo's copy recipes of the GSSMs (default: the preset's ``gssm_archs``)."""
-    archs = archs or PRESETS[preset].gssm_archs
+def gssm_recipes(level: str, archs: list[str] | None = None) -> list[str]:
+    """The zoo's copy recipes of the GSSMs (default: the level's ``gssm_archs``)."""
+    archs = archs or LEVEL_SETTINGS[level].gssm_archs
     for a in archs:
         check(a in GSSM_ARCHS, f"unknown GSSM {a!r}; allowed: {', '.join(GSSM_ARCHS)}")
     return [f"copy/{a}" for a in archs]
@@ -289,7 +289,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models, _, D = load_copy_models(paths, args.device, ARCHS)
     check(not models or D == args.D,
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
-    settings = with_flags(PRESETS[args.level], args, "lengths", "model_samples",
+    settings = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "model_samples",
                           "count_samples", n_values="n")
     memory.check_fits(memory_estimate(settings, args.D, models),
                       f"{NAME} (constructions for n = {list(settings.n_values)} at L up to "

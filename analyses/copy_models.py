@@ -1,6 +1,6 @@
 """The copy paper's models as the copy analyses read them: the tasks and architectures they
 open (:data:`COPY_TASKS`, :data:`COPY_ARCHS`, with pretrained LMs :data:`COPY_OR_HF_ARCHS`),
-the zoo's copy recipes a preset trains (:data:`COPY_LABELS`, :func:`copy_recipes`,
+the zoo's copy recipes a level trains (:data:`COPY_LABELS`, :func:`copy_recipes`,
 ``--models``), a model's label (:func:`label_for`), loading checkpoints that share one alphabet
 (:func:`load_copy_models`), and a copy task as a model reads it (:func:`copy_prompts`: a
 pretrained LM gets the same strings in its own tokens).
@@ -32,9 +32,9 @@ COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm", "mamba2"),
                "paper": ("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm")}
 
 
-def copy_recipes(preset: str, labels: Sequence[str] | None = None) -> list[str]:
-    """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the preset)."""
-    labels = labels or COPY_LABELS[preset]
+def copy_recipes(level: str, labels: Sequence[str] | None = None) -> list[str]:
+    """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the level)."""
+    labels = labels or COPY_LABELS[level]
     for label in labels:
         check(label in zoo_copy.COPY_MODELS,
               f"unknown model {label!r}; allowed: {', '.join(zoo_copy.COPY_MODELS)}")
@@ -46,11 +46,11 @@ def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
     :func:`copy_models_recipes`)."""
     p.add_argument("--models", default=None,
                    help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} "
-                   "(default: preset's)")
+                   "(default: level's)")
 
 
 def copy_models_recipes(args: argparse.Namespace) -> list[str]:
-    """The copy recipes of ``--train PRESET [--models ...]``."""
+    """The copy recipes of ``--train LEVEL [--models ...]``."""
     return copy_recipes(args.train, args.models.split(",") if args.models else None)
 
 

@@ -247,7 +247,7 @@ FIGURE = Figure(
     (Claim("accuracy is flat for short duplicated n-grams and falls once n reaches the "
            "length of the n-grams the model matches", claim_flat_then_falls),),
     # the copy model whose match heads analyses.ngram_heads finds: Fig. 4 asks how long they are
-    recipes=lambda preset: ["copy/hard_alibi"])
+    recipes=lambda level: ["copy/hard_alibi"])
 
 
 def main(argv=None) -> int:

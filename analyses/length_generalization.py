@@ -7,7 +7,7 @@ quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass pe
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
 the character accuracy reported beside it is per token given the true prefix.
 
-Quick preset: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM and
+Quick level: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM and
 Mamba-2, the GSSM of the comparison; the legend gives each model's steps); add others with
 ``--models``. ``--paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
@@ -53,14 +53,14 @@ NAME = "length_generalization"
 
 @dataclass(frozen=True)
 class Settings:
-    """How a preset tests the copy models (which models: analyses.copy_models.COPY_LABELS):
+    """How a level tests the copy models (which models: analyses.copy_models.COPY_LABELS):
     ``n_examples`` uniform strings at each of the test ``lengths``."""
 
     lengths: tuple[int, ...]
     n_examples: int
 
 
-PRESETS: dict[str, Settings] = {
+LEVEL_SETTINGS: dict[str, Settings] = {
     "quick": Settings(lengths=(5, 10, 20, 30, 40, 60, 80, 120, 160), n_examples=128),
     # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
     "paper": Settings(lengths=(10, 20, 50, 100, 200, 300, 500, 750, 1000), n_examples=1280),
@@ -70,7 +70,7 @@ PRESETS: dict[str, Settings] = {
 def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examples: int = 128,
             seed: int = 0, train_info: dict | None = None, progress: bool = True) -> dict:
     """Accuracy vs length for {label: model}; ``train_info`` = {label: {max_len, context}}."""
-    lengths = lengths or list(PRESETS["quick"].lengths)
+    lengths = lengths or list(LEVEL_SETTINGS["quick"].lengths)
     check(all(L >= 1 for L in lengths), f"lengths must be >= 1, got {lengths}")
     task = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
     # a pretrained LM reads the strings in its own tokens (checked before any work)
@@ -133,7 +133,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
-    s = with_flags(PRESETS[args.level], args, "lengths", "n_examples")
+    s = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "n_examples")
     return compute(models, D, list(s.lengths), s.n_examples, args.seed, info)
 
 

@@ -215,7 +215,7 @@ FIGURE = Figure(
     (Claim("a_t ≈ 1 on Markov data (no forgetting; mean >= 0.95)", claim_markov),
      Claim("a_t ≈ 0 at switch tokens, ≈ 1 elsewhere: the counts reset at a switch (a_t at "
            f"switches below {KEEP} of a_t elsewhere, 95 % CI)", claim_switch)),
-    recipes=lambda preset: list(RECIPES))
+    recipes=lambda level: list(RECIPES))
 
 
 def main(argv=None) -> int:

@@ -69,16 +69,16 @@ GROUPS: dict[str, dict[str, str]] = {"conv": CONV_GROUP, **{
 LABELS = {recipe: (g, label) for g, recipes in GROUPS.items() for recipe, label in recipes.items()}
 
 
-def recipes_for(groups: list[str], preset: str) -> list[str]:
-    """The zoo recipes of ``groups`` that exist at ``preset``."""
+def recipes_for(groups: list[str], level: str) -> list[str]:
+    """The zoo recipes of ``groups`` that exist at ``level``."""
     for g in groups:
         if g not in GROUPS:
             raise InputError(f"unknown group {g!r}; allowed: {', '.join(GROUPS)}")
-    return [r for g in groups for r in GROUPS[g] if zoo.recipe(r).available(preset)]
+    return [r for g in groups for r in GROUPS[g] if zoo.recipe(r).available(level)]
 
 
-def default_groups(preset: str) -> tuple[str, ...]:
-    return QUICK_GROUPS if preset == "quick" else tuple(GROUPS)
+def default_groups(level: str) -> tuple[str, ...]:
+    return QUICK_GROUPS if level == "quick" else tuple(GROUPS)
 
 
 def compute(models: list[tuple[str, str, object]], n_seqs: int = 256, seed: int = 0) -> dict:
@@ -242,7 +242,7 @@ FIGURE = Figure(
     (Claim("without the convolution the model fails (gap >= 5x the full model's)",
            claim_noconv),
      Claim("MambaZero (conv-only) recovers what no-conv loses", claim_mambazero)),
-    recipes=lambda preset: recipes_for(list(default_groups(preset)), preset))
+    recipes=lambda level: recipes_for(list(default_groups(level)), level))
 
 
 def main(argv=None) -> int:

@@ -167,7 +167,7 @@ FIGURE = Figure(
     (Claim("a 1-layer Mamba learns the add-β (Laplacian) estimator in context", claim_l1),
      Claim("1-layer transformers cannot; Mamba's gap is smaller than transformers'",
            claim_vs_transformers)),
-    recipes=lambda preset: list(QUICK_RECIPES))
+    recipes=lambda level: list(QUICK_RECIPES))
 
 
 def main(argv=None) -> int:

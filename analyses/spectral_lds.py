@@ -59,7 +59,7 @@ QS = (1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
 
 @dataclass(frozen=True)
 class Settings:
-    """The random systems of a preset (each field's flag overrides it): horizon ``T`` (also
+    """The random systems of a level (each field's flag overrides it): horizon ``T`` (also
     the filter length), ``k`` spectral filters, the LDS's dimensions and ``seeds`` systems per
     region."""
 
@@ -71,7 +71,7 @@ class Settings:
     seeds: int
 
 
-PRESETS: dict[str, Settings] = {
+LEVEL_SETTINGS: dict[str, Settings] = {
     # quick: a CPU-sized horizon and hidden dimension, the paper's number of filters
     "quick": Settings(T=2**13, k=24, d_hidden=256, d_in=4, d_out=4, seeds=3),
     # paper §4.1: T = 2^14, k = 24, hidden dimension 512 (d_in, d_out and seeds unspecified)
@@ -283,9 +283,9 @@ FIGURE = Figure(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="level", action="store_const", const="quick",
-                   help=f"CPU preset (default): {dataclasses.asdict(PRESETS['quick'])}")
+                   help=f"CPU level (default): {dataclasses.asdict(LEVEL_SETTINGS['quick'])}")
     g.add_argument("--paper", dest="level", action="store_const", const="paper",
-                   help=f"paper scale: {dataclasses.asdict(PRESETS['paper'])}")
+                   help=f"paper scale: {dataclasses.asdict(LEVEL_SETTINGS['paper'])}")
     p.set_defaults(level="quick")
     p.add_argument("--T", type=flags.flag("--T"),
                    default=None, help="horizon / filter length")
@@ -331,12 +331,12 @@ def memory_estimate(s: Settings, n_qs: int) -> int:
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     check(args.device in ("cpu", "auto"),
           "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
-    s = with_flags(PRESETS[args.level], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
+    s = with_flags(LEVEL_SETTINGS[args.level], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
     memory.check_fits(memory_estimate(s, len(args.qs)),
                       f"{NAME} at T = {s.T}, k = {s.k}, d_in = {s.d_in}, d_hidden = {s.d_hidden}",
                       "lower --T, --k or --d-in (the regressors are T x k x d_in per context)")
     return {**compute(**dataclasses.asdict(s), qs=tuple(args.qs), seed=args.seed, lr=args.lr,
-                      radius=args.radius), "preset": args.level}
+                      radius=args.radius), "level": args.level}
 
 
 def main(argv=None) -> int:

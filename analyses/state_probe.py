@@ -304,7 +304,7 @@ FIGURE = Figure(
     (Claim("the state H_t holds the transition counts (linear probe R² >= 0.9)", claim_counts),
      Claim("a random-init model's state does not carry what the trained one reads out",
            claim_readout)),
-    recipes=lambda preset: ["markov/mamba2"])
+    recipes=lambda level: ["markov/mamba2"])
 
 
 def main(argv=None) -> int:

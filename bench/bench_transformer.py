@@ -24,7 +24,7 @@ from bench.common import (
 from models.transformer import HookedTransformerLM, TransformerConfig
 from seqprobe import flags
 
-# The quick copy preset's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
+# The quick copy level's shape: strings <= 20 -> examples of <= 43 tokens, batch 32.
 SHAPE = dict(vocab_size=30, d_model=128, n_layers=2, n_heads=8, d_mlp=512)
 BATCH, SEQ = 32, 43
 

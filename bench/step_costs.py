@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from analyses import zoo
+from analyses.claims import level_of
 from analyses.zoo.dryrun import recipe_spec
 from bench.common import machine
 from models.train.callbacks import Callback, Run
@@ -130,9 +131,9 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def analysis_seconds(timings: Path) -> tuple[str, dict[str, float]]:
-    """``(preset, {analysis: seconds})`` of a reproduce run's ``ok`` analyses."""
+    """``(level, {analysis: seconds})`` of a reproduce run's ``ok`` analyses."""
     d = json.loads(timings.read_text())
-    return d.get("preset", ""), {k: float(v["seconds"]) for k, v in d.items()
+    return level_of(d) or "", {k: float(v["seconds"]) for k, v in d.items()
                                  if isinstance(v, dict) and v.get("ok") is True
                                  and "seconds" in v and not k.startswith("train:")}
 
@@ -175,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['ref_s'] * 1000:.1f} ms)", flush=True)
     measured = set(rows)
     for timings in args.analyses_from:
-        preset, seconds = analysis_seconds(timings)
-        doc["analysis_s"].setdefault(preset, {}).update(seconds)
-        doc["meta"].setdefault("analyses_from", {}).setdefault(preset, []).append(str(timings))
+        timed, seconds = analysis_seconds(timings)
+        doc["analysis_s"].setdefault(timed, {}).update(seconds)
+        doc["meta"].setdefault("analyses_from", {}).setdefault(timed, []).append(str(timings))
     doc["meta"].setdefault("levels", {})[level] = {
         "machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "rows": len(measured), "wall_s": round(time.time() - t0, 1),

@@ -36,7 +36,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 class TrainConfig:
     steps: int = field(default=1000, metadata=bound(1, MAX_STEPS, STEPS_WHY))
     batch_size: int = field(
-        default=32, metadata=bound(1, MAX_BATCH, "rows per step; the suite's presets: 4 to 512"))
+        default=32, metadata=bound(1, MAX_BATCH, "rows per step; the suite's levels: 4 to 512"))
     lr: float = field(
         default=1e-3,
         metadata=bound(0.0, MAX_LR, "Adam's learning rate; papers: 1e-5 to 1e-2", open_lo=True))

@@ -182,7 +182,7 @@ def _float(lo: float, hi: float, why: str, open_lo: bool = False) -> Bound:
 
 
 MAX_LR = 10.0  # Adam's step is about lr per weight: beyond 10 every run diverges at step 1
-MAX_EVAL_BATCHES = 10_000  # batches of one evaluation (the suite's presets: 4 to 64)
+MAX_EVAL_BATCHES = 10_000  # batches of one evaluation (the suite's levels: 4 to 64)
 MAX_WIDTH_MULT = 64  # Mamba's expand (the papers: 2)
 MAX_CONV = 1024  # a causal convolution's width (the papers: 2 to 4)
 MAX_ORDER = 20  # Markov order k: S^k contexts, which the task caps at 2^20 (papers: 1 to 3)

@@ -248,11 +248,11 @@ def test_stu_recall_margin_and_undecided():
     row = {"arch": "stu", "train_length": 16, "n_models": 3, "acc_per_model": [[0.9, 0.26]] * 3,
            "longest": {"length": 256, "acc": 0.26, "n": 1536, "seen_lags_acc": 0.29,
                        "p_value_vs_chance": 1e-3}}
-    read = stu_claims.claim_recall({"rows": [row], "chance": 0.25, "preset": "quick"})
+    read = stu_claims.claim_recall({"rows": [row], "chance": 0.25, "level": "quick"})
     assert isinstance(read[1], Undecided) and "seeds per training length" in read[1].reason
     assert read.margin.distance == pytest.approx(-0.03)
     above = {**row, "n_models": 8, "acc_per_model": [[0.9, 0.5]] * 8}  # the seed is the unit
-    read = stu_claims.claim_recall({"rows": [above], "chance": 0.25, "preset": "quick"})
+    read = stu_claims.claim_recall({"rows": [above], "chance": 0.25, "level": "quick"})
     assert read[1] is True and read.margin.distance == pytest.approx(0.21)
 
 

@@ -190,8 +190,8 @@ def test_an_induction_model_is_probed_on_its_own_task_by_default():
 
 # ---------------------------------------------------------------------------- recipes
 def test_each_analysis_trains_the_recipes_it_trained_before():
-    def recipes(mod, preset):
-        return list(mod.FIGURE.recipes(preset))
+    def recipes(mod, level):
+        return list(mod.FIGURE.recipes(level))
 
     for mod in (ngram_heads, duplicated_ngrams):
         assert recipes(mod, "quick") == ["copy/hard_alibi"]
@@ -199,8 +199,8 @@ def test_each_analysis_trains_the_recipes_it_trained_before():
     assert recipes(copy_bounds, "paper") == ["copy/mamba", "copy/lstm"]
     assert recipes(length_generalization, "quick") == [
         "copy/hard_alibi", "copy/nope", "copy/rope", "copy/lstm", "copy/mamba2"]
-    for preset in ("quick", "paper"):  # copy_efficiency reads length_generalization's models
-        assert recipes(copy_efficiency, preset) == recipes(length_generalization, preset)
+    for level in ("quick", "paper"):  # copy_efficiency reads length_generalization's models
+        assert recipes(copy_efficiency, level) == recipes(length_generalization, level)
     assert recipes(ngram_lookup, "quick") == [
         "lookup_suffix/hard_alibi", "lookup_prefix/hard_alibi",
         "lookup_suffix/lstm", "lookup_prefix/lstm"]

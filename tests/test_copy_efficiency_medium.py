@@ -230,7 +230,7 @@ def test_medium_recipes_in_the_zoo():
     for L, lrs in zoo_copy.COPY_MEDIUM_LR.items():
         assert L in zoo_copy.COPY_MEDIUM["lengths"] and set(lrs) == set(zoo_copy.COPY_MEDIUM_LABELS)
         assert set(lrs.values()) <= set(zoo_copy.COPY_MEDIUM["lrs"])
-    assert "medium" in ce.FIGURE.presets
+    assert "medium" in ce.FIGURE.levels
     for name in names:
         r = zoo.recipe(name)
         assert r.available("medium") and not r.available("quick") and not r.available("paper")

@@ -137,7 +137,7 @@ def test_analysis_flag(tmp_path, monkeypatch):
     monkeypatch.setattr(dryrun, "report", fake_report)
     assert holdout.main(["--train", "paper", "--dry-run", "--out", str(tmp_path)]) == 0
     [(label, spec)] = seen["markov_holdout_dry_run"]
-    assert label == "markov_holdout/mamba2" and spec.train.steps == 10000  # the paper preset
+    assert label == "markov_holdout/mamba2" and spec.train.steps == 10000  # the paper level
     assert memorization.main(["--paper", "--dry-run", "--n-examples", "500", "--out",
                               str(tmp_path)]) == 0
     cells = dict(seen["memorization_dry_run"])

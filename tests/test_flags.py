@@ -1,7 +1,7 @@
 """Every numeric flag is checked when it is parsed (issue 29 item 14): a value out of range,
 NaN or not a number is one stderr line and exit 2 before anything is loaded; lengths are
 checked against the model's context before any example is built; ``--n-examples 0`` is
-refused, not replaced by the preset's count."""
+refused, not replaced by the level's count."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_the_parsers_read_what_they_allow():
     assert math.isclose(flags.bounded_float(-1, 1)("-1"), -1.0)
 
 
-def test_n_examples_0_is_refused_and_unset_takes_the_preset(monkeypatch, tmp_path):
+def test_n_examples_0_is_refused_and_unset_takes_the_level(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(length_generalization, "load_copy_models",
                         lambda paths, device, archs: ({}, {}, 26))
@@ -96,7 +96,7 @@ def test_n_examples_0_is_refused_and_unset_takes_the_preset(monkeypatch, tmp_pat
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
     args.n_examples = 7
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
-    assert seen == [length_generalization.PRESETS["quick"].n_examples, 7]
+    assert seen == [length_generalization.LEVEL_SETTINGS["quick"].n_examples, 7]
 
 
 @pytest.fixture(scope="module")

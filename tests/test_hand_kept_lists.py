@@ -102,8 +102,8 @@ def recipe_level_problems(recorded: dict) -> list[str]:
             at.setdefault(level, []).append(r.name)
     have = {k.rsplit("@", 1)[1] for k in recorded["recipes"]}
     return [f"{len(names)} zoo recipes exist at {level} (e.g. {names[0]}) but "
-            f"tests/data/recipe_hashes.json records none at {level}: add {level!r} to PRESETS "
-            "in tests/test_recipe_hashes.py and regenerate the file (python -m "
+            f"tests/data/recipe_hashes.json records none at {level}: add {level!r} to "
+            "RECORDED_LEVELS in tests/test_recipe_hashes.py and regenerate the file (python -m "
             "tests.test_recipe_hashes)" for level, names in sorted(at.items()) if level not in have]
 
 
@@ -170,9 +170,10 @@ def test_a_name_without_a_colour_gets_a_fixed_one_of_its_own():
 
 
 # ---------------------------------------------------------------------------- recipe hashes
-@pytest.mark.xfail(strict=True, reason="known gap: tests/test_recipe_hashes.py's PRESETS is "
-                   "(quick, medium, paper), so the large recipes' cache keys are recorded "
-                   "nowhere; remove this mark once 'large' is added and the file regenerated")
+@pytest.mark.xfail(strict=True, reason="known gap: tests/test_recipe_hashes.py's "
+                   "RECORDED_LEVELS is (quick, medium, paper), so the large recipes' cache "
+                   "keys are recorded nowhere; remove this mark once 'large' is added and "
+                   "the file regenerated")
 def test_every_level_with_recipes_is_recorded_in_recipe_hashes():
     problems = recipe_level_problems(json.loads(RECIPE_HASHES.read_text()))
     assert not problems, _fmt(problems)
@@ -184,8 +185,8 @@ def test_the_recipe_level_check_can_fail():
     quick_less = {"recipes": {k: v for k, v in recorded["recipes"].items()
                               if not k.endswith("@quick")}}
     problems = recipe_level_problems(quick_less)
-    assert any("records none at quick" in p and "PRESETS in tests/test_recipe_hashes.py" in p
-               for p in problems)
+    assert any("records none at quick" in p
+               and "RECORDED_LEVELS in tests/test_recipe_hashes.py" in p for p in problems)
     everything = {"recipes": {f"{n}@{lv}": "h" for n, r in zoo_recipes.RECIPES.items()
                               for lv in r.levels}}
     assert recipe_level_problems(everything) == []

@@ -39,7 +39,7 @@ def _run_folder(tmp_path: Path, name: str, mean: float, level="quick", offset=No
     out.mkdir()
     (out / "mamba_decay.json").write_text(json.dumps({"models": [
         {"label": "markov/mamba2", "mean": mean}]}))
-    timings = {"preset": level, **({} if offset is None else {"seed_offset": offset})}
+    timings = {"level": level, **({} if offset is None else {"seed_offset": offset})}
     (out / "reproduce_timings.json").write_text(json.dumps(timings))
     return out
 

@@ -43,7 +43,7 @@ def test_each_row_names_its_checkpoint_and_a_users_model_is_not_the_levels(tmp_p
         assert str(doc["made"][key]) in page
     assert md.splitlines()[2].startswith("Made ") and "torch" in md.splitlines()[2]
     # the level's own recipe under the level's header, the user's model under its own
-    level, other = md.split("# Other results in this folder: not the quick preset's recipes")
+    level, other = md.split("# Other results in this folder: not the quick level's recipes")
     assert "## Figure F" in level and "copy/hard\\_alibi@quick \\(sha256 " in level
     assert "Figure G" not in level and "## Figure G" in other and "my\\_model.pt" in other
     assert "## Figure H" in level and "— not run" in level and "FAILED" not in md
@@ -72,7 +72,7 @@ def test_index_only_over_a_users_model_and_missing_analyses(tmp_path, capsys):
                              "4", "--draws", "2", "--n-max", "3"]) == 0
     assert reproduce_cli.main(["--index-only", "--out", str(out)]) == 0
     md = (out / "index.md").read_text()
-    level, other = md.split("# Other results in this folder: not the quick preset's recipes")
+    level, other = md.split("# Other results in this folder: not the quick level's recipes")
     assert "FAILED" not in md and "— not run" in level
     assert "users\\_model.pt" in other and "n-gram match heads" in other.lower()
     assert "users\\_model" not in level and "![ngram_heads]" not in level

@@ -25,7 +25,7 @@ from analyses.zoo import markov as zoo_markov
 from analyses.zoo import spectral as zoo_spectral
 from analyses.zoo.copy import COPY_LARGE_PARAMS
 from models.registry import build_model
-from models.train import levels as presets
+from models.train import levels as levels
 from seqprobe.cli import LEVELS
 from seqprobe.errors import InputError
 from tasks.registry import make_task
@@ -36,10 +36,10 @@ LARGE = [r for r in zoo.RECIPES.values() if "large" in r.levels]
 # ---------------------------------------------------------------------------- the level
 def test_large_sits_between_medium_and_paper_and_starts_from_medium():
     assert LEVELS == ("quick", "medium", "large", "paper")
-    assert presets.BASE["large"] == "medium"
+    assert levels.BASE["large"] == "medium"
     assert zoo_copy.TABLE.rows("large", "copy", "mamba") == zoo_copy.TABLE.rows(
         "medium", "copy", "mamba")
-    assert set(presets.SEEDED) == {"medium", "large"}
+    assert set(levels.SEEDED) == {"medium", "large"}
 
 
 def test_large_recipes_exist_at_large_only_and_count_as_the_issue_says():
@@ -94,7 +94,7 @@ def test_stu_lookup_and_markov_large_settings():
     assert (run.task_dict["D"], run.task_dict["min_len"], run.task_dict["max_len"]) == (26, 5, 30)
     assert run.task_dict["key"] == "prefix" and run.train.context == 420
     assert run.train.schedule == "linear" and run.train.stop_at == 0.0
-    assert max(ngram_lookup.PRESETS["large"].lengths) == 100
+    assert max(ngram_lookup.LEVEL_SETTINGS["large"].lengths) == 100
     for w in (8, 16, 32):
         run = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w])[4], "large")
         t = run.train
@@ -109,13 +109,13 @@ def test_the_five_analyses_have_large_and_their_recipes():
             "ngram_lookup": ngram_lookup.FIGURE, "markov_holdout": markov_holdout.FIGURE,
             "memorization": MEMORIZATION}
     for name, fig in figs.items():
-        assert "large" in fig.presets, name
+        assert "large" in fig.levels, name
     assert list(copy_efficiency.FIGURE.recipes("large")) == zoo_copy.copy_large_recipes()
     assert list(stu_induction.FIGURE.recipes("large")) == zoo_spectral.induction_large_recipes()
     assert list(ngram_lookup.FIGURE.recipes("large")) == zoo_copy.lookup_large_recipes()
     assert list(markov_holdout.FIGURE.recipes("large")) == zoo_markov.markov_holdout_large_recipes(
         cpu_batch=markov_holdout.large_cpu_batch())
-    assert [n for n in PLAN if "large" in reproduce_plan.figure_of(n).presets] == [
+    assert [n for n in PLAN if "large" in reproduce_plan.figure_of(n).levels] == [
         "copy_efficiency", "ngram_lookup", "markov_holdout", "memorization", "stu_induction"]
 
 
@@ -304,10 +304,10 @@ def test_markov_holdout_cpu_batch_picks_the_batch_16_runs():
 
 def test_stu_claims_of_models_the_large_level_does_not_train_are_left_out():
     row = {"arch": "stu", "train_length": 16, "longest": {"median": 1.0}}
-    d = {"preset": "large", "rows": [row], "lengths": [16, 256]}
+    d = {"level": "large", "rows": [row], "lengths": [16, 256]}
     assert stu_claims.claim_vs_baselines(d) is None
     assert stu_claims.claim_blank_zero(d) is None
-    assert stu_claims.claim_vs_baselines({**d, "preset": "medium"})[1] is False
+    assert stu_claims.claim_vs_baselines({**d, "level": "medium"})[1] is False
 
 
 @pytest.mark.parametrize("gpu", [True, False])

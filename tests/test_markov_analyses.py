@@ -200,7 +200,7 @@ def test_cli_wrong_checkpoint_kind_exits_2(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_quick_mamba2_learns_add_beta_and_stores_the_counts(tmp_path):
-    """The issue's done-when numbers on the quick preset (minutes on a CPU)."""
+    """The issue's done-when numbers on the quick level (minutes on a CPU)."""
     from analyses.common import load_model
 
     m = load_model(str(zoo.checkpoint("markov/mamba2", "quick", tmp_path, "cpu", False)))
@@ -285,16 +285,16 @@ MY_ANALYSES = (markov_laplace, state_probe, bc_orthogonality, mamba_decay, marko
                markov_holdout)
 
 
-@pytest.mark.parametrize("preset", ["quick", "paper"])
-def test_every_recipe_the_markov_analyses_name_is_a_valid_zoo_run(preset):
-    names = {n for a in MY_ANALYSES for n in a.FIGURE.recipes(preset)}
+@pytest.mark.parametrize("level", ["quick", "paper"])
+def test_every_recipe_the_markov_analyses_name_is_a_valid_zoo_run(level):
+    names = {n for a in MY_ANALYSES for n in a.FIGURE.recipes(level)}
     names |= set(markov_laplace.LABELS) | set(markov_ablations.LABELS)
     for n in sorted(names):
-        if zoo.recipe(n).available(preset):
-            zoo.run_config(n, preset)  # every config validated (MambaZero's start bias too)
+        if zoo.recipe(n).available(level):
+            zoo.run_config(n, level)  # every config validated (MambaZero's start bias too)
     from models.registry import build_model
 
-    mz = build_model("mambazero", zoo.run_config("markov/mambazero_fig5", preset).model)
+    mz = build_model("mambazero", zoo.run_config("markov/mambazero_fig5", level).model)
     assert mz.cfg.prediction == "l1" and torch.all(mz.unembed.bias == 1.0)  # the L1 start bias
 
 
@@ -394,7 +394,7 @@ def test_trajectory_checkpoints_chain_one_constant_lr_run(monkeypatch, tmp_path)
     assert bc_orthogonality.trajectory_steps("quick", 4) == [2500, 5000, 7500, 10000]
     calls = []
 
-    def fake(name, preset, cache_dir, device, progress=True, train=None, resume=None):
+    def fake(name, level, cache_dir, device, progress=True, train=None, resume=None):
         calls.append((name, dict(train), resume))
         return tmp_path / f"{train['steps']}.pt"
 

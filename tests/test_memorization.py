@@ -193,16 +193,16 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
     compute as the synthetic token grid with five fractions, and names the outputs after it."""
     seen, real = {}, mem_sweep.compute
 
-    def small(data, level, preset, out_dir, **kw):
-        seen.update(data=data, level=level, preset=preset, fractions=kw["fractions"])
-        return real(data, level, preset, out_dir, widths=(4,), fractions=(1.0,),
+    def small(data, label_level, level, out_dir, **kw):
+        seen.update(data=data, label_level=label_level, level=level, fractions=kw["fractions"])
+        return real(data, label_level, level, out_dir, widths=(4,), fractions=(1.0,),
                     task_config={"n_examples": 4, "seq_len": 4},
                     train={"steps": 2, "warmup_steps": 0}, n_jobs=1, progress=False)
 
     monkeypatch.setattr(am.cli, "compute", small)
     argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
     assert mem_cli.main(argv) == 0
-    assert seen == {"data": "synthetic", "level": "token", "preset": "quick",
+    assert seen == {"data": "synthetic", "label_level": "token", "level": "quick",
                     "fractions": (0.2, 0.4, 0.6, 0.8, 1.0)}
     assert am.FIGURE.outputs == ("memorization_synthetic_token",)
     assert (tmp_path / "memorization_synthetic_token.json").is_file()
@@ -427,8 +427,8 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
     assert again["cells_trained"] == 0 and again["search"] == result["search"]
 
 
-def test_medium_is_a_preset_of_the_figure():
-    assert "medium" in am.FIGURE.presets
+def test_medium_is_a_level_of_the_figure():
+    assert "medium" in am.FIGURE.levels
     assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
     labels = [label for label, _ in mem_grid.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",

@@ -10,7 +10,7 @@ from analyses.memorization import grid as mem_grid
 from models.train.runconfig import RunConfig
 
 # cell_key of three cells, recorded at 2473091 (before a cell's run became a RunConfig):
-# (preset, data, level), width, fraction, seed / steps of a search cell, threshold, patience
+# (level, data, label level), width, fraction, seed / steps of a search cell, threshold, patience
 PINNED = [
     (("quick", "synthetic", "token"), 4, 0.1, {}, 0.005, 10, "e9d3d41256ca0e1a"),
     (("quick", "synthetic", "sequence"), 16, 1.0, {}, 0.005, 10, "1a2e91cc95313f91"),
@@ -21,8 +21,8 @@ PINNED = [
 
 @pytest.mark.parametrize(("row", "m", "f", "search", "threshold", "patience", "key"), PINNED)
 def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
-    preset, data, level = row
-    spec = mem_grid.CellSpace.of(data, level, preset).spec(m, f, **search)
+    level, data, label_level = row
+    spec = mem_grid.CellSpace.of(data, label_level, level).spec(m, f, **search)
     assert isinstance(spec, RunConfig)
     assert (spec.model.d_model, spec.task.fraction) == (m, f)
     assert mem_cells.cell_key(spec, threshold, patience) == key
@@ -30,8 +30,8 @@ def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
 
 
 def test_the_table_is_rows_of_frozen_dataclasses():
-    for (preset, data, level), row in mem_grid.GRIDS.items():
-        assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(preset, data, level) is row
+    for (level, data, label_level), row in mem_grid.GRIDS.items():
+        assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(level, data, label_level) is row
         assert row.widths == tuple(sorted(row.widths)) and row.patience >= 0
         if row.search is not None:
             assert max(row.search.n_examples) <= row.task["n_examples"]

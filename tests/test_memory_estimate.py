@@ -131,10 +131,10 @@ def test_ordinary_settings_pass_the_check(tmp_path):
     from analyses import copy_bounds, duplicated_ngrams, spectral_lds
 
     free = memory.available_bytes()
-    for preset in ("quick", "paper"):
-        s = spectral_lds.PRESETS[preset]
-        assert spectral_lds.memory_estimate(s, 5) < min(free, 4 << 30), preset
-    quick = copy_bounds.PRESETS["quick"]
+    for level in ("quick", "paper"):
+        s = spectral_lds.LEVEL_SETTINGS[level]
+        assert spectral_lds.memory_estimate(s, 5) < min(free, 4 << 30), level
+    quick = copy_bounds.LEVEL_SETTINGS["quick"]
     assert copy_bounds.memory_estimate(quick, 26, {}) < min(free, 2 << 30)
     model = models.load(save_checkpoint(good_checkpoint(), tmp_path / "c.pt"))
     est = duplicated_ngrams.memory_estimate({"m": model}, 26, [3, 5], list(range(1, 11)),

@@ -200,7 +200,7 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
     assert ngram_lookup.lookup_recipes("quick") == [
         "lookup_suffix/hard_alibi", "lookup_prefix/hard_alibi",
         "lookup_suffix/lstm", "lookup_prefix/lstm"]
-    assert "medium" in ngram_lookup.FIGURE.presets
+    assert "medium" in ngram_lookup.FIGURE.levels
 
 
 TINY_TRAIN = {"steps": 2, "batch_size": 4, "eval_every": 0, "eval_batches": 1,

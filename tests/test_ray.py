@@ -262,7 +262,7 @@ def test_an_analysis_trains_its_recipes_as_ray_tasks_and_a_failure_is_one_line(
 
     calls = []
 
-    def fake_train_recipes(names, preset, cache_dir, device, backend, **kw):
+    def fake_train_recipes(names, level, cache_dir, device, backend, **kw):
         calls.append((list(names), backend))
         return {n: Failed("boom", 3) for n in names}
 

@@ -24,7 +24,7 @@ from analyses import zoo
 from models.train import build, cache, runconfig
 
 DATA = Path(__file__).parent / "data" / "recipe_hashes.json"
-PRESETS = ("quick", "medium", "paper")
+RECORDED_LEVELS = ("quick", "medium", "paper")
 INIT_DIGEST = "0123456789abcdef"
 
 
@@ -34,8 +34,8 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
     records: dict[str, dict] = {}
     real_spec = zoo.run_config
 
-    def stub_spec(name, preset, cache_dir=cache_dir, train=None, device="cpu"):
-        run = real_spec(name, preset, cache_dir, train, device)
+    def stub_spec(name, level, cache_dir=cache_dir, train=None, device="cpu"):
+        run = real_spec(name, level, cache_dir, train, device)
         path = cache.cache_path(run, cache_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()  # the child's recipe asks only that its parent exists
@@ -51,7 +51,7 @@ def snapshot(cache_dir: Path) -> dict[str, dict[str, str]]:
     """``{"recipes": {name@level: hash}}``."""
     recipes = {}
     for name, r in zoo.RECIPES.items():
-        for level in PRESETS:
+        for level in RECORDED_LEVELS:
             if r.available(level):
                 recipes[f"{name}@{level}"] = zoo.run_config(name, level, cache_dir).hash()
     return {"recipes": recipes}
@@ -85,9 +85,9 @@ def test_every_recipe_keeps_its_cache_key(recorded, current):
 
 def test_the_fixture_can_fail(recorded, current):
     # the snapshot covers the runs it claims to: fine-tuned recipes (through the stand-in) and
-    # every preset that has recipes
+    # every level that has recipes
     assert any(k.startswith("lookup_suffix/") and k.endswith("@quick") for k in current["recipes"])
-    assert {k.rsplit("@", 1)[1] for k in current["recipes"]} == set(PRESETS)
+    assert {k.rsplit("@", 1)[1] for k in current["recipes"]} == set(RECORDED_LEVELS)
     assert len(set(current["recipes"].values())) > 100  # distinct runs, distinct keys
 
 

@@ -32,9 +32,9 @@ def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
         # line out of its __init__); the pool forks the same one
         assert forkable([sys.executable, "-m", f"analyses.{n}"]) is not None, n
         assert isinstance(mod.FIGURE, Figure) and mod.FIGURE.claims
-        for preset in mod.FIGURE.presets:
-            for r in mod.FIGURE.recipes(preset):
-                zoo.recipe(r).parts(preset)  # raises for an unknown recipe or preset
+        for level in mod.FIGURE.levels:
+            for r in mod.FIGURE.recipes(level):
+                zoo.recipe(r).parts(level)  # raises for an unknown recipe or level
 
 
 def test_recipes_become_training_jobs_before_their_analyses(tmp_path):
@@ -212,7 +212,7 @@ def test_medium_runs_only_the_analyses_that_have_it(capsys):
     assert reproduce_cli.main(["--medium", "--list"]) in (0, 2)
     plan = capsys.readouterr().out.split("\n\n")[0]  # the ETA line follows a blank line
     listed = [line.split()[0] for line in plan.splitlines() if line]
-    assert listed == [n for n in PLAN if "medium" in reproduce_plan.figure_of(n).presets]
+    assert listed == [n for n in PLAN if "medium" in reproduce_plan.figure_of(n).levels]
 
 
 def test_an_analysis_without_the_level_refuses_it(capsys):

@@ -1,5 +1,5 @@
 """One scale flag (seqprobe.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
-``--train LEVEL`` and ``models.train``'s ``--preset`` as other spellings of it."""
+``--train LEVEL`` and ``models.train``'s ``--level`` as other spellings of it."""
 
 import pytest
 
@@ -17,23 +17,23 @@ def parse(argv, train=True):
     return p.parse_args(argv)
 
 
-@pytest.mark.parametrize(("argv", "preset"), [
+@pytest.mark.parametrize(("argv", "level"), [
     ([], "quick"), (["--scale", "medium"], "medium"), (["--medium"], "medium"),
     (["--paper"], "paper"), (["--quick"], "quick"), (["--scale", "paper"], "paper")])
-def test_every_spelling_of_a_scale_is_one_value(argv, preset):
-    assert parse(argv, train=False).level == preset
+def test_every_spelling_of_a_scale_is_one_value(argv, level):
+    assert parse(argv, train=False).level == level
     args = parse(argv)
-    assert (args.level, args.train) == (preset, None)
+    assert (args.level, args.train) == (level, None)
 
 
-@pytest.mark.parametrize(("argv", "preset"), [
+@pytest.mark.parametrize(("argv", "level"), [
     (["--train", "quick"], "quick"), (["--train", "paper"], "paper"),
     (["--medium", "--train"], "medium"), (["--scale", "medium", "--train"], "medium"),
     (["--medium", "--train", "medium"], "medium"), (["--train"], "quick"),
     (["--train", "medium", "--medium"], "medium")])
-def test_train_trains_at_the_scale(argv, preset):
+def test_train_trains_at_the_scale(argv, level):
     args = parse(argv)
-    assert (args.level, args.train) == (preset, preset)
+    assert (args.level, args.train) == (level, level)
 
 
 @pytest.mark.parametrize(("argv", "match"), [
@@ -54,7 +54,7 @@ def test_a_checkpoint_after_train_is_a_clear_error_and_before_it_works():
     assert (args.checkpoints, args.train) == (["ckpt.pt"], "quick")
 
 
-def test_models_train_keeps_preset_as_a_spelling_of_the_scale():
+def test_models_train_keeps_level_as_a_spelling_of_the_scale():
     p, _ = build_parser("transformer", "copy")
     assert p.parse_args(["--preset", "paper"]).level == "paper"
     assert p.parse_args(["--scale", "medium"]).level == "medium"

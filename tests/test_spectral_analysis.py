@@ -29,7 +29,7 @@ def test_spectral_lds_cli(tmp_path, capsys):
                    "1/2,1", "--out", str(tmp_path)])
     assert code == 0 and (tmp_path / "spectral_lds.png").exists()
     data = json.loads((tmp_path / "spectral_lds.json").read_text())
-    assert data["preset"] == "quick" and data["T"] == 256 and data["qs"] == [0.5, 1.0]
+    assert data["level"] == "quick" and data["T"] == 256 and data["qs"] == [0.5, 1.0]
     capsys.readouterr()
     assert A.main(["--qs", "1/2", "--T", "256", "--out", str(tmp_path)]) == 2  # q = 1 needed
     assert "qs must include 1" in capsys.readouterr().err

@@ -105,10 +105,10 @@ def test_a_run_outside_the_table_is_a_clear_error(archs, qs, seeds, match):
 def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch, capsys):
     asked = []
 
-    def fake_train_recipes(names, preset, cache_dir, device, backend=None, progress=True):
+    def fake_train_recipes(names, level, cache_dir, device, backend=None, progress=True):
         out = {}
         for name in names:
-            asked.append((name, preset, str(cache_dir)))
+            asked.append((name, level, str(cache_dir)))
             seed = int(name.rsplit("_s", 1)[1])
             out[name] = _train_tiny(tmp_path, name.replace("/", "_"), seed=seed)
         return out
@@ -122,7 +122,7 @@ def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch,
     assert asked == [(f"induction/stu_L16_s{s}", "quick", str(tmp_path / "cache"))
                      for s in range(2)]
     data = json.loads((out / "stu_induction.json").read_text())
-    assert data["preset"] == "quick" and data["labels"] == ["induction/stu_L16_s0",
+    assert data["level"] == "quick" and data["labels"] == ["induction/stu_L16_s0",
                                                             "induction/stu_L16_s1"]
     asked.clear()
     assert A.main([*argv[:5], "5/8", *argv[6:]]) == 2  # checked before any training
@@ -130,13 +130,13 @@ def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch,
 
 
 # ---------------------------------------------------------------------------- claim
-def stu_json(accs, archs=None, preset="quick", seeds=2):
+def stu_json(accs, archs=None, level="quick", seeds=2):
     """STU rows trained at 64 (and 128, ...), evaluated at 256 on ``seeds`` seeds × 512
     sequences, every seed scoring ``accs[i]`` at 256 (identical per-sequence values: only the
     seed count can move a verdict). The seen-lags bound at 64 -> 256 (D = 4) is
     62/254 + (192/254)/4 = 0.433."""
     archs = archs or ["stu"] * len(accs)
-    return {"chance": 0.25, "preset": preset, "lengths": [64, 128, 256], "n_eval": 512,
+    return {"chance": 0.25, "level": level, "lengths": [64, 128, 256], "n_eval": 512,
             "rows": [
                 {"arch": a, "train_length": 64 * (i + 1), "n_models": seeds,
                  "acc_per_model": [[1.0, 0.6, acc]] * (seeds - 1) + [[0.95, 0.5, acc]],
@@ -156,7 +156,7 @@ def test_claim_recall_reads_the_seen_lags_bound_not_chance():
     # a second training length above its own bound (128 -> 256: 0.62) is enough
     assert A.claim_recall(stu_json([0.38, 0.7], seeds=8))[1] is True
     # the same at medium (seeds trained to convergence, all below): does not hold
-    assert A.claim_recall(stu_json([0.38], preset="medium", seeds=8))[1] is False
+    assert A.claim_recall(stu_json([0.38], level="medium", seeds=8))[1] is False
     # no seed learnt the task at its training length: not decided (not learnt)
     d = stu_json([0.38])
     d["rows"][0]["acc_per_model"] = [[0.5, 0.4, 0.38], [0.6, 0.4, 0.38]]
@@ -171,18 +171,18 @@ def test_claim_recall_reads_the_seen_lags_bound_not_chance():
 def test_claim_recall_the_seed_is_the_unit():
     """Issue 46: every seed scores the same on 512 shared sequences; the seed count, not the
     sequence count, decides. 3 seeds all above cannot reach α = 0.01 (2^-3); 8 can."""
-    for preset in ("quick", "medium"):
-        v = A.claim_recall(stu_json([0.5], preset=preset, seeds=3))[1]
+    for level in ("quick", "medium"):
+        v = A.claim_recall(stu_json([0.5], level=level, seeds=3))[1]
         assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
         assert "at least 7 could" in v.reason
-        assert A.claim_recall(stu_json([0.5], preset=preset, seeds=8))[1] is True
+        assert A.claim_recall(stu_json([0.5], level=level, seeds=8))[1] is True
     # 7 of 8 seeds above (p = 9/256 = 0.035): not decided either way at medium
-    d = stu_json([0.5], preset="medium", seeds=8)
+    d = stu_json([0.5], level="medium", seeds=8)
     d["rows"][0]["acc_per_model"][0] = [1.0, 0.6, 0.40]
     v = A.claim_recall(d)[1]
     assert isinstance(v, Undecided) and "7/8 seeds" in v.reason
     # below the bound in every seed at medium: 3 seeds cannot say "does not hold" either
-    v = A.claim_recall(stu_json([0.38], preset="medium", seeds=3))[1]
+    v = A.claim_recall(stu_json([0.38], level="medium", seeds=3))[1]
     assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
 
 
@@ -270,7 +270,7 @@ def test_padded_recall_is_recall_on_the_same_sequences(tmp_path, monkeypatch):
     assert math.isnan(induction.recall_by_lag(m, task, 8, 12, 20, seed=0)[1])  # every lag seen
 
 
-def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="medium",
+def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), level="medium",
                 at_L: dict[str, list[float]] | None = None):
     """Rows trained at 64, evaluated at 16, 64, 256: ``at_T`` {arch: accuracy at 256 per seed};
     ``shorter`` (as is, left-padded) accuracy at 16; ``at_L`` {arch: accuracy at 64 per seed}
@@ -287,7 +287,7 @@ def medium_json(at_T: dict[str, list[float]], shorter=(0.5, 0.95), preset="mediu
                                  "acc_unseen_lags": [0.3] * len(accs)},
                      "shorter": {"lengths": [16], "acc": [[shorter[0]]] * len(accs),
                                  "acc_padded": [[shorter[1]]] * len(accs)}})
-    return {"preset": preset, "lengths": [16, 64, 256], "chance": 0.25, "rows": rows}
+    return {"level": level, "lengths": [16, 64, 256], "chance": 0.25, "rows": rows}
 
 
 def test_claim_generalise_both_ways():
@@ -306,7 +306,7 @@ def test_claim_generalise_both_ways():
     und = A.claim_generalise(medium_json({"stu": [0.3, 0.4]}, at_L={"stu": [0.5, 0.6]}))[1]
     assert isinstance(und, Undecided) and "own training length (best 0.60)" in und.reason
     assert A.claim_generalise(medium_json({"mamba2": [1.0]})) is None  # no STU runs: left out
-    assert A.claim_generalise(medium_json({"stu": [1.0]}, preset="quick")) is None  # not here
+    assert A.claim_generalise(medium_json({"stu": [1.0]}, level="quick")) is None  # not here
 
 
 def test_claim_vs_baselines_both_ways():
@@ -322,7 +322,7 @@ def test_claim_vs_baselines_both_ways():
     assert isinstance(und, Undecided) and "2 seeds a group cannot decide" in und.reason
     assert A.claim_vs_baselines(medium_json({"stu": [1.0, 1.0, 1.0, 1.0], **base}))[1] is True
     assert not A.claim_vs_baselines(medium_json({"stu": [1.0]}))[1]  # no baseline to compare
-    assert A.claim_vs_baselines(medium_json({"stu": [1.0]}, preset=None)) is None
+    assert A.claim_vs_baselines(medium_json({"stu": [1.0]}, level=None)) is None
 
 
 def test_claim_generalise_window_reads_the_seen_lags():
@@ -333,7 +333,7 @@ def test_claim_generalise_window_reads_the_seen_lags():
     d["rows"][0]["longest"]["acc_seen_lags"] = [0.8, 0.95]
     read = A.claim_generalise_window(d)
     assert read[1] is True and read.margin.value == 0.95
-    assert A.claim_generalise_window(medium_json({"stu": [1.0]}, preset="quick")) is None
+    assert A.claim_generalise_window(medium_json({"stu": [1.0]}, level="quick")) is None
     und = A.claim_generalise_window(medium_json({"stu": [0.3]}, at_L={"stu": [0.5]}))[1]
     assert isinstance(und, Undecided)  # no seed learnt the task: not decided
     # the finding: seeds generalise under reading 2 and none under reading 1
@@ -366,7 +366,7 @@ def test_claim_blank_zero_both_ways():
     v = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3] * 3}, shorter=(0.6, 0.97)))[1]
     assert isinstance(v, Undecided) and "3 seeds cannot decide" in v.reason
     assert not A.claim_blank_zero(medium_json({"stu": [0.3]}))[1]  # no such rows
-    assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, preset="quick")) is None
+    assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3]}, level="quick")) is None
 
 
 def test_claim_shared_mixture_both_ways():
@@ -386,7 +386,7 @@ def test_claim_shared_mixture_both_ways():
     v = A.claim_shared_mixture(medium_json(five, at_L={C.STU_SHARED: [0.6, 0.6, 0.9, 0.9, 0.9]}))
     assert isinstance(v[1], Undecided) and "either side" in v[1].reason
     assert A.claim_shared_mixture(medium_json({"stu": [0.4]})) is None  # no shared runs: left out
-    assert A.claim_shared_mixture(medium_json(two, preset=None)) is None
+    assert A.claim_shared_mixture(medium_json(two, level=None)) is None
 
 
 def test_even_lags_accuracy_is_the_parity_blind_optimum():
@@ -414,7 +414,7 @@ def test_a_group_at_several_lrs_keeps_the_tuned_one(monkeypatch):
 
 
 def test_the_shared_mixture_claim_is_left_out_without_its_runs():
-    no_runs = {"preset": "large", "rows": [], "chance": 0.25, "lengths": [16, 256]}
+    no_runs = {"level": "large", "rows": [], "chance": 0.25, "lengths": [16, 256]}
     # a run of one of the two STUs says nothing of the other's claims (not "does not hold")
     for claim in (C.claim_shared_mixture, C.claim_generalise, C.claim_padding):
         assert claim(no_runs) is None

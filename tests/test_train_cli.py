@@ -32,7 +32,7 @@ BAD = [
     ("unknown arch", ["--arch", "rnn9"], ["unknown arch 'rnn9'", "allowed:", "transformer"]),
     ("unknown pe", ["--pe", "sinusoidal"], ["pe must be one of", "'hard_alibi'", "'sinusoidal'"]),
     ("unknown schedule", ["--schedule", "exp"], ["schedule must be linear, cosine or constant"]),
-    ("unknown preset", ["--preset", "huge"],
+    ("unknown level", ["--preset", "huge"],
      ["invalid choice: 'huge'", "'quick', 'medium', 'large', 'paper'"]),
     ("unknown flag", ["--dropout", "0.1"], ["unrecognized arguments: --dropout", "--help"]),
     ("flag of another arch", ["--d-state", "16"], ["unrecognized arguments: --d-state"]),

@@ -1,4 +1,4 @@
-"""Trainer on tiny configs: what a run records, init_from, the schedule; the quick preset's
+"""Trainer on tiny configs: what a run records, init_from, the schedule; the quick level's
 learning run (slow). The save / load round trip of a run is in test_model_contract.py."""
 
 import pytest
@@ -81,8 +81,8 @@ def test_lr_schedule_warmup_then_linear_decay():
 
 
 @pytest.mark.slow
-def test_quick_preset_learns_copy(tmp_path):
-    """Issue acceptance: the quick Hard-ALiBi preset reaches >= 95 % string accuracy on copy
+def test_quick_level_learns_copy(tmp_path):
+    """Issue acceptance: the quick Hard-ALiBi level reaches >= 95 % string accuracy on copy
     of strings up to length 20 (greedy decoding, fresh strings)."""
     spec = make_run_config("transformer", "copy", "quick", model=dict(pe="hard_alibi"))
     train(spec, out=tmp_path / "c.pt", progress=False)

@@ -24,7 +24,7 @@ def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
         assert spec.model_dict[key] == value  # the recipe's overrides reach the run
 
 
-def test_unknown_recipe_and_missing_preset_are_clear_errors():
+def test_unknown_recipe_and_missing_level_are_clear_errors():
     with pytest.raises(InputError, match="unknown recipe 'copy/nothing'.*copy/hard_alibi"):
         zoo.recipe("copy/nothing")
     with pytest.raises(InputError, match="no quick version"):

@@ -41,8 +41,8 @@ def good_checkpoint(step: int = 0, **model) -> dict:
     }
 
 
-def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
-    """A finished cache entry of zoo recipe ``name`` at ``preset`` in ``cache_dir``, with the
+def zoo_stand_in(name: str, cache_dir, level: str = "quick"):
+    """A finished cache entry of zoo recipe ``name`` at ``level`` in ``cache_dir``, with the
     recipe's model, task and training configs and untrained weights (seed 0): what
     ``zoo.path`` / ``models.load("zoo:NAME")`` serve, without training it. For doctests whose
     shown outputs depend on the configs only. Returns its path."""
@@ -53,7 +53,7 @@ def zoo_stand_in(name: str, cache_dir, preset: str = "quick"):
     from seqprobe.config import config_to_dict
     from seqprobe.device import resolve_device
 
-    spec = zoo.run_config(name, preset, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
+    spec = zoo.run_config(name, level, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
     torch.manual_seed(0)
     model = models.build_model(spec.arch, spec.model)
     train = {"config": config_to_dict(spec.train), "seed": spec.train.seed,

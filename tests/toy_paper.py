@@ -263,7 +263,7 @@ FIGURE = Figure(
     "Toy: an echo repeats a letter", "Toy paper Fig. 1",
     (Claim(f"the model repeats the letter (accuracy >= {THRESHOLD})", claim_repeats),
      Claim(f"and at twice the trained span (accuracy >= {THRESHOLD})", claim_longer)),
-    presets=("quick", "medium"), recipes=lambda level: list(RECIPES), scale=SCALE.get,
+    levels=("quick", "medium"), recipes=lambda level: list(RECIPES), scale=SCALE.get,
     paper_scale="the toy paper's echo model on letters repeated 100 times")
 
 

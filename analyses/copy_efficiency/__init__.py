@@ -10,7 +10,7 @@ strings, ~10× fewer on length ≤ 30, Fig. 9b).
 
 With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints as
 ``length_generalization`` (``analyses.copy_models.COPY_LABELS``; trained once, cached); the quick
-preset evaluates every 100 steps.
+level evaluates every 100 steps.
 
 ``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
 setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes;
@@ -111,7 +111,7 @@ def plot(result: dict):
             ax.plot(x, y, marker="o", ms=3, color=color, label=label)
     axes[0].set(ylabel="string-level accuracy", title="copy: training efficiency")
     # the paper's synthetic evaluation is teacher forced (the authors' code: the argmax of one
-    # pass over prompt and true answer), as is the quick preset's; greedy decoding gives the
+    # pass over prompt and true answer), as is the quick level's; greedy decoding gives the
     # same string accuracy but counts the characters of its own continuation
     forced = any(not i.get("greedy_eval", True) for i in result["train"].values())
     axes[1].set(ylabel="character-level accuracy" + ("\n(teacher forced)" if forced else ""),
@@ -174,10 +174,10 @@ FIGURE = Figure(
            "300, Fig. 1a)", claim_gap_grows)),
     # large: the lr sweep at the sweep seed; the analysis then trains each model's best lr
     # at the other seeds (compute_large)
-    recipes=lambda preset: (zoo_copy.copy_medium_recipes() if preset == "medium"
-                            else zoo_copy.copy_large_recipes() if preset == "large"
-                            else copy_recipes(preset)),
-    presets=("quick", "medium", "large", "paper"), scale=SCALE.get,
+    recipes=lambda level: (zoo_copy.copy_medium_recipes() if level == "medium"
+                            else zoo_copy.copy_large_recipes() if level == "large"
+                            else copy_recipes(level)),
+    levels=("quick", "medium", "large", "paper"), scale=SCALE.get,
     paper_scale="copy models of ~160M parameters on strings of length <= 300 (copy Fig. 1a; "
                 "<= 30 in Fig. 9b)")
 
@@ -194,7 +194,7 @@ def add_arguments(p) -> None:
 
 
 def _recipes(args) -> list[str]:
-    """``--train PRESET [--models a,b]``; at medium every length and seed of those models (at
+    """``--train LEVEL [--models a,b]``; at medium every length and seed of those models (at
     their chosen lr, or every lr with ``--sweep``)."""
     check(not args.sweep or args.train == "medium", "--sweep goes with --train medium")
     if args.train == "large":  # the sweep seed at every lr (compute_large trains the rest)

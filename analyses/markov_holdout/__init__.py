@@ -285,7 +285,7 @@ def large_cpu_batch() -> bool:
 
 
 def _recipes(args: argparse.Namespace) -> list[str]:
-    """The preset's runs; at large with ``--cpu-batch`` the batch-16 ones."""
+    """The level's runs; at large with ``--cpu-batch`` the batch-16 ones."""
     check(not args.cpu_batch or args.train == "large", "--cpu-batch goes with --train large")
     if args.train == "large":
         return zoo_markov.markov_holdout_large_recipes(cpu_batch=args.cpu_batch)
@@ -335,7 +335,7 @@ def _compute_large(args, checkpoints: list[Checkpoint]) -> dict:
           f"(the claims read it), got d = {sorted(by_width)}")
     results = {}
     for w, cs in sorted(by_width.items()):
-        sub = argparse.Namespace(**{**vars(args), "train": "medium", "preset": "medium"})
+        sub = argparse.Namespace(**{**vars(args), "train": "medium", "level": "medium"})
         results[w] = _compute(sub, cs)
         results[w]["level"] = "large"
     result = dict(results[LARGE_CLAIM_WIDTH])
@@ -377,11 +377,11 @@ FIGURE = Figure(
      Claim("(finding) what reconciles Table 2 with the mean over held-out chains: read per "
            "state, the in-range state falls as Table 2 does, the held-out one does not",
            claim_finding)),
-    presets=("quick", "medium", "large", "paper"),
-    recipes=lambda preset: (zoo_markov.markov_holdout_medium_recipes() if preset == "medium"
+    levels=("quick", "medium", "large", "paper"),
+    recipes=lambda level: (zoo_markov.markov_holdout_medium_recipes() if level == "medium"
                             else zoo_markov.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
-                            if preset == "large" else (RECIPE,)),
-    extra_args=lambda preset: ("--cpu-batch",) if preset == "large" and large_cpu_batch() else (),
+                            if level == "large" else (RECIPE,)),
+    extra_args=lambda level: ("--cpu-batch",) if level == "large" and large_cpu_batch() else (),
     scale=SCALE.get, paper_scale="Markov models at Table 7's 10,000 steps × batch 64")
 
 

@@ -174,11 +174,11 @@ def claim_concave_small(d: dict) -> Reading | None:
         f"the smaller half's interval [{s_lo:.2f}, {s_hi:.2f}] holds 1 as well as k < 1"), m)
 
 
-def plan_args(preset: str) -> list[str]:
+def plan_args(level: str) -> list[str]:
     """The flags the reproduce plan passes: the synthetic token-level grid. Quick runs half of
     the ten dataset sizes, which keeps the figure within one analysis' time budget; the
     trends are read the same way from five sizes."""
-    quick = ["--fractions", "0.2,0.4,0.6,0.8,1.0"] if preset == "quick" else []
+    quick = ["--fractions", "0.2,0.4,0.6,0.8,1.0"] if level == "quick" else []
     return ["--data", "synthetic", "--task", "token", "--no-progress", *quick]
 
 
@@ -205,8 +205,8 @@ FIGURE = Figure(
      Claim("context, not the paper's reading of Fig. 2: Thm 3.1's Õ(d + n + √(nN)) "
            "parameters (a construction of width 16, depth Õ(n + √(nN)), bit complexity "
            "Õ(√(nN))) — a + b·√(nN) fits better than a line (medium)", claim_sqrt)),
-    presets=("quick", "medium", "large", "paper"),
-    recipes=lambda preset: (),  # no zoo checkpoints: every cell is trained here
+    levels=("quick", "medium", "large", "paper"),
+    recipes=lambda level: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
     dry_run_specs=dry_run_cells,  # the plan's grid: synthetic, token level
     scale=SCALE.get, paper_scale="memorization with BERT (6 layers) on 14,000 CoNLL "

@@ -118,14 +118,14 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     """The grid of the flags (``--seed`` seeds the data and the training), and the outputs
     beyond NAME.png / NAME.json: each panel alone and the per-cell CSV. No checkpoints: the
     grid trains its own cells."""
-    level = args.task or REAL_LEVEL.get(args.data, "token")
+    label_level = args.task or REAL_LEVEL.get(args.data, "token")
     task_cfg: dict[str, Any] = {"seed": args.seed}
     if args.data_path:
         task_cfg["data_path"] = args.data_path
     if args.n_examples is not None:
         task_cfg["n_examples"] = args.n_examples
     train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
-    result = compute(args.data, level, args.level, args.out,
+    result = compute(args.data, label_level, args.level, args.out,
                      widths=args.widths,
                      fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,

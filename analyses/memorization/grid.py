@@ -48,15 +48,15 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_
     return total
 
 
-def grid_settings(preset: str, data: str, level: str) -> GridRow:
-    """The GRIDS row of (preset, data, level), with a clear error for a missing one."""
+def grid_settings(level: str, data: str, label_level: str) -> GridRow:
+    """The GRIDS row of (level, data, label_level), with a clear error for a missing one."""
     check(data in ("synthetic", *REAL_LEVEL), f"data must be synthetic, conll or mnli, got "
           f"{data!r}")
     if data in REAL_LEVEL:
-        check(level == REAL_LEVEL[data], f"--data {data} is {REAL_LEVEL[data]}-level; "
+        check(label_level == REAL_LEVEL[data], f"--data {data} is {REAL_LEVEL[data]}-level; "
               f"use --task {REAL_LEVEL[data]}")
-    key = (preset, data, level)
-    check(key in GRIDS, f"no grid for preset={preset}, data={data}, task={level}")
+    key = (level, data, label_level)
+    check(key in GRIDS, f"no grid for level={level}, data={data}, task={label_level}")
     return GRIDS[key]
 
 
@@ -66,26 +66,26 @@ class CellSpace:
     adds its width, its dataset fraction and, in a search, its seed and step budget."""
 
     data: str
+    label_level: str
     level: str
-    preset: str
-    task_config: dict[str, Any]  # carries ``data`` and ``level``
+    task_config: dict[str, Any]  # carries ``data`` and ``level`` (the label level)
     model: dict[str, Any]
     train: dict[str, Any]
 
     @classmethod
-    def of(cls, data: str, level: str, preset: str, task_config: dict | None = None,
+    def of(cls, data: str, label_level: str, level: str, task_config: dict | None = None,
            model: dict | None = None, train: dict | None = None) -> CellSpace:
-        """The grid row of (preset, data, level) with ``task_config`` / ``model`` /
+        """The grid row of (level, data, label_level) with ``task_config`` / ``model`` /
         ``train`` on top."""
-        grid = grid_settings(preset, data, level)
-        return cls(data, level, preset,
-                   {**grid.task, **(task_config or {}), "data": data, "level": level},
+        grid = grid_settings(level, data, label_level)
+        return cls(data, label_level, level,
+                   {**grid.task, **(task_config or {}), "data": data, "level": label_level},
                    {**grid.model, **(model or {})}, {**grid.train, **(train or {})})
 
     @property
     def name(self) -> str:
         """The output stem: token and sequence grids share an output folder."""
-        return f"{NAME}_{self.data}_{self.level}"
+        return f"{NAME}_{self.data}_{self.label_level}"
 
     def spec(self, width: int, fraction: float, seed: int | None = None,
              steps: int | None = None) -> RunConfig:
@@ -93,7 +93,7 @@ class CellSpace:
         initialisation; ``steps`` replaces the step budget. make_run_config checks the width
         against n_heads (m = h·k) and every config before any training."""
         per_seed = {} if seed is None else {"seed": seed}
-        return make_run_config(ARCH, "memorization", self.preset,
+        return make_run_config(ARCH, "memorization", self.level,
                                model={**self.model, "d_model": width},
                                task_config={**self.task_config, **per_seed,
                                             "fraction": fraction},
@@ -102,15 +102,15 @@ class CellSpace:
                                table=TABLE)
 
 
-def dry_run_cells(preset: str, data: str = "synthetic", level: str = "token",
+def dry_run_cells(level: str, data: str = "synthetic", label_level: str = "token",
                   task_config: dict | None = None) -> list[tuple[str, Builder]]:
     """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
     (the widest model on all N examples, the narrowest on the fewest; every other cell's step
     lies between theirs; the largest with a search row's longer budget, if any).
     ``task_config`` overrides the grid's (a data file, N)."""
-    grid = grid_settings(preset, data, level)
+    grid = grid_settings(level, data, label_level)
     long = grid.search.long if grid.search else None
-    space = CellSpace.of(data, level, preset, task_config)
+    space = CellSpace.of(data, label_level, level, task_config)
 
     def cell(m: int, f: float, factor: int = 1) -> Builder:
         def build() -> RunConfig:

@@ -87,7 +87,7 @@ def check_settings(fractions: tuple[float, ...], threshold: float, patience: int
 
 def run_fields(space: CellSpace, settings: CellSettings, backend: Backend) -> dict[str, Any]:
     """The leading fields of a grid's or a search's JSON: what ran, how, where."""
-    return {"data": space.data, "level": space.level, "preset": space.preset,
+    return {"data": space.data, "level": space.label_level, "preset": space.level,
             "threshold": settings.threshold, "patience": settings.patience,
             "n_jobs": backend.jobs, "backend": backend.describe(), "device": settings.device}
 
@@ -108,7 +108,7 @@ def run_record(spec: RunConfig, wall: float, name: str, per_cell: tuple[str, ...
     }
 
 
-def compute(data: str = "synthetic", level: str = "token", preset: str = "quick",
+def compute(data: str = "synthetic", label_level: str = "token", level: str = "quick",
             out_dir: str | Path = "figures/out", widths: tuple[int, ...] | None = None,
             fractions: tuple[float, ...] | None = None, task_config: dict | None = None,
             model: dict | None = None, train: dict | None = None, patience: int | None = None,
@@ -118,14 +118,14 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
     """Train the grid (resuming saved cells) and summarise it (Figs. 1 and 2); a grid with a
     ``search`` row (medium) runs :func:`compute_search` instead (``seeds``: how many).
 
-    ``task_config`` / ``model`` / ``train`` override the preset and grid rows. The cells run
+    ``task_config`` / ``model`` / ``train`` override the level and grid rows. The cells run
     on ``backend`` (:mod:`seqprobe.sweep`; default: ``n_jobs`` local worker processes); each
-    finished cell is saved under ``out_dir/memorization_{data}_{level}_cells/`` as it lands
+    finished cell is saved under ``out_dir/memorization_{data}_{label_level}_cells/`` as it lands
     and reused by the next call unless ``fresh``. A cell whose task fails on every attempt is
     listed in ``cells_failed`` (and marked ``failed`` in ``cells``); the others still run.
     """
-    grid = grid_settings(preset, data, level)
-    space = CellSpace.of(data, level, preset, task_config, model, train)
+    grid = grid_settings(level, data, label_level)
+    space = CellSpace.of(data, label_level, level, task_config, model, train)
     patience = grid.patience if patience is None else patience
     store = CellStore(Path(out_dir) / f"{space.name}_cells", fresh)
     if grid.search and grid.search.method == METHOD:
@@ -164,7 +164,7 @@ def compute(data: str = "synthetic", level: str = "token", preset: str = "quick"
                    landed, desc=space.name, progress=progress, done_before=len(done))
     for fm, res in zip(todo, ran.results, strict=True):
         done[fm] = failed_cell(specs[fm], res) if isinstance(res, Failed) else res
-    result = summarise(done, list(fractions), list(widths), threshold, space.level)
+    result = summarise(done, list(fractions), list(widths), threshold, space.label_level)
     result.update({
         **run_fields(space, settings, backend),
         "cells_trained": len(todo) - len(ran.failed()), "cells_reused": len(specs) - len(todo),
@@ -187,7 +187,7 @@ def compute_inverse(space: CellSpace, store: CellStore, *, threshold: float, pat
                            n_jobs=n_jobs, device=device, progress=progress, backend=backend,
                            seeds=seeds, widths=widths)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
-    grid = grid_settings(space.preset, space.data, space.level)
+    grid = grid_settings(space.level, space.data, space.label_level)
     total = space.task_config["n_examples"]
     any_spec = space.spec(min(widths or grid.widths), min(grid.search.n_examples) / total,
                           seed=space.task_config.get("seed", 0))
@@ -208,7 +208,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     memorising width of the ladder (:func:`~.search.search_min_width`); then the fits of the
     parameter count against N (:func:`~.stats.summarise_search`). The seeds run as parallel
     tasks on ``backend``."""
-    grid = grid_settings(space.preset, space.data, space.level)
+    grid = grid_settings(space.level, space.data, space.label_level)
     widths = tuple(sorted(widths or grid.widths))
     total = space.task_config["n_examples"]
     n_examples = (tuple(sorted({max(1, round(f * total)) for f in fractions})) if fractions
@@ -240,7 +240,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     ran = run_jobs(run_search, jobs, backend, store, landed, desc=space.name,
                    progress=progress)
     ok = [r for r in ran.results if not isinstance(r, Failed)]
-    result = summarise_search(ok, n_examples, widths, threshold, space.level)
+    result = summarise_search(ok, n_examples, widths, threshold, space.label_level)
     result["search"]["steps"] = [budgets[n] for n in n_examples]
     found = [c for r in ok for c in r["cells"]]
     any_spec = next(iter(search_specs(space, widths[:1], n_examples[:1], base_seed).values()))

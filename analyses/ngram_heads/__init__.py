@@ -19,7 +19,7 @@
 On an induction-heads checkpoint the examples are its task's own rows (flag, token, query:
 repeated random letters would be out of its distribution); on one trained on another
 language-model task over letters (lookup, phone-book), random strings of its letters repeated
-twice (the answer is the second copy), the induction-head setting. ``--train PRESET`` uses the zoo's
+twice (the answer is the second copy), the induction-head setting. ``--train LEVEL`` uses the zoo's
 ``copy/hard_alibi``.
 
 SSMs (Mamba-2, Mamba) enter through their effective attention (probes.effective_attention):
@@ -408,7 +408,7 @@ FIGURE = Figure(
      Claim("ablating those heads destroys copying; as many random heads (of the same layers) "
            "do not",
            claim_ablation)),
-    recipes=lambda preset: [RECIPE])
+    recipes=lambda level: [RECIPE])
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@ kept the whole string — transformers generalise to long strings, GSSMs do not.
 (Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
 Accuracy is string-level over the k answer tokens (one teacher-forced pass, exact).
 
-Quick preset: a Hard-ALiBi transformer and an LSTM, each fine-tuned on both key kinds (strings
+Quick level: a Hard-ALiBi transformer and an LSTM, each fine-tuned on both key kinds (strings
 of length 10..30) from the zoo's quick *copy* models (recipes ``lookup_{suffix,prefix}/{label}``,
 which start from ``copy/{label}``), tested up to length 100. Why not from scratch as in the
 paper: lookup supervises one answer token per example, and at quick budgets neither model
@@ -17,7 +17,7 @@ it). The paper introduces lookup to probe "the mechanisms that the models use to
 starting from the copy models asks exactly that. ``--paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
 Mamba, LSTM from scratch with the paper's settings (GPU).
 
-Medium preset (``--medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
+Medium level (``--medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
 random init as in the paper, several seeds each (recipes ``lookup_medium_prefix/{label}_s{seed}``;
 analyses.zoo says which of the paper's training setting they match and why the rest differs),
 tested up to length 100. The length claim reads two bands apart: just beyond the training length
@@ -62,14 +62,14 @@ from tasks.lookup import LookupConfig, NgramLookupTask
 NAME = "ngram_lookup"
 KEYS = ("suffix", "prefix")
 FIG_OF_KEY = {"suffix": "5", "prefix": "6"}  # the copy paper's figure of each key
-# the zoo's lookup models: "copy" = the preset's recipes (quick: fine-tuned from the label's
-# copy model), "none" = from random init at any preset
+# the zoo's lookup models: "copy" = the level's recipes (quick: fine-tuned from the label's
+# copy model), "none" = from random init at any level
 INITS = ("copy", "none")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """A preset's models and how they are tested: ``labels``, the zoo's lookup models that
+    """A level's models and how they are tested: ``labels``, the zoo's lookup models that
     ``--train`` trains (``--models`` picks others); ``lengths``, the test string lengths;
     ``n_examples`` strings per length (``--lengths`` and ``--n-examples`` override those)."""
 
@@ -78,7 +78,7 @@ class Settings:
     n_examples: int
 
 
-PRESETS: dict[str, Settings] = {
+LEVEL_SETTINGS: dict[str, Settings] = {
     "quick": Settings(labels=("hard_alibi", "lstm"), lengths=(10, 20, 30, 40, 60, 80, 100),
                       n_examples=256),
     # prefix key only, from random init; the labels and seeds are analyses.zoo.LOOKUP_MEDIUM's
@@ -93,22 +93,22 @@ PRESETS: dict[str, Settings] = {
 }
 
 
-def lookup_recipes(preset: str, labels: list[str] | None = None,
+def lookup_recipes(level: str, labels: list[str] | None = None,
                    init: str | None = None) -> list[str]:
-    """The zoo's lookup recipes of ``labels`` (default: the preset's), both key kinds each:
+    """The zoo's lookup recipes of ``labels`` (default: the level's), both key kinds each:
     ``lookup_{key}/{label}`` (``init`` None or "copy"), ``lookup_scratch_{key}/{label}``
     ("none"); an unknown label is the zoo's unknown recipe."""
     check(init in (None, *INITS), f"init must be one of {', '.join(INITS)}, got {init!r}")
-    labels = labels or list(PRESETS[preset].labels)
-    if preset in ("medium", "large"):
-        check(init != "copy", f"--init copy: the {preset} lookup models train from random init")
-        return (zoo_copy.lookup_medium_recipes(labels) if preset == "medium"
+    labels = labels or list(LEVEL_SETTINGS[level].labels)
+    if level in ("medium", "large"):
+        check(init != "copy", f"--init copy: the {level} lookup models train from random init")
+        return (zoo_copy.lookup_medium_recipes(labels) if level == "medium"
                 else zoo_copy.lookup_large_recipes(labels))
     stem = "lookup_scratch" if init == "none" else "lookup"
     names = [f"{stem}_{key}/{label}" for label in labels for key in KEYS]
     if init == "copy":
-        check(all(preset in zoo.recipe(n).init_from for n in names),
-              f"--init copy: the {preset} lookup models train from random init (the paper's "
+        check(all(level in zoo.recipe(n).init_from for n in names),
+              f"--init copy: the {level} lookup models train from random init (the paper's "
               "setting); the copy models start them at --quick only")
     return names
 
@@ -201,7 +201,7 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=None,
-                   help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} (default: preset's)")
+                   help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} (default: level's)")
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
@@ -214,7 +214,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     for c in checkpoints:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
-    s = with_flags(PRESETS[args.level], args, "lengths", "n_examples")
+    s = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "n_examples")
     result = compute(models, list(s.lengths), s.n_examples, args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]
     result["level"] = args.level  # the medium claim reads only its own level's results
@@ -235,7 +235,7 @@ FIGURE = Figure(
            claim_prefix),
      Claim("prefix key: GSSMs length-generalise near-perfectly (Fig. 6, medium)",
            claim_prefix_length)),
-    recipes=lookup_recipes, presets=("quick", "medium", "large", "paper"), scale=SCALE.get,
+    recipes=lookup_recipes, levels=("quick", "medium", "large", "paper"), scale=SCALE.get,
     paper_scale="lookup strings <= 30 over 26 letters trained 15 epochs")
 
 

@@ -65,7 +65,7 @@ TASKS = ("phonebook", "copy")
 
 @dataclass(frozen=True)
 class Settings:
-    """A preset's points: phone books of each of ``entries`` entries, copy windows of each of
+    """A level's points: phone books of each of ``entries`` entries, copy windows of each of
     ``lengths`` tokens, ``n_examples`` prompts per point (each has a flag that overrides it)."""
 
     entries: tuple[int, ...]
@@ -73,7 +73,7 @@ class Settings:
     n_examples: int
 
 
-PRESETS: dict[str, Settings] = {
+LEVEL_SETTINGS: dict[str, Settings] = {
     # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
     "quick": Settings(entries=(5, 20, 70), lengths=(10, 50, 100), n_examples=20),
     # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
@@ -160,8 +160,8 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
     """Accuracies of {label: model} (``models.hf.HFModel``s) on the phone-book and copy
     prompts. ``text``: the text copy windows are cut from (``text_source`` names where it came
     from; default: the suite's generated sentences)."""
-    entries = entries or list(PRESETS["quick"].entries)
-    lengths = lengths or list(PRESETS["quick"].lengths)
+    entries = entries or list(LEVEL_SETTINGS["quick"].entries)
+    lengths = lengths or list(LEVEL_SETTINGS["quick"].lengths)
     check_sizes(tasks, entries, lengths, n_examples, batch_size)
     natural = text is not None
     if text is None:  # enough words for every window length to start anywhere
@@ -278,10 +278,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
     p.add_argument("--entries", type=flags.flag("--entries"),
                    default=None, help="phone-book sizes L (default: "
-                   f"{','.join(map(str, PRESETS['quick'].entries))})")
+                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].entries))})")
     p.add_argument("--lengths", type=flags.flag("--lengths"),
                    default=None, help="copy lengths in tokens (default: "
-                   f"{','.join(map(str, PRESETS['quick'].lengths))})")
+                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].lengths))})")
     p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
                    help="prompts per point")
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
@@ -333,7 +333,7 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 
 
 def _compute(args, _checkpoints) -> dict:
-    s = with_flags(PRESETS[args.level], args, "entries", "lengths", "n_examples")
+    s = with_flags(LEVEL_SETTINGS[args.level], args, "entries", "lengths", "n_examples")
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
     check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading

@@ -1,6 +1,6 @@
 """Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` on a GPU).
 
-``--medium`` runs the analyses that have a medium level (``FIGURE.presets``): CPU-sized still,
+``--medium`` runs the analyses that have a medium level (``FIGURE.levels``): CPU-sized still,
 but large enough that both sides of each headline comparison learn; its outputs and index go
 to ``figures/out/medium`` unless ``--out`` says otherwise. ``--large`` (issue 36 §2) runs the
 analyses that have a large level: the smallest settings that decide each headline claim, for

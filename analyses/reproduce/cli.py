@@ -110,13 +110,13 @@ def _check_dirs(out: Path, cache: Path) -> None:
     check_cache_dir(cache)
 
 
-def _timings(out: Path, preset: str) -> dict:
-    """The last run's timings of this preset in ``out`` (those of another scale are not this
-    run's), marked with the preset."""
+def _timings(out: Path, level: str) -> dict:
+    """The last run's timings of this level in ``out`` (those of another scale are not this
+    run's), marked with the level."""
     timings = read_timings(out / "reproduce_timings.json")
-    if timings.get("preset", preset) != preset:
+    if timings.get("level", level) != level:
         timings = {}
-    timings["preset"] = preset
+    timings["level"] = level
     timings["seed_offset"] = zoo.seed_offset()  # which seeds the folder holds (reproduce.seeds)
     return timings
 
@@ -163,7 +163,7 @@ def level_parts(names: list[str], level: str, slots: int, device: str,
     return split(names, wall, PART_BUDGET_S, parts), wall
 
 
-def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
+def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
           device: str = "cpu", show_parts: bool = False, ensembles: str = "auto") -> int:
     """The plan and its estimated wall time; ``device`` ``cuda`` (given, or ``auto`` on a GPU
     machine) estimates it for one GPU from the CUDA step-cost table, on any machine.
@@ -171,18 +171,18 @@ def _list(names: list[str], preset: str, out: Path, cache: Path, slots: int,
     kind = device_kind(device)
     for n in names:
         fig = figure_of(n)
-        recipes = ", ".join(seed_ranges(fig.recipes(preset))) if fig.trains else ""
-        device, jobs = placement(n, preset)
+        recipes = ", ".join(seed_ranges(fig.recipes(level))) if fig.trains else ""
+        device, jobs = placement(n, level)
         where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
-    jobs = build_jobs(names, preset, out, cache, slots, ensembles, auto=kind)
+    jobs = build_jobs(names, level, out, cache, slots, ensembles, auto=kind)
     # an earlier run's times here are of this machine's device, not a GPU's: not used for one
-    timings = _timings_if_any(out, preset) if kind != "cuda" else {}
-    eta = Eta.of(jobs, slots, preset, StepCosts.load(device=kind).timed(), timings)
+    timings = _timings_if_any(out, level) if kind != "cuda" else {}
+    eta = Eta.of(jobs, slots, level, StepCosts.load(device=kind).timed(), timings)
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
     if show_parts:
-        parts, wall = level_parts(names, preset, slots, kind)
+        parts, wall = level_parts(names, level, slots, kind)
         print(f"\nin {len(parts)} part{'s' * (len(parts) > 1)} of at most "
               f"{PART_BUDGET_S / 60:.0f} min each (an empty cache, --jobs {slots}; "
               f"`--part K/{len(parts)}` runs part K):")
@@ -209,8 +209,8 @@ def _ensemble_sources(eta: Eta) -> str:
     return ", ".join(f"{n} {src}" for src, n in sorted(counts.items())) or "none"
 
 
-def _timings_if_any(out: Path, preset: str) -> dict:
-    return _timings(out, preset) if out.is_dir() else {}
+def _timings_if_any(out: Path, level: str) -> dict:
+    return _timings(out, level) if out.is_dir() else {}
 
 
 def body(argv: list[str] | None) -> int:
@@ -218,10 +218,10 @@ def body(argv: list[str] | None) -> int:
     for n in args.only + args.skip:
         check(n in PLAN, f"unknown analysis {n!r}; the plan has: {', '.join(PLAN)}")
     for n in args.only:
-        check(args.level in figure_of(n).presets, f"{n} has no {args.level} level (it has "
-              f"{', '.join(figure_of(n).presets)})")
+        check(args.level in figure_of(n).levels, f"{n} has no {args.level} level (it has "
+              f"{', '.join(figure_of(n).levels)})")
     names = [n for n in PLAN if (not args.only or n in args.only) and n not in args.skip
-             and args.level in figure_of(n).presets]
+             and args.level in figure_of(n).levels]
     check(bool(names), f"no analysis of the plan (after --only / --skip) has a {args.level} "
           "level")
     if args.out is None:
@@ -301,9 +301,9 @@ class _Progress:
     timings file and the index so far."""
 
     def __init__(self, jobs: list[Job], names: list[str], eta: Eta, slots: int, out: Path,
-                 preset: str, timings: dict):
+                 level: str, timings: dict):
         self.names, self.eta, self.slots, self.out = names, eta, slots, out
-        self.preset, self.timings = preset, timings
+        self.level, self.timings = level, timings
         self.bar = tqdm(total=len(jobs), desc="reproduce", unit="job", dynamic_ncols=True)
         self.t0 = time.time()
         self.started: dict[str, float] = {}  # running job -> its start
@@ -343,7 +343,7 @@ class _Progress:
         write_atomic(self.out / "reproduce_timings.json", json.dumps(self.timings, indent=1))
         shown = [f for f in self.finished if f.job.figure is not None]
         shown.sort(key=lambda f: self.names.index(f.job.name))  # the index grows in plan order
-        write_index(shown, self.out, self.preset, self.summary(shown, wall))
+        write_index(shown, self.out, self.level, self.summary(shown, wall))
 
     def summary(self, shown: list[Outcome], wall: float) -> str:
         """The index's line on this run, counted as the closing line on stdout counts: ok

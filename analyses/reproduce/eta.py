@@ -4,7 +4,7 @@ Each job's cost is estimated before it has ever run: a training job from its rec
 times the shipped step cost of its model (:class:`models.train.costs.StepCosts`; a model the
 table never measured is projected from its FLOPs, and the start line says so), an analysis
 from the seconds its own process took in the run the table was filled from. A job the last run
-of this preset timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
+of this level timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
 makespan of the pending jobs packed onto the ``--jobs`` slots the way the scheduler packs them
 (:func:`makespan`: the longest chain first, each job after the ones it needs), and the jobs
 running now hold their slots for what is left of their estimate.
@@ -54,8 +54,8 @@ def load_scale(costs: StepCosts) -> float:
     return costs.unit_s / statistics.median(measured)
 
 
-def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
-    """A job's seconds: the last run's time of it (``timings``, the same preset's), else the
+def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
+    """A job's seconds: the last run's time of it (``timings``, the same level's), else the
     step-cost table's estimate; None when neither knows it."""
     last = timings.get(job.name)
     if isinstance(last, Mapping) and last.get("ok") is True:
@@ -63,12 +63,12 @@ def estimate(job: Job, preset: str, costs: StepCosts, timings: Mapping) -> Estim
         if isinstance(seconds, (int, float)) and seconds > 0:
             return Estimate(float(seconds), "timings")
     if not job.recipes:
-        found = costs.analysis(job.name, preset)
+        found = costs.analysis(job.name, level)
         if found is not None and costs.device != "cuda":
             found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
         try:
-            specs = [recipe_spec(r, preset) for r in job.recipes]
+            specs = [recipe_spec(r, level) for r in job.recipes]
         except InputError:
             return None
         found = (costs.run(specs[0], job.device) if len(specs) == 1
@@ -158,9 +158,9 @@ class Eta:
             self.measured[name] = seconds
 
     @classmethod
-    def of(cls, jobs: list[Job], slots: int, preset: str, costs: StepCosts,
+    def of(cls, jobs: list[Job], slots: int, level: str, costs: StepCosts,
            timings: Mapping) -> Eta:
-        found = {j.name: estimate(j, preset, costs, timings) for j in jobs}
+        found = {j.name: estimate(j, level, costs, timings) for j in jobs}
         return cls(jobs, slots, {k: v for k, v in found.items() if v is not None})
 
     def ratio(self, running: Mapping[str, float] | None = None) -> float:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from analyses.claims import Margin, Undecided, Verdict, verdict_text
+from analyses.claims import Margin, Undecided, Verdict, level_of, verdict_text
 from analyses.reproduce.plan import Job
 from seqprobe.atomic import write_atomic
 from seqprobe.errors import InputError
@@ -172,8 +172,8 @@ def read_timings(path: Path) -> dict:
     except InputError as e:
         print(f"ignoring {e}", file=sys.stderr)
         return {}
-    return {k: v for k, v in timings.items()
-            if isinstance(v, dict) or k in ("preset", "seed_offset")}
+    kept = {k: v for k, v in timings.items() if isinstance(v, dict) or k == "seed_offset"}
+    return kept if level_of(timings) is None else {**kept, "level": level_of(timings)}
 
 
 def _cell(text: str) -> str:
@@ -289,7 +289,7 @@ def model_text(used: list[dict] | None) -> str:
                      + f" (sha256 {u.get('sha256') or 'unknown'})" for u in used)
 
 
-def _row(o: Outcome, out: Path, preset: str) -> dict:
+def _row(o: Outcome, out: Path, level: str) -> dict:
     """One analysis of the index, as index.json holds it. One that wrote no JSON here (not
     run, or failed before writing) is the plan's, under the level's header: it shows no
     result."""
@@ -297,27 +297,27 @@ def _row(o: Outcome, out: Path, preset: str) -> dict:
     used = models_of(o.job, out) if wrote else []
     return {"analysis": o.job.name, "title": o.job.figure.title, "paper": o.job.figure.paper,
             "status": o.state, "seconds": o.seconds, "wrote": wrote, "checkpoints": used,
-            "level_own": not wrote or is_level_own(used, preset),
+            "level_own": not wrote or is_level_own(used, level),
             "claims": [{"paper": p, "measured": m, "verdict": verdict_text(h),
                         "margin": margin_text(g)}
                        for (p, m, h), g in zip(o.claims, _margins(o), strict=True)],
             "replicates": replicate_rows(o)}
 
 
-def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
+def write_index(outcomes: list[Outcome], out: Path, level: str, note: str = "",
                 made: dict[str, str] | None = None) -> None:
     """``index.md``, ``index.html`` and ``index.json`` in ``out``: what made them
     (:func:`made_by`), then each analysis under the level's header when every checkpoint it
     read is the level's own recipe (:func:`is_level_own`), else under a header of its own
     that says so: a user's model in the folder is never shown as the level's result."""
     made = made or made_by()
-    rows = [_row(o, out, preset) for o in outcomes]
+    rows = [_row(o, out, level) for o in outcomes]
     own = [(o, r) for o, r in zip(outcomes, rows, strict=True) if r["level_own"]]
     other = [(o, r) for o, r in zip(outcomes, rows, strict=True) if not r["level_own"]]
     stamp = (f"Made {made['date']} from commit {made['commit']} with torch {made['torch']} on "
              f"{made['machine']}.")
-    scale = scale_text(preset, [o.job.figure for o in outcomes])
-    md = [f"# Reproduced figures ({preset} preset)", "", _cell(stamp), "",
+    scale = scale_text(level, [o.job.figure for o in outcomes])
+    md = [f"# Reproduced figures ({level} level)", "", _cell(stamp), "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
           "paper's, the measured column is ours; \"not decided at this level\" says why this "
           "level cannot decide a claim; the margin is how far the measured value sits from what "
@@ -327,13 +327,13 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
         md += [_cell(scale), ""]
     sections = [(None, own)]
     if other:
-        sections.append((f"Other results in this folder: not the {preset} preset's recipes",
+        sections.append((f"Other results in this folder: not the {level} level's recipes",
                          other))
     rows_html = []
     for header, part in sections:
         if header:
             md += [f"# {header}", "", "Each was computed from a checkpoint the plan does not "
-                   f"train at {preset} (a model given by path, another level's, or one not "
+                   f"train at {level} (a model given by path, another level's, or one not "
                    "recorded): shown for what it is, never as the level's result.", ""]
             rows_html.append(f"<h1>{html.escape(header)}</h1>")
         for o, r in part:
@@ -341,14 +341,14 @@ def write_index(outcomes: list[Outcome], out: Path, preset: str, note: str = "",
             rows_html.append(_html_section(o, r, out))
     write_atomic(out / "index.md", "\n".join(md))
     write_atomic(out / "index.json", json.dumps(
-        {"level": preset, "made": made, "note": note, "scale": scale,
+        {"level": level, "made": made, "note": note, "scale": scale,
          "results": [r for _, r in own], "other": [r for _, r in other]}, indent=1))
     write_atomic(out / "index.html",
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
         "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}"
         ".und{color:#a60}</style>"
-        f"<h1>Reproduced figures ({preset} preset)</h1><p class='made'>{html.escape(stamp)}</p>"
+        f"<h1>Reproduced figures ({level} level)</h1><p class='made'>{html.escape(stamp)}</p>"
         f"<p>{html.escape(note)}</p>"
         + (f"<p class='scale'>{html.escape(scale)}</p>" if scale else "") +
         f"{''.join(rows_html)}")

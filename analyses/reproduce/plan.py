@@ -56,10 +56,10 @@ PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
 }
 
 
-def placement(name: str, preset: str) -> tuple[str | None, int | None]:
-    """(device, jobs) of analysis ``name`` at ``preset`` (:data:`PLACEMENT`; (None, None):
+def placement(name: str, level: str) -> tuple[str | None, int | None]:
+    """(device, jobs) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
     the defaults). ``jobs`` is capped at this machine's cores."""
-    device, jobs = PLACEMENT.get(preset, {}).get(name, (None, None))
+    device, jobs = PLACEMENT.get(level, {}).get(name, (None, None))
     return device, None if jobs is None else max(1, min(jobs, os.cpu_count() or 1))
 
 
@@ -101,17 +101,17 @@ class Job:
         return [f"{s}.json" for s in self.stems if not (out / f"{s}.json").exists()]
 
 
-def analysis_argv(name: str, fig: Figure, preset: str, out: Path, cache: Path) -> list[str]:
-    train = ["--train", preset, "--cache-dir", str(cache)] if fig.trains else []
-    device, jobs = placement(name, preset)
+def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path) -> list[str]:
+    train = ["--train", level, "--cache-dir", str(cache)] if fig.trains else []
+    device, jobs = placement(name, level)
     placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
     offset = zoo.seed_offset()  # the models' seeds shifted: their evaluation data's too
     seed = ["--seed", str(offset)] if offset else []
-    return [sys.executable, "-m", f"analyses.{name}", f"--{preset}", "--out", str(out), *train,
-            *fig.extra_args(preset), *placed, *seed]
+    return [sys.executable, "-m", f"analyses.{name}", f"--{level}", "--out", str(out), *train,
+            *fig.extra_args(level), *placed, *seed]
 
 
-def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
+def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
                slots: int | None = None, ensembles: str = "auto",
                auto: str | None = None) -> list[Job]:
     """Training jobs for the recipes the analyses need that are not cached yet (each after
@@ -123,36 +123,36 @@ def build_jobs(names: Sequence[str], preset: str, out: Path, cache: Path,
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, jobs_ = placement(n, preset)
-        recipes = list(fig.recipes(preset)) if fig.trains else []
-        missing = [r for r in recipes if zoo.status(r, preset, cache) != "cached"]
+        device, jobs_ = placement(n, level)
+        recipes = list(fig.recipes(level)) if fig.trains else []
+        missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
         for r in missing:
-            for d in [*zoo.dependencies(r, preset), r]:
-                if d == r or zoo.status(d, preset, cache) != "cached":
+            for d in [*zoo.dependencies(r, level), r]:
+                if d == r or zoo.status(d, level, cache) != "cached":
                     needs.setdefault(d, device)
         analyses.append((n, fig, device, jobs_, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
-    for group in training_groups(needs, preset, slots or default_jobs(preset), ensembles, auto):
+    for group in training_groups(needs, level, slots or default_jobs(level), ensembles, auto):
         name = TRAIN + ",".join(seed_ranges(group))
-        parents = [p for r in group for p in zoo.dependencies(r, preset)[-1:] if p in job_of]
+        parents = [p for r in group for p in zoo.dependencies(r, level)[-1:] if p in job_of]
         device = needs[group[0]]
         on = ("--device", device) if device else ()
         how = ("--ensembles", ensembles) if ensembles != "auto" else ()
         jobs[name] = Job(name, (sys.executable, "-m", "analyses.zoo", "train", *group,
-                                f"--{preset}", "--cache-dir", str(cache), "--no-progress",
+                                f"--{level}", "--cache-dir", str(cache), "--no-progress",
                                 *on, *how),
                          max(zoo.recipe(r).slots for r in group),
                          tuple(dict.fromkeys(job_of[p] for p in parents)), device=device,
                          recipes=tuple(group))
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
-        Job(n, tuple(analysis_argv(n, fig, preset, out, cache)), jobs_ or fig.slots,
+        Job(n, tuple(analysis_argv(n, fig, level, out, cache)), jobs_ or fig.slots,
             tuple(dict.fromkeys(job_of[r] for r in missing)), fig, device)
         for n, fig, device, jobs_, missing in analyses]]
 
 
-def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
+def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
                     ensembles: str = "auto", auto: str | None = None) -> list[list[str]]:
     """The recipes ``needs`` (recipe -> device) as the training jobs that train them, in the
     order they can start (what a fine-tune starts from first): runs of one model on one device
@@ -168,11 +168,11 @@ def training_groups(needs: Mapping[str, str | None], preset: str, slots: int,
 
     keyed: dict[tuple, list[str]] = {}
     for r, device in needs.items():
-        spec = recipe_spec(r, preset)
+        spec = recipe_spec(r, level)
         precision, _ = run_settings(spec, kind(device))
         spec = spec.replace(train={"precision": precision, "compile": False,
                                    "device_type": kind(device)})
-        depth = len(zoo.dependencies(r, preset))
+        depth = len(zoo.dependencies(r, level))
         key = ensemble_key(spec) if ensembles == "on" or (
             ensembles == "auto" and pays_off(spec)) else None
         keyed.setdefault((depth, device, key if key is not None else r), []).append(r)
@@ -205,17 +205,17 @@ def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, 
     return {j.name: chain(j.name) for j in jobs}
 
 
-def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:
-    """Every model the analyses ``names`` train at ``preset``, each once, in plan order:
+def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
+    """Every model the analyses ``names`` train at ``level``, each once, in plan order:
     ``(label, spec builder)``."""
     items: dict[str, Builder] = {}
     for n in names:
         fig = figure_of(n)
         if not fig.trains:
             continue
-        for label, build in dryrun.recipe_builders(fig.recipes(preset), preset):
+        for label, build in dryrun.recipe_builders(fig.recipes(level), level):
             items.setdefault(label, build)
-        for label, build in fig.dry_run_specs(preset):
+        for label, build in fig.dry_run_specs(level):
             items.setdefault(label, build)
     return list(items.items())
 
@@ -225,12 +225,12 @@ def plan_models(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:
 JOB_BYTES = 1 << 30
 
 
-def default_jobs(preset: str) -> int:
+def default_jobs(level: str) -> int:
     """Every core at every level but paper (one job at a time, each with the whole GPU): the
     suite's models are too small to use a second thread, so jobs side by side use the cores —
     as many as the free memory holds at :data:`JOB_BYTES` a job (each run also checks its
     own size before it starts, :mod:`models.train.build`)."""
-    if preset == "paper":
+    if level == "paper":
         return 1
     return max(1, min(os.cpu_count() or 1, available_bytes() // JOB_BYTES))
 

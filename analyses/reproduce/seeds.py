@@ -93,7 +93,7 @@ def check_runs(outs: list[Path]) -> list[int | None]:
         check(any(not Job(n, (), figure=figure_of(n)).missing(o) for n in PLAN),
               f"{o}: no analysis results in it (not a reproduce run's output folder)")
     records = [read_timings(o / "reproduce_timings.json") for o in outs]
-    levels = {r["preset"]: o for r, o in zip(records, outs, strict=True) if "preset" in r}
+    levels = {r["level"]: o for r, o in zip(records, outs, strict=True) if "level" in r}
     check(len(levels) <= 1, "folders of different levels: " + ", ".join(
         f"{o} ({lv})" for lv, o in levels.items()) + "; compare seeds of one level")
     offsets = [r.get("seed_offset") if isinstance(r.get("seed_offset"), int) else None

@@ -242,18 +242,18 @@ def table(result: dict) -> list[list]:
 
 
 # ---------------------------------------------------------------------------- recipes
-def induction_recipes(preset: str, archs: tuple[str, ...] | None = None,
+def induction_recipes(level: str, archs: tuple[str, ...] | None = None,
                       qs: tuple[float, ...] | None = None, seeds: int | None = None) -> list[str]:
     """The zoo recipes of every (arch, q, seed): training lengths T^q and seeds 0..seeds-1
-    (default: the preset's ``zoo_spectral.INDUCTION_RUNS``; at medium ``zoo.INDUCTION_MEDIUM_*``, every
+    (default: the level's ``zoo_spectral.INDUCTION_RUNS``; at medium ``zoo.INDUCTION_MEDIUM_*``, every
     label with its own seeds). A run the zoo has no recipe for is a clear error that names the
     runs it has."""
-    if preset == "medium":
+    if level == "medium":
         return _medium_recipes(archs, qs, seeds)
-    if preset == "large":  # both STUs at every q, two lrs, 16 seeds (zoo.INDUCTION_LARGE_*)
+    if level == "large":  # both STUs at every q, two lrs, 16 seeds (zoo.INDUCTION_LARGE_*)
         return zoo_spectral.induction_large_recipes(archs, qs, seeds)
     archs = archs or DEFAULT_ARCHS
-    runs = zoo_spectral.INDUCTION_RUNS[preset]
+    runs = zoo_spectral.INDUCTION_RUNS[level]
     qs = tuple(qs or runs["qs"])
     seeds = runs["seeds"] if seeds is None else seeds
     check(seeds >= 1 and len(qs) >= 1 and all(0 < q <= 1 for q in qs),
@@ -265,8 +265,8 @@ def induction_recipes(preset: str, archs: tuple[str, ...] | None = None,
     lengths = sorted({zoo_spectral.induction_length(q) for q in qs})
     names = [zoo_spectral.induction_name(a, L, s) for a in archs for L in lengths for s in range(seeds)]
     for n in names:
-        check(n in zoo.RECIPES and zoo.RECIPES[n].available(preset),
-              f"no {preset} recipe {n} in the zoo: its {preset} induction runs are q in "
+        check(n in zoo.RECIPES and zoo.RECIPES[n].available(level),
+              f"no {level} recipe {n} in the zoo: its {level} induction runs are q in "
               f"{', '.join(f'{q:.4g}' for q in runs['qs'])} (lengths "
               f"{', '.join(str(zoo_spectral.induction_length(q)) for q in runs['qs'])}) and seeds "
               f"0..{runs['seeds'] - 1} (analyses/zoo/__init__.py INDUCTION_RUNS)")
@@ -324,7 +324,7 @@ FIGURE = Figure(
      Claim("(finding) the reference code's tensordot STU (one filter mixture shared by the ± "
            "branches) reads even lags only: at its training length it recalls no better than "
            "right at even lags and chance at odd ones", claim_shared_mixture)),
-    presets=("quick", "medium", "large", "paper"), recipes=induction_recipes, scale=SCALE.get,
+    levels=("quick", "medium", "large", "paper"), recipes=induction_recipes, scale=SCALE.get,
     paper_scale="STU at T = 256 trained at T^q for q in {1/2, 5/8, 3/4, 7/8}")
 
 
@@ -352,7 +352,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     result = compute(models, lengths=list(args.lengths) if args.lengths else None,
                      n_eval=args.n_eval, seed=args.seed)
     result.update({"checkpoints": [c.path for c in checkpoints],
-                   "labels": [c.label for c in checkpoints], "preset": args.train})
+                   "labels": [c.label for c in checkpoints], "level": args.train})
     return result
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses import stats
-from analyses.claims import Margin, Reading, Undecided, with_not_matched
+from analyses.claims import Margin, Reading, Undecided, level_of, with_not_matched
 from models.train.levels import SEEDED
 from probes.induction import even_lags_accuracy, seen_lags_accuracy
 
@@ -101,7 +101,7 @@ def claim_recall(d: dict) -> Reading:
                 f"{max(at_train):.2f})"), m, run)
     if not tests[i].can_decide and tests[i].k == tests[i].n:
         return Reading(text, stats.too_few(tests[i]), m, run)  # every seed above, too few of them
-    if d.get("preset") not in SEEDED:
+    if level_of(d) not in SEEDED:
         seeds = max(r.get("n_models", len(r["acc_per_model"])) for r in rows)
         return Reading(text, Undecided.regime(
             f"{seeds} seeds per training length, not trained to convergence; the paper's STU "
@@ -115,7 +115,7 @@ def claim_recall(d: dict) -> Reading:
 def _medium_rows(d: dict, arch: str) -> dict[int, dict] | None:
     """{training length: row} of ``arch``; None unless ``d`` is a medium or large run (the
     readers below are about runs trained to convergence)."""
-    if d.get("preset") not in SEEDED:
+    if level_of(d) not in SEEDED:
         return None
     return {r["train_length"]: r for r in d["rows"] if r["arch"] == arch}
 
@@ -245,7 +245,7 @@ def claim_vs_baselines(d: dict) -> Reading | None:
     if stu is None:
         return None  # a medium claim (runs trained to convergence)
     base = {a: _medium_rows(d, a) for a in BASELINES}
-    if d.get("preset") == "large":
+    if level_of(d) == "large":
         return None  # the large level trains no baselines (medium settled them)
     pairs = [(L, r, a, rows[L]) for L, r in sorted(stu.items()) for a, rows in base.items()
              if L in rows]
@@ -328,7 +328,7 @@ def claim_blank_zero(d: dict) -> Reading | None:
     (:data:`FINDING_ALPHA`); holds where it is at or above it on average and no test says
     otherwise; else not decided. No threshold chosen here."""
     rows = _medium_rows(d, STU_BLANK0)
-    if rows is None or d.get("preset") == "large":
+    if rows is None or level_of(d) == "large":
         return None  # a medium claim (runs trained to convergence; large has no such runs)
     parts, tests, margins = [], [], []
     for L, r in sorted(rows.items()):

@@ -95,14 +95,14 @@ def recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def _init_path(name: str, preset: str, cache_dir: str | Path,
+def _init_path(name: str, level: str, cache_dir: str | Path,
                device: str | torch.device = "auto") -> Path | None:
-    """Where the checkpoint that starts recipe ``name`` at ``preset`` on ``device`` is cached
+    """Where the checkpoint that starts recipe ``name`` at ``level`` on ``device`` is cached
     (None: the recipe starts from random init)."""
     r = recipe(name)
-    if preset not in r.init_from:
+    if level not in r.init_from:
         return None
-    return cache_path(_resolved(run_config(r.init_from[preset], preset, cache_dir, None, device),
+    return cache_path(_resolved(run_config(r.init_from[level], level, cache_dir, None, device),
                                 device), cache_dir)
 
 
@@ -111,15 +111,15 @@ def _resolved(run: RunConfig, device: str | torch.device) -> RunConfig:
     return run.resolved(resolve_device(device))
 
 
-def untrained_init(name: str, preset: str, cache_dir: str | Path,
+def untrained_init(name: str, level: str, cache_dir: str | Path,
                    device: str | torch.device = "auto") -> str | None:
-    """The recipe that starts ``name`` at ``preset`` when it is not in the cache yet (so
+    """The recipe that starts ``name`` at ``level`` when it is not in the cache yet (so
     neither is ``name``); None when there is none to wait for."""
-    init = _init_path(name, preset, cache_dir, device)
-    return None if init is None or init.exists() else recipe(name).init_from[preset]
+    init = _init_path(name, level, cache_dir, device)
+    return None if init is None or init.exists() else recipe(name).init_from[level]
 
 
-def run_config(name: str, preset: str, cache_dir: str | Path | None = None,
+def run_config(name: str, level: str, cache_dir: str | Path | None = None,
                train: Mapping[str, Any] | None = None,
                device: str | torch.device = "auto") -> RunConfig:
     """The run of recipe ``name`` at a level (:meth:`Recipe.run_config`), shifted by
@@ -128,76 +128,76 @@ def run_config(name: str, preset: str, cache_dir: str | Path | None = None,
     fields on top. :meth:`RunConfig.resolved` gives the run ``device`` trains, which the cache
     keys."""
     r = recipe(name)
-    init = _init_path(name, preset, cache_dir, device)
+    init = _init_path(name, level, cache_dir, device)
     if init is not None and not init.exists():
-        raise NotTrained(f"recipe {name} starts from {r.init_from[preset]}, which is not "
+        raise NotTrained(f"recipe {name} starts from {r.init_from[level]}, which is not "
                          f"trained yet in {_where(cache_dir)}")
-    return r.run_config(preset, train, init, seed_offset())
+    return r.run_config(level, train, init, seed_offset())
 
 
-def dependencies(name: str, preset: str) -> list[str]:
+def dependencies(name: str, level: str) -> list[str]:
     """The recipes ``name`` needs trained first (its init chain), nearest last."""
     r = recipe(name)
-    if preset not in r.init_from:
+    if level not in r.init_from:
         return []
-    parent = r.init_from[preset]
-    return [*dependencies(parent, preset), parent]
+    parent = r.init_from[level]
+    return [*dependencies(parent, level), parent]
 
 
-def checkpoint(name: str, preset: str = "quick", cache_dir: str | Path | None = None,
+def checkpoint(name: str, level: str = "quick", cache_dir: str | Path | None = None,
                device: str = "auto", progress: bool = True,
                train: Mapping[str, Any] | None = None, resume: str | Path | None = None) -> Path:
-    """The path of recipe ``name``'s checkpoint at ``preset``, trained (and its init chain
+    """The path of recipe ``name``'s checkpoint at ``level``, trained (and its init chain
     first) if it is not cached. ``train`` overrides training fields (another cache entry);
     ``resume`` continues the same run stopped earlier (see ``train_run_cached``)."""
-    for dep in dependencies(name, preset):
-        train_run_cached(run_config(dep, preset, cache_dir, None, device), cache_dir, device,
+    for dep in dependencies(name, level):
+        train_run_cached(run_config(dep, level, cache_dir, None, device), cache_dir, device,
                           progress, label=dep)
-    return train_run_cached(run_config(name, preset, cache_dir, train, device), cache_dir, device,
+    return train_run_cached(run_config(name, level, cache_dir, train, device), cache_dir, device,
                              progress, resume, label=name)
 
 
-def checkpoints(names: Iterable[str], preset: str = "quick",
+def checkpoints(names: Iterable[str], level: str = "quick",
                 cache_dir: str | Path | None = None, device: str = "auto",
                 progress: bool = True) -> dict[str, Path]:
     """:func:`checkpoint` of each name: ``{name: path}``, trained as :func:`train_recipes`
     trains them; a run that fails is one line naming it."""
-    done = train_recipes(names, preset, cache_dir, device, progress=progress)
+    done = train_recipes(names, level, cache_dir, device, progress=progress)
     failed = [f"{n} ({r.error})" for n, r in done.items() if isinstance(r, Failed)]
     check(not failed, f"training failed: {', '.join(failed)}")
     return dict(done)
 
 
-def _train_group(names: list[str], preset: str, cache_dir: str, device: str,
+def _train_group(names: list[str], level: str, cache_dir: str, device: str,
                  train: Mapping[str, Any] | None, ensembles: str,
                  progress: bool = False) -> list[str | Failed]:
     """Task body of :func:`train_recipes` (a worker process, a Ray worker or this one): the
     recipes ``names``, whose init recipes are cached, trained as ensembles where they can be
     (:func:`models.train.ensemble_cache.train_runs_cached`); each one's path, or a
     :class:`Failed` for a run that diverged."""
-    specs = [run_config(n, preset, cache_dir, train, device) for n in names]
+    specs = [run_config(n, level, cache_dir, train, device) for n in names]
     done = train_runs_cached(specs, cache_dir, device, progress=progress, labels=names,
                              ensembles=ensembles)
     return [Failed(r.error, 1) if isinstance(r, MemberFailed) else str(r) for r in done]
 
 
-def _cached(name: str, preset: str, cache_dir: str | Path,
+def _cached(name: str, level: str, cache_dir: str | Path,
             train: Mapping[str, Any] | None, device: str = "auto") -> Path | None:
-    return _entry(name, preset, cache_dir, train, device)[1]
+    return _entry(name, level, cache_dir, train, device)[1]
 
 
-def _entry(name: str, preset: str, cache_dir: str | Path, train: Mapping[str, Any] | None,
+def _entry(name: str, level: str, cache_dir: str | Path, train: Mapping[str, Any] | None,
            device: str = "auto") -> tuple[RunConfig | None, Path | None]:
     """``(the run device trains, its cached path)``; the path is None where the entry is not
     this run's finished one, the run None where what it starts from is not trained yet."""
-    if untrained_init(name, preset, cache_dir, device):
+    if untrained_init(name, level, cache_dir, device):
         return None, None  # its init recipe is not trained yet: so neither is it
-    run = _resolved(run_config(name, preset, cache_dir, train, device), device)
+    run = _resolved(run_config(name, level, cache_dir, train, device), device)
     path = cache_path(run, cache_dir)
     return run, (path if is_cached(path, run) else None)
 
 
-def train_recipes(names: Iterable[str], preset: str = "quick",
+def train_recipes(names: Iterable[str], level: str = "quick",
                   cache_dir: str | Path | None = None, device: str = "auto",
                   backend: Backend | None = None, train: Mapping[str, Any] | None = None,
                   progress: bool = True, ensembles: str = "auto") -> dict[str, Path | Failed]:
@@ -210,30 +210,30 @@ def train_recipes(names: Iterable[str], preset: str = "quick",
     system)."""
     names = list(dict.fromkeys(names))
     for n in names:  # every name checked before any training
-        recipe(n).parts(preset)
+        recipe(n).parts(level)
     check(ensembles in ENSEMBLES, f"--ensembles must be one of {', '.join(ENSEMBLES)}")
     cache = str(cache_dir_or_default(cache_dir))
-    every = list(dict.fromkeys(d for n in names for d in [*dependencies(n, preset), n]))
+    every = list(dict.fromkeys(d for n in names for d in [*dependencies(n, level), n]))
     backend = backend or Backend(retries=0)  # here: a failure is reported once, not retried
     # each run's own progress bar where it trains in this process (a sweep's bar elsewhere)
     here = not backend.ray and backend.jobs == 1 and progress
     out: dict[str, Path | Failed] = {}
-    for depth in sorted({len(dependencies(n, preset)) for n in every}):
-        wave = [n for n in every if len(dependencies(n, preset)) == depth]
+    for depth in sorted({len(dependencies(n, level)) for n in every}):
+        wave = [n for n in every if len(dependencies(n, level)) == depth]
         todo, runs = [], []
         for n in wave:
-            parent = recipe(n).init_from.get(preset)
+            parent = recipe(n).init_from.get(level)
             if isinstance(out.get(parent), Failed):
                 out[n] = Failed(f"{parent}, which it starts from, failed", 0)
                 continue
-            run, path = _entry(n, preset, cache_dir, train, device)
+            run, path = _entry(n, level, cache_dir, train, device)
             if path is None:
                 todo.append(n)
                 runs.append(run)
             else:
                 out[n] = path
         groups = _groups(todo, runs, ensembles)
-        results = map_tasks(_train_group, [(g, preset, cache, device,
+        results = map_tasks(_train_group, [(g, level, cache, device,
                                             dict(train) if train else None, ensembles, here)
                                            for g in groups],
                             backend, desc="train", progress=progress and not here,
@@ -254,60 +254,60 @@ def _groups(names: list[str], runs: list[RunConfig | None],
     return [[names[i] for i in g] for g in group_runs(runs, only_if_it_pays=ensembles == "auto")]
 
 
-def status(name: str, preset: str, cache_dir: str | Path, device: str = "auto") -> str:
+def status(name: str, level: str, cache_dir: str | Path, device: str = "auto") -> str:
     """``cached`` / ``missing`` / ``needs NAME`` (its init recipe is not trained yet) /
     ``interrupted`` (resumed when trained) / ``broken`` or ``other run`` (retrained), of the
     run ``device`` would train (a CPU checkpoint is not a CUDA run's)."""
     try:
-        needs = untrained_init(name, preset, cache_dir, device)
+        needs = untrained_init(name, level, cache_dir, device)
         if needs:
             return f"needs {needs}"
-        run = _resolved(run_config(name, preset, cache_dir, None, device), device)
+        run = _resolved(run_config(name, level, cache_dir, None, device), device)
     except InputError as e:
         return "invalid: " + str(e).splitlines()[0][:60]
     state = entry_state(cache_path(run, cache_dir), run)
     return {"done": "cached", "other": "other run"}.get(state, state)
 
 
-def train_command(names: Iterable[str], preset: str = "quick",
+def train_command(names: Iterable[str], level: str = "quick",
                   cache_dir: str | Path | None = None) -> str:
-    """The command that trains ``names`` at ``preset`` into ``cache_dir`` (and what they start
+    """The command that trains ``names`` at ``level`` into ``cache_dir`` (and what they start
     from), as a user would type it."""
-    flags_ = ([] if preset == "quick" else [f"--{preset}"]) + (
+    flags_ = ([] if level == "quick" else [f"--{level}"]) + (
         [] if is_default_cache_dir(cache_dir) else ["--cache-dir", str(cache_dir)])
     return shlex.join(["python", "-m", "analyses.zoo", "train", *names, *flags_])
 
 
-def not_trained(pairs: Iterable[tuple[str, str]], preset: str,
+def not_trained(pairs: Iterable[tuple[str, str]], level: str,
                 cache_dir: str | Path) -> NotTrained:
     """One line for recipes ``(name, state)`` that are not served: their states and the exact
     command that trains them."""
     pairs = list(pairs)
     what = ", ".join(f"{n} ({st})" for n, st in pairs)
-    return NotTrained(f"not trained at {preset} in {_where(cache_dir)}: {what}; train "
+    return NotTrained(f"not trained at {level} in {_where(cache_dir)}: {what}; train "
                       f"{'it' if len(pairs) == 1 else 'them'} with `"
-                      f"{train_command([n for n, _ in pairs], preset, cache_dir)}`")
+                      f"{train_command([n for n, _ in pairs], level, cache_dir)}`")
 
 
-def path(name: str, preset: str = "quick", cache_dir: str | Path | None = None,
+def path(name: str, level: str = "quick", cache_dir: str | Path | None = None,
          device: str = "auto") -> Path:
-    """The path of recipe ``name``'s finished checkpoint at ``preset`` in ``cache_dir`` (the run
+    """The path of recipe ``name``'s finished checkpoint at ``level`` in ``cache_dir`` (the run
     ``device`` trains: "auto" is this machine's); never trains, never writes. Not cached
     (missing, interrupted, another run's or a broken file, or what it starts from not trained
     yet): :class:`NotTrained`, one line with the command that trains it."""
-    recipe(name).parts(preset)  # an unknown name or level: one line, with near matches
-    state = status(name, preset, cache_dir, device)
+    recipe(name).parts(level)  # an unknown name or level: one line, with near matches
+    state = status(name, level, cache_dir, device)
     if state != "cached":
-        raise not_trained([(name, state)], preset, cache_dir)
-    run = _resolved(run_config(name, preset, cache_dir, None, device), device)
+        raise not_trained([(name, state)], level, cache_dir)
+    run = _resolved(run_config(name, level, cache_dir, None, device), device)
     return cache_path(run, cache_dir)
 
 
 def resolve(ref: str, cache_dir: str | Path | None = None, device: str = "auto") -> Path:
     """``zoo:NAME`` / ``zoo:NAME@LEVEL`` (:func:`analyses.zoo.recipe.parse_zoo_ref`) -> the cached
     checkpoint's path (:func:`path`): what ``models.load`` and the analyses open for it."""
-    name, preset = parse_zoo_ref(ref)
-    return path(name, preset, cache_dir, device)
+    name, level = parse_zoo_ref(ref)
+    return path(name, level, cache_dir, device)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -367,36 +367,36 @@ def _readable_cache_dir(cache_dir: str | Path | None) -> None:
     check(not d.exists() or d.is_dir(), f"cache directory {d}: is a file, not a directory")
 
 
-def _bare_name(name: str, preset: str) -> str:
+def _bare_name(name: str, level: str) -> str:
     """A recipe name as ``path`` takes it: ``NAME``, or ``zoo:NAME[@LEVEL]`` as a path is
     written (its level, if given, must be the one asked for)."""
     if not is_zoo_ref(name):
         return name
-    bare, level = parse_zoo_ref(name)
-    check("@" not in name or level == preset, f"{name}: level {level}, but this lookup is at "
-          f"{preset}; give one: `path {bare} --level {level}`")
+    bare, given = parse_zoo_ref(name)
+    check("@" not in name or given == level, f"{name}: level {given}, but this lookup is at "
+          f"{level}; give one: `path {bare} --level {given}`")
     return bare
 
 
-def _print_paths(names: list[str], preset: str, cache_dir: str | None, device: str) -> int:
+def _print_paths(names: list[str], level: str, cache_dir: str | None, device: str) -> int:
     """``path NAME...``: each recipe's cached checkpoint, one path a line; any not cached is
     one line naming them and the command that trains them (nothing is trained)."""
     check(bool(names), "name the recipes whose paths to print (see --list)")
-    names = [_bare_name(n, preset) for n in names]
+    names = [_bare_name(n, level) for n in names]
     _readable_cache_dir(cache_dir)
     for n in names:  # every name checked before any lookup
-        recipe(n).parts(preset)
-    states = {n: status(n, preset, cache_dir, device) for n in names}
+        recipe(n).parts(level)
+    states = {n: status(n, level, cache_dir, device) for n in names}
     missing = [(n, st) for n, st in states.items() if st != "cached"]
     if missing:
-        raise not_trained(missing, preset, cache_dir)
+        raise not_trained(missing, level, cache_dir)
     for n in names:
-        print(path(n, preset, cache_dir, device))
+        print(path(n, level, cache_dir, device))
     return 0
 
 
-def _print_list(prefixes: list[str], preset: str, cache_dir: str | None, device: str) -> int:
-    """The recipes that exist at ``preset`` (and start with one of ``prefixes``): name, state,
+def _print_list(prefixes: list[str], level: str, cache_dir: str | None, device: str) -> int:
+    """The recipes that exist at ``level`` (and start with one of ``prefixes``): name, state,
     the path their checkpoint has (or will have) in ``cache_dir``, and what it is. The cache
     folder itself goes to stderr (stdout stays one row a recipe)."""
     _readable_cache_dir(cache_dir)
@@ -405,15 +405,15 @@ def _print_list(prefixes: list[str], preset: str, cache_dir: str | None, device:
     named = [n for n in RECIPES if not prefixes or n.startswith(tuple(prefixes))]
     check(bool(named), f"no recipe starts with {', '.join(prefixes)}; see "
           "`python -m analyses.zoo --list`")
-    names = [n for n in named if RECIPES[n].available(preset)]
+    names = [n for n in named if RECIPES[n].available(level)]
     check(bool(names), f"none of the {len(named)} recipe(s) starting with "
-          f"{', '.join(prefixes) or '(any)'} has a {preset} version; their levels: "
+          f"{', '.join(prefixes) or '(any)'} has a {level} version; their levels: "
           f"{', '.join(sorted({lv for n in named for lv in RECIPES[n].levels}))}")
     rows = []
     for n in names:
-        state = status(n, preset, cache_dir, device)
+        state = status(n, level, cache_dir, device)
         try:
-            run = _resolved(run_config(n, preset, cache_dir, None, device), device)
+            run = _resolved(run_config(n, level, cache_dir, None, device), device)
             where = str(cache_path(run, cache_dir))
         except NotTrained:  # fine-tuned from a recipe not trained yet: no key until it is
             where = "-"

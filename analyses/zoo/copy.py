@@ -106,7 +106,7 @@ def _copy() -> Iterator[Recipe]:
 
 # A Mamba-2 copy model that models.hf.export accepts with an MLP: the gated MLP with the mixer's
 # own SiLU is exactly HF's BambaForCausalLM block (the quick Markov Mamba-2's ReLU MLP is
-# refused). The mixer is copy/mamba2's (the preset's d 32, one layer, N = 16) and the MLP is
+# refused). The mixer is copy/mamba2's (the level's d 32, one layer, N = 16) and the MLP is
 # 2·d wide, so the two compare at the quick level as one model with and without the MLP, at
 # about copy/mamba2's training cost (issue 37).
 COPY_MAMBA2_EXPORT = {"d_mlp": 64, "mlp_act": "silu"}
@@ -131,7 +131,7 @@ def _copy_export() -> Iterator[Recipe]:
 #   not fit the budget beside the lr sweep.
 # - strings of random length 1..L (paper: "strings of random length <= L"), not exactly L,
 #   so a transformer cannot copy by absolute position alone;
-# - each model trained at every lr of COPY_MEDIUM["lrs"] (AdamW, the quick preset's warm-up,
+# - each model trained at every lr of COPY_MEDIUM["lrs"] (AdamW, the quick level's warm-up,
 #   linear decay and weight decay: the authors' optimiser), the analysis credits each model
 #   and L with its best lr (most seeds at 90 %, then lowest median samples).
 # - scored at exactly L, as Fig. 1a's caption says (the trainer's evaluation scores every
@@ -210,7 +210,7 @@ def _copy_medium() -> Iterator[Recipe]:
 # n-gram lookup (copy paper §3.3, Figs. 5-6). Quick fine-tunes each copy checkpoint (its
 # n-gram match head is the lookup the task asks for; from random init neither the transformer
 # nor the LSTM learns lookup at this budget). Paper: from scratch with the paper's settings.
-# lookup_scratch_*: from random init at both presets (at paper the same run as lookup_*), to
+# lookup_scratch_*: from random init at both levels (at paper the same run as lookup_*), to
 # show what the quick fine-tuning buys (analyses.ngram_lookup --init none).
 LOOKUP_TASK = {"min_len": 10, "max_len": 30, "n": 3, "k": 1}
 LOOKUP_QUICK_TRAIN = {"steps": 500, "batch_size": 32, "lr": 1e-3, "warmup_steps": 50,

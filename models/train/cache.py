@@ -214,10 +214,10 @@ def _check_continues(spec: RunConfig, resume: str | Path, cache_dir: str | Path)
           "at a constant schedule)")
 
 
-def train_cached(arch: str, task: str, preset: str = "quick", cache_dir: str | Path | None = None,
+def train_cached(arch: str, task: str, level: str = "quick", cache_dir: str | Path | None = None,
                  model: dict | None = None, task_config: dict | None = None,
                  train_overrides: dict | None = None, device: str = "auto",
                  progress: bool = True) -> Path:
     """:func:`make_run_config` then :func:`train_run_cached`."""
-    spec = make_run_config(arch, task, preset, model, task_config, train_overrides)
+    spec = make_run_config(arch, task, level, model, task_config, train_overrides)
     return train_run_cached(spec, cache_dir, device, progress)

@@ -113,7 +113,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
         "are given).")
     p.add_argument("--task", default="copy", help=f"one of: {', '.join(sorted(TASKS))}")
     p.add_argument("--arch", default="transformer", help=f"one of: {', '.join(sorted(ARCHS))}")
-    add_level_flag(p, aliases=("--preset",))  # --preset: the flag's first name
+    add_level_flag(p, aliases=("--preset",))  # --preset: its name before --level
     p.add_argument("--out", default=None, help="checkpoint path (.pt)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --out even if it holds a checkpoint this run does not resume")

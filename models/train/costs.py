@@ -128,7 +128,7 @@ class Estimate:
 @dataclass(frozen=True)
 class StepCosts:
     """The shipped table: ``rows[key]`` = {"step", "eval", "start" (in reference steps),
-    "flops_per_step", "arch", ...}, ``analysis_s[preset][name]`` = wall seconds of an
+    "flops_per_step", "arch", ...}, ``analysis_s[level][name]`` = wall seconds of an
     analysis' own process in a real run, and the conditions it was measured under (``meta``).
     ``unit_s``: seconds of a reference step here (:func:`reference_seconds`; 0 until timed).
     ``device``: the kind of device the runs train on; ``"cuda"`` costs them from ``cuda``
@@ -229,17 +229,17 @@ class StepCosts:
             spec, row["seq_len"], row["flops_per_token"] * row["tokens_per_step"], self.cuda)
         return Estimate(cost["seconds_per_step"] * spec.train.steps, cost["source"])
 
-    def analysis(self, name: str, preset: str) -> Estimate | None:
-        """Seconds of analysis ``name``'s own process at ``preset`` (models it reads from the
+    def analysis(self, name: str, level: str) -> Estimate | None:
+        """Seconds of analysis ``name``'s own process at ``level`` (models it reads from the
         zoo not included: they are jobs of their own); else the median analysis of that
-        preset; None when the table has none."""
-        known = self.analysis_s.get(preset, {})
+        level; None when the table has none."""
+        known = self.analysis_s.get(level, {})
         if not known and self.device == "cuda" and self.analysis_s:
             # a GPU plan of a level no run has timed yet: its analyses' own processes (CPU work
             # beside the GPU's training) at the largest level timed, the closest in size
-            level = max(self.analysis_s, key=lambda lv: sum(self.analysis_s[lv].values()))
-            est = self.analysis(name, level)
-            return Estimate(est.seconds, f"level {level}") if est else None
+            largest = max(self.analysis_s, key=lambda lv: sum(self.analysis_s[lv].values()))
+            est = self.analysis(name, largest)
+            return Estimate(est.seconds, f"level {largest}") if est else None
         if name in known:
             return Estimate(float(known[name]), "table")
         if known:

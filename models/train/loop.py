@@ -126,7 +126,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
 
     Every matrix: the embedding and (Mamba's, Mamba-2's) conv filters are decayed too. The
     papers' optimisers differ: the Markov paper's scripts (as issue 36 read them) decay the
-    Linear layers' weights only, so a preset copying their weight decay is that much
+    Linear layers' weights only, so a level copying their weight decay is that much
     stronger here on the embedding and the conv."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]

@@ -13,7 +13,7 @@ Pinned fields are what format-1 records wrote even at their defaults, so that ev
 the cache key it had before this class existed:
 
 * ``model``: the fields the run sets (:attr:`RunConfig.model_keys`). A checkpoint records its
-  model as the arch's defaults plus the fields set (presets, the task's vocabulary, overrides),
+  model as the arch's defaults plus the fields set (levels, the task's vocabulary, overrides),
   and two runs that set different fields have always been different cache entries.
 * ``task`` and ``train``: the fields their class had when the format was fixed
   (:data:`FORMAT1_FIELDS`, a frozen list). A field added since is left out at its default, so

@@ -68,18 +68,18 @@ UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumpt
 EXIT_SOME_FAILED = 1
 
 # ---------------------------------------------------------------------------- specs
-def recipe_spec(name: str, preset: str) -> RunConfig:
-    """The run of zoo recipe ``name`` at ``preset`` without its ``init_from`` (the
+def recipe_spec(name: str, level: str) -> RunConfig:
+    """The run of zoo recipe ``name`` at ``level`` without its ``init_from`` (the
     starting weights change no cost, and the recipe it starts from need not be trained): a
     fine-tuned recipe's model is its parent's run's (:meth:`~analyses.zoo.recipe.Recipe.
     run_config`)."""
     r = zoo.recipe(name)
-    parent = recipe_spec(r.init_from[preset], preset) if preset in r.init_from else None
-    return r.run_config(preset, init_from=parent)
+    parent = recipe_spec(r.init_from[level], level) if level in r.init_from else None
+    return r.run_config(level, init_from=parent)
 
 
-def recipe_builders(names: Sequence[str], preset: str) -> list[tuple[str, Builder]]:
-    return [(n, lambda n=n: recipe_spec(n, preset)) for n in names]
+def recipe_builders(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
+    return [(n, lambda n=n: recipe_spec(n, level)) for n in names]
 
 
 def dry_batch_size(spec: RunConfig, device: torch.device) -> int:

@@ -197,9 +197,9 @@ class Figure:
     # slower core when other work shares the machine
     slots: int = 1
     trains: bool = True  # takes --train / --cache-dir
-    # level -> (label, spec builder) of the models it trains itself, outside the zoo (the
+    # level -> (label, RunConfig builder) of the models it trains itself, outside the zoo (the
     # memorization grid's cells): what ``--dry-run`` runs beside the recipes
-    dry_run_specs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda level: ()
+    dry_run_configs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda level: ()
     # level -> one clause: what this analysis trains at that level, in the papers' terms (the
     # index's scale line joins the clauses of the analyses it ran; None or "": nothing to
     # add, e.g. where another analysis of the same models says it), and the paper's own

@@ -138,14 +138,14 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                  recipes: Callable[[argparse.Namespace], Sequence[str]] | None = None,
                  output_name: Callable[[argparse.Namespace, dict], str] | None = None,
                  threads: int | None = None, checkpoints: bool = True,
-                 dry_run_specs: Callable[[argparse.Namespace], Sequence[tuple[str, Builder]]]
+                 dry_run_configs: Callable[[argparse.Namespace], Sequence[tuple[str, Builder]]]
                  | None = None, failed_key: str | None = None) -> int:
     """The ``main`` of an analysis. ``compute(args, checkpoints)`` gets the checkpoints given
     on the command line and, with ``--train LEVEL``, those of ``recipes(args)`` (default:
     ``figure.recipes(LEVEL)``) from the zoo, trained first where not cached.
 
     With ``--dry-run`` nothing is computed: those recipes and the models of
-    ``dry_run_specs(args)`` (default: ``figure.dry_run_specs(LEVEL)``) take two steps each
+    ``dry_run_configs(args)`` (default: ``figure.dry_run_configs(LEVEL)``) take two steps each
     (:func:`analyses.zoo.dryrun.report`); the exit code is the dry run's.
 
     ``failed_key``: the result's list of parts (cells, recipes) that failed on every attempt
@@ -173,8 +173,8 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if training and args.dry_run:
             args.train = args.train or args.level  # what the recipe functions read
             names = list(recipes(args) if recipes else figure.recipes(args.train))
-            own = (dry_run_specs(args) if dry_run_specs
-                   else figure.dry_run_specs(args.train))
+            own = (dry_run_configs(args) if dry_run_configs
+                   else figure.dry_run_configs(args.train))
             return dryrun.report([*dryrun.recipe_builders(names, args.train), *own],
                                  args.device, args.out, f"{name}_dry_run")
         given = [given_checkpoint(c, getattr(args, "cache_dir", None))
@@ -339,8 +339,8 @@ def get(d: dict, *path, default=None):
     return d
 
 
-def fmt(x, spec: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, spec)
+def fmt(x, pattern: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, pattern)
 
 
 def ints(text: str) -> list[int]:

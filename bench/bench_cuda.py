@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from analyses import zoo
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from bench.bench_ssm import BATCH, LONG, M1, M2, VOCAB, ssm_step_fn
 from bench.common import in_fresh_process, interleaved_times, write_results
 from models.registry import build_model
@@ -84,19 +84,19 @@ def ssm_paths(repeats: int) -> dict:
 
 def paper_transformer(repeats: int) -> dict:
     # the zoo's paper copy model: Fig. 1b's strings <= 50 packed into contexts of 420 tokens
-    spec = zoo.run_config("copy/hard_alibi", "paper")
-    model = build_model("transformer", spec.model).cuda()
-    batch, context = spec.train.batch_size, spec.train.context
+    run_config = zoo.run_config("copy/hard_alibi", "paper")
+    model = build_model("transformer", run_config.model).cuda()
+    batch, context = run_config.train.batch_size, run_config.train.context
     x = torch.randint(0, model.cfg.vocab_size, (batch, context), device="cuda")
     t = interleaved_times({"train_step": ssm_step_fn(model, x)}, repeats=repeats)
-    return {"model": spec.model_dict, "params": model.n_params(), "batch": batch,
+    return {"model": run_config.model_dict, "params": model.n_params(), "batch": batch,
             "context": context, "train_step_s": t["train_step"],
             "tokens_per_s": batch * context / t["train_step"]}
 
 
-def paper_copy_specs() -> dict[str, RunConfig]:
+def paper_copy_run_configs() -> dict[str, RunConfig]:
     """The paper copy models' runs at the paper level, as their recipes configure them."""
-    return {name: recipe_spec(recipe, "paper") for name, recipe in COPY_RECIPES.items()}
+    return {name: recipe_run_config(recipe, "paper") for name, recipe in COPY_RECIPES.items()}
 
 
 class _Timer(Callback):
@@ -113,7 +113,7 @@ class _Timer(Callback):
         return run.step >= self.steps
 
 
-def train_step_cost(spec_dict: dict[str, Any], device: str, warm: int = WARM_STEPS,
+def train_step_cost(run_config_dict: dict[str, Any], device: str, warm: int = WARM_STEPS,
                     timed: int = TIMED_STEPS, bf16_peak: float = gpu_costs.PEAK_FLOPS["bf16"]
                     ) -> dict[str, Any]:
     """``warm`` + ``timed`` optimizer steps of a run through the training loop (what a user's
@@ -122,31 +122,32 @@ def train_step_cost(spec_dict: dict[str, Any], device: str, warm: int = WARM_STE
     card's bf16 peak) and peak memory (CUDA: max allocated). Module-level: run it in a fresh
     process (:func:`~bench.common.in_fresh_process`) so each model's peak is its own. A failure
     (out of memory…) is ``{"error": one line}``."""
-    spec = RunConfig.from_dict(spec_dict)
+    run_config = RunConfig.from_dict(run_config_dict)
     dev = torch.device(device)
     try:
-        spec = spec.replace(train=dict(eval_every=0, save_every=0, init_from="",
-                                       steps=max(spec.train.steps, warm + timed)))
-        plan = plan_row(spec.arch, spec)
+        run_config = run_config.replace(train=dict(eval_every=0, save_every=0, init_from="",
+                                                   steps=max(run_config.train.steps, warm + timed)))
+        plan = plan_row(run_config.arch, run_config)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         timer = _Timer(warm + timed, dev)
         t0 = time.perf_counter()
-        train(spec, out=None, device=str(dev), progress=False, callbacks=[timer])
+        train(run_config, out=None, device=str(dev), progress=False, callbacks=[timer])
         if len(timer.ends) < warm + timed:
             return {"error": f"the run stopped after {len(timer.ends)} step(s)"}
         step_s = (timer.ends[-1] - timer.ends[warm - 1]) / timed
     except Exception as e:  # noqa: BLE001 - one model's failure is its row, the others still run
         text = str(e).strip().splitlines()
         return {"error": f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__}
-    precision, comp = gpu_costs.run_settings(spec, dev.type)
+    precision, comp = gpu_costs.run_settings(run_config, dev.type)
     tokens = plan["tokens_per_step"]
-    out = {"arch": spec.arch, "model": spec.model_dict, "params": plan["params"],
-           "batch_size": spec.train.batch_size, "micro_batch": gpu_costs.micro_batch(spec),
+    out = {"arch": run_config.arch, "model": run_config.model_dict, "params": plan["params"],
+           "batch_size": run_config.train.batch_size,
+           "micro_batch": gpu_costs.micro_batch(run_config),
            "seq_len": plan["seq_len"], "precision": precision, "compile": comp,
-           "attention": (("sdpa" if spec.model.use_sdpa else "explicit")
-                         if spec.arch == "transformer" else None),
-           "checkpoint_blocks": bool(getattr(spec.train, "checkpoint_blocks", False)),
+           "attention": (("sdpa" if run_config.model.use_sdpa else "explicit")
+                         if run_config.arch == "transformer" else None),
+           "checkpoint_blocks": bool(getattr(run_config.train, "checkpoint_blocks", False)),
            "seconds_per_step": step_s, "tokens_per_s": tokens / step_s,
            "mfu_bf16": plan["flops_per_token"] * tokens / step_s / bf16_peak,
            "first_steps_s": timer.ends[warm - 1] - t0, "timed_steps": timed}
@@ -155,12 +156,13 @@ def train_step_cost(spec_dict: dict[str, Any], device: str, warm: int = WARM_STE
     return out
 
 
-def copy_models(specs: dict[str, RunConfig], device: str, warm: int = WARM_STEPS,
+def copy_models(run_configs: dict[str, RunConfig], device: str, warm: int = WARM_STEPS,
                 timed: int = TIMED_STEPS, log=print) -> dict[str, dict[str, Any]]:
     """:func:`train_step_cost` of each run, each in a fresh process."""
     rows = {}
-    for name, spec in specs.items():
-        rows[name] = row = in_fresh_process(train_step_cost, spec.to_dict(), device, warm, timed)
+    for name, run_config in run_configs.items():
+        rows[name] = row = in_fresh_process(train_step_cost, run_config.to_dict(), device, warm,
+                                            timed)
         log(f"{name}: " + (f"FAILED {row['error']}" if "error" in row else
                            f"{row['seconds_per_step']:.4g} s/step, "
                            f"{row['tokens_per_s'] / 1e3:.4g}k tokens/s, "
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     write_results("cuda", {"ssm_paths": ssm_paths(args.repeats),
                            "paper_transformer": paper_transformer(args.repeats),
-                           "paper_copy_models": copy_models(paper_copy_specs(), "cuda")})
+                           "paper_copy_models": copy_models(paper_copy_run_configs(), "cuda")})
     return 0
 
 

@@ -54,7 +54,7 @@ def timed(fn, clock=time.perf_counter) -> float:
     return clock() - t0
 
 
-def measure(specs: list[RunConfig], device: str, steps: int, one_thread_cpu: bool,
+def measure(run_configs: list[RunConfig], device: str, steps: int, one_thread_cpu: bool,
             repeats: int = 2) -> dict[str, float]:
     """The two sides interleaved ``repeats`` times, the fastest of each. ``one_thread_cpu``:
     on one thread, by this process's CPU time — the work each side does, which other jobs on
@@ -68,17 +68,18 @@ def measure(specs: list[RunConfig], device: str, steps: int, one_thread_cpu: boo
     try:
         ones, togethers = [], []
         for _ in range(repeats):
-            ones.append(timed(lambda: [train(s, device=device, progress=False) for s in specs],
+            ones.append(timed(lambda: [train(s, device=device, progress=False)
+                                       for s in run_configs],
                               clock))
-            togethers.append(timed(lambda: train_ensemble(specs, [None] * len(specs),
+            togethers.append(timed(lambda: train_ensemble(run_configs, [None] * len(run_configs),
                                                           device=device, progress=False), clock))
     finally:
         torch.set_num_threads(threads)
     one, together = min(ones), min(togethers)
     return {"clock": "cpu, 1 thread" if one_thread_cpu else f"wall, {threads} threads",
-            "members": len(specs), "steps": steps, "one_after_another_s": round(one, 2),
+            "members": len(run_configs), "steps": steps, "one_after_another_s": round(one, 2),
             "ensemble_s": round(together, 2), "speedup": round(one / together, 2),
-            "per_step_s": {"one_run": round(one / len(specs) / steps, 5),
+            "per_step_s": {"one_run": round(one / len(run_configs) / steps, 5),
                            "ensemble": round(together / steps, 5)},
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 
@@ -90,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     device = str(resolve_device(args.device))
     out = {"device": device}
-    for name, specs in sweeps(args.steps).items():
+    for name, run_configs in sweeps(args.steps).items():
         # the headline: the work on one thread (steady on a shared machine); beside it, the
         # wall time with every thread, as a user sees it (on a GPU: wall time only)
-        out[name] = measure(specs, device, args.steps, one_thread_cpu=device == "cpu")
-        out[name]["wall"] = measure(specs, device, args.steps, one_thread_cpu=False, repeats=1)
+        out[name] = measure(run_configs, device, args.steps, one_thread_cpu=device == "cpu")
+        out[name]["wall"] = measure(run_configs, device, args.steps, one_thread_cpu=False,
+                                    repeats=1)
         print(name, out[name], flush=True)
     write_results("ensemble" if device == "cpu" else "ensemble_cuda", out)
     return 0

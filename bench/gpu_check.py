@@ -37,7 +37,7 @@ import torch
 
 from analyses.zoo import dryrun
 from analyses.zoo.levels import make_run_config
-from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_specs
+from bench.bench_cuda import COPY_RECIPES, copy_models, paper_copy_run_configs
 from bench.common import RESULTS
 from models.train import gpu_costs
 from models.train.runconfig import RunConfig
@@ -58,17 +58,18 @@ TINY_MODELS = {"transformer": {"d_model": 16, "n_layers": 1, "n_heads": 2},
 TINY_TRAIN = {"batch_size": 2, "eval_batch_size": 2, "eval_batches": 1, "steps": 10}
 
 
-def tiny_specs() -> dict[str, RunConfig]:
+def tiny_run_configs() -> dict[str, RunConfig]:
     """The paper copy models' names, each a tiny model of its architecture on the quick copy
     task (positional encoding kept)."""
     out = {}
-    for name, spec in paper_copy_specs().items():
-        model = dict(TINY_MODELS[spec.arch])
-        if spec.arch == "transformer":
-            model["pe"] = spec.model.pe
-            if spec.model.pe == "hard_alibi":
+    for name, run_config in paper_copy_run_configs().items():
+        model = dict(TINY_MODELS[run_config.arch])
+        if run_config.arch == "transformer":
+            model["pe"] = run_config.model.pe
+            if run_config.model.pe == "hard_alibi":
                 model["hard_alibi_heads"] = 1
-        out[name] = make_run_config(spec.arch, "copy", "quick", model, {"min_len": 1, "max_len": 5},
+        out[name] = make_run_config(run_config.arch, "copy", "quick", model, {"min_len": 1,
+                                                                              "max_len": 5},
                               TINY_TRAIN)
     return out
 
@@ -117,7 +118,7 @@ def _test_class(classname: str, modules: set[str]) -> str:
 
 
 def table_rows(bench: dict[str, dict[str, Any]], card: str, when: str,
-               specs: dict[str, RunConfig]) -> list[dict[str, Any]]:
+               run_configs: dict[str, RunConfig]) -> list[dict[str, Any]]:
     """The bench's rows in the CUDA step-cost table's format (:mod:`models.train.gpu_costs`)."""
     keep = ("arch", "model", "batch_size", "micro_batch", "seq_len", "precision", "compile",
             "attention", "checkpoint_blocks", "seconds_per_step", "tokens_per_s", "mfu_bf16",
@@ -127,7 +128,7 @@ def table_rows(bench: dict[str, dict[str, Any]], card: str, when: str,
              "training loop's steps, the mean of the timed ones after the warm-up",
              "date": when, "torch": torch.__version__, "source": str(OUT.relative_to(ROOT)),
              "card": card}
-            for name, row in bench.items() if "error" not in row and name in specs]
+            for name, row in bench.items() if "error" not in row and name in run_configs]
 
 
 def dryrun_name(name: str) -> str:
@@ -196,22 +197,22 @@ def _main(argv: list[str] | None = None) -> int:
     log(f"   {doc['tests']}")
 
     log("== 2/3 bench_cuda: the paper copy models")
-    specs = tiny_specs() if args.tiny else paper_copy_specs()
-    specs = {n: s for n, s in specs.items() if not args.only or n in args.only}
+    run_configs = tiny_run_configs() if args.tiny else paper_copy_run_configs()
+    run_configs = {n: s for n, s in run_configs.items() if not args.only or n in args.only}
     steps = {"warm": args.warm_steps or (1 if args.tiny else None),
              "timed": args.timed_steps or (1 if args.tiny else None)}
     doc["bench"] = {}
-    for name, spec in specs.items():
+    for name, run_config in run_configs.items():
         if left() <= 0:
             doc["bench"][name] = {"error": "not run: the budget was spent"}
             continue
         doc["bench"].update(copy_models(
-            {name: spec}, args.device, log=log,
+            {name: run_config}, args.device, log=log,
             **{k: v for k, v in (("warm", steps["warm"]), ("timed", steps["timed"])) if v}))
-    doc["table_rows"] = table_rows(doc["bench"], card, when, specs)
+    doc["table_rows"] = table_rows(doc["bench"], card, when, run_configs)
 
     log("== 3/3 the dry run of the copy models")
-    items = [(COPY_RECIPES.get(n, n), (lambda s=s: s)) for n, s in specs.items()]
+    items = [(COPY_RECIPES.get(n, n), (lambda s=s: s)) for n, s in run_configs.items()]
     if left() > 0:
         rows = dryrun.dry_run(items, args.device, timeout=max(left(), 1.0), log=log)
         doc["dry_run"] = dryrun.summary(rows, args.device, 0.0)

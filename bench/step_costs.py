@@ -34,7 +34,7 @@ import torch
 
 from analyses import zoo
 from analyses.claims import level_of
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from bench.common import machine
 from models.train.callbacks import Callback, Run
 from models.train.costs import FORMAT, TABLE, cost_key, reference_seconds
@@ -73,18 +73,18 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(spec: RunConfig, steps: int) -> dict[str, Any]:
+def measure(run_config: RunConfig, steps: int) -> dict[str, Any]:
     """In this process, on one thread: CPU seconds of a step and of an evaluation, and of the
     reference step timed just before and just after (the unit the table keeps them in)."""
     ref_before = reference_seconds(time.thread_time)
     clock = _Clock(WARM_STEPS + steps)
-    train(spec, out=None, device="cpu", progress=False, callbacks=[clock])
+    train(run_config, out=None, device="cpu", progress=False, callbacks=[clock])
     timed = len(clock.cpu) - WARM_STEPS
     if timed < 1:
         raise InputError(f"the run stopped after {len(clock.cpu)} step(s)")
     run = clock.run
     e_cpu, e_wall = time.thread_time(), time.perf_counter()
-    evaluate(run.model, run.task, spec.train, torch.device("cpu"))
+    evaluate(run.model, run.task, run_config.train, torch.device("cpu"))
     e_cpu, e_wall = time.thread_time() - e_cpu, time.perf_counter() - e_wall
     ref = (ref_before + reference_seconds(time.thread_time)) / 2
     step_cpu = (clock.cpu[-1] - clock.cpu[WARM_STEPS - 1]) / timed
@@ -111,15 +111,15 @@ def measure_runs(runs: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]
     return results
 
 
-def run_child(specs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
-    """:func:`measure` of each spec in one fresh process (the one job runner's,
+def run_child(run_configs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
+    """:func:`measure` of each RunConfig in one fresh process (the one job runner's,
     :func:`seqprobe.sweep.run_fresh`), on one thread."""
-    runs = json.loads(json.dumps([s.to_dict() for s in specs], default=list))
+    runs = json.loads(json.dumps([s.to_dict() for s in run_configs], default=list))
     try:
         return run_fresh(measure_runs, runs, steps,
                          env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     except ProcessFailed as e:
-        return [{"error": str(e)}] * len(specs)
+        return [{"error": str(e)}] * len(run_configs)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def analysis_seconds(timings: Path) -> tuple[str, dict[str, float]]:
     d = json.loads(timings.read_text())
     return level_of(d) or "", {k: float(v["seconds"]) for k, v in d.items()
                                  if isinstance(v, dict) and v.get("ok") is True
-                                 and "seconds" in v and not k.startswith("train:")}
+                               and "seconds" in v and not k.startswith("train:")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,20 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
     doc = _read(args.out) or {"format": FORMAT, "rows": {}, "analysis_s": {}, "meta": {}}
     t0, load0 = time.time(), os.getloadavg()[0]
-    rows: dict[str, tuple[str, RunConfig]] = {}  # key -> (first recipe, spec)
+    rows: dict[str, tuple[str, RunConfig]] = {}  # key -> (first recipe, RunConfig)
     for name in names:
-        spec = recipe_spec(name, level)
-        rows.setdefault(cost_key(spec), (name, spec))
+        run_config = recipe_run_config(name, level)
+        rows.setdefault(cost_key(run_config), (name, run_config))
     print(f"{len(rows)} models of {len(names)} recipes...", flush=True)
-    results = run_child([spec for _, spec in rows.values()], args.steps)
-    for (key, (name, spec)), result in zip(rows.items(), results, strict=True):
+    results = run_child([run_config for _, run_config in rows.values()], args.steps)
+    for (key, (name, run_config)), result in zip(rows.items(), results, strict=True):
         if "error" in result:
             print(f"{name}: FAILED {result['error']}", file=sys.stderr)
             continue
-        plan = plan_row(name, spec)
+        plan = plan_row(name, run_config)
         doc["rows"][key] = row = {
-            "recipe": name, "level": level, "arch": spec.arch, "params": plan["params"],
-            "batch_size": spec.train.batch_size, "seq_len": plan["seq_len"],
+            "recipe": name, "level": level, "arch": run_config.arch, "params": plan["params"],
+            "batch_size": run_config.train.batch_size, "seq_len": plan["seq_len"],
             "flops_per_step": plan["flops_per_token"] * plan["tokens_per_step"], **result}
         print(f"{name}: step {row['step']:.2f}, eval {row['eval']:.2f} reference steps "
               f"({row['step_s']:.4f} / {row['eval_s']:.3f} CPU s; reference "

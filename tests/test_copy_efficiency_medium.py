@@ -32,10 +32,10 @@ def history(reach_at: int | None, steps: int = 10, batch: int = 100) -> list[dic
     return rows
 
 
-def runs(spec: dict[tuple[str, int], list[int | None]]) -> list[dict]:
+def runs(run_config: dict[tuple[str, int], list[int | None]]) -> list[dict]:
     """{(label, L): [reach step per seed]} -> compute_medium's runs."""
     return [{"label": label, "length": L, "seed": s, "history": history(r)}
-            for (label, L), reach in spec.items() for s, r in enumerate(reach)]
+            for (label, L), reach in run_config.items() for s, r in enumerate(reach)]
 
 
 def test_compute_medium_means_ratios_and_per_seed_pairs():
@@ -65,25 +65,25 @@ def test_compute_medium_means_ratios_and_per_seed_pairs():
 
 def test_claims_read_compute_medium():
     # 5 seeds: a sign test can reach 0.05 (2^-5); the ratio 2x -> 4x / 4.5x in every seed
-    spec = {("rope", 10): [2] * 5, ("mamba", 10): [4] * 5, ("rope", 20): [2] * 5,
-            ("mamba", 20): [8, 9, 8, 9, 8]}
-    d = json.loads(json.dumps(compute_medium(runs(spec))))
+    run_config = {("rope", 10): [2] * 5, ("mamba", 10): [4] * 5, ("rope", 20): [2] * 5,
+                  ("mamba", 20): [8, 9, 8, 9, 8]}
+    d = json.loads(json.dumps(compute_medium(runs(run_config))))
     assert claim_gap_grows(d)[1] is True
-    spec[("mamba", 20)] = [3] * 5
-    d = json.loads(json.dumps(compute_medium(runs(spec))))
+    run_config[("mamba", 20)] = [3] * 5
+    d = json.loads(json.dumps(compute_medium(runs(run_config))))
     assert claim_gap_grows(d)[1] is False  # L = 10 -> 20: the paper's trend 3.3x -> 6.7x
 
 
 def test_each_model_is_credited_with_its_best_lr():
     """Per model and L, the lr with the most seeds at 90 %, then the lowest median; the ratio
     pairs seeds at each model's own best lr."""
-    spec = {("rope", 5, 1e-3): [6, 6, 6], ("rope", 5, 1e-2): [2, 2, 9],  # median 2 < 6
-            ("mamba", 5, 1e-3): [4, 4, None],  # fastest, but a seed never got there
-            ("mamba", 5, 1e-2): [8, 8, 8], ("mamba", 5, 3e-3): [9, 9, 9]}
+    run_config = {("rope", 5, 1e-3): [6, 6, 6], ("rope", 5, 1e-2): [2, 2, 9],  # median 2 < 6
+                  ("mamba", 5, 1e-3): [4, 4, None],  # fastest, but a seed never got there
+                  ("mamba", 5, 1e-2): [8, 8, 8], ("mamba", 5, 3e-3): [9, 9, 9]}
     d = json.loads(json.dumps(compute_medium(
         [{"label": label, "length": L, "seed": s, "lr": lr, "history": history(r),
           "params": 1000 if label == "rope" else 1100}
-         for (label, L, lr), reach in spec.items() for s, r in enumerate(reach)],
+         for (label, L, lr), reach in run_config.items() for s, r in enumerate(reach)],
         {"paper": "the paper's", "not_matched": "scale"})))
     m = d["by_length"]["5"]
     assert m["best_lr"] == {"rope": 0.01, "mamba": 0.01}
@@ -235,9 +235,10 @@ def test_medium_recipes_in_the_zoo():
         r = zoo.recipe(name)
         assert r.available("medium") and not r.available("quick") and not r.available("paper")
     L = zoo_copy.COPY_MEDIUM["lengths"][-1]
-    spec = zoo.run_config(zoo_copy.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
-    assert (spec.task.min_len, spec.task.max_len) == (1, L)  # lengths <= L
-    assert spec.train.seed == 2 and spec.train.stop_at == 0.9 and spec.train.lr == 3e-3
+    run_config = zoo.run_config(zoo_copy.copy_medium_name("mamba2", L, 2, 3e-3), "medium")
+    assert (run_config.task.min_len, run_config.task.max_len) == (1, L)  # lengths <= L
+    train = run_config.train
+    assert train.seed == 2 and train.stop_at == 0.9 and train.lr == 3e-3
     rope = zoo.run_config(zoo_copy.copy_medium_name("rope", L, 0, 1e-2), "medium")
     assert rope.model.rotary_frac == 0.25 and rope.model.parallel_residual is True
     hashes = {zoo.run_config(zoo_copy.copy_medium_name("rope", L, s, lr), "medium").hash()
@@ -261,8 +262,8 @@ def test_medium_models_are_parameter_matched():
     L = zoo_copy.COPY_MEDIUM["lengths"][-1]
     counts = {}
     for label in zoo_copy.COPY_MEDIUM_LABELS:
-        spec = zoo.run_config(zoo_copy.copy_medium_name(label, L, 0, 1e-3), "medium")
-        counts[label] = run_size(spec, make_task("copy", spec.task_dict))[0]
+        run_config = zoo.run_config(zoo_copy.copy_medium_name(label, L, 0, 1e-3), "medium")
+        counts[label] = run_size(run_config, make_task("copy", run_config.task_dict))[0]
     for label, n in counts.items():
         assert 0.8 <= n / counts["rope"] <= 1.2, (label, n, counts["rope"])
 
@@ -271,11 +272,11 @@ def test_run_of_reads_label_length_and_seed(tmp_path):
     from models.train.loop import train
 
     L = zoo_copy.COPY_MEDIUM["lengths"][0]
-    spec = zoo.run_config(zoo_copy.copy_medium_name("lstm", L, 1, 3e-3), "medium",
+    run_config = zoo.run_config(zoo_copy.copy_medium_name("lstm", L, 1, 3e-3), "medium",
                     train={"steps": 3, "eval_every": 1, "stop_at": 0.0})
-    spec = spec.replace(model={"d_model": 8, "n_layers": 1})
+    run_config = run_config.replace(model={"d_model": 8, "n_layers": 1})
     torch.manual_seed(0)
-    train(spec, tmp_path / "m.pt", "cpu", progress=False)
+    train(run_config, tmp_path / "m.pt", "cpu", progress=False)
     run = _run_of(str(tmp_path / "m.pt"))
     assert (run["label"], run["length"], run["seed"], run["lr"]) == ("lstm", L, 1, 3e-3)
     assert run["params"] == sum(p.numel() for p in read_checkpoint(

@@ -54,7 +54,7 @@ FLAGS = [*TINY_RUN_FLAGS, "--max-len", "6", "--steps", "6", "--batch-size", "5",
          "--no-progress"]
 
 # the worker of a torchrun job: the CLI's run (the issue's command, tiny), then train() on the
-# same spec stopped by a SIGTERM that only rank 1 receives (after its step 3)
+# same RunConfig stopped by a SIGTERM that only rank 1 receives (after its step 3)
 WORKER = textwrap.dedent("""
     import json, os, signal, sys
     from models.train.cli import main
@@ -77,17 +77,17 @@ WORKER = textwrap.dedent("""
     train(make_run_config("transformer", "copy", "quick", model=a["model"],
                     task_config={"max_len": 6}, train=a["micro_train"]),
           out=a["micro"], device="cpu", progress=False)
-    spec = make_run_config("transformer", "copy", "quick", model=a["model"],
-                     task_config={"max_len": 6}, train=a["train"])
+    run_config = make_run_config("transformer", "copy", "quick", model=a["model"],
+                                 task_config={"max_len": 6}, train=a["train"])
     try:
-        train(spec, out=a["part"], device="cpu", progress=False, callbacks=[SigtermOnRank1()])
+        train(run_config, out=a["part"], device="cpu", progress=False, callbacks=[SigtermOnRank1()])
     except TrainingInterrupted:
         print(f"rank {rank} interrupted", file=sys.stderr)
         sys.exit(130)
 """)
 
 
-def spec(**train_kw):
+def run_config(**train_kw):
     return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
                      train={**TRAIN, **train_kw})
 
@@ -133,7 +133,7 @@ def test_ddp_weights_equal_the_single_process_run(ddp_job):
     d, first, _, _ = ddp_job
     assert first.returncode != 0, first.stderr  # the second run was interrupted: exit 130
     full = read_checkpoint(d / "full.pt")
-    single = train(spec(), device="cpu", progress=False)
+    single = train(run_config(), device="cpu", progress=False)
     assert full["train"]["world_size"] == 2 and single["train"]["world_size"] == 1
     assert full["train"]["step"] == 6
     assert full["train"]["samples_seen"] == single["train"]["samples_seen"] == 30
@@ -166,7 +166,7 @@ def test_a_rank_without_rows_in_a_short_epoch_batch_still_agrees(ddp_job):
 def test_micro_batches_under_ddp_equal_the_whole_batch_in_one_process(ddp_job):
     d = ddp_job[0]
     ddp = read_checkpoint(d / "micro.pt")
-    single = train(spec(batch_size=6), device="cpu", progress=False)  # no micro-batches
+    single = train(run_config(batch_size=6), device="cpu", progress=False)  # no micro-batches
     assert ddp["train"]["samples_seen"] == single["train"]["samples_seen"] == 36
     diff = {k: (ddp["state_dict"][k] - v).abs().max().item()
             for k, v in single["state_dict"].items()}
@@ -236,14 +236,14 @@ def test_bf16_runs_and_is_recorded(tmp_path, capsys):
     assert main([*FLAGS, "--precision", "bf16", "--out", str(out)]) == 0
     ck = read_checkpoint(out)
     assert ck["train"]["config"]["precision"] == "bf16"
-    fp32 = train(spec(), device="cpu", progress=False)
+    fp32 = train(run_config(), device="cpu", progress=False)
     assert fp32["train"]["config"]["precision"] == "fp32"
     # autocast changed the numbers (bfloat16 matmuls), and the run still learned something
     assert ck["history"][-1]["loss"] != fp32["history"][-1]["loss"]
     assert ck["history"][-1]["loss"] == pytest.approx(fp32["history"][-1]["loss"], rel=0.05)
     assert all(v.dtype == torch.float32 for v in ck["state_dict"].values())
     # a different run: its own cache entry; the default leaves the old hashes alone
-    assert spec(precision="bf16").hash() != spec().hash()
+    assert run_config(precision="bf16").hash() != run_config().hash()
 
 
 def test_bad_precision_is_one_line(tmp_path, capsys):
@@ -257,7 +257,7 @@ def test_batch_smaller_than_the_job_is_refused(tmp_path, monkeypatch):
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)
     with pytest.raises(InputError, match="batch_size 1 is smaller than the 2 processes"):
-        train(spec(batch_size=1), out=tmp_path / "x.pt", device="cpu", progress=False)
+        train(run_config(batch_size=1), out=tmp_path / "x.pt", device="cpu", progress=False)
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -272,8 +272,8 @@ def test_compile_flag_trains_like_eager(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     ck = read_checkpoint(out)
     assert ck["train"]["config"]["compile"] is True
-    assert spec(compile=True).hash() != spec().hash()
-    eager = train(spec(), device="cpu", progress=False)
+    assert run_config(compile=True).hash() != run_config().hash()
+    eager = train(run_config(), device="cpu", progress=False)
     for k, v in eager["state_dict"].items():
         if k != "blocks.0.attn.b_K":  # rounding noise (test_ddp_weights_equal_…)
             assert torch.allclose(v, ck["state_dict"][k], atol=1e-5), k

@@ -28,7 +28,7 @@ from tasks.base import IGNORE
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tiny_spec(seed: int = 0, arch: str = "transformer", **model):
+def tiny_run_config(seed: int = 0, arch: str = "transformer", **model):
     base = {"d_model": 16, "n_layers": 1, "n_heads": 2} if arch == "transformer" else \
         {"d_model": 8, "n_layers": 1, "d_state": 4}
     return make_run_config(arch, "copy", "quick", model={**base, **model},
@@ -44,10 +44,10 @@ def test_dry_run_rows_failures_and_nothing_written(tmp_path, monkeypatch, capsys
     def bad_config():
         return make_run_config("transformer", "copy", "quick", model={"d_model": 10, "n_heads": 3})
 
-    items = [("bad_config", bad_config), ("tiny", tiny_spec),
-             ("tiny_seed1", lambda: tiny_spec(seed=1)),
+    items = [("bad_config", bad_config), ("tiny", tiny_run_config),
+             ("tiny_seed1", lambda: tiny_run_config(seed=1)),
              # valid, but fails in its first step (no mamba-ssm kernels on a CPU)
-             ("fails_to_step", lambda: tiny_spec(arch="mamba", scan="kernel"))]
+             ("fails_to_step", lambda: tiny_run_config(arch="mamba", scan="kernel"))]
     # a large parent: each run's peak is its own process's, not the parent's resident set
     ballast = torch.ones(75_000_000)  # 300 MB
     assert dryrun.report(items, "cpu", tmp_path / "out") == dryrun.EXIT_SOME_FAILED
@@ -80,33 +80,33 @@ def test_dry_run_rows_failures_and_nothing_written(tmp_path, monkeypatch, capsys
 
 
 def test_projection_formula():
-    spec = tiny_spec()
+    run_config = tiny_run_config()
     n, L = 1000, 10
-    assert train_plan.flops_per_token(spec, n, L) == 6 * n + 12 * 1 * 16 * L
-    assert train_plan.flops_per_token(tiny_spec(arch="mamba"), n, L) == 6 * n
+    assert train_plan.flops_per_token(run_config, n, L) == 6 * n + 12 * 1 * 16 * L
+    assert train_plan.flops_per_token(tiny_run_config(arch="mamba"), n, L) == 6 * n
     assert train_plan.gpu_hours(dryrun.UTILISATION * dryrun.H100_PEAK * 3600) == pytest.approx(1.0)
 
 
 def test_flops_formula_against_flop_counter():
     """6 N + the attention term is what torch's FLOP counter finds in a transformer's training
     step (forward and backward), up to the ops it does not count (norms, softmax)."""
-    spec = tiny_spec(d_model=64, n_heads=4, n_layers=2, use_sdpa=False)
-    model = build_model(spec.arch, spec.model)
+    run_config = tiny_run_config(d_model=64, n_heads=4, n_layers=2, use_sdpa=False)
+    model = build_model(run_config.arch, run_config.model)
     L = 32
-    tokens = torch.randint(0, spec.model.vocab_size, (2, L))
+    tokens = torch.randint(0, run_config.model.vocab_size, (2, L))
     with FlopCounterMode(display=False) as counter:
         logp = model.log_probs(tokens)
         torch.nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), tokens.reshape(-1),
                                      ignore_index=IGNORE).backward()
     n_params = sum(p.numel() for p in model.parameters())
-    predicted = train_plan.flops_per_token(spec, n_params, L) * tokens.numel()
+    predicted = train_plan.flops_per_token(run_config, n_params, L) * tokens.numel()
     assert counter.get_total_flops() == pytest.approx(predicted, rel=0.15)
 
 
 def test_too_large_for_this_machine_is_one_line(monkeypatch):
     """The meta-device size check answers before anything is allocated."""
     monkeypatch.setattr(seqprobe.device, "memory_bytes", lambda device="cpu": 10_000)
-    rows = dryrun.dry_run([("big", tiny_spec)], "cpu", log=lambda text: None)
+    rows = dryrun.dry_run([("big", tiny_run_config)], "cpu", log=lambda text: None)
     assert "more than this machine's memory" in rows[0]["error"]
 
 
@@ -136,8 +136,8 @@ def test_analysis_flag(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dryrun, "report", fake_report)
     assert holdout.main(["--train", "paper", "--dry-run", "--out", str(tmp_path)]) == 0
-    [(label, spec)] = seen["markov_holdout_dry_run"]
-    assert label == "markov_holdout/mamba2" and spec.train.steps == 10000  # the paper level
+    [(label, run_config)] = seen["markov_holdout_dry_run"]
+    assert label == "markov_holdout/mamba2" and run_config.train.steps == 10000  # the paper level
     assert memorization.main(["--paper", "--dry-run", "--n-examples", "500", "--out",
                               str(tmp_path)]) == 0
     cells = dict(seen["memorization_dry_run"])
@@ -157,7 +157,7 @@ def test_dry_run_needs_a_training_analysis(capsys):
 
 def test_unknown_device_is_refused_before_any_work():
     with pytest.raises(InputError):
-        dryrun.dry_run([("tiny", tiny_spec)], "nodevice")
+        dryrun.dry_run([("tiny", tiny_run_config)], "nodevice")
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from seqprobe.errors import InputError
 STU = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16)
 
 
-def _spec(**train_kw):
+def _run_config(**train_kw):
     cfg = dict(steps=20, batch_size=4, eval_every=2, eval_batches=1, eval_batch_size=4,
                warmup_steps=1, seed=0)
     return make_run_config("stu", "induction", "quick", model=STU, task_config=dict(length=8),
@@ -31,19 +31,19 @@ def _rising(model, task, cfg, device):
 
 def test_stops_at_the_first_evaluation_that_reaches_the_level(tmp_path):
     _rising.calls = 0
-    ck = train(_spec(stop_at=0.5), out=tmp_path / "a.pt", progress=False, evaluator=_rising)
+    ck = train(_run_config(stop_at=0.5), out=tmp_path / "a.pt", progress=False, evaluator=_rising)
     # evaluations at steps 2 (0.3) and 4 (0.6 >= 0.5): stopped there, not at step 20
     assert ck["train"]["step"] == 4 and [h["step"] for h in ck["history"]] == [2, 4]
     assert ck["train"]["stop"].startswith("stop_at: string_acc 0.6 >= 0.5 at step 4")
     _rising.calls = 0  # without stop_at the same run goes the whole way
-    ck = train(_spec(), progress=False, evaluator=_rising)
+    ck = train(_run_config(), progress=False, evaluator=_rising)
     assert ck["train"]["step"] == 20 and "stop" not in ck["train"]
 
 
 def test_a_real_run_stops_early_and_deterministically(tmp_path):
     # the untrained model recalls some of the 4 evaluation tokens (chance 1/4), so the real
     # evaluation at step 2 reaches a tiny level; twice the same run, twice the same stop
-    runs = [train(_spec(stop_at=1e-9), progress=False) for _ in range(2)]
+    runs = [train(_run_config(stop_at=1e-9), progress=False) for _ in range(2)]
     assert [r["train"]["step"] for r in runs] == [2, 2]
     assert [r["train"]["stop"] for r in runs][0] == runs[1]["train"]["stop"]
     assert [{k: v for k, v in r["history"][0].items() if k != "time_s"} for r in runs][0] == {
@@ -58,13 +58,14 @@ def test_stop_at_is_checked():
 
 
 def test_default_stop_at_keeps_the_cache_key():
-    spec = _spec()
-    train_dict = config_to_dict(spec.train)
+    run_config = _run_config()
+    train_dict = config_to_dict(run_config.train)
     for name in ("init_from", "device_type", "precision", "compile", "stop_at",  # left out
                  "checkpoint_blocks", "micro_batch"):
         del train_dict[name]
-    blob = json.dumps({"arch": spec.arch, "task": spec.task_name, "model": spec.model_dict,
-                       "task_config": spec.task_dict, "train": train_dict},
+    blob = json.dumps({"arch": run_config.arch, "task": run_config.task_name,
+                       "model": run_config.model_dict,
+                       "task_config": run_config.task_dict, "train": train_dict},
                       sort_keys=True, default=list)
-    assert spec.hash() == hashlib.sha256(blob.encode()).hexdigest()[:12]
-    assert _spec(stop_at=0.99).hash() != spec.hash()
+    assert run_config.hash() == hashlib.sha256(blob.encode()).hexdigest()[:12]
+    assert _run_config(stop_at=0.99).hash() != run_config.hash()

@@ -24,7 +24,7 @@ RUN_TASKS = {"mamba2": ("markov", {"seq_len": 16}), "mambazero": ("markov", {"se
 MEMBERS = [dict(seed=0, lr=1e-3), dict(seed=1, lr=3e-3), dict(seed=2, lr=1e-2, weight_decay=0.1)]
 
 
-def _specs(arch: str, members=MEMBERS, **train):
+def _run_configs(arch: str, members=MEMBERS, **train):
     task, task_cfg = RUN_TASKS.get(arch, ("copy", {"max_len": 5}))
     model = {k: v for k, v in TINY[arch].items() if k != "vocab_size"} | {"n_layers": 1}
     base = {"steps": 6, "batch_size": 4, "eval_batches": 1, "eval_batch_size": 4,
@@ -49,12 +49,12 @@ def _history_gap(h1: list, h2: list) -> float:
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_each_member_is_its_solo_run(arch, tmp_path, float64):
-    specs = _specs(arch)
-    assert len(group_runs(specs)) == 1
+    run_configs = _run_configs(arch)
+    assert len(group_runs(run_configs)) == 1
     outs = [tmp_path / f"e{i}.pt" for i in range(3)]
-    ens = train_ensemble(specs, outs, device="cpu", progress=False)
-    for i, spec in enumerate(specs):
-        solo = train(spec, out=tmp_path / f"s{i}.pt", device="cpu", progress=False)
+    ens = train_ensemble(run_configs, outs, device="cpu", progress=False)
+    for i, run_config in enumerate(run_configs):
+        solo = train(run_config, out=tmp_path / f"s{i}.pt", device="cpu", progress=False)
         assert _close(ens[i]["state_dict"], solo["state_dict"]) <= 1e-10
         assert _history_gap(ens[i]["history"], solo["history"]) <= 1e-10
         assert ens[i]["train"]["step"] == solo["train"]["step"] == 6
@@ -70,16 +70,16 @@ def test_a_member_that_reaches_stop_at_stops_and_the_others_go_on(tmp_path):
     # a tiny level is reached at the first evaluation (tests/test_early_stop.py)
     base = dict(steps=8, batch_size=4, eval_every=2, eval_batches=1, eval_batch_size=4,
                 warmup_steps=1)
-    specs = [make_run_config("stu", "induction", "quick",
-                             model=dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16),
-                             task_config=dict(length=8), train={**base, **m})
-             for m in (dict(seed=0, stop_at=1e-9), dict(seed=1, lr=3e-3), dict(seed=2))]
-    ens = train_ensemble(specs, [tmp_path / f"e{i}.pt" for i in range(3)], device="cpu",
+    run_configs = [make_run_config("stu", "induction", "quick",
+                                   model=dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16),
+                                   task_config=dict(length=8), train={**base, **m})
+                   for m in (dict(seed=0, stop_at=1e-9), dict(seed=1, lr=3e-3), dict(seed=2))]
+    ens = train_ensemble(run_configs, [tmp_path / f"e{i}.pt" for i in range(3)], device="cpu",
                          progress=False)
     assert ens[0]["train"]["step"] == 2 and "stop_at" in ens[0]["train"]["stop"]
     assert [e["train"]["step"] for e in ens[1:]] == [8, 8]
     for i in range(3):
-        solo = train(specs[i], out=tmp_path / f"s{i}.pt", device="cpu", progress=False)
+        solo = train(run_configs[i], out=tmp_path / f"s{i}.pt", device="cpu", progress=False)
         assert solo["train"]["step"] == ens[i]["train"]["step"]
         assert solo["train"].get("stop") == ens[i]["train"].get("stop")
         # float32 (the early stop of tests/test_early_stop.py): equal up to float32 rounding
@@ -87,18 +87,18 @@ def test_a_member_that_reaches_stop_at_stops_and_the_others_go_on(tmp_path):
 
 
 def test_members_are_cached_under_their_solo_keys(tmp_path):
-    specs = _specs("stu")
-    paths = [cache_path(s.resolved(torch.device("cpu")), tmp_path) for s in specs]
-    train_ensemble(specs, paths, device="cpu", progress=False)
+    run_configs = _run_configs("stu")
+    paths = [cache_path(s.resolved(torch.device("cpu")), tmp_path) for s in run_configs]
+    train_ensemble(run_configs, paths, device="cpu", progress=False)
     assert [entry_state(p, s.resolved(torch.device("cpu"))) for p, s in
-            zip(paths, specs, strict=True)] == ["done"] * 3
+            zip(paths, run_configs, strict=True)] == ["done"] * 3
 
 
 def test_grouping_and_refusals(tmp_path):
-    stu, lstm = _specs("stu"), _specs("lstm")
+    stu, lstm = _run_configs("stu"), _run_configs("lstm")
     assert group_runs([stu[0], lstm[0], stu[1], lstm[1]]) == [[0, 2], [1, 3]]
     assert group_runs(stu, max_members=2) == [[0, 1], [2]]
-    micro = _specs("stu", [dict(seed=0, micro_batch=2)])[0]
+    micro = _run_configs("stu", [dict(seed=0, micro_batch=2)])[0]
     assert ensemble_key(micro) is None and group_runs([micro, stu[0]]) == [[0], [1]]
     with pytest.raises(InputError, match="cannot train as one ensemble"):
         train_ensemble([stu[0], lstm[0]], [None, None], device="cpu", progress=False)
@@ -113,9 +113,9 @@ def test_the_zoo_trains_a_sweep_as_ensembles_served_as_solo_recipes(tmp_path, mo
     sizes = []
     real = ensemble_cache.train_ensemble
 
-    def counting(specs, *a, **kw):
-        sizes.append(len(specs))
-        return real(specs, *a, **kw)
+    def counting(run_configs, *a, **kw):
+        sizes.append(len(run_configs))
+        return real(run_configs, *a, **kw)
 
     monkeypatch.setattr(ensemble_cache, "train_ensemble", counting)
     names = [f"induction/stu_L16_s{i}" for i in range(3)]
@@ -141,18 +141,18 @@ def test_a_stopped_ensemble_saves_every_member_and_resumes_to_the_same_weights(
     from models.train.loop import TrainingInterrupted
     from tests.tiny import sigint_during_step
 
-    specs = _specs("mamba")
-    whole = train_ensemble(specs, [None] * 3, device="cpu", progress=False)
+    run_configs = _run_configs("mamba")
+    whole = train_ensemble(run_configs, [None] * 3, device="cpu", progress=False)
     outs = [tmp_path / f"e{i}.pt" for i in range(3)]
     real = sigint_during_step(monkeypatch, step=2)  # SIGINT while step 2 begins
     with pytest.raises(TrainingInterrupted):
-        train_ensemble(specs, outs, device="cpu", progress=False)
+        train_ensemble(run_configs, outs, device="cpu", progress=False)
     monkeypatch.setattr(loop, "lr_at", real)
     steps = [read_checkpoint(o)["train"]["step"] for o in outs]
     assert steps == [3, 3, 3]  # every member finished the step it was in, then saved
     assert [entry_state(o, s.resolved(torch.device("cpu"))) for o, s in
-            zip(outs, specs, strict=True)] == ["interrupted"] * 3
-    resumed = train_ensemble(specs, outs, device="cpu", resumes=outs, progress=False)
+            zip(outs, run_configs, strict=True)] == ["interrupted"] * 3
+    resumed = train_ensemble(run_configs, outs, device="cpu", resumes=outs, progress=False)
     for a, b in zip(resumed, whole, strict=True):
         assert _close(a["state_dict"], b["state_dict"]) <= 1e-10
         assert _history_gap(a["history"], b["history"]) <= 1e-10

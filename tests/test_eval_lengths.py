@@ -86,10 +86,10 @@ def test_every_length_is_scored_by_the_same_number_of_strings(monkeypatch):
 
 def test_the_same_examples_at_every_evaluation_and_the_rngs_untouched():
     task = make_task("copy", min_len=1, max_len=5)
-    spec = make_run_config("lstm", "copy", "quick", model={"d_model": 8, "n_layers": 1},
+    run_config = make_run_config("lstm", "copy", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"min_len": 1, "max_len": 5})
     torch.manual_seed(0)
-    model = build_model(spec.arch, spec.model)
+    model = build_model(run_config.arch, run_config.model)
     before = torch.get_rng_state()
     a = evaluate(model, task, _cfg(), torch.device("cpu"))
     b = evaluate(model, task, _cfg(), torch.device("cpu"))
@@ -99,9 +99,10 @@ def test_the_same_examples_at_every_evaluation_and_the_rngs_untouched():
 
 def test_lookup_is_scored_at_every_string_length():
     task = make_task("lookup", D=8, min_len=5, max_len=9, n=3, k=1, key="prefix")
-    spec = make_run_config("lstm", "lookup", "quick", model={"d_model": 8, "n_layers": 1},
+    run_config = make_run_config("lstm", "lookup", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"D": 8, "min_len": 5, "max_len": 9, "key": "prefix"})
-    rec = evaluate(build_model(spec.arch, spec.model), task, _cfg(), torch.device("cpu"))
+    rec = evaluate(build_model(run_config.arch, run_config.model), task, _cfg(),
+                   torch.device("cpu"))
     # keyed by the string's length, not the answer's (k = 1 token)
     assert sorted(rec["string_acc_at"]) == [5, 6, 7, 8, 9]
 
@@ -109,9 +110,10 @@ def test_lookup_is_scored_at_every_string_length():
 def test_a_task_without_lengths_is_evaluated_as_before():
     task = make_task("markov", S=2, order=1, seq_len=16)
     assert not hasattr(task, "eval_lengths")
-    spec = make_run_config("lstm", "markov", "quick", model={"d_model": 8, "n_layers": 1},
+    run_config = make_run_config("lstm", "markov", "quick", model={"d_model": 8, "n_layers": 1},
                      task_config={"S": 2, "order": 1, "seq_len": 16})
-    rec = evaluate(build_model(spec.arch, spec.model), task, _cfg(), torch.device("cpu"))
+    rec = evaluate(build_model(run_config.arch, run_config.model), task, _cfg(),
+                   torch.device("cpu"))
     assert "string_acc_at" not in rec and "loss_gap" in rec
 
 
@@ -148,7 +150,7 @@ def test_length_tasks_hash_their_evaluation():
 
 
 def test_stop_at_waits_for_every_length():
-    run = SimpleNamespace(spec=SimpleNamespace(task_name="copy"), step=7, stop_reason=None)
+    run = SimpleNamespace(run_config=SimpleNamespace(task_name="copy"), step=7, stop_reason=None)
     stop = StopAt(0.9)
     # the mean over lengths is past the level, the longest strings are not
     assert stop.on_eval(run, {"string_acc": 0.95, "string_acc_at": {1: 1.0, 2: 1.0, 3: 0.85}}

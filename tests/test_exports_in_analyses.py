@@ -49,15 +49,16 @@ def export_pair(tmp_path, task: str, seed: int = 0):
     """A tiny RoPE transformer trained on nothing (weights moved off init so its predictions
     vary by position), saved as a checkpoint and exported: (the .pt, the export dir)."""
     task_cfg = {"copy": {"D": 9, "min_len": 1, "max_len": 8}, "markov": {}}[task]
-    spec = make_run_config("transformer", task, "quick", {**TINY_RUN, "pe": "rope"},
+    run_config = make_run_config("transformer", task, "quick", {**TINY_RUN, "pe": "rope"},
                      task_cfg)
     torch.manual_seed(seed)
-    model = models.build_model(spec.arch, spec.model)
+    model = models.build_model(run_config.arch, run_config.model)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5 * torch.randn_like(p))
     pt = tmp_path / f"{task}.pt"
-    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+    save_checkpoint(make_checkpoint(run_config.arch, run_config.model_dict, run_config.task_name,
+                                    run_config.task_dict,
                                     {"step": 0}, model.state_dict()), pt)
     hf = tmp_path / "hf" / task  # the same stem: analyses label a file by it
     export_hf.export(pt, hf, verify=False)

@@ -30,7 +30,7 @@ from tasks.registry import make_task
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a cuda device object needs no GPU
 
 
-def _spec(**train):
+def _run_config(**train):
     return make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
                      task_config={"max_len": 6},
                      train={"steps": 2, "eval_every": 0, "batch_size": 4, **train})
@@ -69,32 +69,32 @@ def test_a_run_of_one_device_type_refuses_another():
 
 
 def test_cpu_keys_stay_and_cuda_runs_key_apart(bf16_card):
-    spec = _spec()
-    cpu = spec.resolved(CPU)
-    assert cpu.hash() == spec.hash()  # what CPU runs were keyed as before "auto"
+    run_config = _run_config()
+    cpu = run_config.resolved(CPU)
+    assert cpu.hash() == run_config.hash()  # what CPU runs were keyed as before "auto"
     assert not {"device_type", "precision", "compile"} & set(cpu.canonical()["train"])
-    cuda = spec.resolved(CUDA)
+    cuda = run_config.resolved(CUDA)
     assert cuda.canonical()["train"] == {**cpu.canonical()["train"], "device_type": "cuda",
                                          "precision": "bf16", "compile": True}
     # fp32 eager on CUDA is still not the CPU's run: the device type keys it apart
-    eager = _spec(precision="fp32", compile=False).resolved(CUDA)
+    eager = _run_config(precision="fp32", compile=False).resolved(CUDA)
     assert len({cpu.hash(), cuda.hash(), eager.hash()}) == 3
     # a record round-trips to its own key
     assert RunConfig.from_dict(cuda.to_dict()).hash() == cuda.hash()
 
 
 def test_the_cache_records_what_the_cpu_used(tmp_path):
-    spec = _spec()
-    path = cache.train_run_cached(spec, tmp_path, device="cpu", progress=False)
-    assert path == cache.cache_path(spec, tmp_path)
+    run_config = _run_config()
+    path = cache.train_run_cached(run_config, tmp_path, device="cpu", progress=False)
+    assert path == cache.cache_path(run_config, tmp_path)
     ck = torch.load(path, weights_only=True)
     tr = ck["train"]["config"]
     assert (tr["device_type"], tr["precision"], tr["compile"]) == ("cpu", "fp32", False)
-    assert cache.entry_state(path, spec.resolved(CPU)) == "done"
-    # the same file read as a CUDA run's record is another run: never served for this spec
+    assert cache.entry_state(path, run_config.resolved(CPU)) == "done"
+    # the same file read as a CUDA run's record is another run: never served for this RunConfig
     ck["train"]["config"] = {**tr, "device_type": "cuda", "precision": "bf16", "compile": True}
     save_checkpoint(ck, tmp_path / "gpu.pt")  # as that run wrote it: its digests match
-    assert cache.entry_state(tmp_path / "gpu.pt", spec) == "other"
+    assert cache.entry_state(tmp_path / "gpu.pt", run_config) == "other"
 
 
 def test_cli_flags_of_the_auto_fields():
@@ -134,9 +134,9 @@ def _boom(gm, example_inputs):
 
 def test_a_compile_failure_falls_back_to_eager_with_one_warning(monkeypatch):
     torch.manual_seed(0)
-    spec = _spec()
-    model = build_model(spec.arch, spec.model)
-    batch = next(iter(_batches(spec)))
+    run_config = _run_config()
+    model = build_model(run_config.arch, run_config.model)
+    batch = next(iter(_batches(run_config)))
     eager = nll(model.log_probs(batch.tokens), batch.targets)
     real = torch.compile
     monkeypatch.setattr(torch, "compile", functools.partial(real, backend=_boom))
@@ -157,10 +157,10 @@ def test_a_run_that_fell_back_says_so_in_its_history(monkeypatch):
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=_boom))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CompileFallbackWarning)
-        ckpt = train(_spec(compile=True, eval_batches=1, eval_batch_size=2), progress=False)
+        ckpt = train(_run_config(compile=True, eval_batches=1, eval_batch_size=2), progress=False)
     assert ckpt["train"]["config"]["compile"] is True
     assert "no C compiler here" in ckpt["history"][-1]["compile_fallback"]
-    plain = train(_spec(eval_batches=1, eval_batch_size=2), progress=False)
+    plain = train(_run_config(eval_batches=1, eval_batch_size=2), progress=False)
     assert "compile_fallback" not in plain["history"][-1]
 
 
@@ -205,5 +205,6 @@ def test_inductor_compiled_model_under_the_hook_equals_eager():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
-def _batches(spec):
-    return batches(make_task(spec.task_name, spec.task_dict), spec.train, make_generator(0), CPU)
+def _batches(run_config):
+    return batches(make_task(run_config.task_name, run_config.task_dict), run_config.train,
+                   make_generator(0), CPU)

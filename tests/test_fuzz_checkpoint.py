@@ -46,12 +46,12 @@ def bases() -> dict[str, tuple[bytes, dict]]:
     """name -> (file bytes, the checkpoint dict as loaded): a trained transformer (optimizer,
     RNG state and history included), an STU (rebuilt filter buffers) and a Mamba-2."""
     d = Path(tempfile.mkdtemp(prefix="fuzz-bases-"))
-    spec = make_run_config("transformer", "copy", "quick",
+    run_config = make_run_config("transformer", "copy", "quick",
                      model=dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5),
                      train=dict(steps=2, batch_size=4, eval_every=0, eval_batches=1,
                                 eval_batch_size=4))
-    train(spec, out=d / "transformer.pt", device="cpu", progress=False)
+    train(run_config, out=d / "transformer.pt", device="cpu", progress=False)
     for arch, cfg, task in (("stu", dict(vocab_size=7, d_model=8, n_layers=1, filter_len=32,
                                          num_filters=6, d_mlp=16), ("induction", {})),
                             ("mamba2", dict(vocab_size=7, d_model=8, n_layers=1, n_heads=2,

@@ -11,7 +11,7 @@ import pytest
 
 from analyses.reproduce import cli as reproduce_cli
 from analyses.zoo import dryrun
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from models.train import gpu_costs
 from models.train.costs import StepCosts
 from models.train.gpu_costs import CudaTable, cuda_table, run_settings
@@ -21,8 +21,8 @@ REPORT = "../shared/gpu/h100-2026-11-26.md"
 
 
 def paper(name: str, **train):
-    spec = recipe_spec(name, "paper")
-    return spec.replace(train=train) if train else spec
+    run_config = recipe_run_config(name, "paper")
+    return run_config.replace(train=train) if train else run_config
 
 
 def test_shipped_rows_are_the_reports_with_their_provenance():
@@ -59,33 +59,33 @@ BF16 = {"precision": "bf16", "compile": False}
     ("copy/mamba", FP32, {}, None),
 ])
 def test_lookup_needs_every_setting_to_agree(name, train, model, seconds):
-    spec = recipe_spec(name, "paper").replace(train=train or None, model=model or None)
-    row = cuda_table().lookup(spec, 420)
+    run_config = recipe_run_config(name, "paper").replace(train=train or None, model=model or None)
+    row = cuda_table().lookup(run_config, 420)
     assert (row and row["seconds_per_step"]) == seconds
-    assert cuda_table().lookup(spec, 421) is None  # another length
+    assert cuda_table().lookup(run_config, 421) is None  # another length
 
 
 def test_auto_settings_resolve_by_device():
-    spec = SimpleNamespace(train=SimpleNamespace(precision="auto", compile="auto"))
-    assert run_settings(spec, "cuda") == ("bf16", True)
-    assert run_settings(spec, "cpu") == ("fp32", False)
-    spec = SimpleNamespace(train=SimpleNamespace(precision="fp32", compile="off"))
-    assert run_settings(spec, "cuda") == ("fp32", False)  # an explicit setting wins
+    run_config = SimpleNamespace(train=SimpleNamespace(precision="auto", compile="auto"))
+    assert run_settings(run_config, "cuda") == ("bf16", True)
+    assert run_settings(run_config, "cpu") == ("fp32", False)
+    run_config = SimpleNamespace(train=SimpleNamespace(precision="fp32", compile="off"))
+    assert run_settings(run_config, "cuda") == ("fp32", False)  # an explicit setting wins
 
 
 def test_rows_match_across_added_defaults_and_stale_rows_match_nothing(tmp_path):
-    spec = paper("copy/rope", **FP32)
-    row = {"arch": "transformer", "model": {**spec.model_dict, "use_sdpa": True},
+    run_config = paper("copy/rope", **FP32)
+    row = {"arch": "transformer", "model": {**run_config.model_dict, "use_sdpa": True},
            "batch_size": 64, "seq_len": 420, "precision": "fp32", "compile": False,
            "seconds_per_step": 1.5}
-    stale = {**row, "model": {**spec.model_dict, "no_such_field": 1}, "seconds_per_step": 9.0}
+    stale = {**row, "model": {**run_config.model_dict, "no_such_field": 1}, "seconds_per_step": 9.0}
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"format": gpu_costs.FORMAT,
                                 "cards": {"NVIDIA H100 PCIe": {"rows": [stale, row]}}}))
     table = CudaTable.load(path)
     # a default spelled out still matches; "H100" finds the one H100 card by its name
-    assert table.lookup(spec, 420, card="H100")["seconds_per_step"] == 1.5
-    assert table.lookup(spec, 420, card="A100") is None
+    assert table.lookup(run_config, 420, card="H100")["seconds_per_step"] == 1.5
+    assert table.lookup(run_config, 420, card="A100") is None
     path.write_text(json.dumps({"format": 99, "cards": {"x": {"rows": [row]}}}))
     assert CudaTable.load(path).cards == {} and CudaTable.load(tmp_path / "none").cards == {}
 
@@ -117,7 +117,7 @@ def test_step_costs_on_cuda_measured_or_projected():
     assert est.source == "measured" and est.seconds == pytest.approx(0.070 * rope.train.steps)
     assert costs.run(paper("copy/mamba")).source == "projection"
     # a job the plan places on the CPU cores of the GPU machine is costed from the CPU table
-    quick_copy = dryrun.recipe_spec("copy/rope", "quick")
+    quick_copy = dryrun.recipe_run_config("copy/rope", "quick")
     assert costs.run(quick_copy, "cpu").source == "table" and costs.unit_s > 0
     assert costs.run(quick_copy).source in ("measured", "projection")
     assert StepCosts.load(device="cpu").run(rope) is None or \

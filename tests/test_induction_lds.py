@@ -147,12 +147,12 @@ def test_trainer_reports_recall_accuracy():
     from analyses.zoo.levels import make_run_config
     from models.train.loop import train
 
-    spec = make_run_config("stu", "induction", "quick",
+    run_config = make_run_config("stu", "induction", "quick",
                      model=dict(d_model=8, filter_len=16, num_filters=4, d_mlp=16),
                      task_config=dict(length=8),
                      train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=8,
                                 warmup_steps=1))
-    assert spec.model.vocab_size == 6
-    ck = train(spec, progress=False)
+    assert run_config.model.vocab_size == 6
+    ck = train(run_config, progress=False)
     last = ck["history"][-1]
     assert 0.0 <= last["string_acc"] <= 1.0 and "eval_loss" in last

@@ -89,7 +89,8 @@ def test_stu_lookup_and_markov_large_settings():
     run = zoo.run_config("induction_large/stu_shared_L128_lr3e-3_s15", "large")
     assert run.task_dict["length"] == 128 and run.model_dict["mixture"] == "shared"
     assert (run.train.lr, run.train.stop_at, run.train.schedule) == (3e-3, 0.0, "cosine")
-    assert {zoo_spectral.induction_length(q) for q in zoo_spectral.INDUCTION_LARGE_QS} == {16, 32, 64, 128}
+    assert {zoo_spectral.induction_length(q) for q in zoo_spectral.INDUCTION_LARGE_QS} == {16, 32,
+                                                                                           64, 128}
     run = zoo.run_config("lookup_large_prefix/lstm_s1", "large")
     assert (run.task_dict["D"], run.task_dict["min_len"], run.task_dict["max_len"]) == (26, 5, 30)
     assert run.task_dict["key"] == "prefix" and run.train.context == 420
@@ -100,7 +101,8 @@ def test_stu_lookup_and_markov_large_settings():
         t = run.train
         assert (t.steps, t.batch_size, run.task_dict["seq_len"], t.seed) == (10000, 64, 512, 4)
         assert run.model_dict["d_model"] == run.model_dict["d_state"] == w
-        cpu = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w], cpu_batch=True)[0], "large")
+        cpu = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w], cpu_batch=True)[0],
+                             "large")
         assert cpu.train.batch_size == 16 and cpu.train.steps == 10000
 
 
@@ -154,14 +156,15 @@ def test_copy_large_takes_each_models_best_sweep_lr_to_the_other_seeds():
 def _oracle(f: dict[int, int], calls: list):
     """A cell that memorises iff N <= f(width), with the fields the summary reads and its key
     (as cells.run_cell tags it)."""
-    def train_cell(spec, settings):
-        n = round(spec.task.fraction * spec.task.n_examples)
-        m = spec.model.d_model
+    def train_cell(run_config, settings):
+        n = round(run_config.task.fraction * run_config.task.n_examples)
+        m = run_config.model.d_model
         calls.append((m, n))
         return {"n_examples": n, "d_model": m, "memorized": n <= f[m], "seq_len": 8,
                 "n_labels": 8 * n, "params_total": 100 * m * m,
                 "params_non_embedding": 90 * m * m,
-                "key": cell_key(spec, settings.threshold, settings.patience) if settings else ""}
+                "key": cell_key(run_config, settings.threshold,
+                                settings.patience) if settings else ""}
     return train_cell
 
 
@@ -208,7 +211,7 @@ def test_the_nested_data_sets_are_prefixes_of_one_set():
     total = space.task_config["n_examples"]
     sets = {}
     for n in (LARGE_SIZES[0], LARGE_SIZES[len(LARGE_SIZES) // 2], LARGE_SIZES[-1]):
-        run = space.spec(4, n / total, seed=1)
+        run = space.run_config(4, n / total, seed=1)
         task = make_task("memorization", run.task_dict)
         assert task.n_used == n
         sets[n] = (task.tokens, task.labels)
@@ -225,7 +228,7 @@ def test_the_large_grid_is_eight_widths_over_30x_in_parameters():
     space = CellSpace.of("synthetic", "token", "large")
     params = []
     for m in (min(row.widths), max(row.widths)):
-        run = space.spec(m, 1.0)
+        run = space.run_config(m, 1.0)
         with torch.device("meta"):
             params.append(sum(p.numel() for p in build_model(run.arch, run.model).parameters()))
     assert len(row.widths) == 8 and 25 <= params[1] / params[0] <= 40

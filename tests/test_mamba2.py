@@ -273,7 +273,8 @@ def test_quick_mamba2_learns_the_add_beta_estimator():
     from models.train.loop import train
 
     torch.set_num_threads(1)
-    spec = make_run_config("mamba2", "markov", "quick", train={"steps": 600, "eval_every": 600})
-    last = train(spec, out=None, progress=False)["history"][-1]
+    run_config = make_run_config("mamba2", "markov", "quick", train={"steps": 600,
+                                                                     "eval_every": 600})
+    last = train(run_config, out=None, progress=False)["history"][-1]
     assert last["loss_gap"] < 0.01, last
     assert abs(last["eval_loss"] - last["lbeta"]) < 0.01

@@ -178,14 +178,15 @@ def test_paper_init_is_the_authors_scheme():
     assert default.blocks[0].mixer.in_proj.weight.std().item() > 0.1
 
 
-def test_new_fields_default_to_mamba_ssm_and_leave_spec_hashes_alone():
+def test_new_fields_default_to_mamba_ssm_and_leave_run_config_hashes_alone():
     cfg = Mamba2Config()
     assert (cfg.norm, cfg.norm_before_gate, cfg.mlp_gated, cfg.paper_init) == (
         "rms", False, True, False)
-    spec = make_run_config("mamba2", "markov", "quick")
-    assert not set(NEW_FIELDS) & set(spec.model_dict)  # defaults are not written into the spec
+    run_config = make_run_config("mamba2", "markov", "quick")
+    # defaults are not written into the RunConfig
+    assert not set(NEW_FIELDS) & set(run_config.model_dict)
     # the quick Markov Mamba-2's cache hash, as before these fields existed
-    assert spec.hash() == QUICK_MARKOV_MAMBA2_HASH
+    assert run_config.hash() == QUICK_MARKOV_MAMBA2_HASH
 
 
 def test_config_checks():

@@ -320,7 +320,7 @@ def fake_zoo(tmp_path, monkeypatch):
     from models.train import cache as cache_mod
     from models.train.cache import cache_path
 
-    def stand_in(path, spec=None):
+    def stand_in(path, run_config=None):
         return "done" if path.exists() else "missing"
 
     monkeypatch.setattr(cache_mod, "entry_state", stand_in)

@@ -63,10 +63,10 @@ def test_fits_recover_exact_trends():
 
 # ---------------------------------------------------------------------------- training
 def test_train_cell_memorises_a_tiny_set():
-    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 16},
+    run_config = make_run_config("transformer", "memorization", "quick", model={"d_model": 16},
                      task_config={"n_examples": 8, "seq_len": 4},
                      train={"steps": 300, "warmup_steps": 10, "eval_every": 10})
-    cell = mem_cells.train_cell(spec, patience=0)
+    cell = mem_cells.train_cell(run_config, patience=0)
     assert cell["stop"] == "memorized" and cell["train_error"] < 0.005 and cell["steps"] < 300
     assert cell["steps"] % 10 == 0  # stopped right after the evaluation that saw it memorised
     assert cell["n_labels"] == 32 and cell["params_total"] == mem_grid.param_count(16, 2, 17, 2)
@@ -75,10 +75,10 @@ def test_train_cell_memorises_a_tiny_set():
 def test_train_cell_stops_on_a_plateau_and_reports_divergence(monkeypatch):
     """The stop rule's other two ends: no improvement for ``patience`` evaluations, and a
     non-finite loss (the loop's TrainingDiverged) as a cell, not an error."""
-    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 4},
+    run_config = make_run_config("transformer", "memorization", "quick", model={"d_model": 4},
                      task_config={"n_examples": 64, "seq_len": 8},
                      train={"steps": 300, "warmup_steps": 0, "eval_every": 2, "lr": 1e-4})
-    cell = mem_cells.train_cell(spec, patience=1)
+    cell = mem_cells.train_cell(run_config, patience=1)
     assert cell["stop"] == "plateau" and cell["steps"] < 300 and not cell["memorized"]
     assert cell["best_error"] <= cell["train_error"]
     import models.train.loss as loss_mod
@@ -110,10 +110,10 @@ def test_stop_rule_counts_evaluations_without_improvement():
 
 
 def test_suite_trainer_runs_the_task_and_reports_train_error():
-    spec = make_run_config("transformer", "memorization", "quick", model={"d_model": 8},
+    run_config = make_run_config("transformer", "memorization", "quick", model={"d_model": 8},
                      task_config={"n_examples": 6, "level": "sequence"},
                      train={"steps": 4, "eval_every": 2, "eval_batches": 1, "batch_size": 4})
-    ck = train(spec, progress=False)
+    ck = train(run_config, progress=False)
     assert 0.0 <= ck["history"][-1]["train_error"] <= 1.0
 
 
@@ -237,7 +237,8 @@ def test_claim_params_both_ways():
     text, ok = mem_claims.claim_params(mem_json(mins=(100, 80, 200, 300, 400), nondecreasing=False,
                                         rho=0.9))
     assert ok and "(not monotone)" in text
-    assert not mem_claims.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False, rho=0.5))[1]
+    assert not mem_claims.claim_params(mem_json(mins=(100, 80, 200), nondecreasing=False,
+                                                rho=0.5))[1]
     assert not mem_claims.claim_params(mem_json(rho=None))[1]
     assert not mem_claims.claim_params(mem_json(mins=(None, None, 200)))[1]  # one N is no trend
     d = mem_json()
@@ -365,16 +366,18 @@ def test_step_budgets_lengthen_the_largest_n():
     assert mem_search.step_budgets(ns, 2000, mem_grid.Long(largest=2, factor=4)) == {
         16: 2000, 25: 2000, 38: 8000, 59: 8000}
     assert mem_search.step_budgets(ns, 2000, None) == dict.fromkeys(ns, 2000)
-    assert mem_search.step_budgets(ns, 2000, mem_grid.Long(largest=0, factor=4)) == dict.fromkeys(ns, 2000)
-    assert mem_search.step_budgets(ns, 10, mem_grid.Long(largest=9, factor=3)) == dict.fromkeys(ns, 30)
+    assert mem_search.step_budgets(ns, 2000, mem_grid.Long(largest=0,
+                                                           factor=4)) == dict.fromkeys(ns, 2000)
+    assert mem_search.step_budgets(ns, 10, mem_grid.Long(largest=9, factor=3)) == dict.fromkeys(ns,
+                                                                                                30)
     with pytest.raises(InputError):
         mem_grid.Long(largest=1, factor=0)
     space = mem_grid.CellSpace("synthetic", "token", "medium",
                          {"n_examples": 16, "data": "synthetic", "level": "token"},
                          {"n_heads": 1}, {})
-    specs = mem_search.search_specs(space, (4,), (8, 16), 0, {16: 123})
-    assert specs[(16, 4)].train.steps == 123 and specs[(8, 4)].train.steps == 2000
-    assert specs[(16, 4)].hash() != mem_search.search_specs(space, (4,), (16,), 0)[
+    run_configs = mem_search.search_run_configs(space, (4,), (8, 16), 0, {16: 123})
+    assert run_configs[(16, 4)].train.steps == 123 and run_configs[(8, 4)].train.steps == 2000
+    assert run_configs[(16, 4)].hash() != mem_search.search_run_configs(space, (4,), (16,), 0)[
         (16, 4)].hash()  # a longer budget is another cell, never a reused shorter one
     assert mem_claims.budget_text({"n_examples": [8, 16], "search": {"steps": [2000, 2000]}}) == (
         "2,000 steps")
@@ -429,7 +432,8 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
 
 def test_medium_is_a_level_of_the_figure():
     assert "medium" in am.FIGURE.levels
-    assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--task", "token", "--no-progress"]
+    assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--task", "token",
+                                              "--no-progress"]
     labels = [label for label, _ in mem_grid.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",
                       "memorization_synthetic_token/m2_f0.03125"]

@@ -72,12 +72,12 @@ def test_sequence_level_batches_come_from_the_fixed_set():
 
 def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes():
     for level, head, tshape in (("token", "token_cls", (4, 8)), ("sequence", "seq_cls", (4,))):
-        spec = make_run_config("transformer", "memorization", "quick",
+        run_config = make_run_config("transformer", "memorization", "quick",
                          task_config={"level": level, "n_examples": 10, "n_classes": 3})
-        assert spec.model.head == head and spec.model.n_classes == 3
-        assert spec.model.causal is False and spec.model.vocab_size == 17
-        model = build_model("transformer", spec.model)
-        batch = make_task("memorization", spec.task_dict).batch(4, make_generator(0))
+        assert run_config.model.head == head and run_config.model.n_classes == 3
+        assert run_config.model.causal is False and run_config.model.vocab_size == 17
+        model = build_model("transformer", run_config.model)
+        batch = make_task("memorization", run_config.task_dict).batch(4, make_generator(0))
         assert batch.targets.shape == tshape
         assert torch.isfinite(loss_of(model, batch))
 

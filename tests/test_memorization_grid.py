@@ -22,16 +22,17 @@ PINNED = [
 @pytest.mark.parametrize(("row", "m", "f", "search", "threshold", "patience", "key"), PINNED)
 def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
     level, data, label_level = row
-    spec = mem_grid.CellSpace.of(data, label_level, level).spec(m, f, **search)
-    assert isinstance(spec, RunConfig)
-    assert (spec.model.d_model, spec.task.fraction) == (m, f)
-    assert mem_cells.cell_key(spec, threshold, patience) == key
-    assert mem_cells.cell_key(spec, threshold, patience + 1) != key  # the key can fail
+    run_config = mem_grid.CellSpace.of(data, label_level, level).run_config(m, f, **search)
+    assert isinstance(run_config, RunConfig)
+    assert (run_config.model.d_model, run_config.task.fraction) == (m, f)
+    assert mem_cells.cell_key(run_config, threshold, patience) == key
+    assert mem_cells.cell_key(run_config, threshold, patience + 1) != key  # the key can fail
 
 
 def test_the_table_is_rows_of_frozen_dataclasses():
     for (level, data, label_level), row in mem_grid.GRIDS.items():
-        assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(level, data, label_level) is row
+        assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(level, data,
+                                                                            label_level) is row
         assert row.widths == tuple(sorted(row.widths)) and row.patience >= 0
         if row.search is not None:
             assert max(row.search.n_examples) <= row.task["n_examples"]
@@ -43,7 +44,8 @@ def test_the_table_is_rows_of_frozen_dataclasses():
 
 def test_a_rows_overrides_reach_its_cells():
     space = mem_grid.CellSpace.of("synthetic", "token", "medium", model={"n_layers": 1})
-    spec = space.spec(5, 0.5)
-    assert (spec.model.n_heads, spec.model.n_layers) == (1, 1)  # the row's, then the caller's
-    assert (spec.train.batch_size, spec.train.steps) == (1024, 8000)
-    assert spec.task.n_examples == 512 and "d_model" in spec.model_keys
+    run_config = space.run_config(5, 0.5)
+    model = run_config.model
+    assert (model.n_heads, model.n_layers) == (1, 1)  # the row's, then the caller's
+    assert (run_config.train.batch_size, run_config.train.steps) == (1024, 8000)
+    assert run_config.task.n_examples == 512 and "d_model" in run_config.model_keys

@@ -21,7 +21,7 @@ TINY = dict(d_model=16, n_layers=2, n_heads=2, d_mlp=32, use_sdpa=False)
 EAGER = dict(precision="fp32", compile=False)  # what a CPU run resolves to, stated
 
 
-def _spec(**train):
+def _run_config(**train):
     return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=5),
                      train=dict(steps=4, eval_every=2, eval_batches=1, eval_batch_size=4,
                                 batch_size=6, warmup_steps=1, seed=3, **EAGER, **train))
@@ -36,24 +36,24 @@ def test_micro_batches_train_the_whole_batch_run(float64):
     """Weights after a few steps and every logged loss equal the unsplit run's (micro-batches
     of 2 and of 3 rows: random-length copy strings give each a different target count, which a
     mean of micro-batch means would get wrong)."""
-    whole = train(_spec(), device="cpu", progress=False)
+    whole = train(_run_config(), device="cpu", progress=False)
     assert whole["state_dict"]["embed.weight"].dtype == torch.float64
     for micro in (2, 3):
-        split = train(_spec(micro_batch=micro), device="cpu", progress=False)
+        split = train(_run_config(micro_batch=micro), device="cpu", progress=False)
         assert _max_diff(split["state_dict"], whole["state_dict"]) <= 1e-10, micro
         for h_split, h_whole in zip(split["history"], whole["history"], strict=True):
             assert h_split["loss"] == pytest.approx(h_whole["loss"], abs=1e-12, rel=0)
-    other = train(_spec(micro_batch=2, lr=2e-3), device="cpu", progress=False)
+    other = train(_run_config(micro_batch=2, lr=2e-3), device="cpu", progress=False)
     assert _max_diff(other["state_dict"], whole["state_dict"]) > 1e-6  # the check can fail
 
 
 def test_a_mean_of_micro_batch_means_would_differ(float64):
     """Why each micro-batch is divided by the whole batch's target count: the batch's rows
     have different counts, so the mean of the parts' means is another loss."""
-    spec = _spec()
-    model = build_model(spec.arch, spec.model)
-    batch = make_task(spec.task_name, spec.task_dict).batch(6, make_generator(1))
-    loss_fn = step_loss(model, spec.train, torch.device("cpu"))
+    run_config = _run_config()
+    model = build_model(run_config.arch, run_config.model)
+    batch = make_task(run_config.task_name, run_config.task_dict).batch(6, make_generator(1))
+    loss_fn = step_loss(model, run_config.train, torch.device("cpu"))
     whole = backward(loss_fn, batch)
     split = backward(loss_fn, batch, micro_batch=2)
     assert split == pytest.approx(whole, abs=1e-12, rel=0)
@@ -65,10 +65,10 @@ def test_a_mean_of_micro_batch_means_would_differ(float64):
 def test_all_but_the_last_micro_batch_skip_the_gradient_sync(float64):
     """Under DDP the loss function's ``no_sync`` wraps every micro-batch's forward and backward
     except the last one's (checked with a stand-in: DDP itself is tests/test_ddp.py's)."""
-    spec = _spec()
-    model = build_model(spec.arch, spec.model)
-    batch = make_task(spec.task_name, spec.task_dict).batch(6, make_generator(1))
-    inner = step_loss(model, spec.train, torch.device("cpu"))
+    run_config = _run_config()
+    model = build_model(run_config.arch, run_config.model)
+    batch = make_task(run_config.task_name, run_config.task_dict).batch(6, make_generator(1))
+    inner = step_loss(model, run_config.train, torch.device("cpu"))
     events = []
 
     @contextmanager
@@ -98,9 +98,9 @@ def test_micro_batch_must_divide_the_batch():
 
 
 def test_memory_settings_are_not_in_the_cache_key():
-    base = _spec()
-    assert _spec(micro_batch=2, checkpoint_blocks=True).hash() == base.hash()
-    assert _spec(lr=2e-3).hash() != base.hash()  # the check can fail
+    base = _run_config()
+    assert _run_config(micro_batch=2, checkpoint_blocks=True).hash() == base.hash()
+    assert _run_config(lr=2e-3).hash() != base.hash()  # the check can fail
 
 
 # every architecture that trains through the loop, tiny, with two blocks
@@ -115,15 +115,15 @@ ARCH_MODELS = {
 
 @pytest.mark.parametrize("arch", sorted(ARCH_MODELS))
 def test_checkpointed_blocks_give_the_same_loss_and_gradients(arch, float64):
-    spec = make_run_config(arch, "copy", "quick", model=ARCH_MODELS[arch],
+    run_config = make_run_config(arch, "copy", "quick", model=ARCH_MODELS[arch],
                      task_config=dict(max_len=5), train=dict(batch_size=3, **EAGER))
-    batch = make_task(spec.task_name, spec.task_dict).batch(3, make_generator(2))
-    model = build_model(spec.arch, spec.model)
+    batch = make_task(run_config.task_name, run_config.task_dict).batch(3, make_generator(2))
+    model = build_model(run_config.arch, run_config.model)
 
     def loss_and_grads(**train):
         model.checkpoint_blocks = False
         model.zero_grad(set_to_none=True)
-        cfg = spec.replace(train=train).train
+        cfg = run_config.replace(train=train).train
         value = backward(step_loss(model, cfg, torch.device("cpu")), batch, cfg.micro_batch)
         assert model.checkpoint_blocks == cfg.checkpoint_blocks
         return value, {n: p.grad.clone() for n, p in model.named_parameters()

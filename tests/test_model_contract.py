@@ -163,9 +163,9 @@ def test_a_training_run_round_trips(arch, tmp_path):
     weights_only=True and models.load rebuilds into the same model, hooks included."""
     task, task_cfg = RUN_TASKS.get(arch, ("copy", {"max_len": 5}))
     model = {k: v for k, v in TINY[arch].items() if k != "vocab_size"} | {"n_layers": 1}
-    spec = make_run_config(arch, task, "quick", model, task_cfg,
+    run_config = make_run_config(arch, task, "quick", model, task_cfg,
                      {"steps": 3, "batch_size": 4, "eval_batches": 1, "eval_batch_size": 4})
-    ck = train(spec, out=tmp_path / "c.pt", device="cpu", progress=False)
+    ck = train(run_config, out=tmp_path / "c.pt", device="cpu", progress=False)
     assert ck["train"]["step"] == 3 and ck["history"][-1]["step"] == 3
     if task == "markov":  # the Markov paper's metrics (Eq. 2, the add-beta estimator's KL)
         assert {"lbeta", "loss_gap", "kl_beta"} <= set(ck["history"][-1])

@@ -183,8 +183,8 @@ def test_medium_recipes_are_prefix_lookup_from_random_init():
         # decay over the whole run, no early stop
         assert parts["train"]["context"] == PAPER_SETTING["context"]
         assert parts["train"]["schedule"] == "linear" and not parts["train"].get("stop_at")
-        spec = zoo.run_config(n, "medium")
-        assert spec.train.context >= NgramLookupTask(spec.task) \
+        run_config = zoo.run_config(n, "medium")
+        assert run_config.train.context >= NgramLookupTask(run_config.task) \
             .max_example_len() * 10  # many examples a context: the state runs across them
         assert not r.available("quick") and not r.available("paper")
     # seeds differ only in the seed

@@ -141,8 +141,8 @@ def test_every_run_and_process_is_started_by_the_runner_or_listed_with_its_reaso
 
 
 def test_the_runner_check_can_fail():
-    tree = ast.parse("import subprocess\ndef f(spec):\n    subprocess.run(['x'])\n"
-                     "    train(spec)\n    import multiprocessing\n")
+    tree = ast.parse("import subprocess\ndef f(run_config):\n    subprocess.run(['x'])\n"
+                     "    train(run_config)\n    import multiprocessing\n")
     assert [(line, where) for line, where, _ in _starts(tree)] == [(3, "f"), (4, "f"), (5, "f")]
     bad = outside_the_runner({("x.py", "f"): ["x.py:3 subprocess.run() (in f)"]})
     assert bad and "x.py:3" in bad[0] and "seqprobe.sweep" in bad[0] and "ALLOWED" in bad[0]

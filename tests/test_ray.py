@@ -45,7 +45,8 @@ def local_ray():
 
 
 def tiny_grid(out, backend, **kw):
-    return mem_sweep.compute("synthetic", "token", "quick", out, widths=(4, 8), fractions=(0.5, 1.0),
+    return mem_sweep.compute("synthetic", "token", "quick", out, widths=(4, 8), fractions=(0.5,
+                                                                                           1.0),
                       task_config={"n_examples": 12, "seq_len": 4},
                       train={"steps": 30, "warmup_steps": 0, "eval_every": 10},
                       progress=False, backend=backend, **kw)
@@ -71,12 +72,12 @@ def failing_cell(target: int, attempts_file: Path, real=mem_cells.run_cell):
     """``run_cell``, except that the cells of width ``target`` raise, each attempt noted in
     ``attempts_file``. A closure, so Ray ships it by value to its workers."""
 
-    def run(spec, *args):
-        if spec.model.d_model == target:
+    def run(run_config, *args):
+        if run_config.model.d_model == target:
             with open(attempts_file, "a") as fh:
-                fh.write(f"{spec.task.fraction}\n")
+                fh.write(f"{run_config.task.fraction}\n")
             raise RuntimeError(f"cell m={target} cannot train")
-        return real(spec, *args)
+        return real(run_config, *args)
 
     return run
 

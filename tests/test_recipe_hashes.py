@@ -32,17 +32,17 @@ def _stub_init(monkeypatch, cache_dir: Path) -> None:
     """Parents of fine-tuned recipes as stand-in files: their model entry is the parent
     recipe's record, their digest :data:`INIT_DIGEST`."""
     records: dict[str, dict] = {}
-    real_spec = zoo.run_config
+    real_run_config = zoo.run_config
 
-    def stub_spec(name, level, cache_dir=cache_dir, train=None, device="cpu"):
-        run = real_spec(name, level, cache_dir, train, device)
+    def stub_run_config(name, level, cache_dir=cache_dir, train=None, device="cpu"):
+        run = real_run_config(name, level, cache_dir, train, device)
         path = cache.cache_path(run, cache_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()  # the child's recipe asks only that its parent exists
         records[str(path)] = run.to_dict()["model"]
         return run
 
-    monkeypatch.setattr(zoo, "run_config", stub_spec)
+    monkeypatch.setattr(zoo, "run_config", stub_run_config)
     monkeypatch.setattr(build, "_init_model_entry", lambda path: records[str(path)])
     monkeypatch.setattr(runconfig, "file_digest", lambda path: INIT_DIGEST)
 

@@ -131,7 +131,7 @@ def test_disk_full_at_the_final_save_keeps_the_weights(tmp_path, monkeypatch, ca
 
 
 def test_disk_full_everywhere_names_the_last_good_checkpoint(tmp_path, monkeypatch):
-    spec = make_run_config("transformer", "copy", "quick",
+    run_config = make_run_config("transformer", "copy", "quick",
                      model=dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5),
                      train=dict(steps=5, save_every=2, batch_size=4, eval_every=0,
@@ -147,7 +147,7 @@ def test_disk_full_everywhere_names_the_last_good_checkpoint(tmp_path, monkeypat
     monkeypatch.setattr(atomic, "_before_rename_hook", full_after_first_save)
     monkeypatch.setattr(W, "rescue_dirs", lambda: [tmp_path / "r1", tmp_path / "r2"])
     with pytest.raises(SaveError) as e:
-        train(spec, out=out, device="cpu", progress=False)
+        train(run_config, out=out, device="cpu", progress=False)
     msg = str(e.value)
     assert "\n" not in msg and "No space left on device" in msg
     assert f"no other place took it either ({tmp_path / 'r1'}, {tmp_path / 'r2'})" in msg
@@ -201,14 +201,14 @@ def test_a_second_live_writer_of_the_same_out_is_refused(tmp_path, capsys):
 
 def test_the_writer_lock_in_process(tmp_path):
     out = tmp_path / "c.pt"
-    spec = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
+    run_config = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
                                                                 n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5), train=dict(steps=1, batch_size=4))
     with exclusive_writer(out), ThreadPoolExecutor(1) as pool:  # held by this thread
         with pytest.raises(CheckpointError, match="another run in this process is writing"):
-            pool.submit(train, spec, out=out, device="cpu", progress=False).result()
+            pool.submit(train, run_config, out=out, device="cpu", progress=False).result()
     assert not out.exists()
-    train(spec, out=out, device="cpu", progress=False)
+    train(run_config, out=out, device="cpu", progress=False)
     assert out.exists() and not list(tmp_path.glob(".c.pt.lock"))
 
 

@@ -88,14 +88,14 @@ def test_a_batch_too_large_for_the_machine_is_refused(tmp_path, capsys):
     assert code == 2 and f"on batches of {flags.MAX_BATCH} x" in line and "needs at least" in line
 
 
-def test_the_spec_check_builds_no_real_model(builds):
-    spec = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
+def test_the_run_config_check_builds_no_real_model(builds):
+    run_config = make_run_config("transformer", "copy", "quick", model=dict(d_model=16, n_layers=1,
                                                                 n_heads=2, d_mlp=32),
                      task_config=dict(max_len=5), train=dict(steps=1, batch_size=4,
                                                              eval_every=0))
     assert builds and {device for device, _ in builds} == {"meta"}
     builds.clear()
-    train(spec, device="cpu", progress=False)
+    train(run_config, device="cpu", progress=False)
     assert [device for device, _ in builds].count("cpu") == 1  # the loop's own model only
 
 

@@ -9,7 +9,7 @@ import torch
 
 from analyses.reproduce.eta import PRIOR_SHARE, Eta, makespan
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from models.train.costs import (
     FORMAT,
     Estimate,
@@ -70,21 +70,22 @@ def test_the_last_runs_time_beats_the_table(tmp_path):
 
 
 def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
-    spec = recipe_spec("markov/transformer_1L", "quick")
-    row = {"arch": spec.arch, "step": 2.0, "eval": 100.0, "start": 600.0, "flops_per_step": 1e9}
+    run_config = recipe_run_config("markov/transformer_1L", "quick")
+    row = {"arch": run_config.arch, "step": 2.0, "eval": 100.0, "start": 600.0,
+           "flops_per_step": 1e9}
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"format": FORMAT, "rows": {cost_key(spec): row}}))
+    path.write_text(json.dumps({"format": FORMAT, "rows": {cost_key(run_config): row}}))
     costs = replace(StepCosts.load(path), unit_s=0.005)  # fixed: times nothing
-    evals = evaluations(spec.train.steps, spec.train.eval_every)
-    want = 0.005 * (600.0 + spec.train.steps * 2.0 + evals * 100.0)
-    assert costs.run(spec) == Estimate(pytest.approx(want), "table")
+    evals = evaluations(run_config.train.steps, run_config.train.eval_every)
+    want = 0.005 * (600.0 + run_config.train.steps * 2.0 + evals * 100.0)
+    assert costs.run(run_config) == Estimate(pytest.approx(want), "table")
     eta = Eta.of([job(TRAIN + "markov/transformer_1L")], 2, "quick", costs, {})
     assert eta.remaining({}) == pytest.approx(want)
     # another size of the same architecture: the table's rate per FLOP
-    other = recipe_spec("markov/transformer_2L", "quick")
+    other = recipe_run_config("markov/transformer_2L", "quick")
     assert costs.run(other).source == "flops"
     # no mamba2 row: projected from its FLOPs at the table's rate, and the ETA says so
-    mamba = recipe_spec("markov/mamba2", "quick")
+    mamba = recipe_run_config("markov/mamba2", "quick")
     assert costs.run(mamba).source == "projection"
     assert StepCosts(unit_s=0.005).run(mamba) is None  # an empty table projects nothing
 
@@ -94,10 +95,12 @@ def test_an_architecture_the_table_never_measured_is_projected_not_left_out(tmp_
     of the rows there are, and the ETA's start line says "projected" for it."""
     from models.train.plan import plan_row
 
-    spec, new = recipe_spec("markov/transformer_1L", "quick"), recipe_spec("markov/mamba2",
-                                                                           "quick")
-    row = {"arch": spec.arch, "step": 2.0, "eval": 10.0, "start": 600.0, "flops_per_step": 1e9}
-    costs = StepCosts({cost_key(spec): row}, unit_s=0.005)
+    run_config, new = recipe_run_config("markov/transformer_1L",
+                                        "quick"), recipe_run_config("markov/mamba2",
+                                                                                             "quick")
+    row = {"arch": run_config.arch, "step": 2.0, "eval": 10.0, "start": 600.0,
+           "flops_per_step": 1e9}
+    costs = StepCosts({cost_key(run_config): row}, unit_s=0.005)
     found = costs.run(new)
     planned = plan_row(new.arch, new)
     step = 2.0 / 1e9 * planned["flops_per_token"] * planned["tokens_per_step"]

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 
 
-def spec_for(steps=12, **train_kw):
+def run_config_for(steps=12, **train_kw):
     train_cfg = dict(steps=steps, eval_every=4, eval_batches=1, eval_batch_size=8, batch_size=4,
                      warmup_steps=3, seed=5)
     return make_run_config("transformer", "copy", "quick", model=TINY, task_config=dict(max_len=6),
@@ -84,12 +84,12 @@ def assert_same_run(a: dict, b: dict):
 ], ids=["between-evals", "at-eval", "packed", "cosine-noclip-saveevery"])
 def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, monkeypatch, capsys, stop_at,
                                                       extra):
-    spec = spec_for(**extra)
-    full = train(spec, out=tmp_path / "full.pt", device="cpu", progress=False)
+    run_config = run_config_for(**extra)
+    full = train(run_config, out=tmp_path / "full.pt", device="cpu", progress=False)
 
     sigint_after(monkeypatch, stop_at)
     with pytest.raises(TrainingInterrupted):
-        train(spec, out=tmp_path / "part.pt", device="cpu", progress=False)
+        train(run_config, out=tmp_path / "part.pt", device="cpu", progress=False)
     monkeypatch.undo()
     assert f"interrupted at step {stop_at}/12" in capsys.readouterr().err
     part = read_checkpoint(tmp_path / "part.pt")
@@ -101,7 +101,7 @@ def test_interrupted_and_resumed_run_is_bit_identical(tmp_path, monkeypatch, cap
     torch.manual_seed(999)
     np.random.seed(999)
     random.seed(999)
-    resumed = train(spec, out=tmp_path / "res.pt", device="cpu", resume=tmp_path / "part.pt",
+    resumed = train(run_config, out=tmp_path / "res.pt", device="cpu", resume=tmp_path / "part.pt",
                     progress=False)
     assert_same_run(full, resumed)
     assert [h["step"] for h in resumed["history"]] == [4, 8, 12]
@@ -140,7 +140,7 @@ def test_ctrl_c_before_the_first_step_says_nothing_was_saved(tmp_path, monkeypat
 
 
 def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
-    train(spec_for(steps=2), out=tmp_path / "a.pt", device="cpu", progress=False)
+    train(run_config_for(steps=2), out=tmp_path / "a.pt", device="cpu", progress=False)
     other = make_run_config("transformer", "copy", "quick", model={**TINY, "d_model": 32},
                       task_config=dict(max_len=6), train=dict(steps=4, batch_size=4))
     with pytest.raises(CheckpointError, match="weights do not match the model config"):
@@ -177,12 +177,12 @@ def test_rng_state_round_trip_restores_every_stream():
 
 
 def test_evaluation_does_not_disturb_any_rng_stream():
-    spec = spec_for()
-    task = make_task(spec.task_name, spec.task_dict)
-    model = L.build_model(spec.arch, spec.model)
+    run_config = run_config_for()
+    task = make_task(run_config.task_name, run_config.task_dict)
+    model = L.build_model(run_config.arch, run_config.model)
     g = make_generator(4)
     before = L.rng_state(g)
-    L.evaluate(model, task, spec.train, torch.device("cpu"))
+    L.evaluate(model, task, run_config.train, torch.device("cpu"))
     after = L.rng_state(g)
     assert torch.equal(before["data"], after["data"])
     assert torch.equal(before["torch"], after["torch"])
@@ -225,7 +225,7 @@ def test_ctrl_c_in_a_real_process_saves_and_exits_130(tmp_path):
 
 # ---------------------------------------------------------------------------- divergence
 def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    spec = spec_for(steps=10, save_every=2)
+    run_config = run_config_for(steps=10, save_every=2)
     out = tmp_path / "c.pt"
     orig, calls = loss_mod.nll, []
 
@@ -239,7 +239,7 @@ def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(loss_mod, "nll", nll)
     with pytest.raises(TrainingDiverged) as e:
-        train(spec, out=out, device="cpu", progress=False)
+        train(run_config, out=out, device="cpu", progress=False)
     msg = str(e.value)
     assert "loss is nan at step 5" in msg and f"last good checkpoint: {out} (step 4)" in msg
     ck = read_checkpoint(out)
@@ -248,7 +248,7 @@ def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, mo
 
 
 def test_infinite_gradient_stops_before_the_weights_are_spoiled(tmp_path, monkeypatch):
-    spec = spec_for(steps=10, save_every=1)
+    run_config = run_config_for(steps=10, save_every=1)
     out = tmp_path / "c.pt"
     orig, calls = loss_mod.nll, []
 
@@ -262,7 +262,7 @@ def test_infinite_gradient_stops_before_the_weights_are_spoiled(tmp_path, monkey
 
     monkeypatch.setattr(loss_mod, "nll", nll)
     with pytest.raises(TrainingDiverged, match=r"gradient norm is (inf|nan) at step 3"):
-        train(spec, out=out, device="cpu", progress=False)
+        train(run_config, out=out, device="cpu", progress=False)
     ck = read_checkpoint(out)
     assert ck["train"]["step"] == 2
     assert all(torch.isfinite(v).all() for v in ck["state_dict"].values())
@@ -290,7 +290,7 @@ def test_divergence_through_the_cli_exits_3_and_keeps_the_file(tmp_path, capsys,
 
 
 def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    spec = spec_for(steps=8, save_every=2)
+    run_config = run_config_for(steps=8, save_every=2)
     out = tmp_path / "c.pt"
     saves = []
 
@@ -301,6 +301,6 @@ def test_failed_save_during_training_keeps_the_previous_checkpoint(tmp_path, mon
 
     monkeypatch.setattr(atomic, "_before_rename_hook", disk_full_on_second_save)
     with pytest.raises(CheckpointError, match="could not save"):
-        train(spec, out=out, device="cpu", progress=False)
+        train(run_config, out=out, device="cpu", progress=False)
     assert read_checkpoint(out)["train"]["step"] == 2
     assert not list(tmp_path.glob(".*.tmp"))

@@ -51,19 +51,21 @@ def test_dict_json_and_checkpoint_round_trips():
     assert json.loads(rc.to_json()) == rc.canonical()
 
 
-def test_make_spec_gives_a_run_config_whose_record_has_its_hash():
-    spec = make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1})
-    assert isinstance(spec, RunConfig)
-    record = spec.to_dict()
+def test_make_run_config_gives_one_whose_record_has_its_hash():
+    run_config = make_run_config("transformer", "copy", "quick", model={"d_model": 16,
+                                                                        "n_layers": 1})
+    assert isinstance(run_config, RunConfig)
+    record = run_config.to_dict()
     # the checkpoint's model entry is the fields the run sets (the task's vocabulary among
     # them), its task entry the whole task config
-    assert record["model"]["config"] == spec.model_dict
-    assert {"d_model", "n_layers", "vocab_size"} <= set(spec.model_dict) <= spec.model_keys
-    assert "d_mlp" not in spec.model_dict  # a default the run does not set
-    assert record["task"]["config"] == spec.task_dict == config_to_dict(spec.task)
+    assert record["model"]["config"] == run_config.model_dict
+    assert {"d_model", "n_layers",
+            "vocab_size"} <= set(run_config.model_dict) <= run_config.model_keys
+    assert "d_mlp" not in run_config.model_dict  # a default the run does not set
+    assert record["task"]["config"] == run_config.task_dict == config_to_dict(run_config.task)
     ck = {"model": record["model"], "task": record["task"], "train": {"config": record["train"]}}
-    assert RunConfig.from_checkpoint(ck) == spec
-    assert RunConfig.from_checkpoint(ck).hash() == spec.hash()
+    assert RunConfig.from_checkpoint(ck) == run_config
+    assert RunConfig.from_checkpoint(ck).hash() == run_config.hash()
 
 
 def test_the_one_rule_fields_at_default_are_left_out_unless_pinned():
@@ -145,18 +147,19 @@ def test_replace_overrides_sections_and_sets_model_fields():
 
 
 def test_a_loaded_model_names_the_run_that_made_it(tmp_path):
-    """RunConfig.of(m): a trained checkpoint's model gives its spec's hash (the cache key);
+    """RunConfig.of(m): a trained checkpoint's model gives its RunConfig's hash (the cache key);
     a model built in code gives its whole config; one without a task is refused."""
     import models
     from models.train.loop import train
 
-    spec = make_run_config("transformer", "copy", "quick", model={"d_model": 16, "n_layers": 1},
+    run_config = make_run_config("transformer", "copy", "quick", model={"d_model": 16,
+                                                                        "n_layers": 1},
                      task_config={"max_len": 6}, train={"steps": 2, "eval_every": 0})
-    train(spec, tmp_path / "m.pt", "cpu", progress=False)
+    train(run_config, tmp_path / "m.pt", "cpu", progress=False)
     m = models.load(tmp_path / "m.pt")
-    # the record holds what the CPU used ("auto" resolved), which keys as the spec did
-    assert RunConfig.of(m).hash() == spec.hash()
-    assert RunConfig.of(m) == spec.resolved(torch.device("cpu"))
+    # the record holds what the CPU used ("auto" resolved), which keys as the RunConfig did
+    assert RunConfig.of(m).hash() == run_config.hash()
+    assert RunConfig.of(m) == run_config.resolved(torch.device("cpu"))
     scratch = models.build_model("transformer", {"vocab_size": 30, "d_model": 16})
     with pytest.raises(InputError, match="without a task"):
         RunConfig.of(scratch)

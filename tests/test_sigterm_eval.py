@@ -27,7 +27,7 @@ from tests.tiny import TINY_RUN, TINY_RUN_FLAGS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def spec_for(**train_kw):
+def run_config_for(**train_kw):
     cfg = dict(steps=12, eval_every=4, eval_batches=4, eval_batch_size=8, batch_size=4,
                warmup_steps=3, seed=5)
     return make_run_config("transformer", "copy", "quick", model=TINY_RUN,
@@ -52,7 +52,7 @@ def assert_same_run(a: dict, b: dict):
 
 def sigterm_during_eval(monkeypatch, at_step: int, batch: int) -> dict:
     """Send a real SIGTERM to this process while the evaluation after step ``at_step`` (of
-    :func:`spec_for`: one every 4 steps) scores its ``batch``-th batch; counts the batches
+    :func:`run_config_for`: one every 4 steps) scores its ``batch``-th batch; counts the batches
     scored after it."""
     seen = {"evals": 0, "calls": 0, "after": 0, "sent": None}
     orig_units, orig_scores = E.length_units, E._scores
@@ -79,14 +79,14 @@ def sigterm_during_eval(monkeypatch, at_step: int, batch: int) -> dict:
 @pytest.mark.parametrize("at_step", [8, 12], ids=["mid-run", "last-step"])
 def test_sigterm_during_evaluation_saves_at_once_and_resumes_to_the_same_run(
         tmp_path, monkeypatch, capsys, at_step):
-    spec = spec_for()
-    full = train(spec, out=tmp_path / "full.pt", device="cpu", progress=False)
+    run_config = run_config_for()
+    full = train(run_config, out=tmp_path / "full.pt", device="cpu", progress=False)
     assert [h["step"] for h in full["history"]] == [4, 8, 12]
 
     seen = sigterm_during_eval(monkeypatch, at_step, batch=3)
     part_path = tmp_path / "part.pt"
     with pytest.raises(TrainingInterrupted):
-        train(spec, out=part_path, device="cpu", progress=False)
+        train(run_config, out=part_path, device="cpu", progress=False)
     saved_after = time.monotonic() - seen["sent"]
     monkeypatch.undo()
     assert seen["after"] == 0, "the evaluation went on after the signal"
@@ -101,7 +101,7 @@ def test_sigterm_during_evaluation_saves_at_once_and_resumes_to_the_same_run(
     # an interrupted cache entry (resumed, not served), even at the last step
     assert entry_state(part_path) == "interrupted"
 
-    resumed = train(spec, out=part_path, device="cpu", resume=part_path, progress=False)
+    resumed = train(run_config, out=part_path, device="cpu", resume=part_path, progress=False)
     assert_same_run(full, resumed)
     assert "eval_pending" not in read_checkpoint(part_path)["train"]
     assert entry_state(part_path) == "done"
@@ -109,9 +109,9 @@ def test_sigterm_during_evaluation_saves_at_once_and_resumes_to_the_same_run(
 
 def test_the_evaluation_asks_stop_before_every_batch():
     """evaluate() raises EvaluationStopped at the first batch after stop() says True."""
-    spec = spec_for()
-    model = build_model(spec.arch, spec.model)
-    task = make_task(spec.task_name, spec.task_dict)
+    run_config = run_config_for()
+    model = build_model(run_config.arch, run_config.model)
+    task = make_task(run_config.task_name, run_config.task_dict)
     asked = []
 
     def stop():
@@ -119,7 +119,7 @@ def test_the_evaluation_asks_stop_before_every_batch():
         return len(asked) > 2
 
     with pytest.raises(E.EvaluationStopped, match="before batch 2"):
-        E.evaluate(model, task, spec.train, torch.device("cpu"), stop=stop)
+        E.evaluate(model, task, run_config.train, torch.device("cpu"), stop=stop)
     assert len(asked) == 3 and model.training  # the model's mode is restored
 
 

@@ -28,12 +28,12 @@ from tasks.registry import make_task
 def _train_tiny(tmp_path, name, arch="stu", length=8, seed=0, task="induction", **model):
     cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16) if arch == "stu" else {}
     cfg.update(model)
-    spec = make_run_config(arch, task, "quick", model=cfg,
+    run_config = make_run_config(arch, task, "quick", model=cfg,
                      task_config=dict(length=length) if task == "induction" else None,
                      train=dict(steps=2, batch_size=4, eval_batches=1, eval_batch_size=4,
                                 warmup_steps=1, seed=seed))
     path = tmp_path / f"{name}.pt"
-    train(spec, out=path, progress=False)
+    train(run_config, out=path, progress=False)
     return path
 
 
@@ -188,8 +188,8 @@ def test_claim_recall_the_seed_is_the_unit():
 
 @pytest.mark.slow
 def test_stu_learns_induction_at_its_training_length(tmp_path):
-    spec = make_run_config("stu", "induction", "quick", task_config=dict(length=16))
-    ck = train(spec, out=tmp_path / "stu.pt", progress=False)
+    run_config = make_run_config("stu", "induction", "quick", task_config=dict(length=16))
+    ck = train(run_config, out=tmp_path / "stu.pt", progress=False)
     m = models.load(tmp_path / "stu.pt")
     right = recall_accuracy(m, make_task("induction", length=16), [16], 256, seed=0)[0]
     assert right / 256 > 0.95, ck["history"][-1]
@@ -208,11 +208,12 @@ def test_medium_recipes_are_the_zoos_medium_block():
     assert table["stu"][2] >= 8
     assert all(seeds >= 2 for arch, _, seeds in table.values() if arch == "stu")
     # the paper's setting: trained to convergence, no early stop, a decaying step size
-    spec = zoo.run_config("induction_medium/stu_L64_s2", "medium")
-    assert spec.train.stop_at == 0 and spec.train.schedule == "cosine"
-    assert spec.train.steps >= 1000 and spec.train.seed == 2
+    run_config = zoo.run_config("induction_medium/stu_L64_s2", "medium")
+    assert run_config.train.stop_at == 0 and run_config.train.schedule == "cosine"
+    assert run_config.train.steps >= 1000 and run_config.train.seed == 2
     base = zoo.run_config("induction_medium/mamba2_L16_s1", "medium").train
-    assert base.stop_at == 0 and base.schedule == "cosine" and 0 < base.steps < spec.train.steps
+    assert base.stop_at == 0 and base.schedule == "cosine"
+    assert 0 < base.steps < run_config.train.steps
     blank = zoo.run_config("induction_medium/stu_blank0_L16_s0", "medium").model
     assert blank.normalization == "none"
     assert blank.zero_embed == (make_task("induction", length=16).vocab.id("BLANK"),)

@@ -19,7 +19,7 @@ FLAGS = [*TINY_RUN_FLAGS, "--max-len", "5", "--batch-size", "4", "--eval-batches
          "--eval-batch-size", "4", "--no-progress", "--device", "cpu", "--warmup-steps", "2"]
 
 
-def spec(steps=400, **train):
+def run_config(steps=400, **train):
     return make_run_config("transformer", "copy", "quick", model=TINY,
                            task_config=dict(max_len=5), train=dict(steps=steps, **train))
 
@@ -27,7 +27,7 @@ def spec(steps=400, **train):
 def test_the_first_eta_times_steps_of_this_run_and_sees_a_slow_machine(monkeypatch):
     """A step made slower (as a busy core makes it) shows in the ETA before training: the
     measured seconds per step, times the steps (and the evaluations, at the table's ratio)."""
-    fast = A.step_seconds(spec(), "cpu", budget_s=0.05)
+    fast = A.step_seconds(run_config(), "cpu", budget_s=0.05)
     assert fast is not None and fast > 0
     backward = A.backward
 
@@ -36,19 +36,19 @@ def test_the_first_eta_times_steps_of_this_run_and_sees_a_slow_machine(monkeypat
         return backward(*a, **k)
 
     monkeypatch.setattr(A, "backward", slow)
-    est = A.measured_estimate(spec(), "cpu")
+    est = A.measured_estimate(run_config(), "cpu")
     assert est is not None and "s per step of this run now" in est.source
     assert est.seconds >= 400 * 0.05
-    line = A.training_line(spec(), "c.pt", device="cpu", measure=True)
+    line = A.training_line(run_config(), "c.pt", device="cpu", measure=True)
     assert "s per step of this run now)" in line
     # without measure (an ensemble's member) the table's estimate, as before
-    assert "(step-cost table" in A.training_line(spec(), "c.pt", device="cpu")
+    assert "(step-cost table" in A.training_line(run_config(), "c.pt", device="cpu")
 
 
 def test_timing_the_run_leaves_the_process_rngs_and_the_run_as_they_were(tmp_path):
     torch.manual_seed(7)
     before = torch.get_rng_state()
-    assert A.step_seconds(spec(steps=3), "cpu", budget_s=0.01) is not None
+    assert A.step_seconds(run_config(steps=3), "cpu", budget_s=0.01) is not None
     assert torch.equal(torch.get_rng_state(), before)
 
 

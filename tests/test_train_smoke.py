@@ -14,10 +14,10 @@ from tests.tiny import TINY_RUN as TINY
 
 
 def test_a_run_records_its_steps_samples_and_evaluations(tmp_path):
-    spec = make_run_config("transformer", "copy", "quick", model=TINY,
+    run_config = make_run_config("transformer", "copy", "quick", model=TINY,
                      task_config=dict(max_len=6), train=dict(steps=6, eval_every=3, eval_batches=1,
                                                              eval_batch_size=8, batch_size=4))
-    ck = train(spec, out=tmp_path / "c.pt", device="cpu", progress=False)
+    ck = train(run_config, out=tmp_path / "c.pt", device="cpu", progress=False)
     assert ck["train"]["step"] == 6 and ck["train"]["samples_seen"] == 24
     assert [h["step"] for h in ck["history"]] == [3, 6]
     assert {"loss", "eval_loss", "string_acc", "char_acc", "samples_seen"} <= set(ck["history"][-1])
@@ -84,8 +84,8 @@ def test_lr_schedule_warmup_then_linear_decay():
 def test_quick_level_learns_copy(tmp_path):
     """Issue acceptance: the quick Hard-ALiBi level reaches >= 95 % string accuracy on copy
     of strings up to length 20 (greedy decoding, fresh strings)."""
-    spec = make_run_config("transformer", "copy", "quick", model=dict(pe="hard_alibi"))
-    train(spec, out=tmp_path / "c.pt", progress=False)
+    run_config = make_run_config("transformer", "copy", "quick", model=dict(pe="hard_alibi"))
+    train(run_config, out=tmp_path / "c.pt", progress=False)
     m = models.load(tmp_path / "c.pt")
     task = make_task("copy", **m.checkpoint["task"]["config"])
     from models.generation import evaluate_prompts

@@ -17,11 +17,11 @@ TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
 @pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
                                   if r.available("quick") and "quick" not in r.init_from])
 def test_every_quick_recipe_is_a_valid_run(name, tmp_path):
-    spec = zoo.run_config(name, "quick", tmp_path)
+    run_config = zoo.run_config(name, "quick", tmp_path)
     r = zoo.recipe(name)
-    assert (spec.arch, spec.task_name) == (r.arch, r.task)
+    assert (run_config.arch, run_config.task_name) == (r.arch, r.task)
     for key, value in r.parts("quick")["model"].items():
-        assert spec.model_dict[key] == value  # the recipe's overrides reach the run
+        assert run_config.model_dict[key] == value  # the recipe's overrides reach the run
 
 
 def test_unknown_recipe_and_missing_level_are_clear_errors():
@@ -34,9 +34,9 @@ def test_unknown_recipe_and_missing_level_are_clear_errors():
 @pytest.mark.parametrize("name", [n for n, r in zoo.RECIPES.items()
                                   if r.available("medium") and "medium" not in r.init_from])
 def test_every_medium_recipe_is_a_valid_run(name, tmp_path):
-    spec = zoo.run_config(name, "medium", tmp_path)
+    run_config = zoo.run_config(name, "medium", tmp_path)
     for key, value in zoo.recipe(name).parts("medium")["model"].items():
-        assert spec.model_dict[key] == value
+        assert run_config.model_dict[key] == value
 
 
 def test_a_recipe_exists_at_the_levels_it_lists():

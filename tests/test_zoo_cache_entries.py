@@ -96,12 +96,12 @@ def test_listing_an_unknown_prefix_is_an_error(capsys, tmp_path):
 
 
 def test_a_flipped_bit_in_the_rng_state_is_refused_on_resume(tmp_path):
-    spec = make_run_config("transformer", "copy", "quick", TINY["model"], TINY["task"],
+    run_config = make_run_config("transformer", "copy", "quick", TINY["model"], TINY["task"],
                      {**TINY["train"], "steps": 2})
     out = tmp_path / "a.pt"
-    train(spec, out=out, device="cpu", progress=False)
+    train(run_config, out=out, device="cpu", progress=False)
     ck = torch.load(out, weights_only=False)
     ck["train"]["rng"]["data"][7] ^= 1  # one bit of the data generator's state
     torch.save(ck, out)
     with pytest.raises(CheckpointError, match="RNG or optimizer state does not match"):
-        train(spec, out=tmp_path / "b.pt", device="cpu", progress=False, resume=out)
+        train(run_config, out=tmp_path / "b.pt", device="cpu", progress=False, resume=out)

@@ -127,13 +127,13 @@ def test_unknown_names_and_levels_are_one_line_with_near_matches(tiny_recipe, ca
 
 
 def test_the_training_line_says_what_where_steps_and_eta():
-    spec = zoo.run_config("copy/hard_alibi", "quick")
-    line = training_line(spec, "c/x.pt", what="copy/hard_alibi", device="cpu")
+    run_config = zoo.run_config("copy/hard_alibi", "quick")
+    line = training_line(run_config, "c/x.pt", what="copy/hard_alibi", device="cpu")
     assert line.startswith("about to train copy/hard_alibi (transformer on copy): ")
-    assert f"{spec.train.steps:,} steps" in line and "-> c/x.pt" in line
+    assert f"{run_config.train.steps:,} steps" in line and "-> c/x.pt" in line
     assert "ETA" in line and "ETA unknown" not in line  # the shipped table has this row
-    resumed = training_line(spec, "c/x.pt", device="cpu", resume_step=1000)
-    assert f"steps 1,000 to {spec.train.steps:,} (resumed)" in resumed
+    resumed = training_line(run_config, "c/x.pt", device="cpu", resume_step=1000)
+    assert f"steps 1,000 to {run_config.train.steps:,} (resumed)" in resumed
 
 
 def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypatch):

@@ -53,14 +53,16 @@ def zoo_stand_in(name: str, cache_dir, level: str = "quick"):
     from seqprobe.config import config_to_dict
     from seqprobe.device import resolve_device
 
-    spec = zoo.run_config(name, level, cache_dir).resolved(resolve_device("auto"))  # as zoo keys it
+    # as zoo keys it
+    run_config = zoo.run_config(name, level, cache_dir).resolved(resolve_device("auto"))
     torch.manual_seed(0)
-    model = models.build_model(spec.arch, spec.model)
-    train = {"config": config_to_dict(spec.train), "seed": spec.train.seed,
-             "step": spec.train.steps, "samples_seen": 0}
-    path = cache_path(spec, cache_dir)
+    model = models.build_model(run_config.arch, run_config.model)
+    train = {"config": config_to_dict(run_config.train), "seed": run_config.train.seed,
+             "step": run_config.train.steps, "samples_seen": 0}
+    path = cache_path(run_config, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+    save_checkpoint(make_checkpoint(run_config.arch, run_config.model_dict, run_config.task_name,
+                                    run_config.task_dict,
                                     train, model.state_dict()), path)
     return path
 

@@ -175,8 +175,8 @@ FIGURE = Figure(
     # large: the lr sweep at the sweep seed; the analysis then trains each model's best lr
     # at the other seeds (compute_large)
     recipes=lambda level: (zoo_copy.copy_medium_recipes() if level == "medium"
-                            else zoo_copy.copy_large_recipes() if level == "large"
-                            else copy_recipes(level)),
+                           else zoo_copy.copy_large_recipes() if level == "large"
+                           else copy_recipes(level)),
     levels=("quick", "medium", "large", "paper"), scale=SCALE.get,
     paper_scale="copy models of ~160M parameters on strings of length <= 300 (copy Fig. 1a; "
                 "<= 30 in Fig. 9b)")

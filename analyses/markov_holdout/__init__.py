@@ -379,8 +379,8 @@ FIGURE = Figure(
            claim_finding)),
     levels=("quick", "medium", "large", "paper"),
     recipes=lambda level: (zoo_markov.markov_holdout_medium_recipes() if level == "medium"
-                            else zoo_markov.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
-                            if level == "large" else (RECIPE,)),
+                           else zoo_markov.markov_holdout_large_recipes(cpu_batch=large_cpu_batch())
+                           if level == "large" else (RECIPE,)),
     extra_args=lambda level: ("--cpu-batch",) if level == "large" and large_cpu_batch() else (),
     scale=SCALE.get, paper_scale="Markov models at Table 7's 10,000 steps × batch 64")
 

@@ -74,18 +74,18 @@ class StopRule(Callback):
         return bool(run.stop_reason)
 
 
-def train_cell(spec: RunConfig, threshold: float = THRESHOLD, patience: int = 10,
+def train_cell(run_config: RunConfig, threshold: float = THRESHOLD, patience: int = 10,
                device: str | torch.device = "cpu") -> dict[str, Any]:
     """Train one grid cell to convergence; return its numbers (JSON-able).
 
     Stops when the training error (whole set) is below ``threshold`` ("memorized"), when it
     has not improved for ``patience`` evaluations ("plateau", 0 disables), on a non-finite
-    loss or gradient ("diverged"), or after ``spec.train.steps`` steps ("max_steps").
+    loss or gradient ("diverged"), or after ``run_config.train.steps`` steps ("max_steps").
     """
     rule = StopRule(threshold, patience)
     t0 = time.time()
     try:
-        train(spec, out=None, device=device, progress=False, callbacks=[rule],
+        train(run_config, out=None, device=device, progress=False, callbacks=[rule],
               evaluator=train_error_evaluator)
         stop = rule.run.stop_reason or "max_steps"
     except TrainingDiverged:
@@ -93,9 +93,9 @@ def train_cell(spec: RunConfig, threshold: float = THRESHOLD, patience: int = 10
     if rule.run is not None:
         model, task, step, loss = rule.run.model, rule.run.task, rule.run.step, rule.run.loss
     else:  # diverged on the first step: the weights are still the initial ones
-        torch.manual_seed(spec.train.seed)
-        model = build_model(spec.arch, spec.model).to(resolve_device(device))
-        task, step, loss = make_task(spec.task_name, spec.task_dict), 0, math.nan
+        torch.manual_seed(run_config.train.seed)
+        model = build_model(run_config.arch, run_config.model).to(resolve_device(device))
+        task, step, loss = make_task(run_config.task_name, run_config.task_dict), 0, math.nan
     err, best = rule.error, rule.best
     if stop in ("diverged", "max_steps") or math.isnan(err):
         err = task.train_error(model)
@@ -122,11 +122,11 @@ class CellSettings:
     threads: int = 1  # torch threads per task: the cells (or seeds) are the parallelism
 
 
-def cell_key(spec: RunConfig, threshold: float, patience: int) -> str:
+def cell_key(run_config: RunConfig, threshold: float, patience: int) -> str:
     """What a saved cell must match to be reused: the run's hash (the zoo cache's key) and
     the stopping rule, since the same run stopped by another rule is another result. The
     formula is that of the files earlier runs saved, so they stay reusable."""
-    blob = f"{spec.hash()}|{threshold}|{patience}"
+    blob = f"{run_config.hash()}|{threshold}|{patience}"
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -142,13 +142,13 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_cell(spec: RunConfig, settings: CellSettings) -> dict[str, Any]:
+def run_cell(run_config: RunConfig, settings: CellSettings) -> dict[str, Any]:
     """Task body (a worker process, a Ray worker or this process): train one cell and tag it
     with its key. The caller saves it, so the cells of a cluster's workers land in the
     caller's output folder."""
     with torch_threads(settings.threads):
-        result = train_cell(spec, settings.threshold, settings.patience, settings.device)
-    result["key"] = cell_key(spec, settings.threshold, settings.patience)
+        result = train_cell(run_config, settings.threshold, settings.patience, settings.device)
+    result["key"] = cell_key(run_config, settings.threshold, settings.patience)
     return result
 
 
@@ -175,15 +175,15 @@ class CellStore:
         check_cache_dir(self.folder)
         return self
 
-    def lookup(self, name: str, spec: RunConfig, settings: CellSettings) -> dict | None:
-        """The saved cell of ``spec`` under ``settings``' stopping rule, or None."""
+    def lookup(self, name: str, run_config: RunConfig, settings: CellSettings) -> dict | None:
+        """The saved cell of ``run_config`` under ``settings``' stopping rule, or None."""
         if self.fresh:
             return None
         try:
             cell = json.loads((self.folder / name).read_text())
         except (OSError, ValueError):
             return None  # missing or unreadable: train it again
-        key = cell_key(spec, settings.threshold, settings.patience)
+        key = cell_key(run_config, settings.threshold, settings.patience)
         return cell if isinstance(cell, dict) and cell.get("key") == key else None
 
     def save(self, name: str, cell: dict[str, Any]) -> None:
@@ -193,25 +193,25 @@ class CellStore:
         """Whether this process sees the folder (a remote Ray worker may not)."""
         return self.folder.is_dir()
 
-    def cell(self, name: str, spec: RunConfig, settings: CellSettings, seed: int,
+    def cell(self, name: str, run_config: RunConfig, settings: CellSettings, seed: int,
              train=None) -> dict[str, Any]:
-        """The cell of ``spec``: the saved one (``reused`` True), else trained now by
-        ``train(spec, settings)`` (default :func:`run_cell`; tests pass an oracle) and saved
+        """The cell of ``run_config``: the saved one (``reused`` True), else trained now by
+        ``train(run_config, settings)`` (default :func:`run_cell`; tests pass an oracle) and saved
         as it lands where the folder is reachable."""
-        cell = self.lookup(name, spec, settings)
+        cell = self.lookup(name, run_config, settings)
         if cell is not None:
             return {**cell, "reused": True}
         t = time.process_time()
-        cell = (train or run_cell)(spec, settings)
+        cell = (train or run_cell)(run_config, settings)
         cell.update(seed=seed, cpu_s=round(time.process_time() - t, 2))
         if self.reachable():
             self.save(name, cell)
         return {**cell, "reused": False}
 
 
-def failed_cell(spec: RunConfig, failure: Failed) -> dict[str, Any]:
+def failed_cell(run_config: RunConfig, failure: Failed) -> dict[str, Any]:
     """The row of a cell whose task failed on every attempt: no numbers, the error (never
     saved, so the next run tries it again)."""
-    return {"fraction": spec.task.fraction, "d_model": spec.model.d_model,
+    return {"fraction": run_config.task.fraction, "d_model": run_config.model.d_model,
             "failed": True, "error": failure.error, "attempts": failure.attempts,
             "train_error": math.nan, "memorized": False, "stop": "failed"}

@@ -208,7 +208,7 @@ FIGURE = Figure(
     levels=("quick", "medium", "large", "paper"),
     recipes=lambda level: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
-    dry_run_specs=dry_run_cells,  # the plan's grid: synthetic, token level
+    dry_run_configs=dry_run_cells,  # the plan's grid: synthetic, token level
     scale=SCALE.get, paper_scale="memorization with BERT (6 layers) on 14,000 CoNLL "
     "sentences (§5.1, App. F)")
 

@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     (rerun to retry just those)."""
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=_plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
-                        dry_run_specs=lambda a: dry_run_cells(
+                        dry_run_configs=lambda a: dry_run_cells(
                             a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),
                             {**({"data_path": a.data_path} if a.data_path else {}),
                              **({"n_examples": a.n_examples} if a.n_examples else {})}),

@@ -87,8 +87,8 @@ class CellSpace:
         """The output stem: token and sequence grids share an output folder."""
         return f"{NAME}_{self.data}_{self.label_level}"
 
-    def spec(self, width: int, fraction: float, seed: int | None = None,
-             steps: int | None = None) -> RunConfig:
+    def run_config(self, width: int, fraction: float, seed: int | None = None,
+                   steps: int | None = None) -> RunConfig:
         """The run of one cell: ``seed`` (a search's) seeds the data set and the
         initialisation; ``steps`` replaces the step budget. make_run_config checks the width
         against n_heads (m = h·k) and every config before any training."""
@@ -104,7 +104,7 @@ class CellSpace:
 
 def dry_run_cells(level: str, data: str = "synthetic", label_level: str = "token",
                   task_config: dict | None = None) -> list[tuple[str, Builder]]:
-    """The grid's largest and smallest cells as ``(label, spec builder)`` for ``--dry-run``
+    """The grid's largest and smallest cells as ``(label, RunConfig builder)`` for ``--dry-run``
     (the widest model on all N examples, the narrowest on the fewest; every other cell's step
     lies between theirs; the largest with a search row's longer budget, if any).
     ``task_config`` overrides the grid's (a data file, N)."""
@@ -114,8 +114,10 @@ def dry_run_cells(level: str, data: str = "synthetic", label_level: str = "token
 
     def cell(m: int, f: float, factor: int = 1) -> Builder:
         def build() -> RunConfig:
-            spec = space.spec(m, f)
-            return spec if factor == 1 else space.spec(m, f, steps=spec.train.steps * factor)
+            run_config = space.run_config(m, f)
+            if factor == 1:
+                return run_config
+            return space.run_config(m, f, steps=run_config.train.steps * factor)
         return build
 
     smallest = (min(grid.search.n_examples) / grid.task["n_examples"]

@@ -68,21 +68,21 @@ class MaxNJob:
     settings: CellSettings
     store: CellStore
 
-    def spec(self, n: int):
+    def run_config(self, n: int):
         total = self.space.task_config["n_examples"]
-        return self.space.spec(self.width, n / total, seed=self.seed)
+        return self.space.run_config(self.width, n / total, seed=self.seed)
 
 
 def run_max_n(job: MaxNJob, train_cell=cells.run_cell) -> dict[str, Any]:
     """Task body: one (width, seed) search (:func:`search_max_n`). Cells already saved with the
     same key are reused; each new one is saved as it lands where the folder is reachable.
-    ``train_cell(spec, settings) -> cell`` trains one cell (tests pass an oracle)."""
+    ``train_cell(run_config, settings) -> cell`` trains one cell (tests pass an oracle)."""
     t0 = time.process_time()
     found: list[dict] = []
 
     def memorises(i: int) -> bool:
         n = job.sizes[i]
-        cell = job.store.cell(search_cell_name(n, job.width, job.seed), job.spec(n),
+        cell = job.store.cell(search_cell_name(n, job.width, job.seed), job.run_config(n),
                               job.settings, job.seed, train_cell)
         found.append(cell)
         return bool(cell["memorized"])
@@ -177,8 +177,8 @@ def compute_max_n(space: CellSpace, store: CellStore, run_jobs, *, threshold: fl
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
     jobs = [MaxNJob(space, m, sizes, base_seed + i, settings, store)
             for i in range(n_seeds) for m in widths]
-    for j in jobs:  # every spec checked (widths against n_heads, N) before any training
-        j.spec(sizes[0]), j.spec(sizes[-1])
+    for j in jobs:  # every RunConfig checked (widths against n_heads, N) before any training
+        j.run_config(sizes[0]), j.run_config(sizes[-1])
     store.open()
     backend = backend or Backend(jobs=n_jobs)
     # the widest first: the slowest searches do not trail at the end
@@ -192,7 +192,7 @@ def compute_max_n(space: CellSpace, store: CellStore, run_jobs, *, threshold: fl
     ran = run_jobs(run_max_n, [(jobs[i],) for i in order], backend, store, landed,
                    desc=space.name, progress=progress)
     ok = [r for r in ran.results if not isinstance(r, Failed)]
-    steps = jobs[0].spec(sizes[0]).train.steps
+    steps = jobs[0].run_config(sizes[0]).train.steps
     result = summarise_max_n(ok, widths, sizes, space.label_level, steps)
     found = [c for r in ok for c in r["cells"]]
     result.update({

@@ -72,15 +72,15 @@ GUESS_EXPONENT = 3 / 8
 BUDGET_EXPONENT = 0.2
 
 
-def search_specs(space: CellSpace, widths: tuple[int, ...], n_examples: tuple[int, ...],
-                 seed: int, steps: Mapping[int, int] | None = None
-                 ) -> dict[tuple[int, int], RunConfig]:
+def search_run_configs(space: CellSpace, widths: tuple[int, ...], n_examples: tuple[int, ...],
+                       seed: int, steps: Mapping[int, int] | None = None
+                       ) -> dict[tuple[int, int], RunConfig]:
     """The run of every (N, width) cell one seed's search may train: the data set and
     the initialisation are seeded by ``seed``; N is a nested prefix (fraction N / total);
     ``steps``: the step budget of the N it names (the others: ``space``'s)."""
     total = space.task_config["n_examples"]
     steps = steps or {}
-    return {(n, m): space.spec(m, n / total, seed=seed, steps=steps.get(n))
+    return {(n, m): space.run_config(m, n / total, seed=seed, steps=steps.get(n))
             for n in n_examples for m in widths}
 
 
@@ -108,8 +108,8 @@ class SearchJob:
     store: CellStore
     steps: Mapping[int, int] = field(default_factory=dict)
 
-    def specs(self) -> dict[tuple[int, int], RunConfig]:
-        return search_specs(self.space, self.widths, self.n_examples, self.seed, self.steps)
+    def run_configs(self) -> dict[tuple[int, int], RunConfig]:
+        return search_run_configs(self.space, self.widths, self.n_examples, self.seed, self.steps)
 
 
 def next_guess(widths: tuple[int, ...], found: int, n: int, nxt: int,
@@ -127,7 +127,7 @@ def run_search(job: SearchJob) -> dict[str, Any]:
     one is saved as it lands where the folder is reachable (the caller saves them again, so
     the cells of remote Ray workers land too)."""
     t0 = time.process_time()
-    specs = job.specs()
+    run_configs = job.run_configs()
     widths, found_cells = job.widths, []
     answers: list[int | None] = []
     guess = None
@@ -135,7 +135,7 @@ def run_search(job: SearchJob) -> dict[str, Any]:
         for n in job.n_examples:
             def memorises(i: int, n=n) -> bool:
                 cell = job.store.cell(search_cell_name(n, widths[i], job.seed),
-                                      specs[(n, widths[i])], job.settings, job.seed)
+                                      run_configs[(n, widths[i])], job.settings, job.seed)
                 found_cells.append(cell)
                 return bool(cell["memorized"])
 

@@ -29,7 +29,7 @@ from analyses.memorization.inverse import METHOD, compute_max_n
 from analyses.memorization.search import (
     SearchJob,
     run_search,
-    search_specs,
+    search_run_configs,
     search_store_name,
     step_budgets,
 )
@@ -92,17 +92,17 @@ def run_fields(space: CellSpace, settings: CellSettings, backend: Backend) -> di
             "n_jobs": backend.jobs, "backend": backend.describe(), "device": settings.device}
 
 
-def run_record(spec: RunConfig, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
+def run_record(run_config: RunConfig, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
     """The fields a grid's or a search's JSON shares: timing, the machine, how parameters are
-    counted, and the config every cell shares (``spec``'s, less the width and the
+    counted, and the config every cell shares (``run_config``'s, less the width and the
     ``per_cell`` fields that differ between cells)."""
     return {
         "wall_time_s": round(wall, 1), "cpu_count": os.cpu_count(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "param_counting": PARAM_COUNTING,
-        "config": {"model": {k: v for k, v in spec.model_dict.items() if k != "d_model"},
-                   "task": {k: v for k, v in spec.task_dict.items() if k not in per_cell},
-                   "train": {k: v for k, v in config_to_dict(spec.train).items()
+        "config": {"model": {k: v for k, v in run_config.model_dict.items() if k != "d_model"},
+                   "task": {k: v for k, v in run_config.task_dict.items() if k not in per_cell},
+                   "train": {k: v for k, v in config_to_dict(run_config.train).items()
                              if k not in per_cell}},
         "name": name,
     }
@@ -142,12 +142,12 @@ def compute(data: str = "synthetic", label_level: str = "token", level: str = "q
     check_settings(fractions, threshold, patience, n_jobs)
     backend = backend or Backend(jobs=n_jobs)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
-    specs = {(f, m): space.spec(m, f) for f in fractions for m in widths}
+    run_configs = {(f, m): space.run_config(m, f) for f in fractions for m in widths}
     store.open()
     done: dict[tuple[float, int], dict] = {}
     todo: list[tuple[float, int]] = []
-    for (f, m), spec in specs.items():
-        cell = store.lookup(grid_cell_name(m, f), spec, settings)
+    for (f, m), run_config in run_configs.items():
+        cell = store.lookup(grid_cell_name(m, f), run_config, settings)
         if cell is not None:
             done[(f, m)] = cell
         else:
@@ -160,18 +160,20 @@ def compute(data: str = "synthetic", label_level: str = "token", level: str = "q
         return ([(grid_cell_name(m, f), cell)],
                 {"m": m, "f": f, "err": f"{cell['train_error']:.3f}"})
 
-    ran = run_jobs(cells.run_cell, [(specs[fm], settings) for fm in todo], backend, store,
+    ran = run_jobs(cells.run_cell, [(run_configs[fm], settings) for fm in todo], backend, store,
                    landed, desc=space.name, progress=progress, done_before=len(done))
     for fm, res in zip(todo, ran.results, strict=True):
-        done[fm] = failed_cell(specs[fm], res) if isinstance(res, Failed) else res
+        done[fm] = failed_cell(run_configs[fm], res) if isinstance(res, Failed) else res
     result = summarise(done, list(fractions), list(widths), threshold, space.label_level)
     result.update({
         **run_fields(space, settings, backend),
-        "cells_trained": len(todo) - len(ran.failed()), "cells_reused": len(specs) - len(todo),
+        "cells_trained": len(todo) - len(ran.failed()),
+        "cells_reused": len(run_configs) - len(todo),
         "cells_failed": [{"fraction": todo[i][0], "d_model": todo[i][1],
                           "error": ran.results[i].error, "attempts": ran.results[i].attempts}
                          for i in ran.failed()],
-        **run_record(next(iter(specs.values())), ran.wall, space.name, per_cell=("fraction",)),
+        **run_record(next(iter(run_configs.values())), ran.wall, space.name, per_cell=("fraction",
+                                                                                       )),
     })
     return result
 
@@ -189,10 +191,11 @@ def compute_inverse(space: CellSpace, store: CellStore, *, threshold: float, pat
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
     grid = grid_settings(space.level, space.data, space.label_level)
     total = space.task_config["n_examples"]
-    any_spec = space.spec(min(widths or grid.widths), min(grid.search.n_examples) / total,
-                          seed=space.task_config.get("seed", 0))
+    any_run_config = space.run_config(min(widths or grid.widths),
+                                      min(grid.search.n_examples) / total,
+                                      seed=space.task_config.get("seed", 0))
     result.update({**run_fields(space, settings, backend),
-                   **run_record(any_spec, result.pop("wall"), space.name,
+                   **run_record(any_run_config, result.pop("wall"), space.name,
                                 per_cell=("fraction", "seed"))})
     return result
 
@@ -222,8 +225,8 @@ def compute_search(space: CellSpace, store: CellStore, *,
     space = replace(space, task_config={k: v for k, v in space.task_config.items()
                                         if k != "seed"},
                     train={k: v for k, v in space.train.items() if k != "seed"})
-    for n in n_examples:  # every spec checked (widths against n_heads, N) before any training
-        first = search_specs(space, widths, (n,), base_seed)
+    for n in n_examples:  # every RunConfig checked (widths against n_heads, N) before any training
+        first = search_run_configs(space, widths, (n,), base_seed)
     budgets = step_budgets(n_examples, first[(n, widths[0])].train.steps,
                            grid.search.long)
     store.open()
@@ -243,7 +246,8 @@ def compute_search(space: CellSpace, store: CellStore, *,
     result = summarise_search(ok, n_examples, widths, threshold, space.label_level)
     result["search"]["steps"] = [budgets[n] for n in n_examples]
     found = [c for r in ok for c in r["cells"]]
-    any_spec = next(iter(search_specs(space, widths[:1], n_examples[:1], base_seed).values()))
+    any_run_config = next(iter(search_run_configs(space, widths[:1], n_examples[:1],
+                                                  base_seed).values()))
     result.update({
         **run_fields(space, settings, backend),
         "cells_trained": sum(not c["reused"] for c in found),
@@ -255,6 +259,6 @@ def compute_search(space: CellSpace, store: CellStore, *,
         "train_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in found if not c["reused"]), 1),
         "cells_cpu_s": round(sum(c.get("cpu_s", 0.0) for c in found), 1),
         "search_cpu_s": {str(r["seed"]): r["cpu_s"] for r in ok},
-        **run_record(any_spec, ran.wall, space.name, per_cell=("fraction", "seed")),
+        **run_record(any_run_config, ran.wall, space.name, per_cell=("fraction", "seed")),
     })
     return result

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from analyses.reproduce.plan import Job, priorities
 from analyses.reproduce.pool import forkable
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from models.train import gpu_costs
 from models.train.costs import Estimate, StepCosts
 from models.train.plan import plan_row
@@ -68,11 +68,11 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
             found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
         try:
-            specs = [recipe_spec(r, level) for r in job.recipes]
+            run_configs = [recipe_run_config(r, level) for r in job.recipes]
         except InputError:
             return None
-        found = (costs.run(specs[0], job.device) if len(specs) == 1
-                 else ensemble_estimate(specs, costs, job.device))
+        found = (costs.run(run_configs[0], job.device) if len(run_configs) == 1
+                 else ensemble_estimate(run_configs, costs, job.device))
     if found is None or costs.device == "cuda" or forkable(job.argv) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
@@ -81,9 +81,9 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
     return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
 
 
-def ensemble_estimate(specs: Sequence[RunConfig], costs: StepCosts,
+def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
                       device: str | None) -> Estimate | None:
-    """Seconds of an ensemble of ``specs`` (:mod:`models.train.ensemble`). On CPU cores: its
+    """Seconds of an ensemble of ``run_configs`` (:mod:`models.train.ensemble`). On CPU cores: its
     members' runs one after another, less all but one start-up (a CPU step is bound by its
     arithmetic, which an ensemble does not share: bench/results.json ``ensemble``). On a
     GPU, where a small model's step is bound by kernel launches: the longest member's
@@ -91,16 +91,16 @@ def ensemble_estimate(specs: Sequence[RunConfig], costs: StepCosts,
     utilisation where those take longer (source ``ensemble projection`` until a CUDA table
     has ensemble rows)."""
     if costs.device == "cuda" and device != "cpu":
-        runs = [costs.gpu_run(s) for s in specs]
-        per_step = max(r.seconds / s.train.steps for r, s in zip(runs, specs, strict=True))
+        runs = [costs.gpu_run(s) for s in run_configs]
+        per_step = max(r.seconds / s.train.steps for r, s in zip(runs, run_configs, strict=True))
         flops = 0.0
-        for s in specs:
+        for s in run_configs:
             row = plan_row(s.arch, s)
             flops += row["flops_per_token"] * row["tokens_per_step"]
-        precision = gpu_costs.run_settings(specs[0], "cuda")[0]
+        precision = gpu_costs.run_settings(run_configs[0], "cuda")[0]
         step = max(per_step, gpu_costs.projected_seconds(flops, precision))
-        return Estimate(step * max(s.train.steps for s in specs), "ensemble projection")
-    runs = [costs.run(s, device) for s in specs]
+        return Estimate(step * max(s.train.steps for s in run_configs), "ensemble projection")
+    runs = [costs.run(s, device) for s in run_configs]
     if any(r is None for r in runs):
         return None
     start = costs.start_seconds()

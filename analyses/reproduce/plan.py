@@ -13,7 +13,7 @@ from pathlib import Path
 from analyses import zoo
 from analyses.claims import Figure
 from analyses.zoo import dryrun
-from analyses.zoo.dryrun import recipe_spec
+from analyses.zoo.dryrun import recipe_run_config
 from models.train.ensemble import ensemble_key, pays_off
 from models.train.gpu_costs import device_kind, run_settings
 from models.train.runconfig import Builder
@@ -168,13 +168,13 @@ def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
 
     keyed: dict[tuple, list[str]] = {}
     for r, device in needs.items():
-        spec = recipe_spec(r, level)
-        precision, _ = run_settings(spec, kind(device))
-        spec = spec.replace(train={"precision": precision, "compile": False,
-                                   "device_type": kind(device)})
+        run_config = recipe_run_config(r, level)
+        precision, _ = run_settings(run_config, kind(device))
+        run_config = run_config.replace(train={"precision": precision, "compile": False,
+                                               "device_type": kind(device)})
         depth = len(zoo.dependencies(r, level))
-        key = ensemble_key(spec) if ensembles == "on" or (
-            ensembles == "auto" and pays_off(spec)) else None
+        key = ensemble_key(run_config) if ensembles == "on" or (
+            ensembles == "auto" and pays_off(run_config)) else None
         keyed.setdefault((depth, device, key if key is not None else r), []).append(r)
     groups = []
     for (_depth, device, _), members in sorted(keyed.items(), key=lambda kv: kv[0][0]):
@@ -207,7 +207,7 @@ def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, 
 
 def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
     """Every model the analyses ``names`` train at ``level``, each once, in plan order:
-    ``(label, spec builder)``."""
+    ``(label, RunConfig builder)``."""
     items: dict[str, Builder] = {}
     for n in names:
         fig = figure_of(n)
@@ -215,7 +215,7 @@ def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
             continue
         for label, build in dryrun.recipe_builders(fig.recipes(level), level):
             items.setdefault(label, build)
-        for label, build in fig.dry_run_specs(level):
+        for label, build in fig.dry_run_configs(level):
             items.setdefault(label, build)
     return list(items.items())
 

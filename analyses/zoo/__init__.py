@@ -175,8 +175,8 @@ def _train_group(names: list[str], level: str, cache_dir: str, device: str,
     recipes ``names``, whose init recipes are cached, trained as ensembles where they can be
     (:func:`models.train.ensemble_cache.train_runs_cached`); each one's path, or a
     :class:`Failed` for a run that diverged."""
-    specs = [run_config(n, level, cache_dir, train, device) for n in names]
-    done = train_runs_cached(specs, cache_dir, device, progress=progress, labels=names,
+    run_configs = [run_config(n, level, cache_dir, train, device) for n in names]
+    done = train_runs_cached(run_configs, cache_dir, device, progress=progress, labels=names,
                              ensembles=ensembles)
     return [Failed(r.error, 1) if isinstance(r, MemberFailed) else str(r) for r in done]
 

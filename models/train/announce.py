@@ -52,18 +52,18 @@ def _costs(kind: str) -> StepCosts:
     return costs.timed() if kind == "cpu" else costs
 
 
-def estimate(spec: RunConfig, device: str | torch.device = "auto") -> Estimate | None:
-    """Seconds of ``spec``'s whole run on ``device`` from the step-cost tables, or None."""
+def estimate(run_config: RunConfig, device: str | torch.device = "auto") -> Estimate | None:
+    """Seconds of ``run_config``'s whole run on ``device`` from the step-cost tables, or None."""
     kind = "cuda" if resolve_device(device).type == "cuda" else "cpu"
     try:
-        return _costs(kind).run(spec)
+        return _costs(kind).run(run_config)
     except Exception:  # noqa: BLE001 - an estimate is a convenience, never a reason to fail
         return None
 
 
-def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
+def step_seconds(run_config: RunConfig, device: str | torch.device = "auto",
                  budget_s: float = PROBE_MIN_S) -> float | None:
-    """Wall seconds of one training step of ``spec`` here, now: a throwaway copy of the run
+    """Wall seconds of one training step of ``run_config`` here, now: a throwaway copy of the run
     (the same model, batches, threads and loss; no output, no evaluation) takes
     ``PROBE_WARMUP`` steps, then timed ones for ``budget_s`` (at least one: where a step takes
     seconds, the timing stays a step or two). Torch's, numpy's and python's global RNGs are
@@ -75,15 +75,15 @@ def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
         return None
     try:
         with global_rngs_kept():
-            spec = spec.resolved(dev)
-            copy = Trainee(spec, None, dev, None, False, (), evaluate)
+            run_config = run_config.resolved(dev)
+            copy = Trainee(run_config, None, dev, None, False, (), evaluate)
             copy.bar.close()
-            loss_fn = step_loss(copy.model, spec.train, dev)
+            loss_fn = step_loss(copy.model, run_config.train, dev)
 
             def step() -> None:  # the loop's step, at the optimiser's first learning rate
                 batch = next(copy.data)
                 copy.opt.zero_grad(set_to_none=True)
-                backward(loss_fn, batch, spec.train.micro_batch)
+                backward(loss_fn, batch, run_config.train.micro_batch)
                 torch.nn.utils.clip_grad_norm_(copy.model.parameters(), copy.clip)
                 copy.opt.step()
 
@@ -98,21 +98,22 @@ def step_seconds(spec: RunConfig, device: str | torch.device = "auto",
         return None
 
 
-def measured_estimate(spec: RunConfig, device: str | torch.device = "auto") -> Estimate | None:
-    """Seconds of ``spec``'s whole run from :func:`step_seconds` (its evaluations from the
+def measured_estimate(run_config: RunConfig,
+                      device: str | torch.device = "auto") -> Estimate | None:
+    """Seconds of ``run_config``'s whole run from :func:`step_seconds` (its evaluations from the
     step-cost table's ratio of an evaluation to a step; left out, and said so, where the table
     has no row of the architecture); None where no step can be timed."""
-    table = estimate(spec, device)  # a short run spends a small share of itself on the timing
+    table = estimate(run_config, device)  # a short run spends a small share of itself on the timing
     budget = PROBE_MIN_S if table is None else min(PROBE_MIN_S, PROBE_SHARE * table.seconds)
-    per_step = step_seconds(spec, device, budget)
+    per_step = step_seconds(run_config, device, budget)
     if per_step is None:
         return None
     try:
-        steps = StepCosts.load().in_steps(spec)
+        steps = StepCosts.load().in_steps(run_config)
     except Exception:  # noqa: BLE001 - as estimate()
         steps = None
     if steps is None:
-        return Estimate(per_step * spec.train.steps,
+        return Estimate(per_step * run_config.train.steps,
                         f"{per_step:.3g} s per step of this run now, evaluations not included")
     return Estimate(per_step * steps, f"{per_step:.3g} s per step of this run now")
 
@@ -127,35 +128,37 @@ def human_seconds(s: float) -> str:
     return f"{s / 86400:.0f} days"
 
 
-def training_line(spec: RunConfig, out: str | Path | None, *, what: str | None = None,
+def training_line(run_config: RunConfig, out: str | Path | None, *, what: str | None = None,
                   device: str | torch.device = "auto", resume_step: int | None = None,
                   detail: str | None = None, measure: bool = False) -> str:
     """The line (see the module docstring). ``what``: the recipe's name, where there is one;
     ``resume_step``: the step a resumed run continues from (the ETA is of the steps left);
     ``detail``: more about the run, in the parentheses (parameters, DDP); ``measure``: time
     steps of this run for the ETA (:func:`measured_estimate`)."""
-    steps = spec.train.steps
-    run = f"{spec.arch} on {spec.task_name}" + (f", {detail}" if detail else "")
+    steps = run_config.train.steps
+    run = f"{run_config.arch} on {run_config.task_name}" + (f", {detail}" if detail else "")
     head = f"about to train {what} ({run})" if what else f"about to train ({run})"
     todo = f"{steps:,} steps"
     left = 1.0
     if resume_step:
         todo = f"steps {resume_step:,} to {steps:,} (resumed)"
         left = max(steps - resume_step, 0) / max(steps, 1)
-    est = (measured_estimate(spec, device) if measure else None) or estimate(spec, device)
+    est = (measured_estimate(run_config, device) if measure else None) or estimate(run_config,
+                                                                                   device)
     if est is None:
-        eta = f"ETA unknown (no step cost of a {spec.arch} in the step-cost table)"
+        eta = f"ETA unknown (no step cost of a {run_config.arch} in the step-cost table)"
     else:
         eta = f"ETA {human_seconds(est.seconds * left)} ({SOURCES.get(est.source, est.source)})"
     where = f" -> {out}" if out is not None else " (no output file)"
-    stop = f", stops early at accuracy {spec.train.stop_at:g}" if spec.train.stop_at else ""
+    stop_at = run_config.train.stop_at
+    stop = f", stops early at accuracy {stop_at:g}" if stop_at else ""
     return f"{head}: {todo}{stop}{where}; {eta}"
 
 
-def announce(spec: RunConfig, out: str | Path | None, *, what: str | None = None,
+def announce(run_config: RunConfig, out: str | Path | None, *, what: str | None = None,
              device: str | torch.device = "auto", resume_step: int | None = None,
              detail: str | None = None, measure: bool = False) -> None:
     """Print :func:`training_line` to stderr (rank 0 alone under torchrun)."""
     if distributed.world().is_main:
-        print(training_line(spec, out, what=what, device=device, resume_step=resume_step,
+        print(training_line(run_config, out, what=what, device=device, resume_step=resume_step,
                             detail=detail, measure=measure), file=sys.stderr, flush=True)

@@ -62,15 +62,15 @@ def make_run_config(arch: str, task: str, level: str = "quick", model: dict | No
 def run_config_of_checkpoint(ck: dict, model: dict | None = None, task_config: dict | None = None,
                        train: dict | None = None) -> RunConfig:
     """The run a checkpoint was trained with (``--resume``), with overrides on top."""
-    spec = RunConfig.build(ck["model"]["arch"], ck["task"]["name"],
-                           {**ck["model"]["config"], **(model or {})},
-                           {**ck["task"]["config"], **(task_config or {})},
-                           {**ck["train"].get("config", {}), **(train or {})})
-    validate_run_config(spec)
-    return spec
+    run_config = RunConfig.build(ck["model"]["arch"], ck["task"]["name"],
+                                 {**ck["model"]["config"], **(model or {})},
+                                 {**ck["task"]["config"], **(task_config or {})},
+                                 {**ck["train"].get("config", {}), **(train or {})})
+    validate_run_config(run_config)
+    return run_config
 
 
-def validate_run_config(spec: RunConfig) -> None:
+def validate_run_config(run_config: RunConfig) -> None:
     """Raise :class:`InputError` unless the run can start: its configs and their fit (the
     names and the types of the sections :class:`RunConfig` checked already).
 
@@ -78,50 +78,51 @@ def validate_run_config(spec: RunConfig) -> None:
     this machine is one line, not an allocator failure); called by :func:`make_run_config`, by
     ``--resume`` and by the loop.
     """
-    check_task_bounds(spec.task_name, spec.task_dict)
-    task = make_task(spec.task_name, spec.task_dict)
-    check_run_size(spec, task)
-    vocab = getattr(spec.model, "vocab_size", None)
-    if vocab is not None and hasattr(task, "vocab") and getattr(spec.model, "head", "lm") == "lm":
+    check_task_bounds(run_config.task_name, run_config.task_dict)
+    task = make_task(run_config.task_name, run_config.task_dict)
+    check_run_size(run_config, task)
+    vocab = getattr(run_config.model, "vocab_size", None)
+    if vocab is not None and hasattr(task, "vocab") and getattr(run_config.model, "head",
+                                                                "lm") == "lm":
         check(vocab >= task.vocab.size,
-              f"vocab_size {vocab} is smaller than the {spec.task_name} task's vocabulary "
+              f"vocab_size {vocab} is smaller than the {run_config.task_name} task's vocabulary "
               f"({task.vocab.size} tokens)")
-    if spec.train.init_from:
-        _check_init(spec)
-    if spec.train.context:
-        check_packable(task, spec.train.context)
+    if run_config.train.init_from:
+        _check_init(run_config)
+    if run_config.train.context:
+        check_packable(task, run_config.train.context)
 
 
 BYTES_PER_PARAM = 16  # fp32 weights, gradients and AdamW's two moments
 
 
-def run_size(spec: RunConfig, task) -> tuple[int, int, str]:
+def run_size(run_config: RunConfig, task) -> tuple[int, int, str]:
     """``(parameters, bytes, what)``: a lower bound on the memory this run needs (weights,
     gradients, optimizer state, rebuilt buffers, one batch's tokens and logits, and one
     micro-batch's residual stream at every block boundary), from the
     configs alone (meta-device builds: nothing is allocated)."""
-    n_params, param_bytes, buffer_bytes = model_footprint(spec.arch, spec.model_dict)
-    cfg = spec.train
+    n_params, param_bytes, buffer_bytes = model_footprint(run_config.arch, run_config.model_dict)
+    cfg = run_config.train
     length = cfg.context or task.max_example_len()
     rows = max(cfg.batch_size, cfg.eval_batch_size)
-    vocab = int(getattr(spec.model, "vocab_size", 0) or 0)
+    vocab = int(getattr(run_config.model, "vocab_size", 0) or 0)
     # int64 tokens and targets; fp32 logits, their log-softmax and its gradient
     batch_bytes = rows * length * (16 + 12 * vocab)
     # the residual stream at every block boundary of one micro-batch, which the backward needs
     # however the blocks are checkpointed: fp32 (autocast keeps the residual stream in fp32)
-    width = int(getattr(spec.model, "d_model", 0) or 0)
-    layers = int(getattr(spec.model, "n_layers", 0) or 0)
+    width = int(getattr(run_config.model, "d_model", 0) or 0)
+    layers = int(getattr(run_config.model, "n_layers", 0) or 0)
     stream_bytes = (cfg.micro_batch or cfg.batch_size) * length * width * (layers + 1) * 4
     need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes + stream_bytes
-    what = (f"training {spec.arch} with {n_params:,} parameters (weights, gradients and AdamW "
-            f"state) on batches of {rows} x {length:,} tokens")
+    what = (f"training {run_config.arch} with {n_params:,} parameters (weights, gradients and "
+            f"AdamW state) on batches of {rows} x {length:,} tokens")
     return n_params, need, what
 
 
-def check_run_size(spec: RunConfig, task, device="cpu") -> int:
+def check_run_size(run_config: RunConfig, task, device="cpu") -> int:
     """Raise :class:`InputError` (one line) when :func:`run_size` exceeds ``device``'s memory;
     returns the parameter count."""
-    n_params, need, what = run_size(spec, task)
+    n_params, need, what = run_size(run_config, task)
     check_fits(need, what, device)
     return n_params
 
@@ -142,15 +143,15 @@ def _model_entry(path: str, mtime_ns: int, size: int) -> dict:
     return read_checkpoint(path)["model"]
 
 
-def _check_init(spec: RunConfig) -> None:
+def _check_init(run_config: RunConfig) -> None:
     """The ``init_from`` checkpoint must hold this run's arch and model config."""
-    path = spec.train.init_from
+    path = run_config.train.init_from
     entry = _init_model_entry(path)
     arch = entry["arch"]
-    check(arch == spec.arch, f"init_from {path} holds a {arch} model, not {spec.arch}")
+    check(arch == run_config.arch, f"init_from {path} holds a {arch} model, not {run_config.arch}")
     cls = model_class(arch).config_cls  # full configs: a default left out is not a difference
     config = config_to_dict(config_from_dict(cls, entry["config"]))
-    ours = config_to_dict(spec.model)
+    ours = config_to_dict(run_config.model)
     differ = sorted(k for k in set(config) | set(ours) if config.get(k) != ours.get(k))
     check(not differ, f"init_from {path}: its model config differs from this run's in "
           + ", ".join(f"{k} ({config.get(k)!r} vs {ours.get(k)!r})" for k in differ[:4]))

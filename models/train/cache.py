@@ -4,7 +4,7 @@ Entries are ``cache_dir/{arch}-{task}-{hash}.pt`` (:meth:`RunConfig.hash`); ``ca
 defaults to :func:`seqprobe.paths.default_cache_dir`, the same from any folder. A lock file beside
 each entry makes a second process that asks for the same checkpoint (two analyses run side by
 side) wait for the first and reuse it instead of training it again. An entry is served only
-when it is this spec's finished run (:func:`entry_state`): a broken file or another run's
+when it is this RunConfig's finished run (:func:`entry_state`): a broken file or another run's
 checkpoint at the path is retrained, a run stopped by Ctrl-C or SIGTERM is resumed.
 
 An entry means the same from any folder and after the cache is moved: a fine-tuned run's key
@@ -36,20 +36,22 @@ from seqprobe.errors import CheckpointError, InputError
 from seqprobe.paths import cache_dir_or_default
 
 
-def keyed(spec: RunConfig, device: str | torch.device = "auto") -> RunConfig:
-    """``spec`` as the cache keys and records it on ``device``: resolved for the device
+def keyed(run_config: RunConfig, device: str | torch.device = "auto") -> RunConfig:
+    """``run_config`` as the cache keys and records it on ``device``: resolved for the device
     ("auto" precision / compile set: a CPU checkpoint is never served for a CUDA run, nor the
     reverse) and its ``init_from`` absolute (the record names the file from any folder)."""
-    spec = spec.resolved(resolve_device(device))
-    if spec.train.init_from:
-        spec = spec.replace(train={"init_from": os.path.abspath(spec.train.init_from)})
-    return spec
+    run_config = run_config.resolved(resolve_device(device))
+    if run_config.train.init_from:
+        init_from = os.path.abspath(run_config.train.init_from)
+        run_config = run_config.replace(train={"init_from": init_from})
+    return run_config
 
 
-def cache_path(spec: RunConfig, cache_dir: str | Path | None = None) -> Path:
-    """Where ``spec``'s run is cached (None: the default cache); resolve it for its device
+def cache_path(run_config: RunConfig, cache_dir: str | Path | None = None) -> Path:
+    """Where ``run_config``'s run is cached (None: the default cache); resolve it for its device
     first (:meth:`RunConfig.resolved`: an unresolved run is keyed as its CPU run)."""
-    return cache_dir_or_default(cache_dir) / f"{spec.arch}-{spec.task_name}-{spec.hash()}.pt"
+    name = f"{run_config.arch}-{run_config.task_name}-{run_config.hash()}.pt"
+    return cache_dir_or_default(cache_dir) / name
 
 
 def check_cache_dir(cache_dir: str | Path | None = None, write: bool = True) -> Path:
@@ -115,7 +117,7 @@ def recorded_run(ck: dict, cache_dir: str | Path) -> RunConfig:
     return run
 
 
-def _spec_hash(ck: dict, cache_dir: str | Path) -> str | None:
+def _run_config_hash(ck: dict, cache_dir: str | Path) -> str | None:
     """The cache hash of the run a checkpoint in ``cache_dir`` records, or None where it
     records none (or its init checkpoint cannot be read)."""
     try:
@@ -126,9 +128,9 @@ def _spec_hash(ck: dict, cache_dir: str | Path) -> str | None:
         return None
 
 
-def entry_state(path: Path, spec: RunConfig | None = None) -> str:
+def entry_state(path: Path, run_config: RunConfig | None = None) -> str:
     """What is at a cache path: ``missing``; ``broken`` (not a readable, sound checkpoint);
-    ``other`` (a checkpoint of another run than ``spec``, e.g. a file copied there);
+    ``other`` (a checkpoint of another run than ``run_config``, e.g. a file copied there);
     ``interrupted`` (this run, stopped by a signal before its last step: resumable); or
     ``done`` (this run, finished or stopped by its own rule, e.g. ``stop_at``)."""
     if not path.exists():
@@ -137,7 +139,7 @@ def entry_state(path: Path, spec: RunConfig | None = None) -> str:
         ck = read_checkpoint(path)
     except CheckpointError:
         return "broken"
-    if spec is not None and _spec_hash(ck, path.parent) != spec.hash():
+    if run_config is not None and _run_config_hash(ck, path.parent) != run_config.hash():
         return "other"
     tr = ck.get("train", {})
     steps = (tr.get("config") or {}).get("steps")
@@ -147,18 +149,19 @@ def entry_state(path: Path, spec: RunConfig | None = None) -> str:
     return "done"
 
 
-def is_cached(path: Path, spec: RunConfig | None = None) -> bool:
-    """``spec``'s finished run is at ``path`` (without ``spec``: some finished run)."""
-    return entry_state(path, spec) == "done"
+def is_cached(path: Path, run_config: RunConfig | None = None) -> bool:
+    """``run_config``'s finished run is at ``path`` (without ``run_config``: some finished run)."""
+    return entry_state(path, run_config) == "done"
 
 
-def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, device: str = "auto",
+def train_run_cached(run_config: RunConfig, cache_dir: str | Path | None = None,
+                     device: str = "auto",
                       progress: bool = True, resume: str | Path | None = None,
                       label: str | None = None) -> Path:
-    """The cached checkpoint of ``spec``, trained first if it is not there (under a lock).
+    """The cached checkpoint of ``run_config``, trained first if it is not there (under a lock).
 
     ``resume``: a checkpoint of this same run stopped earlier, to continue instead of starting
-    at step 0 (checkpoints along one run). Only where that is the same run: the spec may differ
+    at step 0 (checkpoints along one run). Only where that is the same run: the RunConfig may differ
     in ``steps`` alone and the schedule must be ``constant``, so the learning rate of a step
     does not depend on where the run ends.
 
@@ -166,15 +169,15 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, devic
     the recipe's name, where there is one)."""
     # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
     # never served for a CUDA run, nor the reverse (their keys differ)
-    spec = keyed(spec, device)
-    path = cache_path(spec, cache_dir)
+    run_config = keyed(run_config, device)
+    path = cache_path(run_config, cache_dir)
     world = distributed.world()
     if world.is_main:
         check_cache_dir(path.parent, write=False)
         # A finished, verified entry is only read: served without the lock (its writer renamed
         # it into place whole), so a read-only cache serves it. Under torchrun every rank
         # takes part in the broadcast below, so there the locked path is taken as before.
-        if not world.active and entry_state(path, spec) == "done":
+        if not world.active and entry_state(path, run_config) == "done":
             return path
         check_cache_dir(path.parent)  # this entry needs a write: the lock, then training
         check_lock_file(Path(str(path) + ".lock"))
@@ -182,7 +185,7 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, devic
     # then every rank trains (DDP) and rank 0 writes. Every rank taking the lock would leave
     # rank 1 waiting on it while rank 0 waits on rank 1 inside training.
     with FileLock(str(path) + ".lock") if world.is_main else contextlib.nullcontext():
-        state = entry_state(path, spec) if world.is_main else None
+        state = entry_state(path, run_config) if world.is_main else None
         if world.active:
             distributed.process_group(distributed.rank_device(resolve_device(device)))
             state = distributed.broadcast(state, world)
@@ -191,25 +194,25 @@ def train_run_cached(spec: RunConfig, cache_dir: str | Path | None = None, devic
                 print(f"cache: {path.name} holds another run's checkpoint; training this "
                       "run over it", file=sys.stderr)
             if state == "interrupted" and resume is None:
-                resume = path  # the same spec stopped by a signal: continue it, not serve it
+                resume = path  # the same RunConfig stopped by a signal: continue it, not serve it
             elif resume is not None:
-                _check_continues(spec, resume, path.parent)
+                _check_continues(run_config, resume, path.parent)
             if world.is_main:
-                announce(spec, path, what=label, device=device, resume_step=read_checkpoint(
+                announce(run_config, path, what=label, device=device, resume_step=read_checkpoint(
                     resume)["train"].get("step") if resume else None, measure=True)
-            train(spec, out=path, device=device, progress=progress, resume=resume)
+            train(run_config, out=path, device=device, progress=progress, resume=resume)
     return path
 
 
-def _check_continues(spec: RunConfig, resume: str | Path, cache_dir: str | Path) -> None:
+def _check_continues(run_config: RunConfig, resume: str | Path, cache_dir: str | Path) -> None:
     ck = read_checkpoint(resume)
     init = (ck["train"].get("config") or {}).get("init_from")
     # its init_from found as the cache finds it (recorded_run), not from the current folder
     earlier = run_config_of_checkpoint(
         ck, train={"init_from": init_in_cache(init, cache_dir)} if init else None)
-    same = earlier.replace(train={"steps": spec.train.steps})
-    check(spec.train.schedule == "constant" and same.hash() == spec.hash()
-          and ck["train"]["step"] <= spec.train.steps,
+    same = earlier.replace(train={"steps": run_config.train.steps})
+    check(run_config.train.schedule == "constant" and same.hash() == run_config.hash()
+          and ck["train"]["step"] <= run_config.train.steps,
           f"resume {resume}: not this run stopped earlier (it must differ in steps alone, "
           "at a constant schedule)")
 
@@ -219,5 +222,5 @@ def train_cached(arch: str, task: str, level: str = "quick", cache_dir: str | Pa
                  train_overrides: dict | None = None, device: str = "auto",
                  progress: bool = True) -> Path:
     """:func:`make_run_config` then :func:`train_run_cached`."""
-    spec = make_run_config(arch, task, level, model, task_config, train_overrides)
-    return train_run_cached(spec, cache_dir, device, progress)
+    run_config = make_run_config(arch, task, level, model, task_config, train_overrides)
+    return train_run_cached(run_config, cache_dir, device, progress)

@@ -19,7 +19,7 @@ class Run:
     """The state of a run that callbacks see (and may read the model of). Mutable: the loop
     advances it step by step."""
 
-    spec: RunConfig
+    run_config: RunConfig
     model: torch.nn.Module
     task: Any
     device: torch.device
@@ -65,7 +65,8 @@ class StopAt(Callback):
         self.level = level
 
     def on_eval(self, run: Run, record: dict[str, Any]) -> bool | None:
-        check("string_acc" in record, f"stop_at: the {run.spec.task_name} task's evaluation has no "
+        check("string_acc" in record,
+              f"stop_at: the {run.run_config.task_name} task's evaluation has no "
               "string accuracy to stop on")
         at = record.get("string_acc_at") or {}
         worst = min(at.items(), key=lambda kv: kv[1]) if at else None

@@ -195,11 +195,11 @@ class EvalLines(Callback):
         if self.world.is_main:
             shown = ", ".join(f"{k}={record[k]:.4g}" for k in self.KEYS
                               if isinstance(record.get(k), float))
-            print(f"step {run.step}/{run.spec.train.steps}: {shown}", file=sys.stderr,
+            print(f"step {run.step}/{run.run_config.train.steps}: {shown}", file=sys.stderr,
                   flush=True)
 
 
-def check_same_schedule(ck: dict, spec: RunConfig, resume: str) -> None:
+def check_same_schedule(ck: dict, run_config: RunConfig, resume: str) -> None:
     """Refuse ``--steps`` that changes a resumed run's schedule: a linear or cosine decay is a
     function of the step *and* the run's length, so the steps already taken would have had
     other learning rates in the run asked for, and the checkpoint would end as neither run.
@@ -207,14 +207,15 @@ def check_same_schedule(ck: dict, spec: RunConfig, resume: str) -> None:
     warm-up, or a run stopped inside its warm-up): the result is then exactly the new run."""
     saved = ck["train"].get("config") or {}
     before, done = saved.get("steps"), int(ck["train"].get("step") or 0)
-    if before is None or before == spec.train.steps:
+    if before is None or before == run_config.train.steps:
         return
-    check(done <= spec.train.steps,
-          f"--steps {spec.train.steps}: {resume} is at step {done} already")
-    old = dataclasses.replace(spec.train, steps=before)
+    check(done <= run_config.train.steps,
+          f"--steps {run_config.train.steps}: {resume} is at step {done} already")
+    old = dataclasses.replace(run_config.train, steps=before)
     for step in range(done):
-        a, b = lr_at(old, step), lr_at(spec.train, step)
-        check(a == b, f"--steps {spec.train.steps} would change the {spec.train.schedule} "
+        a, b = lr_at(old, step), lr_at(run_config.train, step)
+        check(a == b,
+              f"--steps {run_config.train.steps} would change the {run_config.train.schedule} "
               f"schedule of {resume} (trained for {before} steps: step {step} had learning "
               f"rate {a:.3g}, this run gives it {b:.3g}); resume without --steps, or train a "
               "new run (--schedule constant does not depend on the length)")
@@ -261,18 +262,18 @@ def _main(argv: list[str]) -> int:
                 given[part][name] = parse_value(value, tp, f"--{name}")
         resolve_device(args.device)
         if ck is not None:
-            spec = run_config_of_checkpoint(ck, given["model"], given["task"], given["train"])
-            check_same_schedule(ck, spec, resume)
+            run_config = run_config_of_checkpoint(ck, given["model"], given["task"], given["train"])
+            check_same_schedule(ck, run_config, resume)
             out = args.out or resume
         else:
-            spec = make_run_config(arch, task, args.level, given["model"], given["task"],
-                                   given["train"])
+            run_config = make_run_config(arch, task, args.level, given["model"], given["task"],
+                                         given["train"])
             out = args.out
         if out is None:
             raise InputError("--out is required (where to write the checkpoint)")
         check_writable(out)
         check_overwrite(out, resume, args.overwrite)
-        model = meta_model(spec.arch, spec.model)  # shapes only: nothing allocated
+        model = meta_model(run_config.arch, run_config.model)  # shapes only: nothing allocated
         if ck is not None:
             check_resumable(ck, model, resume)
         n_params = model.n_params()
@@ -281,10 +282,10 @@ def _main(argv: list[str]) -> int:
         # the writer (the other ranks never write)
         with exclusive_writer(out) if world.is_main else nullcontext():
             ddp = f" (DDP over {world.size} processes)" if world.active else ""
-            announce(spec, out, device=args.device, detail=f"{n_params:,} parameters{ddp}",
+            announce(run_config, out, device=args.device, detail=f"{n_params:,} parameters{ddp}",
                      resume_step=ck["train"].get("step") if ck is not None else None,
                      measure=True)
-            ck = train(spec, out=out, device=args.device, resume=resume,
+            ck = train(run_config, out=out, device=args.device, resume=resume,
                        progress=not args.no_progress,
                        callbacks=[EvalLines(world)] if args.no_progress else ())
     except TrainingDiverged as e:

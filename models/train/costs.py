@@ -94,14 +94,15 @@ def reference_seconds(clock: Callable[[], float] = time.perf_counter) -> float:
         torch.set_num_threads(threads)
 
 
-def cost_key(spec: RunConfig) -> str:
+def cost_key(run_config: RunConfig) -> str:
     """What a step's and an evaluation's cost depend on: the model, the task's data (its
     config sets the sequence lengths), the batches and how the forward runs. Seeds, learning
     rates and step counts do not change it, so all seeds of a recipe share one row."""
-    cfg = spec.train
+    cfg = run_config.train
     if cfg.device_type == "auto":  # the table is measured on CPUs: an unresolved run as there
         cfg = resolve_train(cfg, torch.device("cpu"))
-    return json.dumps([spec.arch, spec.model_dict, spec.task_name, spec.task_dict, cfg.batch_size,
+    return json.dumps([run_config.arch, run_config.model_dict, run_config.task_name,
+                       run_config.task_dict, cfg.batch_size,
                        cfg.context, cfg.eval_batches, cfg.eval_batch_size, cfg.greedy_eval,
                        cfg.precision, cfg.compile], sort_keys=True, default=list)
 
@@ -173,61 +174,63 @@ class StepCosts:
         """A process's start-up here, in seconds (needs :meth:`timed`)."""
         return self._start() * self.unit_s
 
-    def run(self, spec: RunConfig, device: str | None = None) -> Estimate | None:
-        """Seconds of ``spec``'s whole run here: start-up, every step, every evaluation (needs
+    def run(self, run_config: RunConfig, device: str | None = None) -> Estimate | None:
+        """Seconds of ``run_config``'s whole run here: start-up, every step, every evaluation (needs
         :meth:`timed`); on a GPU, its steps (:meth:`gpu_run`). ``device`` "cpu": a job the plan
         places on the CPU cores (the tiny models of a GPU machine's plan), costed as one."""
         if self.device == "cuda" and device != "cpu":
-            return self.gpu_run(spec)
-        parts = self._parts(spec)
+            return self.gpu_run(run_config)
+        parts = self._parts(run_config)
         if parts is None:
             return None
         start, step, evaluation, source = parts
-        evals = evaluations(spec.train.steps, spec.train.eval_every)
-        units = start + spec.train.steps * step + evals * evaluation
+        evals = evaluations(run_config.train.steps, run_config.train.eval_every)
+        units = start + run_config.train.steps * step + evals * evaluation
         return Estimate(units * self.unit_s, source)
 
-    def in_steps(self, spec: RunConfig) -> float | None:
-        """``spec``'s steps and evaluations in units of one of its own steps (no start-up: the
+    def in_steps(self, run_config: RunConfig) -> float | None:
+        """``run_config``'s steps and evaluations in units of one of its own steps (no start-up: the
         process asking has started): what a step of this run timed here now turns into the
         run's seconds (:mod:`models.train.announce`). None where :meth:`run` is."""
-        parts = self._parts(spec)
+        parts = self._parts(run_config)
         if parts is None:
             return None
         _, step, evaluation, _ = parts
-        evals = evaluations(spec.train.steps, spec.train.eval_every)
-        return spec.train.steps + evals * evaluation / step
+        evals = evaluations(run_config.train.steps, run_config.train.eval_every)
+        return run_config.train.steps + evals * evaluation / step
 
-    def _parts(self, spec: RunConfig) -> tuple[float, float, float, str] | None:
-        """(start-up, one step, one evaluation) of ``spec`` in reference steps, and where they
+    def _parts(self, run_config: RunConfig) -> tuple[float, float, float, str] | None:
+        """(start-up, one step, one evaluation) of ``run_config`` in reference steps, and where they
         come from: this run's row ("table"), else its architecture's rate per FLOP ("flops"),
         else every row's rate ("projection": an architecture never measured); None when the
         table has no row at all."""
-        r = self.rows.get(cost_key(spec))
+        r = self.rows.get(cost_key(run_config))
         if r is not None:
             return r["start"], r["step"], r["eval"], "table"
         rated = [r for r in self.rows.values() if r.get("flops_per_step")]
-        same = [r for r in rated if r.get("arch") == spec.arch]
+        same = [r for r in rated if r.get("arch") == run_config.arch]
         # an architecture the table has never measured (a new one) is not left out of an ETA:
         # its FLOPs at the rate of every measured row, and the estimate says it is projected
         source = "flops" if same else PROJECTED
         same = same or rated
         if not same:
             return None
-        row = plan_row(spec.arch, spec)  # this run's FLOPs (meta-device build, one batch)
+        # this run's FLOPs (meta-device build, one batch)
+        row = plan_row(run_config.arch, run_config)
         per_flop = statistics.median(r["step"] / r["flops_per_step"] for r in same)
         eval_ratio = statistics.median(r["eval"] / r["step"] for r in same)
         step = per_flop * row["flops_per_token"] * row["tokens_per_step"]
         return self._start(), step, eval_ratio * step, source
 
-    def gpu_run(self, spec: RunConfig) -> Estimate:
-        """Seconds of ``spec``'s steps on one GPU: steps x the CUDA table's measured seconds
+    def gpu_run(self, run_config: RunConfig) -> Estimate:
+        """Seconds of ``run_config``'s steps on one GPU: steps x the CUDA table's measured seconds
         per step of this run (source ``"measured"``), else its FLOPs at the utilisation assumed
         for its precision (``"projection"``)."""
-        row = plan_row(spec.arch, spec)  # this run's length and FLOPs (one batch, on the CPU)
+        # this run's length and FLOPs (one batch, on the CPU)
+        row = plan_row(run_config.arch, run_config)
         cost = gpu_costs.measured_or_projected(
-            spec, row["seq_len"], row["flops_per_token"] * row["tokens_per_step"], self.cuda)
-        return Estimate(cost["seconds_per_step"] * spec.train.steps, cost["source"])
+            run_config, row["seq_len"], row["flops_per_token"] * row["tokens_per_step"], self.cuda)
+        return Estimate(cost["seconds_per_step"] * run_config.train.steps, cost["source"])
 
     def analysis(self, name: str, level: str) -> Estimate | None:
         """Seconds of analysis ``name``'s own process at ``level`` (models it reads from the

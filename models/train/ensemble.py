@@ -72,36 +72,36 @@ class MemberFailed:
     error: str
 
 
-def ensemble_key(spec: RunConfig) -> str | None:
+def ensemble_key(run_config: RunConfig) -> str | None:
     """Runs with one key train as one ensemble: the same architecture and model config (one
     forward, vmapped) at the same precision. None: the run trains alone, because its setting
     is one an ensemble does not run as it does (micro-batches, recomputed blocks: they trade
     memory for the same numbers, and a member runs its whole batch at once)."""
-    cfg = spec.train
+    cfg = run_config.train
     if cfg.checkpoint_blocks or (cfg.micro_batch and cfg.micro_batch < cfg.batch_size):
         return None
-    model = json.dumps(spec.model_dict, sort_keys=True, default=str)
-    return f"{spec.arch}|{model}|{cfg.precision}|{cfg.device_type}"
+    model = json.dumps(run_config.model_dict, sort_keys=True, default=str)
+    return f"{run_config.arch}|{model}|{cfg.precision}|{cfg.device_type}"
 
 
-def pays_off(spec: RunConfig) -> bool:
-    """Whether an ensemble trains ``spec`` faster than one run after another (the
+def pays_off(run_config: RunConfig) -> bool:
+    """Whether an ensemble trains ``run_config`` faster than one run after another (the
     ``--ensembles auto`` rule): on a GPU, where a small model's step is bound by kernel
     launches, which an ensemble's members share. Not on a CPU: there a step is bound by its
     arithmetic, which an ensemble does not share (bench/results.json ``ensemble``: the same
     work or more), so CPU cores run a sweep's runs side by side, each exactly its solo run."""
-    return spec.train.device_type == "cuda"
+    return run_config.train.device_type == "cuda"
 
 
-def group_runs(specs: Sequence[RunConfig], max_members: int = 32,
+def group_runs(run_configs: Sequence[RunConfig], max_members: int = 32,
                only_if_it_pays: bool = False) -> list[list[int]]:
-    """Indices of ``specs`` grouped into ensembles (:func:`ensemble_key`; at most
+    """Indices of ``run_configs`` grouped into ensembles (:func:`ensemble_key`; at most
     ``max_members`` each, in the order given); a run that trains alone is a group of one.
     ``only_if_it_pays``: a run :func:`pays_off` says nothing for trains alone too."""
     groups: dict[str, list[list[int]]] = {}
     out: list[list[int]] = []
-    for i, spec in enumerate(specs):
-        key = ensemble_key(spec) if not only_if_it_pays or pays_off(spec) else None
+    for i, run_config in enumerate(run_configs):
+        key = ensemble_key(run_config) if not only_if_it_pays or pays_off(run_config) else None
         if key is None:
             out.append([i])
             continue
@@ -164,47 +164,48 @@ def fused_backward(members: Sequence[Trainee], batches: Sequence[Any],
     return values
 
 
-def _check_ensemble(specs: Sequence[RunConfig], dev: torch.device) -> None:
+def _check_ensemble(run_configs: Sequence[RunConfig], dev: torch.device) -> None:
     """One line before any work: the runs form one ensemble and fit in memory together."""
-    check(len(specs) >= 1, "an ensemble needs at least one run")
-    keys = {ensemble_key(s) for s in specs}
+    check(len(run_configs) >= 1, "an ensemble needs at least one run")
+    keys = {ensemble_key(s) for s in run_configs}
     check(len(keys) == 1 and None not in keys,
           "these runs cannot train as one ensemble (another architecture or model config, or a "
           "setting an ensemble does not run: micro_batch, checkpoint_blocks); "
           "models.train.ensemble.group_runs groups them")
     need = 0
-    for s in specs:
+    for s in run_configs:
         need += run_size(s, make_task(s.task_name, s.task_dict))[1]
     if dev.type == "cpu":
-        check_fits(need, f"an ensemble of {len(specs)} {specs[0].arch} runs",
+        check_fits(need, f"an ensemble of {len(run_configs)} {run_configs[0].arch} runs",
                    "train fewer members at once")
     elif dev.type == "cuda":
         free = torch.cuda.mem_get_info(dev)[0]
-        check(need <= free, f"an ensemble of {len(specs)} {specs[0].arch} runs needs about "
+        check(need <= free,
+              f"an ensemble of {len(run_configs)} {run_configs[0].arch} runs needs about "
               f"{human_bytes(need)} of GPU memory, more than the {human_bytes(free)} free; "
               "train fewer members at once")
 
 
-def train_ensemble(specs: Sequence[RunConfig], outs: Sequence[str | Path | None],
+def train_ensemble(run_configs: Sequence[RunConfig], outs: Sequence[str | Path | None],
                    device: str = "auto", resumes: Sequence[str | Path | None] | None = None,
                    progress: bool = True, callbacks: Sequence[Sequence[Callback]] | None = None,
                    evaluator: Evaluator = evaluate) -> list[dict[str, Any] | MemberFailed]:
-    """Train ``specs`` as one ensemble; member ``i`` writes ``outs[i]`` (None: nothing) and
+    """Train ``run_configs`` as one ensemble; member ``i`` writes ``outs[i]`` (None: nothing) and
     continues ``resumes[i]`` where given. Returns each member's final checkpoint dict (what
     :func:`~models.train.loop.train` returns for its solo run), or a :class:`MemberFailed`
     for a member whose loss diverged (nothing saved for it, as solo). Ctrl-C or SIGTERM saves
     every member still training and raises :class:`TrainingInterrupted`."""
-    n = len(specs)
+    n = len(run_configs)
     outs = list(outs)
     resumes = list(resumes) if resumes is not None else [None] * n
     callbacks = list(callbacks) if callbacks is not None else [()] * n
     check(len(outs) == n and len(resumes) == n and len(callbacks) == n,
           "train_ensemble: one output, resume and callback list per run")
-    for s in specs:
+    for s in run_configs:
         validate_run_config(s)
     dev = resolve_device(device)
-    specs = [s.resolved(dev) for s in specs]
-    _check_ensemble(specs, dev)
+    run_configs = [s.resolved(dev) for s in run_configs]
+    _check_ensemble(run_configs, dev)
     paths = [check_writable(o) if o is not None else None for o in outs]
     check(len({p for p in paths if p is not None}) == sum(p is not None for p in paths),
           "train_ensemble: two members would write the same file")
@@ -214,20 +215,20 @@ def train_ensemble(specs: Sequence[RunConfig], outs: Sequence[str | Path | None]
         for lock in locks:
             lock.__enter__()
             entered.append(lock)
-        return _train_members(specs, paths, dev, resumes, progress, callbacks, evaluator)
+        return _train_members(run_configs, paths, dev, resumes, progress, callbacks, evaluator)
     finally:
         for lock in reversed(entered):
             lock.__exit__(None, None, None)
 
 
-def _train_members(specs, paths, dev, resumes, progress, callbacks, evaluator):
+def _train_members(run_configs, paths, dev, resumes, progress, callbacks, evaluator):
     members, rngs = [], []
-    for i, spec in enumerate(specs):
+    for i, run_config in enumerate(run_configs):
         # each member's global RNGs as its solo run leaves them after its init, put in place
         # whenever that member runs code of its own (evaluations, saves): its checkpoints'
         # RNG state is its solo run's
         with global_rngs_kept():
-            members.append(Trainee(spec, paths[i], dev, resumes[i], progress, callbacks[i],
+            members.append(Trainee(run_config, paths[i], dev, resumes[i], progress, callbacks[i],
                                    evaluator, position=i if progress else None))
             rngs.append(_MemberRngs())
     template = _template(members[0].model)
@@ -255,8 +256,9 @@ def _train_members(specs, paths, dev, resumes, progress, callbacks, evaluator):
                             stepped.append(i)
                         except TrainingDiverged as e:
                             results[i] = MemberFailed(str(e))
-                            print(f"ensemble member {i} ({specs[i].arch}, seed "
-                                  f"{specs[i].train.seed}, lr {specs[i].train.lr:g}): {e}",
+                            member = run_configs[i]
+                            print(f"ensemble member {i} ({member.arch}, seed "
+                                  f"{member.train.seed}, lr {member.train.lr:g}): {e}",
                                   file=sys.stderr)
                     for k, i in enumerate(stepped):
                         stopped_in_eval = i

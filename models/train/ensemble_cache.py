@@ -34,11 +34,11 @@ from seqprobe.config import check
 ENSEMBLES = ("auto", "on", "off")  # --ensembles
 
 
-def train_runs_cached(specs: list[RunConfig], cache_dir: str | Path | None = None,
+def train_runs_cached(run_configs: list[RunConfig], cache_dir: str | Path | None = None,
                       device: str = "auto", progress: bool = True,
                       labels: list[str] | None = None, max_members: int = 32,
                       ensembles: str = "auto") -> list[Path | MemberFailed]:
-    """The cached checkpoint of each run of ``specs``; those not cached are trained first, as
+    """The cached checkpoint of each run of ``run_configs``; those not cached are trained first, as
     ensembles of at most ``max_members`` (``ensembles``: ``auto`` where one
     :func:`~models.train.ensemble.pays_off`, ``on`` wherever the runs can form one, ``off``
     one run after another). Returns each run's path, or a :class:`MemberFailed` for a run whose
@@ -46,41 +46,41 @@ def train_runs_cached(specs: list[RunConfig], cache_dir: str | Path | None = Non
     alone goes through :func:`~models.train.cache.train_run_cached`, its solo path exactly."""
     check(ensembles in ENSEMBLES, f"ensembles must be one of {', '.join(ENSEMBLES)}, "
           f"got {ensembles!r}")
-    labels = labels or [None] * len(specs)
+    labels = labels or [None] * len(run_configs)
     if distributed.world().active:  # under torchrun: one run at a time, every rank in it (DDP)
         return [train_run_cached(s, cache_dir, device, progress, label=lb)
-                for s, lb in zip(specs, labels, strict=True)]
-    specs = [keyed(s, device) for s in specs]
-    paths = [cache_path(s, cache_dir) for s in specs]
+                for s, lb in zip(run_configs, labels, strict=True)]
+    run_configs = [keyed(s, device) for s in run_configs]
+    paths = [cache_path(s, cache_dir) for s in run_configs]
     check(len(set(paths)) == len(paths), "the same run is asked for twice")
-    out: list[Path | MemberFailed | None] = [None] * len(specs)
+    out: list[Path | MemberFailed | None] = [None] * len(run_configs)
     todo = []
-    for i, (s, p) in enumerate(zip(specs, paths, strict=True)):
+    for i, (s, p) in enumerate(zip(run_configs, paths, strict=True)):
         check_cache_dir(p.parent, write=False)
         if entry_state(p, s) == "done":
             out[i] = p
         else:
             todo.append(i)
     groups = ([[i] for i in range(len(todo))] if ensembles == "off" else
-              group_runs([specs[i] for i in todo], max_members, ensembles == "auto"))
+              group_runs([run_configs[i] for i in todo], max_members, ensembles == "auto"))
     for group in groups:
         idx = [todo[g] for g in group]
         if len(idx) == 1:
             i = idx[0]
             try:
-                out[i] = train_run_cached(specs[i], cache_dir, device, progress,
+                out[i] = train_run_cached(run_configs[i], cache_dir, device, progress,
                                           label=labels[i])
             except TrainingDiverged as e:
                 out[i] = MemberFailed(str(e))
             continue
-        for i, r in zip(idx, _train_group([specs[i] for i in idx], [paths[i] for i in idx],
+        for i, r in zip(idx, _train_group([run_configs[i] for i in idx], [paths[i] for i in idx],
                                           device, progress, [labels[i] for i in idx]),
                         strict=True):
             out[i] = r
     return out
 
 
-def _train_group(specs, paths, device, progress, labels) -> list[Path | MemberFailed]:
+def _train_group(run_configs, paths, device, progress, labels) -> list[Path | MemberFailed]:
     """One ensemble under its members' locks (taken in path order, so two processes asking for
     overlapping ensembles never wait on each other in a circle); a member another process
     finished meanwhile is served, not trained again."""
@@ -90,7 +90,7 @@ def _train_group(specs, paths, device, progress, labels) -> list[Path | MemberFa
         for i in order:
             check_lock_file(Path(str(paths[i]) + ".lock"))
             stack.enter_context(FileLock(str(paths[i]) + ".lock"))
-        states = [entry_state(p, s) for p, s in zip(paths, specs, strict=True)]
+        states = [entry_state(p, s) for p, s in zip(paths, run_configs, strict=True)]
         train = [i for i, st in enumerate(states) if st != "done"]
         resumes = []
         for k, i in enumerate(train):
@@ -100,10 +100,10 @@ def _train_group(specs, paths, device, progress, labels) -> list[Path | MemberFa
             resume = paths[i] if states[i] == "interrupted" else None
             resumes.append(resume)
             # the ETA is the member's solo run's: the step-cost tables have no ensemble rows
-            announce(specs[i], paths[i], what=labels[i], device=device,
+            announce(run_configs[i], paths[i], what=labels[i], device=device,
                      resume_step=read_checkpoint(resume)["train"].get("step") if resume
                      else None, detail=f"member {k + 1} of an ensemble of {len(train)}")
-        done = train_ensemble([specs[i] for i in train], [paths[i] for i in train], device,
+        done = train_ensemble([run_configs[i] for i in train], [paths[i] for i in train], device,
                               resumes, progress) if train else []
     out: list[Path | MemberFailed] = list(paths)
     for i, r in zip(train, done, strict=True):

@@ -49,16 +49,16 @@ UTILISATION = 0.40
 MEASURED, PROJECTION = "measured", "projection"  # where a row's GPU cost comes from
 
 
-def run_settings(spec: RunConfig, device_type: str) -> tuple[str, bool]:
-    """``(precision, compile)`` of ``spec``'s training forward on a device of ``device_type``:
+def run_settings(run_config: RunConfig, device_type: str) -> tuple[str, bool]:
+    """``(precision, compile)`` of ``run_config``'s training forward on a device of ``device_type``:
     an ``"auto"`` setting is bf16 and compiled on CUDA, fp32 and eager elsewhere; an explicit
     one is kept. :func:`models.train_config.resolve_train` for a card with bfloat16 (every card
     the table knows), answered without one: a GPU plan is estimated on a CPU machine too."""
     cuda = device_type == "cuda"
-    precision = getattr(spec.train, "precision", "fp32")
+    precision = getattr(run_config.train, "precision", "fp32")
     if precision == "auto":
         precision = "bf16" if cuda else "fp32"
-    comp = getattr(spec.train, "compile", False)
+    comp = getattr(run_config.train, "compile", False)
     if comp == "auto":
         comp = cuda
     elif isinstance(comp, str):
@@ -78,11 +78,11 @@ def device_kind(name: str) -> str:
         raise InputError(f"unknown device {name!r}; allowed: cpu, cuda, cuda:N, auto") from None
 
 
-def micro_batch(spec: RunConfig) -> int:
+def micro_batch(run_config: RunConfig) -> int:
     """Rows per forward pass: the run's ``micro_batch`` when it splits the batch (gradient
     accumulation), else the whole batch."""
-    mb = getattr(spec.train, "micro_batch", 0) or 0
-    return int(mb) if 0 < mb < spec.train.batch_size else spec.train.batch_size
+    mb = getattr(run_config.train, "micro_batch", 0) or 0
+    return int(mb) if 0 < mb < run_config.train.batch_size else run_config.train.batch_size
 
 
 def full_model(arch: str, model: dict[str, Any]) -> str:
@@ -137,20 +137,20 @@ class CudaTable:
         near = [c for c in self.cards if name in c or c in name]
         return near[0] if len(near) == 1 else None
 
-    def lookup(self, spec: RunConfig, seq_len: int, card: str | None = None,
+    def lookup(self, run_config: RunConfig, seq_len: int, card: str | None = None,
                device_type: str = "cuda") -> dict[str, Any] | None:
-        """The first row of ``card`` measured with ``spec``'s model, batch, micro-batch,
+        """The first row of ``card`` measured with ``run_config``'s model, batch, micro-batch,
         sequence length, precision and compile (as they resolve on ``device_type``); None when
         the table has none."""
         name = self.card(card)
         if name is None:
             return None
-        precision, comp = run_settings(spec, device_type)
-        want = full_model(spec.arch, spec.model_dict)
+        precision, comp = run_settings(run_config, device_type)
+        want = full_model(run_config.arch, run_config.model_dict)
         for row in self.cards[name].get("rows", []):
-            if (row.get("arch") == spec.arch and row.get("seq_len") == seq_len
-                    and row.get("batch_size") == spec.train.batch_size
-                    and row.get("micro_batch", row.get("batch_size")) == micro_batch(spec)
+            if (row.get("arch") == run_config.arch and row.get("seq_len") == seq_len
+                    and row.get("batch_size") == run_config.train.batch_size
+                    and row.get("micro_batch", row.get("batch_size")) == micro_batch(run_config)
                     and row.get("precision") == precision
                     and bool(row.get("compile")) == comp
                     and "seconds_per_step" in row and _model_of(row) == want):
@@ -170,19 +170,19 @@ class CudaTable:
         return list(self.cards[name].get("rows", [])) if name else []
 
 
-def measured_or_projected(spec: RunConfig, seq_len: int, flops_per_step: float,
+def measured_or_projected(run_config: RunConfig, seq_len: int, flops_per_step: float,
                           table: CudaTable | None = None,
                           card: str | None = None) -> dict[str, Any]:
-    """One step of ``spec`` on ``card`` (default :data:`REFERENCE_CARD`): ``seconds_per_step``
+    """One step of ``run_config`` on ``card`` (default :data:`REFERENCE_CARD`): ``seconds_per_step``
     and ``source`` (:data:`MEASURED`, with the table's ``row``, or :data:`PROJECTION`), and the
     ``precision`` and ``compile`` it runs with on CUDA."""
     table = cuda_table() if table is None else table
-    precision, comp = run_settings(spec, "cuda")
-    row = table.lookup(spec, seq_len, card)
+    precision, comp = run_settings(run_config, "cuda")
+    row = table.lookup(run_config, seq_len, card)
     if row is not None:
         return {"seconds_per_step": float(row["seconds_per_step"]), "source": MEASURED,
                 "row": row, "precision": precision, "compile": comp}
-    floor = table.launch_floor(spec.arch, card)
+    floor = table.launch_floor(run_config.arch, card)
     return {"seconds_per_step": max(projected_seconds(flops_per_step, precision), floor),
             "source": PROJECTION, "precision": precision, "compile": comp, "floor_s": floor}
 

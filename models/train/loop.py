@@ -137,7 +137,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
                              fused=fused_adamw(device) or None)
 
 
-def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
+def train(run_config: RunConfig, out: str | Path | None = None, device: str = "auto",
           resume: str | Path | None = None, progress: bool = True,
           callbacks: Sequence[Callback] = (), evaluator: Evaluator = evaluate) -> dict[str, Any]:
     """Run (or continue) training; returns the final checkpoint dict (also saved to ``out``).
@@ -151,32 +151,33 @@ def train(spec: RunConfig, out: str | Path | None = None, device: str = "auto",
     :func:`~models.train.writer.rescue_dirs` directory and raises
     :class:`~models.checkpoint.SaveError` saying where.
     """
-    validate_run_config(spec)
+    validate_run_config(run_config)
     dev = distributed.rank_device(resolve_device(device))
     # "auto" precision / compile set for this device: the checkpoint records what was used
-    spec = spec.resolved(dev)
+    run_config = run_config.resolved(dev)
     world = distributed.world()
-    check(spec.train.batch_size >= world.size,
-          f"batch_size {spec.train.batch_size} is smaller than the {world.size} processes of "
+    check(run_config.train.batch_size >= world.size,
+          f"batch_size {run_config.train.batch_size} is smaller than the {world.size} processes of "
           "this job: each process trains on a slice of the global batch")
-    if (spec.train.precision == "bf16" and dev.type == "cuda"
+    if (run_config.train.precision == "bf16" and dev.type == "cuda"
             and not torch.cuda.is_bf16_supported()):
         raise InputError(f"precision bf16: {torch.cuda.get_device_name(dev)} has no bfloat16; "
                         "use --precision fp32")
     if out is None or not world.is_main:  # under DDP only rank 0 writes
         world = distributed.process_group(dev)
-        return _train(spec, None, dev, resume, progress, callbacks, evaluator, world)
+        return _train(run_config, None, dev, resume, progress, callbacks, evaluator, world)
     out = check_writable(out)
     with exclusive_writer(out):
         world = distributed.process_group(dev)
-        return _train(spec, out, dev, resume, progress, callbacks, evaluator, world)
+        return _train(run_config, out, dev, resume, progress, callbacks, evaluator, world)
 
 
-def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progress: bool,
+def _train(run_config: RunConfig, out: Path | None, dev: torch.device, resume, progress: bool,
            callbacks: Sequence[Callback], evaluator: Evaluator,
            world: World = distributed.SINGLE) -> dict[str, Any]:
-    t = Trainee(spec, out, dev, resume, progress, callbacks, evaluator, world)
-    loss_fn = step_loss(t.model, spec.train, dev, world)  # after the restore: DDP copies rank 0's
+    t = Trainee(run_config, out, dev, resume, progress, callbacks, evaluator, world)
+    # after the restore: DDP copies rank 0's
+    loss_fn = step_loss(t.model, run_config.train, dev, world)
     t.compiled = getattr(loss_fn, "compiled", None)
     try:
         with _StopSignals() as signals:
@@ -184,7 +185,7 @@ def _train(spec: RunConfig, out: Path | None, dev: torch.device, resume, progres
                 t.start(signals)
                 while t.active:
                     batch = t.begin_step()
-                    t.end_step(backward(loss_fn, batch, spec.train.micro_batch), batch)
+                    t.end_step(backward(loss_fn, batch, run_config.train.micro_batch), batch)
                     t.after_step(signals)
             except EvaluationStopped:
                 # the weights are this step's; the evaluation changed nothing of the run
@@ -201,40 +202,41 @@ class Trainee:
     :func:`train` drives one; :mod:`models.train.ensemble` drives several whose forward and
     backward run as one batched computation, each otherwise exactly its solo run."""
 
-    def __init__(self, spec: RunConfig, out: Path | None, dev: torch.device, resume,
+    def __init__(self, run_config: RunConfig, out: Path | None, dev: torch.device, resume,
                  progress: bool, callbacks: Sequence[Callback], evaluator: Evaluator,
                  world: World = distributed.SINGLE, position: int | None = None):
-        cfg = spec.train
+        cfg = run_config.train
         self.callbacks = [*callbacks, StopAt(cfg.stop_at)] if cfg.stop_at else list(callbacks)
         self.evaluator, self.world, self.out, self.resume = evaluator, world, out, resume
         self.compiled = None  # a torch.compile'd forward, whose .fallback the records note
-        task = make_task(spec.task_name, spec.task_dict)
+        task = make_task(run_config.task_name, run_config.task_dict)
         if dev.type != "cpu":  # validate_run_config checked the host's memory
-            check_run_size(spec, task, dev)
+            check_run_size(run_config, task, dev)
         data_gen = make_generator(cfg.seed)
         seed_all(cfg.seed)
-        model = build_model(spec.arch, spec.model)
+        model = build_model(run_config.arch, run_config.model)
         if cfg.init_from and resume is None:  # validate_run_config checked its arch and config
             model.load_state_dict(read_checkpoint(cfg.init_from)["state_dict"])
         model = model.to(dev)
         self.model, self.opt = model, make_optimizer(model, cfg)
-        self.run = Run(spec, model, task, dev)
+        self.run = Run(run_config, model, task, dev)
         self.writer = CheckpointWriter(self.run, self.opt, data_gen, out, world)
         if resume is not None:
             self.run.step, self.run.samples_seen, self.run.history, self.run.time_before = \
-                restore(spec, resume, model, self.opt, data_gen)
+                restore(run_config, resume, model, self.opt, data_gen)
             self.writer.last_good = (Path(resume), self.run.step)
         model.train()
         self.bar = tqdm(total=cfg.steps, initial=self.run.step, position=position,
                         disable=not progress or not world.is_main,
-                        desc=f"{spec.arch}/{spec.task_name}", dynamic_ncols=True, leave=False)
+                        desc=f"{run_config.arch}/{run_config.task_name}", dynamic_ncols=True,
+                        leave=False)
         # without clipping, an infinite max_norm measures the norm and scales by exactly 1.0
         self.clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
         self.data = batches(task, cfg, data_gen, dev)
 
     @property
     def cfg(self) -> TrainConfig:
-        return self.run.spec.train
+        return self.run.run_config.train
 
     @property
     def active(self) -> bool:
@@ -338,13 +340,13 @@ def _eval_missing(run: Run) -> bool:
     """Whether a resumed run stopped during the evaluation of its step: one is due there and the
     history has none (a stop between steps saves after the evaluation's record)."""
     last = run.history[-1].get("step") if run.history else None
-    return run.step > 0 and _eval_due(run.spec.train, run.step) and last != run.step
+    return run.step > 0 and _eval_due(run.run_config.train, run.step) and last != run.step
 
 
 def _diverged(run: Run, writer: CheckpointWriter, what: str, value: float) -> TrainingDiverged:
     return TrainingDiverged(f"{what} is {value} at step {run.step + 1} "
-                            f"(lr {lr_at(run.spec.train, run.step):.3g}); training stopped and "
-                            f"nothing was saved; {writer.kept()}")
+                            f"(lr {lr_at(run.run_config.train, run.step):.3g}); training "
+                            f"stopped and nothing was saved; {writer.kept()}")
 
 
 def _agree_on_stop(run: Run, signals: _StopSignals, world: World, dev: torch.device) -> str:

@@ -20,10 +20,10 @@ from tasks.registry import make_task
 H100_MEMORY = 80 * 2**30  # bytes: a run that needs more does not fit one H100
 
 
-def flops_per_token(spec: RunConfig, n_params: int, length: int) -> float:
+def flops_per_token(run_config: RunConfig, n_params: int, length: int) -> float:
     """Training FLOPs per token, as the model class declares them
     (:meth:`models.contract.ModelContract.flops_per_token`)."""
-    return model_class(spec.arch).flops_per_token(spec.model, n_params, length)
+    return model_class(run_config.arch).flops_per_token(run_config.model, n_params, length)
 
 
 def gpu_hours(flops: float, precision: str = "bf16") -> float:
@@ -31,13 +31,14 @@ def gpu_hours(flops: float, precision: str = "bf16") -> float:
     return gpu_costs.projected_seconds(flops, precision) / 3600.0
 
 
-def gpu_cost(spec: RunConfig, length: int, total_flops: float,
+def gpu_cost(run_config: RunConfig, length: int, total_flops: float,
              table: gpu_costs.CudaTable | None = None) -> dict[str, Any]:
     """The full run's H100-hours and where they come from: ``"measured"`` (steps x the step
     time of the CUDA table's row of this run on an H100) or ``"projection"`` (its FLOPs at
     :data:`UTILISATION` of the peak of the precision it runs in on a GPU)."""
-    c = gpu_costs.measured_or_projected(spec, length, total_flops / spec.train.steps, table)
-    out = {"gpu_hours_h100": c["seconds_per_step"] * spec.train.steps / 3600.0,
+    c = gpu_costs.measured_or_projected(run_config, length, total_flops / run_config.train.steps,
+                                        table)
+    out = {"gpu_hours_h100": c["seconds_per_step"] * run_config.train.steps / 3600.0,
            "gpu_hours_source": c["source"], "gpu_precision": c["precision"],
            "gpu_compile": c["compile"]}
     if c["source"] == MEASURED:
@@ -46,19 +47,20 @@ def gpu_cost(spec: RunConfig, length: int, total_flops: float,
     return out
 
 
-def plan_row(name: str, spec: RunConfig) -> dict[str, Any]:
+def plan_row(name: str, run_config: RunConfig) -> dict[str, Any]:
     """What the configs alone say about a run: size, one real batch's tokens, the FLOPs of
     the full run and its H100 hours (:func:`gpu_cost`: measured or projected), the memory it
     needs at its real batch."""
-    task = make_task(spec.task_name, spec.task_dict)
-    n_params = model_footprint(spec.arch, spec.model_dict)[0]
-    batch = next(batches(task, spec.train, make_generator(spec.train.seed), "cpu"))
+    task = make_task(run_config.task_name, run_config.task_dict)
+    n_params = model_footprint(run_config.arch, run_config.model_dict)[0]
+    batch = next(batches(task, run_config.train, make_generator(run_config.train.seed), "cpu"))
     tokens, length = batch.tokens.numel(), batch.tokens.shape[1]
-    fpt = flops_per_token(spec, n_params, length)
-    need = run_size(spec, task)[1]
-    total = fpt * tokens * spec.train.steps
-    return {"name": name, "arch": spec.arch, "task": spec.task_name, "params": n_params,
-            "steps": spec.train.steps, "batch_size": spec.train.batch_size, "seq_len": length,
+    fpt = flops_per_token(run_config, n_params, length)
+    need = run_size(run_config, task)[1]
+    total = fpt * tokens * run_config.train.steps
+    return {"name": name, "arch": run_config.arch, "task": run_config.task_name, "params": n_params,
+            "steps": run_config.train.steps, "batch_size": run_config.train.batch_size,
+            "seq_len": length,
             "tokens_per_step": tokens, "flops_per_token": fpt, "total_flops": total,
-            **gpu_cost(spec, length, total), "need_bytes": need,
+            **gpu_cost(run_config, length, total), "need_bytes": need,
             "fits_one_h100": need <= H100_MEMORY}

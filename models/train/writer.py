@@ -72,14 +72,15 @@ class CheckpointWriter:
 
     def checkpoint(self) -> dict[str, Any]:
         """The run's state now, in the checkpoint format."""
-        run, cfg = self.run, self.run.spec.train
+        run, cfg = self.run, self.run.run_config.train
         train_meta = {"config": config_to_dict(cfg), "seed": cfg.seed, "step": run.step,
                       "samples_seen": run.samples_seen, "rng": rng_state(self.data_gen),
                       "time_s": run.time_s(), "world_size": self.world.size,
                       **({"stop": run.stop_reason} if run.stop_reason else {}),
                       **({"eval_pending": run.eval_pending} if run.eval_pending else {})}
-        spec = run.spec
-        return make_checkpoint(spec.arch, spec.model_dict, spec.task_name, spec.task_dict,
+        run_config = run.run_config
+        return make_checkpoint(run_config.arch, run_config.model_dict, run_config.task_name,
+                               run_config.task_dict,
                                train_meta,
                                run.model.state_dict(), run.history, self.opt.state_dict())
 
@@ -141,14 +142,14 @@ def check_resumable(ck: dict, model, path) -> None:
         raise CheckpointError(f"{path}: weights do not match the model config: {mismatch}")
 
 
-def restore(spec: RunConfig, resume, model, opt, data_gen) -> tuple[int, int, list, float]:
+def restore(run_config: RunConfig, resume, model, opt, data_gen) -> tuple[int, int, list, float]:
     """Load a run's state from ``resume`` into the model, optimizer and every RNG; returns
     ``(step, samples_seen, history, seconds trained)``."""
     ck = read_checkpoint(resume)
-    if (ck["model"]["arch"], ck["task"]["name"]) != (spec.arch, spec.task_name):
+    if (ck["model"]["arch"], ck["task"]["name"]) != (run_config.arch, run_config.task_name):
         raise CheckpointError(
             f"{resume}: holds a {ck['model']['arch']} model trained on {ck['task']['name']}, "
-            f"not {spec.arch} on {spec.task_name}")
+            f"not {run_config.arch} on {run_config.task_name}")
     tr = ck["train"]
     check_resumable(ck, model, resume)
     try:

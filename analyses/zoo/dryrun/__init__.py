@@ -67,44 +67,45 @@ H100_PEAK = PEAK_FLOPS["bf16"]  # FLOP/s: the H100's dense bf16 peak (gpu_costs 
 UTILISATION = gpu_costs.UTILISATION  # of the run's precision's peak (an assumption: gpu_costs)
 EXIT_SOME_FAILED = 1
 
-# ---------------------------------------------------------------------------- specs
-def recipe_spec(name: str, level: str) -> RunConfig:
+# ---------------------------------------------------------------------------- RunConfigs
+def recipe_run_config(name: str, level: str) -> RunConfig:
     """The run of zoo recipe ``name`` at ``level`` without its ``init_from`` (the
     starting weights change no cost, and the recipe it starts from need not be trained): a
     fine-tuned recipe's model is its parent's run's (:meth:`~analyses.zoo.recipe.Recipe.
     run_config`)."""
     r = zoo.recipe(name)
-    parent = recipe_spec(r.init_from[level], level) if level in r.init_from else None
+    parent = recipe_run_config(r.init_from[level], level) if level in r.init_from else None
     return r.run_config(level, init_from=parent)
 
 
 def recipe_builders(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
-    return [(n, lambda n=n: recipe_spec(n, level)) for n in names]
+    return [(n, lambda n=n: recipe_run_config(n, level)) for n in names]
 
 
-def dry_batch_size(spec: RunConfig, device: torch.device) -> int:
+def dry_batch_size(run_config: RunConfig, device: torch.device) -> int:
     """One row on the CPU (the real batch is a GPU's job), the real batch elsewhere."""
-    return 1 if device.type == "cpu" else spec.train.batch_size
+    return 1 if device.type == "cpu" else run_config.train.batch_size
 
 
-def dry_spec(spec: RunConfig, device: torch.device) -> RunConfig:
-    """``spec`` as the dry run trains it: the dry batch, no evaluation, no checkpoint, no
+def dry_run_config(run_config: RunConfig, device: torch.device) -> RunConfig:
+    """``run_config`` as the dry run trains it: the dry batch, no evaluation, no checkpoint, no
     init file; steps, schedule and block checkpointing as they are (at least
     :data:`DRY_STEPS`); the whole batch in one pass (on a GPU :func:`measure` then looks for
     the largest micro-batch that fits)."""
-    b = dry_batch_size(spec, device)
-    return spec.replace(train=dict(
+    b = dry_batch_size(run_config, device)
+    return run_config.replace(train=dict(
         batch_size=b, eval_every=0, stop_at=0.0, save_every=0, init_from="", micro_batch=0,
-        steps=max(spec.train.steps, DRY_STEPS),
-        eval_batch_size=b if device.type == "cpu" else spec.train.eval_batch_size))
+        steps=max(run_config.train.steps, DRY_STEPS),
+        eval_batch_size=b if device.type == "cpu" else run_config.train.eval_batch_size))
 
 
-def _key(spec: RunConfig, length: int) -> str:
+def _key(run_config: RunConfig, length: int) -> str:
     """What a step's cost depends on: the model, the batch's shape and how the forward runs.
     Runs that share it (seeds of one recipe, one model on two tasks of one length) are
     measured once."""
-    cfg = spec.train
-    return json.dumps([spec.arch, spec.model_dict, cfg.batch_size, length, cfg.precision,
+    cfg = run_config.train
+    return json.dumps([run_config.arch, run_config.model_dict, cfg.batch_size, length,
+                       cfg.precision,
                        cfg.compile], sort_keys=True, default=list)
 
 
@@ -120,7 +121,7 @@ def at_batch(row: dict[str, Any]) -> int:
 
 def dry_run(items: Sequence[tuple[str, Builder]], device: str | torch.device = "cpu",
             timeout: float = CHILD_TIMEOUT, log=None) -> list[dict[str, Any]]:
-    """One row per ``(name, spec builder)``: :func:`plan_row`'s numbers and the measured ones
+    """One row per ``(name, RunConfig builder)``: :func:`plan_row`'s numbers and the measured ones
     (``seconds_per_step``, ``peak_memory_bytes``…), or ``error`` (one line) for a run that
     cannot start or fails. Runs that differ in their seed only are measured once
     (``measured_as`` names the row measured). ``log(text)`` gets a line per model."""
@@ -130,14 +131,14 @@ def dry_run(items: Sequence[tuple[str, Builder]], device: str | torch.device = "
     rows = []
     for i, (name, build) in enumerate(items, 1):
         try:
-            spec = build()
-            row = plan_row(name, spec)
+            run_config = build()
+            row = plan_row(name, run_config)
         except InputError as e:
             row = {"name": name, "error": str(e).splitlines()[0]}
         except Exception as e:  # noqa: BLE001 - a broken config is a row, never a traceback
             row = {"name": name, "error": _one_line(e)}
         if "error" not in row:
-            dry = dry_spec(spec, dev)
+            dry = dry_run_config(run_config, dev)
             key = _key(dry, row["seq_len"])
             if key in measured:
                 first, result = measured[key]
@@ -149,7 +150,7 @@ def dry_run(items: Sequence[tuple[str, Builder]], device: str | torch.device = "
             row.update(result)
             if "peak_memory_bytes" in row:
                 row["memory_at_batch"] = at_batch(row)
-            if "seconds_per_step" in row and dry.train.batch_size == spec.train.batch_size:
+            if "seconds_per_step" in row and dry.train.batch_size == run_config.train.batch_size:
                 row["hours_at_measured_rate"] = row["seconds_per_step"] * row["steps"] / 3600
         rows.append(row)
         log(f"dry run {i}/{len(items)} {name}: " + (

@@ -100,22 +100,24 @@ def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(e)
 
 
-def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
-    """Train ``spec`` (already the dry spec) for :data:`DRY_STEPS` steps here: parameters,
-    seconds of the last step, seconds to the end of the first (build and start-up included),
-    peak memory and the memory settings used (``micro_batch``, ``checkpoint_blocks``,
-    ``scan_paths``). On a GPU the largest micro-batch that fits the card: the whole batch
-    first, then smaller ones (:func:`micro_batches`) after each out-of-memory error. Meant for
-    a fresh process (:func:`run_isolated`): the RSS delta is the run's own only there."""
+def measure(run_config: RunConfig, device: str | torch.device) -> dict[str, Any]:
+    """Train ``run_config`` (already the dry RunConfig) for :data:`DRY_STEPS` steps here:
+    parameters, seconds of the last step, seconds to the end of the first (build and start-up
+    included), peak memory and the memory settings used (``micro_batch``,
+    ``checkpoint_blocks``, ``scan_paths``). On a GPU the largest micro-batch that fits the
+    card: the whole batch first, then smaller ones (:func:`micro_batches`) after each
+    out-of-memory error. Meant for a fresh process (:func:`run_isolated`): the RSS delta is the
+    run's own only there."""
     dev = resolve_device(device)
-    validate_run_config(spec)  # also imports what the checks import: in the baseline, not the run
+    # also imports what the checks import: in the baseline, not the run
+    validate_run_config(run_config)
     if dev.type != "cuda":
-        return _measure_once(spec, dev)
-    batch = spec.train.batch_size
+        return _measure_once(run_config, dev)
+    batch = run_config.train.batch_size
     for micro in micro_batches(batch):
         try:
-            return _measure_once(spec.replace(train={"micro_batch": 0 if micro == batch
-                                                     else micro}), dev)
+            return _measure_once(run_config.replace(train={"micro_batch": 0 if micro == batch
+                                                           else micro}), dev)
         except Exception as e:  # noqa: BLE001 - only out-of-memory errors try a smaller one
             if not _out_of_memory(e):
                 raise
@@ -125,7 +127,7 @@ def measure(spec: RunConfig, device: str | torch.device) -> dict[str, Any]:
     raise InputError(f"out of memory on {dev} even at micro-batch 1")
 
 
-def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
+def _measure_once(run_config: RunConfig, dev: torch.device) -> dict[str, Any]:
     """:func:`measure` of one setting."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -134,7 +136,7 @@ def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
     rss0 = _rss()
     stop = _StopAfter(DRY_STEPS, dev)
     t0 = time.perf_counter()
-    train(spec, out=None, device=str(dev), progress=False, callbacks=[stop])
+    train(run_config, out=None, device=str(dev), progress=False, callbacks=[stop])
     if len(stop.ends) < 2:
         raise InputError(f"the run stopped after {len(stop.ends)} step(s)")
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
@@ -142,8 +144,9 @@ def _measure_once(spec: RunConfig, dev: torch.device) -> dict[str, Any]:
     return {"params": stop.params, "seconds_per_step": stop.ends[-1] - stop.ends[-2],
             "first_step_s": stop.ends[0] - t0, "peak_memory_bytes": int(peak),
             "memory": "cuda_max_allocated" if dev.type == "cuda" else "rss_delta",
-            "device": str(dev), "micro_batch": spec.train.micro_batch or spec.train.batch_size,
-            "checkpoint_blocks": spec.train.checkpoint_blocks,
+            "device": str(dev),
+            "micro_batch": run_config.train.micro_batch or run_config.train.batch_size,
+            "checkpoint_blocks": run_config.train.checkpoint_blocks,
             "scan_paths": sorted(stop.paths)}
 
 
@@ -163,7 +166,7 @@ def measure_dict(run: dict[str, Any], device: str) -> dict[str, Any]:
         return {"error": _one_line(e)}
 
 
-def run_isolated(spec: RunConfig, device: torch.device,
+def run_isolated(run_config: RunConfig, device: torch.device,
                  timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
     """:func:`measure` in a fresh Python process (the one job runner's,
     :func:`seqprobe.sweep.run_fresh`): the result, or ``{"error": ...}`` for a run that raised,
@@ -175,7 +178,7 @@ def run_isolated(spec: RunConfig, device: torch.device,
     # extrapolation to a GPU batch stands on. A fixed trim threshold returns it (and turns the
     # dynamic threshold off); other C libraries ignore the variable. A user's setting wins.
     trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", str(MALLOC_TRIM_THRESHOLD))
-    run = json.loads(json.dumps(spec.to_dict(), default=list))
+    run = json.loads(json.dumps(run_config.to_dict(), default=list))
     try:
         return run_fresh(measure_dict, run, str(device), timeout=timeout,
                          env={"MALLOC_TRIM_THRESHOLD_": trim})

@@ -115,7 +115,7 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
                        "level) would train at its real size, run two optimizer steps, print "
                        "sizes, step times and projected H100 hours (analyses.zoo.dryrun); "
                        "writes OUT/NAME_dry_run.json, exit 1 if any cannot run")
-        add_backend_arguments(p)  # --ray: the models to train (or cells) as Ray tasks
+        add_backend_arguments(p)  # --ray: the models to train (or cells) on Ray
     return p
 
 
@@ -185,7 +185,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                 zoo.recipe(n).parts(args.train)
             check_cache_dir(args.cache_dir, write=False)  # a read-only cache serves what it has
             backend = None
-            if args.ray is not None and names:  # not cached yet: Ray tasks, retried
+            if args.ray is not None and names:  # not cached yet: on Ray, retried
                 backend = backend_of(args, os.cpu_count() or 1, args.device, num_cpus=max(
                     zoo.recipe(n).slots for n in names))
             # the one way recipes are trained: in waves, as ensembles where they pay off

@@ -181,7 +181,7 @@ def _recipes(args) -> list[str]:
 
 def _trained_here(args) -> bool:
     """``--steps`` (another cache entry than run_analysis' recipes) and ``--ray`` (the recipes
-    as Ray tasks) train in :func:`_compute`; otherwise run_analysis has trained them."""
+    on Ray) train in :func:`_compute`; otherwise run_analysis has trained them."""
     return bool(args.train and (args.steps or args.ray))
 
 

@@ -1,10 +1,11 @@
-"""Run many independent tasks — the cells of a grid, the recipes of an ablation, the seeds of
-a sweep — here in a small process pool, or as Ray tasks (``--ray [ADDRESS]``).
+"""Run many independent jobs — the cells of a grid, the recipes of an ablation, the seeds of
+a sweep — here in a small process pool, or on Ray (``--ray [ADDRESS]``). A job here is a unit
+of work to schedule; a *task* in this suite is only a synthetic task (:mod:`tasks`).
 
-:func:`map_tasks` is the one entry point: ``fn(*args)`` for every ``args`` of ``items``, with
-a progress bar over the tasks as they finish, and a :class:`Failed` in place of the result of
-a task that raised on every one of its ``1 + retries`` attempts (bad input, a
-:class:`~seqprobe.errors.InputError`, is not retried: it would fail the same way); the other tasks
+:func:`map_jobs` is the one entry point: ``fn(*args)`` for every ``args`` of ``items``, with
+a progress bar over the jobs as they finish, and a :class:`Failed` in place of the result of
+a job that raised on every one of its ``1 + retries`` attempts (bad input, a
+:class:`~seqprobe.errors.InputError`, is not retried: it would fail the same way); the other jobs
 still run.
 Callers keep their own cache (a finished cell, a trained checkpoint) and hand over only what
 is not done yet, so nothing finished runs twice.
@@ -13,22 +14,22 @@ Backends (:class:`Backend`):
 
 * local (the default): ``jobs`` worker processes (joblib), or the calling process when
   ``jobs`` is 1. Ray is not imported.
-* fresh (``Backend(fresh=True)``, :func:`run_fresh`): each task in a new interpreter of its
+* fresh (``Backend(fresh=True)``, :func:`run_fresh`): each job in a new interpreter of its
   own, started by threads here (the dry run's and the step-cost table's measurements).
 * Ray: ``ray.init(num_cpus=jobs)`` on this machine (``--ray``), or an existing cluster
-  (``--ray ADDRESS``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``). Every task asks for
+  (``--ray ADDRESS``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``). Every job asks for
   ``num_cpus`` CPUs and ``num_gpus`` GPUs (one when the run is on CUDA) and is retried by Ray
   (``max_retries``, ``retry_exceptions``); a worker that dies is retried the same way. Ray is
   an optional extra (``pip install -e .[cluster]``), imported only here and only then.
 
-:class:`RayCommand` runs a whole command (a task of the reproduce plan) as a Ray task behind
-``subprocess.Popen``'s polling interface, so a scheduler of local processes can place its
-tasks on Ray instead.
+:class:`RayCommand` runs a whole command (a job of the reproduce plan) as one Ray remote
+call behind ``subprocess.Popen``'s polling interface, so a scheduler of local processes can
+place its jobs on Ray instead.
 
 The local pool stays joblib rather than Ray's local mode: it needs no extra package, starts
 in no time (a Ray instance takes seconds to start on a small machine), and a run without
 ``--ray`` behaves exactly as before. Ray is used where it earns its start-up: placement of
-GPU tasks, several machines, worker failures.
+GPU jobs, several machines, worker failures.
 """
 
 from __future__ import annotations
@@ -57,28 +58,28 @@ from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import InputError, RunError
 
-EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its tasks failed after every retry
+EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its jobs failed after every retry
 DEFAULT_RETRIES = 2
 _ADDRESS = re.compile(r"^(auto|local|(ray://)?[\w.\-]+:\d+)$")
 
 
 @dataclass(frozen=True)
 class Backend:
-    """Where the tasks run: ``ray`` false = local processes; ``address`` None = a Ray instance
+    """Where the jobs run: ``ray`` false = local processes; ``address`` None = a Ray instance
     started here with ``jobs`` CPUs, else an existing cluster."""
 
     ray: bool = False
     address: str | None = None
     jobs: int = 1  # local worker processes / CPUs of a Ray instance started here
-    num_cpus: float = 1.0  # per task (Ray's scheduling)
-    num_gpus: float = 0.0  # per task (Ray's scheduling)
+    num_cpus: float = 1.0  # per job (Ray's scheduling)
+    num_gpus: float = 0.0  # per job (Ray's scheduling)
     retries: int = DEFAULT_RETRIES  # attempts after the first
-    # each task in a new interpreter of its own (local only): a measurement that what ran
+    # each job in a new interpreter of its own (local only): a measurement that what ran
     # before in a process must not colour, or a run whose crash or out-of-memory kill must
-    # be one task's failure, not the caller's
+    # be one job's failure, not the caller's
     fresh: bool = False
-    timeout: float | None = None  # seconds a fresh task may run before it is killed
-    env: tuple[tuple[str, str], ...] = ()  # set in a fresh task's environment
+    timeout: float | None = None  # seconds a fresh job may run before it is killed
+    env: tuple[tuple[str, str], ...] = ()  # set in a fresh job's environment
 
     def __post_init__(self):
         object.__setattr__(self, "env", tuple(dict(self.env).items()))
@@ -86,18 +87,18 @@ class Backend:
         check(self.jobs >= 1, f"jobs must be >= 1, got {self.jobs}")
         check(self.retries >= 0, f"--retries must be >= 0, got {self.retries}")
         check(self.num_cpus > 0 and self.num_gpus >= 0,
-              f"a task needs CPUs > 0 and GPUs >= 0, got {self.num_cpus}, {self.num_gpus}")
+              f"a job needs CPUs > 0 and GPUs >= 0, got {self.num_cpus}, {self.num_gpus}")
 
     def describe(self) -> str:
         if not self.ray:
             return f"local ({self.jobs} process{'es' if self.jobs > 1 else ''})"
         where = self.address or f"local Ray, {self.jobs} CPUs"
-        return f"ray ({where}; {self.num_cpus:g} CPU, {self.num_gpus:g} GPU per task)"
+        return f"ray ({where}; {self.num_cpus:g} CPU, {self.num_gpus:g} GPU per job)"
 
 
 @dataclass(frozen=True)
 class Failed:
-    """A task that raised on every attempt: its last error, one line."""
+    """A job that raised on every attempt: its last error, one line."""
 
     error: str
     attempts: int
@@ -106,18 +107,18 @@ class Failed:
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     """``--ray [ADDRESS]`` and ``--retries``."""
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="run the tasks on Ray: alone, a Ray instance started here (--jobs "
+                   help="run the jobs on Ray: alone, a Ray instance started here (--jobs "
                         "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
                         "cluster (needs pip install -e .[cluster])")
     p.add_argument("--retries", type=flags.flag("--retries"),
                    default=DEFAULT_RETRIES,
-                   help=f"attempts after the first for a task that fails (default "
+                   help=f"attempts after the first for a job that fails (default "
                         f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
 
 
 def backend_of(args: argparse.Namespace, jobs: int = 1, device: str = "cpu",
                num_cpus: float = 1.0) -> Backend:
-    """The backend of ``--ray`` / ``--retries``; a task asks for one GPU when ``device`` is
+    """The backend of ``--ray`` / ``--retries``; a job asks for one GPU when ``device`` is
     CUDA."""
     ray = getattr(args, "ray", None)
     if ray is not None:
@@ -135,7 +136,7 @@ def _error_line(e: BaseException) -> str:
 
 
 def _call(fn: Callable, *args: Any) -> Any:
-    """One attempt of a task. Bad input (:class:`InputError`) fails the same way every time:
+    """One attempt of a job. Bad input (:class:`InputError`) fails the same way every time:
     reported at once, not retried."""
     try:
         return fn(*args)
@@ -148,7 +149,7 @@ def _attempts(fn: Callable, i: int, args: tuple, retries: int) -> tuple[int, Any
     for attempt in range(1, retries + 2):
         try:
             return i, _call(fn, *args)
-        except Exception as e:  # noqa: BLE001 - any failure of one task is reported, not fatal
+        except Exception as e:  # noqa: BLE001 - any failure of one job is reported, not fatal
             if attempt == retries + 1:
                 if not isinstance(e, ProcessFailed):  # its own process printed its traceback
                     traceback.print_exc()
@@ -157,7 +158,7 @@ def _attempts(fn: Callable, i: int, args: tuple, retries: int) -> tuple[int, Any
 
 
 class ProcessFailed(RunError):
-    """A fresh task's process crashed, was killed or timed out, or its task raised there."""
+    """A fresh job's process crashed, was killed or timed out, or its job raised there."""
 
 
 class _MainPickler(pickle.Pickler):
@@ -166,10 +167,10 @@ class _MainPickler(pickle.Pickler):
 
     def reducer_override(self, obj):
         main = sys.modules.get("__main__")
-        spec = getattr(main, "__spec__", None)
+        found = getattr(main, "__spec__", None)  # the module python -m ran
         if (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"
-                and spec is not None):
-            return _import_attr, (spec.name, obj.__qualname__)
+                and found is not None):
+            return _import_attr, (found.name, obj.__qualname__)
         return NotImplemented
 
 
@@ -181,17 +182,17 @@ FRESH_CHILD = "from seqprobe.sweep import _fresh_child; _fresh_child()"
 
 
 def _fresh(b: Backend, fn: Callable, *args: Any) -> Any:
-    """One attempt of a task in a new interpreter (``b.fresh``): ``fn(*args)`` there, its
+    """One attempt of a job in a new interpreter (``b.fresh``): ``fn(*args)`` there, its
     result back (a :class:`Failed` for bad input), or :class:`ProcessFailed` in one line."""
     root = str(Path(__file__).resolve().parents[1])  # the child imports this checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]), **dict(b.env)}
-    with tempfile.TemporaryDirectory(prefix="seqprobe-task-") as tmp:
-        task, out = Path(tmp) / "task.pkl", Path(tmp) / "result.pkl"
-        with open(task, "wb") as f:
+    with tempfile.TemporaryDirectory(prefix="seqprobe-job-") as tmp:
+        job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        with open(job, "wb") as f:
             _MainPickler(f).dump((fn, args))
         try:
-            proc = subprocess.run([sys.executable, "-c", FRESH_CHILD, str(task), str(out)],
+            proc = subprocess.run([sys.executable, "-c", FRESH_CHILD, str(job), str(out)],
                                   capture_output=True, text=True, env=env, timeout=b.timeout)
         except subprocess.TimeoutExpired:
             raise ProcessFailed(f"timed out after {b.timeout:.0f} s") from None
@@ -208,7 +209,7 @@ def _fresh(b: Backend, fn: Callable, *args: Any) -> Any:
 
 
 def _fresh_child() -> None:
-    """The body of a fresh task's interpreter: ``fn(*args)`` from the task file
+    """The body of a fresh job's interpreter: ``fn(*args)`` from the job file
     (``sys.argv[1]``), its result (or the error it raised, one line) to ``sys.argv[2]``."""
     fn, args = pickle.loads(Path(sys.argv[1]).read_bytes())
     try:
@@ -221,23 +222,23 @@ def _fresh_child() -> None:
 
 def run_fresh(fn: Callable[..., Any], *args: Any, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Any:
-    """``fn(*args)`` as one task of :func:`map_tasks` in a new interpreter, not retried: its
+    """``fn(*args)`` as one job of :func:`map_jobs` in a new interpreter, not retried: its
     result, or :class:`ProcessFailed` (one line: the error, the signal that killed it, the
     timeout). For a measurement that must start from a fresh process."""
     b = Backend(fresh=True, retries=0, timeout=timeout, env=tuple((env or {}).items()))
-    [result] = map_tasks(fn, [args], b, progress=False)
+    [result] = map_jobs(fn, [args], b, progress=False)
     if isinstance(result, Failed):
         raise ProcessFailed(result.error.removeprefix(f"{ProcessFailed.__name__}: "))
     return result
 
 
-def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, *,
-              desc: str = "", progress: bool = True, done_before: int = 0,
-              on_done: Callable[[int, Any], dict | None] | None = None) -> list[Any]:
+def map_jobs(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, *,
+             desc: str = "", progress: bool = True, done_before: int = 0,
+             on_done: Callable[[int, Any], dict | None] | None = None) -> list[Any]:
     """``[fn(*args) for args in items]``, run on ``backend``; a :class:`Failed` stands for a
-    task that raised on every attempt. ``on_done(i, result)`` runs here, in the calling
-    process, as each task finishes (save it, so a stopped sweep loses only the tasks in
-    flight); a dict it returns is shown on the progress bar. ``done_before``: tasks finished
+    job that raised on every attempt. ``on_done(i, result)`` runs here, in the calling
+    process, as each job finishes (save it, so a stopped sweep loses only the jobs in
+    flight); a dict it returns is shown on the progress bar. ``done_before``: jobs finished
     by an earlier run (the bar starts there). ``fn`` must be importable (a module-level
     function): workers import it."""
     results: list[Any] = [None] * len(items)
@@ -253,7 +254,7 @@ def map_tasks(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, 
         post = on_done(i, result) if on_done else None
         bar.update(1)
         if isinstance(result, Failed) and (progress or desc):  # else the caller says it
-            bar.write(f"{desc}: task {i} failed after {result.attempts} attempt(s): "
+            bar.write(f"{desc}: job {i} failed after {result.attempts} attempt(s): "
                       f"{result.error}")
         elif post:
             bar.set_postfix(post)
@@ -356,7 +357,7 @@ def _speaks_grpc(conn: socket.socket) -> bool:
 
 def _ray_map(ray, started: bool, fn: Callable, items: Sequence[tuple], b: Backend,
              finish: Callable[[int, Any], None]) -> None:
-    """Run the tasks on the connected ``ray``; shut it down after if this sweep ``started`` it."""
+    """Run the jobs on the connected ``ray``; shut it down after if this sweep ``started`` it."""
     try:
         remote = ray.remote(_call).options(num_cpus=b.num_cpus, num_gpus=b.num_gpus,
                                            max_retries=b.retries, retry_exceptions=True)
@@ -373,7 +374,7 @@ def _ray_map(ray, started: bool, fn: Callable, items: Sequence[tuple], b: Backen
                         result = Failed(_error_line(cause if isinstance(cause, BaseException)
                                                     else e), b.retries + 1)
                     finish(index[ref], result)
-        except KeyboardInterrupt:  # stop what is in flight; finished tasks are saved
+        except KeyboardInterrupt:  # stop what is in flight; finished jobs are saved
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
@@ -383,7 +384,7 @@ def _ray_map(ray, started: bool, fn: Callable, items: Sequence[tuple], b: Backen
 
 
 def failures(results: Sequence[Any]) -> list[int]:
-    """Indices of the tasks that failed."""
+    """Indices of the jobs that failed."""
     return [i for i, r in enumerate(results) if isinstance(r, Failed)]
 
 
@@ -400,7 +401,7 @@ class CommandFailed(RunError):
 
 
 def run_command(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
-    """Task body of :class:`RayCommand`: run ``argv`` in ``cwd`` on the worker (its
+    """The body of :class:`RayCommand`'s remote call: run ``argv`` in ``cwd`` on the worker (its
     environment plus ``env``); its output, or :class:`CommandFailed`."""
     proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env={**os.environ, **(env or {})}, cwd=cwd)
@@ -410,7 +411,7 @@ def run_command(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) ->
 
 
 class RayCommand:
-    """A command (one task of the reproduce plan) run as a Ray task, behind the part of
+    """A command (one job of the reproduce plan) run as a Ray remote call, behind the part of
     ``subprocess.Popen`` that a scheduler polls: ``poll()``, ``returncode``, ``kill()``,
     ``wait()``; ``output`` is its stdout and stderr once it has finished. A non-zero exit is
     retried ``backend.retries`` times. ``cwd`` (default: here) must exist on the worker, and
@@ -419,10 +420,10 @@ class RayCommand:
     def __init__(self, argv: Sequence[str], backend: Backend,
                  env: Mapping[str, str] | None = None, cwd: str | None = None):
         self._ray, _ = _ray(backend)
-        task = self._ray.remote(run_command).options(
+        remote = self._ray.remote(run_command).options(
             num_cpus=backend.num_cpus, num_gpus=backend.num_gpus, max_retries=backend.retries,
             retry_exceptions=True)
-        self._ref = task.remote(list(argv), dict(env or {}), cwd or os.getcwd())
+        self._ref = remote.remote(list(argv), dict(env or {}), cwd or os.getcwd())
         self.returncode: int | None = None
         self.output = ""
 
@@ -434,7 +435,7 @@ class RayCommand:
                 cause = getattr(e, "cause", None)
                 if isinstance(cause, CommandFailed):
                     self.returncode, self.output = cause.returncode, cause.output
-                else:  # the worker died, or the task was cancelled
+                else:  # the worker died, or the job was cancelled
                     self.returncode, self.output = 1, _error_line(e)
         return self.returncode
 

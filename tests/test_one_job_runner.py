@@ -1,6 +1,6 @@
 """One job runner (issue 49): every place the suite's source starts a training run or another
 process is listed here, and each is either inside the runner, :mod:`seqprobe.sweep`
-(``map_tasks``: local processes, Ray, or a fresh interpreter per task), or on :data:`ALLOWED`
+(``map_jobs``: local processes, Ray, or a fresh interpreter per job), or on :data:`ALLOWED`
 with the reason it is not a second runner.
 
 A *start* is a call of the training loop or its cached wrappers (``train``,
@@ -25,10 +25,10 @@ RUNNER = "seqprobe/sweep.py"
 TRAINING = {"train", "train_run_cached", "train_runs_cached", "train_ensemble"}
 SUBPROCESS = {"run", "Popen", "call", "check_call", "check_output"}
 POOLS = ("multiprocessing", "torch.multiprocessing", "joblib", "ray", "concurrent.futures")
-FIX = "start it through seqprobe.sweep (map_tasks, or run_fresh for a fresh process)"
+FIX = "start it through seqprobe.sweep (map_jobs, or run_fresh for a fresh process)"
 
 # (file, function) -> why it starts a run or a process outside the runner
-TASK_BODY = "a task body: it runs inside a map_tasks task"
+JOB_BODY = "a job body: it runs inside a map_jobs job"
 ALLOWED: dict[tuple[str, str], str] = {
     # the training loop's own wrappers, which the runner's tasks call
     ("models/train/cache.py", "train_run_cached"): "the cached training of one run: what a "
@@ -38,14 +38,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/train/ensemble_cache.py", "train_runs_cached"): "the cached training of a group "
     "of runs (an ensemble or one by one): zoo._train_group, a runner task, calls it",
     ("models/train/ensemble_cache.py", "_train_group"): "train_runs_cached's ensemble (above)",
-    ("analyses/zoo/__init__.py", "_train_group"): TASK_BODY + " (train_recipes)",
-    ("analyses/memorization/cells.py", "train_cell"): TASK_BODY + " (memorization's sweep)",
+    ("analyses/zoo/__init__.py", "_train_group"): JOB_BODY + " (train_recipes)",
+    ("analyses/memorization/cells.py", "train_cell"): JOB_BODY + " (memorization's sweep)",
     ("analyses/copy_efficiency/seeded.py", "compute_large"): "its `train` is the caller's "
     "closure over zoo.train_recipes (analyses/copy_efficiency/__init__.py): the runner",
-    ("analyses/zoo/dryrun/measuring.py", "_measure_once"): TASK_BODY + " (run_isolated's "
+    ("analyses/zoo/dryrun/measuring.py", "_measure_once"): JOB_BODY + " (run_isolated's "
     "fresh process)",
-    ("bench/step_costs.py", "measure"): TASK_BODY + " (run_child's fresh process)",
-    ("bench/bench_cuda.py", "train_step_cost"): TASK_BODY + " (in_fresh_process)",
+    ("bench/step_costs.py", "measure"): JOB_BODY + " (run_child's fresh process)",
+    ("bench/bench_cuda.py", "train_step_cost"): JOB_BODY + " (in_fresh_process)",
     # a command that is itself one run
     ("models/train/cli.py", "_main"): "`python -m models.train` is one run, in the process "
     "the user started (or each torchrun rank)",

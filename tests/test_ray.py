@@ -28,7 +28,7 @@ from analyses.memorization import cells as mem_cells
 from analyses.memorization import sweep as mem_sweep
 from seqprobe.config import check
 from seqprobe.errors import InputError
-from seqprobe.sweep import Backend, Failed, RayCommand, backend_of, map_tasks
+from seqprobe.sweep import Backend, Failed, RayCommand, backend_of, map_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID_ARGV = ["--data", "synthetic", "--task", "token", "--widths", "4,8", "--fractions",
@@ -38,7 +38,7 @@ GRID_ARGV = ["--data", "synthetic", "--task", "token", "--widths", "4,8", "--fra
 @pytest.fixture(scope="module")
 def local_ray():
     """One Ray instance for the module (its start-up is most of these tests' time);
-    map_tasks uses it and leaves it running."""
+    map_jobs uses it and leaves it running."""
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -179,14 +179,14 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def test_map_tasks_local_pool_keeps_order_and_reports_failures():
+def test_map_jobs_local_pool_keeps_order_and_reports_failures():
     # math.sqrt: a light function for the pool's workers to import
-    res = map_tasks(math.sqrt, [(4,), (-1,), (9,)], Backend(jobs=2, retries=1), progress=False)
+    res = map_jobs(math.sqrt, [(4,), (-1,), (9,)], Backend(jobs=2, retries=1), progress=False)
     assert res[0] == 2 and res[2] == 3
     assert res[1] == Failed("ValueError: math domain error", 2)
     # bad input fails the same way every time: reported at once, not retried
-    res = map_tasks(check, [(True, "fine"), (False, "bad cell")], Backend(retries=3),
-                    progress=False)
+    res = map_jobs(check, [(True, "fine"), (False, "bad cell")], Backend(retries=3),
+                   progress=False)
     assert res == [None, Failed("InputError: bad cell", 1)]
 
 
@@ -213,7 +213,7 @@ def test_bad_ray_address_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, monkeypatch):
-    """The zoo's ablation recipes (here two steps each) train as Ray tasks; the analysis
+    """The zoo's ablation recipes (here two steps each) train on Ray; the analysis
     scores them; a second run finds them cached and hands nothing to Ray."""
     argv = ["--train", "quick", "--groups", "window", "--steps", "2", "--n-seqs", "4",
             "--cache-dir", str(tmp_path / "ck"), "--out", str(tmp_path / "out"), "--ray"]
@@ -227,7 +227,7 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
     assert sorted(str(p) for p in again.values()) == sorted(data["checkpoints"])
 
 
-def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeypatch):
+def test_reproduce_runs_its_job_graph_on_ray(tmp_path, local_ray, monkeypatch):
     import analyses.reproduce.runner as rp
     from analyses.reproduce.plan import Job
     from analyses.reproduce.runner import run_jobs
@@ -253,7 +253,7 @@ def test_reproduce_runs_its_task_graph_as_ray_tasks(tmp_path, local_ray, monkeyp
     assert outs["a"].ok and outs["c"].ok and not outs["b"].ok
     assert not outs["d"].ok  # needs the failed b: skipped, not run
     assert order.read_text().split() == ["a", "c"]  # c waited for a
-    assert "boom" in (tmp_path / "logs" / "b.log").read_text()  # the Ray task's output came back
+    assert "boom" in (tmp_path / "logs" / "b.log").read_text()  # the Ray job's output came back
     assert len(started) == 3  # a, b, c went to Ray; d never started
 
 

@@ -2,7 +2,7 @@
 
 ``python -m analyses.memorization --data synthetic --task token --quick --out DIR``
 ``[--jobs N] [--ray [ADDRESS]] [--retries R]``: the cells run in N local worker processes, or
-as Ray tasks (:mod:`seqprobe.sweep`) on a Ray instance started here or an existing cluster;
+on Ray (:mod:`seqprobe.sweep`) on a Ray instance started here or an existing cluster;
 finished cells are saved and never run again, a cell that fails on every attempt is marked in
 the JSON (``cells_failed``) and the exit code is 1 while the others land.
 

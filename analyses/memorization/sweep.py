@@ -37,7 +37,7 @@ from analyses.memorization.stats import summarise, summarise_search
 from models.train.runconfig import RunConfig
 from seqprobe.config import check, config_to_dict
 from seqprobe.device import resolve_device
-from seqprobe.sweep import Backend, Failed, failures, map_tasks
+from seqprobe.sweep import Backend, Failed, failures, map_jobs
 
 # What a landed result leaves: the (file name, cell) pairs to save, and the progress note.
 Landed = Callable[[int, Any], tuple[list[tuple[str, dict]], dict | None]]
@@ -71,8 +71,8 @@ def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], backend: Backend, st
         return note
 
     t0 = time.time()
-    results = map_tasks(fn, jobs, backend, desc=desc, progress=progress,
-                        done_before=done_before, on_done=on_done)
+    results = map_jobs(fn, jobs, backend, desc=desc, progress=progress,
+                       done_before=done_before, on_done=on_done)
     return Ran(results, time.time() - t0)
 
 

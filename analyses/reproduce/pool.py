@@ -13,7 +13,7 @@ Only jobs of the form ``python -m MODULE ...`` whose module has a ``main`` are f
 other command, and every job on a platform without ``os.fork``, starts as a subprocess.
 
 The pool forks the plan's *commands* (its analyses and ``python -m analyses.zoo train``), not
-training runs: each command trains through the one job runner, :func:`seqprobe.sweep.map_tasks`
+training runs: each command trains through the one job runner, :func:`seqprobe.sweep.map_jobs`
 (tests/test_one_job_runner.py lists every place a run or a process is started).
 """
 

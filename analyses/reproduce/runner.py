@@ -1,4 +1,4 @@
-"""Running the jobs: each in its own process (or Ray task), at most ``jobs`` cores' worth at
+"""Running the jobs: each in its own process (or Ray remote call), at most ``jobs`` cores' worth at
 once, each after the jobs it needs; a failure is reported and the rest still run."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
     env = {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "TQDM_MININTERVAL": "30",  # a progress line every half minute in the log
            PARENT_ENV: str(os.getpid())}  # a subprocess job ends when this run is killed
-    if backend is not None and backend.ray:  # a Ray task with the job's cores (and a GPU)
+    if backend is not None and backend.ray:  # on Ray, with the job's cores (and a GPU)
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
         return _Running(job, cmd, log, time.time(), slots, lock)

@@ -56,7 +56,7 @@ from seqprobe.sweep import (
     Failed,
     add_backend_arguments,
     backend_of,
-    map_tasks,
+    map_jobs,
 )
 
 
@@ -233,11 +233,11 @@ def train_recipes(names: Iterable[str], level: str = "quick",
             else:
                 out[n] = path
         groups = _groups(todo, runs, ensembles)
-        results = map_tasks(_train_group, [(g, level, cache, device,
-                                            dict(train) if train else None, ensembles, here)
-                                           for g in groups],
-                            backend, desc="train", progress=progress and not here,
-                            done_before=0, on_done=lambda i, _, gs=groups: {"recipes": len(gs[i])})
+        results = map_jobs(_train_group, [(g, level, cache, device,
+                                           dict(train) if train else None, ensembles, here)
+                                          for g in groups],
+                           backend, desc="train", progress=progress and not here,
+                           done_before=0, on_done=lambda i, _, gs=groups: {"recipes": len(gs[i])})
         for g, r in zip(groups, results, strict=True):
             for k, n in enumerate(g):
                 out[n] = r if isinstance(r, Failed) else (

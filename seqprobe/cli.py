@@ -60,7 +60,7 @@ LEVEL_HELP = {
 def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
     """The one level flag, ``--level {quick,medium,large,paper}`` (default quick) into
     ``args.level``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper``, ``--scale`` (its
-    name before) and ``aliases`` (such as ``models.train``'s ``--level``) are other spellings
+    name before) and ``aliases`` (such as ``models.train``'s ``--preset``) are other spellings
     of it."""
     check(isinstance(p, OneLineParser), "add_level_flag needs a OneLineParser")
     g = p.add_mutually_exclusive_group()

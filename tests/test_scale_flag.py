@@ -1,5 +1,5 @@
 """One scale flag (seqprobe.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
-``--train LEVEL`` and ``models.train``'s ``--level`` as other spellings of it."""
+``--train LEVEL`` and ``models.train``'s ``--preset`` as other spellings of it."""
 
 import pytest
 

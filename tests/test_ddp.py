@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import models
-from analyses.zoo.levels import make_run_config
+from models.train.build import make_run_config
 from models.checkpoint.io import read_checkpoint
 from models.generation import evaluate_prompts
 from models.train.cli import main
@@ -60,7 +60,7 @@ WORKER = textwrap.dedent("""
     from models.train.cli import main
     from models.train.callbacks import Callback
     from models.train.loop import TrainingInterrupted, train
-    from analyses.zoo.levels import make_run_config
+    from models.train.build import make_run_config
 
     a = json.loads(sys.argv[1])
     rank = int(os.environ["RANK"])

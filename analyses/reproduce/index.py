@@ -92,7 +92,7 @@ def read_claims(job: Job, out: Path) -> list[tuple[str, str, Verdict]]:
     """Each claim of an analysis read from its JSON in ``out``: (paper claim, measured,
     verdict: True / False / None / :class:`~analyses.claims.Undecided`). A JSON that cannot be
     read raises :class:`InputError` (one line naming the file)."""
-    return [(p, m, h) for p, m, h, _ in read_claim_margins(job, out)]
+    return [c[:3] for c in read_claim_margins(job, out)]
 
 
 class ClaimRead(NamedTuple):

@@ -8,6 +8,7 @@ of the fastest transformer each GSSM needs. Plain data in, plain data out: the a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -100,8 +101,9 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
     ``dist_string_*`` beside them are always over the training distribution.
 
     ``lr_grid`` / ``lr_edge`` per model: the lrs its choice was made among (those in ``runs``
-    when there are several, else ``grid``: the sweep that chose the one lr trained) and
-    whether the chosen lr is at an end of them (:func:`lr_edge`)."""
+    when there are several, else ``grid``: the sweep that chose the one lr trained — one grid
+    for every model, or ``{L: {label: grid}}`` where the choices were made on different
+    grids) and whether the chosen lr is at an end of them (:func:`lr_edge`)."""
     by_length: dict[int, dict] = {}
     flat = []
     key = f"string_{LEVELS[-1]}"
@@ -134,7 +136,8 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
             lr = best_lr({k: v[key] for k, v in sweep[label].items()})
             chosen[label] = lr
             lrs = [lr_value(k) for k in sweep[label] if k != "-"]
-            grids[label] = sorted(lrs) if len(lrs) > 1 else sorted(grid or ())
+            own = grid.get(L, {}).get(label) if isinstance(grid, Mapping) else grid
+            grids[label] = sorted(lrs) if len(lrs) > 1 else sorted(own or ())
             models[label] = {**sweep[label][lr], "lr": lr_value(lr),
                              "params": next((f["params"] for f in mine if f["params"]), None)}
             for f in mine:

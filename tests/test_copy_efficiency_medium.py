@@ -16,7 +16,7 @@ from analyses.copy_efficiency.seeded import _run_of, compute_medium
 from analyses.zoo import copy as zoo_copy
 from models.checkpoint.io import read_checkpoint
 from probes import sample_efficiency
-from probes.sample_efficiency import gap_is_clear, mean_interval, paper_gap
+from probes.sample_efficiency import gap_is_clear, mean_interval, medium_by_length, paper_gap
 from seqprobe.errors import InputError
 
 
@@ -327,8 +327,11 @@ def test_samples_to_90_are_read_at_exactly_L_with_the_distribution_beside():
     assert m["models"]["rope"]["dist_string_0.9"]["per_seed"] == [200, 200]
     assert m["ratio_to_reference"]["mamba"]["per_seed"] == [3.0, 3.0]  # 900 / 300
     # medium runs at their one chosen lr are flagged against the grid that chose it
-    assert m["lr_grid"]["rope"] == list(zoo_copy.COPY_MEDIUM_LR_GRID)
-    assert m["lr_edge"] == {"rope": "low", "mamba": None}
+    assert m["lr_grid"]["rope"] == list(zoo_copy.COPY_MEDIUM_LR_GRID[4]["rope"])
+    assert m["lr_edge"] == {"rope": None, "mamba": None}  # both inside the wide grid
+    # a choice made on a grid whose end it sits at is flagged: one grid per model and L
+    _, at = medium_by_length(runs, {4: {"rope": (1e-3, 3e-3), "mamba": (1e-3, 3e-3)}})
+    assert at[4]["lr_edge"] == {"rope": "low", "mamba": "high"}
     rows = ce.table(d)
     assert rows[0][7] == "→90% over 1..L" and any(r[7] == "200 ± 0" for r in rows)
     ce.plot(d)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grimp
+import networkx as nx
 
 try:
     import tomllib
@@ -248,46 +249,11 @@ def run_graph(edges: Iterable[Edge], modules: Iterable[str]) -> dict[str, dict[s
 
 
 def cycles(graph: dict[str, dict[str, Edge]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-
-    def visit(root: str) -> None:
-        work = [(root, iter(sorted(graph.get(root, {}))))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter[0]
-                    counter[0] += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(sorted(graph.get(nxt, {})))))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    m = stack.pop()
-                    on.discard(m)
-                    comp.append(m)
-                    if m == node:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-
-    for m in sorted(graph):
-        if m not in index:
-            visit(m)
-    return out
+    """Strongly connected components of more than one module (networkx), each sorted."""
+    g = nx.DiGraph()
+    g.add_nodes_from(graph)
+    g.add_edges_from((a, b) for a, targets in graph.items() for b in targets)
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
 def cycle_edges(graph: dict[str, dict[str, Edge]], component: list[str]) -> list[Edge]:

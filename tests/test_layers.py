@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import networkx as nx
 import pytest
 
 from tests import import_graph as ig
@@ -41,48 +42,12 @@ def _imports(graph: grimp.ImportGraph, module: str) -> list[str]:
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative), over what
-    importing each module runs (:func:`_imports`: package ``__init__``s included)."""
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-    modules = sorted(graph.modules)
-
-    def visit(root):
-        work = [(root, iter(_imports(graph, root)))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter[0]
-                    counter[0] += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(_imports(graph, nxt))))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    m = stack.pop()
-                    on.discard(m)
-                    comp.append(m)
-                    if m == node:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-
-    for m in modules:
-        if m not in index:
-            visit(m)
-    return out
+    """Strongly connected components of more than one module (networkx), over what importing
+    each module runs (:func:`_imports`: package ``__init__``s included)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(graph.modules)
+    g.add_edges_from((m, t) for m in graph.modules for t in _imports(graph, m))
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
 def test_no_module_imports_itself_in_a_circle():

@@ -150,7 +150,10 @@ def _fewer_samples_medium(d: dict) -> Reading:
         if failed or unlearnt:
             return Reading(text, _combine(failed, unlearnt), m, run)
         few = next((t for *_, t in tests if not t.can_decide), None)
-        return Reading(text, stats.too_few(few) if few else next(
+        # the power calculation of every test, not only the first: the claim needs them all
+        where = "; ".join(f"{lab.split(':')[0]}: {t.power_text()}" for lab, t in run
+                          if t.power_n)
+        return Reading(text, stats.too_few(few, where) if few else next(
             t for *_, t in tests if not t.holds).verdict(against=False), m, run)
     return Reading(text, True, m, run)
 

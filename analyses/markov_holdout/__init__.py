@@ -348,7 +348,7 @@ def _compute_large(args, checkpoints: list[Checkpoint]) -> dict:
 SCALE = {
     "quick": "the Mamba-2 Markov models at 1,500-2,000 steps × batch 32",
     "medium": "the paper's Markov model at 2,700 steps × batch 16 (27 % of Table 7's steps), "
-              "3 seeds",
+              f"{len(zoo_markov.MARKOV_HOLDOUT_MEDIUM['seeds'])} seeds",
     "large": "Table 7 in full for the Markov hold-out (d = N 8, 16, 32, 5 seeds; batch 16 "
              "without a GPU)",
 }

@@ -45,8 +45,8 @@ MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training h
 # its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
 # Large: every sweep on the GPU ("auto": the GPU where there is one, so the level also runs on
 # a CPU-only machine), trained as ensembles, which share a small model's kernel launches (one
-# at a time the STU and Markov Mamba-2 runs are launch-bound there, and too slow for a lent
-# call on CPU cores); copy_efficiency trains its best lrs' other seeds itself, memorization
+# at a time the STU and Markov Mamba-2 runs are launch-bound there, and on CPU cores too slow
+# for one lent call); copy_efficiency trains its best lrs' other seeds itself, memorization
 # its (width, seed) searches on CPU cores, each taking part of the machine (a job waits until
 # its cores are free) so that the other jobs run beside them.
 PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {

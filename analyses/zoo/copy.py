@@ -11,7 +11,7 @@ from models.train.levels import LevelTable
 from seqprobe.config import check
 
 # The level rows of the copy and lookup tasks: every recipe below starts from them. Why each
-# setting was chosen is said beside it; what a run of it measured is in the reproduce index.
+# setting was chosen is said beside it; what its runs give is in the reproduce index.
 _PAPER_COPY_MODELS = {
     # Paper App. A.2: GPT-NeoX, 12 layers, hidden 1024, 16 heads, M = 6 masked heads.
     "transformer": {"model": {"d_model": 1024, "n_layers": 12, "n_heads": 16,
@@ -144,17 +144,17 @@ def _copy_export() -> Iterator[Recipe]:
 # earlier grid {1e-3, 3e-3, 1e-2} most chosen lrs sat at one of its ends (issue 36), where the
 # best may lie beyond it; the analysis flags a choice at an end of its grid (lr_edge).
 # Three seeds: the power calculation asks for more for the GSSM rows of either claim (the
-# index's replicates table gives each row's count from the measured spread) than this level's
+# index's replicates table gives each row's count from the seeds' spread) than this level's
 # training budget affords, so both claims read "not decided" with that count.
 COPY_MEDIUM = {"lengths": (4, 6), "seeds": 3, "lrs": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)}
 # Each model's lr at each L, chosen by the full sweep (every lr of the grid at every seed, the
 # analysis' best_lr rule; `python -m analyses.copy_efficiency --train medium --sweep` runs it
 # again and credits each model with its best). The medium plan trains these alone: the sweep
 # is five times their training. COPY_MEDIUM_LR_GRID: the grid each entry was chosen on — the
-# wide grid of COPY_MEDIUM["lrs"], except Mamba-2 and the LSTM at L = 6: their 1e-2 won the
-# earlier sweep on {1e-3, 3e-3, 1e-2}, where it sat at the end, and then beat 3e-2 at every
-# seed (the wide sweep's lower lrs for them did not fit the session that reran it); the
-# analysis flags an entry at an end of its grid (lr_edge).
+# wide grid of COPY_MEDIUM["lrs"], except Mamba-2 and the LSTM at L = 6, chosen on the earlier
+# grid {1e-3, 3e-3, 1e-2} extended by 3e-2 (their wide sweep's low end was not run; the
+# README's medium section says how the choice came out); the analysis flags an entry at an
+# end of its grid (lr_edge).
 _WIDE, _EXTENDED = COPY_MEDIUM["lrs"], (1e-3, 3e-3, 1e-2, 3e-2)
 COPY_MEDIUM_LR_GRID = {4: dict.fromkeys(("rope", "hard_alibi", "mamba", "mamba2", "lstm"), _WIDE),
                        6: {"rope": _WIDE, "hard_alibi": _WIDE, "mamba": _WIDE,

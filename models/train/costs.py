@@ -121,8 +121,8 @@ class Estimate:
 
     seconds: float
     # "table" (this run's row), "flops" (its architecture's rate), "projection" (FLOPs at
-    # every row's rate: no row of its architecture), "timings"; on a GPU "measured" (the CUDA
-    # table's row) or "projection" (FLOPs at an assumed utilisation)
+    # every row's rate: no row of its architecture), "timings"; on a GPU "measured" (a row of
+    # the CUDA table) or "projection" (FLOPs at an assumed utilisation)
     source: str
 
 

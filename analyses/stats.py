@@ -292,7 +292,12 @@ def seeds_for_sign_test(mean: float, sd: float, alpha: float = 0.05, power: floa
     the measured distance ``mean`` of the replicate values from the threshold (claim's side
     > 0) and their spread ``sd``; None if not within ``most`` (the effect is on the other
     side, or too small)."""
-    q = p_agree_of(mean, sd)
+    return _fewest_for(p_agree_of(mean, sd), alpha, power, most)
+
+
+def _fewest_for(q: float, alpha: float, power: float = POWER, most: int = 1000) -> int | None:
+    """The fewest replicates whose sign test reaches ``alpha`` with ``power`` when each lands
+    on the tested side with probability ``q`` (None at q <= 1/2 or beyond ``most``)."""
     if q <= 0.5:
         return None
     return next((n for n in range(seeds_to_reach(alpha), most + 1)
@@ -342,11 +347,8 @@ def sign_power_from(distances: np.ndarray, alpha: float,
             return None, None
         side = "for" if 2 * k > len(d) else "against"
         q = (max(k, len(d) - k) + 0.5) / (len(d) + 1)
-    if q <= 0.5:
-        return None, None
-    n = next((m for m in range(seeds_to_reach(alpha), 1001) if sign_power(m, q, alpha) >= power),
-             None)
-    return side, n
+    n = _fewest_for(q, alpha, power)
+    return (side, n) if n is not None else (None, None)
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:

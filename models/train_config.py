@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqprobe.config import check
+from seqprobe.device import gpu_facts
 from seqprobe.flags import (
     MAX_BATCH,
     MAX_EVAL_BATCHES,
@@ -128,7 +129,9 @@ def resolve_train(cfg: TrainConfig, device: torch.device) -> TrainConfig:
     cuda = device.type == "cuda"
     precision = cfg.precision
     if precision == "auto":
-        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+        # asked without initialising CUDA here: a planning process resolves runs too, and one
+        # that touched CUDA could not fork their jobs (seqprobe.device)
+        precision = "bf16" if cuda and gpu_facts(device.index or 0)["bf16"] else "fp32"
     compile_ = cuda if cfg.compile == "auto" else cfg.compile
     return dataclasses.replace(cfg, device_type=device.type, precision=precision,
                                compile=compile_)

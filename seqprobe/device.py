@@ -1,9 +1,25 @@
 """Device names -> ``torch.device``, with one clear error for a device this machine lacks, and the
-memory a device has (size checks refuse a model that cannot fit before anything is allocated)."""
+memory a device has (size checks refuse a model that cannot fit before anything is allocated).
+
+**Asking about CUDA without touching it.** A process that has initialised CUDA cannot fork a
+job that uses it (the child fails with "Cannot re-initialize CUDA in forked subprocess", or
+the driver's "initialization error"), and the reproduce run forks its jobs
+(:mod:`analyses.reproduce.pool`). So the questions a planning process asks — is there a GPU,
+what is it called, how much memory has it, has it bfloat16 — are answered here without
+initialising CUDA in this process: :func:`cuda_present` through NVML (torch's own
+``PYTORCH_NVML_BASED_CUDA_CHECK``, which :mod:`seqprobe` sets for every process of the
+suite), the card's facts
+by a child interpreter (:func:`gpu_facts`, once per process) unless this process has
+initialised CUDA already (:func:`cuda_touched`), in which case it asks torch directly.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import subprocess
+import sys
 
 import torch
 
@@ -19,7 +35,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
     if isinstance(name, torch.device):
         return name
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if cuda_present() else "cpu")
     try:
         dev = torch.device(name)
     except RuntimeError:
@@ -44,8 +60,8 @@ def memory_bytes(device: str | torch.device = "cpu") -> int:
     Totals, not what is free now: a size check refuses only what cannot fit however the machine
     is shared (what is free changes while the run waits for its turn)."""
     dev = torch.device(device) if not isinstance(device, torch.device) else device
-    if dev.type == "cuda" and torch.cuda.is_available():
-        return int(torch.cuda.get_device_properties(dev.index or 0).total_memory)
+    if dev.type == "cuda" and cuda_present():
+        return int(gpu_facts(dev.index or 0)["total_memory"])
     try:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):  # not POSIX: no check rather than a wrong one
@@ -66,3 +82,56 @@ def check_fits(n_bytes: int, what: str, device: str | torch.device = "cpu") -> N
     if n_bytes > total:
         raise InputError(f"{what} needs at least {human_bytes(n_bytes)}, more than "
                         f"{where} ({human_bytes(total)})")
+
+
+def cuda_present() -> bool:
+    """Whether this machine has a CUDA device torch can use, asked without initialising CUDA
+    (NVML; see the module docstring). Tests fake a GPU by replacing
+    ``torch.cuda.is_available``."""
+    return bool(torch.cuda.is_available())
+
+
+def cuda_touched() -> bool:
+    """Whether this process has initialised CUDA: from then on it must not fork a job (the
+    child could not use CUDA, and a fork of a process holding a CUDA context is unsafe)."""
+    return bool(torch.cuda.is_initialized())
+
+
+# what a child reports of the card (:func:`gpu_facts`); a module-level string so that the same
+# code runs in this process once CUDA is up
+_FACTS = """
+import json, sys, torch
+i = int(sys.argv[1])
+p = torch.cuda.get_device_properties(i)
+print(json.dumps({"name": p.name, "total_memory": int(p.total_memory),
+                  "capability": list(torch.cuda.get_device_capability(i)),
+                  "bf16": bool(torch.cuda.is_bf16_supported())}))
+"""
+
+
+@functools.cache
+def _facts_from_child(index: int) -> dict:
+    env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    proc = subprocess.run([sys.executable, "-c", _FACTS, str(index)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"cuda:{index}: could not read the card's properties ({tail})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def gpu_facts(index: int = 0) -> dict:
+    """``{"name", "total_memory", "capability", "bf16"}`` of CUDA device ``index``: from
+    torch in this process where it has initialised CUDA already, else from a child interpreter
+    (once per process), so that asking never makes this process unable to fork."""
+    if cuda_touched():
+        props = torch.cuda.get_device_properties(index)
+        return {"name": props.name, "total_memory": int(props.total_memory),
+                "capability": list(torch.cuda.get_device_capability(index)),
+                "bf16": bool(torch.cuda.is_bf16_supported())}
+    return _facts_from_child(index)
+
+
+def gpu_name(index: int = 0) -> str | None:
+    """The card's name as torch gives it (None without CUDA), asked as :func:`gpu_facts`."""
+    return gpu_facts(index)["name"] if cuda_present() else None

@@ -26,6 +26,7 @@ from seqprobe.config import config_from_dict
 from seqprobe.errors import InputError
 from tasks.base import make_generator
 from tasks.registry import make_task
+from tests.cuda_fakes import fake_gpu
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # a cuda device object needs no GPU
 
@@ -38,7 +39,7 @@ def _run_config(**train):
 
 @pytest.fixture
 def bf16_card(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    fake_gpu(monkeypatch, bf16=True)
 
 
 def test_auto_resolves_per_device(bf16_card, monkeypatch):
@@ -53,7 +54,7 @@ def test_auto_resolves_per_device(bf16_card, monkeypatch):
     eager = resolve_train(TrainConfig(precision="fp32", compile=False), CUDA)
     assert (eager.precision, eager.compile) == ("fp32", False)
     assert resolve_train(TrainConfig(precision="bf16"), CPU).precision == "bf16"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    fake_gpu(monkeypatch, bf16=False)
     assert resolve_train(cfg, CUDA).precision == "fp32"  # a card without bfloat16
 
 

@@ -73,7 +73,7 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
             return None
         found = (costs.run(run_configs[0], job.device) if len(run_configs) == 1
                  else ensemble_estimate(run_configs, costs, job.device))
-    if found is None or costs.device == "cuda" or forkable(job.argv) is None:
+    if found is None or costs.device == "cuda" or forkable(job.argv, job.device) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
     # forked job (analyses.reproduce.pool) starts with them paid.

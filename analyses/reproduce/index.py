@@ -21,6 +21,7 @@ import torch
 from analyses.claims import Margin, Undecided, Verdict, level_of, verdict_text
 from analyses.reproduce.plan import Job
 from seqprobe.atomic import write_atomic
+from seqprobe.device import gpu_name
 from seqprobe.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout whose commit the index names
@@ -248,7 +249,8 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    gpu = (", GPU " + torch.cuda.get_device_name(0)) if torch.cuda.is_available() else ""
+    name = gpu_name()  # asked without initialising CUDA: this process forks the run's jobs
+    gpu = f", GPU {name}" if name else ""
     return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores{gpu}"
 
 

@@ -12,6 +12,13 @@ same run as in its own process.
 Only jobs of the form ``python -m MODULE ...`` whose module has a ``main`` are forked; any
 other command, and every job on a platform without ``os.fork``, starts as a subprocess.
 
+**CUDA is never forked.** A job that uses a GPU (placed on ``cuda``, or on ``auto`` / its
+default on a machine with one) starts as a fresh process, and once this process has
+initialised CUDA no job is forked at all: a forked child cannot initialise CUDA again
+("Cannot re-initialize CUDA in forked subprocess"). The planning process itself asks about the
+GPU without initialising CUDA (:mod:`seqprobe.device`), so the CPU jobs of a GPU machine's
+plan still fork.
+
 The pool forks the plan's *commands* (its analyses and ``python -m analyses.zoo train``), not
 training runs: each command trains through the one job runner, :func:`seqprobe.sweep.map_jobs`
 (tests/test_one_job_runner.py lists every place a run or a process is started).
@@ -36,6 +43,7 @@ import numpy as np
 import torch
 import tqdm.std
 
+from seqprobe.device import cuda_present, cuda_touched
 from seqprobe.orphans import die_with
 
 # No tqdm monitor thread in a process that forks: a fork copies only the forking thread, and a
@@ -44,11 +52,25 @@ tqdm.std.tqdm.monitor_interval = 0
 
 
 
-def forkable(argv: Sequence[str]) -> str | None:
+def uses_cuda(device: str | None) -> bool:
+    """Whether a job given ``--device device`` (None: its default, which is ``auto``) trains or
+    evaluates on a GPU here."""
+    if device in (None, "auto"):
+        return cuda_present()
+    try:
+        return torch.device(device).type == "cuda"
+    except RuntimeError:  # a bad name: the job itself refuses it, in its own process
+        return False
+
+
+def forkable(argv: Sequence[str], device: str | None = None) -> str | None:
     """The module whose ``main`` runs ``python -m MODULE ...`` if this process can run it
     forked, else None: MODULE itself, or its ``cli`` module (a package that keeps its command
-    line out of its ``__init__``)."""
+    line out of its ``__init__``). ``device``: the job's ``--device``; a job that uses CUDA,
+    and every job once this process has initialised CUDA, is not forkable (module docstring)."""
     if not hasattr(os, "fork") or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return None
+    if uses_cuda(device) or cuda_touched():
         return None
     for module in (argv[2], f"{argv[2]}.cli"):
         try:

@@ -50,7 +50,7 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         cmd = RayCommand(job.argv, replace(backend, num_cpus=slots), env=own)
         return _Running(job, cmd, log, time.time(), slots, lock)
-    module = forkable(job.argv)
+    module = forkable(job.argv, job.device)
     if module is not None:  # forked from this process: torch and the suite imported once
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         proc = ForkedJob(module, job.argv[3:], log, own, slots * threads_per_slot)

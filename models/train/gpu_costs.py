@@ -32,6 +32,7 @@ import torch
 from models.registry import model_class
 from models.train.runconfig import RunConfig
 from seqprobe.config import config_from_dict, config_to_dict
+from seqprobe.device import cuda_present
 from seqprobe.errors import InputError
 
 TABLE = Path(__file__).with_name("step_costs_cuda.json")
@@ -71,7 +72,7 @@ def device_kind(name: str) -> str:
     device: a plan for a GPU machine is estimated on a machine without one. ``auto`` is this
     machine's (cuda where available)."""
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if cuda_present() else "cpu"
     try:
         return torch.device(name).type
     except RuntimeError:

@@ -31,6 +31,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from seqprobe.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from seqprobe.device import cuda_present
 from seqprobe.errors import ConfigError
 from seqprobe.flags import flag
 
@@ -40,7 +41,7 @@ EXIT_WORKER_FAILED = 1  # a worker ended without an exit code of its own (killed
 def machine_slots() -> tuple[int, str]:
     """How many workers this machine runs at once, and what they are: its GPUs where CUDA is
     available (one worker per card), else the CPU cores this process may use."""
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+    if cuda_present() and torch.cuda.device_count() > 0:  # NVML: this launcher never inits CUDA
         return torch.cuda.device_count(), "GPUs"
     try:
         return len(os.sched_getaffinity(0)), "CPU cores"

@@ -200,6 +200,13 @@ class Figure:
     # level -> (label, RunConfig builder) of the models it trains itself, outside the zoo (the
     # memorization grid's cells): what ``--dry-run`` runs beside the recipes
     dry_run_configs: Callable[[str], Sequence[tuple[str, Builder]]] = lambda level: ()
+    # level -> the runs it trains itself, as (expected count, RunConfig builder): what its
+    # job's ETA is costed from where no run of that level has timed it (a search's cells)
+    own_runs: Callable[[str], Sequence[tuple[float, Builder]]] = lambda level: ()
+    # glob patterns, under its --out, of the small result files it resumes from (a search's
+    # saved cells): a lent GPU call brings them back and the next call starts from them, so
+    # an analysis longer than one call runs over several (analyses.reproduce.parts)
+    resume_files: tuple[str, ...] = ()
     # level -> one clause: what this analysis trains at that level, in the papers' terms (the
     # index's scale line joins the clauses of the analyses it ran; None or "": nothing to
     # add, e.g. where another analysis of the same models says it), and the paper's own

@@ -33,6 +33,7 @@ from models.train.loop import train
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe import flags
+from seqprobe.sweep import ProcessFailed
 
 # The paper copy models by the name the bench reports them under: the zoo's paper recipes (the
 # Mamba-2 one is sized as the paper Mamba: analyses.zoo.copy says why).
@@ -157,12 +158,18 @@ def train_step_cost(run_config_dict: dict[str, Any], device: str, warm: int = WA
 
 
 def copy_models(run_configs: dict[str, RunConfig], device: str, warm: int = WARM_STEPS,
-                timed: int = TIMED_STEPS, log=print) -> dict[str, dict[str, Any]]:
-    """:func:`train_step_cost` of each run, each in a fresh process."""
+                timed: int = TIMED_STEPS, log=print,
+                timeout: float | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`train_step_cost` of each run, each in a fresh process killed after ``timeout``
+    seconds (a cold compile or a hang costs that one model's row, not the whole check)."""
     rows = {}
     for name, run_config in run_configs.items():
-        rows[name] = row = in_fresh_process(train_step_cost, run_config.to_dict(), device, warm,
-                                            timed)
+        try:
+            row = in_fresh_process(train_step_cost, run_config.to_dict(), device, warm, timed,
+                                   timeout=timeout)
+        except ProcessFailed as e:
+            row = {"error": str(e)}
+        rows[name] = row
         log(f"{name}: " + (f"FAILED {row['error']}" if "error" in row else
                            f"{row['seconds_per_step']:.4g} s/step, "
                            f"{row['tokens_per_s'] / 1e3:.4g}k tokens/s, "

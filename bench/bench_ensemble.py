@@ -19,17 +19,21 @@ alone and of the whole ensemble. Numbers: ``bench/results.json`` (``ensemble``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
+from pathlib import Path
 
 import torch
 
 from analyses import zoo
-from bench.common import write_results
+from bench.common import machine, write_results
 from models.train.ensemble import train_ensemble
 from models.train.loop import train
 from models.train.runconfig import RunConfig
 from seqprobe import flags
+from seqprobe.atomic import check_output_file, write_atomic
+from seqprobe.cli import run_cli
 from seqprobe.device import resolve_device
 
 LRS = (3e-4, 1e-3, 3e-3, 1e-2)  # the copy sweep's grid (analyses/zoo/copy.py)
@@ -85,10 +89,19 @@ def measure(run_configs: list[RunConfig], device: str, steps: int, one_thread_cp
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_ensemble", description=__doc__)
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=flags.flag("--steps"), default=40)
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the results here (default: bench/results_ensemble.json, or "
+                        "results_ensemble_cuda.json on a GPU; the GPU call writes into $OUT)")
     args = p.parse_args(argv)
+    if args.out is not None:
+        check_output_file(args.out)  # before any work: the results are never lost to it
     device = str(resolve_device(args.device))
     out = {"device": device}
     for name, run_configs in sweeps(args.steps).items():
@@ -98,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         out[name]["wall"] = measure(run_configs, device, args.steps, one_thread_cpu=False,
                                     repeats=1)
         print(name, out[name], flush=True)
-    write_results("ensemble" if device == "cpu" else "ensemble_cuda", out)
+        if args.out is not None:  # each sweep as it is measured: a stage cut short keeps it
+            write_atomic(args.out, json.dumps({"machine": machine(), **out}, indent=1))
+    if args.out is None:
+        write_results("ensemble" if device == "cpu" else "ensemble_cuda", out)
     return 0
 
 

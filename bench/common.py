@@ -76,12 +76,14 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
     return float(in_fresh_process(_peak_memory_here, fn))
 
 
-def in_fresh_process(fn: Callable[..., object], *args: object) -> object:
+def in_fresh_process(fn: Callable[..., object], *args: object,
+                     timeout: float | None = None) -> object:
     """``fn(*args)`` in a new interpreter (``fn`` module-level; the one job runner's fresh
     process, :func:`seqprobe.sweep.run_fresh`): a measurement that what ran before in this
     process must not colour (the C allocator keeps or returns memory depending on what was
-    allocated earlier, and fresh memory costs page faults)."""
-    return run_fresh(fn, *args)
+    allocated earlier, and fresh memory costs page faults). ``timeout``: seconds before the
+    process is killed (:class:`~seqprobe.sweep.ProcessFailed`)."""
+    return run_fresh(fn, *args, timeout=timeout)
 
 
 def _peak_memory_here(fn: Callable[[], object]) -> float:

@@ -1,7 +1,8 @@
 """The GPU check, one command (issue 35): ``python -m bench.gpu_check`` -> one JSON.
 
-Three stages, in this order, each given what is left of ``--budget-s`` (default 8 minutes on
-one H100; a stage that runs past it is recorded as timed out and the JSON is still written):
+Three stages, in this order, each given what is left of ``--budget-s`` (a stage that runs past
+it is recorded as timed out). The JSON is written after every stage and every model, so a
+check killed from outside at any second leaves what it had measured:
 
 1. the GPU tests: ``pytest -m gpu tests/test_gpu.py tests/test_model_contract.py`` as a
    subprocess, under the suite's own type-check hook (tests/conftest.py), with their pass /
@@ -45,6 +46,7 @@ from seqprobe import flags
 from seqprobe.atomic import check_output_file, write_atomic
 from seqprobe.cli import run_cli
 from seqprobe.config import check
+from seqprobe.device import gpu_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "results_gpu_check.json"
@@ -153,6 +155,9 @@ def _main(argv: list[str] | None = None) -> int:
                    help="test files of stage 1 (none: skip it)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL",
                    help="only these models of stages 2 and 3 (transformer_rope, mamba2, ...)")
+    p.add_argument("--model-timeout-s", type=flags.flag("--budget-s"), default=None,
+                   help="seconds each model of stage 2 may take in its own process (default: "
+                   "what is left of the budget)")
     p.add_argument("--warm-steps", type=flags.flag("--warm-steps"), default=None)
     p.add_argument("--timed-steps", type=flags.flag("--timed-steps"), default=None)
     args = p.parse_args(argv)
@@ -186,15 +191,23 @@ def _main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    card = torch.cuda.get_device_name(torch.device(args.device)) if kind == "cuda" else "cpu"
+    card = gpu_facts(torch.device(args.device).index or 0)["name"] if kind == "cuda" else "cpu"
     when = time.strftime("%Y-%m-%d", time.gmtime())
     doc: dict[str, Any] = {
         "card": card, "date": when, "torch": torch.__version__, "cuda": torch.version.cuda,
         "device": args.device, "tiny": args.tiny, "budget_s": args.budget_s,
         "bf16_peak_flops": gpu_costs.PEAK_FLOPS["bf16"]}
+    def save() -> None:  # after every stage and model: a check cut short keeps what it had
+        doc["wall_s"] = round(time.time() - t0, 1)
+        write_atomic(args.out, json.dumps(doc, indent=1, default=str))
+
+    save()
     log("== 1/3 GPU tests")
-    doc["tests"] = run_tests(args.tests, left()) if args.tests else {"skipped": "no --tests"}
+    # the tests take at most 40 % of the budget: the models' steps are the check's product
+    doc["tests"] = (run_tests(args.tests, min(left(), 0.4 * args.budget_s)) if args.tests
+                    else {"skipped": "no --tests"})
     log(f"   {doc['tests']}")
+    save()
 
     log("== 2/3 bench_cuda: the paper copy models")
     run_configs = tiny_run_configs() if args.tiny else paper_copy_run_configs()
@@ -208,8 +221,10 @@ def _main(argv: list[str] | None = None) -> int:
             continue
         doc["bench"].update(copy_models(
             {name: run_config}, args.device, log=log,
+            timeout=max(1.0, min(args.model_timeout_s or left(), left())),
             **{k: v for k, v in (("warm", steps["warm"]), ("timed", steps["timed"])) if v}))
-    doc["table_rows"] = table_rows(doc["bench"], card, when, run_configs)
+        doc["table_rows"] = table_rows(doc["bench"], card, when, run_configs)
+        save()
 
     log("== 3/3 the dry run of the copy models")
     items = [(COPY_RECIPES.get(n, n), (lambda s=s: s)) for n, s in run_configs.items()]
@@ -218,8 +233,7 @@ def _main(argv: list[str] | None = None) -> int:
         doc["dry_run"] = dryrun.summary(rows, args.device, 0.0)
     else:
         doc["dry_run"] = {"error": "not run: the budget was spent", "failed": []}
-    doc["wall_s"] = round(time.time() - t0, 1)
-    write_atomic(args.out, json.dumps(doc, indent=1, default=str))
+    save()
     print(f"wrote {args.out} ({doc['wall_s']:.0f} s)")
     tests = doc["tests"]
     ok = (tests.get("failed", 0) == 0 and "error" not in tests

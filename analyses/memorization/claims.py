@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from analyses.claims import Claim, Figure, Margin, Reading, Undecided, Verdict, tightest
 from analyses.common import fmt, get
-from analyses.memorization.grid import dry_run_cells
+from analyses.memorization.grid import dry_run_cells, expected_cells
 
 
 def claim_trends(d: dict) -> Reading | None:
@@ -209,6 +209,8 @@ FIGURE = Figure(
     recipes=lambda level: (),  # no zoo checkpoints: every cell is trained here
     extra_args=plan_args, outputs=("memorization_synthetic_token",), slots=2,
     dry_run_configs=dry_run_cells,  # the plan's grid: synthetic, token level
+    own_runs=expected_cells,  # the large level's searches, costed before any run timed them
+    resume_files=("memorization_*_cells/*.json",),  # every cell saved as it lands (CellStore)
     scale=SCALE.get, paper_scale="memorization with BERT (6 layers) on 14,000 CoNLL "
     "sentences (§5.1, App. F)")
 

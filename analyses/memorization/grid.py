@@ -5,6 +5,7 @@ each cell."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,25 @@ class CellSpace:
                                train={**self.train, **per_seed,
                                       **({} if steps is None else {"steps": steps})},
                                table=TABLE)
+
+
+def expected_cells(level: str, data: str = "synthetic",
+                   label_level: str = "token") -> list[tuple[float, Builder]]:
+    """The cells an inverted search (``max_n``) of ``level`` is expected to train, as
+    ``(count, RunConfig builder)`` per width: every seed's bisection over the ladder probes
+    about log2 of its length plus one N, costed at the ladder's middle N with the full step
+    budget (a probe that fails runs all of it). Empty for the other levels: their grids are
+    timed by real runs (the step-cost table's analysis rows)."""
+    grid = grid_settings(level, data, label_level)
+    if grid.search is None or grid.search.method != "max_n":
+        return []
+    space = CellSpace.of(data, label_level, level)
+    sizes = grid.search.n_examples
+    probes = math.ceil(math.log2(len(sizes) + 1))
+    middle = sizes[len(sizes) // 2] / grid.task["n_examples"]
+    return [(float(grid.search.seeds * probes),
+             (lambda m=m: space.run_config(m, middle, seed=0)))
+            for m in grid.widths]
 
 
 def dry_run_cells(level: str, data: str = "synthetic", label_level: str = "token",

@@ -24,7 +24,15 @@ from analyses.reproduce.index import (
     read_timings,
     write_index,
 )
-from analyses.reproduce.parts import PART_BUDGET_S, merge, parse_part, split
+from analyses.reproduce.parts import (
+    BUDGET,
+    CACHE_BYTES,
+    CHECKPOINT_BYTES_PER_PARAM,
+    merge,
+    parse_part,
+    plan_calls,
+    split,
+)
 from analyses.reproduce.plan import (
     PLAN,
     Job,
@@ -41,7 +49,14 @@ from figures.style import DEFAULT_OUT
 from models.train.cache import check_cache_dir
 from models.train.costs import StepCosts
 from models.train.ensemble_cache import ENSEMBLES
-from models.train.gpu_costs import REFERENCE_CARD, UTILISATION, device_kind
+from models.train.gpu_costs import (
+    COMPILE_S,
+    JOB_START_S,
+    REFERENCE_CARD,
+    UTILISATION,
+    device_kind,
+)
+from models.train.plan import plan_row
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
@@ -160,7 +175,7 @@ def level_parts(names: list[str], level: str, slots: int, device: str,
             memo[key] = makespan(closure(part), cost, slots)
         return memo[key]
 
-    return split(names, wall, PART_BUDGET_S, parts), wall
+    return split(names, wall, BUDGET.part_s(False), parts, first=BUDGET.part_s(True)), wall
 
 
 def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
@@ -172,7 +187,7 @@ def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
     for n in names:
         fig = figure_of(n)
         recipes = ", ".join(seed_ranges(fig.recipes(level))) if fig.trains else ""
-        device, jobs = placement(n, level)
+        device, jobs = placement(n, level, slots)
         where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
@@ -183,20 +198,47 @@ def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
     print(f"\n{_eta_line(eta, slots)}; cache {cache}")
     if show_parts:
         parts, wall = level_parts(names, level, slots, kind)
-        print(f"\nin {len(parts)} part{'s' * (len(parts) > 1)} of at most "
-              f"{PART_BUDGET_S / 60:.0f} min each (an empty cache, --jobs {slots}; "
-              f"`--part K/{len(parts)}` runs part K):")
-        for k, part in enumerate(parts, 1):
-            minutes = wall(part) / 60
-            over = "  (over: one analysis' own chain)" if minutes * 60 > PART_BUDGET_S else ""
-            print(f"  part {k}/{len(parts)}: {minutes:.1f} min  {', '.join(part)}{over}")
-        print(f"ensemble jobs costed: {_ensemble_sources(eta)}")
+        calls = plan_calls(parts, wall, lambda n: resumes(n, level))
+        b = BUDGET
+        print(f"\nin {len(calls)} lent GPU call{'s' * (len(calls) > 1)} of at most "
+              f"{b.call_s / 60:.1f} min each, {len(parts)} part{'s' * (len(parts) > 1)} "
+              f"(an empty cache, --jobs {slots}; each call counts {b.start_s:.0f} s of "
+              f"start-up, {b.preflight_s:.0f} s of preflight and {b.pack_s:.0f} s of packing; "
+              f"the first also {b.checks_s + b.ensemble_s:.0f} s of GPU checks):")
+        for c in calls:
+            over = "  (OVER: one analysis that cannot resume)" if c.seconds > b.call_s else ""
+            rounds = (f" ({c.round} of {c.rounds}, resuming)" if c.round > 1 else
+                      f" (1 of {c.rounds}: resumes in the next call)" if c.rounds > 1 else "")
+            what = (f"{'checks + ' if c.checks else ''}part {c.part}/{c.parts}{rounds}: "
+                    f"{', '.join(c.analyses)}" if c.part else "the GPU checks alone")
+            print(f"  call {c.index}: {c.seconds / 60:.1f} min  {what}{over}\n"
+                  f"      {c.command()}")
+        print(f"{len(calls)} calls; ensemble jobs costed: {_ensemble_sources(eta)}")
     if kind == "cuda":
-        print(f"GPU estimate: training jobs on one {REFERENCE_CARD}, their steps only "
-              "(start-up, torch.compile and evaluations not counted), measured where the CUDA "
-              f"table has the run, else its FLOPs at {UTILISATION:.0%} of the peak of its "
-              "precision; analyses at their CPU seconds")
+        print(f"GPU estimate: training jobs on one {REFERENCE_CARD}: their steps (measured "
+              "where the CUDA table has the run, else its FLOPs at "
+              f"{UTILISATION:.0%} of the peak of its precision, never below the table's "
+              f"fastest step), evaluations, {COMPILE_S:.0f} s of torch.compile per compiled "
+              f"run and {JOB_START_S:.0f} s of process start-up per job; analyses at their "
+              "CPU seconds or their own runs'")
     return 0
+
+
+def resumes(name: str, level: str) -> bool:
+    """Whether analysis ``name`` at ``level`` can continue in a later lent call from what one
+    call brings back: it keeps its progress in small result files (``Figure.resume_files``),
+    or every checkpoint it trains fits together in :data:`~analyses.reproduce.parts.CACHE_BYTES`
+    (an interrupted run resumes from its checkpoint)."""
+    fig = figure_of(name)
+    if fig.resume_files:
+        return True
+    if not fig.trains:
+        return False
+    params = 0
+    for r in fig.recipes(level):
+        run_config = dryrun.recipe_run_config(r, level)
+        params += plan_row(run_config.arch, run_config)["params"]
+    return params * CHECKPOINT_BYTES_PER_PARAM <= CACHE_BYTES
 
 
 def _ensemble_sources(eta: Eta) -> str:

@@ -63,9 +63,11 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
         if isinstance(seconds, (int, float)) and seconds > 0:
             return Estimate(float(seconds), "timings")
     if not job.recipes:
-        found = costs.analysis(job.name, level)
-        if found is not None and costs.device != "cuda":
-            found = Estimate(found.seconds * load_scale(costs), found.source)
+        found = own_runs_estimate(job, level, costs)
+        if found is None:
+            found = costs.analysis(job.name, level)
+            if found is not None and costs.device != "cuda":
+                found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
         try:
             run_configs = [recipe_run_config(r, level) for r in job.recipes]
@@ -73,12 +75,36 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
             return None
         found = (costs.run(run_configs[0], job.device) if len(run_configs) == 1
                  else ensemble_estimate(run_configs, costs, job.device))
+    if found is not None and costs.device == "cuda" and job.recipes and job.device != "cpu":
+        # a GPU job starts as a fresh process (analyses.reproduce.pool): its start-up too
+        return Estimate(found.seconds + gpu_costs.JOB_START_S, found.source)
     if found is None or costs.device == "cuda" or forkable(job.argv, job.device) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
     # forked job (analyses.reproduce.pool) starts with them paid.
     start = costs.start_seconds()
     return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
+
+
+def own_runs_estimate(job: Job, level: str, costs: StepCosts) -> Estimate | None:
+    """Seconds of an analysis that trains its own runs (``Figure.own_runs``: a search's
+    cells), from the runs' costs on its device spread over the cores its job holds; None when
+    it declares none at this level or the table cannot cost them."""
+    if job.figure is None:
+        return None
+    runs = job.figure.own_runs(level)
+    if not runs:
+        return None
+    cpu = job.device == "cpu" or costs.device != "cuda"
+    total = 0.0
+    for count, build in runs:
+        one = costs.run(build(), "cpu" if cpu else job.device)
+        if one is None:
+            return None
+        # a CPU estimate counts each run's process start-up: the cells share the job's process
+        start = costs.start_seconds() if cpu else 0.0
+        total += count * max(one.seconds - start, 0.0)
+    return Estimate(total / max(job.slots, 1), "its own runs")
 
 
 def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
@@ -91,15 +117,16 @@ def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
     utilisation where those take longer (source ``ensemble projection`` until a CUDA table
     has ensemble rows)."""
     if costs.device == "cuda" and device != "cpu":
-        runs = [costs.gpu_run(s) for s in run_configs]
-        per_step = max(r.seconds / s.train.steps for r, s in zip(runs, run_configs, strict=True))
+        per_step = max(costs.gpu_step(s).seconds for s in run_configs)
         flops = 0.0
         for s in run_configs:
             row = plan_row(s.arch, s)
             flops += row["flops_per_token"] * row["tokens_per_step"]
         precision = gpu_costs.run_settings(run_configs[0], "cuda")[0]
         step = max(per_step, gpu_costs.projected_seconds(flops, precision))
-        return Estimate(step * max(s.train.steps for s in run_configs), "ensemble projection")
+        longest = max(run_configs, key=lambda s: s.train.steps)  # one compile, shared evals
+        return Estimate(step * longest.train.steps + costs.gpu_overhead(longest, step),
+                        "ensemble projection")
     runs = [costs.run(s, device) for s in run_configs]
     if any(r is None for r in runs):
         return None
@@ -205,6 +232,7 @@ class Eta:
         words = {"timings": "the last run's times", "table": "the step-cost table",
                  "flops": "the table's rate for their architecture",
                  "median": "the table's median analysis", "none": "no estimate (mean used)",
+                 "its own runs": "the runs they train themselves (a search's expected cells)",
                  "measured": "the CUDA step-cost table (step times measured on a GPU)",
                  "projection": "their FLOPs, projected (no measured step of their model: "
                                "a new architecture, or a GPU without its row)"}

@@ -56,11 +56,13 @@ PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
 }
 
 
-def placement(name: str, level: str) -> tuple[str | None, int | None]:
+def placement(name: str, level: str, cores: int | None = None) -> tuple[str | None, int | None]:
     """(device, jobs) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
-    the defaults). ``jobs`` is capped at this machine's cores."""
+    the defaults). ``jobs`` is capped at ``cores`` (default this machine's: a plan for
+    another machine, ``--list --jobs 16``, passes its cores)."""
     device, jobs = PLACEMENT.get(level, {}).get(name, (None, None))
-    return device, None if jobs is None else max(1, min(jobs, os.cpu_count() or 1))
+    cores = cores or os.cpu_count() or 1
+    return device, None if jobs is None else max(1, min(jobs, cores))
 
 
 def figure_of(name: str) -> Figure:
@@ -101,9 +103,10 @@ class Job:
         return [f"{s}.json" for s in self.stems if not (out / f"{s}.json").exists()]
 
 
-def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path) -> list[str]:
+def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path,
+                  cores: int | None = None) -> list[str]:
     train = ["--train", level, "--cache-dir", str(cache)] if fig.trains else []
-    device, jobs = placement(name, level)
+    device, jobs = placement(name, level, cores)
     placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
     offset = zoo.seed_offset()  # the models' seeds shifted: their evaluation data's too
     seed = ["--seed", str(offset)] if offset else []
@@ -123,7 +126,7 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, jobs_ = placement(n, level)
+        device, jobs_ = placement(n, level, slots)
         recipes = list(fig.recipes(level)) if fig.trains else []
         missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
         for r in missing:
@@ -147,7 +150,7 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
                          recipes=tuple(group))
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
-        Job(n, tuple(analysis_argv(n, fig, level, out, cache)), jobs_ or fig.slots,
+        Job(n, tuple(analysis_argv(n, fig, level, out, cache, slots)), jobs_ or fig.slots,
             tuple(dict.fromkeys(job_of[r] for r in missing)), fig, device)
         for n, fig, device, jobs_, missing in analyses]]
 

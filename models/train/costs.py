@@ -160,9 +160,15 @@ class StepCosts:
                    dict(doc.get("meta", {})), device=device, cuda=cuda)
 
     def timed(self) -> StepCosts:
-        """This table with the reference step timed on this machine now (a GPU estimate is in
-        seconds already: nothing to time)."""
-        unit = reference_seconds() if self.rows else 0.0  # a GPU plan's CPU jobs need it too
+        """This table with the reference step timed on this machine now. A GPU plan's CPU work
+        (its analyses, memorization's cells) is costed on the table's own machine instead, at
+        the reference step it was measured with: the plan of a lent machine's calls is the
+        same whoever asks, and however loaded their machine is."""
+        measured = [r["ref_s"] for r in self.rows.values() if r.get("ref_s")]
+        if self.device == "cuda" and measured:
+            unit = statistics.median(measured)
+        else:
+            unit = reference_seconds() if self.rows else 0.0
         return StepCosts(self.rows, self.analysis_s, self.meta, unit, self.device, self.cuda)
 
     def _start(self) -> float:
@@ -223,14 +229,29 @@ class StepCosts:
         return self._start(), step, eval_ratio * step, source
 
     def gpu_run(self, run_config: RunConfig) -> Estimate:
-        """Seconds of ``run_config``'s steps on one GPU: steps x the CUDA table's measured seconds
+        """Seconds of ``run_config``'s run on one GPU: steps x the CUDA table's measured seconds
         per step of this run (source ``"measured"``), else its FLOPs at the utilisation assumed
-        for its precision (``"projection"``)."""
+        for its precision (``"projection"``); plus its evaluations and its compilation
+        (:func:`~models.train.gpu_costs.overhead_seconds`)."""
+        step = self.gpu_step(run_config)
+        return Estimate(step.seconds * run_config.train.steps
+                        + self.gpu_overhead(run_config, step.seconds), step.source)
+
+    def gpu_step(self, run_config: RunConfig) -> Estimate:
+        """Seconds of one training step of ``run_config`` on one GPU (:meth:`gpu_run`)."""
         # this run's length and FLOPs (one batch, on the CPU)
         row = plan_row(run_config.arch, run_config)
         cost = gpu_costs.measured_or_projected(
             run_config, row["seq_len"], row["flops_per_token"] * row["tokens_per_step"], self.cuda)
-        return Estimate(cost["seconds_per_step"] * run_config.train.steps, cost["source"])
+        return Estimate(cost["seconds_per_step"], cost["source"])
+
+    @staticmethod
+    def gpu_overhead(run_config: RunConfig, seconds_per_step: float) -> float:
+        """A GPU run's evaluations and compilation
+        (:func:`~models.train.gpu_costs.overhead_seconds`)."""
+        return gpu_costs.overhead_seconds(
+            run_config, seconds_per_step,
+            evaluations(run_config.train.steps, run_config.train.eval_every))
 
     def analysis(self, name: str, level: str) -> Estimate | None:
         """Seconds of analysis ``name``'s own process at ``level`` (models it reads from the

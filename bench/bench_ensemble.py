@@ -104,6 +104,8 @@ def _main(argv: list[str] | None = None) -> int:
         check_output_file(args.out)  # before any work: the results are never lost to it
     device = str(resolve_device(args.device))
     out = {"device": device}
+    if args.out is not None:  # at once: a stage stopped before its first sweep still says so
+        write_atomic(args.out, json.dumps({"machine": machine(), **out}, indent=1))
     for name, run_configs in sweeps(args.steps).items():
         # the headline: the work on one thread (steady on a shared machine); beside it, the
         # wall time with every thread, as a user sees it (on a GPU: wall time only)

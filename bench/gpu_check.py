@@ -155,7 +155,7 @@ def _main(argv: list[str] | None = None) -> int:
                    help="test files of stage 1 (none: skip it)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL",
                    help="only these models of stages 2 and 3 (transformer_rope, mamba2, ...)")
-    p.add_argument("--model-timeout-s", type=flags.flag("--budget-s"), default=None,
+    p.add_argument("--model-timeout-s", type=flags.flag("--model-timeout-s"), default=None,
                    help="seconds each model of stage 2 may take in its own process (default: "
                    "what is left of the budget)")
     p.add_argument("--warm-steps", type=flags.flag("--warm-steps"), default=None)

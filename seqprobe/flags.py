@@ -324,6 +324,7 @@ BOUNDS: dict[str, Bound] = {
     "--repeats": _int(1, MAX_DRAWS, "timed repetitions"),
     "--threads": _int(0, MAX_JOBS, "CPU threads; 0: leave as is"),
     "--budget-s": _float(0.0, MAX_SECONDS, "seconds", True),
+    "--model-timeout-s": _float(0.0, MAX_SECONDS, "seconds each model may take", True),
     "--warm-steps": _int(0, MAX_STEPS, "untimed steps"),
     "--timed-steps": _int(1, MAX_STEPS, "timed steps"),
 }

@@ -47,7 +47,7 @@ def test_without_cuda_one_line_and_nothing_written(tmp_path, capsys):
 def test_tiny_pipeline_on_cpu(tmp_path, monkeypatch):
     # in this process, not one per model: the fresh-process plumbing is the dry run's (tested
     # in test_dryrun.py); here the stages and the JSON
-    monkeypatch.setattr(bench_cuda, "in_fresh_process", lambda fn, *args: fn(*args))
+    monkeypatch.setattr(bench_cuda, "in_fresh_process", lambda fn, *args, timeout=None: fn(*args))
     monkeypatch.setattr(dryrun, "run_isolated", lambda run_config, dev, timeout: measuring.measure(
         run_config, dev))
     tests = tmp_path / "test_fake_gpu.py"

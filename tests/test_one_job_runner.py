@@ -65,7 +65,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("analyses/reproduce/index.py", "_commit"): "git describe for the index's header",
     ("bench/__main__.py", "main"): "runs the bench modules (and the quick reproduce) as "
     "commands",
-    ("bench/gpu_run.py", "_run"): "runs the reproduce / pytest commands of a lent GPU call",
+    ("bench/gpu_run.py", "Call.stage"): "a stage of a lent GPU call (pip, the preflight, "
+    "the checks, the reproduce run) in its own process group, capped from outside",
+    ("bench/rehearse_gpu_call.py", "_main"): "git clone and the GPU call itself (bash "
+    "scripts/gpu_call.sh), rehearsed as the lent machine runs it",
+    ("seqprobe/device.py", "_facts_from_child"): "a child interpreter asks torch about the "
+    "card, so that the asking process never initialises CUDA (it forks jobs)",
     ("bench/gpu_check.py", "run_tests"): "pytest -m gpu in a subprocess",
 }
 

@@ -38,8 +38,9 @@ class CallBudget:
 
     call_s: float = 540.0  # a whole call: 9 of the lent command's 10 minutes plus start-up
     start_s: float = 90.0  # a fresh machine started and the working tree copied
-    preflight_s: float = 30.0  # wheels installed, torch and TransformerLens imported
-    pack_s: float = 20.0  # the results packed into $OUT at the end
+    # wheels installed, torch, TransformerLens and the suite's dependencies imported: its cap
+    preflight_s: float = 45.0
+    pack_s: float = 10.0  # the results packed into $OUT at the end
     checks_s: float = 150.0  # the first call's GPU checks (tests, paper models, dry run)
     ensemble_s: float = 60.0  # the first call's ensemble bench
 

@@ -33,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from seqprobe import flags
@@ -47,8 +48,10 @@ STAGE_FILES = {"gpu_check": "gpu_check.json", "ensemble": "ensemble.json",
                "preflight": "preflight.json"}
 
 
-def check_out(out: Path, carried: set[str], clone: Path) -> dict:
-    """``out`` as the device tool would bring it back, against the call's report."""
+def check_out(out: Path, carried: set[str], clone: Path,
+              expected: Sequence[str] = ()) -> dict:
+    """``out`` as the device tool would bring it back, against the call's report;
+    ``expected``: the stages a call that was not cut short must have run."""
     problems: list[str] = []
     files = [f for f in out.rglob("*") if f.is_file() or f.is_symlink()]
     for f in files:
@@ -91,6 +94,9 @@ def check_out(out: Path, carried: set[str], clone: Path) -> dict:
     except (OSError, ValueError):
         if "preflight" in ended:
             problems.append("the preflight ended but left no readable preflight.json")
+    missing = [s for s in expected if s not in ended]
+    if missing:
+        problems.append(f"the call ended without running {', '.join(missing)}")
     if report is not None:
         result["stages"] = {n: {k: s.get(k) for k in ("rc", "seconds", "capped")}
                             for n, s in stages.items()}
@@ -113,6 +119,16 @@ def check_out(out: Path, carried: set[str], clone: Path) -> dict:
                     problems.append(f"{ball.name}: {e}")
     result["problems"] = problems
     return result
+
+
+def _expected(call_args: Sequence[str]) -> list[str]:
+    """The stages a call with these arguments runs when nothing cuts it short."""
+    stages = ["preflight"]
+    if "--no-checks" not in call_args:
+        stages += ["gpu_check", "ensemble"]
+    if "--part" in call_args:
+        stages.append("large")
+    return stages
 
 
 def _python3_only_path(tmp: Path) -> Path:
@@ -176,7 +192,8 @@ def _main(argv: list[str] | None = None) -> int:
                "fancy_einsum"}
     result = {"command": " ".join(cmd), "rc": rc, "wall_s": round(wall, 1),
               "killed_at_s": round(kill_at, 1) if killed and kill_at else None,
-              "limit_s": LIMIT_S, **check_out(out, carried, clone)}
+              "limit_s": LIMIT_S,
+              **check_out(out, carried, clone, () if killed else _expected(call_args))}
     text = json.dumps(result, indent=1)
     print(text)
     if args.report is not None:

@@ -139,6 +139,9 @@ def test_the_rehearsal_checks_what_the_device_tool_brings_back(tmp_path):
     assert "stage gpu_check ended but left no gpu_check.json" in problems
     assert "files (at most 8 come back)" in problems and "bad name.json" in problems
     assert "datasets imported from nowhere" in problems
+    # a call that was not cut short must have run every stage its arguments ask for
+    cut = check_out(out, {"transformer_lens"}, clone, ["preflight", "gpu_check", "large"])
+    assert "the call ended without running large" in cut["problems"]
 
 
 def test_the_default_call_budget_is_a_lent_machine_s_minutes():

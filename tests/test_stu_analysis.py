@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import models
+from analyses import stats, zoo
 from analyses import stu_induction as A
-from analyses import zoo
 from analyses.claims import Undecided
 from analyses.stu_induction import claims as C
 from analyses.zoo import spectral as zoo_spectral
@@ -321,7 +321,20 @@ def test_claim_vs_baselines_both_ways():
     two = {a: v[:2] for a, v in base.items()}
     und = A.claim_vs_baselines(medium_json({"stu": [0.4, 0.5], **two}))[1]
     assert isinstance(und, Undecided) and "2 seeds a group cannot decide" in und.reason
-    assert A.claim_vs_baselines(medium_json({"stu": [1.0, 1.0, 1.0, 1.0], **base}))[1] is True
+    # equal to the baselines (issue 54): no test finds the STU above, so no "holds" from
+    # the medians alone — not decided; above both baselines in every seed: holds
+    tie = A.claim_vs_baselines(medium_json({"stu": [1.0, 1.0, 1.0, 1.0], **base}))[1]
+    assert isinstance(tie, Undecided) and stats.EITHER_SIDE in tie.reason
+    low = {"transformer (hard_alibi)": [0.3] * 4, "mamba2": [0.4, 0.5, 0.45, 0.42]}
+    read = A.claim_vs_baselines(medium_json({"stu": [1.0] * 4, **low}))
+    assert read[1] is True and "Holm over 2 comparisons" in read[0]
+    # 7 STU seeds against 2 a baseline cannot reach 0.05 / 2 (1/36); against 3 they can
+    # (1/120): "does not hold", with no "at least 5 could" (issue 54)
+    v = A.claim_vs_baselines(medium_json({"stu": [0.3] * 7, **{a: [1.0] * 2 for a in base}}))
+    assert isinstance(v[1], Undecided) and "groups of 7 and 2 seeds" in v[1].reason
+    assert "at least 3 in the smaller group could" in v[1].reason
+    assert A.claim_vs_baselines(medium_json({"stu": [0.3] * 7,
+                                             **{a: [1.0] * 3 for a in base}}))[1] is False
     assert not A.claim_vs_baselines(medium_json({"stu": [1.0]}))[1]  # no baseline to compare
     assert A.claim_vs_baselines(medium_json({"stu": [1.0]}, level=None)) is None
 
@@ -360,7 +373,12 @@ def test_claim_padding_both_ways():
 
 def test_claim_blank_zero_both_ways():
     text, ok = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3, 0.95]}, shorter=(0.97, 0.97)))
-    assert ok and "16 0.97 as is, 0.97 left-padded" in text and "1/2 seeds >= 0.9" in text
+    assert "16 0.97 as is, 0.97 left-padded" in text and "1/2 seeds >= 0.9" in text
+    # as is = padded in every seed: "as well" needs a test against the margin (issue 54: no
+    # "holds" from a mean) — 2 seeds cannot reach 0.05, 5 can
+    assert isinstance(ok, Undecided) and "2 seeds cannot decide" in ok.reason
+    read = A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3] * 5}, shorter=(0.97, 0.97)))
+    assert read[1] is True and "margin 0.05" in read[0] and read.tests[0][1].n == 5
     # as is below padded in every one of 5 seeds: does not hold; in 3 seeds: too few to say
     assert A.claim_blank_zero(medium_json({C.STU_BLANK0: [0.3] * 5},
                                           shorter=(0.6, 0.97)))[1] is False

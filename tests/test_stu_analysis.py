@@ -222,7 +222,7 @@ def test_medium_recipes_are_the_zoos_medium_block():
         "induction_medium/stu_L16_s0", "induction_medium/stu_L16_s1"]
     for archs, qs, seeds, match in [(("lstm",), None, None, "medium induction runs are"),
                                     (("stu",), (5 / 8,), None, "q in"),
-                                    (("transformer",), None, 3, "seeds <= 2")]:
+                                    (("transformer",), None, 4, "seeds <= 3")]:
         with pytest.raises(InputError, match=match):
             A.induction_recipes("medium", archs, qs, seeds)
 

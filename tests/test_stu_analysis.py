@@ -444,3 +444,25 @@ def test_a_row_pooling_lrs_says_runs_not_seeds():
         "16 runs: 8 seeds x 2 lrs"
     assert C.runs_text({"n_models": 8, "lr": [3e-3] * 8}) == "8 seeds"
     assert C.runs_text({"n_models": 3}) == "3 seeds"  # a JSON from before rows recorded lrs
+
+
+def test_shared_mixture_identity_is_a_check_that_runs():
+    """Issue 54: the shared-mixture finding needs no run — the ± branches of one mixture cancel
+    every odd tap, an identity a forward pass on random weights shows: a token at an odd lag
+    moves the last logits by rounding only; the per-branch STU reads it."""
+    from analyses.stu_induction import _parity_reach
+
+    cfg = dict(d_model=8, filter_len=32, num_filters=4, d_mlp=16, vocab_size=6)
+    shared = models.build_model("stu", {**cfg, "mixture": "shared"}).eval()
+    per_branch = models.build_model("stu", cfg).eval()
+    r = induction.lag_parity_reach(shared, 6, 16, n=4)
+    assert r["odd_max"] < 1e-12 * max(r["scale"], 1) and r["even_mean"] > 1e-6
+    assert induction.lag_parity_reach(per_branch, 6, 16, n=4)["odd_max"] > 1e-6
+    assert next(shared.parameters()).dtype == torch.float32  # put back as it was
+    # the reader: the identity decides, with no seed count; a model that reads odd lags fails
+    d = medium_json({C.STU_SHARED: [0.3, 0.3]}, at_L={C.STU_SHARED: [0.62, 0.6]})
+    d["rows"][0]["parity_reach"] = _parity_reach([shared], 4, 16, 0)
+    read = A.claim_shared_mixture(d)
+    assert read[1] is True and "a token at an odd lag moves the last logits" in read[0]
+    d["rows"][0]["parity_reach"] = _parity_reach([per_branch], 4, 16, 0)
+    assert A.claim_shared_mixture(d)[1] is False

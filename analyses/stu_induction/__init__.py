@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from analyses import zoo
@@ -52,6 +53,7 @@ from analyses.zoo import spectral as zoo_spectral
 from figures.style import COLORS, new_figure
 from probes.induction import (
     binomial_sf,
+    lag_parity_reach,
     recall_accuracy,
     recall_by_lag,
     seen_lags_accuracy,
@@ -157,9 +159,29 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
                         "acc_padded": (np.array(padded).reshape(len(ms), len(shorter))
                                        / n_eval).tolist()},
         })
+        if getattr(ms[0].cfg, "mixture", None) == "shared":
+            rows[-1]["parity_reach"] = _parity_reach(ms, D, train_len, seed)
     bar.close()
     return to_jsonable({"lengths": lengths, "n_eval": n_eval, "seed": seed, "D": D,
                         "chance": chance, "rows": rows})
+
+
+def _parity_reach(ms: list, D: int, train_len: int, seed: int) -> dict:
+    """The shared-mixture finding's identity, checked by running it: how far one token at an
+    odd lag moves the last position's logits, on a twin of the architecture with random
+    weights (seeded) and on each trained seed — rounding only, where the ± branches cancel
+    every odd tap whatever the weights (:func:`probes.induction.lag_parity_reach`)."""
+    torch.manual_seed(seed)
+    twin = type(ms[0])(ms[0].cfg).eval()
+    vocab = ms[0].cfg.vocab_size
+    return {"random": lag_parity_reach(twin, vocab, train_len, PARITY_N, seed),
+            "trained": [lag_parity_reach(m, vocab, train_len, PARITY_N, seed)
+                        for m in ms[:PARITY_SEEDS]]}
+
+
+# random sequences a parity check reads (an identity: any count shows it; a few keep it cheap)
+PARITY_N = 8
+PARITY_SEEDS = 4  # trained seeds a group checks it on (the large level has 32 a length)
 
 
 # two lrs whose seeds recall this close at the training length both learnt the task: their

@@ -445,7 +445,28 @@ def log_t_test(ratios: Sequence[float], threshold: float = 1.0, alpha: Threshold
                             "threshold": float(threshold)})
 
 
+def binomial_test(k: int, n: int, p0: float, alpha: Threshold = ALPHA_05, relation: str = ">",
+                  unit: str = "sequence") -> ReplicateTest:
+    """Exact one-sided binomial test (scipy.stats.binomtest) of ``k`` successes in ``n``
+    independent trials against the rate ``p0``: for a claim about one replicate (one seed's
+    recall, its population of fresh sequences the unit), never about the seeds as a group."""
+    check(relation in (">", "<") and 0 <= k <= n and n >= 1 and 0 < p0 < 1,
+          f"need 0 <= k <= n, n >= 1, 0 < p0 < 1 and relation > or <, got {k}, {n}, {p0}, "
+          f"{relation!r}")
+    up = float(stats.binomtest(k, n, p0, alternative="greater").pvalue)
+    down = float(stats.binomtest(k, n, p0, alternative="less").pvalue)
+    p, p_against = (up, down) if relation == ">" else (down, up)
+    floor = float(p0 ** n if relation == ">" else (1 - p0) ** n)
+    return ReplicateTest("exact one-sided binomial test", unit, n, k, p, p_against, alpha,
+                         floor < alpha.value, n, floor, f"{k}/{n} {unit}s right ({k / n:.3f} "
+                         f"vs {p0:.3f})", inputs=((k, n),), threshold=float(p0),
+                         relation=relation)
+
+
 def _relevel(t: ReplicateTest, alpha: Threshold) -> ReplicateTest:
+    if t.method == "exact one-sided binomial test":
+        (k, n), = t.inputs
+        return binomial_test(int(k), int(n), t.threshold, alpha, t.relation, t.unit)
     v = [np.asarray([np.nan if x is None else float(x) for x in g]) for g in t.inputs]
     if t.pairs:
         return rank_test(v[0], v[1], alpha, t.relation, t.unit)

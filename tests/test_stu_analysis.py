@@ -466,3 +466,30 @@ def test_shared_mixture_identity_is_a_check_that_runs():
     assert read[1] is True and "a token at an odd lag moves the last logits" in read[0]
     d["rows"][0]["parity_reach"] = _parity_reach([per_branch], 4, 16, 0)
     assert A.claim_shared_mixture(d)[1] is False
+
+
+def test_recall_at_medium_tests_each_seed_on_fresh_sequences():
+    """Issue 54: "sometimes above the seen-lags bound" is a claim about some seed — each seed
+    re-scored on 2,048 fresh sequences, an exact binomial test against the bound (0.43 here),
+    Holm over the seeds."""
+    d = medium_json({"stu": [0.45, 0.44, 0.5]})
+    d["rows"][0]["fresh"] = {"length": 256, "n": 2048, "seed": 7919,
+                             "right": [880, 885, 1020]}  # 0.43, 0.43, 0.50
+    read = A.claim_recall(d)
+    assert read[1] is True and "1/3 seeds above the bound 0.430" in read[0]
+    assert "Holm over 3 seeds" in read[0] and len(read.tests) == 3
+    assert read.tests[2][1].to_dict()["inputs"] == [[1020, 2048]]
+    d["rows"][0]["fresh"]["right"] = [700, 720, 690]  # every seed below: does not hold
+    assert A.claim_recall(d)[1] is False
+    d["rows"][0]["fresh"]["right"] = [880, 700, 690]  # one at the bound: not decided
+    assert isinstance(A.claim_recall(d)[1], Undecided)
+    t = stats.binomial_test(1020, 2048, 0.43, stats.ALPHA_01)
+    assert t.holds and t.at(stats.Threshold(1e-30, "x")).holds is False
+
+
+def test_compute_scores_fresh_sequences_only_where_asked(tmp_path):
+    m = models.load(_train_tiny(tmp_path, "a"))
+    r = A.compute([m], lengths=[8, 16], n_eval=4, progress=False, n_fresh=6)
+    (row,) = r["rows"]
+    assert row["fresh"]["n"] == 6 and len(row["fresh"]["right"]) == 1
+    assert "fresh" not in A.compute([m], lengths=[8, 16], n_eval=4, progress=False)["rows"][0]

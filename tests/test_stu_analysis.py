@@ -418,18 +418,25 @@ def test_even_lags_accuracy_is_the_parity_blind_optimum():
 
 def test_a_group_at_several_lrs_keeps_the_tuned_one(monkeypatch):
     """The large level trains each (arch, q) at two lrs; the group keeps the lr whose seeds
-    recall best at their training length (the paper's tuned Adam), not a pool of both."""
-    def model(lr, right):
-        m = SimpleNamespace(provenance=SimpleNamespace(train={"config": {"lr": lr}}), right=right)
+    recall best at their training length (the paper's tuned Adam), not a pool of both — chosen
+    on the lower half of the seeds, the verdict read on the upper half (issue 54: never on
+    the verdict's own seeds)."""
+    def model(lr, seed, right):
+        m = SimpleNamespace(provenance=SimpleNamespace(train={"config": {"lr": lr, "seed": seed}}),
+                            right=right)
         m.eval = lambda: m
         return m
     monkeypatch.setattr(A, "recall_accuracy", lambda m, task, lengths, n, seed: [m.right])
-    good, bad = [model(1e-3, 100), model(1e-3, 90)], [model(3e-3, 100), model(3e-3, 20)]
+    good = [model(1e-3, 0, 100), model(1e-3, 1, 90), model(1e-3, 2, 10)]
+    bad = [model(3e-3, 0, 100), model(3e-3, 1, 20), model(3e-3, 2, 100)]
     kept, scores = A._tuned_lr(good + bad, None, 64, 100, 0)
-    assert kept == good and scores == {"0.001": 0.95, "0.003": 0.6}
+    # seed 0 chooses (1 of 3 numbers): a tie, both kept; seeds 1, 2 are the verdict's
+    assert scores == {"0.001": 1.0, "0.003": 1.0} and kept == good[1:] + bad[1:]
+    four = [model(lr, s, r) for lr, rs in ((1e-3, (100, 90, 5, 5)), (3e-3, (100, 20, 99, 99)))
+            for s, r in enumerate(rs)]
+    kept, scores = A._tuned_lr(four, None, 64, 100, 0)  # seeds 0, 1 choose 1e-3
+    assert scores == {"0.001": 0.95, "0.003": 0.6} and kept == four[2:4]
     assert A._tuned_lr(good, None, 64, 100, 0) == (good, {})
-    tie = [model(3e-3, 100), model(3e-3, 91)]  # 0.955 vs 0.95: both learnt it, they pool
-    assert A._tuned_lr(good + tie, None, 64, 100, 0)[0] == good + tie
 
 
 def test_the_shared_mixture_claim_is_left_out_without_its_runs():

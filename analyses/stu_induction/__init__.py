@@ -95,7 +95,8 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
     are grouped by (architecture, training length) and averaged over the group (seeds). A
     group trained at several learning rates (the large level's grid) keeps the lrs whose seeds
     recall best at their own training length (within :data:`LR_TIE` of the best) — the paper's
-    "tuned Adam" — and records every lr's score in ``lr_choice``, so runs that never learnt the
+    "tuned Adam", chosen on the lower half of the seeds and read on the upper half — and
+    records every lr's score in ``lr_choice``, so runs that never learnt the
     task at a poor lr do not stand for the architecture, and lrs that all learnt it pool.
     ``n_fresh``: each STU seed is also scored at the longest length on this many sequences
     the evaluation does not share (another stream), for the recall claim's test of each seed
@@ -207,20 +208,32 @@ def _lr(model) -> float | None:
     return (model.provenance.train.get("config") or {}).get("lr")
 
 
+def _seed(model) -> int | None:
+    return (model.provenance.train.get("config") or {}).get("seed")
+
+
 def _tuned_lr(ms: list, task, train_len: int, n_eval: int, seed: int
               ) -> tuple[list, dict[str, float]]:
     """``ms`` at the lrs whose seeds recall best at ``train_len`` (within :data:`LR_TIE`; all
-    of ``ms`` when they share one lr), and each lr's mean recall there."""
+    of ``ms`` when they share one lr), and each lr's mean recall there. The lr is chosen on
+    seeds the verdict does not read: the lower half of the seed numbers choose, the upper
+    half (of the kept lrs) are returned — a choice made on the verdict's own seeds would
+    favour whichever lr their luck favoured."""
     by_lr: dict = defaultdict(list)
     for m in ms:
         by_lr[_lr(m)].append(m)
     if len(by_lr) == 1:
         return ms, {}
+    numbers = sorted({_seed(m) for m in ms}, key=lambda s: (s is None, s))
+    chooser = set(numbers[: len(numbers) // 2])
+    check(0 < len(chooser) < len(numbers),
+          "choosing an lr needs at least two seed numbers (half choose, half decide)")
     score = {lr: float(np.mean([recall_accuracy(m.eval(), task, [train_len], n_eval, seed)[0]
-                                for m in group])) / n_eval
+                                for m in group if _seed(m) in chooser])) / n_eval
              for lr, group in by_lr.items()}
     best = max(score.values())
-    kept = [m for lr, group in by_lr.items() if score[lr] >= best - LR_TIE for m in group]
+    kept = [m for lr, group in by_lr.items() if score[lr] >= best - LR_TIE for m in group
+            if _seed(m) not in chooser]
     return kept, {f"{lr:g}": v for lr, v in sorted(score.items())}
 
 

@@ -55,6 +55,24 @@ class Undecided:
         return f"{NOT_DECIDED} — {self.reason}"
 
 
+@dataclass(frozen=True)
+class OneSeed(Undecided):
+    """A verdict read from one seed per model (a quick level): what the single run shows
+    (``holds``), said as such — "holds in 1 seed — medium decides" — and counted as not
+    decided, since one seed replicates nothing. ``decides``: the level whose seeds decide."""
+
+    holds: bool = False
+    decides: str = "medium"
+
+    @classmethod
+    def of(cls, holds: bool, decides: str = "medium") -> OneSeed:
+        word = "holds" if holds else "does not hold"
+        return cls(f"{word} in 1 seed — {decides} decides", bool(holds), decides)
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 # holds, does not hold, n/a (None), or not decided at this level
 Verdict = bool | None | Undecided
 Measure = Callable[[dict], "tuple[str, Verdict] | None"]

@@ -81,3 +81,35 @@ def even_lags_accuracy(length: int, D: int) -> float:
     read even lags only can do (Flash STU's shared-mixture tensordot, models.stu)."""
     even = ((length - 2) // 2) / (length - 2)
     return even + (1 - even) / D
+
+
+@torch.no_grad()
+def lag_parity_reach(model, vocab: int, length: int, n: int = 64, seed: int = 0,
+                     lags: int = 8) -> dict[str, float]:
+    """How much the last position's logits move when one token at lag j (j positions before
+    it) changes, for the first ``lags`` odd and even lags (j >= 1): the largest change at an
+    odd lag, the mean change at an even lag, and the logits' mean size — on ``n`` random
+    sequences of ``length`` tokens from ``vocab``. A model that cannot read odd lags (the
+    shared-mixture tensordot STU, whose ± branches cancel every odd tap) moves by rounding
+    only at odd lags whatever its weights: a check of that identity on any model, trained
+    or random, in float64 so that rounding is far below any real reach."""
+    check_len = max(2, min(length, 2 * lags + 1))
+    g = make_generator(seed)
+    x = torch.randint(0, vocab, (n, check_len), generator=g)
+    was = next(model.parameters()).dtype
+    model = model.double()
+    try:
+        dev = next(model.parameters()).device
+        ref = model(x.to(dev))[:, -1].double()
+        odd, even = [], []
+        for j in range(1, check_len):
+            y = x.clone()
+            shift = 1 + torch.randint(0, vocab - 1, (n,), generator=g)  # another token
+            y[:, -1 - j] = (y[:, -1 - j] + shift) % vocab
+            d = (model(y.to(dev))[:, -1].double() - ref).abs().amax(-1)  # [n]
+            (odd if j % 2 else even).append(d)
+    finally:
+        model.to(was)
+    return {"odd_max": float(torch.stack(odd).max()) if odd else math.nan,
+            "even_mean": float(torch.stack(even).mean()) if even else math.nan,
+            "scale": float(ref.abs().mean()), "length": check_len, "n": n}

@@ -11,7 +11,7 @@ from analyses import (
     ngram_heads,
     ngram_lookup,
 )
-from analyses.claims import Undecided
+from analyses.claims import OneSeed, Undecided, verdict_text
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from analyses.ngram_lookup.claims import claim_prefix, claim_prefix_length, claim_suffix
@@ -206,19 +206,21 @@ def lookup_json(suffix, prefix, max_len=30):
 def test_lookup_suffix_claim_reads_beyond_the_training_length():
     claim = claim_suffix
     # the LSTM is perfect in distribution (L = 20) and fails beyond: only L > 30 counts
+    # one checkpoint a model: what it shows, said as from one seed (issue 54)
     d = lookup_json({"hard_alibi": [1.0, 0.9, 0.8], "lstm": [1.0, 0.1, 0.0]}, {})
-    assert verdict(claim, d) is True
+    assert verdict(claim, d) == OneSeed.of(True)
+    assert verdict_text(verdict(claim, d)) == "holds in 1 seed — medium decides"
     d = lookup_json({"hard_alibi": [1.0, 0.2, 0.1], "lstm": [1.0, 0.2, 0.1]}, {})
-    assert verdict(claim, d) is False
+    assert verdict(claim, d) == OneSeed.of(False)
     assert verdict(claim, lookup_json({"hard_alibi": [1.0, 1.0, 1.0]}, {})) is None
 
 
 def test_lookup_prefix_claim():
     claim = claim_prefix
     d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.9, 0.9, 0.8]})
-    assert verdict(claim, d) is True
+    assert verdict(claim, d) == OneSeed.of(True)
     d = lookup_json({}, {"hard_alibi": [1.0, 0.9, 0.9], "lstm": [0.4, 0.1, 0.0]})
-    assert verdict(claim, d) is False
+    assert verdict(claim, d) == OneSeed.of(False)
     d = lookup_json({}, {"hard_alibi": [0.2, 0.1, 0.1], "lstm": [0.2, 0.1, 0.1]})
     assert isinstance(verdict(claim, d), Undecided)  # as good, but neither learnt it
     assert verdict(claim, lookup_json({}, {"lstm": [0.9, 0.9, 0.9]})) is None

@@ -88,7 +88,7 @@ def test_an_analysis_by_hand_writes_to_its_own_folder():
 
 def test_the_index_names_each_claims_replicates_and_the_seeds_it_would_take(tmp_path):
     """Issue 46: a seeded claim's row in the index names its test, the unit it counts, n, and
-    what the power calculation asks for; a claim without replicate tests adds no table."""
+    the seeds its design asks for; a claim without replicate tests adds no table."""
     from analyses import stats
     from analyses.claims import Reading
 
@@ -106,9 +106,10 @@ def test_the_index_names_each_claims_replicates_and_the_seeds_it_would_take(tmp_
     rows = {r["analysis"]: r for r in doc["results"] + doc["other"]}
     (rep,) = rows["s"]["replicates"]
     assert (rep["claim"], rep["unit"], rep["n"], rep["power_side"], rep["power_n"]) == (
-        "it grows", "seed", 3, "for", 5)
+        "it grows", "seed", 3, "for", stats.design_sign(3, 3, 0.05).n)
+    assert rep["inputs"] == [[0.4, 0.5, 0.45]] and rep["agree"] == "3/3 seeds"
     assert rows["f"]["replicates"] == []
     md = (tmp_path / "index.md").read_text()
-    assert "| change up | exact one-sided sign test | seed | 3 | 3/3 |" in md
-    assert "5 \\(for the claim\\)" in md and md.count("Replicates:") == 1
+    assert "| change up | exact one-sided sign test | seed | 3 | 3/3 seeds |" in md
+    assert f"{rep['power_n']} \\(for the claim\\)" in md and md.count("Replicates:") == 1
     assert "class='replicates'" in (tmp_path / "index.html").read_text()

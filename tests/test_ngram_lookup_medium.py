@@ -5,7 +5,7 @@ import json
 import pytest
 
 from analyses import ngram_lookup, zoo
-from analyses.claims import Undecided
+from analyses.claims import OneSeed, Undecided
 from analyses.ngram_lookup.claims import (
     LEARNT,
     PAPER_SETTING,
@@ -40,8 +40,12 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
     d = prefix_json({"hard_alibi": [1.0, 1.0, 0.9], "hard_alibi'": [1.0, 0.9, 0.8],
                      "lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]})
     text, holds = claim(d)
-    assert holds is True
+    # within 0.1 on average, but 2 seeds a group cannot reach 0.05: no "holds" from the means
+    # (issue 54); 4 seeds a group above the transformer's less 0.1 in every pair: holds
+    assert isinstance(holds, Undecided) and "2 seeds a group cannot decide" in holds.reason
     assert "hard_alibi 0.93 (seeds 0.90-0.97, n=2)" in text and "lstm 1.00 (seeds" in text
+    read = claim(prefix_json(seeds(4, hard_alibi=[1.0, 0.9, 0.8], lstm=[1.0, 1.0, 1.0])))
+    assert read[1] is True and "16/16 pairs" in read[0] and read.tests[0][1].holds
     # one LSTM seed learnt, the other did not: the mean is far below the transformer's, but
     # two seeds a group cannot decide (the seed is the unit: a Mann-Whitney test)
     d = prefix_json({"hard_alibi": [1.0, 1.0, 1.0], "hard_alibi'": [1.0, 1.0, 1.0],
@@ -61,7 +65,7 @@ def test_prefix_claim_averages_seeds_and_says_yes_and_no():
     assert isinstance(claim(d)[1], Undecided)
     # the transformer learnt it in distribution and the GSSM did not: does not hold
     d = prefix_json({"hard_alibi": [0.95, 0.3, 0.2], "mamba": [0.5, 0.2, 0.1]})
-    assert claim(d)[1] is False
+    assert claim(d)[1] == OneSeed.of(False)  # one run each: said as such
     assert claim(prefix_json({"lstm": [1.0, 1.0, 1.0], "lstm'": [1.0, 1.0, 1.0]}))[1] is None
 
 
@@ -105,14 +109,15 @@ def test_prefix_length_claim_needs_both_bands():
     """Near-perfect just beyond the training length but falling by the longest length is not
     "perfect length-generalization"; the two bands are read apart."""
     claim = claim_prefix_length
-    d = {**prefix_json(seeds(5, hard_alibi=[1.0, 1.0, 1.0], mamba=[1.0, 0.95, 0.5])),
+    d = {**prefix_json(seeds(6, hard_alibi=[1.0, 1.0, 1.0], mamba=[1.0, 0.95, 0.5])),
          "level": "medium"}
     text, holds = claim(d)
     assert holds is False
     assert "L = 40: hard_alibi 1.00 (seeds 1.00-1.00), mamba 0.95 (seeds" in text
     assert "L = 80: hard_alibi 1.00 (seeds 1.00-1.00), mamba 0.50 (seeds" in text
-    # one GSSM good in both bands is enough; another's failure does not undo it
-    for i in range(5):
+    # one GSSM good in both bands is enough; another's failure does not undo it ("any GSSM":
+    # Holm over the two, so 6 seeds, 1/64 < 0.05 / 2)
+    for i in range(6):
         d["curves"]["prefix"]["lstm" + "'" * i] = d["curves"]["prefix"]["hard_alibi"]
         d["train"]["prefix"]["lstm" + "'" * i] = {"max_len": 20}
     assert claim(d)[1] is True

@@ -205,22 +205,23 @@ def _tests(o: Outcome) -> list[tuple]:
 def replicate_rows(o: Outcome) -> list[dict]:
     """Every replicate test of an outcome's claims, as index.json's ``replicates`` holds
     them: the claim, the test's label, and the test (method, unit, n, p, α and where it comes
-    from, the power calculation: the side the replicates point to and the count that decides
-    it with 80 % power at their spread)."""
+    from, the design: the side the replicates point to and the count a run needs to decide it
+    with 80 % assurance — analyses.stats.Design — and the test's inputs, to redo it)."""
     return [{"claim": p, "label": label, **t.to_dict()}
             for (p, _, _), tests in zip(o.claims, _tests(o), strict=True)
             for label, t in tests]
 
 
 REPLICATE_HEAD = ("claim", "test", "unit", "n", "on the claim's side", "p (for / against)",
-                  "α", "seeds the power calculation asks for")
+                  "α", "seeds a design asks for")
 
 
 def _replicate_cells(r: dict) -> tuple[str, ...]:
     side = {"for": "for the claim", "against": "against it"}.get(r["power_side"] or "", "")
-    need = f"{r['power_n']} ({side})" if r["power_n"] else "— (no side, or one replicate)"
-    return (r["label"], r["method"], r["unit"], str(r["n"]), f"{r['k']}/{r['n']}",
-            f"{r['p']:.2g} / {r['p_against']:.2g}", f"{r['alpha']:g}", need)
+    why = (r.get("design") or {}).get("why") or "no side, or one replicate"
+    need = f"{r['power_n']} ({side})" if r["power_n"] else f"— ({why})"
+    return (r["label"], r["method"], r["unit"], str(r["n"]), r.get("agree") or f"{r['k']}/{r['n']}",
+            f"{r['p']:.2g} / {r['p_against']:.2g}", f"{r['alpha']:.3g}", need)
 
 
 def made_by() -> dict[str, str]:
@@ -379,8 +380,9 @@ def _md_section(o: Outcome, r: dict, out: Path) -> list[str]:
                for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]
     if r["replicates"]:
         md += ["", "Replicates: each test counts independent replicates (the unit), never "
-               "pooled evaluations of shared inputs; the last column is the power calculation "
-               "(80 %) from their spread.", "",
+               "pooled evaluations of shared inputs; the last column is a design's count (80 % "
+               "assurance over what the effect may be, at the α the verdict uses), never "
+               "power from the replicates' own spread taken as known.", "",
                "| " + " | ".join(REPLICATE_HEAD) + " |", "|" + "---|" * len(REPLICATE_HEAD)]
         md += ["| " + " | ".join(_cell(c) for c in _replicate_cells(x)) + " |"
                for x in r["replicates"]]

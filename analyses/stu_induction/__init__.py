@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from analyses import zoo
@@ -50,8 +51,10 @@ from analyses.stu_induction.claims import (
 )
 from analyses.zoo import spectral as zoo_spectral
 from figures.style import COLORS, new_figure
+from models.train.levels import SEEDED
 from probes.induction import (
     binomial_sf,
+    lag_parity_reach,
     recall_accuracy,
     recall_by_lag,
     seen_lags_accuracy,
@@ -85,15 +88,19 @@ def _token_name(model, i: int) -> str:
 
 
 def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, seed: int = 0,
-            progress: bool = True) -> dict:
+            progress: bool = True, n_fresh: int = 0) -> dict:
     """Recall accuracy of induction-heads checkpoints at each evaluation length.
 
     ``models``: loaded suite models (``models.load``) trained on the ``induction`` task; they
     are grouped by (architecture, training length) and averaged over the group (seeds). A
     group trained at several learning rates (the large level's grid) keeps the lrs whose seeds
     recall best at their own training length (within :data:`LR_TIE` of the best) — the paper's
-    "tuned Adam" — and records every lr's score in ``lr_choice``, so runs that never learnt the
+    "tuned Adam", chosen on the lower half of the seeds and read on the upper half — and
+    records every lr's score in ``lr_choice``, so runs that never learnt the
     task at a poor lr do not stand for the architecture, and lrs that all learnt it pool.
+    ``n_fresh``: each STU seed is also scored at the longest length on this many sequences
+    the evaluation does not share (another stream), for the recall claim's test of each seed
+    against its seen-lags bound (0: not scored).
     """
     check(len(models) >= 1, "stu_induction needs at least one model")
     check(n_eval >= 1, f"n_eval must be >= 1, got {n_eval}")
@@ -157,9 +164,39 @@ def compute(models: list, lengths: list[int] | None = None, n_eval: int = 512, s
                         "acc_padded": (np.array(padded).reshape(len(ms), len(shorter))
                                        / n_eval).tolist()},
         })
+        if arch == "stu" and n_fresh:  # the recall claim's per-seed test, on fresh sequences
+            rows[-1]["fresh"] = {"length": lengths[-1], "n": n_fresh, "seed": seed + FRESH,
+                                 "right": [recall_accuracy(m, task, [lengths[-1]], n_fresh,
+                                                           seed + FRESH)[0] for m in ms]}
+        if getattr(ms[0].cfg, "mixture", None) == "shared":
+            rows[-1]["parity_reach"] = _parity_reach(ms, D, train_len, seed)
     bar.close()
     return to_jsonable({"lengths": lengths, "n_eval": n_eval, "seed": seed, "D": D,
                         "chance": chance, "rows": rows})
+
+
+def _parity_reach(ms: list, D: int, train_len: int, seed: int) -> dict:
+    """The shared-mixture finding's identity, checked by running it: how far one token at an
+    odd lag moves the last position's logits, on a twin of the architecture with random
+    weights (seeded) and on each trained seed — rounding only, where the ± branches cancel
+    every odd tap whatever the weights (:func:`probes.induction.lag_parity_reach`)."""
+    torch.manual_seed(seed)
+    twin = type(ms[0])(ms[0].cfg).eval()
+    vocab = ms[0].cfg.vocab_size
+    return {"random": lag_parity_reach(twin, vocab, train_len, PARITY_N, seed),
+            "trained": [lag_parity_reach(m, vocab, train_len, PARITY_N, seed)
+                        for m in ms[:PARITY_SEEDS]]}
+
+
+FRESH = 7919  # the fresh sequences' stream: seed + FRESH, apart from the evaluation's
+# sequences a seed is re-scored on at a seeded level: a seed's recall is then read to about
+# ±0.011 (binomial sd at 0.5), so Holm over 16 seeds at 0.01 sees a seed 0.04 above its bound
+N_FRESH = 2048
+
+
+# random sequences a parity check reads (an identity: any count shows it; a few keep it cheap)
+PARITY_N = 8
+PARITY_SEEDS = 4  # trained seeds a group checks it on (the large level has 32 a length)
 
 
 # two lrs whose seeds recall this close at the training length both learnt the task: their
@@ -171,20 +208,32 @@ def _lr(model) -> float | None:
     return (model.provenance.train.get("config") or {}).get("lr")
 
 
+def _seed(model) -> int | None:
+    return (model.provenance.train.get("config") or {}).get("seed")
+
+
 def _tuned_lr(ms: list, task, train_len: int, n_eval: int, seed: int
               ) -> tuple[list, dict[str, float]]:
     """``ms`` at the lrs whose seeds recall best at ``train_len`` (within :data:`LR_TIE`; all
-    of ``ms`` when they share one lr), and each lr's mean recall there."""
+    of ``ms`` when they share one lr), and each lr's mean recall there. The lr is chosen on
+    seeds the verdict does not read: the lower half of the seed numbers choose, the upper
+    half (of the kept lrs) are returned — a choice made on the verdict's own seeds would
+    favour whichever lr their luck favoured."""
     by_lr: dict = defaultdict(list)
     for m in ms:
         by_lr[_lr(m)].append(m)
     if len(by_lr) == 1:
         return ms, {}
+    numbers = sorted({_seed(m) for m in ms}, key=lambda s: (s is None, s))
+    chooser = set(numbers[: len(numbers) // 2])
+    check(0 < len(chooser) < len(numbers),
+          "choosing an lr needs at least two seed numbers (half choose, half decide)")
     score = {lr: float(np.mean([recall_accuracy(m.eval(), task, [train_len], n_eval, seed)[0]
-                                for m in group])) / n_eval
+                                for m in group if _seed(m) in chooser])) / n_eval
              for lr, group in by_lr.items()}
     best = max(score.values())
-    kept = [m for lr, group in by_lr.items() if score[lr] >= best - LR_TIE for m in group]
+    kept = [m for lr, group in by_lr.items() if score[lr] >= best - LR_TIE for m in group
+            if _seed(m) not in chooser]
     return kept, {f"{lr:g}": v for lr, v in sorted(score.items())}
 
 
@@ -350,7 +399,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     models = [load_model(c.path, archs=ARCHS, device=args.device, tasks=("induction",))
               for c in checkpoints]
     result = compute(models, lengths=list(args.lengths) if args.lengths else None,
-                     n_eval=args.n_eval, seed=args.seed)
+                     n_eval=args.n_eval, seed=args.seed,
+                     n_fresh=N_FRESH if args.train in SEEDED else 0)
     result.update({"checkpoints": [c.path for c in checkpoints],
                    "labels": [c.label for c in checkpoints], "level": args.train})
     return result

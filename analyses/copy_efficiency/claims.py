@@ -9,8 +9,6 @@ above both are decided in the paper's regime (issue 54): rows where the paper's 
 
 from __future__ import annotations
 
-import math
-
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
 from analyses.copy_efficiency.regime import (
@@ -18,10 +16,12 @@ from analyses.copy_efficiency.regime import (
     PRIOR_LOG_SD,
     BoundedTest,
     bounded_t_test,
+    log_ratios,
     row_design,
     row_tests,
     seed_slopes,
     slope_design,
+    slope_points,
 )
 from analyses.copy_efficiency.seeded import _by_length, _ratio_text
 from models.train.levels import SEEDED
@@ -30,7 +30,6 @@ from probes.sample_efficiency import (
     EXACT,
     GSSMS,
     LEVELS,
-    NONE,
     gap_is_clear,
     paper_gap,
 )
@@ -130,19 +129,9 @@ def _rows(d: dict) -> tuple[list[tuple[str, int, BoundedTest]], list[int]]:
             unlearnt.append(L)
             continue
         for g, r in m["ratio_to_reference"].items():
-            logs, kinds = _log_ratios(r)
+            logs, kinds = log_ratios(r)
             rows.append((g, L, bounded_t_test(f"{g} L={L}", logs, kinds, r.get("seeds") or ())))
     return rows, unlearnt
-
-
-def _log_ratios(r: dict) -> tuple[list[float], list[str]]:
-    """A ratio entry's per-seed log ratios and kinds; a result written before issue 54 (no
-    ``log_ratio``): log of its per-seed ratios, a seed that never got there left with no
-    number (its budget was not recorded)."""
-    if "log_ratio" in r:
-        return [math.nan if v is None else float(v) for v in r["log_ratio"]], list(r["kind"])
-    return ([math.nan if x is None else math.log(x) for x in r["per_seed"]],
-            [NONE if x is None else EXACT for x in r["per_seed"]])
 
 
 def _fewer_samples_medium(d: dict) -> Reading:
@@ -270,15 +259,7 @@ def claim_gap_grows(d: dict) -> Reading | None:
     gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
     tests, slopes_text = [], []
     for g in gssms:
-        points: dict = {}
-        for L in learnt:
-            r = at[L]["ratio_to_reference"].get(g)
-            if not r:
-                continue
-            logs, kinds = _log_ratios(r)
-            seeds = r.get("seeds") or range(len(logs))
-            for s, v, k in zip(seeds, logs, kinds, strict=False):
-                points.setdefault(s, {})[L] = (v, k)
+        points = slope_points({L: at[L] for L in learnt}, g)
         seeds, slopes, kinds, dropped = seed_slopes(points)
         t = bounded_t_test(g, slopes, kinds, seeds)
         tests.append(BoundedTest(**{**t.__dict__, "dropped": t.dropped + dropped}))

@@ -197,6 +197,44 @@ def seed_slopes(points: dict, min_lengths: int = MIN_LENGTHS) -> tuple[list, lis
     return seeds, slopes, kinds, dropped
 
 
+def log_ratios(r: dict) -> tuple[list[float], list[str]]:
+    """A ratio entry's (``by_length[L]["ratio_to_reference"][gssm]``) per-seed log ratios and
+    kinds; a result written before issue 54 (no ``log_ratio``): log of its per-seed ratios, a
+    seed that never got there left with no number (its budget was not recorded)."""
+    if "log_ratio" in r:
+        return [math.nan if v is None else float(v) for v in r["log_ratio"]], list(r["kind"])
+    return ([math.nan if x is None else math.log(x) for x in r["per_seed"]],
+            [NONE if x is None else EXACT for x in r["per_seed"]])
+
+
+def slope_points(by_length: dict, gssm: str) -> dict:
+    """{seed: {L: (log ratio, kind)}} of one GSSM over ``by_length`` ({L: a length's
+    result}), the input of :func:`seed_slopes`."""
+    points: dict = {}
+    for L, m in by_length.items():
+        r = m["ratio_to_reference"].get(gssm)
+        if not r:
+            continue
+        logs, kinds = log_ratios(r)
+        seeds = r.get("seeds") or range(len(logs))
+        for s, v, k in zip(seeds, logs, kinds, strict=False):
+            points.setdefault(s, {})[int(L)] = (v, k)
+    return points
+
+
+def slopes_of(by_length: dict) -> dict:
+    """{gssm: {seeds, slopes, kinds, dropped}}: each seed's slope of log ratio on log L over
+    the lengths with a reference (what the results JSON stores for a referee)."""
+    learnt = {L: m for L, m in by_length.items() if m.get("reference") is not None}
+    gssms = dict.fromkeys(g for m in learnt.values() for g in m["ratio_to_reference"])
+    out = {}
+    for g in gssms:
+        seeds, slopes, kinds, dropped = seed_slopes(slope_points(learnt, g))
+        out[g] = {"seeds": seeds, "slopes": slopes, "kinds": kinds, "dropped": dropped,
+                  "lengths": sorted(int(L) for L in learnt)}
+    return out
+
+
 # ---------------------------------------------------------------------------- design
 # The prior spread of one seed's log ratio used to size the seed count: the sd of log(GSSM /
 # transformer samples to 90 %) over seeds that the issue-54 review measured at L = 6 (its 95 %

@@ -187,3 +187,21 @@ def test_compute_medium_stores_each_seeds_values_and_bounds():
     assert r["seeds"] == [3, 4] and r["kind"] == [EXACT, LOWER]
     # seed 3: 600 / 200 samples; seed 4 never got there in 800: >= 800 / 200
     assert r["log_ratio"] == pytest.approx([math.log(3), math.log(4)])
+
+
+def test_the_medium_seed_count_is_the_designs():
+    """The verdict's seeds are as many as the a-priori design asks for at the plan's lengths
+    (the most any row of either claim asks for), and none of them chose an lr."""
+    from analyses.zoo import copy as zoo_copy
+    from probes.sample_efficiency import gap_is_clear, paper_gap
+
+    M = zoo_copy.COPY_MEDIUM
+    gssms = [g for g in M["labels"] if g != "rope"]
+    rows = [(g, L) for g in gssms for L in M["lengths"] if gap_is_clear(g, L)]
+    need = max([regime.row_design(paper_gap(g, L), len(rows), 0.05) for g, L in rows]
+               + [regime.slope_design(M["lengths"], len(gssms), 0.05)])
+    assert len(M["seeds"]) >= need
+    assert not set(M["seeds"]) & set(M["sweep_seeds"])
+    assert len(M["lengths"]) >= regime.MIN_LENGTHS
+    # the lengths reach the regime: for every GSSM some length where the trend predicts a gap
+    assert all(any(gap_is_clear(g, L) for L in M["lengths"]) for g in gssms)

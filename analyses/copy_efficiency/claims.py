@@ -248,6 +248,8 @@ def claim_gap_grows(d: dict) -> Reading | None:
     lengths = list(at)
     learnt = [L for L, m in at.items() if m["reference"] is not None]
     head = _not_matched_text(d)
+    if len(lengths) < 2:
+        return Reading(head + f"one length (L={lengths[0]})" + _setting_text(d), None)
     if len(learnt) < MIN_LENGTHS:
         missing = [L for L in lengths if L not in learnt]
         return Reading(head + f"lengths with a reference: {learnt or 'none'} of {lengths}"

@@ -9,6 +9,10 @@ above both are decided in the paper's regime (issue 54): rows where the paper's 
 
 from __future__ import annotations
 
+import math
+
+from scipy import stats as sps
+
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
 from analyses.copy_efficiency.regime import (
@@ -188,12 +192,30 @@ def _fewer_samples_medium(d: dict) -> Reading:
     if dec.all_hold:
         return Reading(text, True, margin, tests)
     need = max((n for n in design if n), default=None)
-    why = "; ".join(f"{k}: {v}" for k, v in dec.why.items())
+    why = "; ".join(f"{t.label}: {dec.why[t.label]}"
+                    + _below_trend(t, paper_gap(g, L), len(claim), f"{paper_gap(g, L):.1f}×")
+                    for g, L, t in claim if t.label in dec.why)
     return Reading(text, Undecided(
         f"{stats.TOO_FEW if need and need > max(t.n for *_, t in claim) else stats.EITHER_SIDE}"
         f": {why}" + (f"; the design (the paper's gap as prior effect, prior sd "
                       f"{PRIOR_LOG_SD:g}) asks for {need} seeds" if need else "")),
         margin, tests)
+
+
+def _below_trend(t: BoundedTest, target: float | None, rows: int, what: str,
+                 log: bool = True) -> str:
+    """" (below the paper's trend: its WHAT rejected, p = …)" where the row's seeds, none of
+    them censored, put its values below what the trend predicts (``target``: a gap, compared
+    on the log scale, or with ``log`` False a slope; one-sided t test at α / rows,
+    Bonferroni): the row is open because the effect at this scale is smaller than the
+    paper's, not for want of seeds to show the paper's; '' otherwise."""
+    if target is None or t.n < 2 or t.censored or not t.sd > 0:
+        return ""
+    goal = math.log(target) if log else target
+    p = float(sps.ttest_1samp(t.values, goal, alternative="less").pvalue)
+    if p >= GAP_ALPHA.value / max(rows, 1):
+        return ""
+    return f" (below the paper's trend: its {what} rejected, p = {p:.2g})"
 
 
 def _not_matched_text(d: dict) -> str:
@@ -288,7 +310,9 @@ def claim_gap_grows(d: dict) -> Reading | None:
     if dec.all_hold:
         return Reading(text, True, margin, labelled)
     need = design[0] if design else None
-    why = "; ".join(f"{k}: {v}" for k, v in dec.why.items())
+    why = "; ".join(f"{t.label}: {dec.why[t.label]}"
+                    + _below_trend(t, 1.0, len(tests), "slope 1", log=False)
+                    for t in tests if t.label in dec.why)
     return Reading(text, Undecided(
         f"{stats.TOO_FEW if need and need > max(t.n for t in tests) else stats.EITHER_SIDE}: "
         f"{why}" + (f"; the design (the paper's slope 1 as prior effect, prior sd "

@@ -142,6 +142,7 @@ def test_fewer_samples_tests_reach_the_index():
     assert label.startswith("mamba L=8") and row["n"] == 4 and row["unit"] == "seed"
     assert row["values"] == pytest.approx([math.log(x) for x in (3.0, 2.5, 4.0, 3.5)])
     assert row["power_n"] == regime.row_design(10 * 8 / 30, 1, 0.05)  # the prior, not the spread
+    assert "label" not in row  # the index writes the test's label beside it
 
 
 def test_gap_grows_holds_fails_and_stays_open():

@@ -239,8 +239,9 @@ def _setting_text(d: dict) -> str:
     swept = any(len([k for k in sw if k != "-"]) > 1 for sw in last.get("sweep", {}).values())
     if lrs:
         parts.append(("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
-                      if swept else "each model at its lr from the full sweep "
-                      "(zoo_copy.COPY_MEDIUM_LR; --sweep reruns it)")
+                      if swept else "each model at its lr chosen on seeds that are not the "
+                      "verdict's (zoo_copy.COPY_MEDIUM_LR: the sweep seeds' best at the swept "
+                      "lengths, the longest swept length's beyond; --sweep reruns the sweep)")
                      + " per L (" + "; ".join(
                          f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
                                                if v is not None)

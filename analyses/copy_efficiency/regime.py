@@ -316,7 +316,8 @@ class RowTest:
                 "power_side": "for" if self.design_n else None, "power_n": self.design_n,
                 "design": "a priori: the paper's trend as the effect, prior sd "
                           f"{PRIOR_LOG_SD:g} of a seed's log ratio",
-                **{k: v for k, v in t.to_dict().items() if k not in ("n", "p", "p_against")}}
+                **{k: v for k, v in t.to_dict().items()
+                   if k not in ("label", "n", "p", "p_against")}}
 
 
 def row_tests(tests: Sequence[BoundedTest], alpha: float, design: Sequence[int | None],

@@ -111,6 +111,7 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
         rows = history_rows(r["history"], int(r["length"]))
         flat.append({"label": r["label"], "length": int(r["length"]), "seed": int(r["seed"]),
                      "lr": r.get("lr"), "params": r.get("params"), **reaches(rows),
+                     "samples_seen": rows[-1]["samples_seen"] if rows else None,
                      "final_string_acc": rows[-1]["string_acc"] if rows else None,
                      "final_string_acc_at_L": rows[-1]["string_acc_at_L"] if rows else None,
                      "curve": rows})
@@ -130,6 +131,7 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
             for lr, fs in groups.items():
                 fs = sorted(fs, key=lambda f: f["seed"])
                 sweep[label][lr] = {"seeds": [f["seed"] for f in fs],
+                                    "seen": [f["samples_seen"] for f in fs],
                                     **{f"{kind}string_{lv}":
                                        reach_summary([f[f"{kind}string_{lv}"] for f in fs])
                                        for lv in LEVELS for kind in ("", "dist_")}}
@@ -149,12 +151,20 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
         for g in (k for k in models if k in GSSMS and ref is not None):
             gm, tm = models[g], models[ref]
             t_by_seed = dict(zip(tm["seeds"], tm[key]["per_seed"], strict=True))
+            t_seen = dict(zip(tm["seeds"], tm["seen"], strict=True))
             per_seed = [None if v is None or s not in t_by_seed else v / t_by_seed[s]
                         for s, v in zip(gm["seeds"], gm[key]["per_seed"], strict=True)]
+            # each seed's log ratio, a run that never got there censored at its budget
+            logs = [log_ratio(v, t_by_seed.get(s), seen, t_seen.get(s)) if s in t_by_seed
+                    else (math.nan, NONE)
+                    for s, v, seen in zip(gm["seeds"], gm[key]["per_seed"], gm["seen"],
+                                          strict=True)]
             got = [x for x in per_seed if x is not None]
             ratios[g] = {"ratio": (gm[key]["mean"] / tm[key]["mean"]
                                    if gm[key]["mean"] is not None else None),
-                         "per_seed": per_seed, "min": min(got) if got else None,
+                         "per_seed": per_seed, "seeds": list(gm["seeds"]),
+                         "log_ratio": [v for v, _ in logs], "kind": [k for _, k in logs],
+                         "min": min(got) if got else None,
                          "max": max(got) if got else None,
                          "all_reached": gm[key]["reached"] == gm[key]["seeds"]}
         full = {g: r["ratio"] for g, r in ratios.items() if r["all_reached"]}
@@ -165,6 +175,26 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
                         "lr_grid": grids,
                         "lr_edge": {k: lr_edge(lr_value(v), grids[k]) for k, v in chosen.items()}}
     return flat, by_length
+
+
+# what a seed's log ratio is (:func:`log_ratio`): measured, or bounded by a run that never got
+# there (its samples to 90 % exceed the samples it saw)
+EXACT, LOWER, UPPER, NONE = "exact", "lower bound", "upper bound", "none"
+
+
+def log_ratio(gssm: float | None, ref: float | None, gssm_budget: float | None,
+              ref_budget: float | None) -> tuple[float, str]:
+    """``(log(GSSM samples / transformer samples), kind)`` of one seed: None samples mean the
+    run never reached the level; its budget (the samples it saw) then bounds them from below,
+    so the ratio is a lower bound (GSSM censored) or an upper bound (transformer censored);
+    both censored: no number (NaN, :data:`NONE`)."""
+    if gssm is not None and ref is not None:
+        return math.log(gssm / ref), EXACT
+    if gssm is None and ref is not None and gssm_budget:
+        return math.log(gssm_budget / ref), LOWER
+    if gssm is not None and ref is None and ref_budget:
+        return math.log(gssm / ref_budget), UPPER
+    return math.nan, NONE
 
 
 def lr_key(lr) -> str:

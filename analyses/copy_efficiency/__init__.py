@@ -15,17 +15,19 @@ level evaluates every 100 steps.
 ``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
 setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes;
 ``zoo_copy.COPY_MEDIUM_SETTING`` says what is matched and what is not): parameter-matched
-models (the transformers as the authors' GPT-NeoX: a quarter of each head rotated, parallel
-residual), strings of random length 1..L, several seeds, a run stopped once past 90 %, every
-model at its own learning rate: the one a sweep over the lr grid at every seed chose
-(:func:`best_lr`; ``zoo_copy.COPY_MEDIUM_LR``; ``--sweep`` trains the whole sweep of
-``zoo_copy.COPY_MEDIUM["lrs"]`` again and then credits each model with its best; a chosen lr at
-an end of its grid is flagged, ``lr_edge``); then
+models (the transformer as the authors' GPT-NeoX: a quarter of each head rotated, parallel
+residual), strings of random length 1..L up to where the paper's trend predicts a clear gap,
+the seeds the a-priori design asks for (:mod:`analyses.copy_efficiency.regime`), a run stopped
+once past 90 % (one that never got there is censored at the samples it saw), every model at its
+own learning rate, chosen on seeds that are not the verdict's (:func:`best_lr` over the sweep
+seeds; ``zoo_copy.COPY_MEDIUM_LR``; ``--sweep`` trains that sweep of
+``zoo_copy.COPY_MEDIUM["lrs"]`` again; a chosen lr at an end of its grid is flagged,
+``lr_edge``); then
 samples to 50 % and 90 % at exactly L, as Fig. 1a's caption scores (the score over the
 training distribution 1..L beside it, ``dist_string_*``; mean ± sd over seeds), per GSSM
 the ratio of its samples to the fastest transformer's (ratio of the means, and the per-seed
-ratios, seeds paired), and the same ratio at a longer L, where the paper finds the gap grows
-(Fig. 9b vs 1a).
+ratios, seeds paired; each seed's log ratio with whether it is a bound), and each seed's slope
+of its log ratio on log L, where the paper finds the gap grows (Fig. 9b vs 1a; ``slopes``).
 
 ``--large`` (``--train large``; issue 36 §2): the same at L <= 10, 20, 30 over 26 letters in
 packed contexts, models matched at ~1M parameters (``zoo_copy.COPY_LARGE_SETTING``): a sweep of four
@@ -162,8 +164,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
 SCALE = {
     "quick": "copy transformers of ~0.4M parameters and an LSTM of ~1M on strings of length "
              "<= 20, one seed, the GSSMs far from trained",
-    "medium": "parameter-matched copy models of ~100k parameters on strings of length <= 4 and "
-              "<= 6, 3 seeds",
+    "medium": "parameter-matched copy models of ~100k parameters (RoPE, Mamba, LSTM) on strings "
+              "of length <= 4, 6, 8, 10, 5 seeds (lrs chosen on 3 others)",
     "large": "parameter-matched copy models of ~1M parameters on strings of length <= 10, 20, "
              "30 over 26 letters, 3 seeds",
 }

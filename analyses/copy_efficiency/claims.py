@@ -1,20 +1,37 @@
 """The copy paper's claims read from a copy_efficiency JSON: every GSSM needs more samples than
 the fastest transformer to reach 90 % string accuracy (:func:`claim_fewer_samples`), and the
-gap grows with the string length (:func:`claim_gap_grows`, medium and above). A GSSM as fast as
-a transformer only where the paper's own trend predicts a small gap (:func:`paper_gap`) leaves
-a claim not decided rather than not holding.
+gap grows with the string length (:func:`claim_gap_grows`, medium and above). At medium and
+above both are decided in the paper's regime (issue 54): rows where the paper's own trend
+(:func:`paper_gap`) predicts a clear gap decide, rows where it predicts at most
+:data:`CLEAR_GAP` are shown beside them; the tests, censoring and seed design are
+:mod:`analyses.copy_efficiency.regime`'s.
 """
 
 from __future__ import annotations
 
-from statistics import fmean
+import math
+
+from scipy import stats as sps
 
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
+from analyses.copy_efficiency.regime import (
+    MIN_LENGTHS,
+    PRIOR_LOG_SD,
+    BoundedTest,
+    bounded_t_test,
+    log_ratios,
+    row_design,
+    row_tests,
+    seed_slopes,
+    slope_design,
+    slope_points,
+)
 from analyses.copy_efficiency.seeded import _by_length, _ratio_text
 from models.train.levels import SEEDED
 from probes.sample_efficiency import (
     CLEAR_GAP,
+    EXACT,
     GSSMS,
     LEVELS,
     gap_is_clear,
@@ -60,11 +77,12 @@ def _combine(failed: list[tuple[str, int]], unlearnt: list[int]) -> Verdict:
 
 def claim_fewer_samples(d: dict) -> Reading:
     """Every GSSM needs more samples to reach 90 % string accuracy than the fastest
-    transformer (or never reaches it); n/a without a GSSM. Medium and above: at every length,
-    a sign test over seeds of the per-seed ratios against 1 (:func:`_fewer_samples_medium`).
-    Where a GSSM is not slower the claim does not hold only if the paper's own trend
-    (:func:`paper_gap`) predicts a gap above :data:`CLEAR_GAP` at that length; else it
-    is not decided at this level (too short to show the gap), as it is when no model learnt."""
+    transformer (or never reaches it); n/a without a GSSM. Medium and above: t tests of the
+    per-seed log ratios with Holm over the rows in the regime (:func:`_fewer_samples_medium`).
+    Quick (one seed per model, no test): where a GSSM is not slower the claim does not hold
+    only if the paper's own trend (:func:`paper_gap`) predicts a gap above :data:`CLEAR_GAP`
+    at that length; else it is not decided at this level (too short to show the gap), as it
+    is when no model learnt."""
     if _seeded(d):
         return _fewer_samples_medium(d)
     key = "string_0.9"
@@ -106,56 +124,109 @@ def _fewer_margin(d: dict, gssm: dict, best: int) -> Margin:
                   min(need) / best if need else float("inf"), ">", 1, "×")
 
 
-def _fewer_samples_medium(d: dict) -> Reading:
-    """Medium and above: per GSSM and length, an exact sign test over seeds (the seed the
-    unit; :data:`GAP_ALPHA`) of the per-seed ratio GSSM / fastest transformer against 1 (a
-    GSSM seed that never got there counts as slower). Holds when every test finds the GSSM
-    slower; where one finds it faster (Bonferroni over the tests) :func:`_combine` decides
-    (does not hold only where the paper's trend predicts a clear gap); otherwise not decided
-    (too few seeds to reach the level, or the seeds fit either side)."""
-    parts, failed, unlearnt, gssms, tests = [], [], [], set(), []
+def _rows(d: dict) -> tuple[list[tuple[str, int, BoundedTest]], list[int]]:
+    """Every (GSSM, L) row's :func:`bounded_t_test` of its per-seed log ratios, and the lengths
+    where no transformer reached 90 % in every seed (no reference: no row)."""
+    rows, unlearnt = [], []
     for L, m in _by_length(d).items():
-        ref = m["reference"]
-        if ref is None:
-            parts.append(f"L={L}: no transformer reached 90 % in every seed")
+        if m["reference"] is None:
             unlearnt.append(L)
             continue
-        mean = m["models"][ref][f"string_{LEVELS[-1]}"]["mean"]
-        ratios = m["ratio_to_reference"]
-        gssms |= set(ratios)
-        tests += [(g, L, stats.sign_test([float("inf") if x is None else x
-                                          for x in r["per_seed"]], 1.0, GAP_ALPHA))
-                  for g, r in ratios.items()]
-        parts.append(f"L={L}: {ref} {mean:,.0f} samples; " + ", ".join(
-            f"{g} {_ratio_text(r)}" for g, r in ratios.items()))
-    against = GAP_ALPHA.value / max(len(tests), 1)
-    failed = [(g, L) for g, L, t in tests if t.can_decide and t.p_against < against]
+        for g, r in m["ratio_to_reference"].items():
+            logs, kinds = log_ratios(r)
+            rows.append((g, L, bounded_t_test(f"{g} L={L}", logs, kinds, r.get("seeds") or ())))
+    return rows, unlearnt
+
+
+def _fewer_samples_medium(d: dict) -> Reading:
+    """Medium and above (issue 54): per GSSM and length, a one-sided t test over seeds (the
+    unit) of log(GSSM / fastest transformer samples to 90 %) > 0, a seed that never got there
+    at its bound (:mod:`analyses.copy_efficiency.regime`: such a row may hold, never fail).
+    The claim's rows are those where the paper's trend predicts a clear gap
+    (:func:`gap_is_clear`), tested with Holm over them at :data:`GAP_ALPHA`: it holds when every
+    row holds, does not hold when one is decided against; rows where the trend predicts at most
+    :data:`CLEAR_GAP` are tested and shown beside them (where the gap is absent), not counted.
+    Not decided: a length no transformer learnt, no row in the regime, or rows the seeds leave
+    open (with the seeds the design asks for: the paper's gap as a prior effect)."""
+    rows, unlearnt = _rows(d)
+    claim = [(g, L, t) for g, L, t in rows if gap_is_clear(g, L)]
+    shown = [(g, L, t) for g, L, t in rows if not gap_is_clear(g, L)]
+    a = GAP_ALPHA.value
+    design = [row_design(paper_gap(g, L), len(claim), a) for g, L, _ in claim]
+    dec, run = row_tests([t for *_, t in claim], a, design)
+    side, side_run = row_tests([t for *_, t in shown], a, [None] * len(shown))
     lengths = list(_by_length(d))
+    gssms = sorted({g for g, _, _ in rows})
+    parts = []
+    for L, m in _by_length(d).items():
+        if m["reference"] is None:
+            parts.append(f"L={L}: no transformer reached 90 % in every seed")
+            continue
+        mean = m["models"][m["reference"]][f"string_{LEVELS[-1]}"]["mean"]
+        parts.append(f"L={L}: {m['reference']} {mean:,.0f} samples; " + ", ".join(
+            f"{g} {_ratio_text(r)}" for g, r in m["ratio_to_reference"].items()))
     text = (_not_matched_text(d) + "samples to 90 % string accuracy, GSSM / fastest transformer "
-            "(per-seed min–max): " + "; ".join(parts)
-            + (f"; {_trend_text(sorted(gssms), lengths)}" if gssms else "")
-            + ("; sign test over seeds (the unit), ratio > 1: " + ", ".join(
-                f"{g} L={L} {t.agree} above 1, p = {t.p:.2g}" for g, L, t in tests)
-               if tests else "") + _setting_text(d))
-    if not tests and not unlearnt:
-        return Reading(text, None)
-    # the margin: the smallest per-seed GSSM / transformer ratio (every one must exceed 1)
-    seeds = [(x, g, L) for L, m in _by_length(d).items() if m["reference"] is not None
-             for g, r in m["ratio_to_reference"].items() for x in r["per_seed"] if x is not None]
-    low = min(seeds, default=None)
-    m = None if low is None else Margin(f"smallest per-seed ratio ({low[1]} at L={low[2]})",
-                                        low[0], ">", 1, "×")
-    run = [(f"{g} L={L}: ratio > 1", t) for g, L, t in tests]
-    if failed or unlearnt or not all(t.holds for *_, t in tests):
-        if failed or unlearnt:
-            return Reading(text, _combine(failed, unlearnt), m, run)
-        few = next((t for *_, t in tests if not t.can_decide), None)
-        # the power calculation of every test, not only the first: the claim needs them all
-        where = "; ".join(f"{lab.split(':')[0]}: {t.power_text()}" for lab, t in run
-                          if t.power_n)
-        return Reading(text, stats.too_few(few, where) if few else next(
-            t for *_, t in tests if not t.holds).verdict(against=False), m, run)
-    return Reading(text, True, m, run)
+            "(per-seed min–max; a seed that never got there counts at its budget, a lower "
+            "bound): " + "; ".join(parts)
+            + (f"; {_trend_text(gssms, lengths)}" if gssms else "")
+            + ("; in the regime (trend > " + f"{CLEAR_GAP:g}×), log ratio > 0: "
+               + "; ".join(f"{r.test.label} {r.text()}" for r in run) if run else "")
+            + ("; where the trend predicts <= " + f"{CLEAR_GAP:g}× (shown, not counted): "
+               + "; ".join(f"{r.test.label} {r.text()}" for r in side_run) if side_run else "")
+            + _setting_text(d))
+    tests = [(f"{r.test.label}: log ratio > 0", r) for r in run] + [
+        (f"{r.test.label}: log ratio > 0 (outside the regime)", r) for r in side_run]
+    low = min(((t.mean, t.label) for *_, t in claim if t.n), default=None)
+    margin = None if low is None else Margin(
+        f"smallest mean log ratio in the regime ({low[1]})", low[0], ">", 0, "")
+    if dec.failed:
+        return Reading(text, False, margin, tests)
+    if unlearnt:
+        return Reading(text, Undecided.not_learnt(
+            f"no transformer reached 90 % in every seed at L={', '.join(map(str, unlearnt))}"),
+            margin, tests)
+    if not claim:
+        return Reading(text, Undecided.regime(
+            f"no length where the paper's trend predicts a gap above {CLEAR_GAP:g}×")
+            if rows else None, margin, tests)
+    if dec.all_hold:
+        return Reading(text, True, margin, tests)
+    need = max((n for n in design if n), default=None)
+    why = "; ".join(f"{t.label}: {dec.why[t.label]}"
+                    + _below_trend(t, paper_gap(g, L), len(claim), f"{paper_gap(g, L):.1f}×")
+                    for g, L, t in claim if t.label in dec.why)
+    return Reading(text, Undecided(_open_reason(
+        why, need, max(t.n for *_, t in claim), "the paper's gap as prior effect, prior sd "
+        f"{PRIOR_LOG_SD:g}", "gap")), margin, tests)
+
+
+def _open_reason(why: str, need: int | None, n: int, design: str, what: str) -> str:
+    """Why rows stay open: too few seeds where the design asks for more than were run; else
+    the seeds fit either side, and where they are as many as the design asks, that the effect
+    at this scale is smaller than the paper's trend (which they had 80 % power to show)."""
+    if need and need > n:
+        return f"{stats.TOO_FEW}: {why}; the design ({design}) asks for {need} seeds"
+    text = f"{stats.EITHER_SIDE}: {why}"
+    if need:
+        text += (f"; {n} seeds, as many as the design ({design}) asks to show the paper's "
+                 f"{what} with 80 % power: the {what} at this scale is smaller than its trend")
+    return text
+
+
+def _below_trend(t: BoundedTest, target: float | None, rows: int, what: str,
+                 log: bool = True) -> str:
+    """" (below the paper's trend: its WHAT rejected, p = …)" where the row's seeds, none of
+    them censored, put its values below what the trend predicts (``target``: a gap, compared
+    on the log scale, or with ``log`` False a slope; one-sided t test at α / rows,
+    Bonferroni): the row is open because the effect at this scale is smaller than the
+    paper's, not for want of seeds to show the paper's; '' otherwise."""
+    if target is None or t.n < 2 or t.censored or not t.sd > 0:
+        return ""
+    goal = math.log(target) if log else target
+    p = float(sps.ttest_1samp(t.values, goal, alternative="less").pvalue)
+    if p >= GAP_ALPHA.value / max(rows, 1):
+        return ""
+    return f" (below the paper's trend: its {what} rejected, p = {p:.2g})"
 
 
 def _not_matched_text(d: dict) -> str:
@@ -179,8 +250,9 @@ def _setting_text(d: dict) -> str:
     swept = any(len([k for k in sw if k != "-"]) > 1 for sw in last.get("sweep", {}).values())
     if lrs:
         parts.append(("each model at its best lr of " + "/".join(f"{x:g}" for x in lrs)
-                      if swept else "each model at its lr from the full sweep "
-                      "(zoo_copy.COPY_MEDIUM_LR; --sweep reruns it)")
+                      if swept else "each model at its lr chosen on seeds that are not the "
+                      "verdict's (zoo_copy.COPY_MEDIUM_LR: the sweep seeds' best at the swept "
+                      "lengths, the longest swept length's beyond; --sweep reruns the sweep)")
                      + " per L (" + "; ".join(
                          f"L={L} " + ", ".join(f"{k} {v:g}" for k, v in m["best_lr"].items()
                                                if v is not None)
@@ -193,89 +265,66 @@ def _setting_text(d: dict) -> str:
     return (" [" + "; ".join(parts) + "]") if parts else ""
 
 
-def _paired(m: dict, g: str) -> dict:
-    """{seed: GSSM / reference samples ratio} of GSSM ``g`` at one length (a seed that never
-    got there left out); seeds by id where the result has them, else by position."""
-    r = m["ratio_to_reference"].get(g)
-    if not r:
-        return {}
-    seeds = (m.get("models", {}).get(g) or {}).get("seeds") or range(len(r["per_seed"]))
-    return {s: x for s, x in zip(seeds, r["per_seed"], strict=False) if x is not None}
-
-
 def claim_gap_grows(d: dict) -> Reading | None:
-    """Medium and above: each GSSM needs more samples relative to the fastest transformer as
-    the strings get longer (Figs. 1a, 9b: ~10× at L <= 30, ~100× at 300). The unit is the seed:
-    per GSSM and pair of neighbouring lengths, the per-seed change of its ratio (seed s's
-    ratio at the longer L minus at the shorter), an exact one-sided sign test of the changes
-    against 0 at :data:`GAP_ALPHA` (with the Student-t interval of the mean change beside it).
-    Holds when every test finds a rise (all must: no correction); does not hold when one finds
-    a fall (Bonferroni over the pairs) at lengths where the paper's trend predicts a clear gap
-    (:func:`gap_is_clear` at the shorter L); otherwise not decided: too few seeds to reach the
-    level (3 cannot: 2^-3 > 0.05; with the seeds a sign test would need at the measured
-    spread), the seeds fit either side, or the lengths are too short. None on a quick result
-    (one length): left out of its index."""
+    """Medium and above (issue 54): each GSSM needs more samples relative to the fastest
+    transformer as the strings get longer (Figs. 1a, 9b: ~10× at L <= 30, ~100× at 300). The
+    unit is the seed (it shares its initial weights across L): each seed's least-squares slope
+    of its log ratio on log L over at least :data:`MIN_LENGTHS` lengths
+    (:func:`seed_slopes`; a censored point makes the slope a bound), a one-sided t test of the
+    slopes > 0 per GSSM, Holm over the GSSMs at :data:`GAP_ALPHA`. Holds when every GSSM's
+    slope test holds; does not hold when one is decided against (slopes below 0) and the
+    longest length is one where the trend predicts a clear gap; otherwise not decided (fewer
+    lengths than the slope needs, a length no transformer learnt, or the seeds leave it open,
+    with the seeds the design asks for). None on a quick result (one length)."""
     if not _seeded(d):
         return None
     at = _by_length(d)
     lengths = list(at)
-    parts, thin, found = [], [], []  # found: (label, test, change margin, shorter L)
-    gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
-    pairs = [(g, a, b) for g in gssms for a, b in zip(lengths, lengths[1:], strict=False)]
-    against = stats.Threshold(GAP_ALPHA.value / max(len(pairs), 1),
-                              f"{GAP_ALPHA.source}, Bonferroni over {len(pairs)} pairs")
-    for g, a, b in pairs:
-        pa, pb = _paired(at[a], g), _paired(at[b], g)
-        both = [s for s in pa if s in pb]
-        if len(both) == 1:  # one seed pairing: a change, but no test
-            s0 = both[0]
-            parts.append(f"{g} L={a}→{b}: {pa[s0]:.1f}× → {pb[s0]:.1f}× (one seed)")
-            thin.append(f"{g} L={a}→{b}")
-        if len(both) < 2:
-            continue
-        change = [pb[s] - pa[s] for s in both]
-        t = stats.sign_test(change, 0.0, GAP_ALPHA)
-        ci = stats.t_interval(change)
-        mean, _ = stats.spread(change)
-        found.append((f"{g} L={a}→{b}", t, Margin(
-            f"{g} L={a}→{b}: mean change of its ratio", mean, ">", 0, "×",
-            interval=ci.bounds), a, g))
-        parts.append(f"{g} L={a}→{b}: {fmean(pa[s] for s in both):.1f}× → "
-                     f"{fmean(pb[s] for s in both):.1f}×, change {mean:+.2f}, {ci}; "
-                     f"{t.text()}" + (f"; {t.power_text()}" if t.power_n else ""))
+    learnt = [L for L, m in at.items() if m["reference"] is not None]
+    head = _not_matched_text(d)
     if len(lengths) < 2:
-        return Reading(_not_matched_text(d) + f"one length (L={lengths[0]})" + _setting_text(d),
-                       None)
-    if not parts:
-        return Reading((_not_matched_text(d) + "no GSSM reached 90 % in the same seed at two "
-                        "lengths" + _setting_text(d)), Undecided.not_learnt(
-                           "no GSSM reached 90 % in the same seed at two lengths"))
-    # the margin: the change whose interval's lower end is lowest (every one must clear 0)
-    m = min((f[2] for f in found), key=lambda c: c.interval[0] if c.interval else c.value,
-            default=None)
-    text = (_not_matched_text(d) + "GSSM / fastest transformer, samples to 90 %, per-seed "
-            f"change of the ratio (the seed is the unit; α = {GAP_ALPHA}): " + "; ".join(parts)
+        return Reading(head + f"one length (L={lengths[0]})" + _setting_text(d), None)
+    if len(learnt) < MIN_LENGTHS:
+        missing = [L for L in lengths if L not in learnt]
+        return Reading(head + f"lengths with a reference: {learnt or 'none'} of {lengths}"
+                       + _setting_text(d),
+                       Undecided.not_learnt(f"no transformer reached 90 % in every seed at "
+                                            f"L={', '.join(map(str, missing))}") if missing
+                       else Undecided(f"{len(lengths)} lengths: a seed's slope needs at least "
+                                      f"{MIN_LENGTHS}"))
+    gssms = list(dict.fromkeys(g for m in at.values() for g in m["ratio_to_reference"]))
+    tests, slopes_text = [], []
+    for g in gssms:
+        points = slope_points({L: at[L] for L in learnt}, g)
+        seeds, slopes, kinds, dropped = seed_slopes(points)
+        t = bounded_t_test(g, slopes, kinds, seeds)
+        tests.append(BoundedTest(**{**t.__dict__, "dropped": t.dropped + dropped}))
+        slopes_text.append(f"{g}: " + ", ".join(
+            f"s{s} {v:+.2f}" + ("" if k == EXACT else f" ({k})")
+            for s, v, k in zip(seeds, slopes, kinds, strict=True)))
+    a = GAP_ALPHA.value
+    design = [slope_design(learnt, len(tests), a)] * len(tests)
+    dec, run = row_tests(tests, a, design, what="slope")
+    text = (head + "GSSM / fastest transformer, samples to 90 %: each seed's slope of log ratio "
+            f"on log L over L={', '.join(map(str, learnt))} (the seed the unit; the paper's "
+            "trend, gap ∝ L, is slope 1): " + "; ".join(slopes_text) + "; slope > 0: "
+            + "; ".join(f"{r.test.label} {r.text()}" for r in run)
             + f"; {_trend_text(gssms, lengths)}" + _setting_text(d))
-    tests = [(f"{lab}: change > 0", t) for lab, t, *_ in found]
-    down = [lab for lab, t, _, a, g in found if t.can_decide
-            and t.p_against < against.value and gap_is_clear(g, a)]
-    short = [lab for lab, t, _, a, g in found if t.can_decide
-             and t.p_against < against.value and not gap_is_clear(g, a)]
-    if down:
-        return Reading(text, False, m, tests)
-    if short:
+    low = min(((t.mean, t.label) for t in tests if t.n), default=None)
+    margin = None if low is None else Margin(f"smallest mean slope ({low[1]})", low[0], ">", 0)
+    labelled = [(f"{r.test.label}: slope > 0", r) for r in run]
+    if dec.failed and all(gap_is_clear(g, max(learnt)) for g in dec.failed):
+        return Reading(text, False, margin, labelled)
+    if dec.failed:
         return Reading(text, Undecided.regime(
-            f"the ratio falls ({', '.join(short)}) only where the paper's own trend predicts a "
-            f"gap of at most {CLEAR_GAP:g}×"), m, tests)
-    if found and not thin and all(t.holds for _, t in tests):
-        return Reading(text, True, m, tests)
-    few = [(lab, t) for lab, t, *_ in found if not t.can_decide]
-    if few:
-        where = "; ".join(lb + (f": {t.power_text()}" if t.power_n else "") for lb, t in few)
-        return Reading(text, stats.too_few(few[0][1], where), m, tests)
-    either = [lab + (f": {t.power_text()}" if t.power_n else "")
-              for lab, t, *_ in found if not t.holds]
-    return Reading(text, Undecided(
-        "; ".join(([f"{stats.EITHER_SIDE} ({', '.join(either)})"] if either else [])
-                  + ([f"one seed pairing, no test ({', '.join(thin)})"] if thin else []))), m,
-        tests)
+            f"the ratio falls ({', '.join(dec.failed)}) over lengths where the paper's trend "
+            f"predicts a gap of at most {CLEAR_GAP:g}×"), margin, labelled)
+    if dec.all_hold:
+        return Reading(text, True, margin, labelled)
+    need = design[0] if design else None
+    why = "; ".join(f"{t.label}: {dec.why[t.label]}"
+                    + _below_trend(t, 1.0, len(tests), "slope 1", log=False)
+                    for t in tests if t.label in dec.why)
+    return Reading(text, Undecided(_open_reason(
+        why, need, max(t.n for t in tests), "the paper's slope 1 as prior effect, prior sd "
+        f"{PRIOR_LOG_SD:g} of a log ratio", "growth")), margin, labelled)

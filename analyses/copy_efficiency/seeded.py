@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from analyses.common import to_jsonable
+from analyses.copy_efficiency.regime import slopes_of
 from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure
 from models.checkpoint.io import read_checkpoint
@@ -43,8 +44,9 @@ def compute_medium(runs: list[dict], setting: dict | None = None,
     # a model trained at one lr is flagged against the grid that chose it (zoo_copy.COPY_MEDIUM_LR)
     flat, by_length = medium_by_length(runs, zoo_copy.COPY_MEDIUM_LR_GRID if level == "medium"
                                        else None)
+    # each seed's slope of log ratio on log L (issue 54), beside the per-seed values it is of
     return to_jsonable({"level": level, "runs": flat, "by_length": by_length,
-                        "setting": setting or {}})
+                        "slopes": slopes_of(by_length), "setting": setting or {}})
 
 
 def _run_of(path: str) -> dict:

@@ -117,15 +117,21 @@ def plot(result: dict):
     for si, name in enumerate(series):
         sr = [r for r in rows if r.get("series", "") == name]
         steps = [r["step"] if r["step"] is not None else i for i, r in enumerate(sr)]
+        # a line only joins checkpoints of one run along its steps; single checkpoints (or
+        # ones without a step) are points: a line between them would read as a trajectory
+        trajectory = len(sr) >= 2 and all(r["step"] is not None for r in sr)
+        one = "" if trajectory else " (one checkpoint)" if len(sr) == 1 else " (no steps)"
         for key, style in (("ratio_pairs", "-o"), ("ratio_pinned", "-D"),
                            ("ratio_table", "--s"), ("ratio_readout", ":^")):
             vals = [np.nan if r.get(key) is None else max(r[key], RATIO_FLOOR) for r in sr]
             if not np.all(np.isnan(vals)):
-                ax[1].plot(steps, vals, style, color=palette[si % len(palette)], ms=4,
-                           label=f"{name}: {key.replace('ratio_', '')}")
+                ax[1].plot(steps, vals, style if trajectory else style[-1],
+                           color=palette[si % len(palette)], ms=4,
+                           label=f"{name}: {key.replace('ratio_', '')}{one}")
         fits = [r.get("beta_fit", np.nan) for r in sr]
-        ax[2].plot(steps, fits, "-o", ms=4, color=palette[si % len(palette)],
-                   label=f"{name}: β fitted to predictions")
+        ax[2].plot(steps, fits, "-o" if trajectory else "o", ms=4,
+                   color=palette[si % len(palette)],
+                   label=f"{name}: β fitted to predictions{one}")
         for r_i, r in enumerate(sr):
             if r.get("l1"):
                 bc = [b for ctx in r["l1"]["beta_per_context"] for b in ctx]

@@ -28,7 +28,7 @@ import torch
 from analyses import zoo
 from analyses.zoo import dryrun
 from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
-from figures.style import DEFAULT_OUT, caption_text, figure_png
+from figures.style import caption_text, figure_png
 from models.checkpoint.paths import is_hf_source
 from models.hf.export_map import ExportError, read_provenance
 from models.loading import load
@@ -102,9 +102,12 @@ def base_parser(name: str, description: str, checkpoints: bool = True,
                        "(python -m models.hf.export) as the checkpoint it came from, or "
                        "HuggingFace causal LM(s) where the analysis takes them: a model "
                        "directory or a hub name")
-    p.add_argument("--out", default=str(DEFAULT_OUT / name),
-                   help=f"output directory (default: figures/out/{name}/, this analysis' own "
-                   "folder: never the reproduction's figures in figures/out/)")
+    # relative: under the folder the command runs in (the clone's own figures/out/NAME when
+    # run from the clone, as the docs show), never inside an installed clone from elsewhere
+    p.add_argument("--out", default=str(Path("figures", "out", name)),
+                   help=f"output directory (default: figures/out/{name}/ under the current "
+                   "folder, this analysis' own: never the reproduction's figures in "
+                   "figures/out/)")
     add_device_argument(p)
     p.add_argument("--seed", type=flags.flag("--seed"), default=0,
                    help="seed of the evaluation data")

@@ -145,7 +145,14 @@ def plot(result: dict):
                 named.add("drop")
         ax.set(xlabel="n (length of the duplicated n-gram)", ylabel="string-level accuracy",
                ylim=(-0.02, 1.02), title=f"copy with a duplicated n-gram, L = {entry['length']}")
-        ax.legend(fontsize=7)
+    # one legend under the panels: inside, it sat on the "without a duplicate" lines near 1
+    # (reference lines, which the overlap check does not count) and on the falling curves
+    entries: dict = {}
+    for ax in axes:  # every panel's entries, each label once (a panel may lack a drop line)
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), loc="lower center",
+               ncol=min(3, len(entries)), frameon=False)
     return fig
 
 

@@ -10,6 +10,7 @@ coordinates along one axis) are not data, but each must be named in its panel's 
 
 from __future__ import annotations
 
+import matplotlib.colors
 import numpy as np
 from matplotlib.collections import PathCollection
 from matplotlib.lines import Line2D
@@ -88,6 +89,44 @@ def legend_overlaps(ax, pad: float = 3.0) -> int:
     return n + sum(1 for b in boxes if b.overlaps(box)) + legend_sticks_out(ax)
 
 
+MIN_DASH_HANDLE_PT = 16  # a legend handle shorter than this shows no full dash and gap
+
+
+def _look(handle, show_dashes: bool) -> tuple | None:
+    """What tells a legend's line entry apart: colour, marker and its fill, and the line style
+    where the handle is long enough to show it (a short dashed stub under a marker reads as
+    a solid one)."""
+    if not isinstance(handle, Line2D):
+        return None
+    style = str(handle.get_linestyle())
+    if not show_dashes and style in ("--", "-."):
+        style = "-"  # long dashes need a long handle; dots (":") show in a short one
+    return (matplotlib.colors.to_hex(handle.get_color()), style, str(handle.get_marker()),
+            str(matplotlib.colors.to_hex(handle.get_markerfacecolor())
+                if handle.get_markerfacecolor() not in (None, "none", "None") else "none"))
+
+
+def legend_twins(ax) -> list[str]:
+    """The labels of ``ax``'s legend whose line entries look the same (colour, line style,
+    marker, marker fill): two curves a reader cannot tell apart by the legend."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return []
+    seen: dict = {}
+    twins: list[str] = []
+    texts = legend.get_texts()
+    size = texts[0].get_fontsize() if texts else 10.0
+    show_dashes = legend.handlelength * size >= MIN_DASH_HANDLE_PT
+    for handle, text in zip(legend.legend_handles, texts, strict=False):
+        look = _look(handle, show_dashes)
+        if look is None:
+            continue
+        if look in seen:
+            twins += [seen[look], text.get_text()]
+        seen.setdefault(look, text.get_text())
+    return list(dict.fromkeys(twins))
+
+
 def legend_sticks_out(ax) -> int:
     """1 when a legend placed inside its panel is wider or taller than the panel (it then
     covers the tick labels and the axis label), else 0; one placed outside on purpose (its
@@ -135,6 +174,9 @@ def problems(fig, page_px: int, dpi: float) -> list[str]:
         n = legend_overlaps(ax)
         if n:
             out.append(f"{where}: legend covers {n} data points/bars")
+        twins = legend_twins(ax)
+        if twins:
+            out.append(f"{where}: legend entries {twins} are drawn alike")
         out += [f"{where}: {p}" for p in _axis_problems(ax)]
     return out
 

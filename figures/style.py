@@ -25,6 +25,7 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from figures.quality import legend_overlaps, tick_labels_collide  # noqa: E402
 from seqprobe.atomic import write_atomic  # noqa: E402 - the suite's one atomic writer
+from seqprobe.cli import LEVELS as RUN_LEVELS  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 # The index page (analyses.reproduce.index) is at most this wide: a wider PNG is shrunk to it,
@@ -94,7 +95,10 @@ def caption_text(result: dict, level: str | None = None, seed: int | None = None
     steps of the models it read, as far as the result records them (a figure copied out of its
     page still says what it shows)."""
     parts = []
-    level = result.get("level") or level
+    # a result's "level" is the run's level only where it names one: the memorization
+    # results' "level" is the label level (token / sequence), and their run's is "preset"
+    own = result.get("level")
+    level = (own if own in RUN_LEVELS else None) or result.get("preset") or level
     if level:
         parts.append(f"level {level}")
     seeds = result.get("seeds")

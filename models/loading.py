@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -41,22 +41,42 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
         return None
 
 
-# A zoo name (``zoo:NAME[@LEVEL]``) is a recipe of analyses.zoo, a layer above this one: the
-# loader opens files and HuggingFace models only, and says how to open a zoo name instead of
-# reaching up for it (analyses resolve their ``zoo:`` arguments themselves, analyses.common).
+# A zoo name (``zoo:NAME[@LEVEL]``) is a recipe of analyses.zoo, a layer above this one. The
+# loader never reaches up for it: the layer that knows such names registers a resolver here
+# (analyses.zoo does when imported), so models.load("zoo:NAME") opens the cached checkpoint
+# once the zoo is imported, and says how to make it do so before.
 ZOO_PREFIX = "zoo:"
+NAME_RESOLVERS: dict[str, Callable[[str], str | os.PathLike]] = {}
+
+
+def register_name_resolver(prefix: str, resolve: Callable[[str], str | os.PathLike]) -> None:
+    """Let :func:`load` take names starting with ``prefix``: ``resolve(name)`` gives the path
+    (or one line why not). Set by a layer above (``analyses.zoo``: ``zoo:``)."""
+    NAME_RESOLVERS[prefix] = resolve
+
+
+def resolve_name(path: str | os.PathLike) -> str | os.PathLike:
+    """``path`` itself, or the path a registered resolver gives for a name
+    (:func:`register_name_resolver`); a zoo name with no resolver yet is one line."""
+    if isinstance(path, str):
+        for prefix, resolve in NAME_RESOLVERS.items():
+            if path.startswith(prefix):
+                return resolve(path)
+    refuse_zoo_name(path)
+    return path
 
 
 def refuse_zoo_name(path: str | os.PathLike) -> None:
-    """One line for ``models.load("zoo:NAME[@LEVEL]")``: the call that opens it."""
+    """One line for ``models.load("zoo:NAME[@LEVEL]")`` before analyses.zoo is imported: how
+    to open it."""
     ref = str(path)
     if not ref.startswith(ZOO_PREFIX):
         return
     name, _, level = ref[len(ZOO_PREFIX):].partition("@")
     args = f"{name!r}" + (f", {level!r}" if level else "")
-    raise CheckpointError(f"{ref}: a zoo name; models.load opens files and HuggingFace models "
-                          f"(the zoo sits above it): models.load(zoo.path({args})) after "
-                          "`from analyses import zoo`, or give it to an analysis as it is")
+    raise CheckpointError(f"{ref}: a zoo name, which the zoo resolves: `from analyses import "
+                          f"zoo` once, then models.load({ref!r}) (or models.load(zoo.path("
+                          f"{args}))), or give it to an analysis as it is")
 
 
 def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode: bool = True,
@@ -71,10 +91,11 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     ``archs``: the architectures the caller can use; any other is refused before the model is
     built.
 
-    A zoo recipe's checkpoint is opened by its path, ``models.load(zoo.path(NAME, LEVEL))``
-    (:mod:`analyses.zoo`, a layer above: a ``zoo:NAME`` string here is one line saying so).
+    A zoo name (``"zoo:copy/rope"``, ``"zoo:NAME@LEVEL"``) opens the recipe's cached
+    checkpoint once :mod:`analyses.zoo` (a layer above, which registers its resolver) is
+    imported; before, it is one line saying so. ``models.load(zoo.path(NAME, LEVEL))`` too.
     """
-    refuse_zoo_name(path)
+    path = resolve_name(path)
     aside = interrupted_swap(path)
     if aside is not None:
         raise CheckpointError(f"{path}: missing: an export into it was stopped while replacing "

@@ -29,11 +29,24 @@ def encode_text(vocab: Vocab, text: str) -> list[int]:
     """Token ids of ``text`` in ``vocab``, the inverse of ``Vocab.decode``.
 
     Special tokens are written ``<NAME>`` (``<BOS>``, ``<COPY>``); alphabet symbols follow each
-    other directly when they are all one character long (``"abc"``) and are separated by
-    whitespace otherwise (``"s10 s11"``). Whitespace that is not a symbol only separates. Text
-    with pieces that are not tokens is one :class:`InputError` naming every such piece."""
+    other directly when they are all one character long (``"abc"``; whitespace between them is
+    refused in one line, not dropped: ``"hello world"`` is no copy-task text) and are separated
+    by whitespace otherwise (``"s10 s11"``). Text with pieces that are not tokens is one
+    :class:`InputError` naming every such piece."""
     index = {sym: i for i, sym in enumerate(vocab.alphabet)}
     single = all(len(sym) == 1 for sym in vocab.alphabet)
+    if single:
+        # one-character symbols follow each other directly: a space inside the text would be
+        # dropped, and "hello world" read as "helloworld" (leading / trailing ones only pad)
+        inner = [i for i, ch in enumerate(text.strip()) if ch.isspace() and ch not in index]
+        if inner:
+            lead = len(text) - len(text.lstrip())
+            where = ", ".join(str(i + lead) for i in inner[:SHOWN_SYMBOLS])
+            joined = "".join(ch for ch in text.strip() if not ch.isspace())
+            raise InputError(f"{text!r}: whitespace (at character {where}) is not a token of "
+                             "this model's task vocabulary, whose symbols are one character "
+                             f"each and follow each other directly: write {joined!r} if that "
+                             "is what you mean")
     ids: list[int] = []
     unknown: list[str] = []
     for part in _SPECIAL.split(text):

@@ -25,7 +25,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import FactoredMatrix
+from transformer_lens.utilities.matrix import composition_scores
 
+from models import weight_processing
 from models.outputs import log_probs, next_token_loss
 from seqprobe.config import check
 from seqprobe.errors import InputError
@@ -232,13 +234,62 @@ class TLSurface:
     def tokens_to_residual_directions(self, tokens: str | int | Tensor
                                       ) -> Float[Tensor, "... d_model"]:
         """The columns of ``W_U`` of ``tokens`` (a token as text or id, or a tensor of ids:
-        ``[*tokens.shape, d_model]``). As in TL, the final norm's weight is not folded in: suite
-        models keep their norms unfolded, as the bridge does for an export."""
+        ``[*tokens.shape, d_model]``). As in TL, the final norm's weight is in them only once
+        folded (:meth:`process_weights`): suite models load unprocessed, as the bridge does."""
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
         if isinstance(tokens, Tensor) and tokens.numel() > 1:
             return self.W_U[:, tokens].movedim(0, -1)
         return self.W_U[:, int(tokens)]
+
+    # ------------------------------------------------------------------ weight processing
+    # TL's HookedTransformer folds at load time (from_pretrained) and its fold_layer_norm takes a
+    # state dict; a suite model is processed in place when asked, and returns itself so that
+    # ``m = models.load(p).process_weights()`` reads as TL's load does.
+    def fold_layer_norm(self, fold_biases: bool = True, center_weights: bool = True):
+        """Fold every LayerNorm's weight and bias into the weights that read it, centring
+        them (TL's ``fold_layer_norm``; :mod:`models.weight_processing`). In place."""
+        weight_processing.fold_layer_norm(self, fold_biases, center_weights)
+        return self
+
+    def center_writing_weights(self):
+        """TL's ``center_writing_weights`` (:mod:`models.weight_processing`). In place."""
+        weight_processing.center_writing_weights(self)
+        return self
+
+    def center_unembed(self):
+        """TL's ``center_unembed`` (:mod:`models.weight_processing`). In place."""
+        weight_processing.center_unembed(self)
+        return self
+
+    def fold_value_biases(self):
+        """TL's ``fold_value_biases`` (:mod:`models.weight_processing`). In place."""
+        weight_processing.fold_value_biases(self)
+        return self
+
+    def process_weights(self, fold_ln: bool = True, center_writing_weights: bool = True,
+                        center_unembed: bool = True, fold_value_biases: bool = True):
+        """TL's ``process_weights`` with its defaults (what ``HookedTransformer.from_pretrained``
+        and ``TransformerBridge.enable_compatibility_mode()`` apply): afterwards
+        ``cache.logit_attrs`` of ``decompose_resid`` adds up to the logit difference. In
+        place; a model that cannot be folded is one line why."""
+        weight_processing.process_weights(self, fold_ln, center_writing_weights, center_unembed,
+                                          fold_value_biases)
+        return self
+
+    def all_composition_scores(self, mode: str
+                               ) -> Float[Tensor, "n_layers n_heads n_layers n_heads"]:
+        """TL's composition scores of every pair of heads (Elhage et al. 2021):
+        ``‖OV_left · M_right‖_F / (‖OV_left‖_F ‖M_right‖_F)``, ``M`` the right head's ``QK``
+        (``mode="Q"``), ``QKᵀ`` (``"K"``) or ``OV`` (``"V"``); zero unless the left head's
+        layer is before the right head's. Read after :meth:`process_weights` for TL's
+        numbers (TL computes them on processed weights)."""
+        check(mode in ("Q", "K", "V"), f"mode must be one of 'Q', 'K', 'V', got {mode!r}")
+        left = self.OV
+        right = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: left}[mode]()
+        scores = composition_scores(left, right, broadcast_dims=True)
+        mask = weight_processing.composition_mask(self.cfg.n_layers, scores.device)
+        return torch.where(mask, scores, torch.zeros_like(scores))
 
     # ------------------------------------------------------------------ text
     @property

@@ -140,7 +140,13 @@ def mixer_A(mixer) -> Tensor:
 
 def effective_attention(model, cache, layer: int) -> Float[Tensor, "batch heads q k"]:
     """M of ``blocks.{layer}.mixer`` from a ``run_with_cache`` cache of a suite Mamba-2 or
-    Mamba (hooks of :data:`READS`). Computed in the cache's dtype, at least float32."""
+    Mamba (hooks of :data:`READS`). Computed in the cache's dtype, at least float32. ``layer``
+    as a list index (−1: the last); one out of range is one line."""
+    n = len(model.blocks)
+    check(isinstance(layer, int) and -n <= layer < n,
+          f"layer {layer!r} is out of range: this model has {n} layer{'s' if n != 1 else ''} "
+          f"(0..{n - 1})")
+    layer = layer % n
     mixer = model.blocks[layer].mixer
     pre = f"blocks.{layer}.mixer."
     missing = [h for h in READS if pre + h not in cache]

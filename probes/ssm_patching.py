@@ -182,8 +182,8 @@ def get_act_patch_ssm(model, corrupted_tokens: Int[Tensor, "batch pos"],
     """``patching_metric`` of the corrupted run with ``blocks.{l}.{hook}`` at position p taken
     from ``clean_cache``, for every layer l and position p ([n_layers, pos]; TransformerLens'
     ``get_act_patch_*`` layout). Every mixer hook has position on axis 1. Patching
-    ``hook_ssm_state`` changes y_t at that position only (the scan has run by then);
-    :func:`get_state_patch` carries a state forward."""
+    ``hook_ssm_state`` carries H_t forward (the recurrence runs on from it) but not the conv's
+    window; :func:`get_state_patch` carries the whole state (H_t and the window) forward."""
     check_ssm(model)
     L, T = model.cfg.n_layers, corrupted_tokens.shape[1]
     out = torch.zeros(L, T, dtype=torch.float64)  # the metric as computed, not rounded

@@ -6,6 +6,7 @@ analysis run by hand writes to its own folder, never over the reproduction's fig
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from analyses.claims import Claim, Figure
 from analyses.common import Checkpoint, base_parser, models_used
@@ -81,9 +82,13 @@ def test_index_only_over_a_users_model_and_missing_analyses(tmp_path, capsys):
     assert all(r["status"] == "not run" for r in doc["results"])
 
 
-def test_an_analysis_by_hand_writes_to_its_own_folder():
+def test_an_analysis_by_hand_writes_to_its_own_folder_under_the_current_one(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
     args = base_parser("ngram_heads", "d").parse_args([])
-    assert args.out == str(DEFAULT_OUT / "ngram_heads")
+    assert args.out == str(Path("figures", "out", "ngram_heads"))  # relative: under the cwd
+    assert (tmp_path / args.out).resolve() != (DEFAULT_OUT / "ngram_heads").resolve()
+    assert base_parser("ngram_heads", "d").parse_args(["--out", "x"]).out == "x"
 
 
 def test_the_index_names_each_claims_replicates_and_the_seeds_it_would_take(tmp_path):

@@ -68,14 +68,29 @@ def test_path_load_and_analyses_find_the_cached_checkpoint(tiny_recipe, tmp_path
     m = models.load(zoo.path("test/tiny"))
     assert m.provenance.source == str(trained) and m.task.name == "copy"
     assert load_model("zoo:test/tiny@quick").provenance.source == str(trained)
-    with pytest.raises(InputError, match=r"models.load\(zoo.path\('test/tiny', 'quick'\)\)"):
-        models.load("zoo:test/tiny@quick")  # the loader opens files; it says how to open one
+    # --list shows how well each cached checkpoint learnt (its last evaluation)
+    code, out, _ = run_zoo(capsys, "--list", "test/")
+    row = out.strip().splitlines()[0].split()
+    assert code == 0 and row[:2] == ["test/tiny", "cached"] and row[3] == "acc"
+    assert 0.0 <= float(row[4].rstrip(",")) <= 1.0 and "L=" in out
+    # with the zoo imported (it registers its resolver), the loader takes zoo names too
+    assert models.load("zoo:test/tiny@quick").provenance.source == str(trained)
+    assert models.load("zoo:test/tiny").provenance.source == str(trained)
     assert given_checkpoint("zoo:test/tiny") == given_checkpoint("zoo:test/tiny", "checkpoints")
     assert given_checkpoint("zoo:test/tiny").label == "test/tiny"
     assert given_checkpoint("zoo:test/tiny").path == str(trained)
     # served from the cache: no second "about to train" line
     zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
     assert "about to train" not in capsys.readouterr().err
+
+
+def test_a_zoo_name_before_the_zoo_is_imported_is_one_line(monkeypatch):
+    from models import loading
+
+    monkeypatch.setattr(loading, "NAME_RESOLVERS", {})  # as in a session that imported models only
+    with pytest.raises(InputError, match=r"`from analyses import zoo` once") as e:
+        models.load("zoo:copy/hard_alibi@medium")
+    assert "\n" not in str(e.value) and "zoo.path('copy/hard_alibi', 'medium')" in str(e.value)
 
 
 def test_an_interrupted_or_broken_entry_is_not_served_by_name(tiny_recipe, tmp_path,

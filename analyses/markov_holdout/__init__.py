@@ -194,7 +194,9 @@ def plot(result: dict):
                       label="t of the table's columns" if i == 0 else None)
     seeds = f", {len(result['runs'])} seeds" if "runs" in result else ""
     ax[0].set(xlabel="tokens seen t", ylabel="mean |P_θ(1) − P_β(1)|", yscale="log",
-              title=f"hold-out (App. E.5): trained on P(1|·) ∈ {result['train_range']}{seeds}")
+              # two lines of its own: wrapped by width, the range broke mid-bracket and the
+              # second line ran into the figure's top
+              title=f"hold-out (App. E.5)\ntrained on P(1|·) ∈ {result['train_range']}{seeds}")
     ax[0].legend()
     # the paper's view: one fixed held-out sequence
     fx = result["fixed"]

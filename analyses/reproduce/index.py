@@ -132,9 +132,174 @@ def read_claim_margins(job: Job, out: Path) -> list[ClaimRead]:
     return claims
 
 
+RELATION_WORDS = {">=": "at least", ">": "more than", "<=": "at most", "<": "less than"}
+
+
 def margin_text(margin: Margin | None) -> str:
-    """How the index writes a claim's margin ('—' where the reader gives none)."""
-    return "—" if margin is None else str(margin)
+    """How the index writes a claim's margin, in words ('—' where the reader gives none): the
+    measured value, what the claim needs, and how far inside (or short of) it the value is —
+    "largest error 0; the claim needs at most 0: exactly at the limit", where the symbols
+    ("0 vs <= 0: +0") said nothing."""
+    if margin is None:
+        return "—"
+    unit = f" {margin.unit}" if margin.unit else ""
+    ci = (f" (95 % CI {margin.interval[0]:.3g}–{margin.interval[1]:.3g})" if margin.interval
+          else "")
+    d = margin.distance
+    side = (f"{d:.3g}{unit} to spare" if d > 0 else "exactly at the limit" if d == 0
+            else f"{-d:.3g}{unit} short")
+    return (f"{margin.quantity} {margin.value:.3g}{unit}{ci}; the claim needs "
+            f"{RELATION_WORDS[margin.relation]} {margin.threshold:.3g}{unit}: {side}")
+
+
+def number_text(margin: Margin | None) -> str:
+    """The summary's one number of a claim: its margin's measured value ('—' without one)."""
+    if margin is None:
+        return "—"
+    return f"{margin.quantity} {margin.value:.3g}" + (f" {margin.unit}" if margin.unit else "")
+
+
+VERDICT_WORDS = ("holds", "does not hold", "not decided", "n/a")  # the summary's columns
+
+
+def verdict_word(verdict: Verdict) -> str:
+    """A verdict in one of :data:`VERDICT_WORDS` (the reason of "not decided" is the row's)."""
+    if isinstance(verdict, Undecided):
+        return "not decided"
+    return verdict_text(verdict)
+
+
+def paper_of(figure) -> str:
+    """The paper a figure belongs to, as the summary heads it: "Copy paper" of "Copy paper
+    Fig. 1b" (the whole reference where it names no "… paper")."""
+    ref = figure.paper
+    return ref[: ref.index(" paper") + len(" paper")] if " paper" in ref else ref
+
+
+def anchor(job: Job) -> str:
+    """The id of an analysis' section in both indexes (its module name: unique, stable)."""
+    return job.name.replace("/", "-")
+
+
+def shown_claims(o: Outcome) -> list[tuple[str, str, Verdict, Margin | None]]:
+    """The claim rows an outcome shows: (claim, measured, verdict, margin), a row that repeats
+    one above it (the same claim, measurement and verdict) once. A measurement that is the
+    rows' above read together (it holds two or more of their measured texts whole) names them
+    instead of repeating them."""
+    rows: list[tuple[str, str, Verdict, Margin | None]] = []
+    for (p, m, h), g in zip(o.claims, _margins(o), strict=True):
+        if any((p, m, verdict_text(h)) == (q, n, verdict_text(k)) for q, n, k, _ in rows):
+            continue
+        earlier = [n for _, n, _, _ in rows if len(n) > 20 and n in m]
+        if len(earlier) >= 2:
+            rest = m
+            for n in earlier:
+                rest = rest.replace(n, "")
+            rest = rest.strip(" ;,.")
+            m = "the rows above, read together" + (f"; {rest}" if rest else "")
+        rows.append((p, m, h, g))
+    return rows
+
+
+def summary_counts(outcomes: list[Outcome]) -> dict[str, int]:
+    """How many shown claim rows of ``outcomes`` have each of :data:`VERDICT_WORDS`."""
+    counts = dict.fromkeys(VERDICT_WORDS, 0)
+    for o in outcomes:
+        for _, _, h, _ in shown_claims(o):
+            counts[verdict_word(h)] += 1
+    return counts
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    return (f"{total} claim{'s' if total != 1 else ''}: " + ", ".join(
+        f"{n} {'hold' if w == 'holds' and n != 1 else w}" if w != "does not hold"
+        else f"{n} {'do' if n != 1 else 'does'} not hold" for w, n in counts.items()))
+
+
+def _short(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def summary_groups(outcomes: list[Outcome]) -> list[tuple[str, list[Outcome]]]:
+    """The outcomes by paper, papers in the order they first come."""
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault(paper_of(o.job.figure), []).append(o)
+    return list(groups.items())
+
+
+def _md_summary(outcomes: list[Outcome]) -> list[str]:
+    counts = summary_counts(outcomes)
+    md = ["## Summary", "", f"{counts_text(counts)} (the rows below, each once). "
+          + _not_shown(outcomes), ""]
+    for paper, part in summary_groups(outcomes):
+        md += [f"### {_cell(paper)}", "", "| claim | verdict | number | section |",
+               "|---|---|---|---|"]
+        for o in part:
+            link = f"[{_cell(_short(o.job.figure.title, 50))}](#{anchor(o.job)})"
+            rows = shown_claims(o)
+            if not rows:
+                md.append(f"| — | {_cell(o.state)} | — | {link} |")
+            md += [f"| {_cell(_short(p))} | {verdict_word(h)} | {_cell(number_text(g))} | "
+                   f"{link} |" for p, _, h, g in rows]
+        md.append("")
+    return md
+
+
+def _not_shown(outcomes: list[Outcome]) -> str:
+    bad = [o for o in outcomes if o.state != "ok"]
+    if not bad:
+        return f"All {len(outcomes)} analyses ran."
+    return (f"{len(bad)} of {len(outcomes)} analyses have no claims to count: "
+            + ", ".join(f"{o.job.name} ({o.state})" for o in bad) + ".")
+
+
+def _html_summary(outcomes: list[Outcome]) -> str:
+    counts = summary_counts(outcomes)
+    out = [f"<h2 id='summary'>Summary</h2><p class='counts'>{html.escape(counts_text(counts))}"
+           f" (the rows below, each once). {html.escape(_not_shown(outcomes))}</p>"]
+    for paper, part in summary_groups(outcomes):
+        rows = []
+        for o in part:
+            link = (f"<a href='#{anchor(o.job)}'>{html.escape(_short(o.job.figure.title, 50))}"
+                    "</a>")
+            claims = shown_claims(o)
+            if not claims:
+                rows.append(f"<tr><td>—</td><td>{html.escape(o.state)}</td><td>—</td>"
+                            f"<td>{link}</td></tr>")
+            rows += [f"<tr><td>{html.escape(_short(p))}</td><td class='{_css_class(h)}'>"
+                     f"{verdict_word(h)}</td><td>{html.escape(number_text(g))}</td>"
+                     f"<td>{link}</td></tr>" for p, _, h, g in claims]
+        out.append(f"<h3>{html.escape(paper)}</h3><table class='summary'><tr><th>claim</th>"
+                   "<th>verdict</th><th>number</th><th>section</th></tr>" + "".join(rows)
+                   + "</table>")
+    return "".join(out)
+
+
+def _html_contents(sections: list) -> str:
+    """The HTML index's table of contents: each section, under its paper."""
+    items = ["<li><a href='#summary'>Summary</a></li>"]
+    for header, part in sections:
+        if header:
+            items.append(f"<li><a href='#other'>{html.escape(header)}</a></li>")
+        for paper, group in summary_groups([o for o, _ in part]):
+            links = "".join(f"<li><a href='#{anchor(o.job)}'>{html.escape(o.job.figure.title)}"
+                            "</a></li>" for o in group)
+            items.append(f"<li>{html.escape(paper)}<ul>{links}</ul></li>")
+    return f"<nav><h2>Contents</h2><ul>{''.join(items)}</ul></nav>"
+
+
+FOLD_CHARS = 240  # an HTML cell longer than this is folded (<details>) after its start
+
+
+def _fold(text: str) -> str:
+    """``text`` escaped for HTML, folded into ``<details>`` when longer than
+    :data:`FOLD_CHARS`: its start shown, the rest one click away."""
+    if len(text) <= FOLD_CHARS:
+        return html.escape(text)
+    return (f"<details><summary>{html.escape(_short(text, 160))}</summary>"
+            f"{html.escape(text)}</details>")
 
 
 def _bounded(text: str, limit: int = MAX_CLAIM_CHARS) -> str:
@@ -210,6 +375,12 @@ def replicate_rows(o: Outcome) -> list[dict]:
     return [{"claim": p, "label": label, **t.to_dict()}
             for (p, _, _), tests in zip(o.claims, _tests(o), strict=True)
             for label, t in tests]
+
+
+def shown_replicates(r: dict) -> list[dict]:
+    """The replicate rows the index tables: tests of two or more replicates (one replicate
+    decides nothing and says so in its claim's verdict; index.json keeps every test)."""
+    return [x for x in r["replicates"] if isinstance(x.get("n"), int) and x["n"] >= 2]
 
 
 REPLICATE_HEAD = ("claim", "test", "unit", "n", "on the claim's side", "p (for / against)",
@@ -302,7 +473,8 @@ def _row(o: Outcome, out: Path, level: str) -> dict:
             "status": o.state, "seconds": o.seconds, "wrote": wrote, "checkpoints": used,
             "level_own": not wrote or is_level_own(used, level),
             "claims": [{"paper": p, "measured": m, "verdict": verdict_text(h),
-                        "margin": margin_text(g)}
+                        "margin": margin_text(g),
+                        "margin_values": None if g is None else g.to_dict()}
                        for (p, m, h), g in zip(o.claims, _margins(o), strict=True)],
             "replicates": replicate_rows(o)}
 
@@ -323,11 +495,13 @@ def write_index(outcomes: list[Outcome], out: Path, level: str, note: str = "",
     md = [f"# Reproduced figures ({level} level)", "", _cell(stamp), "",
           "Each figure comes from a real run of the analysis named; the claim column is the "
           "paper's, the measured column is ours; \"not decided at this level\" says why this "
-          "level cannot decide a claim; the margin is how far the measured value sits from what "
-          "decides the claim (> 0: on the side where it holds), in the claim's units."
+          "level cannot decide a claim; the margin gives the measured value, what the claim needs "
+          "and how far inside it (to spare) or outside it (short) the value is, in the "
+          "claim's units."
           + (f" {note}" if note else ""), ""]
     if scale:
         md += [_cell(scale), ""]
+    md += _md_summary([o for o, _ in own])
     sections = [(None, own)]
     if other:
         sections.append((f"Other results in this folder: not the {level} level's recipes",
@@ -338,7 +512,7 @@ def write_index(outcomes: list[Outcome], out: Path, level: str, note: str = "",
             md += [f"# {header}", "", "Each was computed from a checkpoint the plan does not "
                    f"train at {level} (a model given by path, another level's, or one not "
                    "recorded): shown for what it is, never as the level's result.", ""]
-            rows_html.append(f"<h1>{html.escape(header)}</h1>")
+            rows_html.append(f"<h1 id='other'>{html.escape(header)}</h1>")
         for o, r in part:
             md += _md_section(o, r, out)
             rows_html.append(_html_section(o, r, out))
@@ -349,12 +523,13 @@ def write_index(outcomes: list[Outcome], out: Path, level: str, note: str = "",
     write_atomic(out / "index.html",
         "<!doctype html><meta charset='utf-8'><title>seqprobe figures</title><style>"
         "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;"
-        "padding:4px}table{border-collapse:collapse}.ok{color:green}.bad{color:#b00}"
-        ".und{color:#a60}</style>"
+        "padding:4px;vertical-align:top}table{border-collapse:collapse}.ok{color:green}"
+        ".bad{color:#b00}.und{color:#a60}summary{cursor:pointer}</style>"
         f"<h1>Reproduced figures ({level} level)</h1><p class='made'>{html.escape(stamp)}</p>"
         f"<p>{html.escape(note)}</p>"
-        + (f"<p class='scale'>{html.escape(scale)}</p>" if scale else "") +
-        f"{''.join(rows_html)}")
+        + (f"<p class='scale'>{html.escape(scale)}</p>" if scale else "")
+        + _html_contents(sections) + _html_summary([o for o, _ in own])
+        + f"{''.join(rows_html)}")
 
 
 def _status(o: Outcome, html_: bool = False) -> str:
@@ -366,8 +541,8 @@ def _status(o: Outcome, html_: bool = False) -> str:
 def _md_section(o: Outcome, r: dict, out: Path) -> list[str]:
     j, fig = o.job, o.job.figure
     took = "" if o.seconds is None else f" in {o.seconds:.0f} s"
-    md = [f"## {fig.title}", f"*{fig.paper}* — `python -m analyses.{j.name}` — "
-          f"{_status(o)}{took}", ""]
+    md = [f'<a id="{anchor(j)}"></a>', "", f"## {fig.title}",
+          f"*{fig.paper}* — `python -m analyses.{j.name}` — {_status(o)}{took}", ""]
     if r["wrote"]:
         md += [f"Checkpoints: {_cell(model_text(r['checkpoints']))}", ""]
     for stem in j.stems:
@@ -376,16 +551,16 @@ def _md_section(o: Outcome, r: dict, out: Path) -> list[str]:
     if o.claims:
         md += ["", "| paper's claim | measured here | verdict | margin |", "|---|---|---|---|"]
         md += [f"| {_cell(p)} | {_cell(m)} | {_cell(verdict_text(h))} | "
-               f"{_cell(margin_text(g))} |"
-               for (p, m, h), g in zip(o.claims, _margins(o), strict=True)]
-    if r["replicates"]:
+               f"{_cell(margin_text(g))} |" for p, m, h, g in shown_claims(o)]
+    replicates = shown_replicates(r)
+    if replicates:
         md += ["", "Replicates: each test counts independent replicates (the unit), never "
                "pooled evaluations of shared inputs; the last column is a design's count (80 % "
                "assurance over what the effect may be, at the α the verdict uses), never "
                "power from the replicates' own spread taken as known.", "",
                "| " + " | ".join(REPLICATE_HEAD) + " |", "|" + "---|" * len(REPLICATE_HEAD)]
         md += ["| " + " | ".join(_cell(c) for c in _replicate_cells(x)) + " |"
-               for x in r["replicates"]]
+               for x in replicates]
     if o.state == "FAILED":
         md += ["", "```", o.log_tail.strip()[-1500:], "```"]
     md.append("")
@@ -398,20 +573,21 @@ def _html_section(o: Outcome, r: dict, out: Path) -> str:
     imgs = "".join(f'<img src="{stem}.png" style="max-width:100%">' for stem in j.stems
                    if (out / f"{stem}.png").exists() and o.state != "not run")
     claims = "".join(
-        f"<tr><td>{html.escape(p)}</td><td>{html.escape(m)}</td>"
-        f"<td class='{_css_class(h)}'>{html.escape(verdict_text(h))}</td>"
-        f"<td>{html.escape(margin_text(g))}</td></tr>"
-        for (p, m, h), g in zip(o.claims, _margins(o), strict=True))
-    reps = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _replicate_cells(x))
-                   + "</tr>" for x in r["replicates"])
+        f"<tr><td>{_fold(p)}</td><td>{_fold(m)}</td>"
+        f"<td class='{_css_class(h)}'>{_fold(verdict_text(h))}</td>"
+        f"<td>{_fold(margin_text(g))}</td></tr>" for p, m, h, g in shown_claims(o))
+    reps = "".join("<tr>" + "".join(f"<td>{_fold(c)}</td>" for c in _replicate_cells(x))
+                   + "</tr>" for x in shown_replicates(r))
     models = ("" if not r["wrote"] else
               f"<p class='models'>Checkpoints: {html.escape(model_text(r['checkpoints']))}</p>")
-    return (f"<section><h2>{html.escape(fig.title)}</h2><p><i>{html.escape(fig.paper)}</i> — "
+    return (f"<section id='{anchor(j)}'><h2>{html.escape(fig.title)}</h2>"
+            f"<p><i>{html.escape(fig.paper)}</i> — "
             f"<code>python -m analyses.{j.name}</code> — {_status(o, True)}{took}</p>{models}"
             f"{imgs}"
             + ("<table><tr><th>paper's claim</th><th>measured here</th><th>verdict</th>"
                f"<th>margin</th></tr>{claims}</table>" if claims else "")
             + ("<table class='replicates'><tr>" + "".join(f"<th>{html.escape(h)}</th>"
                for h in REPLICATE_HEAD) + f"</tr>{reps}</table>" if reps else "")
-            + (f"<pre>{html.escape(o.log_tail[-1500:])}</pre>" if o.state == "FAILED" else "")
+            + (f"<details open><summary>log</summary><pre>{html.escape(o.log_tail[-1500:])}"
+               "</pre></details>" if o.state == "FAILED" else "")
             + "</section>")

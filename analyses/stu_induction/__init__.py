@@ -258,9 +258,14 @@ def plot(result: dict):
     for ax, arch in zip(axes, archs, strict=True):
         rows = [r for r in result["rows"] if r["arch"] == arch]
         styles = ["-", "--", ":", "-."]
+        # one colour per arch: the training lengths differ by line style *and* marker, so
+        # their legend entries differ at the legend's size too (a short dashed stub under a
+        # round marker read as the solid one)
+        markers = ["o", "s", "^", "D"]
         for i, r in enumerate(sorted(rows, key=lambda r: r["train_length"])):
             ls = styles[i % len(styles)]
-            ax.plot(x, r["acc_mean"], ls, marker="o", ms=3, color=_color(arch),
+            ax.plot(x, r["acc_mean"], ls, marker=markers[i % len(markers)], ms=3.5,
+                    color=_color(arch), mfc="white" if i % 2 else _color(arch),
                     label=f"trained at L = {r['train_length']} ({runs_text(r)})")
             # every seed a dot, nudged sideways by training length: bimodality shows as two
             # clusters at one length
@@ -276,7 +281,7 @@ def plot(result: dict):
         ax.set_xticks(x)
         ax.set_xticklabels([str(v) for v in x], fontsize=7)
         ax.minorticks_off()
-        ax.legend(loc="lower left", fontsize=6)
+        ax.legend(loc="lower left", fontsize=6, handlelength=3.2)
     return fig
 
 

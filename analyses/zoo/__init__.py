@@ -33,6 +33,8 @@ import torch
 
 from analyses.zoo.recipe import ZOO_PREFIX, Recipe, is_zoo_ref, parse_zoo_ref
 from analyses.zoo.recipes import RECIPES
+from models.checkpoint.io import read_checkpoint
+from models.loading import register_name_resolver
 from models.train.cache import (
     cache_path,
     check_cache_dir,
@@ -48,7 +50,7 @@ from seqprobe import flags
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
 from seqprobe.device import resolve_device
-from seqprobe.errors import InputError
+from seqprobe.errors import CheckpointError, InputError
 from seqprobe.paths import cache_dir_or_default, is_default_cache_dir
 from seqprobe.sweep import (
     EXIT_SOME_FAILED,
@@ -310,6 +312,10 @@ def resolve(ref: str, cache_dir: str | Path | None = None, device: str = "auto")
     return path(name, level, cache_dir, device)
 
 
+# models.load("zoo:NAME") resolves through the zoo once it is imported (models sits below it)
+register_name_resolver(ZOO_PREFIX, resolve)
+
+
 # ---------------------------------------------------------------------------- command line
 def _main(argv: list[str] | None) -> int:
     p = OneLineParser(prog="python -m analyses.zoo", description=__doc__.splitlines()[0])
@@ -417,11 +423,42 @@ def _print_list(prefixes: list[str], level: str, cache_dir: str | None, device: 
             where = str(cache_path(run, cache_dir))
         except NotTrained:  # fine-tuned from a recipe not trained yet: no key until it is
             where = "-"
-        rows.append((n, state, where, RECIPES[n].doc))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        score = accuracy_text(Path(where)) if state == "cached" else "-"
+        rows.append((n, state, where, score, RECIPES[n].doc))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
     return 0
+
+
+GOOD = 0.9  # the string accuracy --list reads a length as copied at
+
+
+def accuracy_text(path: Path) -> str:
+    """How well a cached checkpoint learnt, from its last evaluation (the training record):
+    string accuracy and, for a task scored per length, the longest length up to which every
+    length reaches :data:`GOOD` ("acc 0.22, >=0.9 to L=3"); its eval loss where it records no
+    accuracy; "-" where it records neither (a construction, or a file that cannot be read)."""
+    try:
+        history = read_checkpoint(path).get("history") or []
+    except CheckpointError:
+        return "-"
+    last = next((h for h in reversed(history) if isinstance(h, dict)
+                 and ("string_acc" in h or "eval_loss" in h)), None)
+    if last is None:
+        return "-"
+    if "string_acc" not in last:
+        return f"eval loss {float(last['eval_loss']):.3g}"
+    text = f"acc {float(last['string_acc']):.2f}"
+    at = {int(k): float(v) for k, v in (last.get("string_acc_at") or {}).items()}
+    if at:
+        upto = 0
+        for length in sorted(at):
+            if at[length] < GOOD:
+                break
+            upto = length
+        text += f", >={GOOD:g} to L={upto}" if upto else f", <{GOOD:g} from L={min(at)}"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,9 +25,9 @@ a_t = exp(Δ_t·A) [batch, pos, d_inner, d_state]; hook_ssm_write Δ_t·x_t⊗b_
 h_t [batch, pos, heads = d_inner, d_head = 1, d_state] — DESIGN.md's state layout, reading each
 channel as a head of width one (it has its own Δ and row of A), so state analyses written for
 Mamba-2 run unchanged; hook_y [batch, pos, d_inner] (h_t c_t + D·x_t); hook_gate act(z_t)
-[batch, pos, d_inner]; hook_ssm_out [batch, pos, d_model]. As in Mamba-2, patching
-hook_ssm_state changes y at the patched positions only; patch hook_decay / hook_ssm_write to
-change what the recurrence carries.
+[batch, pos, d_inner]; hook_ssm_out [batch, pos, d_model]. As in Mamba-2, an edit through
+hook_ssm_state is carried forward by the recurrence (:func:`~models.ssm.recurrent.carried_states`:
+y changes at the edited position and after); hook_decay / hook_ssm_write edit its inputs.
 
 Paths (same numbers; tests compare outputs and gradients in float64):
     plain   :func:`~models.ssm.recurrent.linear_scan_plain`, a loop over positions — the
@@ -71,6 +71,7 @@ from models.ssm.recurrent import (
     SSMLanguageModel,
     SSMLMConfig,
     SSMMixer,
+    carried_states,
     causal_conv_from,
     init_dt_bias,
     linear_scan_parallel,
@@ -222,8 +223,10 @@ class MambaMixer(SSMMixer):
             write = self.hook_ssm_write(write)  # [batch, pos, d_inner, 1, d_state]
             scan = linear_scan_plain if path == "plain" else linear_scan_parallel
             h0 = None if start is None else start.h  # [batch, d_inner, 1, d_state]
-            states = self.hook_ssm_state(scan(a[..., None, :], write) if h0 is None
-                                         else linear_scan_plain(a[..., None, :], write, h0))
+            states = carried_states(self.hook_ssm_state,
+                                    scan(a[..., None, :], write) if h0 is None
+                                    else linear_scan_plain(a[..., None, :], write, h0),
+                                    a[..., None, :], write, h0)
             y = torch.einsum("bpden,bpn->bpd", states, Cm)  # contract the state with c_t
         if cfg.use_D:
             y = y + self.D * x

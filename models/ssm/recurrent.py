@@ -153,6 +153,28 @@ def linear_scan_plain(a: Float[Tensor, "batch pos *#state"], w: Float[Tensor, "b
     return torch.stack(out, dim=1)
 
 
+def carried_states(hook: HookPoint, states: Float[Tensor, "batch pos *state"],
+                   a: Float[Tensor, "batch pos *#state"], write: Float[Tensor, "batch pos *state"],
+                   h0: Float[Tensor, "batch ..."] | None = None
+                   ) -> Float[Tensor, "batch pos *state"]:
+    """``states`` (H_t of h_t = a_t·h_{t−1} + w_t) through ``hook`` (``hook_ssm_state``), with
+    an edit carried forward as the recurrence carries it: where the hook changed an entry of
+    H_t, H_t holds what the hook wrote, and every later H_s is the recurrence run on from it
+    (h_s = a_s·h_{s−1} + w_s from the edited state), so zeroing H_t moves the outputs at t and
+    after, as patching a residual stream does. Entries the hook left alone keep following the
+    recurrence from the edited past. A hook that only reads (the cache's) changes nothing."""
+    if not has_hooks(hook):
+        return hook(states)
+    seen = states.clone()  # the hook may edit in place: compare against what the scan gave
+    edited = hook(seen)
+    changed = ~((edited == states) | (edited.isnan() & states.isnan()))
+    if not bool(changed.any()):
+        return edited
+    # the entries a hook set restart the recurrence: h_t = 0·h_{t−1} + (what it wrote)
+    return linear_scan_plain(torch.where(changed, 0.0, a.expand_as(states)),
+                             torch.where(changed, edited, write), h0)
+
+
 def linear_scan_parallel(a: Float[Tensor, "batch pos *state"], w: Float[Tensor, "batch pos *state"]
                          ) -> Float[Tensor, "batch pos *state"]:
     """The same recurrence by a Hillis–Steele scan: log2(T) steps of whole-tensor operations.

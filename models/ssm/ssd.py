@@ -49,10 +49,10 @@ Hooks (TransformerLens names, DESIGN.md) of ``blocks.{i}.mixer``:
     [batch, pos, heads, d_head, d_state]; hook_y y_t = H_t c_t + D·x_t [batch, pos, heads,
     d_head]; hook_gate act(z_t) [batch, pos, d_inner]; hook_ssm_out the mixer's output
     out_proj(...) [batch, pos, d_model] (what is added to the residual stream).
-Patching semantics: H_t is computed by the recurrence first and *then* passed through
-``hook_ssm_state``, so patching it changes y_t at the patched positions only. To change what
-the recurrence carries forward, patch ``hook_decay`` (e.g. a_t = 0 resets the state) or
-``hook_ssm_write``.
+Patching semantics: an edit of H_t through ``hook_ssm_state`` is carried forward as the
+recurrence carries it (:func:`models.ssm.recurrent.carried_states`): the edited entries hold
+what the hook wrote and H_{t+1}, H_{t+2} … run on from them, so y changes at t and after.
+``hook_decay`` (a_t = 0 resets the state) and ``hook_ssm_write`` edit the recurrence's inputs.
 
 Three paths give the same numbers (tested in float64, outputs and gradients):
     plain    :func:`ssd_plain`, a loop over positions that materialises H_t (every hook fires);
@@ -83,6 +83,7 @@ from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
 from models.ssm.recurrent import (
     SSMLMConfig,
     SSMMixer,
+    carried_states,
     causal_conv_from,
     init_dt_bias,
     linear_scan_plain,
@@ -291,7 +292,8 @@ class Mamba2Mixer(SSMMixer):
             Ch = einops.repeat(Cm, "b p g n -> b p (g r) n", r=H // G)
             write = self.hook_ssm_write(torch.einsum("bph,bphd,bphn->bphdn", dt, x, Bh))
             h0 = None if start is None else start.h  # [batch, heads, p, n]
-            states = self.hook_ssm_state(ssd_plain(a, write, h0))  # [batch, pos, heads, p, n]
+            states = carried_states(self.hook_ssm_state, ssd_plain(a, write, h0),
+                                    a[..., None, None], write, h0)  # [batch, pos, heads, p, n]
             y = torch.einsum("bphdn,bphn->bphd", states, Ch)
         elif path == "kernel":
             scan = mamba_ssm_chunk_scan()

@@ -500,6 +500,22 @@ def holm(tests: Sequence[ReplicateTest], against: bool = False) -> list[Replicat
     return out
 
 
+def holm_adjusted(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (None stays None and does not count as a test),
+    for readers that hold p-values rather than :class:`ReplicateTest` (:func:`holm` reads the
+    same rule as each test's level):
+    sort the m p-values, multiply the i-th smallest by m - i + 1, make them non-decreasing,
+    cap at 1. A row is rejected at α when its adjusted p is below α."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
+
+
 @dataclass(frozen=True)
 class Interval:
     """An interval of a replicate statistic with its method and replicate count; ``refused``

@@ -13,6 +13,7 @@ from analyses.claims import Undecided
 from analyses.copy_efficiency import regime
 from analyses.copy_efficiency.claims import claim_fewer_samples, claim_gap_grows
 from analyses.copy_efficiency.seeded import compute_medium
+from analyses.stats import holm_adjusted
 from probes.sample_efficiency import EXACT, LOWER, NONE, UPPER, log_ratio
 
 REF = 1000.0  # the reference transformer's samples to 90 % in every seed of the crafted results
@@ -62,10 +63,10 @@ def test_bounded_t_test_is_scipys_and_says_which_side_the_bounds_allow():
 
 def test_holm_step_down():
     # m = 3: 0.01 * 3 = 0.03; 0.02 * 2 = 0.04; 0.04 * 1 -> kept monotone at 0.04
-    assert regime.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
-    assert regime.holm([0.5, None, 0.01]) == [pytest.approx(0.5), None, pytest.approx(0.02)]
-    assert regime.holm([0.9, 0.3]) == pytest.approx([0.9, 0.6])
-    assert regime.holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm_adjusted([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm_adjusted([0.5, None, 0.01]) == [pytest.approx(0.5), None, pytest.approx(0.02)]
+    assert holm_adjusted([0.9, 0.3]) == pytest.approx([0.9, 0.6])
+    assert holm_adjusted([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
 def test_seed_slopes_and_their_bounds():

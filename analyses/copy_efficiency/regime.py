@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from analyses.stats import holm_adjusted
 from probes.sample_efficiency import EXACT, LOWER, NONE, UPPER
 
 MIN_LENGTHS = 4  # the fewest lengths a seed's slope is fitted on (issue 54)
@@ -113,20 +114,6 @@ def bounded_t_test(label: str, values: Sequence[float], kinds: Sequence[str],
                        interval=(mean - half, mean + half))
 
 
-def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (None stays None and does not count as a test):
-    sort the m p-values, multiply the i-th smallest by m - i + 1, make them non-decreasing,
-    cap at 1. A row is rejected at α when its adjusted p is below α."""
-    idx = [i for i, p in enumerate(pvalues) if p is not None]
-    m = len(idx)
-    out: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
-        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
-        out[i] = running
-    return out
-
-
 @dataclass(frozen=True)
 class Decision:
     """Several rows tested at α with Holm over them: ``held`` / ``failed`` the rows decided
@@ -149,8 +136,8 @@ class Decision:
 def decide(tests: Sequence[BoundedTest], alpha: float) -> Decision:
     """Holm over ``tests`` each way; a row holds where its adjusted p < α and its bounds allow
     "> 0", fails where its adjusted p against < α and they allow "< 0"."""
-    adj = holm([t.p for t in tests])
-    adj_a = holm([t.p_against for t in tests])
+    adj = holm_adjusted([t.p for t in tests])
+    adj_a = holm_adjusted([t.p_against for t in tests])
     held, failed, why = [], [], {}
     for t, a, b in zip(tests, adj, adj_a, strict=True):
         if a is not None and a < alpha and t.can_hold:

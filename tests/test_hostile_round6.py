@@ -3,13 +3,19 @@ clear line and a non-zero exit (or the right answer), with nothing lost."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from analyses.claims import Claim, Figure
+from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import runner
+from analyses.reproduce.index import index_outcome, read_timings
+from analyses.reproduce.parts import merge
+from analyses.reproduce.plan import Job
 from models.checkpoint.write import exclusive_writer
 from models.hf.export import export_lock
 from models.train.cache import cache_path
@@ -105,10 +111,79 @@ def test_open_own_keeps_an_existing_own_file(tmp_path):
 
 
 def test_a_planted_log_stops_the_run_before_any_job(tmp_path):
-    from analyses.reproduce.plan import Job
     out = tmp_path / "O"
     v = _planted(tmp_path, out / "logs" / "b.log")
     jobs = [Job(n, ("python", "-c", f"open({str(out / n)!r}, 'w')")) for n in ("a", "b")]
     with pytest.raises(InputError, match="b.log.*symbolic link"):
         runner.run_jobs(jobs, out, poll=0.05)
     assert v.read_bytes() == SECRET and not (out / "a").exists()
+
+
+# ---------------------------------------------------------------------------- failure 2
+def _parts(tmp_path: Path) -> tuple[Path, Path, Path]:
+    p1, p2 = tmp_path / "p1", tmp_path / "p2"
+    for p, name in ((p1, "a"), (p2, "b")):
+        p.mkdir()
+        (p / f"{name}.json").write_text('{"x": 3}')
+        (p / "reproduce_timings.json").write_text(
+            json.dumps({"level": "quick", name: {"ok": True, "seconds": 1.0}}))
+    return p1, p2, tmp_path / "out"
+
+
+@pytest.mark.parametrize("plant", ["victim", "dev-zero", "fifo", "dir"])
+def test_merge_refuses_a_part_that_is_no_plain_file(tmp_path, plant):
+    p1, p2, out = _parts(tmp_path)
+    bad = p2 / "c.json"
+    if plant == "victim":
+        bad.symlink_to(_victim(tmp_path))
+    elif plant == "dev-zero":
+        bad.symlink_to("/dev/zero")
+    elif plant == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.mkdir()
+    match = {"victim": "symbolic link", "dev-zero": "symbolic link", "fifo": "not a regular",
+             "dir": "is a directory"}[plant]
+    with pytest.raises(InputError, match=match):
+        merge([p1, p2], out)
+    assert not out.exists()  # nothing copied before the refusal
+
+
+def test_merge_writes_through_no_link_in_the_output(tmp_path):
+    p1, p2, out = _parts(tmp_path)
+    out.mkdir()
+    v = _victim(tmp_path)
+    (out / "a.json").symlink_to(v)
+    with pytest.raises(InputError, match="symbolic link"):
+        merge([p1, p2], out)
+    assert v.read_bytes() == SECRET
+
+
+def test_merge_into_a_file_is_one_line(tmp_path, capsys):
+    p1, p2, _ = _parts(tmp_path)
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert reproduce_cli.main(["--index-only", "--merge", str(p1), str(p2), "--out", str(f),
+                               "--only", "spectral_lds"]) == 2
+    assert "is a file" in one_line(capsys.readouterr().err) and f.read_text() == "x"
+
+
+def test_a_part_that_failed_an_analysis_shows_it_failed(tmp_path):
+    fig = Figure("F", "P", (Claim("x >= 2", lambda d: (f"x = {d['x']}", d["x"] >= 2)),))
+    p1, p2, out = _parts(tmp_path)
+    (p2 / "reproduce_timings.json").write_text(
+        json.dumps({"level": "quick", "b": {"ok": False, "seconds": 2.0}}))
+    assert merge([p1, p2], out) == ["a.json", "b.json"]
+    timings = read_timings(out / "reproduce_timings.json")
+    assert timings["b"]["ok"] is False and timings["a"]["ok"] is True
+    assert not index_outcome(Job("b", (), figure=fig), out, timings["b"]).ok
+    assert index_outcome(Job("a", (), figure=fig), out, timings["a"]).ok
+
+
+def test_merge_refuses_parts_of_another_level(tmp_path):
+    p1, p2, out = _parts(tmp_path)
+    (p2 / "reproduce_timings.json").write_text(json.dumps({"level": "medium"}))
+    with pytest.raises(InputError, match="different levels"):
+        merge([p1, p2], out)
+    with pytest.raises(InputError, match="not medium"):
+        merge([p1], out, "medium")

@@ -253,7 +253,7 @@ def body(argv: list[str] | None) -> int:
           "--list or --dry-run estimate it here, --ray ADDRESS sends it to a cluster, "
           "--device cpu runs it here anyway (days)")
     if args.merge:
-        print(f"merged {len(merge(args.merge, out))} result files into {out}")
+        print(f"merged {len(merge(args.merge, out, args.level))} result files into {out}")
     if args.index_only:  # rebuilds an index from results: a folder without any is refused
         check(out.is_dir() and any(not Job(n, (), figure=figure_of(n)).missing(out)
                                    for n in names),

@@ -187,3 +187,54 @@ def test_merge_refuses_parts_of_another_level(tmp_path):
         merge([p1, p2], out)
     with pytest.raises(InputError, match="not medium"):
         merge([p1], out, "medium")
+
+
+# ---------------------------------------------------------------------------- failure 3
+def _full_disk(monkeypatch, full: Path, message: str):
+    """torch.save into ``full`` fails as torch's zip writer fails on a full disk."""
+    import models.checkpoint.write as write
+    real = torch.save
+
+    def save(obj, f, *a, **kw):
+        if Path(os.readlink(f"/proc/self/fd/{f.fileno()}")).parent == full:
+            f.write(b"PK\x03\x04partial")
+            raise RuntimeError(message)
+        return real(obj, f, *a, **kw)
+
+    monkeypatch.setattr(write.torch, "save", save)
+
+
+@pytest.mark.parametrize("message", [
+    "[enforce fail at inline_container.cc:595] . unexpected pos 4160 vs 4054",
+    "PytorchStreamWriter failed writing file data/0: file write failed",
+    "[Errno 28] No space left on device"])
+def test_a_full_disk_saves_the_finished_steps_elsewhere_and_says_where(
+        tmp_path, capsys, monkeypatch, message):
+    from models.checkpoint.io import read_checkpoint
+    full, rescue = tmp_path / "full", tmp_path / "rescue"
+    full.mkdir()
+    rescue.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(rescue))
+    _full_disk(monkeypatch, full, message)
+    code, _, err = run_main([*QUICK, "--out", str(full / "x.pt")], capsys)
+    (line,) = [x for x in err.splitlines() if x.startswith("error:")]  # progress lines aside
+    assert "Traceback" not in err
+    assert code != 0 and f"saved to {rescue / 'x.pt'}" in line and "--resume" in line
+    assert read_checkpoint(rescue / "x.pt")["train"]["step"] == 3
+    assert [p.name for p in full.iterdir()] == []  # no temp file, no half checkpoint
+
+
+def test_an_ensemble_member_that_does_not_fit_loses_nothing(tmp_path, capsys, monkeypatch):
+    from models.train.ensemble import MemberFailed
+    full, rescue = tmp_path / "full", tmp_path / "rescue"
+    full.mkdir()
+    rescue.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(rescue))
+    _full_disk(monkeypatch, full, "PytorchStreamWriter failed writing file data/0")
+    run_configs = _run_configs("lstm")[:2]
+    outs = [full / "m0.pt", tmp_path / "m1.pt"]
+    res = train_ensemble(run_configs, outs, device="cpu", progress=False)
+    assert isinstance(res[0], MemberFailed) and f"saved to {rescue / 'm0.pt'}" in res[0].error
+    assert (rescue / "m0.pt").is_file() and outs[1].is_file()  # the other member is saved
+    assert res[1]["train"]["step"] == 6
+    assert f"saved to {rescue / 'm0.pt'}" in capsys.readouterr().err

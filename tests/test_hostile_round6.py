@@ -238,3 +238,38 @@ def test_an_ensemble_member_that_does_not_fit_loses_nothing(tmp_path, capsys, mo
     assert (rescue / "m0.pt").is_file() and outs[1].is_file()  # the other member is saved
     assert res[1]["train"]["step"] == 6
     assert f"saved to {rescue / 'm0.pt'}" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- failure 4
+def test_memorization_cells_are_keyed_by_the_datas_bytes_not_its_path(tmp_path, capsys):
+    from analyses.memorization import cli as mem_cli
+    from tests.test_memorization_data import CONLL
+    data = tmp_path / "eng.train"
+    data.write_text(CONLL)
+    argv = ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
+            "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(tmp_path / "out"),
+            "--no-progress"]
+    assert mem_cli.main(argv) == 0
+    assert "1 cells trained" in capsys.readouterr().out
+    assert mem_cli.main(argv) == 0  # the same bytes: served
+    assert "0 cells trained" in capsys.readouterr().out
+    data.write_text(CONLL.replace("B-PER", "B-LOC"))  # labels changed in place
+    assert mem_cli.main(argv) == 0
+    assert "1 cells trained" in capsys.readouterr().out
+
+
+def test_a_runs_hash_follows_its_data_files_bytes(tmp_path):
+    from models.train.runconfig import RunConfig
+    from tests.test_memorization_data import CONLL
+    a, b = tmp_path / "a" / "eng.train", tmp_path / "b" / "eng.train"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_text(CONLL)
+
+    def run(path):
+        return RunConfig.build("lstm", "memorization", {"d_model": 8},
+                               {"data": "conll", "data_path": str(path), "n_examples": 0}, {})
+
+    assert run(a).hash() == run(b).hash() == run(a.parent).hash()  # a copy, a folder: same run
+    b.write_text(CONLL.replace("B-PER", "B-LOC"))
+    assert run(a).hash() != run(b).hash()

@@ -273,3 +273,49 @@ def test_a_runs_hash_follows_its_data_files_bytes(tmp_path):
     assert run(a).hash() == run(b).hash() == run(a.parent).hash()  # a copy, a folder: same run
     b.write_text(CONLL.replace("B-PER", "B-LOC"))
     assert run(a).hash() != run(b).hash()
+
+
+# ---------------------------------------------------------------------------- failure 5
+def _perturbed_export(tmp_path: Path, recipe: str) -> tuple:
+    import models
+    from analyses import zoo
+    from models.checkpoint.layout import make_checkpoint
+    from models.checkpoint.write import save_checkpoint
+    from seqprobe.config import config_to_dict
+    run = zoo.run_config(recipe, "quick", tmp_path)
+    torch.manual_seed(0)
+    m = models.build_model("mamba2", config_to_dict(run.model)).eval()
+    with torch.no_grad():  # off the init: the tokens it generates depend on every weight
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ck = make_checkpoint("mamba2", config_to_dict(run.model), "copy", config_to_dict(run.task),
+                         {"step": 1}, m.state_dict())
+    save_checkpoint(ck, tmp_path / "m.pt")
+    return m, tmp_path / "m.pt"
+
+
+@pytest.mark.parametrize("recipe", ["copy/mamba2", "copy/mamba2_mlp"])  # Mamba2ForCausalLM, Bamba
+def test_an_exported_mamba2_generates_the_checkpoints_tokens(tmp_path, recipe):
+    import models
+    from models.hf import export as export_hf
+    m, ck = _perturbed_export(tmp_path, recipe)
+    export_hf.export(ck, tmp_path / "hf")  # its self-check generates too
+    ids = torch.tensor([[26, 0, 1, 2, 3, 28]])  # <BOS> a b c d <COPY>
+    ours = m.generate(ids, 6, do_sample=False, verbose=False)
+    theirs = models.load(tmp_path / "hf").generate(ids, 6, do_sample=False, verbose=False)
+    assert theirs.tolist() == ours.tolist()
+    assert len(set(ours[0, 6:].tolist())) > 2  # a sequence that can tell two decoders apart
+
+
+def test_the_export_refuses_a_model_that_generates_other_tokens(tmp_path, monkeypatch):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from models.hf import HFModel
+    from models.hf import export as export_hf
+    from models.hf.export_map import ExportError
+    _, ck = _perturbed_export(tmp_path, "copy/mamba2")
+    # TransformerLens' own generate: its stateful cache path, which decodes this model wrong
+    monkeypatch.setattr(HFModel, "generate", TransformerBridge.generate)
+    with pytest.raises(ExportError, match="generates .* greedily where the checkpoint"):
+        export_hf.export(ck, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

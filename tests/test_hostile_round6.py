@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -319,3 +324,58 @@ def test_the_export_refuses_a_model_that_generates_other_tokens(tmp_path, monkey
     with pytest.raises(ExportError, match="generates .* greedily where the checkpoint"):
         export_hf.export(ck, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+# ---------------------------------------------------------------------------- failure 6
+# a stand-in for a launcher (torchrun) and one of its training workers: the worker saves on
+# SIGTERM, as models.train does, and has a process of its own in its group (a loader's, say)
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from seqprobe.orphans import PARENT_ENV
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], start_new_session=True,
+                     env={**os.environ, PARENT_ENV: str(os.getpid())})
+    time.sleep(120)
+""")
+WORKER = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    from pathlib import Path
+    from seqprobe.orphans import die_with_parent_from_env
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    die_with_parent_from_env()
+    helper = subprocess.Popen(["sleep", "120"])
+    Path(sys.argv[1], "pids").write_text(f"{os.getpid()} {helper.pid}")
+    while not stop:
+        time.sleep(0.02)
+    Path(sys.argv[1], "saved").write_text("the checkpoint")
+    sys.exit(0)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_kill_9_of_a_launcher_lets_its_training_worker_save_then_ends_its_group(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path), WORKER],
+                                cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "pids").exists():
+            assert time.time() < deadline and launcher.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.2)  # the pids file is whole
+        worker, helper = map(int, (tmp_path / "pids").read_text().split())
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        t0 = time.time()
+        while (_alive(worker) or _alive(helper)) and time.time() - t0 < 10:
+            time.sleep(0.02)
+        assert not _alive(worker) and not _alive(helper)
+        assert (tmp_path / "saved").read_text() == "the checkpoint"  # SIGTERM, not SIGKILL
+    finally:
+        launcher.kill()

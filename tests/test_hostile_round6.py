@@ -379,3 +379,19 @@ def test_kill_9_of_a_launcher_lets_its_training_worker_save_then_ends_its_group(
         assert (tmp_path / "saved").read_text() == "the checkpoint"  # SIGTERM, not SIGKILL
     finally:
         launcher.kill()
+
+
+# ---------------------------------------------------------------------------- failure 8
+def test_a_mamba2_whose_states_cannot_fit_is_refused_before_work(capsys):
+    code, _, err = run_main(["--arch", "mamba2", "--d-state", "65536", "--d-model", "4096",
+                             "--steps", "1", "--device", "cpu"], capsys)
+    assert code == 2 and "of SSM states" in one_line(err) and "more than this" in err
+
+
+def test_the_ssd_state_estimate_grows_with_d_state_not_for_other_archs():
+    from models.train.build import ssd_state_bytes
+    from models.train.runconfig import RunConfig
+    small = RunConfig.build("mamba2", "copy", {"d_state": 16}, {}, {}).model
+    big = RunConfig.build("mamba2", "copy", {"d_state": 1024}, {}, {}).model
+    assert ssd_state_bytes(big, 8, 100) == 64 * ssd_state_bytes(small, 8, 100) > 0
+    assert ssd_state_bytes(RunConfig.build("lstm", "copy", {}, {}, {}).model, 8, 100) == 0

@@ -68,7 +68,7 @@ def _parser() -> OneLineParser:
                    f"{DEFAULT_OUT / 'large'} for --large)")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="the checkpoint cache (default: $SEQPROBE_CACHE, else "
-                   "~/.cache/seqprobe, else the clone's checkpoints/; now %(default)s)")
+                   "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,

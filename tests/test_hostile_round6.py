@@ -395,3 +395,38 @@ def test_the_ssd_state_estimate_grows_with_d_state_not_for_other_archs():
     big = RunConfig.build("mamba2", "copy", {"d_state": 1024}, {}, {}).model
     assert ssd_state_bytes(big, 8, 100) == 64 * ssd_state_bytes(small, 8, 100) > 0
     assert ssd_state_bytes(RunConfig.build("lstm", "copy", {}, {}, {}).model, 8, 100) == 0
+
+
+# ---------------------------------------------------------------------------- failure 10
+def test_a_task_config_that_does_not_fit_the_model_is_refused_when_analysed(tmp_path, capsys):
+    import models
+    from analyses.common import load_model
+    from models.checkpoint.io import read_checkpoint
+    from models.checkpoint.write import save_checkpoint
+    from tasks.registry import make_task
+    out = tmp_path / "x.pt"
+    assert run_main([*QUICK, "--out", str(out)], capsys)[0] == 0
+    ck = read_checkpoint(out)
+    assert ck["train"]["task_vocab"] == make_task(ck["task"]["name"], ck["task"]["config"]
+                                                  ).vocab.size
+    ck["task"]["config"]["D"] = 2  # a smaller alphabet: <BOS>, <COPY>, ... numbered otherwise
+    save_checkpoint(ck, tmp_path / "edited.pt")
+    for load in (models.load, load_model):
+        with pytest.raises(InputError, match="not the one the model was trained on") as e:
+            load(str(tmp_path / "edited.pt"))
+        assert "\n" not in str(e.value)
+    models.load(out)  # the file as trained loads
+
+
+# ---------------------------------------------------------------------------- warning: ensembles
+def test_a_checkpoint_records_its_ensemble(tmp_path):
+    from models.checkpoint.io import read_checkpoint
+    from models.train.loop import train
+    run_configs = _run_configs("lstm")[:2]
+    outs = [tmp_path / "m0.pt", tmp_path / "m1.pt"]
+    train_ensemble(run_configs, outs, device="cpu", progress=False)
+    runs = [r.resolved(torch.device("cpu")).hash() for r in run_configs]
+    for i, o in enumerate(outs):
+        assert read_checkpoint(o)["train"]["ensemble"] == {"member": i, "runs": runs}
+    train(run_configs[0], out=tmp_path / "solo.pt", device="cpu", progress=False)
+    assert "ensemble" not in read_checkpoint(tmp_path / "solo.pt")["train"]  # trained alone

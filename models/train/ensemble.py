@@ -232,6 +232,9 @@ def _train_members(run_configs, paths, dev, resumes, progress, callbacks, evalua
             members.append(Trainee(run_config, paths[i], dev, resumes[i], progress, callbacks[i],
                                    evaluator, position=i if progress else None))
             rngs.append(_MemberRngs())
+    runs = [r.hash() for r in run_configs]  # each member's checkpoint names the ensemble
+    for i, m in enumerate(members):
+        m.writer.ensemble = {"member": i, "runs": runs}
     template = _template(members[0].model)
     for m in members:
         if m.cfg.compile:  # its records say so, as a solo run's whose compile fell back

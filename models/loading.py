@@ -126,11 +126,11 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     if eval_mode:
         model.eval()
     model.load_records(ckpt, source=path)
-    check_task_fits(model, path)
+    check_task_fits(model, path, ckpt.get("train", {}).get("task_vocab"))
     return model
 
 
-def check_task_fits(model, path: str | os.PathLike) -> None:
+def check_task_fits(model, path: str | os.PathLike, trained_vocab: int | None = None) -> None:
     """The task a checkpoint records must fit its model: every token id of the task's
     vocabulary is a row of the model's embedding (a 30-token model given a 62-token task would
     index past it; training refuses the same run, models.train.build.validate_run_config)."""
@@ -141,3 +141,8 @@ def check_task_fits(model, path: str | os.PathLike) -> None:
     _need(size is None or size <= vocab, path,
           f"its {task.name} task has {size} tokens, more than the model's vocab_size {vocab}: "
           "the task is not the one the model was trained on")
+    # fewer is as wrong where the training recorded its task's size: a task with fewer tokens
+    # (a copy alphabet D=2 for D=26) numbers its <BOS>, <COPY>, ... otherwise
+    _need(size is None or not isinstance(trained_vocab, int) or size == trained_vocab, path,
+          f"its {task.name} task has {size} tokens, but the model was trained on a task of "
+          f"{trained_vocab}: the task config is not the one the model was trained on")

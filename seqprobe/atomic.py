@@ -196,6 +196,39 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------- own files
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_own(path: str | os.PathLike, flags: int = os.O_RDWR, mode: int = 0o666) -> int:
+    """Open (create) a lock or log file this suite writes in place (not by rename), without
+    following what someone else may have put at ``path``: a symbolic link is never followed
+    (``O_NOFOLLOW``: opening it would truncate or lock the file it points to, anywhere), and a
+    FIFO, a device, a directory or a file with other names (a hard link to another file) is
+    refused. ``OSError`` whose ``strerror`` says so in words; the caller truncates the file
+    itself (``O_TRUNC`` would act before these checks could)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_CREAT | NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError:
+        if os.path.islink(path):
+            raise OSError(errno.ELOOP, f"{path.name} is a symbolic link; this suite never "
+                          "makes one there and does not follow it: remove it", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{path.name} is not a regular file; remove it", str(path))
+        if st.st_nlink > 1:
+            raise OSError(errno.EMLINK, f"{path.name} has other names (a hard link to another "
+                          "file); this suite does not write through it: remove it", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 # ---------------------------------------------------------------------------- locks
 def _same_inode(fd: int, path: Path) -> bool:
     try:
@@ -211,7 +244,7 @@ def _take(lock_path: Path) -> tuple[int | None, str]:
     process holds it (``pid`` as the holder wrote it, or ""). ``OSError`` when the file cannot
     be made or the file system has no ``flock``."""
     for _ in range(5):  # the holder may remove the file between our open and our lock: retry
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_own(lock_path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

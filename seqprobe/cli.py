@@ -83,7 +83,7 @@ def add_level_arguments(p: OneLineParser) -> None:
                    "reused); --train LEVEL is --level LEVEL --train")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="where trained checkpoints are kept (default: $SEQPROBE_CACHE, else "
-                   "~/.cache/seqprobe, else the clone's checkpoints/; now %(default)s)")
+                   "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
 
 
 def _resolve_level(args: argparse.Namespace) -> None:

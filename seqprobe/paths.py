@@ -1,15 +1,14 @@
 """Where the suite keeps what it trains: one default checkpoint cache, found the same way from
 any folder (as HuggingFace and torch find theirs).
 
-:func:`default_cache_dir`, in order:
-
-1. ``$SEQPROBE_CACHE`` when it is set (a relative value is relative to the current folder,
-   as any path a user gives is);
-2. the per-user cache directory ``$XDG_CACHE_HOME/seqprobe`` (``~/.cache/seqprobe``) when it
-   exists;
-3. the clone's ``checkpoints/`` when it exists (where the suite cached before it had a
-   per-user location: a cache trained there keeps being served);
-4. else the per-user cache directory (created by the first run that trains).
+The rule, in one sentence: ``$SEQPROBE_CACHE`` when it is set, else
+``$XDG_CACHE_HOME/seqprobe`` when ``XDG_CACHE_HOME`` is set, else ``~/.cache/seqprobe`` —
+whether or not that folder exists yet (:func:`default_cache_dir`). A relative
+``$SEQPROBE_CACHE`` is resolved once, against the folder the first command that reads it runs
+in, and written back as that absolute path, so the commands it starts (reproduce's jobs,
+torchrun's workers) and a later ``cd`` do not move it. Nothing else moves it: no other folder
+(a clone's ``checkpoints/``) is looked for, and the folder is made only by a command that
+writes an entry (a refused command creates nothing).
 
 Every command's ``--cache-dir`` defaults to it, and ``python -m analyses.zoo --list`` prints it.
 """
@@ -20,9 +19,6 @@ import os
 from pathlib import Path
 
 CACHE_ENV = "SEQPROBE_CACHE"
-# the clone's root (seqprobe/ sits in it): its checkpoints/ was the default cache before
-CLONE_ROOT = Path(__file__).resolve().parent.parent
-CLONE_CACHE = CLONE_ROOT / "checkpoints"
 
 
 def user_cache_dir() -> Path:
@@ -33,17 +29,16 @@ def user_cache_dir() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """The default checkpoint cache (module docstring): the same folder from any current
-    folder, unless ``$SEQPROBE_CACHE`` names a relative one."""
+    """The default checkpoint cache (module docstring): ``$SEQPROBE_CACHE`` (a relative one
+    resolved here once, and written back absolute), else :func:`user_cache_dir`."""
     env = os.environ.get(CACHE_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    user = user_cache_dir()
-    if user.is_dir():
-        return user
-    if CLONE_CACHE.is_dir():
-        return CLONE_CACHE
-    return user
+    if not env:
+        return user_cache_dir()
+    path = Path(env).expanduser()
+    if not path.is_absolute():
+        path = Path(os.path.abspath(path))
+        os.environ[CACHE_ENV] = str(path)  # the same folder after a cd, and in child processes
+    return path
 
 
 def cache_dir_or_default(cache_dir: str | os.PathLike | None) -> Path:

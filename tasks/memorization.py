@@ -134,6 +134,13 @@ class MemorizationConfig:
                   f"data={self.data} needs data_path (--data-path FILE): the "
                   f"{'CoNLL-2003 training file' if self.data == 'conll' else 'MNLI train.tsv'}")
 
+    def content_files(self) -> dict[str, Path]:
+        """The fields naming a file whose bytes are part of the run: a run's hash covers the
+        data file's contents, not its path (labels changed in place are another run)."""
+        if self.data == "synthetic" or not self.data_path:
+            return {}
+        return {"data_path": resolve_data_file(self.data, self.data_path)}
+
     @property
     def C(self) -> int:  # noqa: N802 - the paper's name for the number of classes
         if self.n_classes:

@@ -5,6 +5,7 @@ directories."""
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,18 @@ from models.registry import build_model  # noqa: E402 - after the import hook, o
 from tests.tiny import TINY, good_checkpoint  # noqa: E402
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# The default checkpoint cache (seqprobe.paths) is per-user; the tests never touch it: their
-# default is checkpoints/ under the current folder (as it was before the per-user default),
-# which the tests that use it make a temp folder. Subprocesses inherit it.
-os.environ["SEQPROBE_CACHE"] = "checkpoints"
+# The default checkpoint cache (seqprobe.paths) is per-user; the tests never touch it, nor the
+# clone: each test's default is checkpoints/ in its own temp folder (_default_cache), absolute,
+# so a test that changes folder or starts a subprocess keeps it. Code run outside a test (at
+# collection) gets a session folder in the temp directory (made only if something trains).
+os.environ["SEQPROBE_CACHE"] = os.path.join(tempfile.gettempdir(),
+                                           f"seqprobe-test-cache-{os.getpid()}")
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _default_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path / "checkpoints"))
 
 
 @pytest.fixture(autouse=True)

@@ -58,24 +58,43 @@ def bounded():
 
 
 # ---------------------------------------------------------------------------- the default
-def test_default_cache_dir_env_then_user_then_clone(monkeypatch, tmp_path):
+def test_default_cache_dir_is_one_rule(monkeypatch, tmp_path):
+    """$SEQPROBE_CACHE, else $XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe: whether or
+    not the folder exists, whatever folder is current, whatever a clone holds (issue 56, 9)."""
     monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path / "mine"))
     assert paths.default_cache_dir() == tmp_path / "mine"
     monkeypatch.delenv("SEQPROBE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    clone = tmp_path / "clone" / "checkpoints"
-    monkeypatch.setattr(paths, "CLONE_CACHE", clone)
-    assert paths.default_cache_dir() == tmp_path / "xdg" / "seqprobe"  # neither exists yet
-    clone.mkdir(parents=True)
-    assert paths.default_cache_dir() == clone  # an old clone's cache keeps being served
-    (tmp_path / "xdg" / "seqprobe").mkdir(parents=True)
+    assert paths.default_cache_dir() == tmp_path / "xdg" / "seqprobe"  # not made by asking
+    assert not (tmp_path / "xdg").exists()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()  # a folder of the old default, here: no rule
     assert paths.default_cache_dir() == tmp_path / "xdg" / "seqprobe"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert paths.user_cache_dir() == tmp_path / "home" / ".cache" / "seqprobe"
-    here = paths.default_cache_dir()
-    monkeypatch.chdir(clone)  # the same from any folder
-    assert paths.default_cache_dir() == here == clone
+    assert paths.default_cache_dir() == tmp_path / "home" / ".cache" / "seqprobe"
+    (tmp_path / "home" / ".cache" / "seqprobe").mkdir(parents=True)  # existing changes nothing
+    assert paths.default_cache_dir() == tmp_path / "home" / ".cache" / "seqprobe"
+
+
+def test_a_relative_seqprobe_cache_is_resolved_once(monkeypatch, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    monkeypatch.setenv("SEQPROBE_CACHE", "cache")
+    assert paths.default_cache_dir() == tmp_path / "a" / "cache"
+    assert os.environ["SEQPROBE_CACHE"] == str(tmp_path / "a" / "cache")  # what children get
+    monkeypatch.chdir(tmp_path / "b")
+    assert paths.default_cache_dir() == tmp_path / "a" / "cache"
+
+
+def test_a_refused_zoo_train_creates_no_cache(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path / "cache"))
+    for argv in (["train", "nosuch/recipe"], ["train", "markov/mamba2", "--ray", "x.pt"],
+                 ["train"]):
+        assert zoo.main(argv) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "cache").exists()
 
 
 def test_zoo_path_from_another_folder_finds_the_default_cache(tmp_path):

@@ -25,7 +25,7 @@ from analyses.common import load_model
 from models.checkpoint.io import read_checkpoint
 from models.checkpoint.write import save_checkpoint
 from seqprobe import atomic
-from seqprobe.errors import CheckpointError, InputError
+from seqprobe.errors import CheckpointError, InputError, SaveError
 from tests.tiny import good_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,7 +242,7 @@ def test_failure_while_writing_keeps_previous_file(tmp_path, monkeypatch):
         raise RuntimeError("killed while writing")
 
     monkeypatch.setattr(torch, "save", half_write)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(SaveError, match="killed while writing"):  # torch's writer's errors
         save_checkpoint(good_checkpoint(step=2), path)
     assert path.read_bytes() == before
 

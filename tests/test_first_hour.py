@@ -52,10 +52,10 @@ def test_the_first_hour_runs_with_no_file_name_typed(tmp_path, monkeypatch, caps
     # the commands above the blocks: the path, and the list that shows it cached
     capsys.readouterr()
     assert zoo.main(["path", "copy/rope"]) == 0
-    assert capsys.readouterr().out.strip() == str(entry.relative_to(tmp_path))
+    assert capsys.readouterr().out.strip() == str(entry)
     assert zoo.main(["--list", "copy/rope"]) == 0
     assert capsys.readouterr().out.split()[:3] == ["copy/rope", "cached",
-                                                  str(entry.relative_to(tmp_path))]
+                                                  str(entry)]
 
     # "python -m analyses.length_generalization hf/rope-copy: the numbers of zoo:copy/rope"
     curves = {}

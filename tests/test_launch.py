@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 import models
@@ -71,3 +72,37 @@ def test_a_failed_worker_ends_the_job_with_its_code_in_one_line(monkeypatch, cap
         assert launcher.main(["--nproc_per_node", "2", "-m", "models.train"]) == expect
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"torchrun: rank 1 exited with code {code}"]
+
+
+@pytest.mark.slow  # two torchrun workers start in a minute on a busy CPU
+def test_kill_9_of_the_launcher_takes_its_workers_with_it_after_they_save(tmp_path):
+    out = tmp_path / "run.pt"
+    p = launch(*TINY, "--steps", "1000000", "--save-every", "1", "--out", str(out))
+    try:
+        deadline = time.monotonic() + START_S
+        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists(), p.communicate(timeout=60)[1][-3000:]
+        workers = [int(pid) for task in Path(f"/proc/{p.pid}/task").iterdir()
+                   for pid in (task / "children").read_text().split()]
+        assert len(workers) == 2
+        os.kill(p.pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=60)
+        deadline = time.monotonic() + 60
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert "SIGTERM: interrupted at step" in err  # rank 0 saved where it stopped
+    assert models.load(out).checkpoint["train"]["world_size"] == 2
+    assert not (tmp_path / ".run.pt.lock").exists()  # a rerun is not refused
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

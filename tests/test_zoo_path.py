@@ -5,6 +5,8 @@ above it); a command that is about to train says so first in one line."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import models
@@ -61,24 +63,26 @@ def test_path_load_and_analyses_find_the_cached_checkpoint(tiny_recipe, tmp_path
     said = [ln for ln in err.splitlines() if ln.startswith("about to train")]
     assert len(said) == 1 and "test/tiny (transformer on copy)" in said[0]
     assert "4 steps" in said[0] and str(trained) in said[0] and "ETA" in said[0]
+    default = os.path.abspath(trained)  # the default cache is an absolute folder (seqprobe.paths)
     code, out, _ = run_zoo(capsys, "path", "test/tiny")
-    assert code == 0 and out.strip() == str(trained)
+    assert code == 0 and out.strip() == default
     code, out, _ = run_zoo(capsys, "path", "test/tiny", "--level", "quick")
-    assert code == 0 and out.strip() == str(trained)
+    assert code == 0 and out.strip() == default
     m = models.load(zoo.path("test/tiny"))
-    assert m.provenance.source == str(trained) and m.task.name == "copy"
-    assert load_model("zoo:test/tiny@quick").provenance.source == str(trained)
+    assert m.provenance.source == default and m.task.name == "copy"
+    assert load_model("zoo:test/tiny@quick").provenance.source == default
     # --list shows how well each cached checkpoint learnt (its last evaluation)
     code, out, _ = run_zoo(capsys, "--list", "test/")
     row = out.strip().splitlines()[0].split()
     assert code == 0 and row[:2] == ["test/tiny", "cached"] and row[3] == "acc"
     assert 0.0 <= float(row[4].rstrip(",")) <= 1.0 and "L=" in out
     # with the zoo imported (it registers its resolver), the loader takes zoo names too
-    assert models.load("zoo:test/tiny@quick").provenance.source == str(trained)
-    assert models.load("zoo:test/tiny").provenance.source == str(trained)
-    assert given_checkpoint("zoo:test/tiny") == given_checkpoint("zoo:test/tiny", "checkpoints")
+    assert models.load("zoo:test/tiny@quick").provenance.source == default
+    assert models.load("zoo:test/tiny").provenance.source == default
+    assert given_checkpoint("zoo:test/tiny").path == \
+        os.path.abspath(given_checkpoint("zoo:test/tiny", "checkpoints").path)
     assert given_checkpoint("zoo:test/tiny").label == "test/tiny"
-    assert given_checkpoint("zoo:test/tiny").path == str(trained)
+    assert given_checkpoint("zoo:test/tiny").path == default
     # served from the cache: no second "about to train" line
     zoo.checkpoint("test/tiny", "quick", "checkpoints", "cpu", progress=False)
     assert "about to train" not in capsys.readouterr().err
@@ -116,7 +120,7 @@ def test_list_shows_only_the_level_asked_with_states_and_paths(tiny_recipe, tmp_
     code, out, _ = run_zoo(capsys, "--list", "test/")
     rows = out.strip().splitlines()
     assert code == 0 and len(rows) == 1
-    expected = str(cache_path(zoo.run_config("test/tiny", "quick"), "checkpoints"))
+    expected = os.path.abspath(cache_path(zoo.run_config("test/tiny", "quick"), "checkpoints"))
     assert rows[0].split()[:3] == ["test/tiny", "missing", expected]
     assert not (tmp_path / "checkpoints").exists()  # listing creates nothing
     code, out, err = run_zoo(capsys, "--list", "test/", "--level", "medium")

@@ -83,7 +83,7 @@ def _parser() -> OneLineParser:
                    f"{DEFAULT_OUT / 'large'} for --large)")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="the checkpoint cache (default: $SEQPROBE_CACHE, else "
-                   "~/.cache/seqprobe, else the clone's checkpoints/; now %(default)s)")
+                   "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
@@ -295,7 +295,7 @@ def body(argv: list[str] | None) -> int:
           "--list or --dry-run estimate it here, --ray ADDRESS sends it to a cluster, "
           "--device cpu runs it here anyway (days)")
     if args.merge:
-        print(f"merged {len(merge(args.merge, out))} result files into {out}")
+        print(f"merged {len(merge(args.merge, out, args.level))} result files into {out}")
     if args.index_only:  # rebuilds an index from results: a folder without any is refused
         check(out.is_dir() and any(not Job(n, (), figure=figure_of(n)).missing(out)
                                    for n in names),

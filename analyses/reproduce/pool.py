@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import tqdm.std
 
+from seqprobe.atomic import open_own
 from seqprobe.device import cuda_present, cuda_touched
 from seqprobe.orphans import die_with
 
@@ -134,7 +135,7 @@ def _child(module: str, args: list[str], log: Path, env: Mapping[str, str],
     """The forked job's body: its session, its log, its threads and signals, then main."""
     os.setsid()  # its own process group, as start_new_session gives a subprocess
     die_with(run)  # a killed run takes its job and the job's workers with it
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_own(log, os.O_WRONLY, 0o644)  # the run checked it (runner._own_log) and emptied it
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -15,8 +15,9 @@ from pathlib import Path
 from analyses.reproduce.index import Outcome, read_claim_margins
 from analyses.reproduce.plan import TRAIN, Job, priorities
 from analyses.reproduce.pool import ForkedJob, forkable
+from seqprobe.atomic import open_own
 from seqprobe.config import check
-from seqprobe.errors import InputError
+from seqprobe.errors import InputError, OutputError
 from seqprobe.orphans import PARENT_ENV
 from seqprobe.sweep import Backend, RayCommand
 
@@ -55,7 +56,7 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
         own = {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TQDM_MININTERVAL")}
         proc = ForkedJob(module, job.argv[3:], log, own, slots * threads_per_slot)
         return _Running(job, proc, log, time.time(), slots, lock)
-    with open(log, "w") as f:
+    with os.fdopen(open_own(log, os.O_WRONLY), "w") as f:  # log was checked by _own_log
         proc = subprocess.Popen(list(job.argv), stdout=f, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     return _Running(job, proc, log, time.time(), slots, lock)
@@ -64,16 +65,38 @@ def _start(job: Job, out: Path, slots: int, threads_per_slot: int,
 def _own_log(log: Path) -> tuple[Path, int]:
     """``log``, or ``NAME.PID.log`` beside it when another live run holds ``log`` (two runs
     into one folder: each keeps its own job's log whole), with this run's lock on it (an
-    exclusive ``flock``, released when the job ends or this run dies)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
+    exclusive ``flock``, released when the job ends or this run dies), emptied. A log that is a
+    symbolic link, a hard link or no regular file is refused (:func:`seqprobe.atomic.open_own`):
+    writing it would overwrite the file it leads to."""
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{log.parent}: cannot create the log folder ({e.strerror})") from None
     for path in (log, log.with_name(f"{log.stem}.{os.getpid()}.log")):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = open_own(path, os.O_RDWR, 0o644)
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write the job's log ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return path, fd
         except OSError:
             os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        return path, fd
     raise InputError(f"{log}: held by another run, and so is this run's own name for it")
+
+
+def _check_logs(jobs: list[Job], out: Path) -> None:
+    """Every job's log that is there already is one this run may write (:func:`_own_log`'s
+    checks), before any job starts: a planted link is one line, not a run stopped halfway."""
+    for job in jobs:
+        log = out / "logs" / f"{log_name(job)}.log"
+        if os.path.lexists(log):
+            try:
+                os.close(open_own(log, os.O_RDONLY))
+            except OSError as e:
+                raise OutputError(f"{log}: cannot write the job's log ({e.strerror})") from None
 
 
 def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
@@ -81,7 +104,9 @@ def _finish(r: _Running, out: Path, timed_out: float | None = None) -> Outcome:
         os.close(r.log_lock)
     seconds = time.time() - r.t0
     if isinstance(r.proc, RayCommand):  # its output came back with the result
-        r.log.write_text(r.proc.output)
+        with os.fdopen(open_own(r.log, os.O_WRONLY), "w") as f:
+            f.truncate(0)
+            f.write(r.proc.output)
     log = r.log.read_text(errors="replace")
     if timed_out is not None:
         ok, log = False, log + f"\n(timed out after {timed_out:.0f} s)"
@@ -138,6 +163,7 @@ def run_jobs(jobs: list[Job], out: Path, slots: int = 1, timeout: float = 3600.0
     breaks ties. A job that fails or times out is reported through ``on_done``, and so are the
     jobs that needed it (not run); the rest still run. Outcomes come back in list order."""
     check(slots >= 1, f"--jobs must be >= 1, got {slots}")
+    _check_logs(jobs, out)
     threads = max(1, (os.cpu_count() or 1) // slots)
     by_name = {j.name: j for j in jobs}
     waiting_on: dict[str, list[str]] = {j.name: [] for j in jobs}

@@ -10,7 +10,7 @@ it; one paper's settings, rows and recipes are one module here (:mod:`analyses.z
 ``models.load``, every analysis), and never trains.
 
 The cache is ``--cache-dir``, else the default of :func:`seqprobe.paths.default_cache_dir`
-(``$SEQPROBE_CACHE``, else ``~/.cache/seqprobe``, else the clone's ``checkpoints/``): the
+(``$SEQPROBE_CACHE``, else ``$XDG_CACHE_HOME/seqprobe``, else ``~/.cache/seqprobe``): the
 same folder from wherever a command runs; ``--list`` prints it.
 
     python -m analyses.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
@@ -326,7 +326,7 @@ def _main(argv: list[str] | None) -> int:
                    "level, with each one's state and path (the default; creates nothing)")
     add_level_flag(p)
     p.add_argument("--cache-dir", default=None, help="the checkpoint cache (default: "
-                   "$SEQPROBE_CACHE, else ~/.cache/seqprobe, else the clone's checkpoints/)")
+                   "$SEQPROBE_CACHE, else $XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
@@ -340,7 +340,6 @@ def _main(argv: list[str] | None) -> int:
     if args.names[:1] == ["path"] and not args.list:
         return _print_paths(args.names[1:], args.level, args.cache_dir, args.device)
     if args.names[:1] == ["train"] and not args.list:
-        check_cache_dir(args.cache_dir)
         args.names = args.names[1:]
         check(bool(args.names), "name the recipes to train (see --list)")
         for n in args.names:
@@ -351,6 +350,9 @@ def _main(argv: list[str] | None) -> int:
             jobs = args.jobs or os.cpu_count() or 1
             slots = max(recipe(n).slots for n in args.names)
             backend = backend_of(args, jobs, device, num_cpus=slots)
+        # after every refusal (a refused command creates no cache); a read-only cache serves
+        # the entries it has: an entry to train is checked for a write when it is trained
+        check_cache_dir(args.cache_dir, write=False)
         done = train_recipes(args.names, args.level, args.cache_dir, device, backend,
                              progress=not args.no_progress, ensembles=args.ensembles)
         for n, path in done.items():

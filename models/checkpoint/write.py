@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,28 @@ def save_checkpoint(payload: dict[str, Any], ckpt_path: str | os.PathLike) -> Pa
                             str(e.strerror)) from None
         raise SaveError(f"{ckpt_path}: could not save the checkpoint ({e}); any previous "
                         "file there is unchanged", str(e)) from None
+    except RuntimeError as e:  # torch's zip writer reports a full disk as RuntimeError
+        if not opened:
+            raise
+        why = _write_failure(e, ckpt_path.parent)
+        raise SaveError(f"{ckpt_path}: could not save the checkpoint ({why}); any previous "
+                        "file there is unchanged", why) from None
     return ckpt_path
+
+
+def _write_failure(e: RuntimeError, directory: Path) -> str:
+    """Why torch.save's writer failed, in a few words: the OS's reason where the message
+    carries one ("No space left on device"), else its first line, with the space left in
+    ``directory`` (a short write, "unexpected pos", is how a full disk often shows)."""
+    text = str(e)
+    for reason in ("No space left on device", "Disk quota exceeded", "File too large",
+                   "Input/output error"):
+        if reason in text:
+            return reason
+    why = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
+    with contextlib.suppress(OSError):
+        why += f"; {shutil.disk_usage(directory).free / 2**20:.1f} MiB free on that disk"
+    return why
 
 
 @contextlib.contextmanager

@@ -137,6 +137,23 @@ class HFModel(TransformerBridge):
             return log_probs(super().forward(input, "logits", *args, **kwargs))
         return super().forward(input, return_type, *args, **kwargs)
 
+    def generate(self, *args: Any, **kwargs: Any):
+        """``TransformerBridge.generate``; an SSM or hybrid model decodes on TransformerLens'
+        plain loop, each step a forward of the whole sequence (whose logits are the model's,
+        as the export checks them). Its stateful-cache path gives an exported Mamba-2 other
+        tokens than its checkpoint (it prefills the cache as Mamba-1's conv window), and the
+        HF ``generate`` it falls back to without the cache fails on an attention-free Bamba
+        (transformers asks its cache for an attention layer's length)."""
+        if self.arch == HF_TRANSFORMER:
+            return super().generate(*args, **kwargs)
+        kwargs["use_past_kv_cache"] = False
+        stateful = getattr(self.cfg, "is_stateful", False)
+        self.cfg.is_stateful = False  # read by generate() only: its choice of loop
+        try:
+            return super().generate(*args, **kwargs)
+        finally:
+            self.cfg.is_stateful = stateful
+
     def hook_names(self) -> list[str]:
         """Every hook point's name (TransformerLens' names, aliases included)."""
         return list(self.hook_dict.keys())

@@ -38,6 +38,7 @@ import stat
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,8 @@ from tasks.base import make_generator
 from tasks.registry import make_task
 
 VERIFY_TOKENS = 256  # task tokens per row checked after the export
+VERIFY_PROMPTS = 2  # rows whose greedy generation is checked after the export
+VERIFY_GENERATE = 6  # tokens generated per row in that check
 VERIFY_RTOL = 1e-4  # of the largest |logit|: float32 rounding is far below, a wrong map far above
 
 
@@ -328,6 +331,40 @@ def compare(model, hf_dir: str | os.PathLike, tokens: Tensor, hf_class_name: str
     return float((ours - theirs).abs().max()), diffs
 
 
+def check_generation(model, hf_dir: Path, tokens: Tensor, tol: float, hf_class: str,
+                     n_new: int = VERIFY_GENERATE) -> None:
+    """Greedy generation of the export as ``models.load`` opens it (TransformerLens' loop,
+    with its caches) gives the checkpoint's tokens from the first :data:`VERIFY_PROMPTS` rows
+    of ``tokens`` (each cut in half): a decoding path that differs from the full-sequence
+    logits (an SSM's cache) is refused like a wrong map. A step where our two best logits
+    are within ``tol`` is a tie either may break: the check ends there."""
+    from models.generation import greedy_decode
+    from models.hf import load_hf  # what models.load boots an export with
+
+    prompts = tokens[:VERIFY_PROMPTS, : max(1, tokens.shape[1] // 2)]
+    ours = greedy_decode(model, prompts, n_new)  # [rows, n_new]
+    hf = load_hf(hf_dir)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # HF renaming a keyword TL passes
+        theirs = hf.generate(prompts, n_new, do_sample=False, stop_at_eos=False,
+                             verbose=False)[:, prompts.shape[1]:]
+    for row in range(prompts.shape[0]):
+        for i in range(n_new):
+            if int(ours[row, i]) == int(theirs[row, i]):
+                continue
+            seq = torch.cat([prompts[row], ours[row, :i]])[None]
+            with torch.no_grad():
+                logits = model(seq)[0, -1]
+            gap = float(logits[ours[row, i]] - logits[theirs[row, i]])
+            if gap > tol:
+                raise ExportError(
+                    f"refused: the exported {hf_class}, loaded with models.load, generates "
+                    f"{theirs[row, : i + 1].tolist()} greedily where the checkpoint generates "
+                    f"{ours[row, : i + 1].tolist()} (its logits differ by {gap:.3g} there); "
+                    "nothing written")
+            break  # a tie: the sequences may part here and still both be right
+
+
 @dataclass(frozen=True)
 class ExportReport:
     out_dir: Path
@@ -370,10 +407,12 @@ def export(ckpt_path: str | os.PathLike, out_dir: str | os.PathLike, overwrite: 
                     diff, hook_diffs = compare(model, tmp, tokens, exp.config.architectures[0],
                                                exp.config.seqprobe.get("ln_final_shift"))
                     n = tokens.numel()
-                    if not diff <= VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding:
+                    tol = VERIFY_RTOL * max(1.0, top) + 2 * exp.rounding
+                    if not diff <= tol:
                         raise ExportError(f"refused: the exported {exp.config.architectures[0]} "
                                           f"gives logits {diff:.3g} away from the checkpoint's "
                                           f"(largest |logit| {top:.3g}); nothing written")
+                    check_generation(model, tmp, tokens, tol, exp.config.architectures[0])
             mask = umask()  # mkdtemp's directory is private, and some writers' files are too
             os.chmod(tmp, 0o777 & ~mask)
             for f in tmp.iterdir():

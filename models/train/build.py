@@ -26,6 +26,7 @@ from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.device import check_fits
 from seqprobe.errors import InputError
+from seqprobe.memory import human_bytes
 from tasks.registry import TASKS, check_packable, make_task
 
 
@@ -113,10 +114,28 @@ def run_size(run_config: RunConfig, task) -> tuple[int, int, str]:
     width = int(getattr(run_config.model, "d_model", 0) or 0)
     layers = int(getattr(run_config.model, "n_layers", 0) or 0)
     stream_bytes = (cfg.micro_batch or cfg.batch_size) * length * width * (layers + 1) * 4
-    need = param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes + stream_bytes
+    micro = cfg.micro_batch or cfg.batch_size
+    state_bytes = ssd_state_bytes(run_config.model, micro, length) * layers
+    need = (param_bytes * BYTES_PER_PARAM // 4 + buffer_bytes + batch_bytes + stream_bytes
+            + state_bytes)
     what = (f"training {run_config.arch} with {n_params:,} parameters (weights, gradients and "
-            f"AdamW state) on batches of {rows} x {length:,} tokens")
+            f"AdamW state) on batches of {rows} x {length:,} tokens"
+            + (f", {human_bytes(state_bytes)} of SSM states" if state_bytes else ""))
     return n_params, need, what
+
+
+def ssd_state_bytes(model, rows: int, length: int) -> int:
+    """One layer's least hold of a Mamba-2 (SSD) micro-batch, which the backward keeps: the
+    chunked scan's state of every head entering and leaving each chunk ([d_head x d_state]
+    per head, d_inner x d_state floats a chunk) and B and C at every position (n_groups x
+    d_state each); 0 for a model without SSD heads. A large ``d_state`` makes this the
+    run's largest term while adding few parameters."""
+    d_state, chunk = getattr(model, "d_state", None), getattr(model, "chunk_size", None)
+    groups, d_inner = getattr(model, "n_groups", None), getattr(model, "d_inner", None)
+    if not (d_state and chunk and groups and d_inner):
+        return 0
+    chunks = -(-length // chunk) + 1  # the initial state's too
+    return int(rows * 4 * (2 * chunks * d_inner * d_state + 2 * length * groups * d_state))
 
 
 def check_run_size(run_config: RunConfig, task, device="cpu") -> int:

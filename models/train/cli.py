@@ -54,6 +54,7 @@ from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError, SeqprobeError
 from seqprobe.flags import field_flag
+from seqprobe.orphans import die_with_parent_from_env
 from tasks.registry import TASKS, task_class
 
 ALIASES = {"layers": "n_layers", "heads": "n_heads"}
@@ -228,6 +229,7 @@ def _sigterm_as_ctrl_c(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     """The ``python -m models.train`` command (exit codes in the module docstring)."""
     argv = sys.argv[1:] if argv is None else argv
+    die_with_parent_from_env()  # a DDP worker (or a reproduce job) ends with its launcher
     # SIGTERM (timeout, Docker, Kubernetes, SLURM) is Ctrl-C here too: before training starts it
     # ends the command with one line and exit 130; during training the loop saves first
     old = None

@@ -58,6 +58,7 @@ from models.train.rng import global_rngs_kept
 from models.train.runconfig import RunConfig
 from seqprobe.config import check
 from seqprobe.device import resolve_device
+from seqprobe.errors import SaveError
 from seqprobe.memory import check_fits, human_bytes
 from tasks.registry import make_task
 
@@ -231,6 +232,9 @@ def _train_members(run_configs, paths, dev, resumes, progress, callbacks, evalua
             members.append(Trainee(run_config, paths[i], dev, resumes[i], progress, callbacks[i],
                                    evaluator, position=i if progress else None))
             rngs.append(_MemberRngs())
+    runs = [r.hash() for r in run_configs]  # each member's checkpoint names the ensemble
+    for i, m in enumerate(members):
+        m.writer.ensemble = {"member": i, "runs": runs}
     template = _template(members[0].model)
     for m in members:
         if m.cfg.compile:  # its records say so, as a solo run's whose compile fell back
@@ -282,19 +286,34 @@ def _train_members(run_configs, paths, dev, resumes, progress, callbacks, evalua
                         continue
                     with rngs[i]:
                         if m.active or m.run.eval_pending:
-                            m.interrupted(signals.signal_name,
-                                          during if i == stopped_in_eval else "")
+                            try:
+                                m.interrupted(signals.signal_name,
+                                              during if i == stopped_in_eval else "")
+                            except SaveError as err:  # the others are still saved
+                                print(f"ensemble member {i}: {err}", file=sys.stderr)
                         else:  # it had finished: its final checkpoint
-                            results[i] = m.writer.save(final=True)
+                            results[i] = _save_member(m, i, run_configs[i])
                 raise TrainingInterrupted("ensemble interrupted") from None
             for i, m in enumerate(members):
                 if results[i] is None:
                     with rngs[i]:
-                        results[i] = m.writer.save(final=True)
+                        results[i] = _save_member(m, i, run_configs[i])
             return results
     finally:
         for m in members:
             m.bar.close()
+
+
+def _save_member(m: Trainee, i: int, run_config: RunConfig) -> dict[str, Any] | MemberFailed:
+    """A finished member's final checkpoint; a member whose file the disk refuses is a
+    :class:`MemberFailed` saying where its state went instead (the writer's rescue), and the
+    other members are still saved."""
+    try:
+        return m.writer.save(final=True)
+    except SaveError as e:
+        print(f"ensemble member {i} ({run_config.arch}, seed {run_config.train.seed}, lr "
+              f"{run_config.train.lr:g}): {e}", file=sys.stderr)
+        return MemberFailed(str(e))
 
 
 class _RanEager:

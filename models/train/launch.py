@@ -34,6 +34,7 @@ from seqprobe.cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from seqprobe.device import cuda_present
 from seqprobe.errors import ConfigError
 from seqprobe.flags import flag
+from seqprobe.orphans import PARENT_ENV
 
 EXIT_WORKER_FAILED = 1  # a worker ended without an exit code of its own (killed, no code)
 
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # each worker ends with this launcher, even a kill -9 of it (seqprobe.orphans): the
+    # workers would otherwise train on, holding the --out lock, until a collective timed out
+    os.environ[PARENT_ENV] = str(os.getpid())
     try:
         torchrun.run(args)
     except SignalException as e:

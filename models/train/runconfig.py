@@ -21,6 +21,9 @@ the cache key it had before this class existed:
 
 A field whose metadata says ``{"content": "file"}`` (``TrainConfig.init_from``) is written as
 the digest of the file it names: a retrained init checkpoint is another run, a moved one is not.
+So is each field a task config's ``content_files()`` names (the memorization task's
+``data_path``: data changed in place are another run, the zoo cache's and the memorization
+cells' key alike).
 
 A field whose metadata has a ``"cpu"`` value (``TrainConfig.device_type``, ``precision``,
 ``compile``: "auto" until the run's device is known) is left out at "auto" and at that CPU
@@ -161,14 +164,15 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _content_digest(name: str, path: str) -> str:
+def _content_digest(name: str, path: str, section: str = "train") -> str:
     """:func:`file_digest` of a field that names a file (its bytes are part of the run), or one
     :class:`InputError` line when the file cannot be read."""
     try:
         return file_digest(path)
     except OSError as e:
-        raise InputError(f"train.{name} {path}: cannot read it ({e.strerror or type(e).__name__}"
-                        "); the run's hash covers the file's bytes") from None
+        why = e.strerror or type(e).__name__
+        raise InputError(f"{section}.{name} {path}: cannot read it ({why}); the run's hash "
+                         "covers the file's bytes") from None
 
 
 def _name_of(config_cls: type, names, class_of, what: str, config: str) -> str:
@@ -370,10 +374,13 @@ class RunConfig:
                 train[f.name] = _content_digest(f.name, train[f.name])
             if f.metadata.get("hash") is False:  # memory settings: the same run either way
                 train.pop(f.name, None)
+        task = _section(self.task, FORMAT1_FIELDS.get(type(self.task).__name__, ()))
+        files = getattr(self.task, "content_files", None)  # a task reading a user's data file
+        for name, path in (files() if files else {}).items():
+            task[name] = _content_digest(name, str(path), "task")
         out = {"arch": self.arch, "task": self.task_name,
                "model": self.model_dict,
-               "task_config": _section(self.task,
-                                       FORMAT1_FIELDS.get(type(self.task).__name__, ())),
+               "task_config": task,
                "train": train}
         if hasattr(task_class(self.task_name), "eval_lengths"):  # module docstring
             out["eval"] = LENGTH_EVAL

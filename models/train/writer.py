@@ -69,6 +69,9 @@ class CheckpointWriter:
                  last_good: tuple[Path, int] | None = None):
         self.run, self.opt, self.data_gen, self.out, self.world = run, opt, data_gen, out, world
         self.last_good = last_good  # (file, step) of the newest sound checkpoint
+        # set by models.train.ensemble for a member: {"member": i, "runs": [each member's
+        # RunConfig hash]} in its checkpoints' train entry; a solo run's has no "ensemble"
+        self.ensemble: dict[str, Any] | None = None
 
     def checkpoint(self) -> dict[str, Any]:
         """The run's state now, in the checkpoint format."""
@@ -77,6 +80,11 @@ class CheckpointWriter:
                       "samples_seen": run.samples_seen, "rng": rng_state(self.data_gen),
                       "time_s": run.time_s(), "world_size": self.world.size,
                       **({"stop": run.stop_reason} if run.stop_reason else {}),
+                      **({"ensemble": self.ensemble} if self.ensemble else {}),
+                      # what the model's vocabulary was sized for: an analysis refuses a task
+                      # config that numbers its tokens otherwise (models.loading)
+                      **({"task_vocab": int(run.task.vocab.size)}
+                         if getattr(getattr(run.task, "vocab", None), "size", None) else {}),
                       **({"eval_pending": run.eval_pending} if run.eval_pending else {})}
         run_config = run.run_config
         return make_checkpoint(run_config.arch, run_config.model_dict, run_config.task_name,

@@ -248,12 +248,11 @@ def test_an_ensemble_member_that_does_not_fit_loses_nothing(tmp_path, capsys, mo
 # ---------------------------------------------------------------------------- failure 4
 def test_memorization_cells_are_keyed_by_the_datas_bytes_not_its_path(tmp_path, capsys):
     from analyses.memorization import cli as mem_cli
+    from tests.test_memorization import conll_argv
     from tests.test_memorization_data import CONLL
     data = tmp_path / "eng.train"
     data.write_text(CONLL)
-    argv = ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
-            "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(tmp_path / "out"),
-            "--no-progress"]
+    argv = conll_argv(data, tmp_path / "out")
     assert mem_cli.main(argv) == 0
     assert "1 cells trained" in capsys.readouterr().out
     assert mem_cli.main(argv) == 0  # the same bytes: served

@@ -34,15 +34,23 @@ def launch(*args: str) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def training(out: Path) -> subprocess.Popen:
+    """A 2-worker run that saves every step, once it has saved its first (training started)."""
+    p = launch(*TINY, "--steps", "1000000", "--save-every", "1", "--out", str(out))
+    deadline = time.monotonic() + START_S
+    while not out.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not out.exists():
+        p.kill()
+        raise AssertionError(p.communicate(timeout=60)[1][-3000:])
+    return p
+
+
 def test_sigterm_to_the_launcher_saves_and_exits_130_in_one_line(tmp_path):
     out = tmp_path / "run.pt"
     # every step is saved (--save-every 1): the file's appearance says training has started
-    p = launch(*TINY, "--steps", "1000000", "--save-every", "1", "--out", str(out))
+    p = training(out)
     try:
-        deadline = time.monotonic() + START_S
-        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert out.exists(), p.communicate(timeout=60)[1][-3000:]
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)
     finally:
@@ -77,12 +85,8 @@ def test_a_failed_worker_ends_the_job_with_its_code_in_one_line(monkeypatch, cap
 @pytest.mark.slow  # two torchrun workers start in a minute on a busy CPU
 def test_kill_9_of_the_launcher_takes_its_workers_with_it_after_they_save(tmp_path):
     out = tmp_path / "run.pt"
-    p = launch(*TINY, "--steps", "1000000", "--save-every", "1", "--out", str(out))
+    p = training(out)
     try:
-        deadline = time.monotonic() + START_S
-        while not out.exists() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert out.exists(), p.communicate(timeout=60)[1][-3000:]
         workers = [int(pid) for task in Path(f"/proc/{p.pid}/task").iterdir()
                    for pid in (task / "children").read_text().split()]
         assert len(workers) == 2

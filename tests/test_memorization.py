@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -158,12 +159,16 @@ def test_cli_writes_figures_json_and_csv(tmp_path):
     assert data["level"] == "sequence" and "param_counting" in data
 
 
+def conll_argv(data: Path, out: Path) -> list[str]:
+    """memorization's command line for a tiny CoNLL grid read from ``data``."""
+    return ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
+            "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(out), "--no-progress"]
+
+
 def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
     data = tmp_path / "eng.train"
     data.write_text(CONLL)
-    argv = ["--data", "conll", "--data-path", str(data), "--n-examples", "0", "--widths", "8",
-            "--fractions", "1", "--steps", "3", "--jobs", "1", "--out", str(tmp_path / "out"),
-            "--no-progress"]
+    argv = conll_argv(data, tmp_path / "out")
     assert mem_cli.main(argv) == 0
     result = json.loads((tmp_path / "out" / "memorization_conll_token.json").read_text())
     assert result["n_examples"] == [3] and result["n_labels"] == [9]  # 5 + 2 + 2 words

@@ -1,4 +1,4 @@
-"""``python -m analyses.patterns MODEL TEXT``: draw every layer × head of a model on one
+"""``python -m analyses.patterns MODEL [TEXT]``: draw every layer × head of a model on one
 sequence (:func:`probes.patterns.draw_patterns`): ``patterns.png``, the labelled grid, and
 ``patterns.html``, an interactive page (circuitsvis where installed, the suite's own page
 otherwise). MODEL is a checkpoint (.pt) or a zoo name (``zoo:copy/hard_alibi``); TEXT is in
@@ -14,9 +14,11 @@ from pathlib import Path
 
 from analyses.common import check_output_dir, load_model
 from probes.patterns import draw_patterns
+from seqprobe import flags
 from seqprobe.cli import OneLineParser, add_device_argument, run_cli
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from tasks.base import make_generator
 
 
 def heads_list(text: str) -> list[int]:
@@ -33,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         p = OneLineParser(prog="python -m analyses.patterns",
                           description=__doc__.strip().splitlines()[0])
         p.add_argument("model", help="checkpoint (.pt) or zoo name (zoo:copy/hard_alibi)")
-        p.add_argument("text", help="one sequence in the model's task vocabulary")
+        p.add_argument("text", nargs="?", default=None,
+                       help="one sequence in the model's task vocabulary (default: one example "
+                            "of its task, drawn with --seed)")
+        p.add_argument("--seed", type=flags.flag("--seed"), default=0,
+                       help="the example's seed when no TEXT is given")
         p.add_argument("--heads", type=str, default=None,
                        help="heads to draw, e.g. 0,5 (default: every head, at most 16 a layer)")
         p.add_argument("--out", default="patterns",
@@ -45,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         out = check_output_dir(Path(args.out))
         model = load_model(args.model, device=args.device)
         model.eval()
-        draw_patterns(model, args.text, heads, out=out)
+        # no text: one example of the model's own task, as its training drew them
+        text = args.text if args.text is not None else \
+            model.task.example(make_generator(args.seed))[0]
+        draw_patterns(model, text, heads, out=out)
         for name in ("patterns.png", "patterns.html"):
             print(f"wrote {out / name}", file=sys.stdout)
         return 0

@@ -7,6 +7,7 @@ level, that case. The readers' verdicts both ways are tested beside each analysi
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 
 import pytest
@@ -320,16 +321,13 @@ def test_medium_readers_margins():
     m = holdout_claims.claim_to_zero(d).margin  # the seeds' mean, its interval, Table 2's 0.002
     assert m.value == pytest.approx(0.0015) and m.threshold == pytest.approx(0.002)
     assert m.interval[0] < 0.0015 < m.interval[1]
-    # copy efficiency: the smallest per-seed ratio; the gap's change with its interval
+    # copy efficiency: the smallest mean log ratio in the regime; the smallest mean slope
     fewer = claim_fewer_samples(copy_medium({5: {"mamba": [2.0, 3.0],
                                                  "lstm": [1.5, None]}}))
-    assert fewer.margin.value == 1.5 and fewer.margin.threshold == 1
-    grows = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.2, 2.4, 2.0, 2.1]},
-                                         20: {"mamba": [9.0, 8.0, 10.0, 9.0, 9.5]}}))
-    assert grows[1] is True and grows.margin.interval[0] > 0
-    held = claim_gap_grows(copy_medium({10: {"mamba": [2.0, 2.0, 2.0]},
-                                        20: {"mamba": [6.0, 1.9, 1.8]}}))
-    assert isinstance(held[1], Undecided) and held.margin.interval[0] < 0 < held.margin.interval[1]
+    assert fewer.margin.value == pytest.approx(math.log(1.5)) and fewer.margin.threshold == 0
+    growing = {L: {"mamba": [L / 2 * (1 + 0.1 * s) for s in range(5)]} for L in (4, 6, 8, 10)}
+    grows = claim_gap_grows(copy_medium(growing))
+    assert grows[1] is True and grows.margin.value > 0 and grows.margin.threshold == 0
     # prefix lookup length generalisation (medium)
     d = {**prefix_json({"hard_alibi": [1.0, 0.5, 0.2], "lstm": [1.0, 0.95, 0.92]}),
          "level": "medium"}

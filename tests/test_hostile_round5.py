@@ -126,22 +126,28 @@ def test_reproduce_out_that_cannot_be_created_or_indexed_is_one_line(tmp_path, m
 
 
 # ---------------------------------------------------------------------------- failure 6
-def test_the_loader_reads_no_plugin_and_says_how_to_open_a_zoo_name(monkeypatch):
+def test_the_loader_reads_no_plugin_and_says_how_to_open_a_zoo_name(monkeypatch, tmp_path):
     """models.load once reached the zoo (a layer above) through an entry point, which a
-    second installed package could claim; it now reads none, and a zoo name is one line
-    naming the call that opens it."""
+    second installed package could claim; it now reads none: a zoo name goes through the
+    resolver the zoo registers when imported (models.loading), or, with none registered, is
+    one line naming the call that opens it."""
     import importlib.metadata
 
     import models
-    from seqprobe.errors import CheckpointError
+    from models import loading
+    from seqprobe.errors import CheckpointError, InputError
 
     def no_plugins(**kw):
         raise AssertionError(f"the loader read entry points {kw}")
 
     monkeypatch.setattr(importlib.metadata, "entry_points", no_plugins)
-    with pytest.raises(CheckpointError, match=r"zoo.path\('copy/rope'\)") as e:
+    monkeypatch.setenv("SEQPROBE_CACHE", str(tmp_path))  # an empty cache: not trained
+    with pytest.raises(InputError, match="not trained") as e:
+        models.load("zoo:copy/rope")  # the zoo is imported here: its resolver answers
+    assert "\n" not in str(e.value).strip()
+    monkeypatch.setattr(loading, "NAME_RESOLVERS", {})  # a session that never imported the zoo
+    with pytest.raises(CheckpointError, match=r"zoo.path\('copy/rope'\)"):
         models.load("zoo:copy/rope")
-    assert "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------------------- failure 4

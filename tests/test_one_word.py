@@ -31,6 +31,9 @@ ALLOWED: dict[str, tuple[int, str]] = {
         1, "memorization's JSON keeps 'preset' for the level: its 'level' key is the label "
            "level, which old files and the plots read"),
     "tests/test_memorization.py": (1, "reads that 'preset' field of memorization's JSON"),
+    "figures/style.py": (2, "a figure's caption reads that 'preset' field of memorization's "
+                            "JSON for the run's level"),
+    "tests/test_figure_defects_55.py": (1, "a memorization result with that 'preset' field"),
     "bench/results.json": (1, "a recorded benchmark output, written before the rename"),
     "models/train/step_costs_cuda.json": (
         1, "quotes a recorded report's own words (the row's provenance)"),

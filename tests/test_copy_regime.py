@@ -144,6 +144,10 @@ def test_fewer_samples_tests_reach_the_index():
     assert row["values"] == pytest.approx([math.log(x) for x in (3.0, 2.5, 4.0, 3.5)])
     assert row["power_n"] == regime.row_design(10 * 8 / 30, 1, 0.05)  # the prior, not the spread
     assert "label" not in row  # the index writes the test's label beside it
+    # the index tables it as any replicate test (its design in stats.Design's shape)
+    from analyses.reproduce.index import _replicate_cells
+    assert row["design"]["how"].startswith("a priori")
+    assert _replicate_cells({"label": label, **row})[0] == label
 
 
 def test_gap_grows_holds_fails_and_stays_open():

@@ -301,8 +301,12 @@ class RowTest:
                                 f"over {self.rows} rows",
                 "can_decide": t.p is not None, "power": POWER,
                 "power_side": "for" if self.design_n else None, "power_n": self.design_n,
-                "design": "a priori: the paper's trend as the effect, prior sd "
-                          f"{PRIOR_LOG_SD:g} of a seed's log ratio",
+                # the shape of analyses.stats.Design.to_dict: the index reads it as any test's
+                "design": {"side": "for" if self.design_n else None, "n": self.design_n,
+                           "alpha": self.alpha,
+                           "how": "a priori: the paper's trend as the effect, prior sd "
+                                  f"{PRIOR_LOG_SD:g} of a seed's log ratio",
+                           "why": None if self.design_n else "the prior puts no gap here"},
                 **{k: v for k, v in t.to_dict().items()
                    if k not in ("label", "n", "p", "p_against")}}
 

@@ -110,12 +110,19 @@ def plot_medium(result: dict):
             got = [v for v in s["per_seed"] if v is not None]
             x = L + 0.06 * (i - (len(labels) - 1) / 2)  # side by side, not on top
             axes[1].scatter([x] * len(got), got, s=10, color=COLORS.get(label), alpha=0.6)
+            # a seed that never got there is a lower bound: its samples seen, drawn open
+            seen = at[L]["models"][label].get("seen") or []
+            never = [n for v, n in zip(s["per_seed"], seen, strict=False)
+                     if v is None and n is not None]
+            if never:
+                axes[1].scatter([x] * len(never), never, s=22, marker="^", facecolors="none",
+                                edgecolors=COLORS.get(label))
             if s["reached"] == s["seeds"]:
                 xs.append(x)
                 means.append(s["mean"])
         axes[1].plot(xs, means, marker="o", color=COLORS.get(label), label=label)
     axes[1].set(yscale="log", xlabel="string length L", ylabel="training examples to 90 %",
-                title="samples to 90 % string accuracy", xticks=lengths)
+                title="samples to 90 % (△: never, at its budget)", xticks=lengths)
     for i, g in enumerate(GSSMS):
         pts, bounds = [], []
         for L in lengths:
@@ -169,9 +176,11 @@ def _plot_sweep(ax, m: dict, L: int) -> None:
         never = [xi for xi, v in zip(x, med, strict=True) if not math.isfinite(v)]
         ax.scatter(never, [top * 1.5] * len(never), marker="^", facecolors="none",
                    edgecolors=COLORS.get(label))
+    swept = any(len([k for k in sw if k != "-"]) > 1 for sw in m.get("sweep", {}).values())
+    what = "lr sweep" if swept else "each model's lr"
     ax.set(xscale="log", yscale="log", xlabel="learning rate",
            ylabel="median training examples to 90 %",
-           title=f"lr sweep at L = {L} (△: never, median seed)")
+           title=f"{what} at L = {L} (△: median seed never)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6)
 

@@ -55,10 +55,10 @@ from pathlib import Path
 
 from analyses.reproduce.parts import BUDGET, CACHE_BYTES, parse_part
 from seqprobe import flags
-from seqprobe.atomic import write_atomic
+from seqprobe.atomic import open_own, write_atomic
 from seqprobe.cli import run_cli
 from seqprobe.config import check
-from seqprobe.errors import InputError
+from seqprobe.errors import InputError, OutputError
 
 ROOT = Path(__file__).resolve().parents[1]
 PINS = ROOT / "scripts" / "gpu_wheels.txt"
@@ -139,7 +139,11 @@ class Call:
 
     def __init__(self, out: Path, report: dict):
         self.out, self.report, self.t0 = out, report, time.time()
-        self.log_file = open(out / "gpu_run.log", "a", buffering=1)  # noqa: SIM115 - the call's
+        try:  # never through a link someone left in --out (seqprobe.atomic.open_own)
+            fd = open_own(out / "gpu_run.log", os.O_WRONLY | os.O_APPEND)
+        except OSError as e:
+            raise OutputError(f"--out {out}: cannot write gpu_run.log ({e.strerror})") from None
+        self.log_file = os.fdopen(fd, "a", buffering=1)
         self.lock = threading.Lock()
 
     def log(self, text: str) -> None:

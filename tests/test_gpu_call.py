@@ -160,3 +160,13 @@ def test_the_rehearsal_killed_at_a_random_second_keeps_what_it_finished(tmp_path
                            "--part", "1/2"], capture_output=True, text=True, timeout=900)
     result = json.loads(report.read_text())
     assert result["problems"] == [], proc.stderr[-2000:]
+
+
+def test_the_call_s_log_follows_no_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gpu_run.log").symlink_to(victim)
+    assert gpu_run.main(["--out", str(out)]) == 2  # one line, nothing written through it
+    assert victim.read_text() == "keep"

@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analyses.reproduce.parts import BUDGET, CACHE_BYTES, parse_part
+from analyses.reproduce.runner import STOP_GRACE
 from seqprobe import flags
 from seqprobe.atomic import open_own, write_atomic
 from seqprobe.cli import run_cli
@@ -65,7 +66,9 @@ PINS = ROOT / "scripts" / "gpu_wheels.txt"
 PACKED = ("*.json", "*.png", "*.md", "*.html")
 LOG_TAIL = 4000  # characters of each job's log kept in the tarball
 PACK_EVERY_S = 15.0
-STOP_GRACE_S = 40.0  # before a stage's cap: SIGTERM, so that training jobs save (runner: 30 s)
+# SIGTERM this long before a stage's cap: the reproduce run then gives its jobs its own grace to
+# save their checkpoints (runner.STOP_GRACE), with time to spare for its own exit
+STOP_GRACE_S = STOP_GRACE + 10.0
 MAX_FILES = 8  # what the device tool brings back of $OUT
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 # what the preflight imports (module -> the distribution whose version it reports)

@@ -223,10 +223,9 @@ def slopes_of(by_length: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- design
-# The prior spread of one seed's log ratio used to size the seed count: the sd of log(GSSM /
-# transformer samples to 90 %) over seeds that the issue-54 review measured at L = 6 (its 95 %
-# intervals of the Mamba and Mamba-2 ratios over 9 seeds), rounded up. A prior, stated; the
-# verdict's own seeds never size their count.
+# The prior spread of one seed's log ratio used to size the seed count: the spread of
+# log(GSSM / transformer samples to 90 %) in a pilot on other seeds (issue 54's review, at
+# L = 6), rounded up. A prior, stated; the verdict's own seeds never size their count.
 PRIOR_LOG_SD = 0.4
 # The design sizes for this fraction of the paper's trend on the log scale (the trend is
 # extrapolated from a ~160M-parameter model; a ~100k one may show less of it).

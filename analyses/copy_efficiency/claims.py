@@ -33,7 +33,7 @@ from probes.sample_efficiency import (
     CLEAR_GAP,
     EXACT,
     GSSMS,
-    LEVELS,
+    THRESHOLDS,
     gap_is_clear,
     paper_gap,
 )
@@ -162,7 +162,7 @@ def _fewer_samples_medium(d: dict) -> Reading:
         if m["reference"] is None:
             parts.append(f"L={L}: no transformer reached 90 % in every seed")
             continue
-        mean = m["models"][m["reference"]][f"string_{LEVELS[-1]}"]["mean"]
+        mean = m["models"][m["reference"]][f"string_{THRESHOLDS[-1]}"]["mean"]
         parts.append(f"L={L}: {m['reference']} {mean:,.0f} samples; " + ", ".join(
             f"{g} {_ratio_text(r)}" for g, r in m["ratio_to_reference"].items()))
     text = (_not_matched_text(d) + "samples to 90 % string accuracy, GSSM / fastest transformer "

@@ -276,7 +276,7 @@ def claim_readout(d: dict) -> Reading:
     gives. Does not hold when a twin reads out as well as the trained model; not decided when
     the trained model is above every twin but within their range. (It was "every twin under
     half the trained one's", a cut-off picked here that the quick recipe's seeds fell on both
-    sides of: issue 38, README.)"""
+    sides of, so the verdict depended on the seed.)"""
     tr = d["trained"][0]
     trained = tr.get("readout_r2_mean", 0)
     twins = [s["readout_r2_mean"] for s in d.get("random_init_seeds", [])

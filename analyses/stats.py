@@ -1,4 +1,4 @@
-"""Claim statistics (issue 46): the tests and intervals the claim readers decide with, one
+"""Claim statistics: the tests and intervals the claim readers decide with, one
 place for all of them.
 
 Three rules, each a referee's objection to an earlier reading:

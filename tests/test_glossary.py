@@ -181,7 +181,7 @@ def problems(text: str, found: list[Found], vocab: dict[str, frozenset[str] | No
                 out.append(f"{f.name} ({f.where}) holds {', '.join(bad)}, which are not "
                            f"`{word}` names: it means something else — rename it")
     for word, rows in declared.items():
-        for name, listed in rows.items():
+        for name in rows:
             if (word, name) not in sites:
                 out.append(f"docs/glossary.md lists {name} under `{word}`, but the packages "
                            "define no such name: remove the row")

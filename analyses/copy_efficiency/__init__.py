@@ -29,10 +29,11 @@ the ratio of its samples to the fastest transformer's (ratio of the means, and t
 ratios, seeds paired; each seed's log ratio with whether it is a bound), and each seed's slope
 of its log ratio on log L, where the paper finds the gap grows (Fig. 9b vs 1a; ``slopes``).
 
-``--large`` (``--train large``; issue 36 §2): the same at L <= 10, 20, 30 over 26 letters in
-packed contexts, models matched at ~1M parameters (``zoo_copy.COPY_LARGE_SETTING``): a sweep of four
-lrs at seed 0 (the zoo's ``copy_large/*`` recipes the plan trains), then each model's best lr of
-it at the other seeds, trained here side by side (:func:`compute_large`, ``--jobs``).
+``--large`` (``--train large``; the smallest settings that decide the claim): the same at
+L <= 10, 20, 30 over 26 letters in packed contexts, models matched at ~1M parameters
+(``zoo_copy.COPY_LARGE_SETTING``): a sweep of four lrs at seed 0 (the zoo's ``copy_large/*``
+recipes the plan trains), then each model's best lr of it at the other seeds, trained here side
+by side (:func:`compute_large`, ``--jobs``).
 """
 
 from __future__ import annotations

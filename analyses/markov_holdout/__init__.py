@@ -282,7 +282,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def large_cpu_batch() -> bool:
     """Whether the large level's runs take the batch-16 fallback here: on a machine without a
-    GPU (Table 7's batch 64 is the GPU machine's; issue 36 §2 runs batch 16 on CPU cores)."""
+    GPU (Table 7's batch 64 is the GPU machine's; on CPU cores the large level runs batch 16
+    to fit its time)."""
     return not torch.cuda.is_available()
 
 

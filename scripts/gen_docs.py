@@ -40,8 +40,8 @@ OTHER_FOLDERS = {
 }
 DATA = {"seqprobe/registry.toml": "the registry's tables: every architecture, task, probe, paper "
                                   "and analysis by name (the suite's one registration mechanism)"}
-LAYERS = """Layers only point down — `seqprobe` ← `tasks` ← `models` ← `probes` ← `analyses` ← `bench`,
-with `figures` beside them (it imports only `seqprobe`) — and no analysis imports another.
+LAYERS = """Layers only point down —
+`seqprobe` ← `tasks` ← `models` ← `probes` ← `analyses` ← `bench`, with `figures` beside them (it imports only `seqprobe`) — and no analysis imports another.
 `.importlinter` states the layers and `tests/test_layers.py` checks them, counting the links no
 import statement states (importlib, the registry's tables: each reader links to the modules its
 table names), and that no modules import each other in a circle and every module imports on
@@ -195,8 +195,8 @@ def api_page(title: str, package: str, fixed: tuple[str, ...], section: str | No
 def pages() -> dict[Path, str]:
     """Every generated page (path -> text)."""
     out = {ROOT / "docs" / "layout.md": layout()}
-    for name, spec in API.items():
-        out[ROOT / "docs" / "api" / name] = api_page(*spec)
+    for name, page in API.items():
+        out[ROOT / "docs" / "api" / name] = api_page(*page)
     return out
 
 

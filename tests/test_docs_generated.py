@@ -5,10 +5,11 @@ with the command to run. So a new probe, task, architecture or paper cannot miss
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from seqprobe.registry import table
 
@@ -16,11 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gen_docs.py"
 
 
-def _gen():
-    spec = importlib.util.spec_from_file_location("gen_docs", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _gen() -> SimpleNamespace:
+    """The generator's functions (scripts/ is not a package: run from its file)."""
+    return SimpleNamespace(**runpy.run_path(str(SCRIPT)))
 
 
 def test_the_committed_pages_are_what_the_command_writes():

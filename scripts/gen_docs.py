@@ -41,12 +41,13 @@ OTHER_FOLDERS = {
 DATA = {"seqprobe/registry.toml": "the registry's tables: every architecture, task, probe, paper "
                                   "and analysis by name (the suite's one registration mechanism)"}
 LAYERS = """Layers only point down —
-`seqprobe` ← `tasks` ← `models` ← `probes` ← `analyses` ← `bench`, with `figures` beside them (it imports only `seqprobe`) — and no analysis imports another.
-`.importlinter` states the layers and `tests/test_layers.py` checks them, counting the links no
-import statement states (importlib, the registry's tables: each reader links to the modules its
-table names), and that no modules import each other in a circle and every module imports on
-its own; `tests/test_hand_kept_lists.py` checks that no analysis imports another, and every row
-of the registry. `tests/test_docs_layout.py` checks that every path this page names exists."""
+`seqprobe` ← `tasks` ← `models` ← `probes` ← `analyses` ← `bench`, with `figures` beside them
+(it imports only `seqprobe`) — and no analysis imports another. `.importlinter` states the
+layers and `tests/test_layers.py` checks them, counting the links no import statement states
+(importlib, the registry's tables: each reader links to the modules its table names), and that
+no modules import each other in a circle and every module imports on its own;
+`tests/test_hand_kept_lists.py` checks that no analysis imports another, and every row of the
+registry. `tests/test_docs_layout.py` checks that every path this page names exists."""
 MECHANISM = """## How things are registered
 
 One mechanism: **explicit tables**, `name = "module:Class"` (or `"module"`), in one file,

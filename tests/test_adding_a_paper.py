@@ -13,9 +13,9 @@ Then, in the copy: it is found (the registries), planned and costed (``python -m
 analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
 quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
 and every suite-wide check runs with it there: the flag-bound table, the model contract, the
-hand-kept lists (the registry's tables, recipe levels, independence), the claim-margin check, the plan-wide
-reproduce checks (main, claims, recipes, scale line), the recipe hashes and the layer checks
-(lint-imports, cycles, hidden links).
+hand-kept lists (the registry's tables, recipe levels, independence), the claim-margin check,
+the plan-wide reproduce checks (main, claims, recipes, scale line), the recipe hashes and the
+layer checks (lint-imports, cycles, hidden links).
 """
 
 from __future__ import annotations

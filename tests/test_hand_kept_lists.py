@@ -27,6 +27,8 @@ import importlib
 import inspect
 import json
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -38,6 +40,7 @@ from analyses.zoo import recipes as zoo_recipes
 from figures import style
 from models.base import SuiteModel
 from seqprobe import registry
+from seqprobe.errors import ConfigError
 from tasks.base import Task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,3 +265,28 @@ def test_the_recipe_level_check_can_fail():
     everything = {"recipes": {f"{n}@{lv}": "h" for n, r in zoo_recipes.RECIPES.items()
                               for lv in r.levels}}
     assert recipe_level_problems(everything) == []
+
+
+def test_listing_the_names_imports_none_of_the_things_named():
+    """The registries read their tables: listing or checking a name imports no model or task
+    module (finding them used to import every one); naming one imports that one."""
+    code = ("import sys\nfrom models.registry import ARCHS, model_class\n"
+            "from tasks.registry import TASKS\n"
+            "assert 'mamba' in ARCHS and 'copy' in TASKS and len(ARCHS) and len(TASKS)\n"
+            "named = {m.partition(':')[0] for m in [*ARCHS.values(), *TASKS.values()]}\n"
+            "print(sorted(named & set(sys.modules)))\n"
+            "model_class('lstm')\nprint(sorted(named & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["[]", "['models.lstm']"]
+
+
+def test_the_registry_file_refuses_an_unknown_table_or_a_row_that_is_no_string(tmp_path):
+    bad = tmp_path / "registry.toml"
+    bad.write_text('[arch]\nx = "models.x:X"\n')
+    with pytest.raises(ConfigError, match=r"unknown table \[arch\]; the tables are archs"):
+        registry._read(bad)
+    bad.write_text('[archs]\nx = 1\n')
+    with pytest.raises(ConfigError, match=r"\[archs\] x must be a non-empty string"):
+        registry._read(bad)

@@ -39,12 +39,11 @@ from analyses.claims import Claim, Figure, Margin, Reading
 from analyses.common import Checkpoint, fmt, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.bc import bc_table, conv_window, l1_count_independent, readout_ratio, window_vectors
-from probes.markov import fitted_beta, markov_task_of
+from probes.markov import MAMBA2_ARCHS, fitted_beta, markov_task_of
 from seqprobe import flags
 from seqprobe.config import check
 
 NAME = "bc_orthogonality"
-ARCHS = ("mamba2", "mambazero")
 # the level's Mamba-2, and a converged L1 MambaZero (the model of Thm 1 and Fig. 5)
 RECIPES = ("markov/mamba2", "markov/mambazero_fig5")
 FIG5 = "markov/mambazero_fig5"
@@ -57,7 +56,7 @@ def compute(models: list[tuple[str, object]], layer: int = 0, n_seqs: int = 64, 
     check(len(models) >= 1, "need at least one model")
     rows = []
     for label, model in tqdm(models, desc=NAME, disable=not progress, leave=False):
-        check(model.arch in ARCHS, f"bc_orthogonality needs Mamba-2 / MambaZero, got "
+        check(model.arch in MAMBA2_ARCHS, f"bc_orthogonality needs Mamba-2 / MambaZero, got "
               f"{model.arch!r}")
         check(0 <= layer < model.cfg.n_layers, f"layer must be in 0..{model.cfg.n_layers - 1}")
         task = markov_task_of(model, task_name, task_config)
@@ -214,7 +213,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         checkpoints = checkpoints + trajectory_checkpoints(args.train, args.cache_dir,
                                                            args.device, args.trajectory)
     need(checkpoints)
-    models = [(c.label, load_model(c.path, archs=ARCHS, device=args.device))
+    models = [(c.label, load_model(c.path, archs=MAMBA2_ARCHS, device=args.device))
               for c in checkpoints]
     result = compute(models, layer=args.layer, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]

@@ -46,7 +46,7 @@ from tasks.copy import CopyConfig, CopyTask
 
 NAME = "copy_bounds"
 GSSM_ARCHS = ("mamba", "mamba2", "lstm")
-ARCHS = (*GSSM_ARCHS, "transformer")
+BOUND_ARCHS = (*GSSM_ARCHS, "transformer")
 COUNT_BATCH = 2000  # uniform strings counted at once by construction_errors
 CONSTRUCTION_ROWS = 8  # copy_errors' batch through the construction
 CHECKPOINT_ROWS = 32  # checkpoint_errors' batch
@@ -286,7 +286,7 @@ def memory_estimate(settings: Settings, D: int, models: dict) -> int:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     paths = [c.path for c in checkpoints]
-    models, _, D = load_copy_models(paths, args.device, ARCHS)
+    models, _, D = load_copy_models(paths, args.device, BOUND_ARCHS)
     check(not models or D == args.D,
           f"the checkpoints' alphabet D={D} differs from --D {args.D}")
     settings = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "model_samples",

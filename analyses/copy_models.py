@@ -16,9 +16,8 @@ from analyses.common import export_of, is_pretrained, load_model
 from analyses.zoo import copy as zoo_copy
 from models.registry import HF_ARCHS
 from seqprobe.config import check, config_to_dict
-from tasks.copy import CopyTask, TokenCopyPrompts
+from tasks.copy import COPY_TASKS, CopyTask, TokenCopyPrompts
 
-COPY_TASKS = ("copy", "dup_ngram_copy")
 COPY_ARCHS = ("transformer", "mamba", "mamba2", "lstm", "stu")  # what the copy analyses open
 # ... and those that also run on pretrained LMs (copy prompts built from the tokenizer)
 COPY_OR_HF_ARCHS = (*COPY_ARCHS, *HF_ARCHS)

@@ -26,13 +26,12 @@ import torch
 from analyses.claims import Claim, Figure, Margin, Reading, Undecided
 from analyses.common import Checkpoint, load_model, need, run_analysis, to_jsonable
 from figures.style import COLORS, new_figure
-from probes.markov import evaluate_markov, markov_batch, markov_task_of
+from probes.markov import MAMBA2_ARCHS, evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import read_decay
 from seqprobe import flags
 from seqprobe.config import check
 
 NAME = "mamba_decay"
-ARCHS = ("mamba2", "mambazero")
 RECIPES = ("markov/mamba2", "switching_markov/mamba2")
 
 
@@ -51,7 +50,8 @@ def compute(models: list[tuple[str, object]], n_seqs: int = 64, seed: int = 0) -
     check(len(models) >= 1, "need at least one model")
     rows = []
     for label, model in models:
-        check(model.arch in ARCHS, f"mamba_decay needs Mamba-2 / MambaZero, got {model.arch!r}")
+        check(model.arch in MAMBA2_ARCHS,
+              f"mamba_decay needs Mamba-2 / MambaZero, got {model.arch!r}")
         task = markov_task_of(model)
         batch = markov_batch(task, n_seqs, seed)
         a = read_decay(model, batch.tokens)  # [layers, batch, pos, heads]
@@ -159,7 +159,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints)
-    models = [(c.label, load_model(c.path, archs=ARCHS, device=args.device))
+    models = [(c.label, load_model(c.path, archs=MAMBA2_ARCHS, device=args.device))
               for c in checkpoints]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]

@@ -38,14 +38,13 @@ from analyses.claims import Claim, Figure, Margin, Reading
 from analyses.common import Checkpoint, fmt, get, load_model, need, run_analysis, to_jsonable
 from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
-from probes.markov import evaluate_markov, markov_task_of
+from probes.markov import MARKOV_ARCHS, evaluate_markov, markov_task_of
 from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.sweep import Failed, backend_of
 
 NAME = "markov_ablations"
-ARCHS = ("mamba2", "mambazero", "transformer")
 QUICK_GROUPS = ("conv",)
 # Fig. 3a's three models; the full one is the checkpoint the other Markov analyses use
 CONV_GROUP = {"markov/mamba2": "mamba2", "markov_ablation/conv/no_conv": "mamba2 no conv",
@@ -202,7 +201,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
             print(f"{f['recipe']}: failed after {f['attempts']} attempt(s): {f['error']}")
     need(checkpoints)
     items = [(*LABELS.get(c.label, ("given", c.label)), c.path) for c in checkpoints]
-    models = [(g, label, load_model(path, archs=ARCHS, device=args.device))
+    models = [(g, label, load_model(path, archs=MARKOV_ARCHS, device=args.device))
               for g, label, path in items]
     result = compute(models, n_seqs=args.n_seqs, seed=args.seed)
     result["checkpoints"] = [path for *_, path in items]

@@ -40,13 +40,12 @@ from analyses.common import Checkpoint, fmt, load_model, run_analysis, to_jsonab
 from figures.style import COLORS, new_figure
 from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
-from probes.markov import markov_batch, markov_task_of
+from probes.markov import MAMBA2_ARCHS, markov_batch, markov_task_of
 from probes.ssm import READOUT_HOOK, collect_states, random_init_like
 from seqprobe import flags
 from seqprobe.config import check
 
 NAME = "state_probe"
-ARCHS = ("mamba2", "mambazero")
 
 
 def probe_layer(X: np.ndarray, Y: np.ndarray, Yc: np.ndarray, groups: np.ndarray,
@@ -88,7 +87,7 @@ def compute(model, n_seqs: int = 64, seed: int = 0, layers: list[int] | None = N
     twins (seeds seed+1, seed+2, …), on the data of the model's checkpoint task (or
     ``task_name`` / ``task_config``). ``random_init`` holds the first twin's full results,
     ``random_init_seeds`` the headline numbers of every twin."""
-    check(model.arch in ARCHS, f"state_probe needs a Mamba-2 / MambaZero model, got "
+    check(model.arch in MAMBA2_ARCHS, f"state_probe needs a Mamba-2 / MambaZero model, got "
           f"{model.arch!r}")
     check(n_seqs >= 4, f"n_seqs must be >= 4 (sequences are split into train/test), got {n_seqs}")
     check(max_rows >= 100 and n_buckets >= 1, "max_rows must be >= 100, n_buckets >= 1")
@@ -246,7 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     check(len(checkpoints) == 1,
           f"state_probe takes exactly one checkpoint (or --train quick), got {len(checkpoints)}")
-    model = load_model(checkpoints[0].path, archs=ARCHS, device=args.device)
+    model = load_model(checkpoints[0].path, archs=MAMBA2_ARCHS, device=args.device)
     result = compute(model, n_seqs=args.n_seqs, seed=args.seed, max_rows=args.max_rows,
                      n_buckets=args.buckets, alpha=args.alpha, control=not args.no_control)
     result["checkpoint"] = checkpoints[0].path
@@ -277,7 +276,7 @@ def claim_readout(d: dict) -> Reading:
     gives. Does not hold when a twin reads out as well as the trained model; not decided when
     the trained model is above every twin but within their range. (It was "every twin under
     half the trained one's", a cut-off picked here that the quick recipe's seeds fell on both
-    sides of: issue 38, README.)"""
+    sides of, so the verdict depended on the seed.)"""
     tr = d["trained"][0]
     trained = tr.get("readout_r2_mean", 0)
     twins = [s["readout_r2_mean"] for s in d.get("random_init_seeds", [])

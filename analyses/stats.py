@@ -1,4 +1,4 @@
-"""Claim statistics (issue 46): the tests and intervals the claim readers decide with, one
+"""Claim statistics: the tests and intervals the claim readers decide with, one
 place for all of them.
 
 Three rules, each a referee's objection to an earlier reading:
@@ -524,7 +524,7 @@ class Interval:
     method: str
     n: int
     unit: str
-    level: float
+    confidence: float
     lo: float | None = None
     hi: float | None = None
     refused: str | None = None
@@ -537,22 +537,22 @@ class Interval:
         if self.refused:
             return f"no interval ({self.refused})"
         sign = "+" if self.lo < 0 else ""  # signs where the interval spans them
-        return (f"{100 * self.level:.0f} % CI [{self.lo:{sign}.3g}, {self.hi:{sign}.3g}] "
+        return (f"{100 * self.confidence:.0f} % CI [{self.lo:{sign}.3g}, {self.hi:{sign}.3g}] "
                 f"({self.method}, {self.n} {self.unit}s)")
 
 
-def t_interval(values: Sequence[float], level: float = 0.95, unit: str = "seed") -> Interval:
+def t_interval(values: Sequence[float], confidence: float = 0.95, unit: str = "seed") -> Interval:
     """Two-sided Student-t interval of the mean over replicates (scipy.stats.t); refused
     for fewer than 2."""
     v = _values(values)
     n = len(v)
     method = "Student-t interval of the mean"
     if not np.all(np.isfinite(v)):
-        return Interval(method, n, unit, level, refused="a value is only a bound")
+        return Interval(method, n, unit, confidence, refused="a value is only a bound")
     if n < 2:
-        return Interval(method, n, unit, level, refused=f"{n} {unit}: no spread to read")
-    half = float(stats.t.ppf((1 + level) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
-    return Interval(method, n, unit, level, float(v.mean()) - half, float(v.mean()) + half)
+        return Interval(method, n, unit, confidence, refused=f"{n} {unit}: no spread to read")
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * v.std(ddof=1) / math.sqrt(n))
+    return Interval(method, n, unit, confidence, float(v.mean()) - half, float(v.mean()) + half)
 
 
 def distinct_resamples(n: int) -> int:
@@ -590,24 +590,24 @@ def distinct_means(values: Sequence[float], cap: int = 5000) -> int:
     return cap + 1 if d is None else len(d)
 
 
-def _tail_points(values: np.ndarray, level: float) -> int:
-    """The fewer, over the two (1 − level)/2 tails, of the distinct resample means lying in
+def _tail_points(values: np.ndarray, confidence: float) -> int:
+    """The fewer, over the two (1 − confidence)/2 tails, of the distinct resample means lying in
     the tail (exact distribution; plenty where the support is large)."""
     d = _resample_means(values, 5000)
     if d is None:
         return MIN_TAIL_RESAMPLES
     xs = sorted(d)
     cdf = np.cumsum([d[x] for x in xs])
-    tail = (1 - level) / 2
+    tail = (1 - confidence) / 2
     lo = int((cdf <= tail + 1e-12).sum())
     hi = int((1 - np.concatenate([[0.0], cdf[:-1]]) <= tail + 1e-12).sum())
     return min(lo, hi)
 
 
-def bootstrap_interval(values: Sequence[float], level: float = 0.95, draws: int = 10_000,
+def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, draws: int = 10_000,
                        seed: int = 0, unit: str = "seed") -> Interval:
     """Percentile bootstrap interval of the mean over replicates (scipy.stats.bootstrap,
-    seeded). Refused where a (1 − level)/2 tail of the resample means' exact distribution
+    seeded). Refused where a (1 − confidence)/2 tail of the resample means' exact distribution
     holds fewer than :data:`MIN_TAIL_RESAMPLES` distinct values (distinct means, not
     multisets): 3 seeds have 10 means and none inside a 2.5 % tail; [0, 0, 0, 1, 1, 1] has
     462 multisets but 7 means, one in each tail."""
@@ -615,20 +615,20 @@ def bootstrap_interval(values: Sequence[float], level: float = 0.95, draws: int 
     n = len(v)
     method = "percentile bootstrap of the mean"
     if not np.all(np.isfinite(v)):
-        return Interval(method, n, unit, level, refused="a value is only a bound")
-    inside = _tail_points(v, level) if n else 0
+        return Interval(method, n, unit, confidence, refused="a value is only a bound")
+    inside = _tail_points(v, confidence) if n else 0
     if inside < MIN_TAIL_RESAMPLES:
-        need = math.ceil(MIN_TAIL_RESAMPLES / ((1 - level) / 2))
+        need = math.ceil(MIN_TAIL_RESAMPLES / ((1 - confidence) / 2))
         more = next((m for m in range(max(n, 1), 64) if distinct_resamples(m) >= need), 64)
-        return Interval(method, n, unit, level, refused=(
+        return Interval(method, n, unit, confidence, refused=(
             f"{n} {unit}s{_nan_note(_nan_count(values), unit)} give {distinct_means(v)} "
-            f"distinct resample means, {inside} in a {100 * (1 - level) / 2:g} % tail; a "
+            f"distinct resample means, {inside} in a {100 * (1 - confidence) / 2:g} % tail; a "
             f"percentile interval needs {MIN_TAIL_RESAMPLES} there: "
             + (f"{more} {unit}s with distinct values would" if n < more
                else "the values are too few distinct ones")))
-    r = stats.bootstrap((v,), np.mean, confidence_level=level, n_resamples=draws,
+    r = stats.bootstrap((v,), np.mean, confidence_level=confidence, n_resamples=draws,
                         method="percentile", rng=np.random.default_rng(seed))
-    return Interval(method, n, unit, level, float(r.confidence_interval.low),
+    return Interval(method, n, unit, confidence, float(r.confidence_interval.low),
                     float(r.confidence_interval.high))
 
 
@@ -740,14 +740,14 @@ def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_0
                          + _nan_note(nan, unit), design_rank(x, y, alpha.value), **extra)
 
 
-def rate_interval(k: int, n: int, level: float = 0.95, unit: str = "seed") -> Interval:
+def rate_interval(k: int, n: int, confidence: float = 0.95, unit: str = "seed") -> Interval:
     """Clopper-Pearson (exact) interval of the rate of replicates that show something, from
     ``k`` of ``n`` (scipy.stats.binomtest): what "occasionally" can be, given n seeds."""
     method = "Clopper-Pearson interval of the rate"
     if n < 1:
-        return Interval(method, n, unit, level, refused=f"no {unit}")
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
-    return Interval(method, n, unit, level, float(ci.low), float(ci.high))
+        return Interval(method, n, unit, confidence, refused=f"no {unit}")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return Interval(method, n, unit, confidence, float(ci.low), float(ci.high))
 
 
 def seeds_needed(values: Sequence[float], threshold: float, relation: str = ">",

@@ -1,4 +1,5 @@
-"""Sweeps as ensembles (issue 45): the runs of a sweep trained one after another (each its own
+"""Sweeps as ensembles (does training a sweep as one batched model pay off?): the runs of a
+sweep trained one after another (each its own
 ``models.train.loop.train``) against the same runs as one ensemble
 (``models.train.ensemble.train_ensemble``), on the zoo's quick recipes:
 

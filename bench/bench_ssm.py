@@ -1,7 +1,7 @@
-"""State-space model benchmarks (issue 3): our Mamba-2 against HF ``Mamba2ForCausalLM``'s torch
-path at the same size, the chunked SSD path against the plain recurrence at T = 512, the same
-for Mamba-1 (parallel scan vs loop, and vs HF ``MambaForCausalLM``) and the LSTM (fused vs
-loop), plus peak memory of each pair.
+"""State-space model benchmarks (is our pure-torch SSM fast enough to train on?): our Mamba-2
+against HF ``Mamba2ForCausalLM``'s torch path at the same size, the chunked SSD path against the
+plain recurrence at T = 512, the same for Mamba-1 (parallel scan vs loop, and vs HF
+``MambaForCausalLM``) and the LSTM (fused vs loop), plus peak memory of each pair.
 
     python -m bench.bench_ssm            # writes bench/results_ssm.json
 

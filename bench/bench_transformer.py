@@ -1,8 +1,8 @@
-"""Transformer benchmarks (issue: foundation; issue 20 item 4): training-step time of the quick
-copy transformer against ``transformers.GPTNeoXForCausalLM`` of the same size (built from a
-config, no download), on the SDPA path training takes and on the explicit path (the one hooks
-on the scores / pattern force), their peak memory, and the cost of ``run_with_cache`` over a
-plain forward pass. The machine's load average is recorded beside the times.
+"""Transformer benchmarks (is our hooked transformer as fast as HF's?): training-step time of the
+quick copy transformer against ``transformers.GPTNeoXForCausalLM`` of the same size (built from a
+config, no download), on the SDPA path training takes and on the explicit path (the one hooks on the
+scores / pattern force), their peak memory, and the cost of ``run_with_cache`` over a plain forward
+pass. The machine's load average is recorded beside the times.
 
     python -m bench.bench_transformer        # writes bench/results_transformer.json
 """

@@ -1,4 +1,5 @@
-"""The GPU check, one command (issue 35): ``python -m bench.gpu_check`` -> one JSON.
+"""The GPU check, one command (a lent GPU is short: everything it must show, in one call):
+``python -m bench.gpu_check`` -> one JSON.
 
 Three stages, in this order, each given what is left of ``--budget-s`` (a stage that runs past
 it is recorded as timed out). The JSON is written after every stage and every model, so a

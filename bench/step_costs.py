@@ -48,7 +48,7 @@ from seqprobe.errors import InputError
 from seqprobe.sweep import ProcessFailed, run_fresh
 
 WARM_STEPS = 1  # the first step pays one-off allocations and lazy imports: not timed
-LEVELS = ("quick", "medium", "paper")
+COSTED_LEVELS = ("quick", "medium", "paper")  # the levels whose step costs are measured
 
 
 class _Clock(Callback):
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.step_costs", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     level = p.add_mutually_exclusive_group()
-    for lv in LEVELS:
+    for lv in COSTED_LEVELS:
         level.add_argument(f"--{lv}", dest="level", action="store_const", const=lv)
     p.add_argument("recipes", nargs="*", help="default: every zoo recipe at the level")
     p.add_argument("--steps", type=flags.flag("--steps"), default=5, help="timed steps per row")

@@ -27,8 +27,8 @@ The model object (what a researcher holds in IPython):
 * ``model.task`` (the task object it was trained on, None when built in code), ``model.config``
   (the model config dataclass, TransformerLens' ``cfg``), ``model.train_config``
   (:class:`~models.train_config.TrainConfig` or None) and ``model.provenance``
-  (:class:`Provenance`: source file, training record, history). Issue 28's ``RunConfig{model,
-  task, train}`` is these three configs until that class exists.
+  (:class:`Provenance`: source file, training record, history): the three sections of a
+  :class:`~models.train.runconfig.RunConfig`.
 * ``model.save(path)``: the one checkpoint format, written atomically
   (:func:`models.checkpoint.write.save_checkpoint`), which ``models.load`` reads back.
 

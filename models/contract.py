@@ -18,7 +18,7 @@ Shapes = dict[str, tuple[int, ...]]
 
 
 class ModelContract:
-    arch: ClassVar[str] = ""  # the name in models.registry (found by discovery)
+    arch: ClassVar[str] = ""  # its row's name in [archs] of seqprobe/registry.toml
     config_cls: ClassVar[type] = object
     scans: ClassVar[tuple[str, ...]] = ()  # the paths set_scan accepts; () = one path only
     fast_scans: ClassVar[tuple[str, ...]] = ()  # paths tested against "plain" (CPU ones)

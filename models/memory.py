@@ -1,4 +1,5 @@
-"""What running a suite model costs in memory, estimated before it runs (issue 39 item 5).
+"""What running a suite model costs in memory, estimated before it runs (so a run too big for
+the machine is refused before it allocates).
 
 :func:`forward_bytes` runs the model on the meta device (shapes, no memory) at three short
 lengths and fits what its hooks hold as ``a + b·T + c·T²`` per row — the constant (per-row

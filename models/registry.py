@@ -1,22 +1,18 @@
-"""Architecture name -> model class: every SuiteModel subclass in models/ and models/ssm/ that
-sets ``arch`` (a new architecture is one new file), found on first use of :data:`ARCHS`. An
-optional fast path such as mamba-ssm is imported by its model only when a forward pass asks
-for it, so finding the classes never needs it."""
+"""Architecture name -> model class: the ``[archs]`` table of seqprobe/registry.toml (a new
+architecture is its file and one row there), read as :data:`ARCHS`. Listing or checking a
+name imports no model; :func:`model_class` imports the one asked for. An optional fast path
+such as mamba-ssm is imported by its model only when a forward pass asks for it."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
 from seqprobe.config import config_from_dict
-from seqprobe.discovery import Discovered
 from seqprobe.errors import InputError
+from seqprobe.registry import Registered, resolve
 
 # name: "module:Class". Each class is a SuiteModel with ``arch`` and ``config_cls``.
-ARCHS: Mapping[str, str] = Discovered(
-    ("models", "models.ssm"), lambda: importlib.import_module("models.base").SuiteModel, "arch",
-    skip=("registry", "base", "layers", "outputs", "text", "generation", "loading",
-          "constructions", "memory", "tokenizer"))
+ARCHS: Mapping[str, str] = Registered("archs")
 
 # The arch names models.hf gives HuggingFace causal LMs booted through TransformerBridge:
 # attention, Mamba, Mamba-2, hybrid. Never a suite arch name, so an analysis that reads a suite
@@ -31,8 +27,7 @@ class ArchError(InputError):
 def model_class(arch: str):
     if arch not in ARCHS:
         raise ArchError(f"unknown arch {arch!r}; allowed: {', '.join(sorted(ARCHS))}")
-    module, name = ARCHS[arch].split(":")
-    return getattr(importlib.import_module(module), name)
+    return resolve(ARCHS[arch])
 
 
 def build_model(arch: str, config: dict | object):

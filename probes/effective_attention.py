@@ -75,11 +75,11 @@ from probes.effective_matrix import (
     s6_effective_attention,
     ssd_effective_attention,
 )
+from probes.ssm_patching import SSM_ARCHS
 from seqprobe.config import check
 from seqprobe.errors import InputError
 
 READS = ("hook_x", "hook_B", "hook_C", "hook_ssm_dt")  # what effective attention reads
-SSM_ARCHS = ("mamba2", "mamba")  # suite models whose mixers have an effective attention
 KINDS = ("attention", "ssd", "s6")  # transformer heads, Mamba-2 heads, Mamba channels
 
 __all__ = ["BRIDGE_READS", "KINDS", "KIND_OF", "READS", "SSM_ARCHS", "ablated_heads",

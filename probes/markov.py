@@ -42,6 +42,9 @@ from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
 
 MARKOV_TASKS = ("markov", "switching_markov", "markov_holdout")
+# the Markov paper's Mamba-2 and its simplification MambaZero (§4.1), whose mixer probes.ssm reads
+MAMBA2_ARCHS = ("mamba2", "mambazero")
+MARKOV_ARCHS = (*MAMBA2_ARCHS, "transformer")  # the archs the Markov paper trains and compares
 TABLE_T = (1, 50, 100, 300)  # Table 2's t (tokens seen)
 
 

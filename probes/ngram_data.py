@@ -19,12 +19,11 @@ import torch
 
 from seqprobe.config import check
 from tasks.base import PromptBatch, make_generator
-from tasks.copy import CopyConfig, CopyTask
+from tasks.copy import COPY_TASKS, CopyConfig, CopyTask
 from tasks.induction import InductionConfig, InductionHeadsTask
 from tasks.registry import make_task
 
 DATA = ("auto", "repeat", "task", "text")  # which probe examples (see :func:`data_name`)
-COPY_TASKS = ("copy", "dup_ngram_copy")
 # a pretrained LM: tokens per repeated segment (a few n-grams' worth, short enough for a CPU)
 HF_LENGTHS = (10, 20, 40)
 # the default lengths of a task without a max_len of its own

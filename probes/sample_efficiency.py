@@ -1,8 +1,9 @@
 """Samples to a copy accuracy, read from the evaluation history a trained model's checkpoint
-stores (copy paper §3.2, Figs. 1a, 9): when a run first reaches a level, and, over seeds,
-learning rates and string lengths, which lr represents a model and how many times the samples
-of the fastest transformer each GSSM needs. Plain data in, plain data out: the analysis
-``analyses.copy_efficiency`` reads the checkpoints and writes the result.
+stores (copy paper §3.2, Figs. 1a, 9): when a run first reaches an accuracy threshold
+(:data:`THRESHOLDS`), and, over seeds, learning rates and string lengths, which lr represents
+a model and how many times the samples of the fastest transformer each GSSM needs. Plain data
+in, plain data out: the analysis ``analyses.copy_efficiency`` reads the checkpoints and writes
+the result.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ import numpy as np
 
 GSSMS = ("mamba", "mamba2", "lstm")
 TRANSFORMERS = ("hard_alibi", "rope", "nope", "alibi")
-LEVELS = (0.5, 0.9)
+THRESHOLDS = (0.5, 0.9)  # string accuracies a run's samples are counted to
 
 
-def samples_to_reach(history: list[dict], key: str, level: float) -> int | None:
-    """First ``samples_seen`` whose ``key`` accuracy is >= level (None if never)."""
+def samples_to_reach(history: list[dict], key: str, threshold: float) -> int | None:
+    """First ``samples_seen`` whose ``key`` accuracy is >= threshold (None if never)."""
     for h in history:
-        if h.get(key) is not None and h[key] >= level:
+        if h.get(key) is not None and h[key] >= threshold:
             return int(h["samples_seen"])
     return None
 
 
 def reach_summary(values: list[int | None]) -> dict:
-    """Samples to a level over seeds (None: that seed never got there): mean ± sd of those
+    """Samples to a threshold over seeds (None: that seed never got there): mean ± sd of those
     that did, min, max and how many did."""
     got = [v for v in values if v is not None]
     return {"per_seed": values, "reached": len(got), "seeds": len(values),
@@ -68,11 +69,11 @@ def history_rows(history: list[dict], L: int) -> list[dict]:
 
 
 def reaches(rows: list[dict]) -> dict:
-    """Samples to each of :data:`LEVELS` of string accuracy over the training distribution
+    """Samples to each of :data:`THRESHOLDS` of string accuracy over the training distribution
     (``dist_string_*``) and at exactly L (``exact_string_*``; None when a record lacks it)."""
     exact = bool(rows) and all(r["string_acc_at_L"] is not None for r in rows)
     out = {}
-    for lv in LEVELS:
+    for lv in THRESHOLDS:
         out[f"dist_string_{lv}"] = samples_to_reach(rows, "string_acc", lv)
         out[f"exact_string_{lv}"] = samples_to_reach(rows, "string_acc_at_L", lv) if exact else None
     out["exact"] = exact
@@ -106,7 +107,7 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
     grids) and whether the chosen lr is at an end of them (:func:`lr_edge`)."""
     by_length: dict[int, dict] = {}
     flat = []
-    key = f"string_{LEVELS[-1]}"
+    key = f"string_{THRESHOLDS[-1]}"
     for r in sorted(runs, key=lambda r: (r["length"], r["label"], r.get("lr") or 0, r["seed"])):
         rows = history_rows(r["history"], int(r["length"]))
         flat.append({"label": r["label"], "length": int(r["length"]), "seed": int(r["seed"]),
@@ -120,7 +121,7 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
         exact = all([f.pop("exact") for f in at])  # one score for every run at L, never mixed
         for f in at:
             f.update({f"string_{lv}": f[f"{'exact' if exact else 'dist'}_string_{lv}"]
-                      for lv in LEVELS})
+                      for lv in THRESHOLDS})
         models, sweep, chosen, grids = {}, {}, {}, {}
         for label in dict.fromkeys(f["label"] for f in at):
             mine = [f for f in at if f["label"] == label]
@@ -134,7 +135,7 @@ def medium_by_length(runs: list[dict], grid=None) -> tuple[list[dict], dict[int,
                                     "seen": [f["samples_seen"] for f in fs],
                                     **{f"{kind}string_{lv}":
                                        reach_summary([f[f"{kind}string_{lv}"] for f in fs])
-                                       for lv in LEVELS for kind in ("", "dist_")}}
+                                       for lv in THRESHOLDS for kind in ("", "dist_")}}
             lr = best_lr({k: v[key] for k, v in sweep[label].items()})
             chosen[label] = lr
             lrs = [lr_value(k) for k in sweep[label] if k != "-"]
@@ -236,7 +237,7 @@ def gap_is_clear(gssm: str, length: int) -> bool:
     return gap is None or gap > CLEAR_GAP * (1 + 1e-9)
 
 
-def mean_interval(values: list[float], level: float = 0.95, draws: int = 10_000,
+def mean_interval(values: list[float], confidence: float = 0.95, draws: int = 10_000,
                   seed: int = 0, exact_max: int = 6) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (resampled with replacement):
     every one of the n^n resamples when n <= ``exact_max`` (exact, no seed), else ``draws``
@@ -250,6 +251,6 @@ def mean_interval(values: list[float], level: float = 0.95, draws: int = 10_000,
     else:
         idx = np.random.default_rng(seed).integers(0, n, size=(draws, n))
     means = v[idx].mean(axis=1)  # [resample]
-    a = (1 - level) / 2
+    a = (1 - confidence) / 2
     lo, hi = np.quantile(means, [a, 1 - a])
     return float(lo), float(hi)

@@ -1,4 +1,5 @@
-"""Memory a command may take, checked before it starts (issue 39 item 5).
+"""Memory a command may take, checked before it starts (so an impossible one fails in a line,
+not in the allocator minutes in).
 
 Per-flag bounds (:mod:`seqprobe.flags`) keep each number sane, but a product of in-range numbers
 can still ask for more than the machine holds (a hash-copy construction for n = 64 is a

@@ -21,6 +21,7 @@ from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
 from tasks.base import IGNORE, LetterTask, PromptBatch, Vocab
 
 COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
+COPY_TASKS = ("copy", "dup_ngram_copy")  # the names of this module's two tasks
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,20 @@
-"""Task name -> task class: every :class:`~tasks.base.Task` subclass in tasks/ that sets
-``name``, found (imported) on first use. The interface itself is in :mod:`tasks.base`, below
-this module, so the task modules never import the registry that finds them."""
+"""Task name -> task class: the ``[tasks]`` table of seqprobe/registry.toml (a new task is its
+file and one row there), read as :data:`TASKS`; :func:`task_class` imports the one asked for.
+The interface itself is in :mod:`tasks.base`, below this module, so the task modules never
+import the registry that names them."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
 from seqprobe.config import config_from_dict
-from seqprobe.discovery import Discovered
 from seqprobe.errors import InputError
+from seqprobe.registry import Registered, resolve
 from tasks.base import LetterTask, Task, check_packable, packed_batch
 
-# Every Task subclass in tasks/ that sets ``name``: a new task is one new file.
-TASKS: Mapping[str, str] = Discovered(("tasks",), lambda: Task, "name",
-                                      skip=("registry", "base", "prompts"))
+# name: "module:Class". Each class is a Task with that ``name`` and a ``config_cls``.
+TASKS: Mapping[str, str] = Registered("tasks")
 
 # Task, LetterTask, check_packable and packed_batch are tasks.base's, re-exported where callers
 # have imported them from (a re-export from below closes no circle)
@@ -26,8 +25,7 @@ __all__ = ["TASKS", "LetterTask", "Task", "check_packable", "make_task", "packed
 def task_class(name: str):
     if name not in TASKS:
         raise InputError(f"unknown task {name!r}; allowed: {', '.join(sorted(TASKS))}")
-    module, cls = TASKS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(TASKS[name])
 
 
 def make_task(name: str, config: dict[str, Any] | None = None, **overrides: Any) -> Task:

@@ -9,8 +9,8 @@ Hidden links added (:func:`hidden_edges`):
   where the result is read as ``.ATTR`` (or ``getattr(..., "ATTR")``) the modules that define
   ``ATTR``; the modules the enclosing function filters out (``name not in SKIP``, ``ispkg``,
   ``startswith("_")``) are left out, as they are at run time;
-- ``Discovered(("pkg", ...), ..., skip=(...))`` (:mod:`seqprobe.discovery`): every module of
-  those packages it imports on first use;
+- ``Registered("SECTION")`` / ``table("SECTION")`` (:mod:`seqprobe.registry`): every module
+  that table of seqprobe/registry.toml names (the reader imports them by name later);
 - a string constant that is a suite module's dotted name, or ``"module:attr"`` (a table of
   module paths read by ``importlib`` later), in code (docstrings are prose, not tables);
 - ``[project.entry-points."GROUP"]`` of pyproject.toml: the module that reads ``GROUP``
@@ -41,6 +41,8 @@ PACKAGES = ("seqprobe", "tasks", "models", "probes", "analyses", "figures", "ben
 RANK = {"seqprobe": 0, "figures": 0.5, "tasks": 1, "models": 2, "probes": 3, "analyses": 4,
         "bench": 5}
 IMPORTERS = {"import_module", "__import__"}
+READERS = {"Registered", "table"}  # seqprobe.registry's readers of one table
+REGISTRY = Path("seqprobe") / "registry.toml"
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,9 @@ class _Scan:
     """The hidden links of one module (:func:`hidden_edges`)."""
 
     def __init__(self, name: str, where: str, trees: dict[str, ast.Module],
-                 groups: dict[str, list[str]]):
+                 groups: dict[str, list[str]], tables: dict[str, list[str]]):
         self.name, self.where, self.trees, self.groups = name, where, trees, groups
+        self.tables = tables
         self.tree = trees[name]
         self.edges: list[Edge] = []
         self.consts = {t.id: _strings(n.value, {}) for n in self.tree.body
@@ -142,15 +145,10 @@ class _Scan:
                 self.add(first.value, node, "importlib")
             elif isinstance(first, ast.JoinedStr):
                 self.dynamic(node, first)
-        elif fname == "Discovered" and first is not None:
-            skip = next((_strings(k.value, self.consts) for k in node.keywords
-                         if k.arg == "skip"), ())
-            for package in _strings(first, self.consts):
-                self.add(package, node, "discovery")
-                for m in _children(package, self.trees):
-                    leaf = m.rpartition(".")[2]
-                    if not self.is_package(m) and not leaf.startswith("_") and leaf not in skip:
-                        self.add(m, node, "discovery")
+        elif fname in READERS and first is not None:
+            for section in _strings(first, self.consts):
+                for target in self.tables.get(section, []):
+                    self.add(target, node, f"registry table [{section}]")
         elif fname == "entry_points":
             for k in node.keywords:
                 for group in (_strings(k.value, self.consts) if k.arg == "group" else ()):
@@ -195,6 +193,13 @@ def entry_point_groups(pyproject: Path) -> dict[str, list[str]]:
             for g, entries in groups.items()}
 
 
+def registry_tables(path: Path) -> dict[str, list[str]]:
+    """seqprobe/registry.toml's tables -> the modules each names (``"module:attr"`` rows)."""
+    doc = tomllib.loads(path.read_text()) if path.is_file() else {}
+    return {section: [v.partition(":")[0].strip() for v in rows.values() if isinstance(v, str)]
+            for section, rows in doc.items() if isinstance(rows, dict)}
+
+
 def hidden_edges(root: Path = ROOT, packages: Iterable[str] = PACKAGES,
                  pyproject: Path | None = None) -> list[Edge]:
     """The links between suite modules that no ``import`` statement states."""
@@ -202,9 +207,10 @@ def hidden_edges(root: Path = ROOT, packages: Iterable[str] = PACKAGES,
     trees = {m: ast.parse(f.read_text(), str(f)) for m, f in files.items()}
     pyproject = root / "pyproject.toml" if pyproject is None else pyproject
     groups = entry_point_groups(pyproject) if pyproject.is_file() else {}
+    tables = registry_tables(root / REGISTRY)
     out: list[Edge] = []
     for m, f in files.items():
-        out += _Scan(m, str(f.relative_to(root)), trees, groups).run()
+        out += _Scan(m, str(f.relative_to(root)), trees, groups, tables).run()
     return out
 
 

@@ -4,18 +4,18 @@ The toy (tests/toy_paper.py) brings a new architecture (``echo``: its own config
 numeric field no other has, ``decay``, and its contract), a new task (``toy_echo``, whose
 length field is ``span``), a probe, its zoo module (level rows and a recipe at quick and
 medium), an analysis with two claims and its scale sentences, and its readers' tests; the one
-edit to an existing file is its name in ``PLAN``. They are written into a copy of this
-repository (its ``git ls-files``, as they are on disk), where everything runs in fresh
-processes with the copy as the working directory: the suite's discovery finds the toy as it
-finds a real paper, and nothing is registered or put back by hand.
+edit to an existing file is its five rows in seqprobe/registry.toml. They are written into a
+copy of this repository (its ``git ls-files``, as they are on disk), where everything runs in
+fresh processes with the copy as the working directory: the suite's registry reads the toy as
+it reads a real paper, and nothing is patched or put back by hand.
 
 Then, in the copy: it is found (the registries), planned and costed (``python -m
 analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
 quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
 and every suite-wide check runs with it there: the flag-bound table, the model contract, the
-hand-kept lists (PLAN, recipe levels, independence), the claim-margin check, the plan-wide
-reproduce checks (main, claims, recipes, scale line), the recipe hashes and the layer checks
-(lint-imports, cycles, hidden links).
+hand-kept lists (the registry's tables, recipe levels, independence), the claim-margin check,
+the plan-wide reproduce checks (main, claims, recipes, scale line), the recipe hashes and the
+layer checks (lint-imports, cycles, hidden links).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests import toy_paper
 from tests.toy_paper import ARCH, NAME, RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_FILES = 7  # issue 49's done-when: 5 new files, PLAN, and the paper's tests
+MAX_FILES = 7  # 5 new files, the registry's rows, and the paper's tests
 
 # The suite-wide checks run in the copy with the toy in it (test ids, pytest -k below)
 SUITE_CHECKS = ("tests/test_flag_table.py", "tests/test_model_contract.py",
@@ -112,8 +112,8 @@ def toy(tmp_path_factory):
     before = _tree(repo)
     for rel, text in toy_paper.sources().items():
         (repo / rel).write_text(text)
-    plan = repo / toy_paper.PLAN_FILE
-    plan.write_text(toy_paper.add_to_plan(plan.read_text()))
+    tables = repo / toy_paper.REGISTRY_FILE
+    tables.write_text(toy_paper.register(tables.read_text()))
     after = _tree(repo)
     touched = sorted(p for p in after if before.get(p) != after[p])
     env = _env(repo)
@@ -129,7 +129,7 @@ def toy(tmp_path_factory):
 
 
 def test_the_toy_touches_at_most_seven_files(toy):
-    assert toy["touched"] == sorted([*toy_paper.FILES, toy_paper.PLAN_FILE])
+    assert toy["touched"] == sorted([*toy_paper.FILES, toy_paper.REGISTRY_FILE])
     assert len(toy["touched"]) <= MAX_FILES, toy["touched"]
 
 
@@ -145,7 +145,7 @@ def test_the_toy_is_found_planned_costed_trained_and_read_into_the_index(toy):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
     found_line = next(s for s in run.stdout.splitlines() if s.startswith("FOUND "))
     found = json.loads(found_line.removeprefix("FOUND "))
-    # found: discovery reads the new files
+    # found: the registry names the new files
     assert found["arch"] == f"models.{ARCH}:EchoLM" and found["task"] == f"tasks.{NAME}:EchoTask"
     assert found["levels"] == ["quick", "medium"] and found["medium_model"]["decay"] == 0.8
     assert found["flops"] > 0  # the class's own FLOPs per token

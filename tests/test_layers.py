@@ -1,7 +1,7 @@
 """The architecture holds: layers only point down, nothing imports in a circle, and every
 module imports on its own (no import-order dependence). The layer and cycle checks read the
 graph as it runs (:mod:`tests.import_graph`): import statements plus the links ``lint-imports``
-cannot see (importlib, tables of module paths, registry discovery, entry points)."""
+cannot see (importlib, tables of module paths, the registry's tables, entry points)."""
 
 import importlib
 import pkgutil
@@ -185,8 +185,8 @@ def test_packages_import(pkg):
 
 
 # ------------------------------------------------------------------ links the linter cannot see
-# The discovery registries import every module of their package on first use. The modules they
-# find import only what sits below the registry (tasks.base; the checkpoint writer and
+# The registries import the modules their table in seqprobe/registry.toml names, on use. Those
+# modules import only what sits below the registry (tasks.base; the checkpoint writer and
 # models.tokenizer, not the checkpoint reader or models.hf), so no link closes a circle.
 
 
@@ -208,19 +208,21 @@ def test_no_link_points_up_counting_importlib_tables_and_entry_points(suite_edge
 
 def test_no_cycle_counting_hidden_links(suite_edges):
     """No module reaches itself through import statements (in a function or not), package
-    ``__init__``s, importlib, module-path tables, registry discovery or entry points."""
+    ``__init__``s, importlib, module-path tables, the registry's tables or entry points."""
     graph = ig.run_graph(suite_edges, grimp.build_graph(*PACKAGES, cache_dir=None).modules)
     comps = ig.cycles(graph)
     assert not comps, _cycle_report(graph, comps)
 
 
 def test_the_registries_are_in_the_graph_they_are_checked_in(suite_edges):
-    """The cycle check above sees discovery: each registry links to the modules it finds (a
-    checker that lost them would pass on any registry cycle)."""
-    found = {(e.importer, e.imported) for e in suite_edges if e.how == "discovery"}
+    """The cycle check above sees the registry's tables: each reader links to the modules its
+    table names (a checker that lost them would pass on any registry cycle)."""
+    found = {(e.importer, e.imported) for e in suite_edges if e.how.startswith("registry")}
     assert ("tasks.registry", "tasks.copy") in found
     assert ("models.registry", "models.transformer") in found
     assert ("models.registry", "models.ssm.mamba") in found
+    assert ("analyses.zoo.recipes", "analyses.zoo.copy") in found
+    assert ("analyses.reproduce.plan", "analyses.mamba_decay") in found
 
 
 def _crafted(tmp_path, monkeypatch, files: dict[str, str], pyproject: str = "") -> list:
@@ -257,19 +259,26 @@ def test_the_checker_sees_each_kind_of_hidden_upward_link(tmp_path, monkeypatch)
                   ("low.plugins", "high.d", "low/plugins.py:6")}
 
 
-def test_the_checker_sees_a_cycle_hidden_in_a_discovery_registry(tmp_path, monkeypatch):
-    """``reg`` finds the classes of its package (as :mod:`seqprobe.discovery` does), whose
-    modules import ``reg`` for their base class: no import statement closes the circle."""
+def test_the_checker_sees_a_cycle_hidden_in_a_registry_table(tmp_path, monkeypatch):
+    """``reg`` reads a table of seqprobe/registry.toml (as :mod:`seqprobe.registry` does)
+    naming a module that imports ``reg`` for its base class: no import statement closes the
+    circle; a module the table does not name is not linked."""
+    (tmp_path / "seqprobe").mkdir()
+    (tmp_path / "seqprobe" / "registry.toml").write_text(
+        '[tasks]\none = "low.one:One"\n[archs]\nhigh = "high.a:A"\n')
     edges = _crafted(tmp_path, monkeypatch, {
         "low/__init__.py": "",
-        "low/reg.py": "from seqprobe.discovery import Discovered\n"
-                      "T = Discovered(('low',), lambda: Base, 'name', skip=('reg', 'util'))\n"
+        "low/reg.py": "from seqprobe.registry import Registered\n"
+                      "T = Registered('tasks')\n"
                       "class Base:\n    pass\n",
         "low/one.py": "from low.reg import Base\n",
         "low/util.py": "from low.reg import Base\n",
-        "high/__init__.py": "",
+        "low/up.py": "from seqprobe.registry import table\nA = table('archs')\n",
+        "high/__init__.py": "", "high/a.py": "",
     })
     graph = ig.run_graph(edges, {e.importer for e in edges} | {e.imported for e in edges})
-    assert ig.cycles(graph) == [["low.one", "low.reg"]]  # util is skipped, as at run time
+    assert ig.cycles(graph) == [["low.one", "low.reg"]]  # util is named nowhere
     found = {str(e) for e in ig.cycle_edges(graph, ["low.one", "low.reg"])}
-    assert "low.reg -> low.one (discovery, low/reg.py:2)" in found
+    assert "low.reg -> low.one (registry table [tasks], low/reg.py:2)" in found
+    up = {(e.importer, e.imported) for e in ig.upward(edges)}
+    assert up == {("low.up", "high.a")}  # a table read below the layer it names

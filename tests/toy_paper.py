@@ -3,11 +3,11 @@
 config class with a numeric field of its own, ``decay``), a new task (``toy_echo``, whose
 length field is ``span``), a probe, the paper's zoo module (its level rows and its recipe at
 quick and medium), its analysis (a FIGURE with two claims and its scale sentences) and the
-tests of its claim readers. The one edit to an existing file, the name in ``PLAN``, is
-:func:`add_to_plan`.
+tests of its claim readers. The one edit to an existing file, a row in each table of
+seqprobe/registry.toml (its arch, task, probe, paper and analysis), is :func:`register`.
 
 Kept as text here, not as files under tests/: written into a copy of the repository, where the
-suite's own discovery finds them as it finds a real paper's files (nothing registered by hand).
+suite's own registry reads them as it reads a real paper's rows (nothing patched at run time).
 """
 
 from __future__ import annotations
@@ -307,14 +307,24 @@ FILES: dict[str, str] = {
     f"analyses/{NAME}.py": ANALYSIS,
     f"tests/test_{NAME}.py": TESTS,
 }
-PLAN_FILE = "analyses/reproduce/plan.py"
+REGISTRY_FILE = "seqprobe/registry.toml"
+# table -> the toy's row in it
+ROWS: dict[str, str] = {
+    "archs": f'{ARCH} = "models.{ARCH}:EchoLM"',
+    "tasks": f'{NAME} = "tasks.{NAME}:EchoTask"',
+    "probes": f'{NAME} = "probes.{NAME}"',
+    "papers": f'{NAME} = "analyses.zoo.{NAME}"',
+    "analyses": f'{NAME} = "analyses.{NAME}"',  # first: the reproduce plan's order
+}
 
 
-def add_to_plan(text: str) -> str:
-    """``analyses/reproduce/plan.py``'s text with the toy's name first in ``PLAN``."""
-    head = re.search(r"^PLAN: tuple\[str, \.\.\.\] = \(\n", text, re.M)
-    assert head, f"no PLAN tuple in {PLAN_FILE}"
-    return f'{text[:head.end()]}    "{NAME}",\n{text[head.end():]}'
+def register(text: str) -> str:
+    """``seqprobe/registry.toml``'s text with the toy's row first in each of its tables."""
+    for table, row in ROWS.items():
+        head = re.search(rf"^\[{table}\]\n", text, re.M)
+        assert head, f"no [{table}] table in {REGISTRY_FILE}"
+        text = f"{text[:head.end()]}{row}\n{text[head.end():]}"
+    return text
 
 
 def sources() -> dict[str, str]:

@@ -29,10 +29,11 @@ the ratio of its samples to the fastest transformer's (ratio of the means, and t
 ratios, seeds paired; each seed's log ratio with whether it is a bound), and each seed's slope
 of its log ratio on log L, where the paper finds the gap grows (Fig. 9b vs 1a; ``slopes``).
 
-``--large`` (``--train large``; issue 36 §2): the same at L <= 10, 20, 30 over 26 letters in
-packed contexts, models matched at ~1M parameters (``zoo_copy.COPY_LARGE_SETTING``): a sweep of four
-lrs at seed 0 (the zoo's ``copy_large/*`` recipes the plan trains), then each model's best lr of
-it at the other seeds, trained here side by side (:func:`compute_large`, ``--jobs``).
+``--large`` (``--train large``; the smallest settings that decide the claim): the same at
+L <= 10, 20, 30 over 26 letters in packed contexts, models matched at ~1M parameters
+(``zoo_copy.COPY_LARGE_SETTING``): a sweep of four lrs at seed 0 (the zoo's ``copy_large/*``
+recipes the plan trains), then each model's best lr of it at the other seeds, trained here side
+by side (:func:`compute_large`, ``--jobs``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure, shared_legend
 from models.train.levels import SEEDED
 from probes.sample_efficiency import (
-    LEVELS,
+    THRESHOLDS,
     acc_at,
     samples_to_reach,
 )
@@ -85,13 +86,14 @@ def compute(histories: dict[str, list[dict]], info: dict | None = None) -> dict:
                  "string_acc_at_L": None if L is None else acc_at(h, "string_acc_at", L),
                  "eval_loss": h.get("eval_loss")} for h in hist if "samples_seen" in h]
         curves[label] = rows
-        reach[label] = {f"string_{lv}": samples_to_reach(rows, "string_acc", lv) for lv in LEVELS}
+        reach[label] = {f"string_{lv}": samples_to_reach(rows, "string_acc", lv)
+                        for lv in THRESHOLDS}
         reach[label].update({f"char_{lv}": samples_to_reach(rows, "char_acc", lv)
-                             for lv in LEVELS})
+                             for lv in THRESHOLDS})
         reach[label].update({f"exact_string_{lv}": samples_to_reach(rows, "string_acc_at_L", lv)
-                             for lv in LEVELS})
+                             for lv in THRESHOLDS})
     ratios = {}
-    for key in (f"string_{LEVELS[-1]}", f"string_{LEVELS[0]}"):
+    for key in (f"string_{THRESHOLDS[-1]}", f"string_{THRESHOLDS[0]}"):
         reached = {k: v[key] for k, v in reach.items() if v[key] is not None}
         if reached:
             best = min(reached.values())
@@ -128,13 +130,13 @@ def table(result: dict) -> list[list]:
     if result.get("level") in SEEDED:
         return table_medium(result)
     rows = [["model", "final string", "final char", "samples→50%", "samples→90%", "×fastest"]]
-    ratio = result["ratio_to_fastest"].get(f"string_{LEVELS[-1]}", {})
+    ratio = result["ratio_to_fastest"].get(f"string_{THRESHOLDS[-1]}", {})
     for label, r in result["curves"].items():
         last = r[-1] if r else {}
         reach = result["samples_to_reach"][label]
         rows.append([label, last.get("string_acc", "-"), last.get("char_acc", "-"),
-                     reach[f"string_{LEVELS[0]}"] or "never",
-                     reach[f"string_{LEVELS[-1]}"] or "never",
+                     reach[f"string_{THRESHOLDS[0]}"] or "never",
+                     reach[f"string_{THRESHOLDS[-1]}"] or "never",
                      "-" if ratio.get(label) is None else ratio[label]])
     return rows
 

@@ -1,7 +1,7 @@
 """The copy paper's claims read from a copy_efficiency JSON: every GSSM needs more samples than
 the fastest transformer to reach 90 % string accuracy (:func:`claim_fewer_samples`), and the
 gap grows with the string length (:func:`claim_gap_grows`, medium and above). At medium and
-above both are decided in the paper's regime (issue 54): rows where the paper's own trend
+above both are decided in the paper's regime: rows where the paper's own trend
 (:func:`paper_gap`) predicts a clear gap decide, rows where it predicts at most
 :data:`CLEAR_GAP` are shown beside them; the tests, censoring and seed design are
 :mod:`analyses.copy_efficiency.regime`'s.
@@ -33,7 +33,7 @@ from probes.sample_efficiency import (
     CLEAR_GAP,
     EXACT,
     GSSMS,
-    LEVELS,
+    THRESHOLDS,
     gap_is_clear,
     paper_gap,
 )
@@ -139,7 +139,7 @@ def _rows(d: dict) -> tuple[list[tuple[str, int, BoundedTest]], list[int]]:
 
 
 def _fewer_samples_medium(d: dict) -> Reading:
-    """Medium and above (issue 54): per GSSM and length, a one-sided t test over seeds (the
+    """Medium and above: per GSSM and length, a one-sided t test over seeds (the
     unit) of log(GSSM / fastest transformer samples to 90 %) > 0, a seed that never got there
     at its bound (:mod:`analyses.copy_efficiency.regime`: such a row may hold, never fail).
     The claim's rows are those where the paper's trend predicts a clear gap
@@ -162,7 +162,7 @@ def _fewer_samples_medium(d: dict) -> Reading:
         if m["reference"] is None:
             parts.append(f"L={L}: no transformer reached 90 % in every seed")
             continue
-        mean = m["models"][m["reference"]][f"string_{LEVELS[-1]}"]["mean"]
+        mean = m["models"][m["reference"]][f"string_{THRESHOLDS[-1]}"]["mean"]
         parts.append(f"L={L}: {m['reference']} {mean:,.0f} samples; " + ", ".join(
             f"{g} {_ratio_text(r)}" for g, r in m["ratio_to_reference"].items()))
     text = (_not_matched_text(d) + "samples to 90 % string accuracy, GSSM / fastest transformer "
@@ -266,7 +266,7 @@ def _setting_text(d: dict) -> str:
 
 
 def claim_gap_grows(d: dict) -> Reading | None:
-    """Medium and above (issue 54): each GSSM needs more samples relative to the fastest
+    """Medium and above: each GSSM needs more samples relative to the fastest
     transformer as the strings get longer (Figs. 1a, 9b: ~10× at L <= 30, ~100× at 300). The
     unit is the seed (it shares its initial weights across L): each seed's least-squares slope
     of its log ratio on log L over at least :data:`MIN_LENGTHS` lengths

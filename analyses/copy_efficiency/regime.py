@@ -1,4 +1,5 @@
-"""Copy Fig. 1a / 9b decided in the paper's regime (issue 54): per seed, the log of a GSSM's
+"""Copy Fig. 1a / 9b decided in the paper's regime (where its own trend predicts a clear
+gap): per seed, the log of a GSSM's
 samples to 90 % over the fastest transformer's, with runs that never got there handled as
 censored, and the tests the two copy claims decide with.
 
@@ -186,8 +187,9 @@ def seed_slopes(points: dict, min_lengths: int = MIN_LENGTHS) -> tuple[list, lis
 
 def log_ratios(r: dict) -> tuple[list[float], list[str]]:
     """A ratio entry's (``by_length[L]["ratio_to_reference"][gssm]``) per-seed log ratios and
-    kinds; a result written before issue 54 (no ``log_ratio``): log of its per-seed ratios, a
-    seed that never got there left with no number (its budget was not recorded)."""
+    kinds; a result written before per-seed log ratios were recorded (no ``log_ratio``): log
+    of its per-seed ratios, a seed that never got there left with no number (its budget was
+    not recorded)."""
     if "log_ratio" in r:
         return [math.nan if v is None else float(v) for v in r["log_ratio"]], list(r["kind"])
     return ([math.nan if x is None else math.log(x) for x in r["per_seed"]],

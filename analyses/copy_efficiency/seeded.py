@@ -19,7 +19,7 @@ from figures.style import COLORS, new_figure
 from models.checkpoint.io import read_checkpoint
 from probes.sample_efficiency import (
     GSSMS,
-    LEVELS,
+    THRESHOLDS,
     lr_key,
     medium_by_length,
 )
@@ -94,12 +94,12 @@ def plot_medium(result: dict):
             axes[0].plot(x, y, color=COLORS.get(label), lw=1 if ls == "-" else 0.7,
                          ls=ls, alpha=0.8, label=None if label in seen or ls != "-" else label)
         seen.add(label)
-    axes[0].axhline(LEVELS[-1], color="k", ls=":", lw=0.8, label=f"{LEVELS[-1]:.0%}")
+    axes[0].axhline(THRESHOLDS[-1], color="k", ls=":", lw=0.8, label=f"{THRESHOLDS[-1]:.0%}")
     axes[0].set(xscale="log", xlabel="training examples seen", ylabel="string-level accuracy",
                 ylim=(-0.02, 1.02),
                 title=f"copy, L = {base} (each seed, best lr)\nsolid: at exactly L; "
                       f"dashed: lengths 1..L")
-    key = f"string_{LEVELS[-1]}"
+    key = f"string_{THRESHOLDS[-1]}"
     labels = list(dict.fromkeys(r["label"] for r in result["runs"]))
     for i, label in enumerate(labels):
         xs, means = [], []
@@ -161,7 +161,7 @@ def plot_medium(result: dict):
 def _plot_sweep(ax, m: dict, L: int) -> None:
     """Median samples to 90 % against the learning rate, one line per model (open marker at
     the top: the median seed never got there)."""
-    key = f"string_{LEVELS[-1]}"
+    key = f"string_{THRESHOLDS[-1]}"
     top = max((v for sw in m.get("sweep", {}).values() for s in sw.values()
                for v in s[key]["per_seed"] if v is not None), default=1)
     for label, sw in m.get("sweep", {}).items():
@@ -188,11 +188,11 @@ def _plot_sweep(ax, m: dict, L: int) -> None:
 def table_medium(result: dict) -> list[list]:
     rows = [["L", "model", "params", "best lr", "reached 90%", "samples→50%", "samples→90%",
              "→90% over 1..L", "×fastest transformer", "sweep: lr reached median→90%"]]
-    key = f"string_{LEVELS[-1]}"
+    key = f"string_{THRESHOLDS[-1]}"
     for L, m in _by_length(result).items():
         for label, s in m["models"].items():
             cells = []
-            for k in (*(f"string_{lv}" for lv in LEVELS), f"dist_string_{LEVELS[-1]}"):
+            for k in (*(f"string_{lv}" for lv in THRESHOLDS), f"dist_string_{THRESHOLDS[-1]}"):
                 x = s.get(k)
                 cells.append("-" if x is None else "never" if x["mean"] is None
                              else f"{x['mean']:,.0f} ± {x['sd']:,.0f}")

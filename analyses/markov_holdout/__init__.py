@@ -66,6 +66,7 @@ from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from models.train.levels import SEEDED
 from probes.markov import (
+    MARKOV_ARCHS,
     TABLE_T,
     deviation_table,
     fixed_sequence,
@@ -76,7 +77,6 @@ from seqprobe import flags
 from seqprobe.config import check, config_to_dict
 
 NAME = "markov_holdout"
-ARCHS = ("mamba2", "mambazero", "transformer")
 RECIPE = "markov_holdout/mamba2"  # a 1-layer Mamba-2 trained on P(1|·) in [0, 0.5]
 
 
@@ -282,7 +282,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def large_cpu_batch() -> bool:
     """Whether the large level's runs take the batch-16 fallback here: on a machine without a
-    GPU (Table 7's batch 64 is the GPU machine's; issue 36 §2 runs batch 16 on CPU cores)."""
+    GPU (Table 7's batch 64 is the GPU machine's; on CPU cores the large level runs batch 16
+    to fit its time)."""
     return not torch.cuda.is_available()
 
 
@@ -302,7 +303,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     check(len(checkpoints) >= 1 and (medium or len(checkpoints) == 1),
           f"markov_holdout takes exactly one checkpoint (or --train quick / medium), got "
           f"{len(checkpoints)}")
-    models = [load_model(c.path, archs=ARCHS, device=args.device) for c in checkpoints]
+    models = [load_model(c.path, archs=MARKOV_ARCHS, device=args.device) for c in checkpoints]
     if len(models) > 1:
         seeds = [(m.provenance.train.get("config") or {}).get("seed") for m in models]
         check(len(set(seeds)) == len(seeds), f"the runs to average must be distinct seeds, got "
@@ -331,7 +332,7 @@ def _compute_large(args, checkpoints: list[Checkpoint]) -> dict:
     claims read the :data:`LARGE_CLAIM_WIDTH` group (top level), ``by_width`` holds all."""
     by_width: dict[int, list[Checkpoint]] = {}
     for c in checkpoints:
-        m = load_model(c.path, archs=ARCHS, device="cpu")
+        m = load_model(c.path, archs=MARKOV_ARCHS, device="cpu")
         by_width.setdefault(int(m.cfg.d_model), []).append(c)
     check(LARGE_CLAIM_WIDTH in by_width, f"the large runs must include d = {LARGE_CLAIM_WIDTH} "
           f"(the claims read it), got d = {sorted(by_width)}")

@@ -3,7 +3,7 @@ deviation from add-β shrinks with t (:func:`claim_shrinks`) towards zero
 (:func:`claim_to_zero`), the in-range one is small once learnt (:func:`claim_in_range`), the
 deviation falls along one fixed sequence (:func:`claim_fixed_sequence`), and the held-out
 test loss converges to add-β's (:func:`claim_loss_converges`). Table 2 read the authors' way
-too (issue 46: the paper leaves open which): per state by its visits on one sequence with one
+too (the paper leaves open which): per state by its visits on one sequence with one
 state in and one out of the training range (:func:`claim_per_state_in`,
 :func:`claim_per_state_out`; thresholds Table 2's own :data:`TABLE2`), and the finding that
 reconciles the two readings (:func:`claim_finding`). Our own check with no threshold in the
@@ -187,7 +187,7 @@ def claim_to_zero(d: dict) -> Reading | None:
 
 def claim_restricted(d: dict) -> Reading | None:
     """Why the held-out row stays up (medium; our check, not the paper's, so no threshold and
-    no verdict: the distances with their intervals, issue 46): the Bayes predictor of the
+    no verdict: the distances with their intervals): the Bayes predictor of the
     *training* prior (the posterior mean conditioned on the training range) never leaves that
     range; at the largest t, how far the model is from add-β and from that predictor (mean
     over seeds with a Student-t interval, the seed the unit), and how far that predictor is

@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 from analyses.claims import Claim, Figure
 from analyses.common import Checkpoint, load_model, run_analysis, to_jsonable
 from analyses.copy_models import label_for
-from analyses.ngram_heads.checks import HF_ARCHS, check_fits, check_model, check_n_max
+from analyses.ngram_heads.checks import HF_HEAD_ARCHS, check_fits, check_model, check_n_max
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
 from analyses.ngram_heads.plots import plot, table
 from models.checkpoint.paths import is_hf_source
@@ -91,7 +91,7 @@ NAME = "ngram_heads"
 GENERATED_WORDS = 4000  # words of the offline default text (windows at many starts)
 # language-model tasks over letters, on which "the token to output next appeared before"
 # means something; a Markov or memorization checkpoint has no copy heads to find
-TASKS = (*COPY_TASKS, "lookup", "phonebook", "induction")
+NGRAM_TASKS = (*COPY_TASKS, "lookup", "phonebook", "induction")
 RECIPE = "copy/hard_alibi"  # --train: Hard-ALiBi forms the match heads the paper describes
 MODES = ("mean", "zero")  # ablation: replace a head's output by its mean, or by zero
 
@@ -287,12 +287,12 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     config = config_of(args)
     models = []
     for c in checkpoints:  # all loaded (and refused) before any compute
-        archs = HF_ARCHS if is_hf_source(c.path) else None
-        model = load_model(c.path, archs=archs, device=args.device, tasks=TASKS)
+        archs = HF_HEAD_ARCHS if is_hf_source(c.path) else None
+        model = load_model(c.path, archs=archs, device=args.device, tasks=NGRAM_TASKS)
         check_model(model)
         task = task_of(model)
-        check(task is None or task["name"] in TASKS, f"{c.path}: this analysis needs a model "
-              f"trained on {' or '.join(TASKS)}, but its task is {task and task['name']!r}")
+        check(task is None or task["name"] in NGRAM_TASKS, f"{c.path}: this analysis needs a model "
+              f"trained on {' or '.join(NGRAM_TASKS)}, but its task is {task and task['name']!r}")
         models.append((c, model))
     runs: list[Run] = []
     for c, m in models:

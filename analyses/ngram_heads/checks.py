@@ -1,5 +1,5 @@
 """What ngram_heads checks before it builds any example: the models it takes
-(:data:`ARCHS`, pretrained LMs of :data:`HF_ARCHS`) and their kind of heads
+(:data:`HEAD_ARCHS`, pretrained LMs of :data:`HF_HEAD_ARCHS`) and their kind of heads
 (:func:`check_model`), n-grams no longer than the probe strings (:func:`check_n_max`), and the
 probe sequences within the model's context and the attention budget (:func:`check_fits`), each
 a one-line refusal.
@@ -13,16 +13,16 @@ from probes.copying import ATTN_BUDGET
 from seqprobe import flags
 from seqprobe.config import check
 
-ARCHS = ("transformer", *ea.SSM_ARCHS)
-HF_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
+HEAD_ARCHS = ("transformer", *ea.SSM_ARCHS)
+HF_HEAD_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
 
 
 def check_model(model) -> str:
     """The model's kind of heads (probes.effective_attention.kind); one line if it has none
     or is not a language model."""
-    if getattr(model, "arch", None) not in (*ARCHS, *HF_ARCHS):
+    if getattr(model, "arch", None) not in (*HEAD_ARCHS, *HF_HEAD_ARCHS):
         ea.kind(model)  # the one-line refusal: no attention and no effective attention
-        check(False, f"ngram_heads takes {', '.join(ARCHS)} models, got {model.arch!r}")
+        check(False, f"ngram_heads takes {', '.join(HEAD_ARCHS)} models, got {model.arch!r}")
     head = getattr(model.cfg, "head", "lm")
     check(head == "lm", f"ngram_heads needs a language-model head, got {head!r}")
     return ea.kind(model)

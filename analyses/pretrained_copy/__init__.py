@@ -60,7 +60,7 @@ from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
 NAME = "pretrained_copy"
-TASKS = ("phonebook", "copy")
+PROMPT_TASKS = ("phonebook", "copy")
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,13 @@ LEVEL_SETTINGS: dict[str, Settings] = {
 # the paper's largest point is 640 x 300 tokens
 MAX_PROMPT_UNITS = 10_000_000
 PAPER_LONG_BOOK = 70  # §4.3: "when the phone-book size is long enough (L >= 70)"
-SSM_ARCHS = (HF_MAMBA, HF_MAMBA2)  # no positional limit on the context
+HF_SSM_ARCHS = (HF_MAMBA, HF_MAMBA2)  # no positional limit on the context
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def context_of(model) -> int | None:
     """The longest sequence an attention model was built for; None for SSMs (no limit)."""
-    return None if model.arch in SSM_ARCHS else int(model.cfg.n_ctx)
+    return None if model.arch in HF_SSM_ARCHS else int(model.cfg.n_ctx)
 
 
 def evaluate_point(model, build, n_examples: int, batch_size: int, on_batch
@@ -129,8 +129,8 @@ def evaluate(model, prompts: list[Prompt], batch_size: int, on_batch=None) -> di
 # ---------------------------------------------------------------------------- compute
 def check_sizes(tasks, entries: list[int], lengths: list[int], n_examples: int,
                 batch_size: int) -> None:
-    check(bool(tasks) and set(tasks) <= set(TASKS),
-          f"--tasks must be among {','.join(TASKS)}, got {','.join(tasks) or 'none'}")
+    check(bool(tasks) and set(tasks) <= set(PROMPT_TASKS),
+          f"--tasks must be among {','.join(PROMPT_TASKS)}, got {','.join(tasks) or 'none'}")
     check(bool(entries) and all(L >= 3 for L in entries), f"--entries: phone books need >= 3 "
           f"entries (two shots and the query), got {entries}")
     check(bool(lengths) and all(n >= 1 for n in lengths),
@@ -153,7 +153,7 @@ def model_info(model) -> dict:
             "context": context_of(model)}
 
 
-def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | None = None,
+def compute(models: dict, tasks: tuple[str, ...] = PROMPT_TASKS, entries: list[int] | None = None,
             lengths: list[int] | None = None, n_examples: int = 20, text: str | None = None,
             text_source: str | None = None, shuffle: bool = False, seed: int = 0,
             batch_size: int = 4, progress: bool = True) -> dict:
@@ -213,7 +213,7 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
 def _style(info: dict, i: int) -> dict:
     """One colour per model; SSMs dashed, so the two families read apart."""
     return {"color": f"C{i % 10}", "marker": "o",
-            "ls": "--" if info.get("arch") in SSM_ARCHS else "-"}
+            "ls": "--" if info.get("arch") in HF_SSM_ARCHS else "-"}
 
 
 def _size(n: int | None) -> str:
@@ -227,7 +227,7 @@ def _size(n: int | None) -> str:
 
 
 def plot(result: dict):
-    panels = [t for t in TASKS if t in result]
+    panels = [t for t in PROMPT_TASKS if t in result]
     fig, axes = new_figure(max(1, len(panels)), width_per_panel=4.6, height=3.5)
     for ax, task in zip(axes, panels, strict=False):
         key = "entries" if task == "phonebook" else "tokens"
@@ -275,7 +275,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--paper", dest="level", action="store_const", const="paper",
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(level="quick")
-    p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
+    p.add_argument("--tasks", default=",".join(PROMPT_TASKS), help="phonebook,copy (default: both)")
     p.add_argument("--entries", type=flags.flag("--entries"),
                    default=None, help="phone-book sizes L (default: "
                    f"{','.join(map(str, LEVEL_SETTINGS['quick'].entries))})")
@@ -350,7 +350,7 @@ def paper_pair(d: dict) -> tuple[list[str], list[str]]:
     models = d.get("models", {})
     pythia = [k for k, v in models.items()
               if "pythia" in k.lower() and v.get("arch") == HF_TRANSFORMER]
-    mamba = [k for k, v in models.items() if "mamba" in k.lower() and v.get("arch") in SSM_ARCHS]
+    mamba = [k for k, v in models.items() if "mamba" in k.lower() and v.get("arch") in HF_SSM_ARCHS]
     return pythia, mamba
 
 

@@ -19,22 +19,13 @@ from models.train.gpu_costs import device_kind, run_settings
 from models.train.runconfig import Builder
 from seqprobe.device import resolve_device
 from seqprobe.memory import available_bytes
+from seqprobe.registry import table
 
-PLAN: tuple[str, ...] = (
-    "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
-    "copy_efficiency", "ngram_lookup",
-    "markov_laplace", "state_probe", "bc_orthogonality", "mamba_decay", "markov_ablations",
-    "markov_holdout",
-    "memorization",
-    "spectral_lds", "stu_induction",
-)
-# Analyses that declare a FIGURE but are left out of PLAN, each with why (every other analysis
-# with a FIGURE is in PLAN: tests/test_hand_kept_lists.py checks both lists).
-NOT_PLANNED: dict[str, str] = {
-    # it trains nothing: it evaluates pretrained HuggingFace LMs (Pythia, Mamba) given on its
-    # command line, which a reproduce run has no weights for (hub download or local dirs)
-    "pretrained_copy": "needs pretrained HuggingFace weights; run it by hand",
-}
+# The analyses a reproduce run starts, in order: the ``[analyses]`` table of
+# seqprobe/registry.toml but those in its ``[not_planned]`` table (each with why it is left
+# out); tests/test_hand_kept_lists.py checks that every analysis with a FIGURE has a row.
+NOT_PLANNED: dict[str, str] = table("not_planned")
+PLAN: tuple[str, ...] = tuple(n for n in table("analyses") if n not in NOT_PLANNED)
 TRAIN = "train:"  # prefix of the jobs that train zoo recipes
 MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training has the last word)
 

@@ -64,7 +64,8 @@ from seqprobe.config import check
 from tasks.registry import make_task
 
 NAME = "stu_induction"
-ARCHS = ("stu", "transformer", "mamba2", "mamba", "lstm")  # any language model can be probed
+# any language model can be probed
+INDUCTION_ARCHS = ("stu", "transformer", "mamba2", "mamba", "lstm")
 DEFAULT_ARCHS = ("stu", "transformer", "mamba2")
 
 
@@ -401,7 +402,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "induction checkpoints")
-    models = [load_model(c.path, archs=ARCHS, device=args.device, tasks=("induction",))
+    models = [load_model(c.path, archs=INDUCTION_ARCHS, device=args.device, tasks=("induction",))
               for c in checkpoints]
     result = compute(models, lengths=list(args.lengths) if args.lengths else None,
                      n_eval=args.n_eval, seed=args.seed,

@@ -1,6 +1,7 @@
 """The zoo's recipes as data: every trained model an analysis uses, by name — one module per
 paper (:mod:`analyses.zoo.copy`, :mod:`analyses.zoo.markov`, :mod:`analyses.zoo.spectral`,
-:mod:`analyses.zoo.memorization`, found by :func:`papers`; each holds its paper's level rows,
+:mod:`analyses.zoo.memorization`, named in the ``[papers]`` table of seqprobe/registry.toml
+and read by :func:`papers`; each holds its paper's level rows,
 ``TABLE``, beside its recipes; the memorization paper's models are built by its analysis),
 collected here once.
 
@@ -11,25 +12,21 @@ chosen is said beside it; what a run of it measured is in the reproduce index.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import sys
+from collections.abc import Mapping
 from types import ModuleType
 
 from analyses.zoo.recipe import Recipe
 from seqprobe.config import check
+from seqprobe.registry import Registered, resolve
 
-NOT_PAPERS = ("recipe", "recipes", "levels", "dryrun")  # the zoo's own modules, not papers
+# paper name -> its zoo module (with ``TABLE`` and ``recipes()``): a new paper's recipes are
+# its module and one row in the table
+PAPERS: Mapping[str, str] = Registered("papers")
 
 
 def papers() -> list[ModuleType]:
-    """Every paper module of the zoo (a module of analyses/zoo/ with a ``recipes()``
-    function): a new paper's recipes are one new file, found here. (The package is read from
-    sys.modules: this module is imported while analyses.zoo's own file runs.)"""
-    mods = [importlib.import_module(f"analyses.zoo.{i.name}")
-            for i in pkgutil.iter_modules(sys.modules["analyses.zoo"].__path__)
-            if not i.ispkg and not i.name.startswith("_") and i.name not in NOT_PAPERS]
-    return [m for m in mods if callable(getattr(m, "recipes", None))]
+    """Every paper module of the zoo, in the table's order."""
+    return [resolve(where) for where in PAPERS.values()]
 
 
 def build_recipes() -> dict[str, Recipe]:

@@ -22,7 +22,7 @@ before the unembedding (``norm="layernorm"``); o_t = out_proj(LN(y_t) ⊙ act(z_
 (``paper_init``). Without ``--gate`` their runs drop both gates: the MLP is ungated
 (``mlp_gated=False``) and the mixer has no act(z_t) gate either, o_t = out_proj(LN(y_t))
 (``gated=False`` too); their in_proj still computes z_t, so its W_z rows are there, unused
-(as issue 36 read the authors' code; not checked here against it).
+(as the authors' code reads; not checked here against it).
 :func:`from_markov_paper_state_dict` renames their state dict to ours, and with
 ``gated=False`` drops those rows.
 

@@ -125,7 +125,7 @@ def make_optimizer(model, cfg: TrainConfig) -> torch.optim.Optimizer:
     the devices of :func:`fused_adamw` (the model's device).
 
     Every matrix: the embedding and (Mamba's, Mamba-2's) conv filters are decayed too. The
-    papers' optimisers differ: the Markov paper's scripts (as issue 36 read them) decay the
+    papers' optimisers differ: the Markov paper's scripts (Bond1995/Markov-Mamba) decay the
     Linear layers' weights only, so a level copying their weight decay is that much
     stronger here on the embedding and the conv."""
     decay = [p for p in model.parameters() if p.dim() >= 2]

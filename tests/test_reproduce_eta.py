@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from analyses.reproduce.eta import PRIOR_SHARE, Eta, makespan
+from analyses.reproduce.eta import plan_eta, sources
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
 from analyses.zoo.dryrun import recipe_run_config
 from models.train.costs import (
@@ -18,6 +18,7 @@ from models.train.costs import (
     evaluations,
     reference_seconds,
 )
+from seqprobe.sweep.eta import PRIOR_SHARE, Eta, makespan
 
 
 def job(name, slots=1, after=()):
@@ -29,8 +30,8 @@ def test_the_eta_of_a_fake_plan_is_the_longest_first_packing_of_its_costs():
     cost = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 3.0, "e": 3.0}
     # longest first on two slots: a | b, then c on b's slot (t=4), d on a's (t=5), e on c's
     # slot (t=7): the last ends at 10
-    assert makespan(jobs, cost, slots=2) == 10.0
-    assert makespan(jobs, cost, slots=1) == sum(cost.values())
+    assert makespan(jobs, cost, workers=2) == 10.0
+    assert makespan(jobs, cost, workers=1) == sum(cost.values())
     eta = Eta(jobs, 2, {n: Estimate(s, "table") for n, s in cost.items()})
     assert eta.remaining({}) == 10.0
 
@@ -40,7 +41,7 @@ def test_packing_respects_dependencies_and_two_slot_jobs():
     cost = {"train:a": 10.0, "x": 4.0, "y": 1.0}
     # the chain train:a -> y (the fake plan's longest) goes first and holds both slots;
     # x and y share them after
-    assert makespan(jobs, cost, slots=2) == 14.0
+    assert makespan(jobs, cost, workers=2) == 14.0
     # a running job holds its slot for what is left of it
     assert makespan([job("x")], {"x": 4.0}, 1, running={"r": (3.0, 1)}) == 7.0
 
@@ -61,12 +62,12 @@ def test_finished_jobs_scale_the_rest_shrunk_toward_one():
 def test_the_last_runs_time_beats_the_table(tmp_path):
     costs = StepCosts(analysis_s={"quick": {"x": 7.0, "y": 9.0}})
     jobs = [job("x"), job("y"), job("z")]
-    eta = Eta.of(jobs, 1, "quick", costs, {"x": {"ok": True, "seconds": 2.0},
+    eta = plan_eta(jobs, 1, "quick", costs, {"x": {"ok": True, "seconds": 2.0},
                                            "y": {"ok": False, "seconds": 1.0}})
     assert eta.estimates["x"] == Estimate(2.0, "timings")
     assert eta.estimates["y"] == Estimate(9.0, "table")  # a failed run's time is no estimate
     assert eta.estimates["z"] == Estimate(8.0, "median")
-    assert "1 from the last run's times" in eta.sources()
+    assert "1 from the last run's times" in sources(eta)
 
 
 def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
@@ -79,7 +80,7 @@ def test_a_training_job_costs_its_steps_times_the_tables_step(tmp_path):
     evals = evaluations(run_config.train.steps, run_config.train.eval_every)
     want = 0.005 * (600.0 + run_config.train.steps * 2.0 + evals * 100.0)
     assert costs.run(run_config) == Estimate(pytest.approx(want), "table")
-    eta = Eta.of([job(TRAIN + "markov/transformer_1L")], 2, "quick", costs, {})
+    eta = plan_eta([job(TRAIN + "markov/transformer_1L")], 2, "quick", costs, {})
     assert eta.remaining({}) == pytest.approx(want)
     # another size of the same architecture: the table's rate per FLOP
     other = recipe_run_config("markov/transformer_2L", "quick")
@@ -108,10 +109,10 @@ def test_an_architecture_the_table_never_measured_is_projected_not_left_out(tmp_
     want = 0.005 * (600.0 + new.train.steps * step + evals * 5.0 * step)
     assert found == Estimate(pytest.approx(want), "projection")
     jobs = [job(TRAIN + "markov/mamba2"), job(TRAIN + "markov/transformer_1L")]
-    eta = Eta.of(jobs, 1, "quick", costs, {})
+    eta = plan_eta(jobs, 1, "quick", costs, {})
     assert eta.estimates[TRAIN + "markov/mamba2"].source == "projection"
-    assert "1 from their FLOPs, projected" in eta.sources()
-    assert "1 from the step-cost table" in eta.sources()
+    assert "1 from their FLOPs, projected" in sources(eta)
+    assert "1 from the step-cost table" in sources(eta)
 
 
 def test_the_reference_step_is_timed_on_one_thread_and_restores_the_threads():
@@ -135,7 +136,7 @@ def test_the_shipped_table_estimates_every_job_of_the_quick_plan(tmp_path):
     costs = replace(StepCosts.load(), unit_s=0.005)
     assert costs.rows, "models/train/step_costs.json: run python -m bench.step_costs --quick"
     jobs = build_jobs(PLAN, "quick", tmp_path / "out", tmp_path / "empty-cache")
-    eta = Eta.of(jobs, 2, "quick", costs, {})
+    eta = plan_eta(jobs, 2, "quick", costs, {})
     assert [j.name for j in jobs if j.name not in eta.estimates] == []
     assert all(e.source == "table" for e in eta.estimates.values())
 

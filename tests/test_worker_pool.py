@@ -1,5 +1,5 @@
 """The reproduce runner forks its jobs from a process that has torch and the suite imported
-(analyses.reproduce.pool): each job keeps a process's isolation — its own process group, log,
+(seqprobe.sweep.fork): each job keeps a process's isolation — its own process group, log,
 exit code, timeout, SIGTERM handling — and starts from a fresh interpreter's torch generator."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import time
 
 import pytest
 
+from analyses.reproduce.index import run_plan
 from analyses.reproduce.plan import Job
-from analyses.reproduce.pool import ForkedJob, forkable
-from analyses.reproduce.runner import _kill, _Running, run_jobs
+from seqprobe.sweep.commands import Running, kill
+from seqprobe.sweep.fork import ForkedJob, forkable
 
 MOD = "tests.worker_pool_jobs"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
@@ -34,7 +35,7 @@ def test_only_suite_modules_with_main_are_forked():
 def test_exit_codes_logs_and_failures_stay_in_their_job(tmp_path):
     jobs = [job("ok", "ok"), job("code", "code", "4"), job("raise", "raise"),
             job("text", "exit-text"), job("segv", "segv")]
-    out = {o.job.name: o for o in run_jobs(jobs, tmp_path, slots=2)}
+    out = {o.job.name: o for o in run_plan(jobs, tmp_path, workers=2)}
     assert out["ok"].ok and not any(out[n].ok for n in ("code", "raise", "text", "segv"))
     assert "(exit code 4)" in out["code"].log_tail
     assert "ValueError: boom in the job" in out["raise"].log_tail
@@ -49,7 +50,7 @@ def test_exit_codes_logs_and_failures_stay_in_their_job(tmp_path):
 def test_forked_jobs_seed_their_unseeded_generators_afresh(tmp_path):
     """Two processes draw different unseeded numbers; two forks of one process would draw the
     same, so each job seeds torch (and numpy, random) afresh as a new interpreter does."""
-    run_jobs([job("a", "ok"), job("b", "ok")], tmp_path, slots=2)
+    run_plan([job("a", "ok"), job("b", "ok")], tmp_path, workers=2)
     draws = {(tmp_path / "logs" / f"{n}.log").read_text().split("rand ")[1].split()[0]
              for n in "ab"}
     assert len(draws) == 2
@@ -57,7 +58,7 @@ def test_forked_jobs_seed_their_unseeded_generators_afresh(tmp_path):
 
 def test_a_timeout_kills_the_forked_job(tmp_path):
     t = time.time()
-    [o] = run_jobs([job("slow", "sleep", "60")], tmp_path, timeout=1.0)
+    [o] = run_plan([job("slow", "sleep", "60")], tmp_path, timeout=1.0)
     assert not o.ok and "timed out" in o.log_tail and time.time() - t < 20
 
 
@@ -70,7 +71,7 @@ def test_sigterm_reaches_the_jobs_own_handler(tmp_path):
         if log.exists() and "waiting" in log.read_text():
             break
         time.sleep(0.05)
-    _kill(_Running(job("j", "sigterm"), proc, log, time.time(), 1), grace=10)
+    kill(Running(job("j", "sigterm"), proc, log, time.time(), 1), grace=10)
     assert proc.returncode == 3 and "saved on SIGTERM" in log.read_text()
 
 
@@ -79,7 +80,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     t = time.time()
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=0.2)
-    _kill(_Running(job("s", "sleep", "60"), proc, tmp_path / "s.log", t, 1), grace=0.5)
+    kill(Running(job("s", "sleep", "60"), proc, tmp_path / "s.log", t, 1), grace=0.5)
     assert proc.returncode is not None and time.time() - t < 10
 
 
@@ -98,7 +99,7 @@ def test_a_stop_also_ends_what_the_job_started(tmp_path):
             break
         time.sleep(0.05)
     worker = int(pidfile.read_text())
-    _kill(_Running(job, proc, tmp_path / "j.log", time.time(), 1), grace=5)
+    kill(Running(job, proc, tmp_path / "j.log", time.time(), 1), grace=5)
     for _ in range(100):
         try:
             os.kill(worker, 0)

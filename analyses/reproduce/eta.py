@@ -1,45 +1,32 @@
-"""How long the rest of a reproduce run will take, from its first second.
+"""The reproduce plan's estimates: how long each of its jobs will take, from its first second
+(the ETA itself, packing and learning, is the runner's: :mod:`seqprobe.sweep.eta`).
 
 Each job's cost is estimated before it has ever run: a training job from its recipe's steps
 times the shipped step cost of its model (:class:`models.train.costs.StepCosts`; a model the
 table never measured is projected from its FLOPs, and the start line says so), an analysis
 from the seconds its own process took in the run the table was filled from. A job the last run
-of this level timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
-makespan of the pending jobs packed onto the ``--jobs`` slots the way the scheduler packs them
-(:func:`makespan`: the longest chain first, each job after the ones it needs), and the jobs
-running now hold their slots for what is left of their estimate.
-
-As jobs finish, :class:`Eta` learns how far this machine (its load, its cores) is from the
-estimates: every pending cost is scaled by the ratio of the finished jobs' real seconds to their
-estimates, shrunk toward 1 by :data:`PRIOR_SHARE` so that one early job cannot swing it; a job
-still running past its estimate counts with the seconds it has run so far, so a machine slower
-than the table (other work on it) shows in the ETA before its first long job ends.
+of this level timed (``reproduce_timings.json``) takes that time instead.
 
 The table's seconds are of jobs in processes of their own; the run forks its jobs from a
-process that has the imports paid (:mod:`.pool`), so a forked job's estimate is the table's
-less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
+process that has the imports paid (:mod:`seqprobe.sweep.fork`), so a forked job's estimate is
+the table's less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
 """
 
 from __future__ import annotations
 
-import heapq
 import statistics
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
-from analyses.reproduce.plan import Job, priorities
-from analyses.reproduce.pool import forkable
+from analyses.reproduce.plan import Job
 from analyses.zoo.dryrun import recipe_run_config
 from models.train import gpu_costs
 from models.train.costs import Estimate, StepCosts
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe.errors import InputError
+from seqprobe.sweep.eta import Eta
+from seqprobe.sweep.fork import forkable
 
-# The table's estimate weighs as much as finished jobs whose estimates add up to this share of
-# the whole plan's: the learned ratio moves only once a real part of the plan has run.
-PRIOR_SHARE = 0.25
 # A forked job's estimate keeps at least this share of its own process' estimate.
 MIN_SHARE = 0.5
 
@@ -76,12 +63,12 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
         found = (costs.run(run_configs[0], job.device) if len(run_configs) == 1
                  else ensemble_estimate(run_configs, costs, job.device))
     if found is not None and costs.device == "cuda" and job.recipes and job.device != "cpu":
-        # a GPU job starts as a fresh process (analyses.reproduce.pool): its start-up too
+        # a GPU job starts as a fresh process (seqprobe.sweep.fork): its start-up too
         return Estimate(found.seconds + gpu_costs.JOB_START_S, found.source)
     if found is None or costs.device == "cuda" or forkable(job.argv, job.device) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
-    # forked job (analyses.reproduce.pool) starts with them paid.
+    # forked job (seqprobe.sweep.fork) starts with them paid.
     start = costs.start_seconds()
     return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
 
@@ -135,106 +122,20 @@ def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
     return Estimate(max(seconds, max(r.seconds for r in runs)), runs[0].source)
 
 
-def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,
-             running: Mapping[str, tuple[float, int]] | None = None) -> float:
-    """Seconds until every job in ``jobs`` has run, scheduled as
-    :func:`~analyses.reproduce.runner.run_jobs` schedules them: whenever slots are free, the
-    ready jobs in order of :func:`~analyses.reproduce.plan.priorities` that fit; a job waits
-    for the jobs it names in ``after`` (names outside ``jobs`` count as done). ``running``:
-    ``{name: (seconds left, slots held)}`` of jobs already started."""
-    running = dict(running or {})
-    priority = priorities(jobs, cost)
-    order = sorted(jobs, key=lambda j: -priority[j.name])  # stable: list order breaks ties
-    names = {j.name for j in jobs} | set(running)
-    done: set[str] = set()
-    ends = [(left, name, held) for name, (left, held) in running.items()]
-    heapq.heapify(ends)
-    free = slots - sum(held for _, _, held in ends)
-    pending = list(order)
-    now = 0.0
-    while pending or ends:
-        for j in list(pending):
-            need = min(j.slots, slots)
-            if need <= free and all(a not in names or a in done for a in j.after):
-                heapq.heappush(ends, (now + cost.get(j.name, 0.0), j.name, need))
-                pending.remove(j)
-                free -= need
-        if not ends:  # nothing can start: the scheduler raises for such a graph
-            break
-        now, name, held = heapq.heappop(ends)
-        done.add(name)
-        free += held
-    return now
+def plan_eta(jobs: list[Job], workers: int, level: str, costs: StepCosts,
+             timings: Mapping) -> Eta:
+    """The run's :class:`~seqprobe.sweep.eta.Eta`, each job estimated by :func:`estimate`."""
+    return Eta.of(jobs, workers, lambda j: estimate(j, level, costs, timings))
 
 
-@dataclass
-class Eta:
-    """The run's estimates, and the ratio of real to estimated seconds learned as jobs end."""
-
-    jobs: list[Job]
-    slots: int
-    estimates: dict[str, Estimate]
-    finished: set[str] = field(default_factory=set)  # ended, run or not
-    measured: dict[str, float] = field(default_factory=dict)  # ran to success: real seconds
-
-    def done(self, name: str, seconds: float | None, ok: bool) -> None:
-        """Record a job's end; only a job that ran to success teaches the ratio (a failure
-        may stop early, a job not run took no time)."""
-        self.finished.add(name)
-        if ok and seconds is not None:
-            self.measured[name] = seconds
-
-    @classmethod
-    def of(cls, jobs: list[Job], slots: int, level: str, costs: StepCosts,
-           timings: Mapping) -> Eta:
-        found = {j.name: estimate(j, level, costs, timings) for j in jobs}
-        return cls(jobs, slots, {k: v for k, v in found.items() if v is not None})
-
-    def ratio(self, running: Mapping[str, float] | None = None) -> float:
-        """Real over estimated seconds of the finished jobs, shrunk toward 1. ``running``:
-        seconds so far of the jobs still running; one already past its estimate is at least
-        that much slower, and counts so (a loaded machine shows before its jobs end)."""
-        prior = PRIOR_SHARE * sum(e.seconds for e in self.estimates.values())
-        real = sum(s for n, s in self.measured.items() if n in self.estimates)
-        est = sum(self.estimates[n].seconds for n in self.measured if n in self.estimates)
-        for n, so_far in (running or {}).items():
-            if n in self.estimates and so_far > self.estimates[n].seconds:
-                real += so_far
-                est += self.estimates[n].seconds
-        return (real + prior) / (est + prior) if est + prior > 0 else 1.0
-
-    def costs(self, running: Mapping[str, float] | None = None) -> dict[str, float]:
-        """Each job's expected seconds now (``running``: as :meth:`ratio`); a job without an
-        estimate gets the mean of the others (0 when none has one)."""
-        known = [e.seconds for e in self.estimates.values()]
-        fill = sum(known) / len(known) if known else 0.0
-        r = self.ratio(running)
-        return {j.name: r * (self.estimates[j.name].seconds if j.name in self.estimates
-                             else fill) for j in self.jobs}
-
-    def remaining(self, started: Mapping[str, float], now: float | None = None) -> float:
-        """Seconds until the run ends: ``started`` maps each running job to its start time."""
-        now = time.time() if now is None else now
-        so_far = {n: now - t0 for n, t0 in started.items()}
-        cost = self.costs(so_far)
-        by_name = {j.name: j for j in self.jobs}
-        running = {n: (max(cost[n] - so_far[n], 0.0), min(by_name[n].slots, self.slots))
-                   for n in started}
-        pending = [j for j in self.jobs if j.name not in self.finished and j.name not in started]
-        return makespan(pending, cost, self.slots, running)
-
-    def sources(self) -> str:
-        """Where the estimates come from, for the line printed at the start."""
-        counts: dict[str, int] = {}
-        for j in self.jobs:
-            src = self.estimates[j.name].source if j.name in self.estimates else "none"
-            counts[src] = counts.get(src, 0) + 1
-        words = {"timings": "the last run's times", "table": "the step-cost table",
-                 "flops": "the table's rate for their architecture",
-                 "median": "the table's median analysis", "none": "no estimate (mean used)",
-                 "its own runs": "the runs they train themselves (a search's expected cells)",
-                 "measured": "the CUDA step-cost table (step times measured on a GPU)",
-                 "projection": "their FLOPs, projected (no measured step of their model: "
-                               "a new architecture, or a GPU without its row)"}
-        return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
-                         for s, n in counts.items())
+def sources(eta: Eta) -> str:
+    """Where the estimates come from, for the line printed at the start."""
+    words = {"timings": "the last run's times", "table": "the step-cost table",
+             "flops": "the table's rate for their architecture",
+             "median": "the table's median analysis", "none": "no estimate (mean used)",
+             "its own runs": "the runs they train themselves (a search's expected cells)",
+             "measured": "the CUDA step-cost table (step times measured on a GPU)",
+             "projection": "their FLOPs, projected (no measured step of their model: "
+                           "a new architecture, or a GPU without its row)"}
+    return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
+                     for s, n in eta.counts().items())

@@ -19,6 +19,7 @@ from models.train.gpu_costs import device_kind, run_settings
 from models.train.runconfig import Builder
 from seqprobe.device import resolve_device
 from seqprobe.memory import available_bytes
+from seqprobe.sweep.commands import Command
 
 PLAN: tuple[str, ...] = (
     "ngram_heads", "duplicated_ngrams", "copy_bounds", "length_generalization",
@@ -70,16 +71,12 @@ def figure_of(name: str) -> Figure:
 
 
 @dataclass(frozen=True)
-class Job:
-    """One process of the run: training a zoo recipe, or one analysis (a synthetic *task* is
-    something else: :mod:`tasks`)."""
+class Job(Command):
+    """One job of the run (a :class:`~seqprobe.sweep.commands.Command` of the one runner):
+    training zoo recipes, or one analysis (a synthetic *task* is something else: :mod:`tasks`).
+    ``name`` is the analysis name, or "train:" + the recipes' names."""
 
-    name: str  # the analysis name, or "train:" + recipe name
-    argv: tuple[str, ...]
-    slots: int = 1  # cores it keeps busy
-    after: tuple[str, ...] = ()  # jobs that must have succeeded first
     figure: Figure | None = None  # analyses only
-    device: str | None = None  # the --device it was given (None: its default)
     recipes: tuple[str, ...] = ()  # the zoo recipes a training job trains (one ensemble or one)
 
     def __post_init__(self):
@@ -120,7 +117,7 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
     """Training jobs for the recipes the analyses need that are not cached yet (each after
     the job of its ``init_from`` recipe), then one job per analysis, after its recipes'
     training. The recipes train as ensembles (:func:`training_groups`; ``slots``: the cores
-    the run may use, default :func:`default_jobs`; ``auto``: the kind of device "auto" means,
+    the run may use, default :func:`default_workers`; ``auto``: the kind of device "auto" means,
     default this machine's: ``--list --device cuda`` plans a GPU machine's run anywhere)."""
     needs: dict[str, str | None] = {}  # recipe -> the device its analysis places it on
     analyses = []
@@ -136,7 +133,7 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
         analyses.append((n, fig, device, jobs_, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
-    for group in training_groups(needs, level, slots or default_jobs(level), ensembles, auto):
+    for group in training_groups(needs, level, slots or default_workers(level), ensembles, auto):
         name = TRAIN + ",".join(seed_ranges(group))
         parents = [p for r in group for p in zoo.dependencies(r, level)[-1:] if p in job_of]
         device = needs[group[0]]
@@ -151,7 +148,7 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
         Job(n, tuple(analysis_argv(n, fig, level, out, cache, slots)), jobs_ or fig.slots,
-            tuple(dict.fromkeys(job_of[r] for r in missing)), fig, device)
+            tuple(dict.fromkeys(job_of[r] for r in missing)), device, figure=fig)
         for n, fig, device, jobs_, missing in analyses]]
 
 
@@ -188,26 +185,6 @@ def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
     return groups
 
 
-def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, float]:
-    """Each job's expected seconds plus the longest chain of expected seconds that waits on
-    it: of the jobs ready to start, the highest goes first, so that no long chain is left to
-    run alone at the end (the scheduler and the ETA's packing both use it)."""
-    waiting_on: dict[str, list[str]] = {j.name: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            if a in waiting_on:
-                waiting_on[a].append(j.name)
-    memo: dict[str, float] = {}
-
-    def chain(name: str) -> float:
-        if name not in memo:
-            memo[name] = expected.get(name, 0.0) + max(
-                (chain(n) for n in waiting_on[name]), default=0.0)
-        return memo[name]
-
-    return {j.name: chain(j.name) for j in jobs}
-
-
 def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
     """Every model the analyses ``names`` train at ``level``, each once, in plan order:
     ``(label, RunConfig builder)``."""
@@ -228,7 +205,7 @@ def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
 JOB_BYTES = 1 << 30
 
 
-def default_jobs(level: str) -> int:
+def default_workers(level: str) -> int:
     """Every core at every level but paper (one job at a time, each with the whole GPU): the
     suite's models are too small to use a second thread, so jobs side by side use the cores —
     as many as the free memory holds at :data:`JOB_BYTES` a job (each run also checks its

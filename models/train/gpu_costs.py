@@ -51,7 +51,7 @@ MEASURED, PROJECTION = "measured", "projection"  # where a row's GPU cost comes 
 
 # What a GPU job costs beyond its training steps, assumed until a GPU run times them (the
 # reproduce run's timings then replace every estimate): a GPU job starts as a fresh process
-# (analyses.reproduce.pool), so it pays the interpreter, the imports, the CUDA context and
+# (seqprobe.sweep.fork), so it pays the interpreter, the imports, the CUDA context and
 # building its models; a compiled run pays torch.compile's cold compile of its forward once;
 # an evaluation batch is a forward without a backward, about a third of a training step.
 JOB_START_S = 20.0

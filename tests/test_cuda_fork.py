@@ -74,7 +74,7 @@ def test_planning_a_gpu_run_never_initialises_cuda_here(monkeypatch, tmp_path):
     assert resolve_train(TrainConfig(), torch.device("cuda")).precision == "bf16"
     assert gpu_name() == "NVIDIA H200" and memory_bytes("cuda") == 141 << 30
     jobs = build_jobs(["stu_induction", "markov_holdout"], "large", tmp_path / "out",
-                      tmp_path / "cache", slots=16)
+                      tmp_path / "cache", workers=16)
     assert jobs and any(j.recipes for j in jobs)
     assert inits == []
 

@@ -109,3 +109,45 @@ def test_a_stop_also_ends_what_the_job_started(tmp_path):
     else:
         os.kill(worker, signal.SIGKILL)
         pytest.fail("the job's worker outlived the stop")
+
+
+def test_run_command_stops_a_command_at_its_timeout_sigterm_first():
+    """seqprobe.sweep.run_command: one command in its own group, stopped at its timeout —
+    SIGTERM ``grace`` seconds before it (a handler may save and exit), SIGKILL at it — with
+    its output kept, and whatever its group left running killed once it has ended."""
+    from seqprobe.sweep import run_command
+
+    done = run_command([sys.executable, "-c", "import sys; print('out'); "
+                        "print('err', file=sys.stderr); sys.exit(3)"])
+    assert (done.returncode, done.stdout, done.stderr, done.stopped_by) == (3, "out\n",
+                                                                            "err\n", None)
+    lines: list[str] = []
+    trap = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('saved', flush=True), "
+            "sys.exit(0)))\nprint('up', flush=True)\ntime.sleep(60)\n")
+    t0 = time.time()
+    done = run_command([sys.executable, "-c", trap], timeout=3.0, grace=1.5, output="lines",
+                       on_line=lines.append)
+    assert done.stopped_by == "SIGTERM" and done.returncode == 0 and lines == ["up", "saved"]
+    assert time.time() - t0 < 10
+    stubborn = run_command([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+    assert stubborn.stopped_by == "SIGKILL" and stubborn.returncode == -signal.SIGKILL
+
+
+def test_run_command_leaves_nothing_of_its_group_running(tmp_path):
+    from seqprobe.sweep import run_command
+
+    pid_file = tmp_path / "pid"
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid))")
+    assert run_command([sys.executable, "-c", code]).returncode == 0
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # the group was sent SIGKILL; reaped by init shortly after
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the command's child outlived it")

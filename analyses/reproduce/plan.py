@@ -112,18 +112,18 @@ def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path,
 
 
 def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
-               slots: int | None = None, ensembles: str = "auto",
+               workers: int | None = None, ensembles: str = "auto",
                auto: str | None = None) -> list[Job]:
     """Training jobs for the recipes the analyses need that are not cached yet (each after
     the job of its ``init_from`` recipe), then one job per analysis, after its recipes'
-    training. The recipes train as ensembles (:func:`training_groups`; ``slots``: the cores
+    training. The recipes train as ensembles (:func:`training_groups`; ``workers``: the cores
     the run may use, default :func:`default_workers`; ``auto``: the kind of device "auto" means,
     default this machine's: ``--list --device cuda`` plans a GPU machine's run anywhere)."""
     needs: dict[str, str | None] = {}  # recipe -> the device its analysis places it on
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, jobs_ = placement(n, level, slots)
+        device, jobs_ = placement(n, level, workers)
         recipes = list(fig.recipes(level)) if fig.trains else []
         missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
         for r in missing:
@@ -133,7 +133,8 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
         analyses.append((n, fig, device, jobs_, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
-    for group in training_groups(needs, level, slots or default_workers(level), ensembles, auto):
+    for group in training_groups(needs, level, workers or default_workers(level), ensembles,
+                                 auto):
         name = TRAIN + ",".join(seed_ranges(group))
         parents = [p for r in group for p in zoo.dependencies(r, level)[-1:] if p in job_of]
         device = needs[group[0]]
@@ -147,19 +148,19 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
                          recipes=tuple(group))
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
-        Job(n, tuple(analysis_argv(n, fig, level, out, cache, slots)), jobs_ or fig.slots,
+        Job(n, tuple(analysis_argv(n, fig, level, out, cache, workers)), jobs_ or fig.slots,
             tuple(dict.fromkeys(job_of[r] for r in missing)), device, figure=fig)
         for n, fig, device, jobs_, missing in analyses]]
 
 
-def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
+def training_groups(needs: Mapping[str, str | None], level: str, workers: int,
                     ensembles: str = "auto", auto: str | None = None) -> list[list[str]]:
     """The recipes ``needs`` (recipe -> device) as the training jobs that train them, in the
     order they can start (what a fine-tune starts from first): runs of one model on one device
     in one wave of the init chains form an ensemble where one pays off
     (:func:`models.train.ensemble.pays_off`; ``ensembles`` "on": wherever one can form, "off":
     never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores
-    (``ensembles`` "on") it is split into one ensemble per core (at most ``slots``), as cores
+    (``ensembles`` "on") it is split into one ensemble per core (at most ``workers``), as cores
     side by side are what speeds a CPU sweep up."""
     def kind(device: str | None) -> str:
         if auto is not None and device in (None, "auto"):
@@ -179,7 +180,7 @@ def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
     groups = []
     for (_depth, device, _), members in sorted(keyed.items(), key=lambda kv: kv[0][0]):
         cpu = kind(device) == "cpu"
-        parts = min(len(members), slots) if cpu else -(-len(members) // MAX_MEMBERS)
+        parts = min(len(members), workers) if cpu else -(-len(members) // MAX_MEMBERS)
         size = -(-len(members) // max(1, parts))
         groups += [members[i:i + size] for i in range(0, len(members), size)]
     return groups

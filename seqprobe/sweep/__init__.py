@@ -502,37 +502,37 @@ def run_command(argv: Sequence[str], *, cwd: str | Path | None = None,
                             stdin=subprocess.DEVNULL, stdout=streams[0], stderr=streams[1],
                             start_new_session=True, text=True, errors="replace",
                             bufsize=1 if output == "lines" else -1)
-    got: dict[str, str] = {"stdout": "", "stderr": ""}
-    reader = None
-    if output == "lines":
-        def pump() -> None:
-            for line in proc.stdout:
+    # read by threads as it comes, so that a pipe a left-behind child of the command still
+    # holds does not keep this waiting past the command's own end
+    got: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+    def pump(stream, into: list[str] | None) -> None:
+        for line in stream:
+            if into is not None:
+                into.append(line)
+            else:
                 on_line(line.rstrip("\n"))
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-
-    def wait(seconds: float | None) -> None:
-        if output == "capture":
-            out, err = proc.communicate(timeout=seconds)
-            got["stdout"], got["stderr"] = out or "", err or ""
-        else:
-            proc.wait(timeout=seconds)
+    readers = [threading.Thread(target=pump, args=(s, got[k] if output == "capture" else None),
+                                daemon=True)
+               for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr)) if s is not None]
+    for r in readers:
+        r.start()
 
     stopped = None
     try:
         try:
-            wait(None if timeout is None else
-                 max(timeout - grace, 0.5) if grace else timeout)
+            proc.wait(timeout=None if timeout is None else
+                      max(timeout - grace, 0.5) if grace else timeout)
         except subprocess.TimeoutExpired:
             stopped = "SIGTERM" if grace else "SIGKILL"
             _signal_group(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
             try:
-                wait(grace if grace else 5.0)
+                proc.wait(timeout=grace if grace else 5.0)
             except subprocess.TimeoutExpired:
                 stopped = "SIGKILL"
                 _signal_group(proc.pid, signal.SIGKILL)
-                wait(None)
+                proc.wait()
     except BaseException:  # this process stopped: the command does not outlive it
         if grace:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -544,12 +544,12 @@ def run_command(argv: Sequence[str], *, cwd: str | Path | None = None,
         proc.wait()
         raise
     _signal_group(proc.pid, signal.SIGKILL)  # whatever it left running in its group
-    if reader is not None:
-        reader.join(timeout=5)
+    for r in readers:
+        r.join(timeout=5)
+    out, err = "".join(got["stdout"]), "".join(got["stderr"])
     if check_exit and proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, list(argv), got["stdout"],
-                                            got["stderr"])
-    return Completed(proc.returncode, got["stdout"], got["stderr"], time.time() - t0, stopped)
+        raise subprocess.CalledProcessError(proc.returncode, list(argv), out, err)
+    return Completed(proc.returncode, out, err, time.time() - t0, stopped)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

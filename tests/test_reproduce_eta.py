@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from analyses.reproduce.eta import plan_eta, sources
+from analyses.reproduce.eta import AnalysisSeconds, plan_eta, sources
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
 from analyses.zoo.dryrun import recipe_run_config
 from models.train.costs import (
@@ -60,10 +60,10 @@ def test_finished_jobs_scale_the_rest_shrunk_toward_one():
 
 
 def test_the_last_runs_time_beats_the_table(tmp_path):
-    costs = StepCosts(analysis_s={"quick": {"x": 7.0, "y": 9.0}})
+    costs, analyses = StepCosts(), AnalysisSeconds({"quick": {"x": 7.0, "y": 9.0}})
     jobs = [job("x"), job("y"), job("z")]
     eta = plan_eta(jobs, 1, "quick", costs, {"x": {"ok": True, "seconds": 2.0},
-                                           "y": {"ok": False, "seconds": 1.0}})
+                                           "y": {"ok": False, "seconds": 1.0}}, analyses)
     assert eta.estimates["x"] == Estimate(2.0, "timings")
     assert eta.estimates["y"] == Estimate(9.0, "table")  # a failed run's time is no estimate
     assert eta.estimates["z"] == Estimate(8.0, "median")
@@ -130,6 +130,19 @@ def test_a_missing_or_foreign_table_is_empty(tmp_path):
     assert StepCosts.load(tmp_path / "none.json").rows == {}
     (tmp_path / "t.json").write_text('{"format": 1, "rows": {"k": {}}}')  # seconds, not units
     assert StepCosts.load(tmp_path / "t.json").rows == {}
+    assert AnalysisSeconds.load(tmp_path / "none.json").seconds == {}
+    assert AnalysisSeconds.load(tmp_path / "t.json").seconds == {}
+
+
+def test_the_cost_tables_name_no_machine_paths():
+    """The shipped tables say where their numbers come from in words, not as paths of the
+    machine they were measured on (a /tmp folder nobody else has)."""
+    from analyses.reproduce.eta import ANALYSIS_TABLE
+    from models.train import costs, gpu_costs
+
+    for path in (costs.TABLE, gpu_costs.TABLE, ANALYSIS_TABLE):
+        assert "/tmp" not in path.read_text(), path
+    assert AnalysisSeconds.load().seconds["quick"], "the plan's analysis seconds are shipped"
 
 
 def test_the_shipped_table_estimates_every_job_of_the_quick_plan(tmp_path):
@@ -158,13 +171,14 @@ def test_a_forked_job_is_estimated_without_a_process_start_up(tmp_path):
     import sys
 
     from analyses.reproduce.eta import estimate
-    costs = replace(StepCosts(analysis_s={"quick": {"x": 10.0}},
-                              rows={"k": {"start": 100.0, "step": 1.0, "eval": 1.0}}),
+    costs = replace(StepCosts(rows={"k": {"start": 100.0, "step": 1.0, "eval": 1.0}}),
                     unit_s=0.02)
+    analyses = AnalysisSeconds({"quick": {"x": 10.0}})
     forked = Job("x", (sys.executable, "-m", "tests.worker_pool_jobs"))
     spawned = Job("x", (sys.executable, "-c", "pass"))
-    assert estimate(spawned, "quick", costs, {}).seconds == 10.0
-    assert estimate(forked, "quick", costs, {}).seconds == pytest.approx(10.0 - 100 * 0.02)
+    assert estimate(spawned, "quick", costs, {}, analyses).seconds == 10.0
+    assert estimate(forked, "quick", costs, {}, analyses).seconds == pytest.approx(
+        10.0 - 100 * 0.02)
 
 
 def test_an_analysis_estimate_scales_with_the_machine_as_training_rows_do():
@@ -174,8 +188,10 @@ def test_an_analysis_estimate_scales_with_the_machine_as_training_rows_do():
     import sys
 
     from analyses.reproduce.eta import estimate
-    table = StepCosts(analysis_s={"quick": {"x": 10.0}},
-                      rows={"k": {"start": 0.0, "step": 1.0, "eval": 1.0, "ref_s": 0.005}})
+    table = StepCosts(rows={"k": {"start": 0.0, "step": 1.0, "eval": 1.0, "ref_s": 0.005}})
+    analyses = AnalysisSeconds({"quick": {"x": 10.0}})
     spawned = Job("x", (sys.executable, "-c", "pass"))
-    assert estimate(spawned, "quick", replace(table, unit_s=0.005), {}).seconds == 10.0
-    assert estimate(spawned, "quick", replace(table, unit_s=0.010), {}).seconds == 20.0
+    assert estimate(spawned, "quick", replace(table, unit_s=0.005), {},
+                    analyses).seconds == 10.0
+    assert estimate(spawned, "quick", replace(table, unit_s=0.010), {},
+                    analyses).seconds == 20.0

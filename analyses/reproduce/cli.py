@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from analyses import zoo
 from analyses.claims import verdict_text
 from analyses.common import check_output_dir
-from analyses.reproduce.eta import plan_eta, sources
+from analyses.reproduce.eta import JOB_START_S, plan_eta, sources
 from analyses.reproduce.index import (
     Outcome,
     index_outcome,
@@ -52,7 +52,6 @@ from models.train.costs import StepCosts
 from models.train.ensemble_cache import ENSEMBLES
 from models.train.gpu_costs import (
     COMPILE_S,
-    JOB_START_S,
     REFERENCE_CARD,
     UTILISATION,
     device_kind,

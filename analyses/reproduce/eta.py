@@ -4,8 +4,9 @@
 Each job's cost is estimated before it has ever run: a training job from its recipe's steps
 times the shipped step cost of its model (:class:`models.train.costs.StepCosts`; a model the
 table never measured is projected from its FLOPs, and the start line says so), an analysis
-from the seconds its own process took in the run the table was filled from. A job the last run
-of this level timed (``reproduce_timings.json``) takes that time instead.
+from the seconds its own process took in a real run of the level (:data:`ANALYSIS_TABLE`,
+:class:`AnalysisSeconds`: the plan's own table, in ``costs/`` beside this module). A job the
+last run of this level timed (``reproduce_timings.json``) takes that time instead.
 
 The table's seconds are of jobs in processes of their own; the run forks its jobs from a
 process that has the imports paid (:mod:`seqprobe.sweep.fork`), so a forked job's estimate is
@@ -14,8 +15,12 @@ the table's less a process' start-up (:meth:`~models.train.costs.StepCosts.start
 
 from __future__ import annotations
 
+import functools
+import json
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from analyses.reproduce.plan import Job
 from analyses.zoo.dryrun import recipe_run_config
@@ -29,6 +34,58 @@ from seqprobe.sweep.fork import forkable
 
 # A forked job's estimate keeps at least this share of its own process' estimate.
 MIN_SHARE = 0.5
+# wall seconds of each analysis' own process in a real run (python -m bench.step_costs
+# --analyses-from writes it)
+ANALYSIS_TABLE = Path(__file__).with_name("costs") / "analysis_seconds.json"
+ANALYSIS_FORMAT = 1
+# What a GPU job of the plan pays before its first step, assumed until a GPU run times it (the
+# run's timings then replace every estimate): it starts as a fresh process (never forked:
+# seqprobe.sweep.fork), so it pays the interpreter, the imports, the CUDA context and building
+# its models.
+JOB_START_S = 20.0
+
+
+@dataclass(frozen=True)
+class AnalysisSeconds:
+    """``seconds[level][name]``: wall seconds of analysis ``name``'s own process at ``level``
+    in a real run (models it reads from the zoo not included: they are jobs of their own),
+    and where they were taken (``meta``)."""
+
+    seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path = ANALYSIS_TABLE) -> AnalysisSeconds:
+        """The table at ``path``; an empty one when it is missing, unreadable or of another
+        format (an estimate is a convenience, never a reason to refuse a run)."""
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not isinstance(doc, dict) or doc.get("format") != ANALYSIS_FORMAT:
+            doc = {}
+        return cls(dict(doc.get("analysis_s", {})), dict(doc.get("meta", {})))
+
+    def estimate(self, name: str, level: str, device: str = "cpu") -> Estimate | None:
+        """Seconds of analysis ``name``'s own process at ``level``; else the median analysis
+        of that level; None when the table has none. ``device`` "cuda": a GPU plan of a level
+        no run has timed yet takes the largest level timed (its analyses' own processes are
+        CPU work beside the GPU's training: the closest in size)."""
+        known = self.seconds.get(level, {})
+        if not known and device == "cuda" and self.seconds:
+            largest = max(self.seconds, key=lambda lv: sum(self.seconds[lv].values()))
+            est = self.estimate(name, largest)
+            return Estimate(est.seconds, f"level {largest}") if est else None
+        if name in known:
+            return Estimate(float(known[name]), "table")
+        if known:
+            return Estimate(statistics.median(known.values()), "median")
+        return None
+
+
+@functools.cache
+def shipped_analysis_seconds() -> AnalysisSeconds:
+    return AnalysisSeconds.load()
 
 
 def load_scale(costs: StepCosts) -> float:
@@ -41,9 +98,11 @@ def load_scale(costs: StepCosts) -> float:
     return costs.unit_s / statistics.median(measured)
 
 
-def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
+def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping,
+             analyses: AnalysisSeconds | None = None) -> Estimate | None:
     """A job's seconds: the last run's time of it (``timings``, the same level's), else the
-    step-cost table's estimate; None when neither knows it."""
+    step-cost table's estimate (an analysis: ``analyses``', default the shipped
+    :data:`ANALYSIS_TABLE`); None when neither knows it."""
     last = timings.get(job.name)
     if isinstance(last, Mapping) and last.get("ok") is True:
         seconds = last.get("seconds")
@@ -52,7 +111,8 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
     if not job.recipes:
         found = own_runs_estimate(job, level, costs)
         if found is None:
-            found = costs.analysis(job.name, level)
+            table = shipped_analysis_seconds() if analyses is None else analyses
+            found = table.estimate(job.name, level, costs.device)
             if found is not None and costs.device != "cuda":
                 found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
@@ -64,7 +124,7 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
                  else ensemble_estimate(run_configs, costs, job.device))
     if found is not None and costs.device == "cuda" and job.recipes and job.device != "cpu":
         # a GPU job starts as a fresh process (seqprobe.sweep.fork): its start-up too
-        return Estimate(found.seconds + gpu_costs.JOB_START_S, found.source)
+        return Estimate(found.seconds + JOB_START_S, found.source)
     if found is None or costs.device == "cuda" or forkable(job.argv, job.device) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
@@ -123,9 +183,9 @@ def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
 
 
 def plan_eta(jobs: list[Job], workers: int, level: str, costs: StepCosts,
-             timings: Mapping) -> Eta:
+             timings: Mapping, analyses: AnalysisSeconds | None = None) -> Eta:
     """The run's :class:`~seqprobe.sweep.eta.Eta`, each job estimated by :func:`estimate`."""
-    return Eta.of(jobs, workers, lambda j: estimate(j, level, costs, timings))
+    return Eta.of(jobs, workers, lambda j: estimate(j, level, costs, timings, analyses))
 
 
 def sources(eta: Eta) -> str:

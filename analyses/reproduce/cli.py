@@ -189,8 +189,8 @@ def _list(names: list[str], level: str, out: Path, cache: Path, workers: int,
     for n in names:
         fig = figure_of(n)
         recipes = ", ".join(seed_ranges(fig.recipes(level))) if fig.trains else ""
-        device, jobs = placement(n, level, workers)
-        where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
+        device, own = placement(n, level, workers)
+        where = (f"  (on {device}, {own or fig.slots} core{'s' * ((own or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
     jobs = build_jobs(names, level, out, cache, workers, ensembles, auto=kind)

@@ -40,9 +40,9 @@ TRAIN = "train:"  # prefix of the jobs that train zoo recipes
 MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training has the last word)
 
 # Where a level's jobs run, for the levels that say (the others: the analyses' defaults, the
-# zoo's training on "auto"): analysis -> (device, jobs). The device is that of the analysis and
+# zoo's training on "auto"): analysis -> (device, workers). The device is that of the analysis and
 # of every recipe it trains (both get ``--device``, so a checkpoint is asked for on the device
-# it was trained on); ``jobs``, where not None, is the cores its own job keeps busy, passed as
+# it was trained on); ``workers``, where not None, is the cores its own job keeps busy, passed as
 # its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
 # Large: every sweep on the GPU ("auto": the GPU where there is one, so the level also runs on
 # a CPU-only machine), trained as ensembles, which share a small model's kernel launches (one
@@ -58,12 +58,12 @@ PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
 
 
 def placement(name: str, level: str, cores: int | None = None) -> tuple[str | None, int | None]:
-    """(device, jobs) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
-    the defaults). ``jobs`` is capped at ``cores`` (default this machine's: a plan for
+    """(device, workers) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
+    the defaults). ``workers`` is capped at ``cores`` (default this machine's: a plan for
     another machine, ``--list --jobs 16``, passes its cores)."""
-    device, jobs = PLACEMENT.get(level, {}).get(name, (None, None))
+    device, workers = PLACEMENT.get(level, {}).get(name, (None, None))
     cores = cores or os.cpu_count() or 1
-    return device, None if jobs is None else max(1, min(jobs, cores))
+    return device, None if workers is None else max(1, min(workers, cores))
 
 
 def figure_of(name: str) -> Figure:
@@ -103,8 +103,9 @@ class Job(Command):
 def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path,
                   cores: int | None = None) -> list[str]:
     train = ["--train", level, "--cache-dir", str(cache)] if fig.trains else []
-    device, jobs = placement(name, level, cores)
-    placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
+    device, workers = placement(name, level, cores)
+    placed = [*(["--device", device] if device else []),
+              *(["--jobs", str(workers)] if workers else [])]
     offset = zoo.seed_offset()  # the models' seeds shifted: their evaluation data's too
     seed = ["--seed", str(offset)] if offset else []
     return [sys.executable, "-m", f"analyses.{name}", f"--{level}", "--out", str(out), *train,
@@ -123,14 +124,14 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, jobs_ = placement(n, level, workers)
+        device, own_workers = placement(n, level, workers)
         recipes = list(fig.recipes(level)) if fig.trains else []
         missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
         for r in missing:
             for d in [*zoo.dependencies(r, level), r]:
                 if d == r or zoo.status(d, level, cache) != "cached":
                     needs.setdefault(d, device)
-        analyses.append((n, fig, device, jobs_, missing))
+        analyses.append((n, fig, device, own_workers, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
     for group in training_groups(needs, level, workers or default_workers(level), ensembles,
@@ -148,9 +149,9 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
                          recipes=tuple(group))
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
-        Job(n, tuple(analysis_argv(n, fig, level, out, cache, workers)), jobs_ or fig.slots,
+        Job(n, tuple(analysis_argv(n, fig, level, out, cache, workers)), own or fig.slots,
             tuple(dict.fromkeys(job_of[r] for r in missing)), device, figure=fig)
-        for n, fig, device, jobs_, missing in analyses]]
+        for n, fig, device, own, missing in analyses]]
 
 
 def training_groups(needs: Mapping[str, str | None], level: str, workers: int,

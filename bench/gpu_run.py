@@ -272,7 +272,8 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=flags.flag("--budget-s"), default=BUDGET.command_s,
                    help="the whole command's seconds (default: a lent call less its start-up)")
     p.add_argument("--device", default="cuda", help="cuda (default); cpu for a rehearsal")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1)
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1,
+                   dest="workers", metavar="JOBS")
     p.add_argument("--wheels", type=Path, default=ROOT / ".whl",
                    help="the pinned wheels to install first (default .whl/; a missing folder: "
                         "none, the packages must be importable already)")
@@ -372,7 +373,7 @@ def _large(call: Call, args, k: int, n: int, scratch: Path, env: dict, left) -> 
     from analyses.reproduce.plan import PLAN, figure_of
 
     names = [a for a in PLAN if "large" in figure_of(a).levels]
-    parts, _ = level_parts(names, "large", args.jobs, args.device, n)
+    parts, _ = level_parts(names, "large", args.workers, args.device, n)
     check(k <= len(parts), f"--part {k}/{n}: the large level has {len(parts)} parts")
     globs = _resume_globs(parts[k - 1])
     if args.resume_from is not None:
@@ -396,7 +397,7 @@ def _large(call: Call, args, k: int, n: int, scratch: Path, env: dict, left) -> 
     cap = left() - BUDGET.pack_s
     row = call.stage("large", [
         sys.executable, "-m", "analyses.reproduce", "--large", "--part", f"{k}/{n}",
-        "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.jobs),
+        "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.workers),
         *(["--device", "cpu"] if args.device == "cpu" else []),
         "--timeout", str(max(cap, 30.0))], cap, env, grace=min(STOP_GRACE_S, cap / 3))
     done.set()

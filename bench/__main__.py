@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 
 from bench.common import RESULTS, machine
 from figures.style import DEFAULT_OUT
+from seqprobe.sweep import run_command
 
 
 def modules() -> list[str]:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [m for m in modules() if not args.only or m in args.only]
     failed = []
     if args.figures:
-        subprocess.run([sys.executable, "-m", "analyses.reproduce", "--quick"], check=False)
+        run_command([sys.executable, "-m", "analyses.reproduce", "--quick"], output="inherit")
     out = RESULTS / "results.json"
     # --only updates those entries of the last results and keeps the others
     merged: dict = json.loads(out.read_text()) if args.only and out.exists() else {}
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.time()
-        proc = subprocess.run([sys.executable, "-m", f"bench.{name}"])
+        proc = run_command([sys.executable, "-m", f"bench.{name}"], output="inherit")
         result = RESULTS / f"results_{name.removeprefix('bench_')}.json"
         # keyed as its results file is: bench_ensemble -> "ensemble" (ensemble.stu.speedup)
         key = name.removeprefix("bench_")

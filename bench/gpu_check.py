@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,7 @@ from seqprobe.atomic import check_output_file, write_atomic
 from seqprobe.cli import run_cli
 from seqprobe.config import check
 from seqprobe.device import gpu_facts
+from seqprobe.sweep import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "results_gpu_check.json"
@@ -78,16 +78,15 @@ def tiny_run_configs() -> dict[str, RunConfig]:
 
 
 def run_tests(files: list[str], timeout: float) -> dict[str, Any]:
-    """``pytest -m gpu FILES`` in a subprocess: counts from its JUnit XML report."""
+    """``pytest -m gpu FILES`` in a process of its own (:func:`seqprobe.sweep.run_command`):
+    counts from its JUnit XML report."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                f"--junitxml={xml}", *files]
         t0 = time.time()
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                  timeout=max(timeout, 1.0))
-        except subprocess.TimeoutExpired:
+        proc = run_command(cmd, cwd=ROOT, timeout=max(timeout, 1.0))
+        if proc.stopped_by:
             return {"error": f"timed out after {timeout:.0f} s", "command": " ".join(cmd[1:])}
         out: dict[str, Any] = {"command": " ".join(["python", *cmd[1:-len(files) - 1], *files]),
                                "exit_code": proc.returncode, "wall_s": round(time.time() - t0, 1)}

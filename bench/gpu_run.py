@@ -43,8 +43,6 @@ import io
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -54,12 +52,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analyses.reproduce.parts import BUDGET, CACHE_BYTES, parse_part
-from analyses.reproduce.runner import STOP_GRACE
 from seqprobe import flags
 from seqprobe.atomic import open_own, write_atomic
 from seqprobe.cli import run_cli
 from seqprobe.config import check
 from seqprobe.errors import InputError, OutputError
+from seqprobe.sweep import run_command
+from seqprobe.sweep.commands import STOP_GRACE
 
 ROOT = Path(__file__).resolve().parents[1]
 PINS = ROOT / "scripts" / "gpu_wheels.txt"
@@ -67,7 +66,7 @@ PACKED = ("*.json", "*.png", "*.md", "*.html")
 LOG_TAIL = 4000  # characters of each job's log kept in the tarball
 PACK_EVERY_S = 15.0
 # SIGTERM this long before a stage's cap: the reproduce run then gives its jobs its own grace to
-# save their checkpoints (runner.STOP_GRACE), with time to spare for its own exit
+# save their checkpoints (seqprobe.sweep.commands.STOP_GRACE), with time to spare for its own exit
 STOP_GRACE_S = STOP_GRACE + 10.0
 MAX_FILES = 8  # what the device tool brings back of $OUT
 NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -165,10 +164,10 @@ class Call:
 
     def stage(self, name: str, cmd: Sequence[str], cap: float, env: dict[str, str],
               grace: float = 0.0, on_line=None) -> dict:
-        """Run one stage as its own process group, every output line into the call's log
-        (``on_line(line)`` sees it too), stopped at ``cap`` seconds from outside: SIGTERM
-        ``grace`` seconds before the cap where ``grace``, SIGKILL at it. Its row of the
-        report is saved when it ends."""
+        """Run one stage through the runner (:func:`seqprobe.sweep.run_command`: its own
+        process group), every output line into the call's log (``on_line(line)`` sees it too),
+        stopped at ``cap`` seconds from outside: SIGTERM ``grace`` seconds before the cap
+        where ``grace``, SIGKILL at it. Its row of the report is saved when it ends."""
         t = time.time()
         self.log(f"== {name} (cap {cap:.0f} s): {' '.join(cmd)}")
         row: dict = {"cap_s": round(cap, 1)}
@@ -177,48 +176,22 @@ class Call:
             self.report["stages"][name] = row
             self.save_report()
             return row
-        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                text=True, errors="replace", bufsize=1)
 
-        def pump() -> None:
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                with self.lock:
-                    self.log_file.write(f"  {name}| {line}\n")
-                    print(f"  {name}| {line}", file=sys.stderr, flush=True)
-                if on_line is not None:
-                    on_line(line)
+        def line(text: str) -> None:
+            with self.lock:
+                self.log_file.write(f"  {name}| {text}\n")
+                print(f"  {name}| {text}", file=sys.stderr, flush=True)
+            if on_line is not None:
+                on_line(text)
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        stopped = None
-        try:
-            proc.wait(timeout=max(cap - grace, 0.5) if grace else cap)
-        except subprocess.TimeoutExpired:
-            stopped = "SIGTERM" if grace else "SIGKILL"
-            _signal_group(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
-            try:
-                proc.wait(timeout=grace if grace else 5)
-            except subprocess.TimeoutExpired:
-                stopped = "SIGKILL"
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-        _signal_group(proc.pid, signal.SIGKILL)  # whatever the stage left running
-        reader.join(timeout=5)
-        row.update(rc=proc.returncode, seconds=round(time.time() - t, 1),
+        done = run_command(cmd, env=env, timeout=cap, grace=grace, output="lines", on_line=line)
+        stopped = done.stopped_by
+        row.update(rc=done.returncode, seconds=round(time.time() - t, 1),
                    capped=stopped is not None, **({"stopped_by": stopped} if stopped else {}))
         self.report["stages"][name] = row
         self.save_report()
         self.log(f"== {name}: {row}")
         return row
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def pack(results: Path, tarball: Path, resume_globs: Sequence[str] = ()) -> int:
@@ -299,7 +272,8 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=flags.flag("--budget-s"), default=BUDGET.command_s,
                    help="the whole command's seconds (default: a lent call less its start-up)")
     p.add_argument("--device", default="cuda", help="cuda (default); cpu for a rehearsal")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1)
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1,
+                   dest="workers", metavar="JOBS")
     p.add_argument("--wheels", type=Path, default=ROOT / ".whl",
                    help="the pinned wheels to install first (default .whl/; a missing folder: "
                         "none, the packages must be importable already)")
@@ -399,7 +373,7 @@ def _large(call: Call, args, k: int, n: int, scratch: Path, env: dict, left) -> 
     from analyses.reproduce.plan import PLAN, figure_of
 
     names = [a for a in PLAN if "large" in figure_of(a).levels]
-    parts, _ = level_parts(names, "large", args.jobs, args.device, n)
+    parts, _ = level_parts(names, "large", args.workers, args.device, n)
     check(k <= len(parts), f"--part {k}/{n}: the large level has {len(parts)} parts")
     globs = _resume_globs(parts[k - 1])
     if args.resume_from is not None:
@@ -423,7 +397,7 @@ def _large(call: Call, args, k: int, n: int, scratch: Path, env: dict, left) -> 
     cap = left() - BUDGET.pack_s
     row = call.stage("large", [
         sys.executable, "-m", "analyses.reproduce", "--large", "--part", f"{k}/{n}",
-        "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.jobs),
+        "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.workers),
         *(["--device", "cpu"] if args.device == "cpu" else []),
         "--timeout", str(max(cap, 30.0))], cap, env, grace=min(STOP_GRACE_S, cap / 3))
     done.set()

@@ -27,8 +27,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -39,6 +37,7 @@ from pathlib import Path
 from seqprobe import flags
 from seqprobe.cli import run_cli
 from seqprobe.config import check
+from seqprobe.sweep import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 600  # the device tool's limit on one command
@@ -161,15 +160,16 @@ def _main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="seqprobe-rehearsal-"))
     clone, out = tmp / "clone", tmp / "OUT"
     out.mkdir()
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", args.commit], check=True)
+    run_command(["git", "clone", "-q", str(ROOT), str(clone)], output="inherit", check_exit=True)
+    run_command(["git", "-C", str(clone), "checkout", "-q", args.commit], output="inherit",
+                check_exit=True)
     if args.wheels is not None:
         check(args.wheels.is_dir(), f"--wheels {args.wheels}: not a folder")
         shutil.copytree(args.wheels, clone / ".whl")
     else:
-        subprocess.run(["bash", "scripts/gpu_wheels.sh"], cwd=clone, check=True,
-                       env={**os.environ, "PYTHON_VERSION": "here", "PYTHON": sys.executable},
-                       stdout=subprocess.DEVNULL)
+        run_command(["bash", "scripts/gpu_wheels.sh"], cwd=clone, check_exit=True,
+                    env={**os.environ, "PYTHON_VERSION": "here", "PYTHON": sys.executable},
+                    output="discard")
     env = {"PATH": str(_python3_only_path(tmp)), "HOME": str(tmp / "home"), "OUT": str(out),
            "LANG": "C.UTF-8", "TMPDIR": str(tmp)}
     budget = ["--budget-s", str(args.budget_s)] if args.budget_s else []
@@ -180,13 +180,10 @@ def _main(argv: list[str] | None = None) -> int:
     elif args.kill_at is not None:
         kill_at = float(args.kill_at)
     t0 = time.time()
-    proc = subprocess.Popen(cmd, cwd=clone, env=env, start_new_session=True)
-    try:
-        rc = proc.wait(timeout=min(kill_at or LIMIT_S, LIMIT_S))
-        killed = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        rc, killed = proc.wait(), True
+    # killed at once at the limit (or --kill-at), as the lent machine's own limit kills
+    done = run_command(cmd, cwd=clone, env=env, timeout=min(kill_at or LIMIT_S, LIMIT_S),
+                       output="inherit")
+    rc, killed = done.returncode, done.stopped_by is not None
     wall = time.time() - t0
     carried = {"transformer_lens", "datasets", "beartype", "typeguard", "dill", "multiprocess",
                "fancy_einsum"}

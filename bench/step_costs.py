@@ -1,4 +1,5 @@
-"""Measure the step-cost table the reproduce ETA reads (:mod:`models.train.costs`).
+"""Measure the step-cost table training's ETA and the reproduce plan's read
+(:mod:`models.train.costs`), and copy analyses' seconds into the plan's own table.
 
     python -m bench.step_costs --quick                      # every quick zoo recipe
     python -m bench.step_costs --quick copy/rope markov/mamba2   # these rows only (others kept)
@@ -14,9 +15,11 @@ CPU and wall seconds and the load average are kept beside them. Start-up is the 
 fresh process spends before its first run (interpreter, imports).
 
 ``--analyses-from`` copies each analysis' seconds (an ``ok`` entry that is not a ``train:``
-job) from a ``reproduce_timings.json`` into the table: an analysis' own process is timed by
-the run that ran it, not here. Writes ``models/train/step_costs.json``; rows not measured by
-this call are kept.
+job) from a ``reproduce_timings.json`` into the plan's table
+(``analyses/reproduce/costs/analysis_seconds.json``,
+:class:`analyses.reproduce.eta.AnalysisSeconds`): an analysis' own process is timed by the
+run that ran it, not here, and training does not cost analyses. Writes
+``models/train/step_costs.json``; rows not measured by this call are kept.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 
 from analyses import zoo
 from analyses.claims import level_of
+from analyses.reproduce.eta import ANALYSIS_FORMAT, ANALYSIS_TABLE
 from analyses.zoo.dryrun import recipe_run_config
 from bench.common import machine
 from models.train.callbacks import Callback, Run
@@ -122,12 +126,12 @@ def run_child(run_configs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
         return [{"error": str(e)}] * len(run_configs)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, form: int = FORMAT) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else {}
+    return doc if isinstance(doc, dict) and doc.get("format") == form else {}
 
 
 def analysis_seconds(timings: Path) -> tuple[str, dict[str, float]]:
@@ -149,12 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--analyses-from", type=Path, action="append", default=[],
                    metavar="TIMINGS_JSON")
     p.add_argument("--out", type=Path, default=TABLE)
+    p.add_argument("--analyses-out", type=Path, default=ANALYSIS_TABLE,
+                   help="where --analyses-from's seconds go (default: the plan's table)")
     p.add_argument("--note", default="", help="kept in the table's meta: how the machine was "
                    "shared, where --analyses-from's times were taken")
     args = p.parse_args(argv)
     level = args.level or "quick"
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
-    doc = _read(args.out) or {"format": FORMAT, "rows": {}, "analysis_s": {}, "meta": {}}
+    doc = _read(args.out) or {"format": FORMAT, "rows": {}, "meta": {}}
     t0, load0 = time.time(), os.getloadavg()[0]
     rows: dict[str, tuple[str, RunConfig]] = {}  # key -> (first recipe, RunConfig)
     for name in names:
@@ -175,10 +181,18 @@ def main(argv: list[str] | None = None) -> int:
               f"({row['step_s']:.4f} / {row['eval_s']:.3f} CPU s; reference "
               f"{row['ref_s'] * 1000:.1f} ms)", flush=True)
     measured = set(rows)
-    for timings in args.analyses_from:
-        timed, seconds = analysis_seconds(timings)
-        doc["analysis_s"].setdefault(timed, {}).update(seconds)
-        doc["meta"].setdefault("analyses_from", {}).setdefault(timed, []).append(str(timings))
+    if args.analyses_from:
+        table = _read(args.analyses_out, ANALYSIS_FORMAT) or {
+            "format": ANALYSIS_FORMAT, "analysis_s": {}, "meta": {}}
+        for timings in args.analyses_from:
+            timed, seconds = analysis_seconds(timings)
+            table["analysis_s"].setdefault(timed, {}).update(seconds)
+            # where they came from in words: the run's folder and file, no path of this machine
+            table["meta"].setdefault("from", {}).setdefault(timed, []).append(
+                f"{timings.name} of the run in {timings.resolve().parent.name}"
+                + (f" ({args.note})" if args.note else ""))
+        write_atomic(args.analyses_out, json.dumps(table, indent=1, sort_keys=True))
+        print(f"wrote {args.analyses_out}")
     doc["meta"].setdefault("levels", {})[level] = {
         "machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "rows": len(measured), "wall_s": round(time.time() - t0, 1),

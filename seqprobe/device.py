@@ -4,7 +4,7 @@ memory a device has (size checks refuse a model that cannot fit before anything 
 **Asking about CUDA without touching it.** A process that has initialised CUDA cannot fork a
 job that uses it (the child fails with "Cannot re-initialize CUDA in forked subprocess", or
 the driver's "initialization error"), and the reproduce run forks its jobs
-(:mod:`analyses.reproduce.pool`). So the questions a planning process asks — is there a GPU,
+(:mod:`seqprobe.sweep.fork`). So the questions a planning process asks — is there a GPU,
 what is it called, how much memory has it, has it bfloat16 — are answered here without
 initialising CUDA in this process: :func:`cuda_present` through NVML (torch's own
 ``PYTORCH_NVML_BASED_CUDA_CHECK``, which :mod:`seqprobe` sets for every process of the
@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
 
 import torch
@@ -111,9 +110,10 @@ print(json.dumps({"name": p.name, "total_memory": int(p.total_memory),
 
 @functools.cache
 def _facts_from_child(index: int) -> dict:
+    from seqprobe.sweep import run_command  # the runner; not needed by most callers here
+
     env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-    proc = subprocess.run([sys.executable, "-c", _FACTS, str(index)], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = run_command([sys.executable, "-c", _FACTS, str(index)], env=env, timeout=120)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"cuda:{index}: could not read the card's properties ({tail})")

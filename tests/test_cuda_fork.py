@@ -12,11 +12,12 @@ import sys
 import pytest
 import torch
 
-from analyses.reproduce import runner
+from analyses.reproduce.index import run_plan
 from analyses.reproduce.plan import Job, build_jobs
-from analyses.reproduce.pool import forkable
 from models.train_config import TrainConfig, resolve_train
 from seqprobe.device import gpu_name, memory_bytes, resolve_device
+from seqprobe.sweep import commands as runner
+from seqprobe.sweep.fork import forkable
 from tests.cuda_fakes import fake_gpu
 
 MOD = "tests.worker_pool_jobs"
@@ -43,7 +44,7 @@ def _jobs(*devices: str | None) -> list[Job]:
 def test_a_plan_on_cuda_never_forks_once_the_parent_touched_cuda(monkeypatch, tmp_path):
     fake_gpu(monkeypatch, touched=True)
     forked = _spy_forks(monkeypatch)
-    outcomes = runner.run_jobs(_jobs("cuda", None, "auto", "cpu"), tmp_path, slots=2)
+    outcomes = run_plan(_jobs("cuda", None, "auto", "cpu"), tmp_path, workers=2)
     assert forked == []  # every job a fresh process, the CPU job too
     assert all(o.ok for o in outcomes), [o.log_tail for o in outcomes]
 
@@ -52,7 +53,7 @@ def test_gpu_jobs_start_fresh_and_cpu_jobs_still_fork_from_an_untouched_parent(m
                                                                                tmp_path):
     fake_gpu(monkeypatch, touched=False)
     forked = _spy_forks(monkeypatch)
-    outcomes = runner.run_jobs(_jobs("cuda", "cuda:0", None, "auto", "cpu"), tmp_path, slots=2)
+    outcomes = run_plan(_jobs("cuda", "cuda:0", None, "auto", "cpu"), tmp_path, workers=2)
     assert forked == [MOD]  # only the job placed on the CPU cores
     assert all(o.ok for o in outcomes)
     assert forkable((sys.executable, "-m", MOD), "cpu") == MOD
@@ -61,7 +62,7 @@ def test_gpu_jobs_start_fresh_and_cpu_jobs_still_fork_from_an_untouched_parent(m
 
 def test_without_a_gpu_every_job_forks_as_before(tmp_path, monkeypatch):
     forked = _spy_forks(monkeypatch)
-    runner.run_jobs(_jobs(None, "auto", "cpu"), tmp_path, slots=2)
+    run_plan(_jobs(None, "auto", "cpu"), tmp_path, workers=2)
     assert forked == [MOD] * 3
 
 
@@ -73,7 +74,7 @@ def test_planning_a_gpu_run_never_initialises_cuda_here(monkeypatch, tmp_path):
     assert resolve_train(TrainConfig(), torch.device("cuda")).precision == "bf16"
     assert gpu_name() == "NVIDIA H200" and memory_bytes("cuda") == 141 << 30
     jobs = build_jobs(["stu_induction", "markov_holdout"], "large", tmp_path / "out",
-                      tmp_path / "cache", slots=16)
+                      tmp_path / "cache", workers=16)
     assert jobs and any(j.recipes for j in jobs)
     assert inits == []
 

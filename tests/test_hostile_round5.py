@@ -287,7 +287,7 @@ def test_a_gpu_level_on_a_machine_without_one_is_refused_unless_asked(tmp_path, 
     from analyses.reproduce import cli as reproduce_cli
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(reproduce_cli, "run_jobs", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(reproduce_cli, "run_plan", lambda *a, **k: pytest.fail("ran"))
     assert reproduce_cli.main([level, "--out", str(tmp_path / "o")]) == 2
     line = _one_line(capsys)
     assert "no CUDA device" in line and "--device cpu" in line

@@ -17,8 +17,7 @@ import torch
 
 from analyses.claims import Claim, Figure
 from analyses.reproduce import cli as reproduce_cli
-from analyses.reproduce import runner
-from analyses.reproduce.index import index_outcome, read_timings
+from analyses.reproduce.index import index_outcome, read_timings, run_plan
 from analyses.reproduce.parts import merge
 from analyses.reproduce.plan import Job
 from models.checkpoint.write import exclusive_writer
@@ -27,6 +26,7 @@ from models.train.cache import cache_path
 from models.train.ensemble import train_ensemble
 from seqprobe.atomic import open_own, output_lock
 from seqprobe.errors import InputError
+from seqprobe.sweep.commands import own_log
 from tests.reliability_helpers import QUICK, one_line, run_main
 from tests.test_ensemble import _run_configs
 
@@ -77,7 +77,7 @@ def test_a_job_log_follows_no_link(tmp_path):
     log = tmp_path / "O" / "logs" / "ngram_heads.log"
     v = _planted(tmp_path, log)
     with pytest.raises(InputError, match="symbolic link"):
-        runner._own_log(log)
+        own_log(log)
     assert v.read_bytes() == SECRET
 
 
@@ -87,7 +87,7 @@ def test_a_job_log_that_is_a_hard_link_is_not_written(tmp_path):
     v = _victim(tmp_path)
     os.link(v, log)
     with pytest.raises(InputError, match="hard link"):
-        runner._own_log(log)
+        own_log(log)
     assert v.read_bytes() == SECRET
 
 
@@ -120,7 +120,7 @@ def test_a_planted_log_stops_the_run_before_any_job(tmp_path):
     v = _planted(tmp_path, out / "logs" / "b.log")
     jobs = [Job(n, ("python", "-c", f"open({str(out / n)!r}, 'w')")) for n in ("a", "b")]
     with pytest.raises(InputError, match="b.log.*symbolic link"):
-        runner.run_jobs(jobs, out, poll=0.05)
+        run_plan(jobs, out, poll=0.05)
     assert v.read_bytes() == SECRET and not (out / "a").exists()
 
 

@@ -18,7 +18,7 @@ from analyses.memorization.claims import FIGURE as MEMORIZATION
 from analyses.memorization.grid import GRIDS, LARGE_SIZES, CellSpace
 from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import plan as reproduce_plan
-from analyses.reproduce.plan import PLAN, build_jobs, default_jobs, placement
+from analyses.reproduce.plan import PLAN, build_jobs, default_workers, placement
 from analyses.stu_induction import claims as stu_claims
 from analyses.zoo import copy as zoo_copy
 from analyses.zoo import markov as zoo_markov
@@ -259,7 +259,7 @@ def test_summarise_max_n_fits_the_points_and_keeps_lower_bounds_out():
 
 # ---------------------------------------------------------------------------- plan
 def test_the_plan_puts_every_sweep_on_the_gpu_as_ensembles(tmp_path):
-    assert default_jobs("large") == (os.cpu_count() or 1)
+    assert default_workers("large") == (os.cpu_count() or 1)
     assert placement("stu_induction", "large") == ("auto", None)
     assert placement("markov_holdout", "large") == ("auto", None)
     assert placement("memorization", "large")[0] == "cpu"

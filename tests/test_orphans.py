@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from analyses.reproduce.pool import ForkedJob
+    from seqprobe.sweep.fork import ForkedJob
     import subprocess, os
     log = Path(sys.argv[1])
     if sys.argv[2] == "fork":
@@ -70,14 +70,14 @@ def test_kill_9_of_the_run_ends_its_job_and_the_jobs_workers(tmp_path, how):
 
 
 def test_two_runs_into_one_folder_keep_each_jobs_log_whole(tmp_path):
-    from analyses.reproduce.runner import _own_log
+    from seqprobe.sweep.commands import own_log
 
     log = tmp_path / "logs" / "train-x.log"
-    first, held = _own_log(log)
+    first, held = own_log(log)
     first.write_text("the first run's job\n")
-    second, held2 = _own_log(log)  # another run while the first one's job is running
+    second, held2 = own_log(log)  # another run while the first one's job is running
     assert first == log and second == log.with_name(f"train-x.{os.getpid()}.log")
     assert log.read_text() == "the first run's job\n"  # not truncated by the second
     os.close(held)
     os.close(held2)
-    assert _own_log(log)[0] == log  # once the job is over, the name is free again
+    assert own_log(log)[0] == log  # once the job is over, the name is free again

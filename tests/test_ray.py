@@ -84,8 +84,8 @@ def failing_cell(target: int, attempts_file: Path, real=mem_cells.run_cell):
 
 def test_ray_grid_equals_local_and_a_second_run_trains_nothing(tmp_path, local_ray,
                                                                monkeypatch):
-    local = tiny_grid(tmp_path / "local", Backend(jobs=1))
-    on_ray = tiny_grid(tmp_path / "ray", Backend(ray=True, jobs=2))
+    local = tiny_grid(tmp_path / "local", Backend(workers=1))
+    on_ray = tiny_grid(tmp_path / "ray", Backend(ray=True, workers=2))
     assert on_ray["cells_trained"] == 4 and on_ray["cells_failed"] == []
     assert on_ray["backend"].startswith("ray") and local["backend"].startswith("local")
     assert cell_differences(on_ray["cells"], local["cells"]) == []
@@ -95,7 +95,7 @@ def test_ray_grid_equals_local_and_a_second_run_trains_nothing(tmp_path, local_r
                      "m00008_f100.json"]
     # every cell is cached: nothing is handed to Ray (the stub would fail any task)
     monkeypatch.setattr(mem_cells, "run_cell", lambda *a: pytest.fail("ran a cached cell"))
-    again = tiny_grid(tmp_path / "ray", Backend(ray=True, jobs=2))
+    again = tiny_grid(tmp_path / "ray", Backend(ray=True, workers=2))
     assert again["cells_trained"] == 0 and again["cells_reused"] == 4
     assert again["cells"] == on_ray["cells"]  # read back from the saved files
 
@@ -104,7 +104,7 @@ def test_ray_retries_a_failing_cell_then_reports_it_and_the_others_land(tmp_path
                                                                        monkeypatch):
     attempts = tmp_path / "attempts.txt"
     monkeypatch.setattr(mem_cells, "run_cell", failing_cell(8, attempts))
-    result = tiny_grid(tmp_path, Backend(ray=True, jobs=2, retries=1))
+    result = tiny_grid(tmp_path, Backend(ray=True, workers=2, retries=1))
     # both m=8 cells: tried 1 + retries times each, then reported
     assert sorted(attempts.read_text().split()) == ["0.5", "0.5", "1.0", "1.0"]
     failed = {(c["d_model"], c["fraction"]): c for c in result["cells_failed"]}
@@ -181,7 +181,7 @@ def _state(pid: int) -> str:
 
 def test_map_jobs_local_pool_keeps_order_and_reports_failures():
     # math.sqrt: a light function for the pool's workers to import
-    res = map_jobs(math.sqrt, [(4,), (-1,), (9,)], Backend(jobs=2, retries=1), progress=False)
+    res = map_jobs(math.sqrt, [(4,), (-1,), (9,)], Backend(workers=2, retries=1), progress=False)
     assert res[0] == 2 and res[2] == 3
     assert res[1] == Failed("ValueError: math domain error", 2)
     # bad input fails the same way every time: reported at once, not retried
@@ -197,7 +197,7 @@ def test_backend_of_flags(ray_flag, address):
     class Args:
         ray, retries = ray_flag, 3
 
-    b = backend_of(Args(), jobs=4, device="cuda")
+    b = backend_of(Args(), workers=4, device="cuda")
     assert b.ray and b.address == address and b.num_gpus == 1 and b.retries == 3
     assert not backend_of(type("A", (), {"ray": None})(), device="cpu").ray
 
@@ -228,9 +228,9 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
 
 
 def test_reproduce_runs_its_job_graph_on_ray(tmp_path, local_ray, monkeypatch):
-    import analyses.reproduce.runner as rp
+    import seqprobe.sweep.commands as rp
+    from analyses.reproduce.index import run_plan
     from analyses.reproduce.plan import Job
-    from analyses.reproduce.runner import run_jobs
 
     started = []
 
@@ -242,13 +242,13 @@ def test_reproduce_runs_its_job_graph_on_ray(tmp_path, local_ray, monkeypatch):
     monkeypatch.setattr(rp, "RayCommand", Counted)
 
     def task(name, code, after=()):
-        return Job(name, (sys.executable, "-c", code), 1, after, None)
+        return Job(name, (sys.executable, "-c", code), 1, after, figure=None)
 
     order = tmp_path / "order.txt"
     write = f"open({str(order)!r}, 'a').write('{{}}\\n'.format"
     tasks = [task("a", f"{write}('a'))"), task("b", "raise SystemExit('boom')"),
              task("c", f"{write}('c'))", after=("a",)), task("d", "print(1)", after=("b",))]
-    outs = {o.job.name: o for o in run_jobs(tasks, tmp_path, slots=4, poll=0.05,
+    outs = {o.job.name: o for o in run_plan(tasks, tmp_path, workers=4, poll=0.05,
                                               backend=Backend(ray=True, retries=0))}
     assert outs["a"].ok and outs["c"].ok and not outs["b"].ok
     assert not outs["d"].ok  # needs the failed b: skipped, not run

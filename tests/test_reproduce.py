@@ -16,12 +16,10 @@ from analyses.claims import Claim, Figure, Undecided, verdict_text
 from analyses.reproduce import cli as reproduce_cli
 from analyses.reproduce import index as reproduce_index
 from analyses.reproduce import plan as reproduce_plan
-from analyses.reproduce import runner as reproduce_runner
-from analyses.reproduce.index import Outcome, scale_text, write_index
+from analyses.reproduce.index import Outcome, run_plan, scale_text, write_index
 from analyses.reproduce.plan import PLAN, TRAIN, Job, build_jobs
-from analyses.reproduce.pool import forkable
-from analyses.reproduce.runner import run_jobs
 from seqprobe.errors import InputError
+from seqprobe.sweep.fork import forkable
 
 
 def test_every_plan_name_is_an_analysis_with_main_figure_and_known_recipes():
@@ -146,7 +144,8 @@ def test_a_file_as_output_or_cache_dir_is_refused_before_any_job(tmp_path, capsy
 
 def _job(name: str, code: str, out, after=(), slots=1, figure=None) -> Job:
     """A job whose process is a short Python program (``OUT`` is the output directory)."""
-    return Job(name, (sys.executable, "-c", f"OUT = {str(out)!r}\n{code}"), slots, after, figure)
+    return Job(name, (sys.executable, "-c", f"OUT = {str(out)!r}\n{code}"), slots, after,
+               figure=figure)
 
 
 def _stamp(name: str, sleep: float) -> str:
@@ -157,7 +156,7 @@ def _stamp(name: str, sleep: float) -> str:
 def test_jobs_run_side_by_side_and_after_waits(tmp_path):
     jobs = [_job(n, _stamp(n, 0.6), tmp_path, after) for n, after in
              (("a", ()), ("b", ()), ("c", ("a",)))]
-    outs = run_jobs(jobs, tmp_path, slots=2, poll=0.05)
+    outs = run_plan(jobs, tmp_path, workers=2, poll=0.05)
     assert [o.job.name for o in outs] == ["a", "b", "c"] and all(o.ok for o in outs)
     t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in "abc"}
     assert t["b"]["t0"] < t["a"]["t1"] and t["a"]["t0"] < t["b"]["t1"]  # a and b overlapped
@@ -170,7 +169,7 @@ def test_a_failed_job_skips_what_needs_it_and_not_the_rest(tmp_path):
              _job("needs_r", "pass", tmp_path, (TRAIN + "r",), figure=fig),
              _job("good", "open(OUT + '/good.json', 'w').write('{\"x\": 3}')", tmp_path,
                    figure=fig)]
-    bad, skipped, good = run_jobs(jobs, tmp_path, slots=2, poll=0.05)
+    bad, skipped, good = run_plan(jobs, tmp_path, workers=2, poll=0.05)
     assert not bad.ok and not skipped.ok and "not run" in skipped.log_tail
     assert good.ok and good.claims == [("x >= 2", "x = 3", True)]
 
@@ -178,7 +177,7 @@ def test_a_failed_job_skips_what_needs_it_and_not_the_rest(tmp_path):
 def test_a_job_over_its_timeout_is_stopped(tmp_path):
     code = ("import os, time; open(OUT + '/pid', 'w').write(str(os.getpid())); time.sleep(30); "
             "open(OUT + '/finished', 'w')")
-    (o,) = run_jobs([_job("slow", code, tmp_path)], tmp_path, timeout=1.0, poll=0.05)
+    (o,) = run_plan([_job("slow", code, tmp_path)], tmp_path, timeout=1.0, poll=0.05)
     assert not o.ok and "timed out" in o.log_tail
     assert not (tmp_path / "finished").exists()  # stopped, not waited for
     with pytest.raises(ProcessLookupError):  # and gone, not left running
@@ -188,7 +187,7 @@ def test_a_job_over_its_timeout_is_stopped(tmp_path):
 def test_a_two_slot_job_runs_alone(tmp_path):
     jobs = [_job("big", _stamp("big", 0.4), tmp_path, slots=2),
              _job("x", _stamp("x", 0.4), tmp_path), _job("y", _stamp("y", 0.4), tmp_path)]
-    run_jobs(jobs, tmp_path, slots=2, poll=0.05)
+    run_plan(jobs, tmp_path, workers=2, poll=0.05)
     t = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in ("big", "x", "y")}
     assert t["x"]["t0"] >= t["big"]["t1"] and t["y"]["t0"] >= t["big"]["t1"]  # both cores
     assert t["y"]["t0"] < t["x"]["t1"]  # the two one-core jobs then share the machine
@@ -198,7 +197,7 @@ def test_the_longest_expected_chain_starts_first(tmp_path):
     jobs = [_job("short", _stamp("short", 0.2), tmp_path),
              _job("feeds", _stamp("feeds", 0.2), tmp_path),
              _job("long", _stamp("long", 0.2), tmp_path, ("feeds",))]
-    run_jobs(jobs, tmp_path, slots=1, poll=0.05,
+    run_plan(jobs, tmp_path, workers=1, poll=0.05,
               expected={"short": 10.0, "feeds": 1.0, "long": 500.0})
     t = {s: json.loads((tmp_path / f"{s}.json").read_text())["t0"] for s in job_names(jobs)}
     assert t["feeds"] < t["short"]  # a short job that a long one waits on goes first
@@ -248,7 +247,7 @@ def test_a_stopped_run_lets_its_jobs_save_and_leaves_no_orphan(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        reproduce_runner.run_jobs([job], tmp_path, on_start=stop_when_started)
+        run_plan([job], tmp_path, on_start=stop_when_started)
     assert saved.read_text() == "ok"
 
 

@@ -1,5 +1,5 @@
 """Jobs for tests/test_worker_pool.py: a module with ``main(argv)``, as the suite's CLIs have,
-so the reproduce runner forks it (analyses.reproduce.pool)."""
+so the runner forks it (seqprobe.sweep.fork)."""
 
 from __future__ import annotations
 

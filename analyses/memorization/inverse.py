@@ -180,7 +180,7 @@ def compute_max_n(space: CellSpace, store: CellStore, run_jobs, *, threshold: fl
     for j in jobs:  # every RunConfig checked (widths against n_heads, N) before any training
         j.run_config(sizes[0]), j.run_config(sizes[-1])
     store.open()
-    backend = backend or Backend(jobs=n_jobs)
+    backend = backend or Backend(workers=n_jobs)
     # the widest first: the slowest searches do not trail at the end
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i].width)
 

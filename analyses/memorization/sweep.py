@@ -89,7 +89,7 @@ def run_fields(space: CellSpace, settings: CellSettings, backend: Backend) -> di
     """The leading fields of a grid's or a search's JSON: what ran, how, where."""
     return {"data": space.data, "level": space.label_level, "preset": space.level,
             "threshold": settings.threshold, "patience": settings.patience,
-            "n_jobs": backend.jobs, "backend": backend.describe(), "device": settings.device}
+            "n_jobs": backend.workers, "backend": backend.describe(), "device": settings.device}
 
 
 def run_record(run_config: RunConfig, wall: float, name: str, per_cell: tuple[str, ...]) -> dict:
@@ -140,7 +140,7 @@ def compute(data: str = "synthetic", label_level: str = "token", level: str = "q
     fractions = tuple(sorted(fractions or FRACTIONS))
     check(len(widths) >= 1 and len(fractions) >= 1, "need at least one width and one fraction")
     check_settings(fractions, threshold, patience, n_jobs)
-    backend = backend or Backend(jobs=n_jobs)
+    backend = backend or Backend(workers=n_jobs)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
     run_configs = {(f, m): space.run_config(m, f) for f in fractions for m in widths}
     store.open()
@@ -184,7 +184,7 @@ def compute_inverse(space: CellSpace, store: CellStore, *, threshold: float, pat
     """Fig. 2 by the inverted search (:func:`~.inverse.compute_max_n`: per width the largest
     N memorised), with the fields every run's JSON has."""
     check_settings((), threshold, patience, n_jobs)
-    backend = backend or Backend(jobs=n_jobs)
+    backend = backend or Backend(workers=n_jobs)
     result = compute_max_n(space, store, run_jobs, threshold=threshold, patience=patience,
                            n_jobs=n_jobs, device=device, progress=progress, backend=backend,
                            seeds=seeds, widths=widths)
@@ -230,7 +230,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     budgets = step_budgets(n_examples, first[(n, widths[0])].train.steps,
                            grid.search.long)
     store.open()
-    backend = backend or Backend(jobs=n_jobs)
+    backend = backend or Backend(workers=n_jobs)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
     seed_list = [base_seed + i for i in range(n_seeds)]
     jobs = [(SearchJob(space, widths, n_examples, s, settings, store, budgets),)

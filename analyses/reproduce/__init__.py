@@ -13,8 +13,9 @@ analysis module says what it needs in its ``FIGURE`` (title, paper, claims, the 
 trains). The runner turns the plan into jobs (:class:`~analyses.reproduce.plan.Job`: one
 process each) — one per zoo recipe not yet cached (``python -m analyses.zoo train NAME``), one
 per analysis, each analysis after the recipes it reads, each recipe after the one it is
-fine-tuned from — and runs them on a small scheduler (:mod:`.runner`; a failure is reported,
-the rest still run). It prints the estimated wall time before the first job starts and keeps
+fine-tuned from — and runs them on the suite's one runner (:mod:`seqprobe.sweep.commands`,
+beside the sweeps' :func:`~seqprobe.sweep.map_jobs`; a failure is reported, the rest still
+run). It prints the estimated wall time before the first job starts and keeps
 it on the progress bar (:mod:`.eta`), and writes ``figures/out/index.md`` and ``index.html``
 (:mod:`.index`): figure by figure, the paper's claim beside the number measured here and
 whether it holds. Exit code 1 if any analysis failed.
@@ -25,6 +26,7 @@ takes two optimizer steps (:mod:`analyses.zoo.dryrun`); a table of sizes, step t
 projected H100 hours is printed and written to ``OUT/dry_run.json``. Exit code 1 if any model
 cannot run.
 
-The parts: :mod:`.plan` (the plan, its jobs and their order), :mod:`.runner` (processes),
-:mod:`.eta` (estimates and packing), :mod:`.index` (claims, timings, the index), :mod:`.cli`.
+The parts: :mod:`.plan` (the plan, its jobs and their order), :mod:`.eta` (each job's
+estimate; the packing and learning are :mod:`seqprobe.sweep.eta`'s), :mod:`.index` (claims,
+timings, the index, and the run's outcomes), :mod:`.cli`.
 """

@@ -17,11 +17,13 @@ from tqdm.auto import tqdm
 from analyses import zoo
 from analyses.claims import verdict_text
 from analyses.common import check_output_dir
-from analyses.reproduce.eta import Eta, makespan
+from analyses.reproduce.eta import JOB_START_S, plan_eta, sources
 from analyses.reproduce.index import (
     Outcome,
     index_outcome,
+    log_path,
     read_timings,
+    run_plan,
     write_index,
 )
 from analyses.reproduce.parts import (
@@ -37,13 +39,12 @@ from analyses.reproduce.plan import (
     PLAN,
     Job,
     build_jobs,
-    default_jobs,
+    default_workers,
     figure_of,
     placement,
     plan_models,
     seed_ranges,
 )
-from analyses.reproduce.runner import log_name, run_jobs
 from analyses.zoo import dryrun
 from figures.style import DEFAULT_OUT
 from models.train.cache import check_cache_dir
@@ -51,7 +52,6 @@ from models.train.costs import StepCosts
 from models.train.ensemble_cache import ENSEMBLES
 from models.train.gpu_costs import (
     COMPILE_S,
-    JOB_START_S,
     REFERENCE_CARD,
     UTILISATION,
     device_kind,
@@ -64,6 +64,7 @@ from seqprobe.config import check
 from seqprobe.errors import OutputError
 from seqprobe.paths import default_cache_dir
 from seqprobe.sweep import add_backend_arguments, backend_of
+from seqprobe.sweep.eta import Eta, makespan
 
 # the first line of the package's docstring, as --help has always shown it
 DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` "
@@ -86,9 +87,10 @@ def _parser() -> OneLineParser:
                    "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="cores' worth of jobs at once (default: every core, as many as the "
-                        "free memory holds; 1 for --paper: one GPU)")
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None, dest="workers",
+                   metavar="JOBS",
+                   help="cores' worth of jobs at once: the workers (default: every core, as "
+                        "many as the free memory holds; 1 for --paper: one GPU)")
     p.add_argument("--seed-offset", type=flags.flag("--seed-offset"), default=0,
                    help="shift every recipe's training seed (and each analysis' --seed) by K: "
                         "the same plan over other seeds of its models, cached apart (default 0: "
@@ -136,26 +138,26 @@ def _timings(out: Path, level: str) -> dict:
     return timings
 
 
-def _eta_line(eta: Eta, slots: int) -> str:
+def _eta_line(eta: Eta, workers: int) -> str:
     if not eta.estimates:
         return (f"{len(eta.jobs)} jobs; no estimate of their time (no step-cost table, no "
                 "earlier run's times)")
     minutes = eta.remaining({}) / 60
-    return (f"{len(eta.jobs)} jobs, estimated {minutes:.0f} min wall at --jobs {slots} "
-            f"({eta.sources()})")
+    return (f"{len(eta.jobs)} jobs, estimated {minutes:.0f} min wall at --jobs {workers} "
+            f"({sources(eta)})")
 
 
-def level_parts(names: list[str], level: str, slots: int, device: str,
+def level_parts(names: list[str], level: str, workers: int, device: str,
                 parts: int | None = None
                 ) -> tuple[list[list[str]], Callable[[Sequence[str]], float]]:
     """The plan's analyses split into parts (:func:`analyses.reproduce.parts.split`), each
-    costed with an empty cache (a lent machine's) on ``device``'s kind at ``slots``: the same
+    costed with an empty cache (a lent machine's) on ``device``'s kind at ``workers``: the same
     split on every machine that asks with the same ``--jobs``. Returns the parts and the
     estimated wall seconds of a part."""
     kind = device_kind(device)
     empty = Path("/nonexistent/seqprobe-empty-cache")
-    jobs = build_jobs(names, level, Path("/nonexistent/out"), empty, slots, auto=kind)
-    eta = Eta.of(jobs, slots, level, StepCosts.load(device=kind).timed(), {})
+    jobs = build_jobs(names, level, Path("/nonexistent/out"), empty, workers, auto=kind)
+    eta = plan_eta(jobs, workers, level, StepCosts.load(device=kind).timed(), {})
     cost, by_name = eta.costs(), {j.name: j for j in jobs}
 
     def closure(part: Sequence[str]) -> list[Job]:
@@ -172,13 +174,13 @@ def level_parts(names: list[str], level: str, slots: int, device: str,
     def wall(part: Sequence[str]) -> float:
         key = tuple(sorted(part))
         if key not in memo:
-            memo[key] = makespan(closure(part), cost, slots)
+            memo[key] = makespan(closure(part), cost, workers)
         return memo[key]
 
     return split(names, wall, BUDGET.part_s(False), parts, first=BUDGET.part_s(True)), wall
 
 
-def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
+def _list(names: list[str], level: str, out: Path, cache: Path, workers: int,
           device: str = "cpu", show_parts: bool = False, ensembles: str = "auto") -> int:
     """The plan and its estimated wall time; ``device`` ``cuda`` (given, or ``auto`` on a GPU
     machine) estimates it for one GPU from the CUDA step-cost table, on any machine.
@@ -187,22 +189,22 @@ def _list(names: list[str], level: str, out: Path, cache: Path, slots: int,
     for n in names:
         fig = figure_of(n)
         recipes = ", ".join(seed_ranges(fig.recipes(level))) if fig.trains else ""
-        device, jobs = placement(n, level, slots)
-        where = (f"  (on {device}, {jobs or fig.slots} core{'s' * ((jobs or fig.slots) > 1)})"
+        device, own = placement(n, level, workers)
+        where = (f"  (on {device}, {own or fig.slots} core{'s' * ((own or fig.slots) > 1)})"
                  if device else "")
         print(f"{n:24s} {fig.paper}{where}" + (f"  [{recipes}]" if recipes else ""))
-    jobs = build_jobs(names, level, out, cache, slots, ensembles, auto=kind)
+    jobs = build_jobs(names, level, out, cache, workers, ensembles, auto=kind)
     # an earlier run's times here are of this machine's device, not a GPU's: not used for one
     timings = _timings_if_any(out, level) if kind != "cuda" else {}
-    eta = Eta.of(jobs, slots, level, StepCosts.load(device=kind).timed(), timings)
-    print(f"\n{_eta_line(eta, slots)}; cache {cache}")
+    eta = plan_eta(jobs, workers, level, StepCosts.load(device=kind).timed(), timings)
+    print(f"\n{_eta_line(eta, workers)}; cache {cache}")
     if show_parts:
-        parts, wall = level_parts(names, level, slots, kind)
+        parts, wall = level_parts(names, level, workers, kind)
         calls = plan_calls(parts, wall, lambda n: resumes(n, level))
         b = BUDGET
         print(f"\nin {len(calls)} lent GPU call{'s' * (len(calls) > 1)} of at most "
               f"{b.call_s / 60:.1f} min each, {len(parts)} part{'s' * (len(parts) > 1)} "
-              f"(an empty cache, --jobs {slots}; each call counts {b.start_s:.0f} s of "
+              f"(an empty cache, --jobs {workers}; each call counts {b.start_s:.0f} s of "
               f"start-up, {b.preflight_s:.0f} s of preflight and {b.pack_s:.0f} s of packing; "
               f"the first also {b.checks_s + b.ensemble_s:.0f} s of GPU checks):")
         for c in calls:
@@ -273,15 +275,15 @@ def body(argv: list[str] | None) -> int:
     if args.seed_offset:  # read by the zoo here (the plan's cache states) and in every job
         os.environ[zoo.SEED_OFFSET_ENV] = str(args.seed_offset)
     check(not args.merge or args.index_only, "--merge goes with --index-only (it runs nothing)")
-    slots_ = args.jobs or default_jobs(args.level)
+    workers = args.workers or default_workers(args.level)
     if args.part is not None:
         k, n = parse_part(args.part)
-        parts, _ = level_parts(names, args.level, slots_, args.device, n)
+        parts, _ = level_parts(names, args.level, workers, args.device, n)
         check(k <= len(parts), f"--part {args.part}: the plan has {len(names)} analyses, so "
               f"at most {len(parts)} parts")
         names = parts[k - 1]
     if args.list:
-        return _list(names, args.level, out, cache, slots_, args.device,
+        return _list(names, args.level, out, cache, workers, args.device,
                      show_parts=args.part is None and args.level == "large",
                      ensembles=args.ensembles)
     if args.dry_run:
@@ -315,16 +317,15 @@ def body(argv: list[str] | None) -> int:
         write_index(outcomes, out, args.level)
         print(f"index: {out / 'index.html'}")
         return 0
-    slots = args.jobs or default_jobs(args.level)
-    jobs = build_jobs(names, args.level, out, cache, slots, args.ensembles)
-    backend = backend_of(args, slots, "cuda" if args.level == "paper" else "cpu")
-    if backend.ray and not args.jobs:  # every ready job goes to Ray, which queues them
-        slots = sum(j.slots for j in jobs)
-    eta = Eta.of(jobs, slots, args.level, StepCosts.load().timed(), timings)
-    print(_eta_line(eta, slots), flush=True)
-    progress = _Progress(jobs, names, eta, slots, out, args.level, timings)
+    jobs = build_jobs(names, args.level, out, cache, workers, args.ensembles)
+    backend = backend_of(args, workers, "cuda" if args.level == "paper" else "cpu")
+    if backend.ray and not args.workers:  # every ready job goes to Ray, which queues them
+        workers = sum(j.slots for j in jobs)
+    eta = plan_eta(jobs, workers, args.level, StepCosts.load().timed(), timings)
+    print(_eta_line(eta, workers), flush=True)
+    progress = _Progress(jobs, names, eta, workers, out, args.level, timings)
     with interrupt_on_sigterm():
-        outcomes = run_jobs(jobs, out, slots, args.timeout, progress.on_start,
+        outcomes = run_plan(jobs, out, workers, args.timeout, progress.on_start,
                             progress.on_done, expected=eta.costs(), backend=backend)
     progress.close()
     figures = [o for o in outcomes if o.job.figure is not None]
@@ -342,9 +343,9 @@ class _Progress:
     """The progress bar (running jobs, ETA), a line per finished job, and after each: the
     timings file and the index so far."""
 
-    def __init__(self, jobs: list[Job], names: list[str], eta: Eta, slots: int, out: Path,
+    def __init__(self, jobs: list[Job], names: list[str], eta: Eta, workers: int, out: Path,
                  level: str, timings: dict):
-        self.names, self.eta, self.slots, self.out = names, eta, slots, out
+        self.names, self.eta, self.workers, self.out = names, eta, workers, out
         self.level, self.timings = level, timings
         self.bar = tqdm(total=len(jobs), desc="reproduce", unit="job", dynamic_ncols=True)
         self.t0 = time.time()
@@ -376,11 +377,11 @@ class _Progress:
                              for (p, m, h), g in zip(o.claims, margins, strict=True)))
         if not o.ok and o.log_tail.strip():
             tqdm.write("   " + o.log_tail.strip().splitlines()[-1]
-                       + f"  (log: {self.out / 'logs' / (log_name(o.job) + '.log')})")
+                       + f"  (log: {log_path(o.job, self.out)})")
         wall = time.time() - self.t0
         self.timings[o.job.name] = {"ok": o.ok, "seconds": round(o.seconds, 1)}
         self.timings["last_run"] = {"tasks": [f.job.name for f in self.finished],
-                                    "jobs": self.slots, "wall_s": round(wall, 1),
+                                    "jobs": self.workers, "wall_s": round(wall, 1),
                                     "first_eta_s": round(self.first_eta, 1)}
         write_atomic(self.out / "reproduce_timings.json", json.dumps(self.timings, indent=1))
         shown = [f for f in self.finished if f.job.figure is not None]
@@ -394,7 +395,7 @@ class _Progress:
         failed = len(shown) - ok
         return (f"This run: {ok} of {len(self.names)} analyses ok"
                 + (f", {failed} failed" if failed else "")
-                + f" in {wall / 60:.1f} min wall, {self.slots} cores' worth at a time.")
+                + f" in {wall / 60:.1f} min wall, {self.workers} cores' worth at a time.")
 
     def close(self) -> None:
         self.bar.close()

@@ -1,47 +1,91 @@
-"""How long the rest of a reproduce run will take, from its first second.
+"""The reproduce plan's estimates: how long each of its jobs will take, from its first second
+(the ETA itself, packing and learning, is the runner's: :mod:`seqprobe.sweep.eta`).
 
 Each job's cost is estimated before it has ever run: a training job from its recipe's steps
 times the shipped step cost of its model (:class:`models.train.costs.StepCosts`; a model the
 table never measured is projected from its FLOPs, and the start line says so), an analysis
-from the seconds its own process took in the run the table was filled from. A job the last run
-of this level timed (``reproduce_timings.json``) takes that time instead. The ETA is then the
-makespan of the pending jobs packed onto the ``--jobs`` slots the way the scheduler packs them
-(:func:`makespan`: the longest chain first, each job after the ones it needs), and the jobs
-running now hold their slots for what is left of their estimate.
-
-As jobs finish, :class:`Eta` learns how far this machine (its load, its cores) is from the
-estimates: every pending cost is scaled by the ratio of the finished jobs' real seconds to their
-estimates, shrunk toward 1 by :data:`PRIOR_SHARE` so that one early job cannot swing it; a job
-still running past its estimate counts with the seconds it has run so far, so a machine slower
-than the table (other work on it) shows in the ETA before its first long job ends.
+from the seconds its own process took in a real run of the level (:data:`ANALYSIS_TABLE`,
+:class:`AnalysisSeconds`: the plan's own table, in ``costs/`` beside this module). A job the
+last run of this level timed (``reproduce_timings.json``) takes that time instead.
 
 The table's seconds are of jobs in processes of their own; the run forks its jobs from a
-process that has the imports paid (:mod:`.pool`), so a forked job's estimate is the table's
-less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
+process that has the imports paid (:mod:`seqprobe.sweep.fork`), so a forked job's estimate is
+the table's less a process' start-up (:meth:`~models.train.costs.StepCosts.start_seconds`).
 """
 
 from __future__ import annotations
 
-import heapq
+import functools
+import json
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from analyses.reproduce.plan import Job, priorities
-from analyses.reproduce.pool import forkable
+from analyses.reproduce.plan import Job
 from analyses.zoo.dryrun import recipe_run_config
 from models.train import gpu_costs
 from models.train.costs import Estimate, StepCosts
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe.errors import InputError
+from seqprobe.sweep.eta import Eta
+from seqprobe.sweep.fork import forkable
 
-# The table's estimate weighs as much as finished jobs whose estimates add up to this share of
-# the whole plan's: the learned ratio moves only once a real part of the plan has run.
-PRIOR_SHARE = 0.25
 # A forked job's estimate keeps at least this share of its own process' estimate.
 MIN_SHARE = 0.5
+# wall seconds of each analysis' own process in a real run (python -m bench.step_costs
+# --analyses-from writes it)
+ANALYSIS_TABLE = Path(__file__).with_name("costs") / "analysis_seconds.json"
+ANALYSIS_FORMAT = 1
+# What a GPU job of the plan pays before its first step, assumed until a GPU run times it (the
+# run's timings then replace every estimate): it starts as a fresh process (never forked:
+# seqprobe.sweep.fork), so it pays the interpreter, the imports, the CUDA context and building
+# its models.
+JOB_START_S = 20.0
+
+
+@dataclass(frozen=True)
+class AnalysisSeconds:
+    """``seconds[level][name]``: wall seconds of analysis ``name``'s own process at ``level``
+    in a real run (models it reads from the zoo not included: they are jobs of their own),
+    and where they were taken (``meta``)."""
+
+    seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path = ANALYSIS_TABLE) -> AnalysisSeconds:
+        """The table at ``path``; an empty one when it is missing, unreadable or of another
+        format (an estimate is a convenience, never a reason to refuse a run)."""
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not isinstance(doc, dict) or doc.get("format") != ANALYSIS_FORMAT:
+            doc = {}
+        return cls(dict(doc.get("analysis_s", {})), dict(doc.get("meta", {})))
+
+    def estimate(self, name: str, level: str, device: str = "cpu") -> Estimate | None:
+        """Seconds of analysis ``name``'s own process at ``level``; else the median analysis
+        of that level; None when the table has none. ``device`` "cuda": a GPU plan of a level
+        no run has timed yet takes the largest level timed (its analyses' own processes are
+        CPU work beside the GPU's training: the closest in size)."""
+        known = self.seconds.get(level, {})
+        if not known and device == "cuda" and self.seconds:
+            largest = max(self.seconds, key=lambda lv: sum(self.seconds[lv].values()))
+            est = self.estimate(name, largest)
+            return Estimate(est.seconds, f"level {largest}") if est else None
+        if name in known:
+            return Estimate(float(known[name]), "table")
+        if known:
+            return Estimate(statistics.median(known.values()), "median")
+        return None
+
+
+@functools.cache
+def shipped_analysis_seconds() -> AnalysisSeconds:
+    return AnalysisSeconds.load()
 
 
 def load_scale(costs: StepCosts) -> float:
@@ -54,9 +98,11 @@ def load_scale(costs: StepCosts) -> float:
     return costs.unit_s / statistics.median(measured)
 
 
-def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estimate | None:
+def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping,
+             analyses: AnalysisSeconds | None = None) -> Estimate | None:
     """A job's seconds: the last run's time of it (``timings``, the same level's), else the
-    step-cost table's estimate; None when neither knows it."""
+    step-cost table's estimate (an analysis: ``analyses``', default the shipped
+    :data:`ANALYSIS_TABLE`); None when neither knows it."""
     last = timings.get(job.name)
     if isinstance(last, Mapping) and last.get("ok") is True:
         seconds = last.get("seconds")
@@ -65,7 +111,8 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
     if not job.recipes:
         found = own_runs_estimate(job, level, costs)
         if found is None:
-            found = costs.analysis(job.name, level)
+            table = shipped_analysis_seconds() if analyses is None else analyses
+            found = table.estimate(job.name, level, costs.device)
             if found is not None and costs.device != "cuda":
                 found = Estimate(found.seconds * load_scale(costs), found.source)
     else:
@@ -76,12 +123,12 @@ def estimate(job: Job, level: str, costs: StepCosts, timings: Mapping) -> Estima
         found = (costs.run(run_configs[0], job.device) if len(run_configs) == 1
                  else ensemble_estimate(run_configs, costs, job.device))
     if found is not None and costs.device == "cuda" and job.recipes and job.device != "cpu":
-        # a GPU job starts as a fresh process (analyses.reproduce.pool): its start-up too
-        return Estimate(found.seconds + gpu_costs.JOB_START_S, found.source)
+        # a GPU job starts as a fresh process (seqprobe.sweep.fork): its start-up too
+        return Estimate(found.seconds + JOB_START_S, found.source)
     if found is None or costs.device == "cuda" or forkable(job.argv, job.device) is None:
         return found
     # The table's seconds are of a process of its own, its interpreter and imports included; a
-    # forked job (analyses.reproduce.pool) starts with them paid.
+    # forked job (seqprobe.sweep.fork) starts with them paid.
     start = costs.start_seconds()
     return Estimate(max(found.seconds - start, MIN_SHARE * found.seconds), found.source)
 
@@ -135,106 +182,20 @@ def ensemble_estimate(run_configs: Sequence[RunConfig], costs: StepCosts,
     return Estimate(max(seconds, max(r.seconds for r in runs)), runs[0].source)
 
 
-def makespan(jobs: Sequence[Job], cost: Mapping[str, float], slots: int,
-             running: Mapping[str, tuple[float, int]] | None = None) -> float:
-    """Seconds until every job in ``jobs`` has run, scheduled as
-    :func:`~analyses.reproduce.runner.run_jobs` schedules them: whenever slots are free, the
-    ready jobs in order of :func:`~analyses.reproduce.plan.priorities` that fit; a job waits
-    for the jobs it names in ``after`` (names outside ``jobs`` count as done). ``running``:
-    ``{name: (seconds left, slots held)}`` of jobs already started."""
-    running = dict(running or {})
-    priority = priorities(jobs, cost)
-    order = sorted(jobs, key=lambda j: -priority[j.name])  # stable: list order breaks ties
-    names = {j.name for j in jobs} | set(running)
-    done: set[str] = set()
-    ends = [(left, name, held) for name, (left, held) in running.items()]
-    heapq.heapify(ends)
-    free = slots - sum(held for _, _, held in ends)
-    pending = list(order)
-    now = 0.0
-    while pending or ends:
-        for j in list(pending):
-            need = min(j.slots, slots)
-            if need <= free and all(a not in names or a in done for a in j.after):
-                heapq.heappush(ends, (now + cost.get(j.name, 0.0), j.name, need))
-                pending.remove(j)
-                free -= need
-        if not ends:  # nothing can start: the scheduler raises for such a graph
-            break
-        now, name, held = heapq.heappop(ends)
-        done.add(name)
-        free += held
-    return now
+def plan_eta(jobs: list[Job], workers: int, level: str, costs: StepCosts,
+             timings: Mapping, analyses: AnalysisSeconds | None = None) -> Eta:
+    """The run's :class:`~seqprobe.sweep.eta.Eta`, each job estimated by :func:`estimate`."""
+    return Eta.of(jobs, workers, lambda j: estimate(j, level, costs, timings, analyses))
 
 
-@dataclass
-class Eta:
-    """The run's estimates, and the ratio of real to estimated seconds learned as jobs end."""
-
-    jobs: list[Job]
-    slots: int
-    estimates: dict[str, Estimate]
-    finished: set[str] = field(default_factory=set)  # ended, run or not
-    measured: dict[str, float] = field(default_factory=dict)  # ran to success: real seconds
-
-    def done(self, name: str, seconds: float | None, ok: bool) -> None:
-        """Record a job's end; only a job that ran to success teaches the ratio (a failure
-        may stop early, a job not run took no time)."""
-        self.finished.add(name)
-        if ok and seconds is not None:
-            self.measured[name] = seconds
-
-    @classmethod
-    def of(cls, jobs: list[Job], slots: int, level: str, costs: StepCosts,
-           timings: Mapping) -> Eta:
-        found = {j.name: estimate(j, level, costs, timings) for j in jobs}
-        return cls(jobs, slots, {k: v for k, v in found.items() if v is not None})
-
-    def ratio(self, running: Mapping[str, float] | None = None) -> float:
-        """Real over estimated seconds of the finished jobs, shrunk toward 1. ``running``:
-        seconds so far of the jobs still running; one already past its estimate is at least
-        that much slower, and counts so (a loaded machine shows before its jobs end)."""
-        prior = PRIOR_SHARE * sum(e.seconds for e in self.estimates.values())
-        real = sum(s for n, s in self.measured.items() if n in self.estimates)
-        est = sum(self.estimates[n].seconds for n in self.measured if n in self.estimates)
-        for n, so_far in (running or {}).items():
-            if n in self.estimates and so_far > self.estimates[n].seconds:
-                real += so_far
-                est += self.estimates[n].seconds
-        return (real + prior) / (est + prior) if est + prior > 0 else 1.0
-
-    def costs(self, running: Mapping[str, float] | None = None) -> dict[str, float]:
-        """Each job's expected seconds now (``running``: as :meth:`ratio`); a job without an
-        estimate gets the mean of the others (0 when none has one)."""
-        known = [e.seconds for e in self.estimates.values()]
-        fill = sum(known) / len(known) if known else 0.0
-        r = self.ratio(running)
-        return {j.name: r * (self.estimates[j.name].seconds if j.name in self.estimates
-                             else fill) for j in self.jobs}
-
-    def remaining(self, started: Mapping[str, float], now: float | None = None) -> float:
-        """Seconds until the run ends: ``started`` maps each running job to its start time."""
-        now = time.time() if now is None else now
-        so_far = {n: now - t0 for n, t0 in started.items()}
-        cost = self.costs(so_far)
-        by_name = {j.name: j for j in self.jobs}
-        running = {n: (max(cost[n] - so_far[n], 0.0), min(by_name[n].slots, self.slots))
-                   for n in started}
-        pending = [j for j in self.jobs if j.name not in self.finished and j.name not in started]
-        return makespan(pending, cost, self.slots, running)
-
-    def sources(self) -> str:
-        """Where the estimates come from, for the line printed at the start."""
-        counts: dict[str, int] = {}
-        for j in self.jobs:
-            src = self.estimates[j.name].source if j.name in self.estimates else "none"
-            counts[src] = counts.get(src, 0) + 1
-        words = {"timings": "the last run's times", "table": "the step-cost table",
-                 "flops": "the table's rate for their architecture",
-                 "median": "the table's median analysis", "none": "no estimate (mean used)",
-                 "its own runs": "the runs they train themselves (a search's expected cells)",
-                 "measured": "the CUDA step-cost table (step times measured on a GPU)",
-                 "projection": "their FLOPs, projected (no measured step of their model: "
-                               "a new architecture, or a GPU without its row)"}
-        return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
-                         for s, n in counts.items())
+def sources(eta: Eta) -> str:
+    """Where the estimates come from, for the line printed at the start."""
+    words = {"timings": "the last run's times", "table": "the step-cost table",
+             "flops": "the table's rate for their architecture",
+             "median": "the table's median analysis", "none": "no estimate (mean used)",
+             "its own runs": "the runs they train themselves (a search's expected cells)",
+             "measured": "the CUDA step-cost table (step times measured on a GPU)",
+             "projection": "their FLOPs, projected (no measured step of their model: "
+                           "a new architecture, or a GPU without its row)"}
+    return ", ".join(f"{n} from {words.get(s, 'the table: ' + s)}"
+                     for s, n in eta.counts().items())

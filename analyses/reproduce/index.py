@@ -9,8 +9,8 @@ import math
 import os
 import platform
 import stat
-import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +23,8 @@ from analyses.reproduce.plan import Job
 from seqprobe.atomic import write_atomic
 from seqprobe.device import gpu_name
 from seqprobe.errors import InputError
+from seqprobe.sweep import Backend, run_command
+from seqprobe.sweep.commands import Ended, run_commands
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout whose commit the index names
 MAX_JSON_BYTES = 64 << 20  # an analysis JSON is kilobytes; the index reads no more than this
@@ -62,6 +64,43 @@ class Outcome:
     @property
     def state(self) -> str:
         return self.status or ("ok" if self.ok else "FAILED")
+
+
+def outcome_of(ended: Ended, out: Path) -> Outcome:
+    """A job's :class:`Outcome` from how its process ended: an analysis that exited 0 but
+    wrote no JSON, or whose claims cannot be read, failed."""
+    job = ended.command
+    if ended.status == "not run":
+        return Outcome(job, False, 0.0, ended.log, [], status="not run")
+    ok, log = ended.ok, ended.log
+    missing = job.missing(out)
+    if ok and missing:
+        ok, log = False, log + f"\n(no {', '.join(missing)} written in {out})"
+    read = []
+    if ok and job.figure:
+        try:
+            read = read_claim_margins(job, out)
+        except InputError as e:
+            ok, log = False, log + f"\n({e})"
+    return Outcome(job, ok, ended.seconds, log[-3000:], [c[:3] for c in read],
+                   [c.margin for c in read], [c.tests for c in read])
+
+
+def run_plan(jobs: list[Job], out: Path, workers: int = 1, timeout: float = 3600.0,
+             on_start: Callable[[list[str]], None] = lambda names: None,
+             on_done: Callable[[Outcome], None] = lambda o: None, poll: float = 0.2,
+             expected: Mapping[str, float] | None = None,
+             backend: Backend | None = None) -> list[Outcome]:
+    """The plan's jobs on the one runner (:func:`seqprobe.sweep.commands.run_commands`), their
+    logs in ``out/logs``, each ending as an :class:`Outcome`."""
+    return run_commands(jobs, out / "logs", workers, timeout, on_start, on_done, poll,
+                        expected, backend, outcome=lambda e: outcome_of(e, out))
+
+
+def log_path(job: Job, out: Path) -> Path:
+    """Where a job's log is (a second run into the same folder while this one holds it writes
+    ``NAME.PID.log`` beside it)."""
+    return out / "logs" / f"{job.log_name}.log"
 
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict:
@@ -405,10 +444,12 @@ def made_by() -> dict[str, str]:
 
 def _commit() -> str:
     try:
-        done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty",
-                               "--abbrev=12"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+        done = run_command(["git", "-C", str(REPO), "describe", "--always", "--dirty",
+                            "--abbrev=12"], timeout=10)
+    except OSError:
         return "unknown (no git)"
+    if done.stopped_by:
+        return "unknown (git timed out)"
     return done.stdout.strip() if done.returncode == 0 else "unknown (not a git checkout)"
 
 

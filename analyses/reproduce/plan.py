@@ -20,6 +20,7 @@ from models.train.runconfig import Builder
 from seqprobe.device import resolve_device
 from seqprobe.memory import available_bytes
 from seqprobe.registry import table
+from seqprobe.sweep.commands import Command
 
 # The analyses a reproduce run starts, in order: the ``[analyses]`` table of
 # seqprobe/registry.toml but those in its ``[not_planned]`` table (each with why it is left
@@ -30,9 +31,9 @@ TRAIN = "train:"  # prefix of the jobs that train zoo recipes
 MAX_MEMBERS = 32  # of one ensemble on a GPU (the memory check before training has the last word)
 
 # Where a level's jobs run, for the levels that say (the others: the analyses' defaults, the
-# zoo's training on "auto"): analysis -> (device, jobs). The device is that of the analysis and
+# zoo's training on "auto"): analysis -> (device, workers). The device is that of the analysis and
 # of every recipe it trains (both get ``--device``, so a checkpoint is asked for on the device
-# it was trained on); ``jobs``, where not None, is the cores its own job keeps busy, passed as
+# it was trained on); ``workers``, where not None, is the cores its own job keeps busy, passed as
 # its ``--jobs`` (the runs it trains itself side by side), else its FIGURE's slots.
 # Large: every sweep on the GPU ("auto": the GPU where there is one, so the level also runs on
 # a CPU-only machine), trained as ensembles, which share a small model's kernel launches (one
@@ -48,12 +49,12 @@ PLACEMENT: dict[str, dict[str, tuple[str, int | None]]] = {
 
 
 def placement(name: str, level: str, cores: int | None = None) -> tuple[str | None, int | None]:
-    """(device, jobs) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
-    the defaults). ``jobs`` is capped at ``cores`` (default this machine's: a plan for
+    """(device, workers) of analysis ``name`` at ``level`` (:data:`PLACEMENT`; (None, None):
+    the defaults). ``workers`` is capped at ``cores`` (default this machine's: a plan for
     another machine, ``--list --jobs 16``, passes its cores)."""
-    device, jobs = PLACEMENT.get(level, {}).get(name, (None, None))
+    device, workers = PLACEMENT.get(level, {}).get(name, (None, None))
     cores = cores or os.cpu_count() or 1
-    return device, None if jobs is None else max(1, min(jobs, cores))
+    return device, None if workers is None else max(1, min(workers, cores))
 
 
 def figure_of(name: str) -> Figure:
@@ -61,16 +62,12 @@ def figure_of(name: str) -> Figure:
 
 
 @dataclass(frozen=True)
-class Job:
-    """One process of the run: training a zoo recipe, or one analysis (a synthetic *task* is
-    something else: :mod:`tasks`)."""
+class Job(Command):
+    """One job of the run (a :class:`~seqprobe.sweep.commands.Command` of the one runner):
+    training zoo recipes, or one analysis (a synthetic *task* is something else: :mod:`tasks`).
+    ``name`` is the analysis name, or "train:" + the recipes' names."""
 
-    name: str  # the analysis name, or "train:" + recipe name
-    argv: tuple[str, ...]
-    slots: int = 1  # cores it keeps busy
-    after: tuple[str, ...] = ()  # jobs that must have succeeded first
     figure: Figure | None = None  # analyses only
-    device: str | None = None  # the --device it was given (None: its default)
     recipes: tuple[str, ...] = ()  # the zoo recipes a training job trains (one ensemble or one)
 
     def __post_init__(self):
@@ -97,8 +94,9 @@ class Job:
 def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path,
                   cores: int | None = None) -> list[str]:
     train = ["--train", level, "--cache-dir", str(cache)] if fig.trains else []
-    device, jobs = placement(name, level, cores)
-    placed = ([*(["--device", device] if device else []), *(["--jobs", str(jobs)] if jobs else [])])
+    device, workers = placement(name, level, cores)
+    placed = [*(["--device", device] if device else []),
+              *(["--jobs", str(workers)] if workers else [])]
     offset = zoo.seed_offset()  # the models' seeds shifted: their evaluation data's too
     seed = ["--seed", str(offset)] if offset else []
     return [sys.executable, "-m", f"analyses.{name}", f"--{level}", "--out", str(out), *train,
@@ -106,28 +104,29 @@ def analysis_argv(name: str, fig: Figure, level: str, out: Path, cache: Path,
 
 
 def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
-               slots: int | None = None, ensembles: str = "auto",
+               workers: int | None = None, ensembles: str = "auto",
                auto: str | None = None) -> list[Job]:
     """Training jobs for the recipes the analyses need that are not cached yet (each after
     the job of its ``init_from`` recipe), then one job per analysis, after its recipes'
-    training. The recipes train as ensembles (:func:`training_groups`; ``slots``: the cores
-    the run may use, default :func:`default_jobs`; ``auto``: the kind of device "auto" means,
+    training. The recipes train as ensembles (:func:`training_groups`; ``workers``: the cores
+    the run may use, default :func:`default_workers`; ``auto``: the kind of device "auto" means,
     default this machine's: ``--list --device cuda`` plans a GPU machine's run anywhere)."""
     needs: dict[str, str | None] = {}  # recipe -> the device its analysis places it on
     analyses = []
     for n in names:
         fig = figure_of(n)
-        device, jobs_ = placement(n, level, slots)
+        device, own_workers = placement(n, level, workers)
         recipes = list(fig.recipes(level)) if fig.trains else []
         missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
         for r in missing:
             for d in [*zoo.dependencies(r, level), r]:
                 if d == r or zoo.status(d, level, cache) != "cached":
                     needs.setdefault(d, device)
-        analyses.append((n, fig, device, jobs_, missing))
+        analyses.append((n, fig, device, own_workers, missing))
     jobs: dict[str, Job] = {}
     job_of: dict[str, str] = {}
-    for group in training_groups(needs, level, slots or default_jobs(level), ensembles, auto):
+    for group in training_groups(needs, level, workers or default_workers(level), ensembles,
+                                 auto):
         name = TRAIN + ",".join(seed_ranges(group))
         parents = [p for r in group for p in zoo.dependencies(r, level)[-1:] if p in job_of]
         device = needs[group[0]]
@@ -141,19 +140,19 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
                          recipes=tuple(group))
         job_of.update({r: name for r in group})
     return [*jobs.values(), *[
-        Job(n, tuple(analysis_argv(n, fig, level, out, cache, slots)), jobs_ or fig.slots,
-            tuple(dict.fromkeys(job_of[r] for r in missing)), fig, device)
-        for n, fig, device, jobs_, missing in analyses]]
+        Job(n, tuple(analysis_argv(n, fig, level, out, cache, workers)), own or fig.slots,
+            tuple(dict.fromkeys(job_of[r] for r in missing)), device, figure=fig)
+        for n, fig, device, own, missing in analyses]]
 
 
-def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
+def training_groups(needs: Mapping[str, str | None], level: str, workers: int,
                     ensembles: str = "auto", auto: str | None = None) -> list[list[str]]:
     """The recipes ``needs`` (recipe -> device) as the training jobs that train them, in the
     order they can start (what a fine-tune starts from first): runs of one model on one device
     in one wave of the init chains form an ensemble where one pays off
     (:func:`models.train.ensemble.pays_off`; ``ensembles`` "on": wherever one can form, "off":
     never). On a GPU a sweep is one ensemble (of at most :data:`MAX_MEMBERS`); on CPU cores
-    (``ensembles`` "on") it is split into one ensemble per core (at most ``slots``), as cores
+    (``ensembles`` "on") it is split into one ensemble per core (at most ``workers``), as cores
     side by side are what speeds a CPU sweep up."""
     def kind(device: str | None) -> str:
         if auto is not None and device in (None, "auto"):
@@ -173,30 +172,10 @@ def training_groups(needs: Mapping[str, str | None], level: str, slots: int,
     groups = []
     for (_depth, device, _), members in sorted(keyed.items(), key=lambda kv: kv[0][0]):
         cpu = kind(device) == "cpu"
-        parts = min(len(members), slots) if cpu else -(-len(members) // MAX_MEMBERS)
+        parts = min(len(members), workers) if cpu else -(-len(members) // MAX_MEMBERS)
         size = -(-len(members) // max(1, parts))
         groups += [members[i:i + size] for i in range(0, len(members), size)]
     return groups
-
-
-def priorities(jobs: Sequence[Job], expected: Mapping[str, float]) -> dict[str, float]:
-    """Each job's expected seconds plus the longest chain of expected seconds that waits on
-    it: of the jobs ready to start, the highest goes first, so that no long chain is left to
-    run alone at the end (the scheduler and the ETA's packing both use it)."""
-    waiting_on: dict[str, list[str]] = {j.name: [] for j in jobs}
-    for j in jobs:
-        for a in j.after:
-            if a in waiting_on:
-                waiting_on[a].append(j.name)
-    memo: dict[str, float] = {}
-
-    def chain(name: str) -> float:
-        if name not in memo:
-            memo[name] = expected.get(name, 0.0) + max(
-                (chain(n) for n in waiting_on[name]), default=0.0)
-        return memo[name]
-
-    return {j.name: chain(j.name) for j in jobs}
 
 
 def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
@@ -219,7 +198,7 @@ def plan_models(names: Sequence[str], level: str) -> list[tuple[str, Builder]]:
 JOB_BYTES = 1 << 30
 
 
-def default_jobs(level: str) -> int:
+def default_workers(level: str) -> int:
     """Every core at every level but paper (one job at a time, each with the whole GPU): the
     suite's models are too small to use a second thread, so jobs side by side use the cores —
     as many as the free memory holds at :data:`JOB_BYTES` a job (each run also checks its

@@ -218,7 +218,7 @@ def train_recipes(names: Iterable[str], level: str = "quick",
     every = list(dict.fromkeys(d for n in names for d in [*dependencies(n, level), n]))
     backend = backend or Backend(retries=0)  # here: a failure is reported once, not retried
     # each run's own progress bar where it trains in this process (a sweep's bar elsewhere)
-    here = not backend.ray and backend.jobs == 1 and progress
+    here = not backend.ray and backend.workers == 1 and progress
     out: dict[str, Path | Failed] = {}
     for depth in sorted({len(dependencies(n, level)) for n in every}):
         wave = [n for n in every if len(dependencies(n, level)) == depth]

@@ -129,14 +129,13 @@ class Estimate:
 @dataclass(frozen=True)
 class StepCosts:
     """The shipped table: ``rows[key]`` = {"step", "eval", "start" (in reference steps),
-    "flops_per_step", "arch", ...}, ``analysis_s[level][name]`` = wall seconds of an
-    analysis' own process in a real run, and the conditions it was measured under (``meta``).
+    "flops_per_step", "arch", ...}, and the conditions it was measured under (``meta``).
+    (What other processes of a plan cost is the plan's to know, not training's.)
     ``unit_s``: seconds of a reference step here (:func:`reference_seconds`; 0 until timed).
     ``device``: the kind of device the runs train on; ``"cuda"`` costs them from ``cuda``
     (:class:`~models.train.gpu_costs.CudaTable`)."""
 
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    analysis_s: dict[str, dict[str, float]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     unit_s: float = 0.0
     device: str = "cpu"
@@ -147,8 +146,7 @@ class StepCosts:
              cuda_path: Path = gpu_costs.TABLE) -> StepCosts:
         """The table at ``path``; an empty one when it is missing, unreadable or of another
         format (estimates are a convenience: never a reason to refuse a run). ``device``
-        ``"cuda"``: runs are costed from the CUDA table at ``cuda_path`` (analyses' own
-        processes still from ``path``: they are not GPU work)."""
+        ``"cuda"``: runs are costed from the CUDA table at ``cuda_path``."""
         cuda = gpu_costs.CudaTable.load(cuda_path) if device == "cuda" else gpu_costs.CudaTable()
         try:
             doc = json.loads(Path(path).read_text())
@@ -156,8 +154,8 @@ class StepCosts:
             doc = {}
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             doc = {}
-        return cls(dict(doc.get("rows", {})), dict(doc.get("analysis_s", {})),
-                   dict(doc.get("meta", {})), device=device, cuda=cuda)
+        return cls(dict(doc.get("rows", {})), dict(doc.get("meta", {})), device=device,
+                   cuda=cuda)
 
     def timed(self) -> StepCosts:
         """This table with the reference step timed on this machine now. A GPU plan's CPU work
@@ -169,7 +167,7 @@ class StepCosts:
             unit = statistics.median(measured)
         else:
             unit = reference_seconds() if self.rows else 0.0
-        return StepCosts(self.rows, self.analysis_s, self.meta, unit, self.device, self.cuda)
+        return StepCosts(self.rows, self.meta, unit, self.device, self.cuda)
 
     def _start(self) -> float:
         """A process's start-up (interpreter, imports), in reference steps: the rows' median."""
@@ -252,20 +250,3 @@ class StepCosts:
         return gpu_costs.overhead_seconds(
             run_config, seconds_per_step,
             evaluations(run_config.train.steps, run_config.train.eval_every))
-
-    def analysis(self, name: str, level: str) -> Estimate | None:
-        """Seconds of analysis ``name``'s own process at ``level`` (models it reads from the
-        zoo not included: they are jobs of their own); else the median analysis of that
-        level; None when the table has none."""
-        known = self.analysis_s.get(level, {})
-        if not known and self.device == "cuda" and self.analysis_s:
-            # a GPU plan of a level no run has timed yet: its analyses' own processes (CPU work
-            # beside the GPU's training) at the largest level timed, the closest in size
-            largest = max(self.analysis_s, key=lambda lv: sum(self.analysis_s[lv].values()))
-            est = self.analysis(name, largest)
-            return Estimate(est.seconds, f"level {largest}") if est else None
-        if name in known:
-            return Estimate(float(known[name]), "table")
-        if known:
-            return Estimate(statistics.median(known.values()), "median")
-        return None

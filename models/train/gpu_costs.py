@@ -49,12 +49,10 @@ PEAK_FLOPS = {"bf16": 989e12, "fp32": 67e12}
 UTILISATION = 0.40
 MEASURED, PROJECTION = "measured", "projection"  # where a row's GPU cost comes from
 
-# What a GPU job costs beyond its training steps, assumed until a GPU run times them (the
-# reproduce run's timings then replace every estimate): a GPU job starts as a fresh process
-# (analyses.reproduce.pool), so it pays the interpreter, the imports, the CUDA context and
-# building its models; a compiled run pays torch.compile's cold compile of its forward once;
-# an evaluation batch is a forward without a backward, about a third of a training step.
-JOB_START_S = 20.0
+# What a GPU run costs beyond its training steps, assumed until a GPU run times them (a
+# plan's timings then replace every estimate): a compiled run pays torch.compile's cold
+# compile of its forward once; an evaluation batch is a forward without a backward, about a
+# third of a training step.
 COMPILE_S = 60.0
 EVAL_SHARE = 1 / 3
 
@@ -62,7 +60,8 @@ EVAL_SHARE = 1 / 3
 def overhead_seconds(run_config: RunConfig, seconds_per_step: float, evals: int) -> float:
     """Seconds a GPU run spends beside its steps: its ``evals`` evaluations (:data:`EVAL_SHARE`
     of a step per batch, scaled by the evaluation batch) and, when it compiles,
-    :data:`COMPILE_S`. The process start-up is the job's, not the run's (:data:`JOB_START_S`)."""
+    :data:`COMPILE_S`. The process start-up is the job's, not the run's: the plan that starts
+    the process costs it."""
     cfg = run_config.train
     per_batch = EVAL_SHARE * seconds_per_step * cfg.eval_batch_size / max(cfg.batch_size, 1)
     _, comp = run_settings(run_config, "cuda")

@@ -1,30 +1,38 @@
-"""Run many independent jobs — the cells of a grid, the recipes of an ablation, the seeds of
-a sweep — here in a small process pool, or on Ray (``--ray [ADDRESS]``). A job here is a unit
-of work to schedule; a *task* in this suite is only a synthetic task (:mod:`tasks`).
+"""The suite's one job runner: every training run and every process the suite starts goes
+through here (tests/test_one_job_runner.py). A job here is a unit of work to schedule; a *task*
+in this suite is only a synthetic task (:mod:`tasks`); the *workers* are how many jobs run at
+once (the ``--jobs N`` flag).
 
-:func:`map_jobs` is the one entry point: ``fn(*args)`` for every ``args`` of ``items``, with
-a progress bar over the jobs as they finish, and a :class:`Failed` in place of the result of
-a job that raised on every one of its ``1 + retries`` attempts (bad input, a
-:class:`~seqprobe.errors.InputError`, is not retried: it would fail the same way); the other jobs
-still run.
+* :func:`map_jobs`: ``fn(*args)`` for every ``args`` of ``items`` — the cells of a grid, the
+  recipes of an ablation, the seeds of a sweep — with a progress bar over the jobs as they
+  finish, and a :class:`Failed` in place of the result of a job that raised on every one of its
+  ``1 + retries`` attempts (bad input, a :class:`~seqprobe.errors.InputError`, is not retried:
+  it would fail the same way); the other jobs still run.
+* :func:`run_fresh`: one such job in a new interpreter of its own.
+* :func:`seqprobe.sweep.commands.run_commands`: whole commands (the reproduce plan's analyses
+  and training commands), each after the jobs it needs, forked from this process where they
+  can be (:mod:`.fork`; never a CUDA job), with an ETA that learns as they end (:mod:`.eta`).
+* :func:`run_command`: one command that is not a job of a plan (``git describe``, pytest, a
+  stage of the GPU call), in its own process group, stopped at its timeout.
+
 Callers keep their own cache (a finished cell, a trained checkpoint) and hand over only what
 is not done yet, so nothing finished runs twice.
 
-Backends (:class:`Backend`):
+Backends of :func:`map_jobs` (:class:`Backend`):
 
-* local (the default): ``jobs`` worker processes (joblib), or the calling process when
-  ``jobs`` is 1. Ray is not imported.
+* local (the default): ``workers`` worker processes (joblib), or the calling process when
+  ``workers`` is 1. Ray is not imported.
 * fresh (``Backend(fresh=True)``, :func:`run_fresh`): each job in a new interpreter of its
   own, started by threads here (the dry run's and the step-cost table's measurements).
-* Ray: ``ray.init(num_cpus=jobs)`` on this machine (``--ray``), or an existing cluster
+* Ray: ``ray.init(num_cpus=workers)`` on this machine (``--ray``), or an existing cluster
   (``--ray ADDRESS``: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``). Every job asks for
   ``num_cpus`` CPUs and ``num_gpus`` GPUs (one when the run is on CUDA) and is retried by Ray
   (``max_retries``, ``retry_exceptions``); a worker that dies is retried the same way. Ray is
   an optional extra (``pip install -e .[cluster]``), imported only here and only then.
 
-:class:`RayCommand` runs a whole command (a job of the reproduce plan) as one Ray remote
-call behind ``subprocess.Popen``'s polling interface, so a scheduler of local processes can
-place its jobs on Ray instead.
+:class:`RayCommand` runs a whole command (a job of :func:`~seqprobe.sweep.commands.run_commands`)
+as one Ray remote call behind ``subprocess.Popen``'s polling interface, so the command
+scheduler can place its jobs on Ray instead of local processes.
 
 The local pool stays joblib rather than Ray's local mode: it needs no extra package, starts
 in no time (a Ray instance takes seconds to start on a small machine), and a run without
@@ -44,6 +52,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import traceback
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -66,11 +76,11 @@ _ADDRESS = re.compile(r"^(auto|local|(ray://)?[\w.\-]+:\d+)$")
 @dataclass(frozen=True)
 class Backend:
     """Where the jobs run: ``ray`` false = local processes; ``address`` None = a Ray instance
-    started here with ``jobs`` CPUs, else an existing cluster."""
+    started here with ``workers`` CPUs, else an existing cluster."""
 
     ray: bool = False
     address: str | None = None
-    jobs: int = 1  # local worker processes / CPUs of a Ray instance started here
+    workers: int = 1  # local worker processes / CPUs of a Ray instance started here
     num_cpus: float = 1.0  # per job (Ray's scheduling)
     num_gpus: float = 0.0  # per job (Ray's scheduling)
     retries: int = DEFAULT_RETRIES  # attempts after the first
@@ -84,15 +94,15 @@ class Backend:
     def __post_init__(self):
         object.__setattr__(self, "env", tuple(dict(self.env).items()))
         check(not (self.fresh and self.ray), "a fresh-process backend is local (no --ray)")
-        check(self.jobs >= 1, f"jobs must be >= 1, got {self.jobs}")
+        check(self.workers >= 1, f"--jobs (workers) must be >= 1, got {self.workers}")
         check(self.retries >= 0, f"--retries must be >= 0, got {self.retries}")
         check(self.num_cpus > 0 and self.num_gpus >= 0,
               f"a job needs CPUs > 0 and GPUs >= 0, got {self.num_cpus}, {self.num_gpus}")
 
     def describe(self) -> str:
         if not self.ray:
-            return f"local ({self.jobs} process{'es' if self.jobs > 1 else ''})"
-        where = self.address or f"local Ray, {self.jobs} CPUs"
+            return f"local ({self.workers} process{'es' if self.workers > 1 else ''})"
+        where = self.address or f"local Ray, {self.workers} CPUs"
         return f"ray ({where}; {self.num_cpus:g} CPU, {self.num_gpus:g} GPU per job)"
 
 
@@ -116,7 +126,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
 
 
-def backend_of(args: argparse.Namespace, jobs: int = 1, device: str = "cpu",
+def backend_of(args: argparse.Namespace, workers: int = 1, device: str = "cpu",
                num_cpus: float = 1.0) -> Backend:
     """The backend of ``--ray`` / ``--retries``; a job asks for one GPU when ``device`` is
     CUDA."""
@@ -126,7 +136,7 @@ def backend_of(args: argparse.Namespace, jobs: int = 1, device: str = "cpu",
               "ray://HOST:PORT); write --ray=ADDRESS, or put --ray after the checkpoints")
     gpus = 1.0 if str(device).startswith("cuda") else 0.0
     return Backend(ray=ray is not None, address=None if ray in (None, "local") else ray,
-                   jobs=jobs, num_cpus=num_cpus, num_gpus=gpus,
+                   workers=workers, num_cpus=num_cpus, num_gpus=gpus,
                    retries=getattr(args, "retries", DEFAULT_RETRIES))
 
 
@@ -184,7 +194,7 @@ FRESH_CHILD = "from seqprobe.sweep import _fresh_child; _fresh_child()"
 def _fresh(b: Backend, fn: Callable, *args: Any) -> Any:
     """One attempt of a job in a new interpreter (``b.fresh``): ``fn(*args)`` there, its
     result back (a :class:`Failed` for bad input), or :class:`ProcessFailed` in one line."""
-    root = str(Path(__file__).resolve().parents[1])  # the child imports this checkout
+    root = str(Path(__file__).resolve().parents[2])  # the child imports this checkout
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]), **dict(b.env)}
     with tempfile.TemporaryDirectory(prefix="seqprobe-job-") as tmp:
@@ -263,17 +273,17 @@ def map_jobs(fn: Callable[..., Any], items: Sequence[tuple], backend: Backend, *
         if ray is not None:
             _ray_map(ray, started, fn, items, backend, finish)
         elif backend.fresh:  # each its own interpreter, started from threads of this one
-            runner = Parallel(n_jobs=min(backend.jobs, len(items)), backend="threading",
+            runner = Parallel(n_jobs=min(backend.workers, len(items)), backend="threading",
                               return_as="generator_unordered")
             for i, result in runner(delayed(_attempts)(_fresh, i, (backend, fn, *args),
                                                        backend.retries)
                                     for i, args in enumerate(items)):
                 finish(i, result)
-        elif backend.jobs == 1:
+        elif backend.workers == 1:
             for i, args in enumerate(items):
                 finish(*_attempts(fn, i, args, backend.retries))
         else:
-            runner = Parallel(n_jobs=min(backend.jobs, len(items)),
+            runner = Parallel(n_jobs=min(backend.workers, len(items)),
                               return_as="generator_unordered")
             for i, result in runner(delayed(_attempts)(fn, i, args, backend.retries)
                                     for i, args in enumerate(items)):
@@ -300,7 +310,7 @@ def _ray(b: Backend):
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
                 raise InputError(f"--ray {b.address}: cannot connect ({_error_line(e)})") from None
         else:
-            ray.init(num_cpus=b.jobs, include_dashboard=False)
+            ray.init(num_cpus=b.workers, include_dashboard=False)
     return ray, started
 
 
@@ -400,7 +410,7 @@ class CommandFailed(RunError):
         return CommandFailed, (self.returncode, self.output)
 
 
-def run_command(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+def _remote_command(argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
     """The body of :class:`RayCommand`'s remote call: run ``argv`` in ``cwd`` on the worker (its
     environment plus ``env``); its output, or :class:`CommandFailed`."""
     proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -420,7 +430,7 @@ class RayCommand:
     def __init__(self, argv: Sequence[str], backend: Backend,
                  env: Mapping[str, str] | None = None, cwd: str | None = None):
         self._ray, _ = _ray(backend)
-        remote = self._ray.remote(run_command).options(
+        remote = self._ray.remote(_remote_command).options(
             num_cpus=backend.num_cpus, num_gpus=backend.num_gpus, max_retries=backend.retries,
             retry_exceptions=True)
         self._ref = remote.remote(list(argv), dict(env or {}), cwd or os.getcwd())
@@ -445,3 +455,105 @@ class RayCommand:
 
     def kill(self) -> None:
         self._ray.cancel(self._ref, force=True)
+
+
+# ---------------------------------------------------------------------------- one command
+@dataclass(frozen=True)
+class Completed:
+    """How :func:`run_command`'s process ended: its exit code (negative: the signal that ended
+    it), its output where it was kept, its seconds, and ``stopped_by`` ("SIGTERM" or
+    "SIGKILL") where it was stopped at its timeout."""
+
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+    stopped_by: str | None = None
+
+
+OUTPUTS = ("capture", "lines", "inherit", "discard")
+
+
+def run_command(argv: Sequence[str], *, cwd: str | Path | None = None,
+                env: Mapping[str, str] | None = None, timeout: float | None = None,
+                grace: float = 0.0, output: str = "capture",
+                on_line: Callable[[str], None] | None = None,
+                check_exit: bool = False) -> Completed:
+    """One command that is not a job of a plan (``git describe``, pytest, a stage of the GPU
+    call, a benchmark module), in its own session and process group, so that a timeout or a
+    stop ends it and whatever it started: the runner's one way to start a single process.
+
+    ``timeout``: seconds before it is stopped from outside: SIGTERM ``grace`` seconds before
+    the timeout where ``grace`` (a training run then saves its checkpoint), SIGKILL at it. A
+    stop of this process (Ctrl-C, or SIGTERM raised as KeyboardInterrupt) stops the command the
+    same way before it goes on up. Its group is killed once it has ended too (workers it left).
+    ``env``: its whole environment (default: this process's). ``output``: "capture" (stdout
+    and stderr kept apart), "lines" (both together, each line to ``on_line`` as it comes),
+    "inherit" (this process's streams) or "discard". ``check_exit``: a non-zero exit raises
+    :class:`subprocess.CalledProcessError`. OSError (no such program) goes to the caller."""
+    check(output in OUTPUTS, f"output must be one of {OUTPUTS}, got {output!r}")
+    check(output != "lines" or on_line is not None, "output 'lines' needs on_line")
+    streams = {"capture": (subprocess.PIPE, subprocess.PIPE),
+               "lines": (subprocess.PIPE, subprocess.STDOUT),
+               "inherit": (None, None),
+               "discard": (subprocess.DEVNULL, subprocess.DEVNULL)}[output]
+    t0 = time.time()
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env),
+                            stdin=subprocess.DEVNULL, stdout=streams[0], stderr=streams[1],
+                            start_new_session=True, text=True, errors="replace",
+                            bufsize=1 if output == "lines" else -1)
+    # read by threads as it comes, so that a pipe a left-behind child of the command still
+    # holds does not keep this waiting past the command's own end
+    got: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+    def pump(stream, into: list[str] | None) -> None:
+        for line in stream:
+            if into is not None:
+                into.append(line)
+            else:
+                on_line(line.rstrip("\n"))
+
+    readers = [threading.Thread(target=pump, args=(s, got[k] if output == "capture" else None),
+                                daemon=True)
+               for k, s in (("stdout", proc.stdout), ("stderr", proc.stderr)) if s is not None]
+    for r in readers:
+        r.start()
+
+    stopped = None
+    try:
+        try:
+            proc.wait(timeout=None if timeout is None else
+                      max(timeout - grace, 0.5) if grace else timeout)
+        except subprocess.TimeoutExpired:
+            stopped = "SIGTERM" if grace else "SIGKILL"
+            _signal_group(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
+            try:
+                proc.wait(timeout=grace if grace else 5.0)
+            except subprocess.TimeoutExpired:
+                stopped = "SIGKILL"
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+    except BaseException:  # this process stopped: the command does not outlive it
+        if grace:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    _signal_group(proc.pid, signal.SIGKILL)  # whatever it left running in its group
+    for r in readers:
+        r.join(timeout=5)
+    out, err = "".join(got["stdout"]), "".join(got["stderr"])
+    if check_exit and proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, list(argv), out, err)
+    return Completed(proc.returncode, out, err, time.time() - t0, stopped)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

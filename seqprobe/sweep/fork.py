@@ -1,5 +1,6 @@
-"""Jobs forked from this process, which has torch, TransformerLens and the suite imported
-already, instead of a fresh ``python -m MODULE`` per job that pays those imports again.
+"""Command jobs forked from this process, which has torch, TransformerLens and the suite
+imported already, instead of a fresh ``python -m MODULE`` per job that pays those imports again
+(:mod:`seqprobe.sweep.commands` starts them).
 
 A forked job is isolated as a process is: its own process group (a timeout or a stop ends it
 and whatever it started), its output in its own log file, its exit code its own, and a crash
@@ -19,8 +20,8 @@ initialised CUDA no job is forked at all: a forked child cannot initialise CUDA 
 GPU without initialising CUDA (:mod:`seqprobe.device`), so the CPU jobs of a GPU machine's
 plan still fork.
 
-The pool forks the plan's *commands* (its analyses and ``python -m analyses.zoo train``), not
-training runs: each command trains through the one job runner, :func:`seqprobe.sweep.map_jobs`
+The runner forks *commands* (the reproduce plan's analyses and ``python -m analyses.zoo
+train``), not training runs: each command trains through :func:`seqprobe.sweep.map_jobs`
 (tests/test_one_job_runner.py lists every place a run or a process is started).
 """
 
@@ -50,7 +51,6 @@ from seqprobe.orphans import die_with
 # No tqdm monitor thread in a process that forks: a fork copies only the forking thread, and a
 # lock the monitor held at that moment would stay held in the job.
 tqdm.std.tqdm.monitor_interval = 0
-
 
 
 def uses_cuda(device: str | None) -> bool:
@@ -86,8 +86,8 @@ def forkable(argv: Sequence[str], device: str | None = None) -> str | None:
 
 
 class ForkedJob:
-    """A job forked from this process, with the part of :class:`subprocess.Popen` the runner
-    uses: ``pid`` (also its process group), ``poll()``, ``wait(timeout)``, ``returncode``."""
+    """A command forked from this process, with the part of :class:`subprocess.Popen` the
+    runner uses: ``pid`` (also its process group), ``poll()``, ``wait(timeout)``, ``returncode``."""
 
     def __init__(self, module: str, args: Sequence[str], log: Path, env: Mapping[str, str],
                  threads: int):
@@ -135,7 +135,7 @@ def _child(module: str, args: list[str], log: Path, env: Mapping[str, str],
     """The forked job's body: its session, its log, its threads and signals, then main."""
     os.setsid()  # its own process group, as start_new_session gives a subprocess
     die_with(run)  # a killed run takes its job and the job's workers with it
-    fd = open_own(log, os.O_WRONLY, 0o644)  # the run checked it (runner._own_log) and emptied it
+    fd = open_own(log, os.O_WRONLY, 0o644)  # the run checked it (commands.own_log), emptied it
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -10,7 +10,7 @@ sweep trained one after another (each its own
     python -m bench.bench_ensemble [--device cuda] [--steps N]   # bench/results_ensemble.json
 
 Each run takes ``--steps`` steps with one evaluation at the end (the recipe's evaluation
-settings otherwise); both sides train the same runs to the same weights (tests/test_ensemble.py),
+settings otherwise); both sides train the same runs to the same weights (tests/unit/models/test_ensemble.py),
 so the ratio of their times is the speed-up. On a CPU the headline ``speedup`` is of the work,
 one thread's CPU time (each side's fastest of two, interleaved); ``wall`` beside it is the wall
 time with every thread on the machine as it is. ``per_step_s`` is seconds per step of one run

@@ -4,8 +4,8 @@
 A tiny file that claims a huge model, a deflated zip entry, a broadcast view, a task length
 that one evaluation batch cannot hold, a 2 GB sparse tokenizer, a huge --text file: each must
 be refused (or cut to a bounded prefix) before what
-it claims is allocated. The tests check *where* each refusal comes (tests/test_reliability.py,
-tests/test_hf_hostile.py: no model built but on the meta device, ``torch.load`` never reached);
+it claims is allocated. The tests check *where* each refusal comes (tests/e2e/test_reliability.py,
+tests/e2e/test_hf_hostile.py: no model built but on the meta device, ``torch.load`` never reached);
 this measures what refusing costs, as DESIGN.md keeps memory targets out of the default suite.
 
 Each case runs in a fresh process (``spawn``): a good input of the same kind is loaded first,

@@ -5,7 +5,7 @@ Three stages, in this order, each given what is left of ``--budget-s`` (a stage 
 it is recorded as timed out). The JSON is written after every stage and every model, so a
 check killed from outside at any second leaves what it had measured:
 
-1. the GPU tests: ``pytest -m gpu tests/test_gpu.py tests/test_model_contract.py`` as a
+1. the GPU tests: ``pytest -m gpu tests/integration/test_gpu.py tests/contract/test_model_contract.py`` as a
    subprocess, under the suite's own type-check hook (tests/conftest.py), with their pass /
    fail / skip counts and the names of the failures;
 2. ``bench_cuda``'s paper copy models (transformer with each positional encoding, Mamba,
@@ -20,7 +20,7 @@ It writes ``bench/results_gpu_check.json`` with the card, date, torch and CUDA v
 every test passed (or was skipped), every model trained and every dry-run row ran; 1 otherwise.
 
 Without CUDA it exits 2 with one line and writes nothing. ``--device cpu --tiny`` runs the same
-pipeline on tiny models on the CPU (the pipeline's own test: tests/test_gpu_check.py).
+pipeline on tiny models on the CPU (the pipeline's own test: tests/e2e/test_gpu_check.py).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from seqprobe.sweep import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = RESULTS / "results_gpu_check.json"
-GPU_TESTS = ("tests/test_gpu.py", "tests/test_model_contract.py")
+GPU_TESTS = ("tests/integration/test_gpu.py", "tests/contract/test_model_contract.py")
 BUDGET_S = 480.0  # the issue's bound for the whole check on one H100
 # tiny models of each architecture, for checking the pipeline on a CPU in seconds
 TINY_MODELS = {"transformer": {"d_model": 16, "n_layers": 1, "n_heads": 2},

@@ -1,4 +1,4 @@
-"""What makes a figure readable on the page, as checks (tests/test_figure_quality.py runs them
+"""What makes a figure readable on the page, as checks (tests/unit/analyses/test_figure_quality.py runs them
 on every analysis' figure; :func:`figures.style.finish` moves legends by
 :func:`legend_overlaps`). Each check returns the problems it finds, one line each, so a failing
 test says which panel and what to change.

@@ -5,7 +5,7 @@ Figures are read on the reproduction's index page, which shows a PNG at most
 :data:`MAX_COLS` panels a row, the row no wider than the page), so its text is shown at the
 size it was drawn, and :func:`finish` (which every saved figure goes through) raises any text
 below :data:`MIN_FONT_PT`, wraps titles wider than their panel, moves a legend off the data it
-covers and adds the run's settings as a caption. tests/test_figure_quality.py checks each
+covers and adds the run's settings as a caption. tests/unit/analyses/test_figure_quality.py checks each
 analysis' figure against :mod:`figures.quality`.
 """
 

@@ -94,7 +94,7 @@ def _eigenpairs(kind: str, T: int, k: int) -> tuple[Tensor, Tensor]:
         # Randomised subspace iteration + Rayleigh–Ritz: the spectrum of a positive Hankel
         # matrix decays geometrically (the premise of spectral filtering, §2.2), so a block of
         # k + 20 vectors and a few power iterations resolve the top k to the accuracy of a
-        # dense eigh (tests/test_spectral.py compares the two).
+        # dense eigh (tests/unit/probes/test_spectral.py compares the two).
         h = hankel_entries(kind, 2 * T - 1)
         p = min(T, k + 20)
         g = torch.Generator().manual_seed(0)  # deterministic filters

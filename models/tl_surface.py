@@ -6,7 +6,7 @@
 
 Shapes and meanings are TL's (``W_Q``: ``[n_layers, n_heads, d_model, d_head]``, ``W_U``:
 ``[d_model, d_vocab]``), so the numbers equal those of the same model exported to HF and booted
-through ``TransformerBridge`` (tests/test_tl_surface.py; docs/tl_surface.md lists each method).
+through ``TransformerBridge`` (tests/unit/models/test_tl_surface.py; docs/tl_surface.md lists each method).
 The stacks are new tensors built from each block's parameters, as TL's are: reading them is
 free of side effects, writing into one changes nothing in the model.
 

@@ -19,7 +19,7 @@ the add-β estimator too, once the first-token term absorbs the difference. So a
 b^(ij)·c^(c), i ≠ c, must vanish where the transition does not enter c (its count is read at
 its own context, so its x̃ is not 0) and need not where it does: for S = 2, k = 1, 0→0 at
 current 1 and 1→1 at current 0 are pinned, 1→0 at current 0 and 0→1 at current 1 are free
-(a slow test in ``tests/test_markov_analyses.py`` fine-tunes a construction with one entry
+(a slow test in ``tests/integration/test_markov_analyses.py`` fine-tunes a construction with one entry
 held off zero: a free entry keeps it at the add-β optimum, a pinned one cannot). For S = 2,
 n_01 and n_10 differ by at most one (the paper's Thm 4 remark), so a trained model may read
 either. The logit-level version (:func:`readout_ratio`) is split alike and, unlike b·c, does

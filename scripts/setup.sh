@@ -38,7 +38,7 @@ else
   fi
 fi
 
-# cluster = Ray: the sweeps' --ray backend, tested in the default suite (tests/test_ray.py)
+# cluster = Ray: the sweeps' --ray backend, tested in the default suite (tests/integration/test_ray.py)
 extras="dev,cluster"
 if [ "${WITH_CUDA_KERNELS:-0}" = 1 ]; then extras="dev,cluster,cuda"; fi  # mamba-ssm fast path (GPU only)
 "$PY" -m pip install -q -e ".[${extras}]"

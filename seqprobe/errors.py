@@ -22,7 +22,7 @@ that name in most modules and tests, and the name is part of what users read (a 
 failed cell as ``InputError: message``). What it means is "the input is refused, and would be
 refused the same way again": sweeps do not retry it and CLIs exit 2 on it. Classes that live
 beside their domain elsewhere (``HFError`` in models.hf, ...) derive from the classes here;
-``tests/test_errors.py`` checks that every exception class of the packages is in this tree.
+``tests/contract/test_errors.py`` checks that every exception class of the packages is in this tree.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ other command's numeric flag (``models.train.launch``, ``analyses.zoo``,
 range and why), and its argparse ``type=`` is that row's parser, :func:`flag`. A bad value is
 one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is loaded or any
 tensor allocated, never a silent default or a request the allocator refuses.
-``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag whose
+``tests/contract/test_flag_table.py`` builds every command's parser and fails on a numeric flag whose
 type is not a row of :data:`BOUNDS`, and on a numeric config field without a bound
 (:func:`unbounded_fields`, naming the class, the field and the metadata to add).
 
@@ -332,7 +332,7 @@ BOUNDS: dict[str, Bound] = {
 
 def parser(b: Bound, row: str) -> Callable[[str], Any]:
     """The argparse ``type=`` that reads one flag within ``b``; it carries ``.row`` (the
-    flag's name in messages and in ``tests/test_flag_table.py``) and ``.bound``."""
+    flag's name in messages and in ``tests/contract/test_flag_table.py``) and ``.bound``."""
     check(b.kind in KINDS, f"{row}: a Bound of kind {b.kind!r} parses nothing")
     if b.kind == "int":
         parse = bounded_int(int(b.lo), int(b.hi), b.why)
@@ -350,7 +350,7 @@ def parser(b: Bound, row: str) -> Callable[[str], Any]:
 @functools.cache
 def flag(row: str) -> Callable[[str], Any]:
     """The argparse ``type=`` of the flag whose :data:`BOUNDS` row is ``row`` (one parser per
-    row; it carries ``.row``, which ``tests/test_flag_table.py`` checks)."""
+    row; it carries ``.row``, which ``tests/contract/test_flag_table.py`` checks)."""
     if row not in BOUNDS:
         raise KeyError(f"no row {row!r} in seqprobe.flags.BOUNDS: add one (range and why)")
     return parser(BOUNDS[row], row)

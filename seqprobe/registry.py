@@ -9,7 +9,7 @@ module that is not a registered thing needs no skip list; and what is registered
 in one place. Each layer's registry reads its own table (:data:`models.registry.ARCHS` the
 ``archs`` one, and so on): the strings are not imports, so the file sits in this bottom layer
 and no layer points up (tests/import_graph.py links each reader to the modules its table
-names, so the layer and cycle checks see them). tests/test_hand_kept_lists.py checks that
+names, so the layer and cycle checks see them). tests/contract/test_hand_kept_lists.py checks that
 every row imports and is what it says, and that every class or module of a table's kind in
 the packages has a row.
 """

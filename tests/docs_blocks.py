@@ -3,7 +3,7 @@
 Every fenced block of a page is either a doctest that a test runs — a ```python block in one
 of the sections :data:`RUN` lists, each with the test that runs it — or carries, on the line
 before its fence, ``<!-- not run: REASON -->`` (invisible on the page and on GitHub) saying
-why it is not run. ``tests/test_docs_site.py`` checks that rule for every page; the tests named
+why it is not run. ``tests/e2e/test_docs_site.py`` checks that rule for every page; the tests named
 in :data:`RUN` find their blocks with :func:`python_blocks`.
 """
 
@@ -20,12 +20,12 @@ DOCS = ROOT / "docs"
 # (page relative to the repository, section heading as written) -> the test that runs its
 # ```python blocks as doctests
 RUN = {
-    ("README.md", "## The first hour"): "tests/test_first_hour.py",
-    ("docs/ipython.md", "# In IPython"): "tests/test_docs_ipython.py",
-    ("docs/export.md", "# Export to HuggingFace"): "tests/test_export_roundtrip.py",
+    ("README.md", "## The first hour"): "tests/e2e/test_first_hour.py",
+    ("docs/ipython.md", "# In IPython"): "tests/e2e/test_docs_ipython.py",
+    ("docs/export.md", "# Export to HuggingFace"): "tests/integration/test_export_roundtrip.py",
     ("docs/hooks-vs-tl.md", "## TransformerLens' own tools on suite models"):
-        "tests/test_docs_site.py",
-    ("docs/tl_surface.md", "# TransformerLens surface"): "tests/test_tl_surface.py",
+        "tests/e2e/test_docs_site.py",
+    ("docs/tl_surface.md", "# TransformerLens surface"): "tests/unit/models/test_tl_surface.py",
 }
 
 FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)

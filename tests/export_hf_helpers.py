@@ -1,4 +1,4 @@
-"""What tests/test_export_hf.py and tests/test_export_hf_out_dir.py share: a tiny model written as
+"""What tests/integration/test_export_hf.py and tests/e2e/test_export_hf_out_dir.py share: a tiny model written as
 a suite checkpoint of a copy task over its vocabulary (:func:`write_checkpoint`,
 :func:`copy_task_config`), and what an export left in a directory (:func:`leftovers`)."""
 

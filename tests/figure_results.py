@@ -1,5 +1,5 @@
 """Small crafted results, shaped as each analysis' ``compute`` returns them, for
-tests/test_figure_quality.py: enough curves, models and seeds that a figure has what a real
+tests/unit/analyses/test_figure_quality.py: enough curves, models and seeds that a figure has what a real
 quick run gives it to draw (several models in a legend, curves crossing the panel, negative
 R², a ratio of exactly 0), from numbers made up here rather than a trained model."""
 
@@ -9,9 +9,9 @@ import numpy as np
 
 from analyses.copy_efficiency.seeded import compute_medium
 from analyses.markov_holdout import combine
-from tests.test_copy_efficiency_medium import runs
-from tests.test_markov_holdout import _run
-from tests.test_ngram_lookup_medium import prefix_json
+from tests.unit.analyses.test_copy_efficiency_medium import runs
+from tests.unit.analyses.test_markov_holdout import _run
+from tests.integration.test_ngram_lookup_medium import prefix_json
 
 RNG = np.random.default_rng(0)
 COPY_LABELS = ("hard_alibi", "nope", "rope", "lstm", "mamba2")

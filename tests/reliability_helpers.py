@@ -1,4 +1,4 @@
-"""What tests/test_reliability.py and tests/test_reliability_loading.py share: the flags of a
+"""What tests/e2e/test_reliability.py and tests/e2e/test_reliability_loading.py share: the flags of a
 quick training run (:data:`QUICK`), ``python -m models.train``'s ``main`` run in this process
 with what it printed (:func:`run_main`), and the check that an error is one line
 (:func:`one_line`).

@@ -1,4 +1,4 @@
-"""The toy fifth paper of tests/test_adding_a_paper.py, as the files a person writes for one
+"""The toy fifth paper of tests/e2e/test_adding_a_paper.py, as the files a person writes for one
 (docs/adding-a-paper.md lists them in this order): a new architecture (``echo``, its own
 config class with a numeric field of its own, ``decay``), a new task (``toy_echo``, whose
 length field is ``span``), a probe, the paper's zoo module (its level rows and its recipe at

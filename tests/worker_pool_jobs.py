@@ -1,4 +1,4 @@
-"""Jobs for tests/test_worker_pool.py: a module with ``main(argv)``, as the suite's CLIs have,
+"""Jobs for tests/integration/test_worker_pool.py: a module with ``main(argv)``, as the suite's CLIs have,
 so the runner forks it (seqprobe.sweep.fork)."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from seqprobe.sweep.commands import Command
 
 # The analyses a reproduce run starts, in order: the ``[analyses]`` table of
 # seqprobe/registry.toml but those in its ``[not_planned]`` table (each with why it is left
-# out); tests/test_hand_kept_lists.py checks that every analysis with a FIGURE has a row.
+# out); tests/contract/test_hand_kept_lists.py checks that every analysis with a FIGURE has a row.
 NOT_PLANNED: dict[str, str] = table("not_planned")
 PLAN: tuple[str, ...] = tuple(n for n in table("analyses") if n not in NOT_PLANNED)
 TRAIN = "train:"  # prefix of the jobs that train zoo recipes

@@ -347,7 +347,7 @@ COPY_LARGE = {"lengths": (10, 20, 30), "seeds": 3, "sweep_seed": 0,
               # chosen lrs (issue 36 §1): one more step below brackets the transformers'
               "lrs": (3e-4, 1e-3, 3e-3, 1e-2)}
 COPY_LARGE_LABELS = ("rope", "hard_alibi", "mamba", "mamba2", "lstm")
-# Matched at ~1M parameters (+-10 % of the RoPE transformer; tests/test_large_level.py builds
+# Matched at ~1M parameters (+-10 % of the RoPE transformer; tests/integration/test_large_level.py builds
 # each and checks it). Depths keep the paper's ratios (App. A.2: 12 transformer layers, 24
 # Mamba layers, 4 LSTM layers of width 1024) at a fifth of the depth where it divides; the
 # transformers are the authors' GPT-NeoX as at medium (a quarter of each head rotated, parallel

@@ -149,7 +149,7 @@ def build_parser(arch: str | None, task: str | None) -> tuple[argparse.ArgumentP
             boolean = tp is bool or bool in typing.get_args(tp)
             bare = {"nargs": "?", "const": "true"} if boolean else {}
             # a number is parsed and bounded by the field's own bound (seqprobe.flags.bound);
-            # one without a bound is read as text here and fails tests/test_flag_table.py
+            # one without a bound is read as text here and fails tests/contract/test_flag_table.py
             parse = field_flag(cls, f.name, row) if is_numeric(tp) else None
             bound = {"type": parse} if parse is not None else {}
             group.add_argument(*dict.fromkeys(flags), dest=dest, default=None, metavar="V",

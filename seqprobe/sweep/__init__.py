@@ -1,5 +1,5 @@
 """The suite's one job runner: every training run and every process the suite starts goes
-through here (tests/test_one_job_runner.py). A job here is a unit of work to schedule; a *task*
+through here (tests/contract/test_one_job_runner.py). A job here is a unit of work to schedule; a *task*
 in this suite is only a synthetic task (:mod:`tasks`); the *workers* are how many jobs run at
 once (the ``--jobs N`` flag).
 

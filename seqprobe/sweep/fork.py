@@ -22,7 +22,7 @@ plan still fork.
 
 The runner forks *commands* (the reproduce plan's analyses and ``python -m analyses.zoo
 train``), not training runs: each command trains through :func:`seqprobe.sweep.map_jobs`
-(tests/test_one_job_runner.py lists every place a run or a process is started).
+(tests/contract/test_one_job_runner.py lists every place a run or a process is started).
 """
 
 from __future__ import annotations

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
+from typing import Any, TypeVar
 
+from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
 from seqprobe.orphans import die_with_parent_from_env
@@ -71,6 +74,53 @@ def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
                        help=f"--level {level}")
     p.set_defaults(level=None)
     p.resolvers.append(_resolve_level)
+
+
+S = TypeVar("S")
+
+FLAG = "flag"  # field metadata: the field's flag where it is not --FIELD-NAME (``--n``)
+HELP = "help"  # field metadata: the flag's help (else the bound's why)
+
+
+def field_flag_name(f: dataclasses.Field) -> str:
+    """The flag of settings field ``f``: its metadata's ``flag``, else ``--`` and its name
+    with dashes (``n_examples`` -> ``--n-examples``)."""
+    return f.metadata.get(FLAG) or "--" + f.name.replace("_", "-")
+
+
+def add_fields(p: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """One flag for each bounded field of the settings dataclass ``cls`` (the one place an
+    option is declared: field, default, :func:`seqprobe.flags.bound` and its ``help``), its
+    ``type=`` that bound's parser, its ``dest`` the field's name. Each flag defaults to None
+    (not given): :func:`settings_from_args` keeps the field's value then, the default
+    instance's or the level's settings (a level table's row; a field without a default is
+    one every row sets: its help says "default: the level's")."""
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name in skip or flags.field_bound(cls, f.name) is None:
+            continue
+        name = field_flag_name(f)
+        b = flags.field_bound(cls, f.name)
+        if f.default is dataclasses.MISSING:
+            default = "the level's"
+        elif isinstance(f.default, tuple):
+            default = ",".join(map(str, f.default)) or "none"
+        else:
+            default = str(f.default)
+        p.add_argument(name, dest=f.name, type=flags.field_flag(cls, f.name, name),
+                       default=None, metavar=name.lstrip("-").replace("-", "_").upper(),
+                       help=f"{f.metadata.get(HELP) or b.why} (default: "
+                       f"{default})".replace("%", "%%"))
+
+
+def settings_from_args(settings: S, args: argparse.Namespace) -> S:
+    """``settings`` (a settings dataclass instance: a level's row, or the class's defaults)
+    with each field whose flag :func:`add_fields` made and the command line gave in place of
+    its value; built anew, so the fields' bounds and checks hold (seqprobe.flags.Config)."""
+    cls = type(settings)
+    given: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                             if f.init and flags.field_bound(cls, f.name) is not None
+                             and getattr(args, f.name, None) is not None}
+    return dataclasses.replace(settings, **given)
 
 
 def add_level_arguments(p: OneLineParser) -> None:

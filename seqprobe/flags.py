@@ -294,23 +294,11 @@ BOUNDS: dict[str, Bound] = {
     "memorization --n-examples": _int(0, MAX_EXAMPLES, "N, the dataset; 0: the whole file"),
     "--n-seqs": _int(1, MAX_EXAMPLES, "sequences per point"),
     "--n-eval": _int(1, MAX_EXAMPLES, "sequences per point"),
-    "--model-samples": _int(1, MAX_EXAMPLES, "samples per point"),
-    "--count-samples": _int(1, MAX_EXAMPLES, "samples per point"),
     "--max-rows": _int(1, MAX_ROWS, "samples of a linear probe"),
-    "--entries": Bound("ints", 3, MAX_ENTRIES, "phone books need >= 3 entries: two shots and "
-                                               "the query"),
     "--n": Bound("ints", 1, MAX_N, "n of an n-gram; papers: up to 10"),
     "--reference-n": Bound("ints", 1, MAX_N, "n of an n-gram", allow_empty=True),
     "--n-max": _int(1, MAX_N, "n of an n-gram"),
-    "--D": _int(2, MAX_DIM, "the alphabet"),
-    "--T": _int(2, MAX_HORIZON, "a dynamical system's horizon; the STU paper: 2^14"),
-    "--k": _int(1, MAX_DIM, "spectral filters"),
-    "--d-hidden": _int(1, MAX_DIM, WIDTH_WHY),
-    "--d-in": _int(1, MAX_DIM, WIDTH_WHY),
-    "--d-out": _int(1, MAX_DIM, WIDTH_WHY),
     "--widths": Bound("ints", 1, MAX_DIM, WIDTH_WHY),
-    "spectral_lds --lr": _float(0.0, MAX_SCALE, "a step size in units of 1/E|X_t|^2", True),
-    "--radius": _float(0.0, MAX_SCALE, "a spectral radius", True),
     "--alpha": _float(0.0, math.inf, "a ridge penalty: finite and > 0", True),
     "--qs": Bound("floats", 0.0, 1.0, "fractions of the length", True),
     "--fractions": Bound("floats", 0.0, 1.0, "fractions of the dataset", True),
@@ -361,7 +349,11 @@ def field_flag(cls: type, name: str, row: str) -> Callable[[str], Any] | None:
     """The argparse ``type=`` of config field ``name`` of ``cls`` given as the flag ``row``
     (``--model.d_model``): its :func:`field_bound`'s parser; None for a field without one."""
     b = field_bound(cls, name)
-    return None if b is None else parser(b, row)
+    if b is None:
+        return None
+    parse = parser(b, row)
+    parse.settings_field = (cls, name)  # the field it was made from (tests/test_flag_table.py)
+    return parse
 
 
 def check_in(b: Bound, value: Any, what: str) -> None:
@@ -373,28 +365,56 @@ def check_in(b: Bound, value: Any, what: str) -> None:
         if not (low_ok and math.isfinite(v) and v <= b.hi):
             side = "(" if b.open_lo else "["
             where = (f"{int(b.lo)}..{int(b.hi)}" if b.kind in ("int", "ints")
-                     else f"in {side}{b.lo:g}, {b.hi:g}]")
+                     else f"a finite number in {side}{b.lo:g}, {b.hi:g}]")  # as the flag says
             raise ConfigError(f"{what} {v!r} is out of range: must be {where} ({b.why})")
 
 
-def check_value(row: str, value: Any, what: str) -> None:
-    """:func:`check_in` of ``row``'s :data:`BOUNDS` range: the same bound as the flag's."""
-    check_in(BOUNDS[row], value, what)
+@functools.cache
+def _bounded(cls: type) -> tuple[tuple[str, Bound], ...]:
+    """The bounded init fields of the dataclass ``cls``: (name, bound) pairs, once per class."""
+    return tuple((f.name, b) for f in dataclasses.fields(cls)
+                 if f.init and (b := field_bound(cls, f.name)) is not None)
 
 
-def check_fields(cfg: Any, prefix: str, names: Iterable[str] | None = None) -> None:
-    """:func:`check_in` of each bounded number of the config dataclass instance ``cfg`` (those
-    of ``names`` only, when given), each named ``prefix.FIELD`` in a refusal: the bounds its
-    flags take, for a config given in code or a stored record."""
-    keep = None if names is None else set(names)
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if (keep is not None and f.name not in keep) or value is None \
-                or isinstance(value, (bool, str)):
-            continue
-        b = field_bound(type(cfg), f.name)
-        if b is not None:
-            check_in(b, value, f"{prefix}.{f.name}")
+def check_bounds(cfg: Any) -> None:
+    """:func:`check_in` of every bounded field of the config dataclass instance ``cfg``, each
+    named ``Class.field`` in a refusal: the range its flag takes, for a config built in code."""
+    where = type(cfg).__name__
+    for name, b in _bounded(type(cfg)):
+        value = getattr(cfg, name)
+        if value is not None and not isinstance(value, (bool, str)):
+            check_in(b, value, f"{where}.{name}")
+
+
+class Config:
+    """The base of every config dataclass with bounded fields (tasks', models', training's, an
+    analysis' settings): building one checks each field against its :func:`bound`, in code as
+    on the command line (``CopyConfig(D=10**7)`` is refused as ``--task.D 10000000`` is),
+    before the class's own ``__post_init__`` checks (which then see in-range numbers only).
+
+    A subclass's own ``__post_init__`` is wrapped when the class is made, so the check cannot
+    be forgotten; it runs once per build, however deep the ``super().__post_init__()`` chain.
+    No fields of its own: a config's fields, dicts and hashes are as they were."""
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is None or getattr(own, "_checks_bounds", False):
+            return
+
+        @functools.wraps(own)
+        def __post_init__(self, *args):
+            if type(self).__post_init__ is __post_init__:  # the outermost: check once
+                check_bounds(self)
+            own(self, *args)
+
+        __post_init__._checks_bounds = True
+        cls.__post_init__ = __post_init__
+
+    def __post_init__(self):
+        check_bounds(self)
 
 
 # ---------------------------------------------------------------------------- model context

@@ -57,7 +57,7 @@ import torch
 from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import InputError
-from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, bound
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, Config, bound
 from tasks.base import IGNORE, Batch, Task, Vocab, letters, make_generator
 
 DATA_SOURCES = ("synthetic", "conll", "mnli")
@@ -71,17 +71,17 @@ REAL_LEVEL = {"conll": "token", "mnli": "sequence"}
 # file names looked for when data_path is a folder
 DATA_FILES = {"conll": ("train.txt", "eng.train", "conll2003/train.txt"),
               "mnli": ("train.tsv", "MNLI/train.tsv")}
-MAX_EXAMPLES = 10_000_000
 WORD_RE = re.compile(r"\w+|[^\w\s]")  # MNLI word-level tokenizer: words and single punctuation
 
 
 @dataclass(frozen=True)
-class MemorizationConfig:
+class MemorizationConfig(Config):
     data: str = "synthetic"  # synthetic | conll | mnli
     level: str = "token"  # token (Thm 3.1) | sequence (Thm 4.1)
     n_examples: int = field(  # N; real data: 0 -> every (distinct) example of the file
         default=256,
-        metadata=bound(1, flags.MAX_EXAMPLES, "examples to memorize; paper: up to 10^5"))
+        metadata=bound(0, flags.MAX_EXAMPLES, "examples to memorize; paper: up to 10^5; "
+                                                "0: the whole file (real data)"))
     fraction: float = field(  # use the first round(fraction · N) examples (App. F: 10 %, …, 100 %)
         default=1.0, metadata=bound(0.0, 1.0, "a fraction of the dataset", open_lo=True))
     seq_len: int = field(  # n (synthetic)
@@ -100,16 +100,8 @@ class MemorizationConfig:
     def __post_init__(self):
         check(self.data in DATA_SOURCES, f"data must be one of {DATA_SOURCES}, got {self.data!r}")
         check(self.level in LEVELS, f"level must be one of {LEVELS}, got {self.level!r}")
-        check(0 < self.fraction <= 1, f"fraction must be in (0, 1], got {self.fraction}")
-        check(self.n_classes >= 0, f"n_classes must be >= 0, got {self.n_classes}")
-        check(self.n_examples >= 0, f"n_examples must be >= 0, got {self.n_examples}")
-        check(self.n_examples <= MAX_EXAMPLES,
-              f"n_examples must be <= {MAX_EXAMPLES}, got {self.n_examples}")
-        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         if self.data == "synthetic":
             check(self.n_examples >= 1, "synthetic data need n_examples >= 1")
-            check(self.seq_len >= 1, f"seq_len must be >= 1, got {self.seq_len}")
-            check(self.vocab >= 2, f"vocab must be >= 2, got {self.vocab}")
             check(self.C >= 2, f"n_classes must be >= 2 (random labels), got {self.n_classes}")
             # N distinct sequences need |V|^n >= N (compared in logs: |V|^n can be astronomic)
             check(self.seq_len * math.log(self.vocab) >= math.log(self.n_examples) - 1e-9,
@@ -129,7 +121,6 @@ class MemorizationConfig:
             check(self.n_classes in (0, REAL_CLASSES[self.data]),
                   f"data={self.data} has {REAL_CLASSES[self.data]} classes, got "
                   f"n_classes={self.n_classes}")
-            check(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
             check(self.data_path != "",
                   f"data={self.data} needs data_path (--data-path FILE): the "
                   f"{'CoNLL-2003 training file' if self.data == 'conll' else 'MNLI train.tsv'}")

@@ -37,7 +37,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields, check_counts
+from models.base import SuiteModel, TLConfigFields
 from models.contract import Shapes
 from models.layers import RMSNorm
 from seqprobe.config import check
@@ -51,10 +51,6 @@ class EchoConfig(TLConfigFields):
     n_layers: int = field(default=1, metadata=LAYERS_FIELD)
     decay: float = field(default=0.5, metadata=bound(0.0, 1.0, "the echo's decay per position"))
     norm_eps: float = field(default=1e-5, metadata=EPS_FIELD)
-
-    def __post_init__(self):
-        check_counts(self, "vocab_size", "d_model", "n_layers")
-        check(0.0 <= self.decay <= 1.0, f"decay must be in [0, 1], got {self.decay}")
 
     @property
     def normalization_type(self) -> str | None:
@@ -120,18 +116,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seqprobe.config import check
-from seqprobe.flags import bound
+from seqprobe.flags import Config, bound
 from tasks.base import IGNORE, LetterTask
 
 
 @dataclass(frozen=True)
-class EchoTaskConfig:
+class EchoTaskConfig(Config):
     D: int = field(default=4, metadata=bound(2, 64, "the alphabet"))
     span: int = field(default=6, metadata=bound(2, 4096, "tokens per example"))
-
-    def __post_init__(self):
-        check(self.D >= 2 and self.span >= 2, f"D and span must be >= 2, got {self}")
 
 
 class EchoTask(LetterTask):

@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
 from analyses.claims import Claim, Figure, Margin, Reading
-from analyses.common import export_of_dir, fmt, get, run_analysis, to_jsonable, with_flags
+from analyses.common import export_of_dir, fmt, get, run_analysis, to_jsonable
 from analyses.pretrained_copy.prompts import (
     Prompt,
     copy_prompts,
@@ -51,10 +50,13 @@ from analyses.pretrained_copy.prompts import (
     greedy_verdicts,
     phonebook_prompts,
 )
+from analyses.zoo.copy import PRETRAINED_COPY_LEVELS as LEVELS
+from analyses.zoo.copy import PretrainedCopySettings
 from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
 from seqprobe import flags
+from seqprobe.cli import add_fields, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
@@ -62,24 +64,6 @@ from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 NAME = "pretrained_copy"
 TASKS = ("phonebook", "copy")
 
-
-@dataclass(frozen=True)
-class Settings:
-    """A level's points: phone books of each of ``entries`` entries, copy windows of each of
-    ``lengths`` tokens, ``n_examples`` prompts per point (each has a flag that overrides it)."""
-
-    entries: tuple[int, ...]
-    lengths: tuple[int, ...]
-    n_examples: int
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
-    "quick": Settings(entries=(5, 20, 70), lengths=(10, 50, 100), n_examples=20),
-    # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
-    "paper": Settings(entries=(10, 20, 40, 70, 100, 140), lengths=(25, 50, 100, 200, 300),
-                      n_examples=640),
-}
 
 # prompts x size (phone-book entries or copy tokens) of one point, all built before it runs:
 # the paper's largest point is 640 x 300 tokens
@@ -160,8 +144,8 @@ def compute(models: dict, tasks: tuple[str, ...] = TASKS, entries: list[int] | N
     """Accuracies of {label: model} (``models.hf.HFModel``s) on the phone-book and copy
     prompts. ``text``: the text copy windows are cut from (``text_source`` names where it came
     from; default: the suite's generated sentences)."""
-    entries = entries or list(LEVEL_SETTINGS["quick"].entries)
-    lengths = lengths or list(LEVEL_SETTINGS["quick"].lengths)
+    entries = entries or list(LEVELS["quick"].entries)
+    lengths = lengths or list(LEVELS["quick"].lengths)
     check_sizes(tasks, entries, lengths, n_examples, batch_size)
     natural = text is not None
     if text is None:  # enough words for every window length to start anywhere
@@ -276,14 +260,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(level="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
-    p.add_argument("--entries", type=flags.flag("--entries"),
-                   default=None, help="phone-book sizes L (default: "
-                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].entries))})")
-    p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="copy lengths in tokens (default: "
-                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].lengths))})")
-    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
-                   help="prompts per point")
+    add_fields(p, PretrainedCopySettings)
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
@@ -333,7 +310,7 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 
 
 def _compute(args, _checkpoints) -> dict:
-    s = with_flags(LEVEL_SETTINGS[args.level], args, "entries", "lengths", "n_examples")
+    s = settings_from_args(LEVELS[args.level], args)
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
     check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading

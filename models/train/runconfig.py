@@ -60,7 +60,6 @@ from models.train.evaluation import LENGTH_EVAL
 from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
 from seqprobe.errors import ConfigError, InputError
-from seqprobe.flags import check_fields
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -243,9 +242,8 @@ class RunConfig:
         check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
         set_fields = set(_section(self.model, ()))  # non-defaults are always set
         object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
-        # a run's numbers take the range their flags take (each field's bound, declared on
-        # the field: seqprobe.flags.bound), however the run is given: flags, a record, code
-        check_fields(self.train, "train")
+        # a run's numbers take the range their flags take: each config checks its fields'
+        # bounds when it is built (seqprobe.flags.Config), however the run is given
 
     # ------------------------------------------------------------------ names
     @property

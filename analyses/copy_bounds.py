@@ -210,7 +210,7 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_fields(p, CopyBoundsSettings)
+    add_fields(p, CopyBoundsSettings, levels=True)
     p.add_argument("--archs", default=None,
                    help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "
                         "(default: the level's)")

@@ -110,7 +110,7 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_copy_models_argument(p)
-    add_fields(p, LengthGeneralizationSettings)
+    add_fields(p, LengthGeneralizationSettings, levels=True)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

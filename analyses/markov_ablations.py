@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -40,8 +41,10 @@ from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, markov_task_of
 from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_EXAMPLES, Config, bound
 from seqprobe.sweep import Failed, backend_of
 
 NAME = "markov_ablations"
@@ -161,6 +164,14 @@ def table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=256, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
@@ -169,7 +180,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=flags.flag("--steps"),
                    default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256, help="test sequences")
+    add_fields(p, Settings)
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
 

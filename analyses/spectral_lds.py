@@ -269,7 +269,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--paper", dest="level", action="store_const", const="paper",
                    help=f"paper scale: {dataclasses.asdict(LEVELS['paper'])}")
     p.set_defaults(level="quick")
-    add_fields(p, SpectralLDSSettings)
+    add_fields(p, SpectralLDSSettings, levels=True)
 
 
 def memory_estimate(s: SpectralLDSSettings, n_qs: int) -> int:

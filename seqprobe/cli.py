@@ -88,28 +88,31 @@ def field_flag_name(f: dataclasses.Field) -> str:
     return f.metadata.get(FLAG) or "--" + f.name.replace("_", "-")
 
 
-def add_fields(p: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+def add_fields(p: argparse.ArgumentParser, cls: type, *, levels: bool = False,
+               skip: tuple[str, ...] = ()) -> None:
     """One flag for each bounded field of the settings dataclass ``cls`` (the one place an
     option is declared: field, default, :func:`seqprobe.flags.bound` and its ``help``), its
-    ``type=`` that bound's parser, its ``dest`` the field's name. Each flag defaults to None
-    (not given): :func:`settings_from_args` keeps the field's value then, the default
-    instance's or the level's settings (a level table's row; a field without a default is
-    one every row sets: its help says "default: the level's")."""
+    ``type=`` that bound's parser, its ``dest`` the field's name, its default the field's
+    (``args.n_seqs``). With ``levels`` (``cls`` has a row per level in its paper's zoo table)
+    every flag defaults to None: :func:`settings_from_args` keeps the level's value unless
+    the flag was given."""
     for f in dataclasses.fields(cls):
         if not f.init or f.name in skip or flags.field_bound(cls, f.name) is None:
             continue
         name = field_flag_name(f)
         b = flags.field_bound(cls, f.name)
+        given = None if levels or f.default is dataclasses.MISSING else f.default
         if f.default is dataclasses.MISSING:
-            default = "the level's"
+            shown = " (default: the level's)"
+        elif f.default is None:
+            shown = ""  # the help says what leaving it out means
         elif isinstance(f.default, tuple):
-            default = ",".join(map(str, f.default)) or "none"
+            shown = f" (default: {','.join(map(str, f.default)) or 'none'})"
         else:
-            default = str(f.default)
+            shown = f" (default: {f.default})"
         p.add_argument(name, dest=f.name, type=flags.field_flag(cls, f.name, name),
-                       default=None, metavar=name.lstrip("-").replace("-", "_").upper(),
-                       help=f"{f.metadata.get(HELP) or b.why} (default: "
-                       f"{default})".replace("%", "%%"))
+                       default=given, metavar=name.lstrip("-").replace("-", "_").upper(),
+                       help=(f"{f.metadata.get(HELP) or b.why}{shown}").replace("%", "%%"))
 
 
 def settings_from_args(settings: S, args: argparse.Namespace) -> S:

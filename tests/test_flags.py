@@ -84,13 +84,14 @@ def test_bounded_int_refuses(text):
 
 def test_the_parsers_read_what_they_allow():
     assert flags.bounded_int(0, 100)(" 7 ") == 7
-    assert flags.flag("--lengths")("5,10, 20,") == (5, 10, 20)
+    assert flags.int_list(1, flags.MAX_LENGTH)("5,10, 20,") == (5, 10, 20)
     assert flags.int_list(1, 9, allow_empty=True)("") == ()
     assert flags.fraction_list(0, 1, open_lo=True)("1/4,0.5,1") == (0.25, 0.5, 1.0)
-    assert flags.flag("--threshold")("0") == 0.0 and flags.flag("--alpha")("1e-3") == 1e-3
+    alpha = flags.bounded_float(0.0, math.inf, open_lo=True)  # a ridge penalty
+    assert flags.bounded_float(0.0, 1.0)("0") == 0.0 and alpha("1e-3") == 1e-3
     for bad in ("inf", "-inf", "nan", "0"):
         with pytest.raises(argparse.ArgumentTypeError):
-            flags.flag("--alpha")(bad)
+            alpha(bad)
     assert math.isclose(flags.bounded_float(-1, 1)("-1"), -1.0)
 
 

@@ -44,6 +44,7 @@ on [p_lo, p_hi]; the table is :func:`probes.markov.deviation_table`.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -72,8 +73,9 @@ from probes.markov import (
     p_hat_bins,
     restricted_table,
 )
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check, config_to_dict
+from seqprobe.flags import MAX_EXAMPLES, MAX_LENGTH, Config, bound
 
 NAME = "markov_holdout"
 ARCHS = ("mamba2", "mambazero", "transformer")
@@ -270,11 +272,18 @@ def _main_table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=256, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences per range"))
+    seq_len: int = field(default=300, metadata=bound(
+        1, MAX_LENGTH, "tokens per sequence", help="test length (≥ 300 for Table 2)"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256,
-                   help="test sequences per range")
-    p.add_argument("--seq-len", type=flags.flag("--seq-len"),
-                   default=300, help="test length (≥ 300 for Table 2)")
+    add_fields(p, Settings)
     p.add_argument("--cpu-batch", action="store_true",
                    help="with --train large: the batch-16 runs (for a machine without a GPU; "
                    "every other setting kept)")

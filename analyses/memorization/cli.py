@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,17 @@ from analyses.memorization.sweep import compute
 from figures.style import caption_text, new_figure, save_figure
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
+from seqprobe.cli import add_fields
+from seqprobe.flags import (
+    MAX_DIM,
+    MAX_EXAMPLES,
+    MAX_SEEDS,
+    MAX_STEPS,
+    STEPS_WHY,
+    WIDTH_WHY,
+    Config,
+    bound,
+)
 from seqprobe.sweep import backend_of
 from tasks.memorization import REAL_LEVEL
 
@@ -85,6 +97,28 @@ def _plot(result: dict):
     return fig
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """The grid's flags (each field is a flag: seqprobe.cli.add_fields); --steps and --jobs are the
+    suite's shared flags."""
+
+    widths: tuple[int, ...] | None = field(default=None, metadata=bound(
+        1, MAX_DIM, WIDTH_WHY, help="embedding sizes m, e.g. 8,16,32 (default: the grid's)"))
+    fractions: tuple[float, ...] | None = field(default=None, metadata=bound(
+        0.0, 1.0, "fractions of the dataset", open_lo=True,
+        help="dataset fractions (default 0.1,…,1.0)"))
+    n_examples: int | None = field(default=None, metadata=bound(
+        0, MAX_EXAMPLES, "N, the dataset; 0: the whole file",
+        help="N, the full dataset size (0 with --data conll/mnli: every example of the file)"))
+    threshold: float = field(default=THRESHOLD, metadata=bound(
+        0.0, 1.0, "a probability", help="training error a cell must reach"))
+    patience: int | None = field(default=None, metadata=bound(
+        1, MAX_STEPS, STEPS_WHY, help="evaluations without improvement before a cell stops"))
+    seeds: int | None = field(default=None, metadata=bound(
+        1, MAX_SEEDS, "independently trained systems per point",
+        help="medium: searches, one per seed --seed, --seed + 1, … (default: the grid's)"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=["synthetic", "conll", "mnli"], default="synthetic")
     p.add_argument("--task", choices=["token", "sequence"], default=None,
@@ -93,23 +127,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=2,
                    help="parallel worker processes, or the CPUs of the Ray instance --ray "
                    "starts here (default 2)")
-    p.add_argument("--widths", type=flags.flag("--widths"), default=None,
-                   help="embedding sizes m, e.g. 8,16,32")
-    p.add_argument("--fractions", type=flags.flag("--fractions"),
-                   default=None, help="dataset fractions (default 0.1,…,1.0)")
-    p.add_argument("--n-examples", type=flags.flag("memorization --n-examples"), default=None,
-                   help="N, the full dataset size (0 with --data conll/mnli: every example of "
-                   "the file)")
+    add_fields(p, Settings)
     p.add_argument("--steps", type=flags.flag("--steps"), default=None,
                    help="step budget per cell")
     p.add_argument("--pe", choices=["rope", "nope", "alibi", "hard_alibi"], default=None,
                    help="positional encoding (default rope: see the module docstring)")
-    p.add_argument("--threshold", type=flags.flag("--threshold"), default=THRESHOLD)
-    p.add_argument("--patience", type=flags.flag("--patience"), default=None,
-                   help="evaluations without improvement before a cell stops")
-    p.add_argument("--seeds", type=flags.flag("--seeds"), default=None,
-                   help="medium: searches, one per seed --seed, --seed + 1, … (default: the "
-                   "grid's)")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
 

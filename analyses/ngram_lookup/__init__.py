@@ -179,7 +179,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
-    add_fields(p, NgramLookupSettings)
+    add_fields(p, NgramLookupSettings, levels=True)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

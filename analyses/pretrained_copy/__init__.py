@@ -55,7 +55,6 @@ from analyses.zoo.copy import PretrainedCopySettings
 from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
-from seqprobe import flags
 from seqprobe.cli import add_fields, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
@@ -260,12 +259,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the paper's sizes and 640 prompts per point (a GPU)")
     p.set_defaults(level="quick")
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
-    add_fields(p, PretrainedCopySettings)
+    add_fields(p, PretrainedCopySettings, levels=True)
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
-    p.add_argument("--batch-size", type=flags.flag("--batch-size"),
-                   default=4, help="prompts per forward pass")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
 
 
@@ -313,11 +310,11 @@ def _compute(args, _checkpoints) -> dict:
     s = settings_from_args(LEVELS[args.level], args)
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
-    check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading
+    check_sizes(tasks, entries, lengths, n_examples, s.batch_size)  # before any loading
     text = read_text(args.text) if args.text else None
     models = load_models(args.models, args.device, DTYPES[args.dtype])
     return compute(models, tasks, entries, lengths, n_examples, text, args.text, args.shuffle,
-                   args.seed, args.batch_size)
+                   args.seed, s.batch_size)
 
 
 # ---------------------------------------------------------------------------- the paper's claims

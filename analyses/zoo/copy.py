@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from analyses.zoo.recipe import Recipe, checked_labels
 from models.train.levels import LevelTable
 from seqprobe.config import check
-from seqprobe.flags import MAX_DIM, MAX_ENTRIES, MAX_EXAMPLES, MAX_LENGTH, MAX_N, Config, bound
+from seqprobe.flags import (
+    MAX_BATCH,
+    MAX_DIM,
+    MAX_ENTRIES,
+    MAX_EXAMPLES,
+    MAX_LENGTH,
+    MAX_N,
+    Config,
+    bound,
+)
 
 # The level rows of the copy and lookup tasks: every recipe below starts from them. Why each
 # setting was chosen is said beside it; what its runs give is in the reproduce index.
@@ -573,7 +582,8 @@ NGRAM_LOOKUP_LEVELS: dict[str, NgramLookupSettings] = {
 @dataclass(frozen=True)
 class PretrainedCopySettings(Config):
     """analyses.pretrained_copy at a level: phone books of each of ``entries`` entries, copy
-    windows of each of ``lengths`` tokens, ``n_examples`` prompts per point."""
+    windows of each of ``lengths`` tokens, ``n_examples`` prompts per point, ``batch_size``
+    of them per forward pass."""
 
     entries: tuple[int, ...] = field(metadata=bound(
         3, MAX_ENTRIES, "phone books need >= 3 entries: two shots and the query",
@@ -582,6 +592,9 @@ class PretrainedCopySettings(Config):
                                                     help="copy lengths in tokens"))
     n_examples: int = field(metadata=bound(1, MAX_EXAMPLES, PER_POINT,
                                            help="prompts per point"))
+    batch_size: int = field(default=4, metadata=bound(
+        1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512",
+        help="prompts per forward pass"))
 
 
 PRETRAINED_COPY_LEVELS: dict[str, PretrainedCopySettings] = {

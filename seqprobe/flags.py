@@ -1,17 +1,24 @@
-"""Numeric command-line flags, checked when they are parsed (issue 29 item 14, issue 39 item 2,
-issue 49 item 1): every number any command takes has a bound, declared once. A config field's
-bound is the field's own metadata (``field(default=..., metadata=bound(lo, hi, why))``), where
-the field is defined, so ``python -m models.train``'s per-field flags (``--model.d_model``,
-``--task.D``, ``--train.steps``), a run record's check (``models.train.runconfig``) and an
-export's (``models.hf.export_record``) read it from the class (:func:`field_bound`); every
-other command's numeric flag (``models.train.launch``, ``analyses.zoo``,
-``analyses.reproduce``, every analysis and benchmark) has a row in :data:`BOUNDS` (flag name ->
-range and why), and its argparse ``type=`` is that row's parser, :func:`flag`. A bad value is
-one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is loaded or any
-tensor allocated, never a silent default or a request the allocator refuses.
-``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag whose
-type is not a row of :data:`BOUNDS`, and on a numeric config field without a bound
-(:func:`unbounded_fields`, naming the class, the field and the metadata to add).
+"""Numeric settings and their flags, checked when they are parsed and when a config is built:
+every number any command takes has a bound, declared once, where the value is declared.
+
+* A config field's bound is the field's own metadata (``field(default=..., metadata=bound(lo,
+  hi, why))``): a task's, a model's, :class:`models.train_config.TrainConfig`'s, and an
+  analysis' settings (its options, and its per-level rows beside the paper's zoo table). A
+  config class derives from :class:`Config`, which checks every bounded field when an instance
+  is built, in code or from a stored record, as the flag does (``CopyConfig(D=10**7)`` is
+  refused as ``--task.D 10000000`` is). ``python -m models.train``'s per-field flags
+  (``--model.d_model``) and an analysis' flags (``seqprobe.cli.add_fields``: ``--n-seqs``) are
+  made from the fields, their ``type=`` the field's parser (:func:`field_flag`).
+* The few flags of commands that are not analyses (``models.train.launch``, ``analyses.zoo``,
+  ``analyses.reproduce``, the benchmarks) and the flags every analysis shares (``--seed``,
+  ``--jobs``, ``--steps``) have a row in :data:`BOUNDS` (flag name -> range and why), their
+  ``type=`` that row's parser, :func:`flag`.
+
+A bad value is one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is
+loaded or any tensor allocated, never a silent default or a request the allocator refuses.
+``tests/test_flag_table.py`` builds every command's parser and fails on a numeric flag that is
+neither, and on a numeric config field without a bound (:func:`unbounded_fields`, naming the
+class, the field and the metadata to add).
 
 The upper bounds keep one command within a machine: they are far above the papers' settings
 (the figure a bound guards is in its ``why``) and far below what would exhaust memory or run
@@ -268,9 +275,9 @@ def unbounded_fields(cls: type) -> list[str]:
     return bad
 
 
-# Every numeric flag of every command but models.train's per-field ones (their bounds are the
-# config fields' own: bound()): the flag's name (a command's own meaning of a name that another
-# command uses otherwise: "COMMAND --flag") -> its range and why.
+# The numeric flags that are no config or settings field (those take the field's own bound):
+# the flag's name (a command's own meaning of a name another command uses otherwise:
+# "COMMAND --flag") -> its range and why.
 BOUNDS: dict[str, Bound] = {
     # ------------------------------------------------ the suite's other commands
     "--seed": _int(0, MAX_SEED, SEED_WHY),

@@ -2,8 +2,9 @@
 (docs/adding-a-paper.md lists them in this order): a new architecture (``echo``, its own
 config class with a numeric field of its own, ``decay``), a new task (``toy_echo``, whose
 length field is ``span``), a probe, the paper's zoo module (its level rows and its recipe at
-quick and medium), its analysis (a FIGURE with two claims and its scale sentences) and the
-tests of its claim readers. The one edit to an existing file, the name in ``PLAN``, is
+quick and medium), its analysis (a FIGURE with two claims, its scale sentences and a numeric
+option of its own, ``--rows``: a settings field, its flag made from it) and the tests of its
+claim readers. The one edit to an existing file, the name in ``PLAN``, is
 :func:`add_to_plan`.
 
 Kept as text here, not as files under tests/: written into a copy of the repository, where the
@@ -193,10 +194,14 @@ twice as long as it was trained on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from analyses.claims import Claim, Figure, Margin, Reading
 from analyses.common import load_model, need, run_analysis
 from figures.style import COLORS, new_figure
 from probes.toy_echo import next_token_accuracy
+from seqprobe.cli import add_fields
+from seqprobe.flags import Config, bound
 from tasks.base import make_generator
 from tasks.registry import make_task
 
@@ -207,6 +212,14 @@ SCALE = {"quick": "an echo model on a letter repeated 6 times",
          "medium": "an echo model on a letter repeated 12 times"}
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """The analysis' own option, declared once: its flag --rows is made from the field."""
+
+    rows: int = field(default=16, metadata=bound(1, 4096, "examples per accuracy",
+                                                 help="examples each accuracy is taken on"))
+
+
 def _compute(args, checkpoints):
     need(checkpoints)
     rows = []
@@ -214,10 +227,11 @@ def _compute(args, checkpoints):
         model = load_model(c.path, archs=("echo",), tasks=("toy_echo",), device=args.device)
         g = make_generator(args.seed)
         longer = make_task("toy_echo", D=model.task.cfg.D, span=2 * model.task.cfg.span)
+        n = args.rows
         rows.append({"label": c.label, "arch": model.arch,
-                     "accuracy": next_token_accuracy(model, model.task.batch(16, g).tokens),
-                     "longer": next_token_accuracy(model, longer.batch(16, g).tokens)})
-    return {"seed": args.seed, "models": rows}
+                     "accuracy": next_token_accuracy(model, model.task.batch(n, g).tokens),
+                     "longer": next_token_accuracy(model, longer.batch(n, g).tokens)})
+    return {"seed": args.seed, "rows": args.rows, "models": rows}
 
 
 def plot(result):
@@ -261,7 +275,7 @@ FIGURE = Figure(
 
 def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE)
+                        figure=FIGURE, add_arguments=lambda p: add_fields(p, Settings))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Are b^(ij) and c^(k) orthogonal for i ≠ k? (Markov paper §4.2.1, App. C.1, Fig. 5)
 
 ``python -m analyses.bc_orthogonality ckpt.pt [more checkpoints along training ...]`` (or
-``--train quick``: the zoo's ``markov/mamba2`` and the converged L1 MambaZero
+``--train --level quick``: the zoo's ``markov/mamba2`` and the converged L1 MambaZero
 ``markov/mambazero_fig5``; ``--trajectory N`` adds N checkpoints along one constant-lr run of
 the latter, for Fig. 5a/b against the step).
 

@@ -310,7 +310,7 @@ def _load_or_hint(path: str, device: torch.device, archs: Iterable[str] | None):
 
 
 def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None:
-    check(len(checkpoints) >= 1, f"give {what} (or --train quick)")
+    check(len(checkpoints) >= 1, f"give {what} (or --train --level quick)")
 
 
 def get(d: dict, *path, default=None):

@@ -1,7 +1,7 @@
 """Copying strings longer than any seen in training (copy paper §3.3, Fig. 1b).
 
-``python -m analyses.length_generalization ckpt.pt ...`` (or ``--train quick``): string-level
-copy accuracy vs test length for copy checkpoints — NoPE, ALiBi, Hard-ALiBi and RoPE
+``python -m analyses.length_generalization ckpt.pt ...`` (or ``--train --level quick``):
+string-level copy accuracy vs test length for copy checkpoints — NoPE, ALiBi, Hard-ALiBi and RoPE
 transformers, Mamba and LSTM — trained on short strings (paper: ≤ 50, tested up to 1000;
 quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass per batch, which
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
@@ -9,7 +9,7 @@ the character accuracy reported beside it is per token given the true prefix.
 
 Quick level: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM and
 Mamba-2, the GSSM of the comparison; the legend gives each model's steps); add others with
-``--models``. ``--paper`` trains all six on
+``--models``. ``--level paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 
 A pretrained HuggingFace causal LM (a model directory or a hub name) is evaluated on the same

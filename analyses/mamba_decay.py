@@ -1,6 +1,6 @@
 """The state-transition factor a_t on Markov and switching Markov data (Markov paper Figs 4, 13).
 
-``python -m analyses.mamba_decay markov.pt [switching.pt]`` (or ``--train quick``: the zoo's
+``python -m analyses.mamba_decay markov.pt [switching.pt]`` (or ``--train --level quick``: the zoo's
 ``markov/mamba2`` and ``switching_markov/mamba2``)
 
 a_t = exp(−exp(A_log)·Δ_t) (``blocks.{i}.mixer.hook_decay``, [batch, pos, heads]) decides how

@@ -1,7 +1,7 @@
 """Which parts of Mamba does in-context Markov learning need? (Markov paper Figs 3a, 3b, 6, 12,
 Table 3)
 
-``python -m analyses.markov_ablations --train quick [--groups conv,window,...] [--ray [ADDRESS]]``
+``python -m analyses.markov_ablations --train --level quick [--groups conv,...] [--ray [ADDRESS]]``
 takes the zoo's ablation recipes (trained and cached on first use; with ``--ray`` as Ray
 tasks, :mod:`seqprobe.sweep`) and compares each model's test loss with
 the add-β estimator's, |L(θ) − L_β| (§3):
@@ -175,8 +175,8 @@ class Settings(Config):
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
-                   help=f"comma-separated: {', '.join(GROUPS)} (default with --train quick: "
-                        f"{','.join(QUICK_GROUPS)}; --train paper: all)")
+                   help=f"comma-separated: {', '.join(GROUPS)} (default at --level quick: "
+                        f"{','.join(QUICK_GROUPS)}; --level paper: all)")
     p.add_argument("--steps", type=flags.flag("--steps"),
                    default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")

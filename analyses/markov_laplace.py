@@ -10,7 +10,7 @@ random Markov chains (``markov``, ``switching_markov`` or ``markov_holdout``):
 3. the test loss L(θ) and its gap to the add-β estimator's L_β on the same sequences (§3;
    Fig. 8 also gives the relative gap (L − L_β)/L_β).
 
-``--train quick`` uses the zoo's 1-layer Mamba-2 and 1- and 2-layer transformers on binary
+``--train --level quick`` uses the zoo's 1-layer Mamba-2 and 1- and 2-layer transformers on binary
 first-order chains (Figs 1a, 7: ``markov/mamba2``, ``markov/transformer_1L``, ``_2L``);
 ``--sweep`` adds larger state spaces S and orders k for Mamba and the 2-layer transformer
 (Figs 1b, 8, 10). Linear attention (Fig. 7) is not a suite architecture yet and is left out.

@@ -1,6 +1,6 @@
 """Length generalisation of online spectral filtering on random LDSs (spectral paper Figs 2–4).
 
-``python -m analyses.spectral_lds [--quick | --paper]``
+``python -m analyses.spectral_lds [--level quick|paper]``
 
 For each region (A: eigenvalues hugging the bad interval; B: inside it, Fig. 1), seed and
 algorithm (1: one autoregressive term; 2: two), a random noiseless LDS is driven by Gaussian
@@ -50,7 +50,7 @@ from models.spectral import (
     true_weights,
 )
 from seqprobe import memory
-from seqprobe.cli import add_fields, settings_from_args
+from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.lds import LDSConfig, region_bounds, sample_sequence
@@ -263,12 +263,7 @@ FIGURE = Figure(
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="level", action="store_const", const="quick",
-                   help=f"CPU level (default): {dataclasses.asdict(LEVELS['quick'])}")
-    g.add_argument("--paper", dest="level", action="store_const", const="paper",
-                   help=f"paper scale: {dataclasses.asdict(LEVELS['paper'])}")
-    p.set_defaults(level="quick")
+    add_level_flag(p, levels=tuple(LEVELS))  # quick: CPU-sized; paper: the paper's §4.1
     add_fields(p, SpectralLDSSettings, levels=True)
 
 

@@ -1,6 +1,6 @@
 """Can the transition counts be read linearly from the Mamba state H_t? (Markov paper §4.2, Eq. 4)
 
-``python -m analyses.state_probe ckpt.pt`` (or ``--train quick``: the zoo's ``markov/mamba2``)
+``python -m analyses.state_probe ckpt.pt`` (or ``--train --level quick``: ``markov/mamba2``)
 — on fresh random Markov sequences, collect H_t from ``blocks.{i}.mixer.hook_ssm_state``
 ([batch, pos, heads, d_head, d_state], flattened) and fit ridge probes (held-out sequences)
 that read
@@ -257,7 +257,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     check(len(checkpoints) == 1,
-          f"state_probe takes exactly one checkpoint (or --train quick), got {len(checkpoints)}")
+          f"state_probe takes exactly one checkpoint (or --train --level quick), got "
+          f"{len(checkpoints)}")
     model = load_model(checkpoints[0].path, archs=ARCHS, device=args.device)
     result = compute(model, n_seqs=args.n_seqs, seed=args.seed, max_rows=args.max_rows,
                      n_buckets=args.buckets, alpha=args.alpha, control=not args.no_control)

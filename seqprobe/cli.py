@@ -60,18 +60,25 @@ LEVEL_HELP = {
 }
 
 
-def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
-    """The one level flag, ``--level {quick,medium,large,paper}`` (default quick) into
-    ``args.level``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper``, ``--scale`` (its
-    name before) and ``aliases`` (such as ``models.train``'s ``--preset``) are other spellings
-    of it."""
+# the level flag's names before --level, still read (old command lines) but neither shown nor
+# written in the docs: --scale, --quick / --medium / --large / --paper
+OLD_LEVEL_FLAGS = ("--scale", *(f"--{level}" for level in LEVELS))
+
+
+def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = (),
+                   levels: tuple[str, ...] = LEVELS) -> None:
+    """The one level flag, ``--level L`` (``levels``, the command's; default quick) into
+    ``args.level``. Its older spellings (:data:`OLD_LEVEL_FLAGS` and ``aliases``, such as
+    ``models.train``'s ``--preset``) are read as it, hidden from ``--help``."""
     check(isinstance(p, OneLineParser), "add_level_flag needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--level", "--scale", *aliases, dest="level", choices=LEVELS, default=None,
-                   help="; ".join(f"{k}: {v}" for k, v in LEVEL_HELP.items()))
-    for level in LEVELS:
+    g.add_argument("--level", dest="level", choices=levels, default=None, metavar="LEVEL",
+                   help="; ".join(f"{k}: {v}" for k, v in LEVEL_HELP.items() if k in levels))
+    g.add_argument("--scale", *aliases, dest="level", choices=levels, default=None,
+                   help=argparse.SUPPRESS)
+    for level in levels:
         g.add_argument(f"--{level}", dest="level", action="store_const", const=level,
-                       help=f"--level {level}")
+                       help=argparse.SUPPRESS)
     p.set_defaults(level=None)
     p.resolvers.append(_resolve_level)
 
@@ -133,7 +140,7 @@ def add_level_arguments(p: OneLineParser) -> None:
     add_level_flag(p)
     p.add_argument("--train", nargs="?", const=True, default=None, metavar="LEVEL",
                    help="train the checkpoints this command needs at the level (cached, "
-                   "reused); --train LEVEL is --level LEVEL --train")
+                   "reused); --train LEVEL (older) is --level LEVEL --train")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="where trained checkpoints are kept (default: $SEQPROBE_CACHE, else "
                    "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")

@@ -11,8 +11,8 @@ processes with the copy as the working directory: the suite's discovery finds th
 finds a real paper, and nothing is registered or put back by hand.
 
 Then, in the copy: it is found (the registries), planned and costed (``python -m
-analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
-quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
+analyses.reproduce --level quick --list``: its training job projected from its FLOPs), trained
+(its quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
 and every suite-wide check runs with it there: the flag-bound table, the model contract, the
 hand-kept lists (PLAN, recipe levels, independence), the claim-margin check, the plan-wide
 reproduce checks (main, claims, recipes, scale line), the recipe hashes and the layer checks
@@ -69,7 +69,7 @@ found = {{"arch": ARCHS[{ARCH!r}], "task": TASKS[{NAME!r}], "levels": list(recip
 print("FOUND " + json.dumps(found), flush=True)
 from analyses import toy_echo  # its own numeric option, refused out of its field's bound
 print("ROWS " + str(toy_echo.main(["--rows", "0", "--out", str(out / "refused")])), flush=True)
-common = ["--quick", "--only", {NAME!r}, "--out", str(out), "--cache-dir", str(cache),
+common = ["--level", "quick", "--only", {NAME!r}, "--out", str(out), "--cache-dir", str(cache),
           "--jobs", "1"]
 print("LIST", flush=True)
 assert cli.main([*common, "--list"]) == 0

@@ -13,8 +13,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqprobe.flags import MAX_N
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_N
 from tasks.base import IGNORE, make_generator
 from tasks.copy import plant_duplicate
 from tasks.registry import TASKS, make_task, packed_batch, task_class

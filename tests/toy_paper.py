@@ -189,7 +189,7 @@ ANALYSIS = '''
 """Toy paper Fig. 1 (tests/toy_paper.py): an echo model repeats a letter, also in examples
 twice as long as it was trained on.
 
-``python -m analyses.toy_echo --train quick`` (the zoo's ``toy_echo/echo``)
+``python -m analyses.toy_echo --train --level quick`` (the zoo's ``toy_echo/echo``)
 """
 
 from __future__ import annotations

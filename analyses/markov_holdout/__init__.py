@@ -2,9 +2,9 @@
 Table 2).
 
 ``python -m analyses.markov_holdout ckpt.pt`` (a checkpoint trained on ``markov_holdout``) or
-``--train quick`` (the zoo's ``markov_holdout/mamba2``): a 1-layer Mamba-2 is trained only on
-binary chains whose transition probabilities P(1 | ·) all lie in [0, 0.5], and tested on chains
-with P(1 | ·) in [0.5, 1]. The add-β estimator is minimax optimal as t → ∞, so the model's
+``--train --level quick`` (the zoo's ``markov_holdout/mamba2``): a 1-layer Mamba-2 is trained
+only on binary chains whose transition probabilities P(1 | ·) all lie in [0, 0.5], and tested on
+chains with P(1 | ·) in [0.5, 1]. The add-β estimator is minimax optimal as t → ∞, so the model's
 predictions should approach it even on the held-out part of the simplex, after a start where
 they are far off (Table 2): |P_θ(x_{t+1} = 1 | x_1^t) − P_β(x_{t+1} = 1 | x_1^t)| at t = 1, 50,
 100, 300 (t = tokens seen), mean ± std over test sequences; the same on in-range test chains
@@ -30,7 +30,7 @@ fixed 512-token sequence (``per_state``, :mod:`analyses.markov_holdout.per_state
 sequence whose state 0 has P(1 | 0) inside the training range and state 1 outside it, so both
 readings of the table sit side by side in the claims.
 
-``--train medium`` (the zoo's ``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
+``--train --level medium`` (``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
 — the Mamba-2 the authors ran (:data:`models.ssm.mamba2.MARKOV_PAPER_MODEL`: bias-free LayerNorm,
 LN(y) ⊙ act(z), no D, their init) with Table 7's optimiser on sequences of 512 — each tested
 on the same chains and the same fixed sequence; the rows are the mean over seeds with their
@@ -285,8 +285,8 @@ class Settings(Config):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fields(p, Settings)
     p.add_argument("--cpu-batch", action="store_true",
-                   help="with --train large: the batch-16 runs (for a machine without a GPU; "
-                   "every other setting kept)")
+                   help="with --level large --train: the batch-16 runs (for a machine without a "
+                   "GPU; every other setting kept)")
 
 
 def large_cpu_batch() -> bool:
@@ -309,7 +309,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         return _compute_large(args, checkpoints)
     medium = level in SEEDED
     check(len(checkpoints) >= 1 and (medium or len(checkpoints) == 1),
-          f"markov_holdout takes exactly one checkpoint (or --train quick / medium), got "
+          f"markov_holdout takes exactly one checkpoint (or --train --level quick / medium), got "
           f"{len(checkpoints)}")
     models = [load_model(c.path, archs=ARCHS, device=args.device) for c in checkpoints]
     if len(models) > 1:

@@ -284,7 +284,7 @@ class Run:  # one probe of one model: its label, checkpoint path, model and kind
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    check(len(checkpoints) >= 1, "give checkpoint(s) (or --train quick)")
+    check(len(checkpoints) >= 1, "give checkpoint(s) (or --train --level quick)")
     config = config_of(args)
     models = []
     for c in checkpoints:  # all loaded (and refused) before any compute

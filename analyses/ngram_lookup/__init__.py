@@ -1,11 +1,11 @@
 """n-gram lookup with suffix and prefix keys, trained short and tested long (copy paper §3.5,
 Figs. 5 and 6).
 
-``python -m analyses.ngram_lookup ckpt.pt ...`` (or ``--train quick``): accuracy of answering
-the k tokens that follow a key n-gram of the string, vs string length, for lookup checkpoints
-(``tasks.lookup``). Suffix key (Fig. 5): the key comes after the string, so the model must have
-kept the whole string — transformers generalise to long strings, GSSMs do not. Prefix key
-(Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
+``python -m analyses.ngram_lookup ckpt.pt ...`` (or ``--train --level quick``): accuracy of
+answering the k tokens that follow a key n-gram of the string, vs string length, for lookup
+checkpoints (``tasks.lookup``). Suffix key (Fig. 5): the key comes after the string, so the model
+must have kept the whole string — transformers generalise to long strings, GSSMs do not. Prefix
+key (Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
 Accuracy is string-level over the k answer tokens (one teacher-forced pass, exact).
 
 Quick level: a Hard-ALiBi transformer and an LSTM, each fine-tuned on both key kinds (strings
@@ -14,10 +14,10 @@ which start from ``copy/{label}``), tested up to length 100. Why not from scratc
 paper: lookup supervises one answer token per example, and at quick budgets neither model
 learns it from random init (``--init none`` trains the ``lookup_scratch_*`` recipes to see
 it). The paper introduces lookup to probe "the mechanisms that the models use to copy";
-starting from the copy models asks exactly that. ``--paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
+starting from the copy models asks exactly that. ``--level paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
 Mamba, LSTM from scratch with the paper's settings (GPU).
 
-Medium level (``--medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
+Medium level (``--level medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
 random init as in the paper, several seeds each (recipes ``lookup_medium_prefix/{label}_s{seed}``;
 analyses.zoo says which of the paper's training setting they match and why the rest differs),
 tested up to length 100. The length claim reads two bands apart: just beyond the training length
@@ -83,7 +83,7 @@ def lookup_recipes(level: str, labels: list[str] | None = None,
     if init == "copy":
         check(all(level in zoo.recipe(n).init_from for n in names),
               f"--init copy: the {level} lookup models train from random init (the paper's "
-              "setting); the copy models start them at --quick only")
+              "setting); the copy models start them at --level quick only")
     return names
 
 

@@ -29,7 +29,7 @@ ends the continuation, as in ``generate``. A point whose prompts do not fit an a
 model's context is reported as n/a.
 
 Defaults are small (20 prompts per point, three sizes per task, books up to the L = 70 of
-§4.3); ``--paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
+§4.3); ``--level paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from analyses.zoo.copy import PretrainedCopySettings
 from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
-from seqprobe.cli import add_fields, settings_from_args
+from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
@@ -252,12 +252,7 @@ def table(result: dict) -> list[list]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", help="HuggingFace causal LMs: local directories or hub "
                    "names (e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="level", action="store_const", const="quick",
-                   help="small sizes, 20 prompts per point (default)")
-    g.add_argument("--paper", dest="level", action="store_const", const="paper",
-                   help="the paper's sizes and 640 prompts per point (a GPU)")
-    p.set_defaults(level="quick")
+    add_level_flag(p, levels=tuple(LEVELS))  # quick: small sizes; paper: the paper's (a GPU)
     p.add_argument("--tasks", default=",".join(TASKS), help="phonebook,copy (default: both)")
     add_fields(p, PretrainedCopySettings, levels=True)
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "

@@ -1,12 +1,12 @@
 """Train short, test long: induction-heads recall vs sequence length (spectral paper Fig. 5).
 
-``python -m analyses.stu_induction --train quick`` trains (cached) a two-layer STU with
+``python -m analyses.stu_induction --train --level quick`` trains (cached) a two-layer STU with
 filters of length T = 256 — and, beside it, a Hard-ALiBi transformer and a Mamba-2 of
 similar size — on the induction-heads task at lengths T^q, several seeds each (the zoo's
 ``induction/{arch}_L{length}_s{seed}`` recipes; ``--archs``, ``--qs`` and ``--seeds`` pick among
 them), then measures greedy recall accuracy at lengths up to T.
-``--train medium`` trains each run to convergence in the paper's sense (a fixed budget with a
-cosine-decayed Adam, no early stop; ``induction_medium/{label}_L{length}_s{seed}``), 8 seeds
+``--train --level medium`` trains each run to convergence in the paper's sense (a fixed budget
+with a cosine-decayed Adam, no early stop; ``induction_medium/{label}_L{length}_s{seed}``), 8 seeds
 of each STU variant at q = 1/2 and 3/4 — the paper's model (tensordot STU, LayerNorm), the
 tensordot of the paper's reference code (one filter mixture shared by the ± branches) and the
 STU with BLANK's embedding held at zero and no norm — beside Hard-ALiBi and Mamba-2.

@@ -130,7 +130,7 @@ def _copy_export() -> Iterator[Recipe]:
 
 
 # ---- medium: copy efficiency (issue 21, made fair in issue 27)
-# Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --medium): samples to
+# Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --level medium): samples to
 # 90 % string accuracy, GSSMs against transformers, several seeds, every model at its own best
 # learning rate. The paper's setting, CPU-sized:
 # - models of about the same parameter count (paper: ~160M each; here 89k-109k, within
@@ -283,7 +283,7 @@ def _lookup() -> Iterator[Recipe]:
 
 
 # ---- medium: prefix lookup (issues 21, 27)
-# Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --medium): prefix-key lookup from
+# Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --level medium): prefix-key lookup from
 # random init (the paper's start), several seeds, trained the paper's way (App. A.2) where a CPU
 # allows it. Matched: i.i.d. examples packed into contexts of 420 tokens (a GSSM's state runs on
 # across the packed examples: the authors' code concatenates them and never resets it); AdamW,

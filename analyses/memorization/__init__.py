@@ -1,6 +1,6 @@
 """Memorization capacity against parameter count (Kim et al., §5, Figs. 1 and 2, App. F).
 
-``python -m analyses.memorization --data synthetic --task token --level quick --out DIR``
+``python -m analyses.memorization --data synthetic --labels-per token --level quick --out DIR``
 ``[--jobs N] [--ray [ADDRESS]] [--retries R]``: the cells run in N local worker processes, or
 on Ray (:mod:`seqprobe.sweep`) on a Ray instance started here or an existing cluster;
 finished cells are saved and never run again, a cell that fails on every attempt is marked in

@@ -41,7 +41,7 @@ from seqprobe.flags import (
     bound,
 )
 from seqprobe.sweep import backend_of
-from tasks.memorization import REAL_LEVEL
+from tasks.memorization import LABELS_PER, REAL_LABELS_PER
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",
               "d_model", "n_layers", "n_heads", "d_mlp", "pe", "params_total",
@@ -121,8 +121,11 @@ class Settings(Config):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=["synthetic", "conll", "mnli"], default="synthetic")
-    p.add_argument("--task", choices=["token", "sequence"], default=None,
-                   help="label level (default: token for synthetic and conll, sequence for mnli)")
+    p.add_argument("--labels-per", choices=LABELS_PER, default=None,
+                   help="a label per token or per sequence (default: token for synthetic and "
+                   "conll, sequence for mnli)")
+    p.add_argument("--task", dest="labels_per", choices=LABELS_PER, default=None,
+                   help=argparse.SUPPRESS)  # its name before --labels-per (old command lines)
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=2,
                    help="parallel worker processes, or the CPUs of the Ray instance --ray "
@@ -140,14 +143,14 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     """The grid of the flags (``--seed`` seeds the data and the training), and the outputs
     beyond NAME.png / NAME.json: each panel alone and the per-cell CSV. No checkpoints: the
     grid trains its own cells."""
-    label_level = args.task or REAL_LEVEL.get(args.data, "token")
+    labels_per = args.labels_per or REAL_LABELS_PER.get(args.data, "token")
     task_cfg: dict[str, Any] = {"seed": args.seed}
     if args.data_path:
         task_cfg["data_path"] = args.data_path
     if args.n_examples is not None:
         task_cfg["n_examples"] = args.n_examples
     train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
-    result = compute(args.data, label_level, args.level, args.out,
+    result = compute(args.data, labels_per, args.level, args.out,
                      widths=args.widths,
                      fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
@@ -192,7 +195,7 @@ def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=_plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         dry_run_configs=lambda a: dry_run_cells(
-                            a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),
+                            a.train, a.data, a.labels_per or REAL_LABELS_PER.get(a.data, "token"),
                             {**({"data_path": a.data_path} if a.data_path else {}),
                              **({"n_examples": a.n_examples} if a.n_examples else {})}),
                         output_name=lambda args, result: result["name"],

@@ -198,8 +198,9 @@ class SpectralLDSSettings(Config):
     spectral filters, the LDS's dimensions and ``seeds`` systems per region; and at every
     level ``qs`` (contexts L = T^q), the step size ``lr`` and the balls' ``radius``."""
 
-    T: int = field(metadata=bound(2, MAX_HORIZON, "a dynamical system's horizon; the STU paper: "
-                                  "2^14", help="horizon / filter length"))
+    T: int = field(metadata=bound(  # tasks.lds.LDSConfig's T: the regions need T >= 4
+        4, MAX_HORIZON, "a dynamical system's horizon; the STU paper: 2^14",
+        help="horizon / filter length"))
     k: int = field(metadata=bound(1, MAX_DIM, "spectral filters", help="number of filters"))
     d_hidden: int = field(metadata=bound(1, MAX_DIM, WIDTH_WHY, help="hidden dimension of the LDS"))
     d_in: int = field(metadata=bound(1, MAX_DIM, WIDTH_WHY, help="input dimension of the LDS"))

@@ -60,16 +60,12 @@ LEVEL_HELP = {
 }
 
 
-# the level flag's names before --level, still read (old command lines) but neither shown nor
-# written in the docs: --scale, --quick / --medium / --large / --paper
-OLD_LEVEL_FLAGS = ("--scale", *(f"--{level}" for level in LEVELS))
-
-
 def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = (),
                    levels: tuple[str, ...] = LEVELS) -> None:
     """The one level flag, ``--level L`` (``levels``, the command's; default quick) into
-    ``args.level``. Its older spellings (:data:`OLD_LEVEL_FLAGS` and ``aliases``, such as
-    ``models.train``'s ``--preset``) are read as it, hidden from ``--help``."""
+    ``args.level``. Its older spellings (``--scale L``, ``--quick`` / ``--medium`` /
+    ``--large`` / ``--paper`` and ``aliases``, such as ``models.train``'s ``--preset``) are
+    still read as it (old command lines), hidden from ``--help`` and not written in the docs."""
     check(isinstance(p, OneLineParser), "add_level_flag needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--level", dest="level", choices=levels, default=None, metavar="LEVEL",

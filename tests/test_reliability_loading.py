@@ -117,7 +117,8 @@ def _crafted(tmp_path: Path, name: str, model: dict | None = None, task: dict | 
 
 
 @pytest.mark.parametrize("name,model,phrase", [
-    ("d_model", {"d_model": 10**9, "n_heads": 2}, "TransformerConfig.d_model 1000000000 is out of range"),
+    ("d_model", {"d_model": 10**9, "n_heads": 2},
+     "TransformerConfig.d_model 1000000000 is out of range"),
     ("vocab", {"vocab_size": 10**11}, "TransformerConfig.vocab_size 100000000000 is out of range"),
     ("layers", {"n_layers": 10**9}, "TransformerConfig.n_layers 1000000000 is out of range"),
     ("layers_small", {"n_layers": 40}, "n_layers = 40, but the file stores only"),

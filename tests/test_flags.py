@@ -14,13 +14,14 @@ import pytest
 from analyses import length_generalization, ngram_heads, pretrained_copy
 from analyses.common import Checkpoint
 from analyses.zoo import copy as zoo_copy
-from models.constructions import save_hash_copy
+from models.constructions import HashCopyConfig, save_hash_copy
 from models.registry import ARCHS, model_class
 from models.train import cli as train_cli
 from models.train_config import TrainConfig
 from seqprobe import flags
 from seqprobe.errors import ConfigError
 from tasks.copy import CopyConfig, DupNgramConfig
+from tasks.lds import LDSConfig
 from tasks.markov import MarkovConfig
 from tasks.registry import TASKS, task_class
 from tests.hf_fixtures import save_tiny_hf
@@ -189,6 +190,8 @@ def test_every_bounded_config_checks_its_bounds_when_built():
     classes = [TrainConfig, *(model_class(a).config_cls for a in ARCHS),
                *(task_class(t).config_cls for t in TASKS)]
     assert [c.__name__ for c in classes if not issubclass(c, flags.Config)] == []
+    for cls in (LDSConfig, HashCopyConfig):  # configs no registry finds: bounded, defaults in
+        assert issubclass(cls, flags.Config) and flags.unbounded_fields(cls) == [], cls
     with pytest.raises(ConfigError, match="DupNgramConfig.n 0 is out of range"):
         DupNgramConfig(n=0)  # a subclass with its own __post_init__ (checks 2n + 1 <= min_len)
     with pytest.raises(ConfigError, match="LengthGeneralizationSettings.n_examples 0"):

@@ -1,7 +1,7 @@
 """Are b^(ij) and c^(k) orthogonal for i ≠ k? (Markov paper §4.2.1, App. C.1, Fig. 5)
 
 ``python -m analyses.bc_orthogonality ckpt.pt [more checkpoints along training ...]`` (or
-``--train quick``: the zoo's ``markov/mamba2`` and the converged L1 MambaZero
+``--train --level quick``: the zoo's ``markov/mamba2`` and the converged L1 MambaZero
 ``markov/mambazero_fig5``; ``--trajectory N`` adds N checkpoints along one constant-lr run of
 the latter, for Fig. 5a/b against the step).
 
@@ -30,6 +30,7 @@ and a trained MambaZero may take either side on the free ones. So ``ratio_pinned
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -40,8 +41,9 @@ from analyses.common import Checkpoint, fmt, load_model, need, run_analysis, to_
 from figures.style import COLORS, new_figure
 from probes.bc import bc_table, conv_window, l1_count_independent, readout_ratio, window_vectors
 from probes.markov import MAMBA2_ARCHS, fitted_beta, markov_task_of
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_EXAMPLES, MAX_LAYERS, MAX_SEEDS, Config, bound
 
 NAME = "bc_orthogonality"
 # the level's Mamba-2, and a converged L1 MambaZero (the model of Thm 1 and Fig. 5)
@@ -196,16 +198,23 @@ def trajectory_checkpoints(level: str, cache_dir: str, device: str, n_points: in
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    layer: int = field(default=0, metadata=bound(
+        0, MAX_LAYERS, "a layer's index",
+        help="mixer layer (its b, c see windows only in layer 0)"))
+    n_seqs: int = field(default=64, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences for the β fit"))
+    trajectory: int = field(default=0, metadata=bound(
+        0, MAX_SEEDS, "a seed's index",
+        help="with --train: also N checkpoints along one constant-lr MambaZero run (Fig. 5)"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layer", type=flags.flag("--layer"),
-                   default=0, help="mixer layer (its b, c see windows only "
-                   "in layer 0)")
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64,
-                   help="test sequences for the β fit")
-    p.add_argument("--trajectory", type=flags.flag("--trajectory"), default=0,
-                   help="with --train: also N checkpoints along one constant-lr MambaZero run "
-                        "(Fig. 5)")
+    add_fields(p, Settings)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

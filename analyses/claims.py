@@ -202,7 +202,7 @@ class Figure:
     title: str
     paper: str  # which paper / figure
     claims: tuple[Claim, ...] = ()
-    # the levels it has (``python -m analyses.reproduce --medium`` runs those with medium)
+    # the levels it has (``python -m analyses.reproduce --level medium`` runs those with medium)
     levels: tuple[str, ...] = ("quick", "paper")
     # level -> the zoo recipes ``--train LEVEL`` uses (reproduce trains them first)
     recipes: Callable[[str], Sequence[str]] = lambda level: ()

@@ -13,7 +13,6 @@ compute, write ``DIR/NAME.png`` and ``DIR/NAME.json`` and print the table.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import math
@@ -21,7 +20,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,7 +48,6 @@ if TYPE_CHECKING:  # run_analysis' annotation only: Figure is analyses.claims'
     from analyses.claims import Figure
 
 
-S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -312,25 +310,7 @@ def _load_or_hint(path: str, device: torch.device, archs: Iterable[str] | None):
 
 
 def need(checkpoints: Sequence[Checkpoint], what: str = "checkpoint(s)") -> None:
-    check(len(checkpoints) >= 1, f"give {what} (or --train quick)")
-
-
-def add_test_size_arguments(p: argparse.ArgumentParser, unit: str) -> None:
-    """``--lengths`` and ``--n-examples`` (``unit`` per length), both the level's by default."""
-    p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="test lengths (default: level's)")
-    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
-                   help=f"{unit} per length (default: level's)")
-
-
-def with_flags(settings: S, args: argparse.Namespace, *names: str, **flag_of: str) -> S:
-    """A level's settings (an analysis' frozen ``Settings``) with the value of each flag the
-    command line gave in place of the level's. ``names``: fields set by the flag of the same
-    name (``--n-examples`` -> ``n_examples``); ``flag_of``: field -> the flag that sets it
-    where the names differ (``n_values="n"``). A flag left out (None) keeps the level's."""
-    given = {field: getattr(args, flag) for field, flag in
-             (*((n, n) for n in names), *flag_of.items())}
-    return dataclasses.replace(settings, **{k: v for k, v in given.items() if v is not None})
+    check(len(checkpoints) >= 1, f"give {what} (or --train --level quick)")
 
 
 def get(d: dict, *path, default=None):

@@ -19,15 +19,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from analyses.claims import Claim, Figure, Margin, Reading, tightest
-from analyses.common import Checkpoint, run_analysis, to_jsonable, with_flags
+from analyses.common import Checkpoint, run_analysis, to_jsonable
 from analyses.copy_models import load_copy_models
+from analyses.zoo.copy import COPY_BOUNDS_LEVELS as LEVELS
+from analyses.zoo.copy import CopyBoundsSettings
 from figures.style import COLORS, new_figure
 from models.constructions import (
     HashCopyConfig,
@@ -39,7 +40,8 @@ from models.constructions import (
 )
 from models.memory import forward_bytes, weight_bytes
 from probes.copying import state_floats, string_errors
-from seqprobe import flags, memory
+from seqprobe import memory
+from seqprobe.cli import add_fields, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.copy import CopyConfig, CopyTask
@@ -50,37 +52,6 @@ BOUND_ARCHS = (*GSSM_ARCHS, "transformer")
 COUNT_BATCH = 2000  # uniform strings counted at once by construction_errors
 CONSTRUCTION_ROWS = 8  # copy_errors' batch through the construction
 CHECKPOINT_ROWS = 32  # checkpoint_errors' batch
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How much of each part a level measures. Construction (part 1): ``n_values`` n-gram
-    lengths × ``lengths`` string lengths, p_n-gram counted on ``count_samples`` uniform
-    strings, ``model_samples`` strings per stratum run through it. Checkpoints (part 2):
-    ``gssm_samples`` strings at each of ``gssm_lengths``; ``gssm_archs``, the GSSMs that
-    ``--train`` trains (``--archs`` picks others)."""
-
-    n_values: tuple[int, ...]
-    lengths: tuple[int, ...]
-    count_samples: int
-    model_samples: int
-    gssm_lengths: tuple[int, ...]
-    gssm_samples: int
-    gssm_archs: tuple[str, ...]
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    # quick: CPU-sized estimates; paper: tighter estimates and longer strings (GPU). Quick
-    # measures the LSTM only: the quick Mamba does not learn to copy at CPU budgets and its
-    # reference scan is slow; ``--archs mamba,lstm`` adds it.
-    "quick": Settings(n_values=(3, 4, 5), lengths=(20, 50, 100, 200, 500, 1000),
-                      count_samples=4000, model_samples=16, gssm_lengths=(10, 20, 40, 80, 160),
-                      gssm_samples=64, gssm_archs=("lstm",)),
-    "paper": Settings(n_values=(3, 4, 5, 6), lengths=(20, 50, 100, 200, 500, 1000, 2000),
-                      count_samples=100_000, model_samples=128,
-                      gssm_lengths=(10, 20, 50, 100, 200, 500, 1000), gssm_samples=640,
-                      gssm_archs=("mamba", "lstm")),
-}
 
 
 def copy_errors(model, x: torch.Tensor, D: int,
@@ -151,12 +122,12 @@ def checkpoint_errors(model, D: int, lengths: list[int], samples: int, seed: int
 
 
 def compute(models: dict | None = None, D: int = 26, level: str = "quick", seed: int = 0,
-            device: str = "cpu", progress: bool = True, settings: Settings | None = None
+            device: str = "cpu", progress: bool = True, settings: CopyBoundsSettings | None = None
             ) -> dict:
     """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty);
     ``settings``: the level's unless given."""
-    check(level in LEVEL_SETTINGS, f"unknown level {level!r}; allowed: {', '.join(LEVEL_SETTINGS)}")
-    cfg = settings or LEVEL_SETTINGS[level]
+    check(level in LEVELS, f"unknown level {level!r}; allowed: {', '.join(LEVELS)}")
+    cfg = settings or LEVELS[level]
     constr = construction_errors(list(cfg.n_values), list(cfg.lengths), D, cfg.count_samples,
                                  cfg.model_samples, seed, device, progress)
     gssm = []
@@ -239,16 +210,7 @@ def table(result: dict) -> list[list]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--D", type=flags.flag("--D"),
-                   default=26, help="alphabet size of the construction part")
-    p.add_argument("--n", type=flags.flag("--n"),
-                   default=None, help="n-gram lengths of the construction")
-    p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="string lengths of the construction")
-    p.add_argument("--model-samples", type=flags.flag("--model-samples"), default=None,
-                   help="strings per stratum run through the construction")
-    p.add_argument("--count-samples", type=flags.flag("--count-samples"), default=None,
-                   help="uniform strings counted for p_n-gram")
+    add_fields(p, CopyBoundsSettings, levels=True)
     p.add_argument("--archs", default=None,
                    help=f"with --train: GSSMs to measure, of {', '.join(GSSM_ARCHS)} "
                         "(default: the level's)")
@@ -256,13 +218,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def gssm_recipes(level: str, archs: list[str] | None = None) -> list[str]:
     """The zoo's copy recipes of the GSSMs (default: the level's ``gssm_archs``)."""
-    archs = archs or LEVEL_SETTINGS[level].gssm_archs
+    archs = archs or LEVELS[level].gssm_archs
     for a in archs:
         check(a in GSSM_ARCHS, f"unknown GSSM {a!r}; allowed: {', '.join(GSSM_ARCHS)}")
     return [f"copy/{a}" for a in archs]
 
 
-def memory_estimate(settings: Settings, D: int, models: dict) -> int:
+def memory_estimate(settings: CopyBoundsSettings, D: int, models: dict) -> int:
     """Bytes the run needs at its peak, from the settings and configs alone (erring high).
     One construction is held at a time (built per n), so the peak is the largest of
 
@@ -287,15 +249,14 @@ def memory_estimate(settings: Settings, D: int, models: dict) -> int:
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     paths = [c.path for c in checkpoints]
     models, _, D = load_copy_models(paths, args.device, BOUND_ARCHS)
-    check(not models or D == args.D,
-          f"the checkpoints' alphabet D={D} differs from --D {args.D}")
-    settings = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "model_samples",
-                          "count_samples", n_values="n")
-    memory.check_fits(memory_estimate(settings, args.D, models),
+    settings = settings_from_args(LEVELS[args.level], args)
+    check(not models or D == settings.D,
+          f"the checkpoints' alphabet D={D} differs from --D {settings.D}")
+    memory.check_fits(memory_estimate(settings, settings.D, models),
                       f"{NAME} (constructions for n = {list(settings.n_values)} at L up to "
                       f"{max(settings.lengths)})",
                       "lower --n (a construction's weights grow as n^4) or --lengths")
-    result = compute(models, args.D, args.level, args.seed, args.device, settings=settings)
+    result = compute(models, settings.D, args.level, args.seed, args.device, settings=settings)
     result["checkpoint_paths"] = paths
     return result
 

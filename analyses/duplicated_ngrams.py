@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
@@ -44,8 +45,10 @@ from models.constructions import (
 from models.memory import forward_bytes, weight_bytes
 from models.registry import HF_ARCHS
 from probes.copying import accuracy_at
-from seqprobe import flags, memory
+from seqprobe import memory
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_BATCH, MAX_EXAMPLES, MAX_LENGTH, MAX_N, Config, bound
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
 
 NAME = "duplicated_ngrams"
@@ -168,17 +171,27 @@ def table(result: dict) -> list[list]:
     return rows
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n: tuple[int, ...] = field(default=tuple(range(1, 11)), metadata=bound(
+        1, MAX_N, "n of an n-gram; papers: up to 10", help="duplicated n-gram lengths"))
+    lengths: tuple[int, ...] | None = field(default=None, metadata=bound(
+        1, MAX_LENGTH, "tokens per string",
+        help="test string lengths (default: max(train max_len, 2·max n + 1))"))
+    n_examples: int = field(default=512, metadata=bound(
+        1, MAX_EXAMPLES, "examples per point; papers: up to 1,280", help="strings per point"))
+    batch_size: int = field(default=128, metadata=bound(
+        1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512", help="rows per forward pass"))
+    reference_n: tuple[int, ...] = field(default=(3, 5), metadata=bound(
+        1, MAX_N, "n of an n-gram", allow_empty=True,
+        help="hash-copy constructions to evaluate alongside ('' for none)"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n", type=flags.flag("--n"),
-                   default="1,2,3,4,5,6,7,8,9,10", help="duplicated n-gram lengths")
-    p.add_argument("--lengths", type=flags.flag("--lengths"), default=None,
-                   help="test string lengths (default: max(train max_len, 2·max n + 1))")
-    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=512)
-    p.add_argument("--batch-size", type=flags.flag("--batch-size"), default=128)
+    add_fields(p, Settings)
     p.add_argument("--greedy", action="store_true", help="decode greedily (slower)")
-    p.add_argument("--reference-n", type=flags.flag("--reference-n"),
-                   default="3,5",
-                   help="hash-copy constructions to evaluate alongside ('' for none)")
 
 
 def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list[int],

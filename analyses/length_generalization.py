@@ -1,7 +1,7 @@
 """Copying strings longer than any seen in training (copy paper §3.3, Fig. 1b).
 
-``python -m analyses.length_generalization ckpt.pt ...`` (or ``--train quick``): string-level
-copy accuracy vs test length for copy checkpoints — NoPE, ALiBi, Hard-ALiBi and RoPE
+``python -m analyses.length_generalization ckpt.pt ...`` (or ``--train --level quick``):
+string-level copy accuracy vs test length for copy checkpoints — NoPE, ALiBi, Hard-ALiBi and RoPE
 transformers, Mamba and LSTM — trained on short strings (paper: ≤ 50, tested up to 1000;
 quick: ≤ 20, tested up to 160). Accuracy comes from one teacher-forced pass per batch, which
 gives exactly greedy decoding's string accuracy (``models.generation.teacher_forced_argmax``);
@@ -9,7 +9,7 @@ the character accuracy reported beside it is per token given the true prefix.
 
 Quick level: the zoo's quick copy models (``analyses.zoo``: Hard-ALiBi, NoPE, RoPE, LSTM and
 Mamba-2, the GSSM of the comparison; the legend gives each model's steps); add others with
-``--models``. ``--paper`` trains all six on
+``--models``. ``--level paper`` trains all six on
 strings of length ≤ 50 with the paper's settings (App. A.2; for a GPU).
 
 A pretrained HuggingFace causal LM (a model directory or a hub name) is evaluated on the same
@@ -21,19 +21,16 @@ tokens; ``analyses.copy_models.copy_prompts``).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
 from analyses.claims import Claim, Figure, Margin, Reading, Undecided, tightest
 from analyses.common import (
     Checkpoint,
-    add_test_size_arguments,
     fmt,
     need,
     run_analysis,
     to_jsonable,
-    with_flags,
 )
 from analyses.copy_models import (
     COPY_OR_HF_ARCHS,
@@ -43,34 +40,21 @@ from analyses.copy_models import (
     copy_recipes,
     load_copy_models,
 )
+from analyses.zoo.copy import LENGTH_GENERALIZATION_LEVELS as LEVELS
+from analyses.zoo.copy import LengthGeneralizationSettings
 from figures.style import COLORS, new_figure, shared_legend
 from probes.copying import accuracy_at
+from seqprobe.cli import add_fields, settings_from_args
 from seqprobe.config import check
 from tasks.copy import CopyConfig, CopyTask
 
 NAME = "length_generalization"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How a level tests the copy models (which models: analyses.copy_models.COPY_LABELS):
-    ``n_examples`` uniform strings at each of the test ``lengths``."""
-
-    lengths: tuple[int, ...]
-    n_examples: int
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    "quick": Settings(lengths=(5, 10, 20, 30, 40, 60, 80, 120, 160), n_examples=128),
-    # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
-    "paper": Settings(lengths=(10, 20, 50, 100, 200, 300, 500, 750, 1000), n_examples=1280),
-}
-
-
 def compute(models: dict, D: int = 26, lengths: list[int] | None = None, n_examples: int = 128,
             seed: int = 0, train_info: dict | None = None, progress: bool = True) -> dict:
     """Accuracy vs length for {label: model}; ``train_info`` = {label: {max_len, context}}."""
-    lengths = lengths or list(LEVEL_SETTINGS["quick"].lengths)
+    lengths = lengths or list(LEVELS["quick"].lengths)
     check(all(L >= 1 for L in lengths), f"lengths must be >= 1, got {lengths}")
     task = CopyTask(CopyConfig(D=D, min_len=1, max_len=max(lengths)))
     # a pretrained LM reads the strings in its own tokens (checked before any work)
@@ -126,14 +110,14 @@ def table(result: dict) -> list[list]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_copy_models_argument(p)
-    add_test_size_arguments(p, "strings")
+    add_fields(p, LengthGeneralizationSettings, levels=True)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)
-    s = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "n_examples")
+    s = settings_from_args(LEVELS[args.level], args)
     return compute(models, D, list(s.lengths), s.n_examples, args.seed, info)
 
 

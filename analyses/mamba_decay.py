@@ -1,6 +1,6 @@
 """The state-transition factor a_t on Markov and switching Markov data (Markov paper Figs 4, 13).
 
-``python -m analyses.mamba_decay markov.pt [switching.pt]`` (or ``--train quick``: the zoo's
+``python -m analyses.mamba_decay markov.pt [switching.pt]`` (or ``--train --level quick``: the zoo's
 ``markov/mamba2`` and ``switching_markov/mamba2``)
 
 a_t = exp(−exp(A_log)·Δ_t) (``blocks.{i}.mixer.hook_decay``, [batch, pos, heads]) decides how
@@ -19,6 +19,7 @@ sequence's a_t trace with its switch positions; the model's loss gap to the opti
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,8 +29,9 @@ from analyses.common import Checkpoint, load_model, need, run_analysis, to_jsona
 from figures.style import COLORS, new_figure
 from probes.markov import MAMBA2_ARCHS, evaluate_markov, markov_batch, markov_task_of
 from probes.ssm import read_decay
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_EXAMPLES, Config, bound
 
 NAME = "mamba_decay"
 RECIPES = ("markov/mamba2", "switching_markov/mamba2")
@@ -152,9 +154,17 @@ def table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=64, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64, help="test sequences")
+    add_fields(p, Settings)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

@@ -1,7 +1,7 @@
 """Which parts of Mamba does in-context Markov learning need? (Markov paper Figs 3a, 3b, 6, 12,
 Table 3)
 
-``python -m analyses.markov_ablations --train quick [--groups conv,window,...] [--ray [ADDRESS]]``
+``python -m analyses.markov_ablations --train --level quick [--groups conv,...] [--ray [ADDRESS]]``
 takes the zoo's ablation recipes (trained and cached on first use; with ``--ray`` as Ray
 tasks, :mod:`seqprobe.sweep`) and compares each model's test loss with
 the add-β estimator's, |L(θ) − L_β| (§3):
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -40,8 +41,10 @@ from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from probes.markov import MARKOV_ARCHS, evaluate_markov, markov_task_of
 from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_EXAMPLES, Config, bound
 from seqprobe.sweep import Failed, backend_of
 
 NAME = "markov_ablations"
@@ -160,15 +163,23 @@ def table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=256, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
-                   help=f"comma-separated: {', '.join(GROUPS)} (default with --train quick: "
-                        f"{','.join(QUICK_GROUPS)}; --train paper: all)")
+                   help=f"comma-separated: {', '.join(GROUPS)} (default at --level quick: "
+                        f"{','.join(QUICK_GROUPS)}; --level paper: all)")
     p.add_argument("--steps", type=flags.flag("--steps"),
                    default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256, help="test sequences")
+    add_fields(p, Settings)
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
 

@@ -10,7 +10,7 @@ random Markov chains (``markov``, ``switching_markov`` or ``markov_holdout``):
 3. the test loss L(θ) and its gap to the add-β estimator's L_β on the same sequences (§3;
    Fig. 8 also gives the relative gap (L − L_β)/L_β).
 
-``--train quick`` uses the zoo's 1-layer Mamba-2 and 1- and 2-layer transformers on binary
+``--train --level quick`` uses the zoo's 1-layer Mamba-2 and 1- and 2-layer transformers on binary
 first-order chains (Figs 1a, 7: ``markov/mamba2``, ``markov/transformer_1L``, ``_2L``);
 ``--sweep`` adds larger state spaces S and orders k for Mamba and the 2-layer transformer
 (Figs 1b, 8, 10). Linear attention (Fig. 7) is not a suite architecture yet and is left out.
@@ -20,6 +20,7 @@ The comparisons themselves are :mod:`probes.markov`'s.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -28,8 +29,9 @@ from analyses.claims import Claim, Figure, Margin, Reading, tightest
 from analyses.common import Checkpoint, load_model, need, run_analysis, suite_arch, to_jsonable
 from figures.style import COLORS, new_figure
 from probes.markov import evaluate_markov, fixed_sequence_curve, markov_task_of
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_EXAMPLES, MAX_LENGTH, Config, bound
 
 NAME = "markov_laplace"
 # zoo recipe -> the label the figure, the JSON and the claims use (Figs 1a, 7)
@@ -113,13 +115,21 @@ def table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=256, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences"))
+    t_min: int = field(default=50, metadata=bound(
+        0, MAX_LENGTH, "a position", help="L1 is also averaged over t >= this"))
+    seq_len: int | None = field(default=None, metadata=bound(
+        1, MAX_LENGTH, "tokens per sequence", help="test length (default: training's)"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256, help="test sequences")
-    p.add_argument("--t-min", type=flags.flag("--t-min"),
-                   default=50, help="L1 is also averaged over t >= this")
-    p.add_argument("--seq-len", type=flags.flag("--seq-len"),
-                   default=None, help="test length (default: training's)")
+    add_fields(p, Settings)
     p.add_argument("--sweep", action="store_true",
                    help="with --train: also larger S and order k (Figs 1b, 8, 10)")
 

@@ -1,6 +1,6 @@
 """Length generalisation of online spectral filtering on random LDSs (spectral paper Figs 2–4).
 
-``python -m analyses.spectral_lds [--quick | --paper]``
+``python -m analyses.spectral_lds [--level quick|paper]``
 
 For each region (A: eigenvalues hugging the bad interval; B: inside it, Fig. 1), seed and
 algorithm (1: one autoregressive term; 2: two), a random noiseless LDS is driven by Gaussian
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,7 +35,9 @@ from matplotlib import colormaps
 from tqdm.auto import tqdm
 
 from analyses.claims import Claim, Figure, Margin, Reading, tightest
-from analyses.common import Checkpoint, fmt, get, run_analysis, to_jsonable, with_flags
+from analyses.common import Checkpoint, fmt, get, run_analysis, to_jsonable
+from analyses.zoo.spectral import SPECTRAL_LDS_LEVELS as LEVELS
+from analyses.zoo.spectral import SpectralLDSSettings
 from figures.style import new_figure
 from models.spectral import (
     DENSE_MAX_T,
@@ -48,35 +49,16 @@ from models.spectral import (
     predictor_features,
     true_weights,
 )
-from seqprobe import flags, memory
+from seqprobe import memory
+from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.lds import LDSConfig, region_bounds, sample_sequence
 
 NAME = "spectral_lds"
-QS = (1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
+QS = LEVELS["quick"].qs  # the context exponents of every level
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The random systems of a level (each field's flag overrides it): horizon ``T`` (also
-    the filter length), ``k`` spectral filters, the LDS's dimensions and ``seeds`` systems per
-    region."""
-
-    T: int
-    k: int
-    d_hidden: int
-    d_in: int
-    d_out: int
-    seeds: int
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    # quick: a CPU-sized horizon and hidden dimension, the paper's number of filters
-    "quick": Settings(T=2**13, k=24, d_hidden=256, d_in=4, d_out=4, seeds=3),
-    # paper §4.1: T = 2^14, k = 24, hidden dimension 512 (d_in, d_out and seeds unspecified)
-    "paper": Settings(T=2**14, k=24, d_hidden=512, d_in=4, d_out=4, seeds=5),
-}
 REGION_SEED = {"A": 0, "B": 500_009}  # separate streams per region
 
 
@@ -281,31 +263,11 @@ FIGURE = Figure(
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="level", action="store_const", const="quick",
-                   help=f"CPU level (default): {dataclasses.asdict(LEVEL_SETTINGS['quick'])}")
-    g.add_argument("--paper", dest="level", action="store_const", const="paper",
-                   help=f"paper scale: {dataclasses.asdict(LEVEL_SETTINGS['paper'])}")
-    p.set_defaults(level="quick")
-    p.add_argument("--T", type=flags.flag("--T"),
-                   default=None, help="horizon / filter length")
-    p.add_argument("--k", type=flags.flag("--k"),
-                   default=None, help="number of filters")
-    p.add_argument("--d-hidden", type=flags.flag("--d-hidden"),
-                   default=None, help="hidden dimension of the LDS")
-    p.add_argument("--d-in", type=flags.flag("--d-in"), default=None)
-    p.add_argument("--d-out", type=flags.flag("--d-out"), default=None)
-    p.add_argument("--seeds", type=flags.flag("--seeds"),
-                   default=None, help="random systems per region")
-    p.add_argument("--qs", type=flags.flag("--qs"),
-                   default="1/4,1/2,3/4,7/8,1", help="context exponents q (L = T^q)")
-    p.add_argument("--lr", type=flags.flag("spectral_lds --lr"), default=0.3,
-                   help="step size in units of 1/E‖X_t‖²")
-    p.add_argument("--radius", type=flags.flag("--radius"), default=10.0,
-                   help="r of the Frobenius balls")
+    add_level_flag(p, levels=tuple(LEVELS))  # quick: CPU-sized; paper: the paper's §4.1
+    add_fields(p, SpectralLDSSettings, levels=True)
 
 
-def memory_estimate(s: Settings, n_qs: int) -> int:
+def memory_estimate(s: SpectralLDSSettings, n_qs: int) -> int:
     """Bytes one system needs at its peak (systems run one after the other), float64, from the
     settings alone (erring high). With F = T·k·d_in (one context's regressors):
 
@@ -331,12 +293,11 @@ def memory_estimate(s: Settings, n_qs: int) -> int:
 def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     check(args.device in ("cpu", "auto"),
           "spectral_lds runs on the CPU (float64 online learning); use --device cpu")
-    s = with_flags(LEVEL_SETTINGS[args.level], args, "T", "k", "d_hidden", "d_in", "d_out", "seeds")
-    memory.check_fits(memory_estimate(s, len(args.qs)),
+    s = settings_from_args(LEVELS[args.level], args)
+    memory.check_fits(memory_estimate(s, len(s.qs)),
                       f"{NAME} at T = {s.T}, k = {s.k}, d_in = {s.d_in}, d_hidden = {s.d_hidden}",
                       "lower --T, --k or --d-in (the regressors are T x k x d_in per context)")
-    return {**compute(**dataclasses.asdict(s), qs=tuple(args.qs), seed=args.seed, lr=args.lr,
-                      radius=args.radius), "level": args.level}
+    return {**compute(**dataclasses.asdict(s), seed=args.seed), "level": args.level}
 
 
 def main(argv=None) -> int:

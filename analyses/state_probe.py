@@ -1,6 +1,6 @@
 """Can the transition counts be read linearly from the Mamba state H_t? (Markov paper §4.2, Eq. 4)
 
-``python -m analyses.state_probe ckpt.pt`` (or ``--train quick``: the zoo's ``markov/mamba2``)
+``python -m analyses.state_probe ckpt.pt`` (or ``--train --level quick``: ``markov/mamba2``)
 — on fresh random Markov sequences, collect H_t from ``blocks.{i}.mixer.hook_ssm_state``
 ([batch, pos, heads, d_head, d_state], flattened) and fit ridge probes (held-out sequences)
 that read
@@ -31,6 +31,8 @@ On switching Markov data the counts restart at every switch token (the optimal s
 from __future__ import annotations
 
 import argparse
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -42,8 +44,9 @@ from probes.counts import count_targets
 from probes.linear import fit_probe, r2_by_bucket, r2_within
 from probes.markov import MAMBA2_ARCHS, markov_batch, markov_task_of
 from probes.ssm import READOUT_HOOK, collect_states, random_init_like
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_EXAMPLES, MAX_LENGTH, MAX_ROWS, Config, bound
 
 NAME = "state_probe"
 
@@ -230,21 +233,31 @@ def table(result: dict) -> list[list]:
     return rows
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=64, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences"))
+    max_rows: int = field(default=12000, metadata=bound(
+        1, MAX_ROWS, "samples of a linear probe", help="(sequence, position) samples"))
+    buckets: int = field(default=4, metadata=bound(
+        1, MAX_LENGTH, "position buckets", help="position buckets"))
+    alpha: float = field(default=1e-3, metadata=bound(
+        0.0, math.inf, "a ridge penalty: finite and > 0", open_lo=True,
+        help="ridge penalty (standardised X)"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=64, help="test sequences")
-    p.add_argument("--max-rows", type=flags.flag("--max-rows"),
-                   default=12000, help="(sequence, position) samples")
-    p.add_argument("--buckets", type=flags.flag("--buckets"),
-                   default=4, help="position buckets")
-    p.add_argument("--alpha", type=flags.flag("--alpha"),
-                   default=1e-3, help="ridge penalty (standardised X)")
+    add_fields(p, Settings)
     p.add_argument("--no-control", action="store_true", help="skip the random-init control")
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     check(len(checkpoints) == 1,
-          f"state_probe takes exactly one checkpoint (or --train quick), got {len(checkpoints)}")
+          f"state_probe takes exactly one checkpoint (or --train --level quick), got "
+          f"{len(checkpoints)}")
     model = load_model(checkpoints[0].path, archs=MAMBA2_ARCHS, device=args.device)
     result = compute(model, n_seqs=args.n_seqs, seed=args.seed, max_rows=args.max_rows,
                      n_buckets=args.buckets, alpha=args.alpha, control=not args.no_control)

@@ -2,7 +2,7 @@
 
 Runs every ``bench/bench_*.py`` module (each measures its contenders side by side, medians and
 ratios, and writes ``bench/results_NAME.json``), then merges them with the wall time of each
-quick figure from the last ``python -m analyses.reproduce --quick`` run
+quick figure from the last ``python -m analyses.reproduce --level quick`` run
 (``figures/out/reproduce_timings.json``; ``--figures`` runs the reproduce plan first).
 
 ``BENCH_CLOCK=cpu python -m bench ...`` times on one thread by its CPU time (steadier on a
@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--only", action="append", default=[], help="run only these bench modules")
     p.add_argument("--figures", action="store_true",
-                   help="run `python -m analyses.reproduce --quick` first and time every figure")
+                   help="run `python -m analyses.reproduce --level quick` first and time every "
+                   "figure")
     args = p.parse_args(argv)
     names = [m for m in modules() if not args.only or m in args.only]
     failed = []

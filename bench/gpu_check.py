@@ -12,7 +12,7 @@ check killed from outside at any second leaves what it had measured:
    Mamba-2, LSTM) at batch 64 x 420 through the training loop with a CUDA run's defaults:
    s/step, tokens/s, MFU against the bf16 peak, peak memory;
 3. the dry run of the paper copy recipes on this device (the same rows as
-   ``python -m analyses.reproduce --paper --dry-run --device cuda --only copy_efficiency``).
+   ``python -m analyses.reproduce --level paper --dry-run --device cuda --only copy_efficiency``).
 
 It writes ``bench/results_gpu_check.json`` with the card, date, torch and CUDA versions, and
 ``table_rows``: stage 2's rows in the format of the CUDA step-cost table

@@ -5,7 +5,7 @@ part of the large level, every result streamed into ``$OUT`` as it lands.
     bash scripts/gpu_call.sh --part 2/3 --no-checks     # the other parts
     bash scripts/gpu_call.sh --part 3/3 --no-checks --resume-from .resume/part3
 
-(``python -m analyses.reproduce --large --list --device cuda --jobs 16`` prints the plan of
+(``python -m analyses.reproduce --level large --list --device cuda --jobs 16`` prints the plan of
 calls: which call runs what.) The call is planned to :class:`~analyses.reproduce.parts.CallBudget`:
 every stage has a hard wall cap enforced from here — its process group is stopped at the cap
 (SIGTERM first where a stage saves on it, then SIGKILL), whatever the stage does:
@@ -19,7 +19,7 @@ every stage has a hard wall cap enforced from here — its process group is stop
    of its own with its own timeout, the dry run) -> ``$OUT/gpu_check.json``, written after
    every model;
 2. ``ensemble`` (``bench.bench_ensemble``) -> ``$OUT/ensemble.json``, after every sweep;
-3. ``large``: ``analyses.reproduce --large --part K/N`` into a scratch folder; every
+3. ``large``: ``analyses.reproduce --level large --part K/N`` into a scratch folder; every
    :data:`PACK_EVERY_S` seconds and at its end its results (JSON, figures, index, the tails of
    its logs, the files an analysis resumes from) are packed into ``$OUT/large_partK.tar.gz``,
    and the part's checkpoints, where they are small enough to bring back

@@ -95,8 +95,9 @@ def caption_text(result: dict, level: str | None = None, seed: int | None = None
     steps of the models it read, as far as the result records them (a figure copied out of its
     page still says what it shows)."""
     parts = []
-    # a result's "level" is the run's level only where it names one: the memorization
-    # results' "level" is the label level (token / sequence), and their run's is "preset"
+    # a result's "level" is the run's level only where it names one: a memorization result
+    # written before "labels_per" had its name has the label type there, and its run's
+    # level under "preset"
     own = result.get("level")
     level = (own if own in RUN_LEVELS else None) or result.get("preset") or level
     if level:

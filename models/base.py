@@ -74,7 +74,7 @@ from models.tl_surface import TLSurface, cache_refusal, near_matches, neuron_wid
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
 from seqprobe.errors import InputError
-from seqprobe.flags import N_CTX_UNBOUNDED
+from seqprobe.flags import N_CTX_UNBOUNDED, Config
 
 # TL's n_ctx bounds a model's positions (its W_pos). No suite model has a position table (NoPE,
 # ALiBi, Hard-ALiBi, RoPE, recurrences, spectral filters of any length), so no bound applies;
@@ -88,13 +88,7 @@ def check_tokens(tokens: Tensor) -> None:
         raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
 
 
-def check_counts(cfg, *names: str) -> None:
-    """Each of a config's sizes and counts ``names`` (vocab_size, d_model, n_layers, …) is >= 1."""
-    for name in names:
-        check(getattr(cfg, name) >= 1, f"{name} must be >= 1, got {getattr(cfg, name)}")
-
-
-class TLConfigFields:
+class TLConfigFields(Config):
     """TransformerLens' config names on a suite config dataclass, read-only (a mixin).
 
     Properties, not dataclass fields, so ``config_to_dict`` and every checkpoint stay as they

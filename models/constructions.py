@@ -44,7 +44,7 @@ exactly (and then emits <EOS>); on uniform strings the error is at most p_n-gram
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -56,6 +56,7 @@ from models.ssm.mambazero import MambaZeroConfig, MambaZeroLM
 from models.transformer import HookedTransformerLM, TransformerConfig
 from seqprobe.config import check
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_DIM, MAX_N, MAX_SCALE, Config, bound
 from tasks.base import Vocab, letters
 from tasks.copy import COPY_SPECIALS
 
@@ -65,7 +66,7 @@ from tasks.copy import COPY_SPECIALS
 
 
 @dataclass(frozen=True)
-class HashCopyConfig:
+class HashCopyConfig(Config):
     """The hash-copy construction for n-grams of length ``n`` over ``D`` letters.
 
     ``max_keys`` is the longest sequence (prompt + answer) the softmax must stay sharp for: τ is
@@ -73,18 +74,14 @@ class HashCopyConfig:
     score margin). ``logit_scale`` multiplies the read-out Φ.
     """
 
-    n: int = 4
-    D: int = 26
-    max_keys: int = 1_000_000
-    tau: float = 0.0  # 0 -> derived from max_keys
-    logit_scale: float = 10.0
-
-    def __post_init__(self):
-        check(self.n >= 1, f"n must be >= 1, got {self.n}")
-        check(self.D >= 2, f"D must be >= 2, got {self.D}")
-        check(self.max_keys >= 2, f"max_keys must be >= 2, got {self.max_keys}")
-        check(self.tau >= 0, f"tau must be >= 0 (0 = derived), got {self.tau}")
-        check(self.logit_scale > 0, f"logit_scale must be > 0, got {self.logit_scale}")
+    n: int = field(default=4, metadata=bound(1, MAX_N, "n of an n-gram; papers: up to 10"))
+    D: int = field(default=26, metadata=bound(2, MAX_DIM, "the alphabet, a token each"))
+    max_keys: int = field(default=1_000_000, metadata=bound(
+        2, 2**31 - 1, "keys the softmax stays sharp for: a sequence's tokens"))
+    tau: float = field(default=0.0, metadata=bound(  # 0 -> derived from max_keys
+        0.0, MAX_SCALE, "an inverse temperature; 0: derived from max_keys"))
+    logit_scale: float = field(default=10.0, metadata=bound(
+        0.0, MAX_SCALE, "a read-out scale", open_lo=True))
 
     @property
     def code_bits(self) -> int:

@@ -33,7 +33,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields, check_counts
+from models.base import SuiteModel, TLConfigFields
 from models.contract import Shapes
 from models.layers import RMSNorm, has_hooks
 from seqprobe.config import check
@@ -63,9 +63,8 @@ class LSTMConfig(TLConfigFields):
     scan: str = "auto"  # auto | plain | fused
 
     def __post_init__(self):
-        check_counts(self, "vocab_size", "d_model", "n_layers")
         check(self.scan in SCANS, f"scan must be auto, plain or fused, got {self.scan!r}")
-        check(self.norm_eps > 0 and self.init_std > 0, "norm_eps and init_std must be > 0")
+        check(self.init_std > 0, f"init_std must be > 0, got {self.init_std}")
 
     @property
     def normalization_type(self) -> str | None:

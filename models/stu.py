@@ -54,7 +54,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields, check_counts
+from models.base import SuiteModel, TLConfigFields
 from models.contract import Shapes
 from models.layers import MLP, LayerNorm
 from models.spectral import spectral_filters
@@ -94,11 +94,9 @@ class STUConfig(TLConfigFields):
         default=(), metadata=bound(0, MAX_DIM, "token ids", allow_empty=True))
 
     def __post_init__(self):
-        check_counts(self, "vocab_size", "d_model", "n_layers", "filter_len", "num_filters")
         check(self.num_filters <= self.filter_len,
               f"num_filters ({self.num_filters}) must be <= filter_len ({self.filter_len})")
         check(self.param in PARAMS, f"param must be one of {PARAMS}, got {self.param!r}")
-        check(self.d_mlp >= 0, f"d_mlp must be >= 0, got {self.d_mlp}")
         check(self.act_fn in ("relu", "gelu"), f"act_fn must be relu or gelu, got {self.act_fn!r}")
         check(self.normalization in ("layernorm", "none"),
               f"normalization must be layernorm or none, got {self.normalization!r}")

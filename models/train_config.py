@@ -21,6 +21,7 @@ from seqprobe.flags import (
     MAX_STEPS,
     SEED_FIELD,
     STEPS_WHY,
+    Config,
     bound,
 )
 
@@ -34,7 +35,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Config):
     steps: int = field(default=1000, metadata=bound(1, MAX_STEPS, STEPS_WHY))
     batch_size: int = field(
         default=32, metadata=bound(1, MAX_BATCH, "rows per step; the suite's levels: 4 to 512"))
@@ -89,20 +90,10 @@ class TrainConfig:
         metadata=bound(0, MAX_BATCH, "rows per micro-batch; 0: the whole batch", hash=False))
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_batches", "eval_batch_size"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "context", "eval_every", "save_every", "weight_decay",
-                     "grad_clip"):
-            check(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("lr", "weight_decay", "grad_clip", "beta1", "beta2"):
-            value = getattr(self, name)
-            check(math.isfinite(value), f"{name} must be finite, got {value}")
-        check(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        check(0 <= self.stop_at <= 1, f"stop_at must be in [0, 1], got {self.stop_at}")
+        # the ranges (>= 1, >= 0, finite, lr > 0) are the fields' bounds, checked by Config
         check(not self.stop_at or self.eval_every,
               "stop_at needs eval_every > 0 (it stops at an evaluation)")
-        check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
-        check(self.micro_batch >= 0, f"micro_batch must be >= 0, got {self.micro_batch}")
+        check(self.beta1 < 1 and self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
         check(not self.micro_batch or self.batch_size % self.micro_batch == 0,
               f"batch_size {self.batch_size} must be a multiple of micro_batch "
               f"{self.micro_batch}: the global batch is split into equal micro-batches")

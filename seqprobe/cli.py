@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
+from typing import Any, TypeVar
 
+from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
 from seqprobe.orphans import die_with_parent_from_env
@@ -57,20 +60,73 @@ LEVEL_HELP = {
 }
 
 
-def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = ()) -> None:
-    """The one level flag, ``--level {quick,medium,large,paper}`` (default quick) into
-    ``args.level``; ``--quick`` / ``--medium`` / ``--large`` / ``--paper``, ``--scale`` (its
-    name before) and ``aliases`` (such as ``models.train``'s ``--preset``) are other spellings
-    of it."""
+def add_level_flag(p: OneLineParser, aliases: tuple[str, ...] = (),
+                   levels: tuple[str, ...] = LEVELS) -> None:
+    """The one level flag, ``--level L`` (``levels``, the command's; default quick) into
+    ``args.level``. Its older spellings (``--scale L``, ``--quick`` / ``--medium`` /
+    ``--large`` / ``--paper`` and ``aliases``, such as ``models.train``'s ``--preset``) are
+    still read as it (old command lines), hidden from ``--help`` and not written in the docs."""
     check(isinstance(p, OneLineParser), "add_level_flag needs a OneLineParser")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--level", "--scale", *aliases, dest="level", choices=LEVELS, default=None,
-                   help="; ".join(f"{k}: {v}" for k, v in LEVEL_HELP.items()))
-    for level in LEVELS:
+    g.add_argument("--level", dest="level", choices=levels, default=None, metavar="LEVEL",
+                   help="; ".join(f"{k}: {v}" for k, v in LEVEL_HELP.items() if k in levels))
+    g.add_argument("--scale", *aliases, dest="level", choices=levels, default=None,
+                   help=argparse.SUPPRESS)
+    for level in levels:
         g.add_argument(f"--{level}", dest="level", action="store_const", const=level,
-                       help=f"--level {level}")
+                       help=argparse.SUPPRESS)
     p.set_defaults(level=None)
     p.resolvers.append(_resolve_level)
+
+
+S = TypeVar("S")
+
+FLAG = "flag"  # field metadata: the field's flag where it is not --FIELD-NAME (``--n``)
+HELP = "help"  # field metadata: the flag's help (else the bound's why)
+
+
+def field_flag_name(f: dataclasses.Field) -> str:
+    """The flag of settings field ``f``: its metadata's ``flag``, else ``--`` and its name
+    with dashes (``n_examples`` -> ``--n-examples``)."""
+    return f.metadata.get(FLAG) or "--" + f.name.replace("_", "-")
+
+
+def add_fields(p: argparse.ArgumentParser, cls: type, *, levels: bool = False,
+               skip: tuple[str, ...] = ()) -> None:
+    """One flag for each bounded field of the settings dataclass ``cls`` (the one place an
+    option is declared: field, default, :func:`seqprobe.flags.bound` and its ``help``), its
+    ``type=`` that bound's parser, its ``dest`` the field's name, its default the field's
+    (``args.n_seqs``). With ``levels`` (``cls`` has a row per level in its paper's zoo table)
+    every flag defaults to None: :func:`settings_from_args` keeps the level's value unless
+    the flag was given."""
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name in skip or flags.field_bound(cls, f.name) is None:
+            continue
+        name = field_flag_name(f)
+        b = flags.field_bound(cls, f.name)
+        given = None if levels or f.default is dataclasses.MISSING else f.default
+        if f.default is dataclasses.MISSING:
+            shown = " (default: the level's)"
+        elif f.default is None:
+            shown = ""  # the help says what leaving it out means
+        elif isinstance(f.default, tuple):
+            shown = f" (default: {','.join(map(str, f.default)) or 'none'})"
+        else:
+            shown = f" (default: {f.default})"
+        p.add_argument(name, dest=f.name, type=flags.field_flag(cls, f.name, name),
+                       default=given, metavar=name.lstrip("-").replace("-", "_").upper(),
+                       help=(f"{f.metadata.get(HELP) or b.why}{shown}").replace("%", "%%"))
+
+
+def settings_from_args(settings: S, args: argparse.Namespace) -> S:
+    """``settings`` (a settings dataclass instance: a level's row, or the class's defaults)
+    with each field whose flag :func:`add_fields` made and the command line gave in place of
+    its value; built anew, so the fields' bounds and checks hold (seqprobe.flags.Config)."""
+    cls = type(settings)
+    given: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                             if f.init and flags.field_bound(cls, f.name) is not None
+                             and getattr(args, f.name, None) is not None}
+    return dataclasses.replace(settings, **given)
 
 
 def add_level_arguments(p: OneLineParser) -> None:
@@ -80,7 +136,7 @@ def add_level_arguments(p: OneLineParser) -> None:
     add_level_flag(p)
     p.add_argument("--train", nargs="?", const=True, default=None, metavar="LEVEL",
                    help="train the checkpoints this command needs at the level (cached, "
-                   "reused); --train LEVEL is --level LEVEL --train")
+                   "reused); --train LEVEL (older) is --level LEVEL --train")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="where trained checkpoints are kept (default: $SEQPROBE_CACHE, else "
                    "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")

@@ -37,8 +37,26 @@ def near(key: Any, allowed) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+WAS = "was"  # field metadata: the field's name before a rename (read from records, and hashed)
+
+
+def former_names(cls: type) -> dict[str, str]:
+    """{field's former name: its name} of the config dataclass ``cls`` (``metadata={"was":
+    OLD}``): a record written before a rename is read under the new name, and the cache key
+    keeps the name it hashed (models.train.runconfig)."""
+    return {f.metadata[WAS]: f.name for f in dataclasses.fields(cls) if WAS in f.metadata}
+
+
 def config_from_dict(cls: type, data: dict[str, Any]):
-    """Build a frozen config dataclass from a dict, rejecting unknown keys (never ignoring them)."""
+    """Build a frozen config dataclass from a dict, rejecting unknown keys (never ignoring them);
+    a field's former name (:func:`former_names`) is read as the field."""
+    renamed = former_names(cls)
+    if renamed and set(renamed) & set(data):
+        both = sorted(k for k in set(renamed) & set(data) if renamed[k] in data)
+        if both:
+            raise ConfigError(f"{cls.__name__}: {both[0]!r} is the former name of "
+                              f"{renamed[both[0]]!r}; give one of them")
+        data = {renamed.get(k, k): v for k, v in data.items()}
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:

@@ -1,17 +1,24 @@
-"""Numeric command-line flags, checked when they are parsed (issue 29 item 14, issue 39 item 2,
-issue 49 item 1): every number any command takes has a bound, declared once. A config field's
-bound is the field's own metadata (``field(default=..., metadata=bound(lo, hi, why))``), where
-the field is defined, so ``python -m models.train``'s per-field flags (``--model.d_model``,
-``--task.D``, ``--train.steps``), a run record's check (``models.train.runconfig``) and an
-export's (``models.hf.export_record``) read it from the class (:func:`field_bound`); every
-other command's numeric flag (``models.train.launch``, ``analyses.zoo``,
-``analyses.reproduce``, every analysis and benchmark) has a row in :data:`BOUNDS` (flag name ->
-range and why), and its argparse ``type=`` is that row's parser, :func:`flag`. A bad value is
-one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is loaded or any
-tensor allocated, never a silent default or a request the allocator refuses.
-``tests/contract/test_flag_table.py`` builds every command's parser and fails on a numeric flag whose
-type is not a row of :data:`BOUNDS`, and on a numeric config field without a bound
-(:func:`unbounded_fields`, naming the class, the field and the metadata to add).
+"""Numeric settings and their flags, checked when they are parsed and when a config is built:
+every number any command takes has a bound, declared once, where the value is declared.
+
+* A config field's bound is the field's own metadata (``field(default=..., metadata=bound(lo,
+  hi, why))``): a task's, a model's, :class:`models.train_config.TrainConfig`'s, and an
+  analysis' settings (its options, and its per-level rows beside the paper's zoo table). A
+  config class derives from :class:`Config`, which checks every bounded field when an instance
+  is built, in code or from a stored record, as the flag does (``CopyConfig(D=10**7)`` is
+  refused as ``--task.D 10000000`` is). ``python -m models.train``'s per-field flags
+  (``--model.d_model``) and an analysis' flags (``seqprobe.cli.add_fields``: ``--n-seqs``) are
+  made from the fields, their ``type=`` the field's parser (:func:`field_flag`).
+* The few flags of commands that are not analyses (``models.train.launch``, ``analyses.zoo``,
+  ``analyses.reproduce``, the benchmarks) and the flags every analysis shares (``--seed``,
+  ``--jobs``, ``--steps``) have a row in :data:`BOUNDS` (flag name -> range and why), their
+  ``type=`` that row's parser, :func:`flag`.
+
+A bad value is one line and exit 2 (:class:`seqprobe.cli.OneLineParser`) before any model is
+loaded or any tensor allocated, never a silent default or a request the allocator refuses.
+``tests/contract/test_flag_table.py`` builds every command's parser and fails on a numeric flag that is
+neither, and on a numeric config field without a bound (:func:`unbounded_fields`, naming the
+class, the field and the metadata to add).
 
 The upper bounds keep one command within a machine: they are far above the papers' settings
 (the figure a bound guards is in its ``why``) and far below what would exhaust memory or run
@@ -268,9 +275,9 @@ def unbounded_fields(cls: type) -> list[str]:
     return bad
 
 
-# Every numeric flag of every command but models.train's per-field ones (their bounds are the
-# config fields' own: bound()): the flag's name (a command's own meaning of a name that another
-# command uses otherwise: "COMMAND --flag") -> its range and why.
+# The numeric flags that are no config or settings field (those take the field's own bound):
+# the flag's name (a command's own meaning of a name another command uses otherwise:
+# "COMMAND --flag") -> its range and why.
 BOUNDS: dict[str, Bound] = {
     # ------------------------------------------------ the suite's other commands
     "--seed": _int(0, MAX_SEED, SEED_WHY),
@@ -282,44 +289,6 @@ BOUNDS: dict[str, Bound] = {
     # the environment's SEQPROBE_SEED_OFFSET takes the same range (analyses.zoo.MAX_SEED_OFFSET)
     "--seed-offset": _int(0, 1000, "a shift of every recipe's training seed"),
     "--steps": _int(1, MAX_STEPS, STEPS_WHY),
-    "--patience": _int(1, MAX_STEPS, STEPS_WHY),
-    "--batch-size": _int(1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512"),
-    "--lengths": Bound("ints", 1, MAX_LENGTH, "tokens per string"),
-    "ngram_heads --lengths": Bound("ints", 2, MAX_LENGTH, "tokens per string (an n-gram match "
-                                                          "needs two)"),
-    "--seq-len": _int(1, MAX_LENGTH, "tokens per sequence"),
-    "--t-min": _int(0, MAX_LENGTH, "a position"),
-    "--buckets": _int(1, MAX_LENGTH, "position buckets"),
-    "--n-examples": _int(1, MAX_EXAMPLES, "examples per point; papers: up to 1,280"),
-    "memorization --n-examples": _int(0, MAX_EXAMPLES, "N, the dataset; 0: the whole file"),
-    "--n-seqs": _int(1, MAX_EXAMPLES, "sequences per point"),
-    "--n-eval": _int(1, MAX_EXAMPLES, "sequences per point"),
-    "--model-samples": _int(1, MAX_EXAMPLES, "samples per point"),
-    "--count-samples": _int(1, MAX_EXAMPLES, "samples per point"),
-    "--max-rows": _int(1, MAX_ROWS, "samples of a linear probe"),
-    "--entries": Bound("ints", 3, MAX_ENTRIES, "phone books need >= 3 entries: two shots and "
-                                               "the query"),
-    "--n": Bound("ints", 1, MAX_N, "n of an n-gram; papers: up to 10"),
-    "--reference-n": Bound("ints", 1, MAX_N, "n of an n-gram", allow_empty=True),
-    "--n-max": _int(1, MAX_N, "n of an n-gram"),
-    "--D": _int(2, MAX_DIM, "the alphabet"),
-    "--T": _int(2, MAX_HORIZON, "a dynamical system's horizon; the STU paper: 2^14"),
-    "--k": _int(1, MAX_DIM, "spectral filters"),
-    "--d-hidden": _int(1, MAX_DIM, WIDTH_WHY),
-    "--d-in": _int(1, MAX_DIM, WIDTH_WHY),
-    "--d-out": _int(1, MAX_DIM, WIDTH_WHY),
-    "--widths": Bound("ints", 1, MAX_DIM, WIDTH_WHY),
-    "spectral_lds --lr": _float(0.0, MAX_SCALE, "a step size in units of 1/E|X_t|^2", True),
-    "--radius": _float(0.0, MAX_SCALE, "a spectral radius", True),
-    "--alpha": _float(0.0, math.inf, "a ridge penalty: finite and > 0", True),
-    "--qs": Bound("floats", 0.0, 1.0, "fractions of the length", True),
-    "--fractions": Bound("floats", 0.0, 1.0, "fractions of the dataset", True),
-    "--threshold": _float(0.0, 1.0, "a probability"),
-    "--seeds": _int(1, MAX_SEEDS, "independently trained systems per point"),
-    "--trajectory": _int(0, MAX_SEEDS, "a seed's index"),
-    "--layer": _int(0, MAX_LAYERS, "a layer's index"),
-    "--top-k": _int(1, MAX_HEADS, "heads"),
-    "--draws": _int(1, MAX_DRAWS, "random repetitions of a control (default 10)"),
     # ------------------------------------------------ bench
     "--repeats": _int(1, MAX_DRAWS, "timed repetitions"),
     "--threads": _int(0, MAX_JOBS, "CPU threads; 0: leave as is"),
@@ -361,7 +330,11 @@ def field_flag(cls: type, name: str, row: str) -> Callable[[str], Any] | None:
     """The argparse ``type=`` of config field ``name`` of ``cls`` given as the flag ``row``
     (``--model.d_model``): its :func:`field_bound`'s parser; None for a field without one."""
     b = field_bound(cls, name)
-    return None if b is None else parser(b, row)
+    if b is None:
+        return None
+    parse = parser(b, row)
+    parse.settings_field = (cls, name)  # the field it was made from (tests/test_flag_table.py)
+    return parse
 
 
 def check_in(b: Bound, value: Any, what: str) -> None:
@@ -373,28 +346,56 @@ def check_in(b: Bound, value: Any, what: str) -> None:
         if not (low_ok and math.isfinite(v) and v <= b.hi):
             side = "(" if b.open_lo else "["
             where = (f"{int(b.lo)}..{int(b.hi)}" if b.kind in ("int", "ints")
-                     else f"in {side}{b.lo:g}, {b.hi:g}]")
+                     else f"a finite number in {side}{b.lo:g}, {b.hi:g}]")  # as the flag says
             raise ConfigError(f"{what} {v!r} is out of range: must be {where} ({b.why})")
 
 
-def check_value(row: str, value: Any, what: str) -> None:
-    """:func:`check_in` of ``row``'s :data:`BOUNDS` range: the same bound as the flag's."""
-    check_in(BOUNDS[row], value, what)
+@functools.cache
+def _bounded(cls: type) -> tuple[tuple[str, Bound], ...]:
+    """The bounded init fields of the dataclass ``cls``: (name, bound) pairs, once per class."""
+    return tuple((f.name, b) for f in dataclasses.fields(cls)
+                 if f.init and (b := field_bound(cls, f.name)) is not None)
 
 
-def check_fields(cfg: Any, prefix: str, names: Iterable[str] | None = None) -> None:
-    """:func:`check_in` of each bounded number of the config dataclass instance ``cfg`` (those
-    of ``names`` only, when given), each named ``prefix.FIELD`` in a refusal: the bounds its
-    flags take, for a config given in code or a stored record."""
-    keep = None if names is None else set(names)
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if (keep is not None and f.name not in keep) or value is None \
-                or isinstance(value, (bool, str)):
-            continue
-        b = field_bound(type(cfg), f.name)
-        if b is not None:
-            check_in(b, value, f"{prefix}.{f.name}")
+def check_bounds(cfg: Any) -> None:
+    """:func:`check_in` of every bounded field of the config dataclass instance ``cfg``, each
+    named ``Class.field`` in a refusal: the range its flag takes, for a config built in code."""
+    where = type(cfg).__name__
+    for name, b in _bounded(type(cfg)):
+        value = getattr(cfg, name)
+        if value is not None and not isinstance(value, (bool, str)):
+            check_in(b, value, f"{where}.{name}")
+
+
+class Config:
+    """The base of every config dataclass with bounded fields (tasks', models', training's, an
+    analysis' settings): building one checks each field against its :func:`bound`, in code as
+    on the command line (``CopyConfig(D=10**7)`` is refused as ``--task.D 10000000`` is),
+    before the class's own ``__post_init__`` checks (which then see in-range numbers only).
+
+    A subclass's own ``__post_init__`` is wrapped when the class is made, so the check cannot
+    be forgotten; it runs once per build, however deep the ``super().__post_init__()`` chain.
+    No fields of its own: a config's fields, dicts and hashes are as they were."""
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is None or getattr(own, "_checks_bounds", False):
+            return
+
+        @functools.wraps(own)
+        def __post_init__(self, *args):
+            if type(self).__post_init__ is __post_init__:  # the outermost: check once
+                check_bounds(self)
+            own(self, *args)
+
+        __post_init__._checks_bounds = True
+        cls.__post_init__ = __post_init__
+
+    def __post_init__(self):
+        check_bounds(self)
 
 
 # ---------------------------------------------------------------------------- model context

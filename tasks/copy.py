@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqprobe.config import check
-from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
+from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, Config, bound
 from tasks.base import IGNORE, LetterTask, PromptBatch, Vocab
 
 COPY_SPECIALS = ("BOS", "EOS", "COPY", "PAD")
@@ -25,7 +25,7 @@ COPY_TASKS = ("copy", "dup_ngram_copy")  # the names of this module's two tasks
 
 
 @dataclass(frozen=True)
-class CopyConfig:
+class CopyConfig(Config):
     D: int = field(  # alphabet size (paper: 26 letters)
         default=26, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
     min_len: int = field(
@@ -34,8 +34,6 @@ class CopyConfig:
         default=20, metadata=bound(1, MAX_LENGTH, "tokens per string; papers: up to 1,000"))
 
     def __post_init__(self):
-        check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
-        check(self.min_len >= 1, f"min_len must be >= 1, got {self.min_len}")
         check(self.min_len <= self.max_len,
               f"min_len ({self.min_len}) must be <= max_len ({self.max_len})")
 
@@ -102,7 +100,6 @@ class DupNgramConfig(CopyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(self.n >= 1, f"n must be >= 1, got {self.n}")
         # two non-overlapping copies plus a successor after the earlier one
         check(2 * self.n + 1 <= self.min_len,
               f"n-gram length n={self.n} needs strings of length >= 2n+1={2 * self.n + 1}, "

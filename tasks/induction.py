@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqprobe.config import check
-from seqprobe.flags import MAX_DIM, MAX_HORIZON, bound
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, Config, bound
 from tasks.base import IGNORE, Batch, LetterTask, PromptBatch
 
 SPECIALS = ("BLANK", "FLAG")
@@ -29,14 +29,13 @@ MIN_LENGTH = 3  # flag, recalled token, query
 
 
 @dataclass(frozen=True)
-class InductionConfig:
+class InductionConfig(Config):
     D: int = field(  # alphabet of the recalled token (paper: vocabulary size 4)
         default=4, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
     length: int = field(  # training sequence length (paper: T^q with T = 256)
         default=16, metadata=bound(1, MAX_HORIZON, "tokens per sequence; the STU paper: 2^14"))
 
     def __post_init__(self):
-        check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
         check(self.length >= MIN_LENGTH,
               f"length must be >= {MIN_LENGTH} (flag, token, query), got {self.length}")
 

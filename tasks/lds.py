@@ -20,37 +20,38 @@ Everything is a pure function of the config and a seeded ``torch.Generator`` (fl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from seqprobe.config import check
+from seqprobe.flags import MAX_HORIZON, MAX_SCALE, WIDTH_FIELD, Config, bound
 
+LDS_HORIZON_WHY = "a dynamical system's horizon (the regions need T >= 4); the STU paper: 2^14"
 REGIONS = ("A", "B")
 
 
 @dataclass(frozen=True)
-class LDSConfig:
-    T: int = 2**14  # horizon (paper: 2^14); the regions depend on it
-    d_hidden: int = 512  # hidden dimension d_A (paper: 512)
-    d_in: int = 4  # input dimension (the paper does not say; small keeps OGD fast)
-    d_out: int = 4
+class LDSConfig(Config):
+    T: int = field(  # horizon (paper: 2^14); the regions depend on it
+        default=2**14, metadata=bound(4, MAX_HORIZON, LDS_HORIZON_WHY))
+    d_hidden: int = field(default=512, metadata=WIDTH_FIELD)  # hidden dimension d_A (paper: 512)
+    # input dimension (the paper does not say; small keeps OGD fast)
+    d_in: int = field(default=4, metadata=WIDTH_FIELD)
+    d_out: int = field(default=4, metadata=WIDTH_FIELD)
     region: str = "A"  # A | B (Fig. 1)
-    q_boundary: float = 7 / 8  # exponent q of log T / (8 T^q) in the region bounds
-    left_factor: float = 0.9  # Region A starts at left_factor · (1 − log T / (8 T^q))
-    input_scale: float = 1.0  # u_t ~ N(0, input_scale² I)
+    q_boundary: float = field(  # exponent q of log T / (8 T^q) in the region bounds
+        default=7 / 8, metadata=bound(0.0, 1.0, "an exponent q of T^q", open_lo=True))
+    left_factor: float = field(  # Region A starts at left_factor · (1 − log T / (8 T^q))
+        default=0.9, metadata=bound(0.0, 1.0, "a fraction of Region B's left end", open_lo=True))
+    input_scale: float = field(  # u_t ~ N(0, input_scale² I)
+        default=1.0, metadata=bound(0.0, MAX_SCALE, "an input's standard deviation",
+                                    open_lo=True))
 
     def __post_init__(self):
-        for name in ("T", "d_hidden", "d_in", "d_out"):
-            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        check(self.T >= 4, f"T must be >= 4, got {self.T}")
         check(self.region in REGIONS, f"region must be one of {REGIONS}, got {self.region!r}")
-        check(0.0 < self.q_boundary <= 1.0, f"q_boundary must be in (0, 1], got {self.q_boundary}")
-        check(0.0 < self.left_factor <= 1.0,
-              f"left_factor must be in (0, 1], got {self.left_factor}")
-        check(self.input_scale > 0, f"input_scale must be > 0, got {self.input_scale}")
         lo, hi = region_bounds(self.T, self.q_boundary)
         check(0.0 < lo < hi < 1.0, f"T={self.T}, q_boundary={self.q_boundary}: Region B "
               f"({lo:.6g}, {hi:.6g}) is empty or leaves (0, 1); use a larger T")

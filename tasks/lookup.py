@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqprobe.config import check
-from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, bound
+from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_N, Config, bound
 from tasks.base import IGNORE, LetterTask, PromptBatch
 from tasks.copy import COPY_SPECIALS
 
@@ -25,7 +25,7 @@ MAX_TRIES = 1000
 
 
 @dataclass(frozen=True)
-class LookupConfig:
+class LookupConfig(Config):
     D: int = field(
         default=26, metadata=bound(2, MAX_DIM, "the alphabet, a token each; papers: 4 to 30"))
     min_len: int = field(
@@ -39,8 +39,6 @@ class LookupConfig:
     key: str = "suffix"  # suffix | prefix
 
     def __post_init__(self):
-        check(self.D >= 2, f"D (alphabet size) must be >= 2, got {self.D}")
-        check(self.n >= 1 and self.k >= 1, f"n and k must be >= 1, got n={self.n}, k={self.k}")
         check(self.key in ("suffix", "prefix"), f"key must be suffix or prefix, got {self.key!r}")
         check(self.min_len <= self.max_len,
               f"min_len ({self.min_len}) must be <= max_len ({self.max_len})")

@@ -35,13 +35,13 @@ from scipy.stats import beta as beta_dist
 from torch import Tensor
 
 from seqprobe.config import check
-from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_ORDER, MAX_SCALE, bound
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_ORDER, MAX_SCALE, Config, bound
 from tasks.add_beta import add_beta_probs, switching_probs, window_index
 from tasks.base import Batch, Task, Vocab
 
 
 @dataclass(frozen=True)
-class MarkovConfig:
+class MarkovConfig(Config):
     S: int = field(  # state-space size |X| (the paper's binary case: 2)
         default=2, metadata=bound(2, MAX_DIM, "Markov states; papers: 2 to 10"))
     order: int = field(  # Markov order k
@@ -53,10 +53,6 @@ class MarkovConfig:
         default=256, metadata=bound(1, MAX_HORIZON, "tokens per sequence; papers: up to 2,048"))
 
     def __post_init__(self):
-        check(self.S >= 2, f"S (state-space size) must be >= 2, got {self.S}")
-        check(self.order >= 1, f"order must be >= 1, got {self.order}")
-        check(self.beta > 0, f"beta must be > 0, got {self.beta}")
-        check(self.seq_len >= 1, f"seq_len must be >= 1, got {self.seq_len}")
         # one kernel row per context: S^k rows of S probabilities per sequence
         check(self.S ** self.order <= 1 << 20,
               f"S**order = {self.S}**{self.order} kernel rows per sequence is too many")
@@ -69,7 +65,7 @@ class SwitchingMarkovConfig(MarkovConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(0.0 <= self.p_switch < 1.0, f"p_switch must be in [0, 1), got {self.p_switch}")
+        check(self.p_switch < 1.0, f"p_switch must be in [0, 1), got {self.p_switch}")
 
 
 # Elements of one block's [batch, positions, states, S] comparison: the scan over positions
@@ -256,7 +252,7 @@ class HoldoutMarkovConfig(MarkovConfig):
     def __post_init__(self):
         super().__post_init__()
         check(self.S == 2, f"the hold-out task is binary (App. E.5), got S={self.S}")
-        check(0.0 <= self.p_lo < self.p_hi <= 1.0,
+        check(self.p_lo < self.p_hi,
               f"need 0 <= p_lo < p_hi <= 1, got [{self.p_lo}, {self.p_hi}]")
 
 

@@ -4,9 +4,9 @@ A memorization task is a *fixed, finite* labelled set of N input sequences, not 
 fresh samples: a model memorises it when its training error (the fraction of wrong labels on
 the whole set) reaches zero. Two labellings, as the paper's two theorems:
 
-* ``level="token"`` (sequence-to-sequence, Thm 3.1): every token of every sequence has a label
-  in [C]; targets are ``[batch, n]``.
-* ``level="sequence"`` (sequence classification, Thm 4.1): one label in [C] per sequence;
+* ``labels_per="token"`` (sequence-to-sequence, Thm 3.1): every token of every sequence has a
+  label in [C]; targets are ``[batch, n]``.
+* ``labels_per="sequence"`` (sequence classification, Thm 4.1): one label in [C] per sequence;
   targets are ``[batch]``.
 
 Glossary (code name -> paper symbol, §3.1):
@@ -29,9 +29,9 @@ Data sources:
   sets of tokens of each sequence) are distinct too and a token's label is a function of
   (sequence, token), so equal tokens in one sequence share a label: the data then satisfy
   the premises of both parts of Thm 3.1 / 4.1, whether or not the model sees positions.
-* ``conll``: CoNLL-2003 NER (token level, the 9 IOB tags, §5.1), standard column format
+* ``conll``: CoNLL-2003 NER (labels per token, the 9 IOB tags, §5.1), standard column format
   (``WORD POS CHUNK TAG``, blank line between sentences, ``-DOCSTART-`` lines skipped).
-* ``mnli``: MNLI (sequence level, 3 classes), GLUE TSV with a header naming ``sentence1``,
+* ``mnli``: MNLI (labels per sequence, 3 classes), GLUE TSV with a header naming ``sentence1``,
   ``sentence2`` and ``gold_label`` (or ``label``); input is ``premise <SEP> hypothesis``.
 
 Real data come from local files (``data_path``: the file, or a folder holding the standard
@@ -55,33 +55,35 @@ from pathlib import Path
 import torch
 
 from seqprobe import flags
-from seqprobe.config import check
+from seqprobe.config import WAS, check
 from seqprobe.errors import InputError
-from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, bound
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_LENGTH, SEED_FIELD, Config, bound
 from tasks.base import IGNORE, Batch, Task, Vocab, letters, make_generator
 
 DATA_SOURCES = ("synthetic", "conll", "mnli")
-LEVELS = ("token", "sequence")
+LABELS_PER = ("token", "sequence")  # what one label belongs to
 # CoNLL-2003 NER tags in the order of the HuggingFace conll2003 dataset (9 classes, App. F)
 NER_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 # GLUE / HuggingFace MNLI label order (3 classes, App. F)
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 REAL_CLASSES = {"conll": len(NER_TAGS), "mnli": len(NLI_LABELS)}
-REAL_LEVEL = {"conll": "token", "mnli": "sequence"}
+REAL_LABELS_PER = {"conll": "token", "mnli": "sequence"}
 # file names looked for when data_path is a folder
 DATA_FILES = {"conll": ("train.txt", "eng.train", "conll2003/train.txt"),
               "mnli": ("train.tsv", "MNLI/train.tsv")}
-MAX_EXAMPLES = 10_000_000
 WORD_RE = re.compile(r"\w+|[^\w\s]")  # MNLI word-level tokenizer: words and single punctuation
 
 
 @dataclass(frozen=True)
-class MemorizationConfig:
+class MemorizationConfig(Config):
     data: str = "synthetic"  # synthetic | conll | mnli
-    level: str = "token"  # token (Thm 3.1) | sequence (Thm 4.1)
+    # token (Thm 3.1) | sequence (Thm 4.1): a label per token or per sequence; named "level"
+    # before (still read from records, and the name its cache keys hash)
+    labels_per: str = field(default="token", metadata={WAS: "level"})
     n_examples: int = field(  # N; real data: 0 -> every (distinct) example of the file
         default=256,
-        metadata=bound(1, flags.MAX_EXAMPLES, "examples to memorize; paper: up to 10^5"))
+        metadata=bound(0, flags.MAX_EXAMPLES, "examples to memorize; paper: up to 10^5; "
+                                                "0: the whole file (real data)"))
     fraction: float = field(  # use the first round(fraction · N) examples (App. F: 10 %, …, 100 %)
         default=1.0, metadata=bound(0.0, 1.0, "a fraction of the dataset", open_lo=True))
     seq_len: int = field(  # n (synthetic)
@@ -99,17 +101,10 @@ class MemorizationConfig:
 
     def __post_init__(self):
         check(self.data in DATA_SOURCES, f"data must be one of {DATA_SOURCES}, got {self.data!r}")
-        check(self.level in LEVELS, f"level must be one of {LEVELS}, got {self.level!r}")
-        check(0 < self.fraction <= 1, f"fraction must be in (0, 1], got {self.fraction}")
-        check(self.n_classes >= 0, f"n_classes must be >= 0, got {self.n_classes}")
-        check(self.n_examples >= 0, f"n_examples must be >= 0, got {self.n_examples}")
-        check(self.n_examples <= MAX_EXAMPLES,
-              f"n_examples must be <= {MAX_EXAMPLES}, got {self.n_examples}")
-        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.labels_per in LABELS_PER,
+              f"labels_per must be one of {LABELS_PER}, got {self.labels_per!r}")
         if self.data == "synthetic":
             check(self.n_examples >= 1, "synthetic data need n_examples >= 1")
-            check(self.seq_len >= 1, f"seq_len must be >= 1, got {self.seq_len}")
-            check(self.vocab >= 2, f"vocab must be >= 2, got {self.vocab}")
             check(self.C >= 2, f"n_classes must be >= 2 (random labels), got {self.n_classes}")
             # N distinct sequences need |V|^n >= N (compared in logs: |V|^n can be astronomic)
             check(self.seq_len * math.log(self.vocab) >= math.log(self.n_examples) - 1e-9,
@@ -123,13 +118,12 @@ class MemorizationConfig:
                       f"many for vocab={self.vocab}, seq_len={self.seq_len} (at most half of "
                       f"the {n_sets} sets); raise vocab or seq_len, or set consistent=False")
         else:
-            check(self.level == REAL_LEVEL[self.data],
-                  f"data={self.data} is {REAL_LEVEL[self.data]}-level (labels per "
-                  f"{REAL_LEVEL[self.data]}), got level={self.level!r}")
+            check(self.labels_per == REAL_LABELS_PER[self.data],
+                  f"data={self.data} has labels per {REAL_LABELS_PER[self.data]}, got "
+                  f"labels_per={self.labels_per!r}")
             check(self.n_classes in (0, REAL_CLASSES[self.data]),
                   f"data={self.data} has {REAL_CLASSES[self.data]} classes, got "
                   f"n_classes={self.n_classes}")
-            check(self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}")
             check(self.data_path != "",
                   f"data={self.data} needs data_path (--data-path FILE): the "
                   f"{'CoNLL-2003 training file' if self.data == 'conll' else 'MNLI train.tsv'}")
@@ -149,7 +143,7 @@ class MemorizationConfig:
 
 
 # ---------------------------------------------------------------------------- synthetic
-def synthetic_dataset(N: int, n: int, V: int, C: int, level: str, consistent: bool,
+def synthetic_dataset(N: int, n: int, V: int, C: int, labels_per: str, consistent: bool,
                       g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(tokens [N, n], labels [N, n] or [N])``: distinct sequences, uniform random labels.
 
@@ -177,7 +171,7 @@ def synthetic_dataset(N: int, n: int, V: int, C: int, level: str, consistent: bo
             if len(rows) == N:
                 break
     tokens = torch.tensor(rows, dtype=torch.long)  # [N, n]
-    if level == "sequence":
+    if labels_per == "sequence":
         return tokens, torch.randint(0, C, (N,), generator=g)  # [N]
     if consistent:
         table = torch.randint(0, C, (N, V), generator=g)  # label of token v in sequence i
@@ -349,7 +343,8 @@ class MemorizationTask(Task):
         super().__init__(cfg)
         if cfg.data == "synthetic":
             tokens, labels = synthetic_dataset(cfg.n_examples, cfg.seq_len, cfg.vocab, cfg.C,
-                                               cfg.level, cfg.consistent, make_generator(cfg.seed))
+                                               cfg.labels_per, cfg.consistent,
+                                               make_generator(cfg.seed))
             self.vocab = Vocab(letters(cfg.vocab), ("PAD",))  # PAD unused: fixed length n
             self.n_dropped = 0
         else:
@@ -366,7 +361,7 @@ class MemorizationTask(Task):
 
     @property
     def n_labels(self) -> int:
-        """Number of labels to memorise (labelled tokens for token level, else sequences)."""
+        """Number of labels to memorise (labelled tokens with labels per token, else sequences)."""
         return int((self.labels != IGNORE).sum())
 
     @property
@@ -375,9 +370,9 @@ class MemorizationTask(Task):
         return self.tokens.shape[1]
 
     def model_fields(self) -> dict:
-        """An encoder (§5.1: encoder-only, BERT) with the classification head of the level."""
+        """An encoder (§5.1: encoder-only, BERT) with the classification head of ``labels_per``."""
         return {"vocab_size": self.vocab.size, "causal": False, "n_classes": self.cfg.C,
-                "head": "token_cls" if self.cfg.level == "token" else "seq_cls"}
+                "head": "token_cls" if self.cfg.labels_per == "token" else "seq_cls"}
 
     # ------------------------------------------------------------ batches
     def subset(self, idx: torch.Tensor) -> Batch:

@@ -19,7 +19,7 @@ from importlib import resources
 import torch
 
 from seqprobe.config import check
-from seqprobe.flags import MAX_ENTRIES, bound
+from seqprobe.flags import MAX_ENTRIES, Config, bound
 from tasks.base import IGNORE, PromptBatch, Task, Vocab
 from tasks.copy import COPY_SPECIALS
 
@@ -37,7 +37,7 @@ def names() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class PhoneBookConfig:
+class PhoneBookConfig(Config):
     n_entries: int = field(  # lines in the phone book
         default=20, metadata=bound(1, MAX_ENTRIES, "phone-book entries; paper: up to 140"))
     n_shots: int = field(  # solved queries before the real one
@@ -45,10 +45,9 @@ class PhoneBookConfig:
 
     def __post_init__(self):
         first, last = names()
-        check(self.n_entries >= 1, f"n_entries must be >= 1, got {self.n_entries}")
         check(self.n_entries <= len(first) * len(last),
               f"n_entries ({self.n_entries}) exceeds the {len(first) * len(last)} distinct names")
-        check(0 <= self.n_shots < self.n_entries,
+        check(self.n_shots < self.n_entries,
               f"n_shots must be in [0, n_entries), got {self.n_shots}")
 
 

@@ -239,7 +239,7 @@ def memorization() -> dict:
     err = np.array([[max(0.0, 0.6 - w / (n ** 0.5 * 2)) for w in widths] for n in ns])
     fit = {"linear": {"a": 100.0, "b": 4.0, "r2": 0.97},
            "theory": {"a": -200.0, "b": 180.0, "r2": 0.99}}
-    return {"data": "wikitext", "level": "sequence", "seq_len": 16, "threshold": 0.01,
+    return {"data": "wikitext", "labels_per": "sequence", "seq_len": 16, "threshold": 0.01,
             "widths": widths, "n_examples": ns, "error": err.tolist(),
             "min_params_total": [900, 1500, 2600, 4800, None],
             "min_params_non_embedding": [500, 900, 1700, 3300, None],

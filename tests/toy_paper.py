@@ -2,9 +2,10 @@
 (docs/adding-a-paper.md lists them in this order): a new architecture (``echo``, its own
 config class with a numeric field of its own, ``decay``), a new task (``toy_echo``, whose
 length field is ``span``), a probe, the paper's zoo module (its level rows and its recipe at
-quick and medium), its analysis (a FIGURE with two claims and its scale sentences) and the
-tests of its claim readers. The one edit to an existing file, a row in each table of
-seqprobe/registry.toml (its arch, task, probe, paper and analysis), is :func:`register`.
+quick and medium), its analysis (a FIGURE with two claims, its scale sentences and a numeric
+option of its own, ``--rows``: a settings field, its flag made from it) and the tests of its
+claim readers. The one edit to an existing file, a row in each table of seqprobe/registry.toml
+(its arch, task, probe, paper and analysis), is :func:`register`.
 
 Kept as text here, not as files under tests/: written into a copy of the repository, where the
 suite's own registry reads them as it reads a real paper's rows (nothing patched at run time).
@@ -37,7 +38,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from models.base import SuiteModel, TLConfigFields, check_counts
+from models.base import SuiteModel, TLConfigFields
 from models.contract import Shapes
 from models.layers import RMSNorm
 from seqprobe.config import check
@@ -51,10 +52,6 @@ class EchoConfig(TLConfigFields):
     n_layers: int = field(default=1, metadata=LAYERS_FIELD)
     decay: float = field(default=0.5, metadata=bound(0.0, 1.0, "the echo's decay per position"))
     norm_eps: float = field(default=1e-5, metadata=EPS_FIELD)
-
-    def __post_init__(self):
-        check_counts(self, "vocab_size", "d_model", "n_layers")
-        check(0.0 <= self.decay <= 1.0, f"decay must be in [0, 1], got {self.decay}")
 
     @property
     def normalization_type(self) -> str | None:
@@ -120,18 +117,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seqprobe.config import check
-from seqprobe.flags import bound
+from seqprobe.flags import Config, bound
 from tasks.base import IGNORE, LetterTask
 
 
 @dataclass(frozen=True)
-class EchoTaskConfig:
+class EchoTaskConfig(Config):
     D: int = field(default=4, metadata=bound(2, 64, "the alphabet"))
     span: int = field(default=6, metadata=bound(2, 4096, "tokens per example"))
-
-    def __post_init__(self):
-        check(self.D >= 2 and self.span >= 2, f"D and span must be >= 2, got {self}")
 
 
 class EchoTask(LetterTask):
@@ -196,15 +189,19 @@ ANALYSIS = '''
 """Toy paper Fig. 1 (tests/toy_paper.py): an echo model repeats a letter, also in examples
 twice as long as it was trained on.
 
-``python -m analyses.toy_echo --train quick`` (the zoo's ``toy_echo/echo``)
+``python -m analyses.toy_echo --train --level quick`` (the zoo's ``toy_echo/echo``)
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from analyses.claims import Claim, Figure, Margin, Reading
 from analyses.common import load_model, need, run_analysis
 from figures.style import COLORS, new_figure
 from probes.toy_echo import next_token_accuracy
+from seqprobe.cli import add_fields
+from seqprobe.flags import Config, bound
 from tasks.base import make_generator
 from tasks.registry import make_task
 
@@ -215,6 +212,14 @@ SCALE = {"quick": "an echo model on a letter repeated 6 times",
          "medium": "an echo model on a letter repeated 12 times"}
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """The analysis' own option, declared once: its flag --rows is made from the field."""
+
+    rows: int = field(default=16, metadata=bound(1, 4096, "examples per accuracy",
+                                                 help="examples each accuracy is taken on"))
+
+
 def _compute(args, checkpoints):
     need(checkpoints)
     rows = []
@@ -222,10 +227,11 @@ def _compute(args, checkpoints):
         model = load_model(c.path, archs=("echo",), tasks=("toy_echo",), device=args.device)
         g = make_generator(args.seed)
         longer = make_task("toy_echo", D=model.task.cfg.D, span=2 * model.task.cfg.span)
+        n = args.rows
         rows.append({"label": c.label, "arch": model.arch,
-                     "accuracy": next_token_accuracy(model, model.task.batch(16, g).tokens),
-                     "longer": next_token_accuracy(model, longer.batch(16, g).tokens)})
-    return {"seed": args.seed, "models": rows}
+                     "accuracy": next_token_accuracy(model, model.task.batch(n, g).tokens),
+                     "longer": next_token_accuracy(model, longer.batch(n, g).tokens)})
+    return {"seed": args.seed, "rows": args.rows, "models": rows}
 
 
 def plot(result):
@@ -269,7 +275,7 @@ FIGURE = Figure(
 
 def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=plot, table=table,
-                        figure=FIGURE)
+                        figure=FIGURE, add_arguments=lambda p: add_fields(p, Settings))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How many training samples does each model need to learn to copy? (copy paper §3.2, Figs. 1a, 9)
 
-``python -m analyses.copy_efficiency ckpt.pt ...`` (or ``--train quick``): string- and
+``python -m analyses.copy_efficiency ckpt.pt ...`` (or ``--train --level quick``): string- and
 character-level copy accuracy against the number of training examples seen, read from the
 evaluation history the trainer stores in every checkpoint (``history``: samples_seen,
 string_acc, char_acc, eval_loss; evaluated on fresh strings of the training distribution). For
@@ -12,7 +12,7 @@ With ``--train`` it reads the zoo's copy models of Fig. 1, the same checkpoints 
 ``length_generalization`` (``analyses.copy_models.COPY_LABELS``; trained once, cached); the quick
 level evaluates every 100 steps.
 
-``--medium`` (``--train medium``): the comparison as a number with an error bar, in the paper's
+``--level medium`` (with ``--train``): the comparison as a number with an error bar, in the paper's
 setting as far as a CPU allows (the zoo's ``copy_medium/*`` recipes;
 ``zoo_copy.COPY_MEDIUM_SETTING`` says what is matched and what is not): parameter-matched
 models (the transformer as the authors' GPT-NeoX: a quarter of each head rotated, parallel
@@ -29,7 +29,7 @@ the ratio of its samples to the fastest transformer's (ratio of the means, and t
 ratios, seeds paired; each seed's log ratio with whether it is a bound), and each seed's slope
 of its log ratio on log L, where the paper finds the gap grows (Fig. 9b vs 1a; ``slopes``).
 
-``--large`` (``--train large``; the smallest settings that decide the claim): the same at
+``--level large`` (with ``--train``; the smallest settings that decide the claim): the same at
 L <= 10, 20, 30 over 26 letters in packed contexts, models matched at ~1M parameters
 (``zoo_copy.COPY_LARGE_SETTING``): a sweep of four lrs at seed 0 (the zoo's ``copy_large/*``
 recipes the plan trains), then each model's best lr of it at the other seeds, trained here side
@@ -189,11 +189,12 @@ FIGURE = Figure(
 def add_arguments(p) -> None:
     add_copy_models_argument(p)
     p.add_argument("--sweep", action="store_true",
-                   help="with --train medium: every lr of the sweep (zoo_copy.COPY_MEDIUM['lrs']) "
+                   help="with --level medium --train: every lr of the sweep "
+                   "(zoo_copy.COPY_MEDIUM['lrs']) "
                    "at every seed, which picks each model's lr (zoo_copy.COPY_MEDIUM_LR); without "
                    "it only the chosen lrs train (a third of the runs)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="with --train large: the other seeds' runs trained side by side "
+                   help="with --train --level large: the other seeds' runs trained side by side "
                    "(default: this machine's cores)")
 
 

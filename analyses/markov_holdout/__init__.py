@@ -2,9 +2,9 @@
 Table 2).
 
 ``python -m analyses.markov_holdout ckpt.pt`` (a checkpoint trained on ``markov_holdout``) or
-``--train quick`` (the zoo's ``markov_holdout/mamba2``): a 1-layer Mamba-2 is trained only on
-binary chains whose transition probabilities P(1 | ·) all lie in [0, 0.5], and tested on chains
-with P(1 | ·) in [0.5, 1]. The add-β estimator is minimax optimal as t → ∞, so the model's
+``--train --level quick`` (the zoo's ``markov_holdout/mamba2``): a 1-layer Mamba-2 is trained
+only on binary chains whose transition probabilities P(1 | ·) all lie in [0, 0.5], and tested on
+chains with P(1 | ·) in [0.5, 1]. The add-β estimator is minimax optimal as t → ∞, so the model's
 predictions should approach it even on the held-out part of the simplex, after a start where
 they are far off (Table 2): |P_θ(x_{t+1} = 1 | x_1^t) − P_β(x_{t+1} = 1 | x_1^t)| at t = 1, 50,
 100, 300 (t = tokens seen), mean ± std over test sequences; the same on in-range test chains
@@ -30,7 +30,7 @@ fixed 512-token sequence (``per_state``, :mod:`analyses.markov_holdout.per_state
 sequence whose state 0 has P(1 | 0) inside the training range and state 1 outside it, so both
 readings of the table sit side by side in the claims.
 
-``--train medium`` (the zoo's ``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
+``--train --level medium`` (``markov_holdout_medium/mamba2_s*``): seeds of the paper's setting
 — the Mamba-2 the authors ran (:data:`models.ssm.mamba2.MARKOV_PAPER_MODEL`: bias-free LayerNorm,
 LN(y) ⊙ act(z), no D, their init) with Table 7's optimiser on sequences of 512 — each tested
 on the same chains and the same fixed sequence; the rows are the mean over seeds with their
@@ -44,6 +44,7 @@ on [p_lo, p_hi]; the table is :func:`probes.markov.deviation_table`.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -73,8 +74,9 @@ from probes.markov import (
     p_hat_bins,
     restricted_table,
 )
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check, config_to_dict
+from seqprobe.flags import MAX_EXAMPLES, MAX_LENGTH, Config, bound
 
 NAME = "markov_holdout"
 RECIPE = "markov_holdout/mamba2"  # a 1-layer Mamba-2 trained on P(1|·) in [0, 0.5]
@@ -270,14 +272,21 @@ def _main_table(result: dict) -> list[list]:
     return out
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    n_seqs: int = field(default=256, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="test sequences per range"))
+    seq_len: int = field(default=300, metadata=bound(
+        1, MAX_LENGTH, "tokens per sequence", help="test length (≥ 300 for Table 2)"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-seqs", type=flags.flag("--n-seqs"), default=256,
-                   help="test sequences per range")
-    p.add_argument("--seq-len", type=flags.flag("--seq-len"),
-                   default=300, help="test length (≥ 300 for Table 2)")
+    add_fields(p, Settings)
     p.add_argument("--cpu-batch", action="store_true",
-                   help="with --train large: the batch-16 runs (for a machine without a GPU; "
-                   "every other setting kept)")
+                   help="with --level large --train: the batch-16 runs (for a machine without a "
+                   "GPU; every other setting kept)")
 
 
 def large_cpu_batch() -> bool:
@@ -301,7 +310,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         return _compute_large(args, checkpoints)
     medium = level in SEEDED
     check(len(checkpoints) >= 1 and (medium or len(checkpoints) == 1),
-          f"markov_holdout takes exactly one checkpoint (or --train quick / medium), got "
+          f"markov_holdout takes exactly one checkpoint (or --train --level quick / medium), got "
           f"{len(checkpoints)}")
     models = [load_model(c.path, archs=MARKOV_ARCHS, device=args.device) for c in checkpoints]
     if len(models) > 1:

@@ -179,7 +179,7 @@ def plan_args(level: str) -> list[str]:
     the ten dataset sizes, which keeps the figure within one analysis' time budget; the
     trends are read the same way from five sizes."""
     quick = ["--fractions", "0.2,0.4,0.6,0.8,1.0"] if level == "quick" else []
-    return ["--data", "synthetic", "--task", "token", "--no-progress", *quick]
+    return ["--data", "synthetic", "--labels-per", "token", "--no-progress", *quick]
 
 
 # level -> what the plan's grid (analyses.zoo.memorization.GRIDS, synthetic token level)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,19 @@ from analyses.memorization.sweep import compute
 from figures.style import caption_text, new_figure, save_figure
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
+from seqprobe.cli import add_fields
+from seqprobe.flags import (
+    MAX_DIM,
+    MAX_EXAMPLES,
+    MAX_SEEDS,
+    MAX_STEPS,
+    STEPS_WHY,
+    WIDTH_WHY,
+    Config,
+    bound,
+)
 from seqprobe.sweep import backend_of
-from tasks.memorization import REAL_LEVEL
+from tasks.memorization import LABELS_PER, REAL_LABELS_PER
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",
               "d_model", "n_layers", "n_heads", "d_mlp", "pe", "params_total",
@@ -85,31 +97,44 @@ def _plot(result: dict):
     return fig
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """The grid's flags (each field is a flag: seqprobe.cli.add_fields); --steps and --jobs are the
+    suite's shared flags."""
+
+    widths: tuple[int, ...] | None = field(default=None, metadata=bound(
+        1, MAX_DIM, WIDTH_WHY, help="embedding sizes m, e.g. 8,16,32 (default: the grid's)"))
+    fractions: tuple[float, ...] | None = field(default=None, metadata=bound(
+        0.0, 1.0, "fractions of the dataset", open_lo=True,
+        help="dataset fractions (default 0.1,…,1.0)"))
+    n_examples: int | None = field(default=None, metadata=bound(
+        0, MAX_EXAMPLES, "N, the dataset; 0: the whole file",
+        help="N, the full dataset size (0 with --data conll/mnli: every example of the file)"))
+    threshold: float = field(default=THRESHOLD, metadata=bound(
+        0.0, 1.0, "a probability", help="training error a cell must reach"))
+    patience: int | None = field(default=None, metadata=bound(
+        1, MAX_STEPS, STEPS_WHY, help="evaluations without improvement before a cell stops"))
+    seeds: int | None = field(default=None, metadata=bound(
+        1, MAX_SEEDS, "independently trained systems per point",
+        help="medium: searches, one per seed --seed, --seed + 1, … (default: the grid's)"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=["synthetic", "conll", "mnli"], default="synthetic")
-    p.add_argument("--task", choices=["token", "sequence"], default=None,
-                   help="label level (default: token for synthetic and conll, sequence for mnli)")
+    p.add_argument("--labels-per", choices=LABELS_PER, default=None,
+                   help="a label per token or per sequence (default: token for synthetic and "
+                   "conll, sequence for mnli)")
+    p.add_argument("--task", dest="labels_per", choices=LABELS_PER, default=None,
+                   help=argparse.SUPPRESS)  # its name before --labels-per (old command lines)
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=2,
                    help="parallel worker processes, or the CPUs of the Ray instance --ray "
                    "starts here (default 2)")
-    p.add_argument("--widths", type=flags.flag("--widths"), default=None,
-                   help="embedding sizes m, e.g. 8,16,32")
-    p.add_argument("--fractions", type=flags.flag("--fractions"),
-                   default=None, help="dataset fractions (default 0.1,…,1.0)")
-    p.add_argument("--n-examples", type=flags.flag("memorization --n-examples"), default=None,
-                   help="N, the full dataset size (0 with --data conll/mnli: every example of "
-                   "the file)")
+    add_fields(p, Settings)
     p.add_argument("--steps", type=flags.flag("--steps"), default=None,
                    help="step budget per cell")
     p.add_argument("--pe", choices=["rope", "nope", "alibi", "hard_alibi"], default=None,
                    help="positional encoding (default rope: see the module docstring)")
-    p.add_argument("--threshold", type=flags.flag("--threshold"), default=THRESHOLD)
-    p.add_argument("--patience", type=flags.flag("--patience"), default=None,
-                   help="evaluations without improvement before a cell stops")
-    p.add_argument("--seeds", type=flags.flag("--seeds"), default=None,
-                   help="medium: searches, one per seed --seed, --seed + 1, … (default: the "
-                   "grid's)")
     p.add_argument("--fresh", action="store_true", help="retrain cells saved by an earlier run")
     p.add_argument("--no-progress", action="store_true")
 
@@ -118,14 +143,14 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     """The grid of the flags (``--seed`` seeds the data and the training), and the outputs
     beyond NAME.png / NAME.json: each panel alone and the per-cell CSV. No checkpoints: the
     grid trains its own cells."""
-    label_level = args.task or REAL_LEVEL.get(args.data, "token")
+    labels_per = args.labels_per or REAL_LABELS_PER.get(args.data, "token")
     task_cfg: dict[str, Any] = {"seed": args.seed}
     if args.data_path:
         task_cfg["data_path"] = args.data_path
     if args.n_examples is not None:
         task_cfg["n_examples"] = args.n_examples
     train_cfg = {"seed": args.seed, **({"steps": args.steps} if args.steps else {})}
-    result = compute(args.data, label_level, args.level, args.out,
+    result = compute(args.data, labels_per, args.level, args.out,
                      widths=args.widths,
                      fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
@@ -170,7 +195,7 @@ def main(argv=None) -> int:
     return run_analysis(NAME, __doc__, argv, compute=_compute, plot=_plot, table=table,
                         figure=FIGURE, add_arguments=add_arguments, checkpoints=False,
                         dry_run_configs=lambda a: dry_run_cells(
-                            a.train, a.data, a.task or REAL_LEVEL.get(a.data, "token"),
+                            a.train, a.data, a.labels_per or REAL_LABELS_PER.get(a.data, "token"),
                             {**({"data_path": a.data_path} if a.data_path else {}),
                              **({"n_examples": a.n_examples} if a.n_examples else {})}),
                         output_name=lambda args, result: result["name"],

@@ -1,4 +1,4 @@
-"""A memorization run's cells: the grid row of a (level, data, label level) (the rows and grids
+"""A memorization run's cells: the grid row of a (level, data, labels_per) (the rows and grids
 themselves are the paper's settings, in their one home :mod:`analyses.zoo.memorization`), the
 parameter count of a cell's model, and the run (:class:`~models.train.runconfig.RunConfig`) of
 each cell."""
@@ -22,7 +22,7 @@ from analyses.zoo.memorization import (  # noqa: F401 - the grid's settings, rea
 from models.train.build import make_run_config
 from models.train.runconfig import Builder, RunConfig
 from seqprobe.config import check
-from tasks.memorization import REAL_LEVEL
+from tasks.memorization import REAL_LABELS_PER
 
 NAME = "memorization"
 ARCH = "transformer"
@@ -49,15 +49,15 @@ def param_count(d_model: int, n_layers: int, vocab_size: int, n_classes: int, d_
     return total
 
 
-def grid_settings(level: str, data: str, label_level: str) -> GridRow:
-    """The GRIDS row of (level, data, label_level), with a clear error for a missing one."""
-    check(data in ("synthetic", *REAL_LEVEL), f"data must be synthetic, conll or mnli, got "
+def grid_settings(level: str, data: str, labels_per: str) -> GridRow:
+    """The GRIDS row of (level, data, labels_per), with a clear error for a missing one."""
+    check(data in ("synthetic", *REAL_LABELS_PER), f"data must be synthetic, conll or mnli, got "
           f"{data!r}")
-    if data in REAL_LEVEL:
-        check(label_level == REAL_LEVEL[data], f"--data {data} is {REAL_LEVEL[data]}-level; "
-              f"use --task {REAL_LEVEL[data]}")
-    key = (level, data, label_level)
-    check(key in GRIDS, f"no grid for level={level}, data={data}, task={label_level}")
+    if data in REAL_LABELS_PER:
+        check(labels_per == REAL_LABELS_PER[data], f"--data {data} has labels per "
+              f"{REAL_LABELS_PER[data]}; use --labels-per {REAL_LABELS_PER[data]}")
+    key = (level, data, labels_per)
+    check(key in GRIDS, f"no grid for level={level}, data={data}, labels_per={labels_per}")
     return GRIDS[key]
 
 
@@ -67,26 +67,26 @@ class CellSpace:
     adds its width, its dataset fraction and, in a search, its seed and step budget."""
 
     data: str
-    label_level: str
+    labels_per: str
     level: str
     task_config: dict[str, Any]  # carries ``data`` and ``level`` (the label level)
     model: dict[str, Any]
     train: dict[str, Any]
 
     @classmethod
-    def of(cls, data: str, label_level: str, level: str, task_config: dict | None = None,
+    def of(cls, data: str, labels_per: str, level: str, task_config: dict | None = None,
            model: dict | None = None, train: dict | None = None) -> CellSpace:
-        """The grid row of (level, data, label_level) with ``task_config`` / ``model`` /
+        """The grid row of (level, data, labels_per) with ``task_config`` / ``model`` /
         ``train`` on top."""
-        grid = grid_settings(level, data, label_level)
-        return cls(data, label_level, level,
-                   {**grid.task, **(task_config or {}), "data": data, "level": label_level},
+        grid = grid_settings(level, data, labels_per)
+        return cls(data, labels_per, level,
+                   {**grid.task, **(task_config or {}), "data": data, "labels_per": labels_per},
                    {**grid.model, **(model or {})}, {**grid.train, **(train or {})})
 
     @property
     def name(self) -> str:
         """The output stem: token and sequence grids share an output folder."""
-        return f"{NAME}_{self.data}_{self.label_level}"
+        return f"{NAME}_{self.data}_{self.labels_per}"
 
     def run_config(self, width: int, fraction: float, seed: int | None = None,
                    steps: int | None = None) -> RunConfig:
@@ -104,16 +104,16 @@ class CellSpace:
 
 
 def expected_cells(level: str, data: str = "synthetic",
-                   label_level: str = "token") -> list[tuple[float, Builder]]:
+                   labels_per: str = "token") -> list[tuple[float, Builder]]:
     """The cells an inverted search (``max_n``) of ``level`` is expected to train, as
     ``(count, RunConfig builder)`` per width: every seed's bisection over the ladder probes
     about log2 of its length plus one N, costed at the ladder's middle N with the full step
     budget (a probe that fails runs all of it). Empty for the other levels: their grids are
     timed by real runs (the step-cost table's analysis rows)."""
-    grid = grid_settings(level, data, label_level)
+    grid = grid_settings(level, data, labels_per)
     if grid.search is None or grid.search.method != "max_n":
         return []
-    space = CellSpace.of(data, label_level, level)
+    space = CellSpace.of(data, labels_per, level)
     sizes = grid.search.n_examples
     probes = math.ceil(math.log2(len(sizes) + 1))
     middle = sizes[len(sizes) // 2] / grid.task["n_examples"]
@@ -122,15 +122,15 @@ def expected_cells(level: str, data: str = "synthetic",
             for m in grid.widths]
 
 
-def dry_run_cells(level: str, data: str = "synthetic", label_level: str = "token",
+def dry_run_cells(level: str, data: str = "synthetic", labels_per: str = "token",
                   task_config: dict | None = None) -> list[tuple[str, Builder]]:
     """The grid's largest and smallest cells as ``(label, RunConfig builder)`` for ``--dry-run``
     (the widest model on all N examples, the narrowest on the fewest; every other cell's step
     lies between theirs; the largest with a search row's longer budget, if any).
     ``task_config`` overrides the grid's (a data file, N)."""
-    grid = grid_settings(level, data, label_level)
+    grid = grid_settings(level, data, labels_per)
     long = grid.search.long if grid.search else None
-    space = CellSpace.of(data, label_level, level, task_config)
+    space = CellSpace.of(data, labels_per, level, task_config)
 
     def cell(m: int, f: float, factor: int = 1) -> Builder:
         def build() -> RunConfig:

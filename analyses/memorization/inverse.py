@@ -97,7 +97,7 @@ def run_max_n(job: MaxNJob, train_cell=cells.run_cell) -> dict[str, Any]:
 
 
 def summarise_max_n(searches: list[dict], widths: tuple[int, ...], sizes: tuple[int, ...],
-                    label_level: str, steps: int) -> dict[str, Any]:
+                    labels_per: str, steps: int) -> dict[str, Any]:
     """Per width: each seed's largest memorised N and the width's parameter counts; the fits
     of P against N* over every (width, seed) point found below the ladder's top (a point at
     the top is a lower bound, kept out of the fits), in the medium search's result shape
@@ -121,7 +121,7 @@ def summarise_max_n(searches: list[dict], widths: tuple[int, ...], sizes: tuple[
     for which in ("total", "non_embedding"):
         pts = [(row[widths.index(m)], params[m][which], m) for row in max_n for m in usable]
         ns, ps, gs = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
-        fit = fit_trends(ns, ps, seq_len or 1, label_level)
+        fit = fit_trends(ns, ps, seq_len or 1, labels_per)
         fit["power"] = power_fit(ns, ps, groups=gs)
         half = (len(usable) + 1) // 2
         for part, keep in (("power_small", set(usable[:half])),
@@ -164,7 +164,7 @@ def compute_max_n(space: CellSpace, store: CellStore, run_jobs, *, threshold: fl
     """Fig. 2 by the inverted search (a grid row whose ``search.method`` is
     :data:`METHOD`): every (width, seed) search as a task on ``backend``, each new cell saved
     as it lands (``run_jobs``: :func:`~.sweep.run_jobs`), then :func:`summarise_max_n`."""
-    grid = grid_settings(space.level, space.data, space.label_level)
+    grid = grid_settings(space.level, space.data, space.labels_per)
     widths = tuple(sorted(widths or grid.widths))
     sizes = tuple(n for n in grid.search.n_examples if n <= space.task_config["n_examples"])
     n_seeds = seeds or grid.search.seeds
@@ -193,7 +193,7 @@ def compute_max_n(space: CellSpace, store: CellStore, run_jobs, *, threshold: fl
                    desc=space.name, progress=progress)
     ok = [r for r in ran.results if not isinstance(r, Failed)]
     steps = jobs[0].run_config(sizes[0]).train.steps
-    result = summarise_max_n(ok, widths, sizes, space.label_level, steps)
+    result = summarise_max_n(ok, widths, sizes, space.labels_per, steps)
     found = [c for r in ok for c in r["cells"]]
     result.update({
         "cells_trained": sum(not c["reused"] for c in found),

@@ -10,6 +10,11 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from figures.style import new_figure
 
 
+def labels_per(result: dict) -> str:
+    """token or sequence: what one label belongs to (``"level"`` in a result written before
+    it had this name)."""
+    return result.get("labels_per", result.get("level"))
+
 def plot_heatmap(result: dict, ax=None):
     """Fig. 1: training error per (N, width); darker is smaller, as in the paper."""
     fig = None
@@ -31,7 +36,7 @@ def plot_heatmap(result: dict, ax=None):
                     ha="center", va="center", fontsize=6,
                     color="white" if err[i, j] < 0.6 * im.get_clim()[1] else "black")
     ax.figure.colorbar(im, ax=ax, label="training error")
-    ax.set_title(f"{result['data']} / {result['level']} classification: training error")
+    ax.set_title(f"{result['data']} / {labels_per(result)} classification: training error")
     return fig if fig is not None else ax.figure
 
 
@@ -42,8 +47,8 @@ def plot_params(result: dict, ax=None):
         fig, (ax,) = new_figure(1, 4.8, 3.8)
     n_ex = np.array(result["n_examples"], dtype=float)
     grid_n = np.linspace(n_ex.min(), n_ex.max(), 100)
-    scale = result["seq_len"] if result["level"] == "token" else 1
-    theory_label = "√(nN)" if result["level"] == "token" else "√N"
+    scale = result["seq_len"] if labels_per(result) == "token" else 1
+    theory_label = "√(nN)" if labels_per(result) == "token" else "√N"
     for which, color, label in (("total", "#1f77b4", "all parameters"),
                                 ("non_embedding", "#d62728", "without embeddings")):
         mins = result[f"min_params_{which}"]
@@ -65,7 +70,7 @@ def plot_params(result: dict, ax=None):
                     lw=1.3, label=f"a + b·{theory_label}, R²={_r2(th)}")
     ax.set_xlabel("dataset size N (sequences)")
     ax.set_ylabel(f"parameters of the smallest model\nwith training error < {result['threshold']}")
-    ax.set_title(f"{result['data']} / {result['level']}: parameters to memorise")
+    ax.set_title(f"{result['data']} / {labels_per(result)}: parameters to memorise")
     ax.legend(fontsize=7)
     return fig if fig is not None else ax.figure
 
@@ -112,7 +117,7 @@ def plot_probes(result: dict, ax=None):
     ax.set_xticks(result["n_examples"])
     ax.set_xlabel("dataset size N (sequences)")
     ax.set_ylabel("embedding size m")
-    ax.set_title(f"{result['data']} / {result['level']}: search probes")
+    ax.set_title(f"{result['data']} / {labels_per(result)}: search probes")
     ax.legend(fontsize=6)
     return fig if fig is not None else ax.figure
 
@@ -138,7 +143,7 @@ def plot_search_params(result: dict, ax=None, which: str = "non_embedding"):
                     label="mean ± sd over seeds")
     grid_n = np.linspace(n_ex.min(), n_ex.max(), 200)
     fit = result["fits"][which]
-    scale = result["seq_len"] if result["level"] == "token" else 1
+    scale = result["seq_len"] if labels_per(result) == "token" else 1
     if fit.get("linear"):
         lin, th = fit["linear"], fit["theory"]
         ax.plot(grid_n, lin["a"] + lin["b"] * grid_n, "--", color="#1f77b4",

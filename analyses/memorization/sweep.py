@@ -87,7 +87,7 @@ def check_settings(fractions: tuple[float, ...], threshold: float, patience: int
 
 def run_fields(space: CellSpace, settings: CellSettings, backend: Backend) -> dict[str, Any]:
     """The leading fields of a grid's or a search's JSON: what ran, how, where."""
-    return {"data": space.data, "level": space.label_level, "preset": space.level,
+    return {"data": space.data, "labels_per": space.labels_per, "level": space.level,
             "threshold": settings.threshold, "patience": settings.patience,
             "n_jobs": backend.workers, "backend": backend.describe(), "device": settings.device}
 
@@ -108,7 +108,7 @@ def run_record(run_config: RunConfig, wall: float, name: str, per_cell: tuple[st
     }
 
 
-def compute(data: str = "synthetic", label_level: str = "token", level: str = "quick",
+def compute(data: str = "synthetic", labels_per: str = "token", level: str = "quick",
             out_dir: str | Path = "figures/out", widths: tuple[int, ...] | None = None,
             fractions: tuple[float, ...] | None = None, task_config: dict | None = None,
             model: dict | None = None, train: dict | None = None, patience: int | None = None,
@@ -120,12 +120,12 @@ def compute(data: str = "synthetic", label_level: str = "token", level: str = "q
 
     ``task_config`` / ``model`` / ``train`` override the level and grid rows. The cells run
     on ``backend`` (:mod:`seqprobe.sweep`; default: ``n_jobs`` local worker processes); each
-    finished cell is saved under ``out_dir/memorization_{data}_{label_level}_cells/`` as it lands
+    finished cell is saved under ``out_dir/memorization_{data}_{labels_per}_cells/`` as it lands
     and reused by the next call unless ``fresh``. A cell whose task fails on every attempt is
     listed in ``cells_failed`` (and marked ``failed`` in ``cells``); the others still run.
     """
-    grid = grid_settings(level, data, label_level)
-    space = CellSpace.of(data, label_level, level, task_config, model, train)
+    grid = grid_settings(level, data, labels_per)
+    space = CellSpace.of(data, labels_per, level, task_config, model, train)
     patience = grid.patience if patience is None else patience
     store = CellStore(Path(out_dir) / f"{space.name}_cells", fresh)
     if grid.search and grid.search.method == METHOD:
@@ -164,7 +164,7 @@ def compute(data: str = "synthetic", label_level: str = "token", level: str = "q
                    landed, desc=space.name, progress=progress, done_before=len(done))
     for fm, res in zip(todo, ran.results, strict=True):
         done[fm] = failed_cell(run_configs[fm], res) if isinstance(res, Failed) else res
-    result = summarise(done, list(fractions), list(widths), threshold, space.label_level)
+    result = summarise(done, list(fractions), list(widths), threshold, space.labels_per)
     result.update({
         **run_fields(space, settings, backend),
         "cells_trained": len(todo) - len(ran.failed()),
@@ -189,7 +189,7 @@ def compute_inverse(space: CellSpace, store: CellStore, *, threshold: float, pat
                            n_jobs=n_jobs, device=device, progress=progress, backend=backend,
                            seeds=seeds, widths=widths)
     settings = CellSettings(threshold, patience, str(resolve_device(device)))
-    grid = grid_settings(space.level, space.data, space.label_level)
+    grid = grid_settings(space.level, space.data, space.labels_per)
     total = space.task_config["n_examples"]
     any_run_config = space.run_config(min(widths or grid.widths),
                                       min(grid.search.n_examples) / total,
@@ -211,7 +211,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     memorising width of the ladder (:func:`~.search.search_min_width`); then the fits of the
     parameter count against N (:func:`~.stats.summarise_search`). The seeds run as parallel
     tasks on ``backend``."""
-    grid = grid_settings(space.level, space.data, space.label_level)
+    grid = grid_settings(space.level, space.data, space.labels_per)
     widths = tuple(sorted(widths or grid.widths))
     total = space.task_config["n_examples"]
     n_examples = (tuple(sorted({max(1, round(f * total)) for f in fractions})) if fractions
@@ -243,7 +243,7 @@ def compute_search(space: CellSpace, store: CellStore, *,
     ran = run_jobs(run_search, jobs, backend, store, landed, desc=space.name,
                    progress=progress)
     ok = [r for r in ran.results if not isinstance(r, Failed)]
-    result = summarise_search(ok, n_examples, widths, threshold, space.label_level)
+    result = summarise_search(ok, n_examples, widths, threshold, space.labels_per)
     result["search"]["steps"] = [budgets[n] for n in n_examples]
     found = [c for r in ok for c in r["cells"]]
     any_run_config = next(iter(search_run_configs(space, widths[:1], n_examples[:1],

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
@@ -82,8 +82,18 @@ from probes.ngram_data import (
     probe_batches,
     repeated_batches,
 )
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import (
+    MAX_BATCH,
+    MAX_DRAWS,
+    MAX_HEADS,
+    MAX_LENGTH,
+    MAX_N,
+    SEED_FIELD,
+    Config,
+    bound,
+)
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
@@ -97,7 +107,7 @@ MODES = ("mean", "zero")  # ablation: replace a head's output by its mean, or by
 
 
 @dataclass(frozen=True)
-class HeadsConfig:
+class HeadsConfig(Config):
     """The settings of one probe (the CLI's flags; see the module docstring).
 
     ``lengths`` None: :func:`probes.ngram_data.default_lengths` of the task. ``top_k``: ablate
@@ -105,33 +115,37 @@ class HeadsConfig:
     feeding heads on suite transformers and Mamba-2 (not over Mamba's channels, nor a
     pretrained LM's hundreds of heads). ``per_head``: also ablate every head alone."""
 
-    n_max: int = 8  # largest n of the match score
-    lengths: tuple[int, ...] | None = None
-    batch_size: int = 64
-    seed: int = 0
+    n_max: int = field(default=8, metadata=bound(1, MAX_N, "n of an n-gram",
+                                                 help="largest n of the match score"))
+    lengths: tuple[int, ...] | None = field(default=None, metadata=bound(
+        2, MAX_LENGTH, "tokens per string (an n-gram match needs two)",
+        help="string lengths to probe (default: upper half of the (first) checkpoint's "
+             "training range)"))
+    batch_size: int = field(default=64, metadata=bound(
+        1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512", help="rows per forward pass"))
+    seed: int = field(default=0, metadata=SEED_FIELD)
     mode: str = "mean"
-    threshold: float = 0.5  # match score of a match head
+    threshold: float = field(default=0.5, metadata=bound(
+        0.0, 1.0, "a probability", help="match score of a match head"))
     # most random-ablation sets per control: every set of that size when there are no more
     # (probes.match_heads.control_sets), else this many distinct ones
-    draws: int = 24
-    top_k: int | None = None
-    n_hashing: int = 4  # feeding heads reported as hashing heads
+    draws: int = field(default=24, metadata=bound(
+        1, MAX_DRAWS, "random repetitions of a control (default 10)",
+        help="most random-ablation sets per control (every set of heads when there are no "
+             "more, else this many distinct ones)"))
+    top_k: int | None = field(default=None, metadata=bound(
+        1, MAX_HEADS, "heads", help="ablate the k best heads instead"))
+    n_hashing: int = field(default=4, metadata=bound(  # feeding heads reported as hashing heads
+        0, MAX_HEADS, "heads"))
     data: str = "auto"  # which probe examples: probes.ngram_data.DATA
     feeding: bool | None = None
     per_head: bool = False
 
     def __post_init__(self):
-        check(self.n_max >= 1 and self.batch_size >= 1 and self.draws >= 1,
-              "n_max, batch_size and draws must be >= 1")
         check(self.mode in MODES, f"mode must be mean or zero, got {self.mode!r}")
         check(self.data in DATA, f"data must be one of {DATA}, got {self.data!r}")
-        check(self.top_k is None or self.top_k >= 1, f"top_k must be >= 1, got {self.top_k}")
-        check(0 <= self.threshold <= 1, f"threshold must be in [0, 1] (a match score), got "
-              f"{self.threshold}")
         if self.lengths is not None:  # a list given is kept as the (hashable) tuple
             object.__setattr__(self, "lengths", tuple(int(L) for L in self.lengths))
-            check(all(L >= 2 for L in self.lengths),
-                  f"lengths must be >= 2, got {list(self.lengths)}")
 
 
 def compute(model, task_name: str | None = "copy", task_config: dict | None = None,
@@ -218,21 +232,8 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
 
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--n-max", type=flags.flag("--n-max"), default=8,
-                   help="largest n of the match score")
-    p.add_argument("--lengths", type=flags.flag("ngram_heads --lengths"), default=None,
-                   help="string lengths to probe (default: upper half of the (first) "
-                   "checkpoint's training range)")
-    p.add_argument("--batch-size", type=flags.flag("--batch-size"), default=64)
+    add_fields(p, HeadsConfig, skip=("seed", "n_hashing"))  # --seed: every analysis'
     p.add_argument("--mode", choices=MODES, default="mean", help="ablation")
-    p.add_argument("--threshold", type=flags.flag("--threshold"), default=0.5,
-                   help="match score of a match head")
-    p.add_argument("--top-k", type=flags.flag("--top-k"), default=None,
-                   help="ablate the k best heads instead")
-    p.add_argument("--draws", type=flags.flag("--draws"),
-                   default=HeadsConfig.draws,
-                   help="most random-ablation sets per control (every set of heads when "
-                   "there are no more, else this many distinct ones)")
     p.add_argument("--data", choices=DATA, default="auto",
                    help="probe examples: auto (copy examples for copy models, the task's own "
                    "rows for induction models, else repeated random strings; a pretrained LM: "
@@ -283,7 +284,7 @@ class Run:  # one probe of one model: its label, checkpoint path, model and kind
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
-    check(len(checkpoints) >= 1, "give checkpoint(s) (or --train quick)")
+    check(len(checkpoints) >= 1, "give checkpoint(s) (or --train --level quick)")
     config = config_of(args)
     models = []
     for c in checkpoints:  # all loaded (and refused) before any compute

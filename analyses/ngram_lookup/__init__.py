@@ -1,11 +1,11 @@
 """n-gram lookup with suffix and prefix keys, trained short and tested long (copy paper §3.5,
 Figs. 5 and 6).
 
-``python -m analyses.ngram_lookup ckpt.pt ...`` (or ``--train quick``): accuracy of answering
-the k tokens that follow a key n-gram of the string, vs string length, for lookup checkpoints
-(``tasks.lookup``). Suffix key (Fig. 5): the key comes after the string, so the model must have
-kept the whole string — transformers generalise to long strings, GSSMs do not. Prefix key
-(Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
+``python -m analyses.ngram_lookup ckpt.pt ...`` (or ``--train --level quick``): accuracy of
+answering the k tokens that follow a key n-gram of the string, vs string length, for lookup
+checkpoints (``tasks.lookup``). Suffix key (Fig. 5): the key comes after the string, so the model
+must have kept the whole string — transformers generalise to long strings, GSSMs do not. Prefix
+key (Fig. 6): the key comes first and a model can watch for it while reading — GSSMs do well.
 Accuracy is string-level over the k answer tokens (one teacher-forced pass, exact).
 
 Quick level: a Hard-ALiBi transformer and an LSTM, each fine-tuned on both key kinds (strings
@@ -14,10 +14,10 @@ which start from ``copy/{label}``), tested up to length 100. Why not from scratc
 paper: lookup supervises one answer token per example, and at quick budgets neither model
 learns it from random init (``--init none`` trains the ``lookup_scratch_*`` recipes to see
 it). The paper introduces lookup to probe "the mechanisms that the models use to copy";
-starting from the copy models asks exactly that. ``--paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
+starting from the copy models asks exactly that. ``--level paper``: NoPE, ALiBi, Hard-ALiBi, RoPE,
 Mamba, LSTM from scratch with the paper's settings (GPU).
 
-Medium level (``--medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
+Medium level (``--level medium``): the prefix key only (Fig. 6), Hard-ALiBi, Mamba and LSTM from
 random init as in the paper, several seeds each (recipes ``lookup_medium_prefix/{label}_s{seed}``;
 analyses.zoo says which of the paper's training setting they match and why the rest differs),
 tested up to length 100. The length claim reads two bands apart: just beyond the training length
@@ -29,7 +29,6 @@ table adds each model's mean over its seeds at every length.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from statistics import fmean
 
 from tqdm.auto import tqdm
@@ -38,12 +37,10 @@ from analyses import zoo
 from analyses.claims import Claim, Figure
 from analyses.common import (
     Checkpoint,
-    add_test_size_arguments,
     load_model,
     need,
     run_analysis,
     to_jsonable,
-    with_flags,
 )
 from analyses.copy_models import COPY_ARCHS, label_for
 from analyses.ngram_lookup.claims import (
@@ -54,8 +51,11 @@ from analyses.ngram_lookup.claims import (
     model_of,
 )
 from analyses.zoo import copy as zoo_copy
+from analyses.zoo.copy import NGRAM_LOOKUP_LEVELS as LEVELS
+from analyses.zoo.copy import NgramLookupSettings
 from figures.style import COLORS, new_figure
 from probes.copying import accuracy_at
+from seqprobe.cli import add_fields, settings_from_args
 from seqprobe.config import check, config_to_dict
 from tasks.lookup import LookupConfig, NgramLookupTask
 
@@ -67,39 +67,13 @@ FIG_OF_KEY = {"suffix": "5", "prefix": "6"}  # the copy paper's figure of each k
 INITS = ("copy", "none")
 
 
-@dataclass(frozen=True)
-class Settings:
-    """A level's models and how they are tested: ``labels``, the zoo's lookup models that
-    ``--train`` trains (``--models`` picks others); ``lengths``, the test string lengths;
-    ``n_examples`` strings per length (``--lengths`` and ``--n-examples`` override those)."""
-
-    labels: tuple[str, ...]
-    lengths: tuple[int, ...]
-    n_examples: int
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    "quick": Settings(labels=("hard_alibi", "lstm"), lengths=(10, 20, 30, 40, 60, 80, 100),
-                      n_examples=256),
-    # prefix key only, from random init; the labels and seeds are analyses.zoo.LOOKUP_MEDIUM's
-    "medium": Settings(labels=tuple(zoo_copy.LOOKUP_MEDIUM["labels"]),
-                       lengths=(5, 10, 20, 25, 30, 40, 60, 100), n_examples=256),
-    # large: the same, in the paper's setting (26 letters, strings 5..30), tested to 100
-    # (Fig. 6's axis); analyses.zoo.LOOKUP_LARGE's labels and seeds
-    "large": Settings(labels=tuple(zoo_copy.LOOKUP_LARGE["labels"]),
-                      lengths=(5, 10, 20, 30, 40, 60, 80, 100), n_examples=256),
-    "paper": Settings(labels=("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"),
-                      lengths=(10, 20, 30, 50, 75, 100, 150), n_examples=1280),
-}
-
-
 def lookup_recipes(level: str, labels: list[str] | None = None,
                    init: str | None = None) -> list[str]:
     """The zoo's lookup recipes of ``labels`` (default: the level's), both key kinds each:
     ``lookup_{key}/{label}`` (``init`` None or "copy"), ``lookup_scratch_{key}/{label}``
     ("none"); an unknown label is the zoo's unknown recipe."""
     check(init in (None, *INITS), f"init must be one of {', '.join(INITS)}, got {init!r}")
-    labels = labels or list(LEVEL_SETTINGS[level].labels)
+    labels = labels or list(LEVELS[level].labels)
     if level in ("medium", "large"):
         check(init != "copy", f"--init copy: the {level} lookup models train from random init")
         return (zoo_copy.lookup_medium_recipes(labels) if level == "medium"
@@ -109,7 +83,7 @@ def lookup_recipes(level: str, labels: list[str] | None = None,
     if init == "copy":
         check(all(level in zoo.recipe(n).init_from for n in names),
               f"--init copy: the {level} lookup models train from random init (the paper's "
-              "setting); the copy models start them at --quick only")
+              "setting); the copy models start them at --level quick only")
     return names
 
 
@@ -205,7 +179,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default=None,
                    help="with --train: fine-tune each model's copy checkpoint (quick's "
                    "default), or train from random init (paper's default)")
-    add_test_size_arguments(p, "examples")
+    add_fields(p, NgramLookupSettings, levels=True)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
@@ -214,7 +188,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     for c in checkpoints:
         m = load_model(c.path, archs=COPY_ARCHS, device=args.device, tasks=("lookup",))
         models.append((label_for(m), m, config_to_dict(m.require_task(NAME).cfg)))
-    s = with_flags(LEVEL_SETTINGS[args.level], args, "lengths", "n_examples")
+    s = settings_from_args(LEVELS[args.level], args)
     result = compute(models, list(s.lengths), s.n_examples, args.seed)
     result["checkpoints"] = [c.path for c in checkpoints]
     result["level"] = args.level  # the medium claim reads only its own level's results

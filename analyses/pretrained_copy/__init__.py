@@ -29,21 +29,20 @@ ends the continuation, as in ``generate``. A point whose prompts do not fit an a
 model's context is reported as n/a.
 
 Defaults are small (20 prompts per point, three sizes per task, books up to the L = 70 of
-§4.3); ``--paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
+§4.3); ``--level paper`` evaluates 640 prompts per point (10 batches of 64, §4.1) at more sizes.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
 from analyses.claims import Claim, Figure, Margin, Reading
-from analyses.common import export_of_dir, fmt, get, run_analysis, to_jsonable, with_flags
+from analyses.common import export_of_dir, fmt, get, run_analysis, to_jsonable
 from analyses.pretrained_copy.prompts import (
     Prompt,
     copy_prompts,
@@ -51,10 +50,12 @@ from analyses.pretrained_copy.prompts import (
     greedy_verdicts,
     phonebook_prompts,
 )
+from analyses.zoo.copy import PRETRAINED_COPY_LEVELS as LEVELS
+from analyses.zoo.copy import PretrainedCopySettings
 from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
 from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
-from seqprobe import flags
+from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
@@ -62,24 +63,6 @@ from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 NAME = "pretrained_copy"
 PROMPT_TASKS = ("phonebook", "copy")
 
-
-@dataclass(frozen=True)
-class Settings:
-    """A level's points: phone books of each of ``entries`` entries, copy windows of each of
-    ``lengths`` tokens, ``n_examples`` prompts per point (each has a flag that overrides it)."""
-
-    entries: tuple[int, ...]
-    lengths: tuple[int, ...]
-    n_examples: int
-
-
-LEVEL_SETTINGS: dict[str, Settings] = {
-    # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
-    "quick": Settings(entries=(5, 20, 70), lengths=(10, 50, 100), n_examples=20),
-    # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
-    "paper": Settings(entries=(10, 20, 40, 70, 100, 140), lengths=(25, 50, 100, 200, 300),
-                      n_examples=640),
-}
 
 # prompts x size (phone-book entries or copy tokens) of one point, all built before it runs:
 # the paper's largest point is 640 x 300 tokens
@@ -160,8 +143,8 @@ def compute(models: dict, tasks: tuple[str, ...] = PROMPT_TASKS, entries: list[i
     """Accuracies of {label: model} (``models.hf.HFModel``s) on the phone-book and copy
     prompts. ``text``: the text copy windows are cut from (``text_source`` names where it came
     from; default: the suite's generated sentences)."""
-    entries = entries or list(LEVEL_SETTINGS["quick"].entries)
-    lengths = lengths or list(LEVEL_SETTINGS["quick"].lengths)
+    entries = entries or list(LEVELS["quick"].entries)
+    lengths = lengths or list(LEVELS["quick"].lengths)
     check_sizes(tasks, entries, lengths, n_examples, batch_size)
     natural = text is not None
     if text is None:  # enough words for every window length to start anywhere
@@ -269,26 +252,12 @@ def table(result: dict) -> list[list]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", help="HuggingFace causal LMs: local directories or hub "
                    "names (e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="level", action="store_const", const="quick",
-                   help="small sizes, 20 prompts per point (default)")
-    g.add_argument("--paper", dest="level", action="store_const", const="paper",
-                   help="the paper's sizes and 640 prompts per point (a GPU)")
-    p.set_defaults(level="quick")
+    add_level_flag(p, levels=tuple(LEVELS))  # quick: small sizes; paper: the paper's (a GPU)
     p.add_argument("--tasks", default=",".join(PROMPT_TASKS), help="phonebook,copy (default: both)")
-    p.add_argument("--entries", type=flags.flag("--entries"),
-                   default=None, help="phone-book sizes L (default: "
-                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].entries))})")
-    p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="copy lengths in tokens (default: "
-                   f"{','.join(map(str, LEVEL_SETTINGS['quick'].lengths))})")
-    p.add_argument("--n-examples", type=flags.flag("--n-examples"), default=None,
-                   help="prompts per point")
+    add_fields(p, PretrainedCopySettings, levels=True)
     p.add_argument("--text", default=None, help="a UTF-8 text file to copy windows of "
                    "(natural text; default: the suite's generated sentences, not natural)")
     p.add_argument("--shuffle", action="store_true", help="shuffle each window's words (Fig. 7b)")
-    p.add_argument("--batch-size", type=flags.flag("--batch-size"),
-                   default=4, help="prompts per forward pass")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
 
 
@@ -333,14 +302,14 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
 
 
 def _compute(args, _checkpoints) -> dict:
-    s = with_flags(LEVEL_SETTINGS[args.level], args, "entries", "lengths", "n_examples")
+    s = settings_from_args(LEVELS[args.level], args)
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     entries, lengths, n_examples = list(s.entries), list(s.lengths), s.n_examples
-    check_sizes(tasks, entries, lengths, n_examples, args.batch_size)  # before any loading
+    check_sizes(tasks, entries, lengths, n_examples, s.batch_size)  # before any loading
     text = read_text(args.text) if args.text else None
     models = load_models(args.models, args.device, DTYPES[args.dtype])
     return compute(models, tasks, entries, lengths, n_examples, text, args.text, args.shuffle,
-                   args.seed, args.batch_size)
+                   args.seed, s.batch_size)
 
 
 # ---------------------------------------------------------------------------- the paper's claims

@@ -1,12 +1,12 @@
 """Train short, test long: induction-heads recall vs sequence length (spectral paper Fig. 5).
 
-``python -m analyses.stu_induction --train quick`` trains (cached) a two-layer STU with
+``python -m analyses.stu_induction --train --level quick`` trains (cached) a two-layer STU with
 filters of length T = 256 — and, beside it, a Hard-ALiBi transformer and a Mamba-2 of
 similar size — on the induction-heads task at lengths T^q, several seeds each (the zoo's
 ``induction/{arch}_L{length}_s{seed}`` recipes; ``--archs``, ``--qs`` and ``--seeds`` pick among
 them), then measures greedy recall accuracy at lengths up to T.
-``--train medium`` trains each run to convergence in the paper's sense (a fixed budget with a
-cosine-decayed Adam, no early stop; ``induction_medium/{label}_L{length}_s{seed}``), 8 seeds
+``--train --level medium`` trains each run to convergence in the paper's sense (a fixed budget
+with a cosine-decayed Adam, no early stop; ``induction_medium/{label}_L{length}_s{seed}``), 8 seeds
 of each STU variant at q = 1/2 and 3/4 — the paper's model (tensordot STU, LayerNorm), the
 tensordot of the paper's reference code (one filter mixture shared by the ± branches) and the
 STU with BLANK's embedding held at zero and no norm — beside Hard-ALiBi and Mamba-2.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -59,8 +60,9 @@ from probes.induction import (
     recall_by_lag,
     seen_lags_accuracy,
 )
-from seqprobe import flags
+from seqprobe.cli import add_fields
 from seqprobe.config import check
+from seqprobe.flags import MAX_EXAMPLES, MAX_LENGTH, MAX_SEEDS, Config, bound
 from tasks.registry import make_task
 
 NAME = "stu_induction"
@@ -383,21 +385,30 @@ FIGURE = Figure(
     paper_scale="STU at T = 256 trained at T^q for q in {1/2, 5/8, 3/4, 7/8}")
 
 
+@dataclass(frozen=True)
+class Settings(Config):
+    """What the analysis measures (each field is a flag: seqprobe.cli.add_fields)."""
+
+    qs: tuple[float, ...] | None = field(default=None, metadata=bound(
+        0.0, 1.0, "fractions of the length", open_lo=True,
+        help="training lengths T^q with T = 256, from the zoo's runs (default quick: 1/2,3/4; "
+             "paper: 1/2,5/8,3/4,7/8)"))
+    seeds: int | None = field(default=None, metadata=bound(
+        1, MAX_SEEDS, "independently trained systems per point",
+        help="seeds per (arch, q), from the zoo's runs (default quick 3, paper 5)"))
+    lengths: tuple[int, ...] | None = field(default=None, metadata=bound(
+        1, MAX_LENGTH, "tokens per string", help="evaluation lengths (default 16..256)"))
+    n_eval: int = field(default=512, metadata=bound(
+        1, MAX_EXAMPLES, "sequences per point", help="sequences per evaluation length"))
+
+
 # ---------------------------------------------------------------------------- main
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", default=None,
                    help="architectures trained by --train (default: stu,transformer,mamba2; "
                    f"medium: the labels {','.join(zoo_spectral.INDUCTION_MEDIUM_MODELS)}; large: "
                    f"{','.join(zoo_spectral.INDUCTION_LARGE_MODELS)})")
-    p.add_argument("--qs", type=flags.flag("--qs"),
-                   default=None, help="training lengths T^q with T = 256, from the "
-                   "zoo's runs (default quick: 1/2,3/4; paper: 1/2,5/8,3/4,7/8)")
-    p.add_argument("--seeds", type=flags.flag("--seeds"), default=None,
-                   help="seeds per (arch, q), from the zoo's runs (default quick 3, paper 5)")
-    p.add_argument("--lengths", type=flags.flag("--lengths"),
-                   default=None, help="evaluation lengths (default 16..256)")
-    p.add_argument("--n-eval", type=flags.flag("--n-eval"),
-                   default=512, help="sequences per evaluation length")
+    add_fields(p, Settings)
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:

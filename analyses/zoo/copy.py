@@ -5,10 +5,21 @@ models (suffix and prefix keys)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from analyses.zoo.recipe import Recipe, checked_labels
 from models.train.levels import LevelTable
 from seqprobe.config import check
+from seqprobe.flags import (
+    MAX_BATCH,
+    MAX_DIM,
+    MAX_ENTRIES,
+    MAX_EXAMPLES,
+    MAX_LENGTH,
+    MAX_N,
+    Config,
+    bound,
+)
 
 # The level rows of the copy and lookup tasks: every recipe below starts from them. Why each
 # setting was chosen is said beside it; what its runs give is in the reproduce index.
@@ -119,7 +130,7 @@ def _copy_export() -> Iterator[Recipe]:
 
 
 # ---- medium: copy efficiency (issue 21, made fair in issue 27)
-# Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --medium): samples to
+# Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --level medium): samples to
 # 90 % string accuracy, GSSMs against transformers, several seeds, every model at its own best
 # learning rate. The paper's setting, CPU-sized:
 # - models of about the same parameter count (paper: ~160M each; here 89k-109k, within
@@ -272,7 +283,7 @@ def _lookup() -> Iterator[Recipe]:
 
 
 # ---- medium: prefix lookup (issues 21, 27)
-# Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --medium): prefix-key lookup from
+# Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --level medium): prefix-key lookup from
 # random init (the paper's start), several seeds, trained the paper's way (App. A.2) where a CPU
 # allows it. Matched: i.i.d. examples packed into contexts of 420 tokens (a GSSM's state runs on
 # across the packed examples: the authors' code concatenates them and never resets it); AdamW,
@@ -467,3 +478,129 @@ def recipes() -> Iterator[Recipe]:
     yield from _copy_large()
     yield from _lookup_large()
 
+
+
+# ---------------------------------------------------------------------------- analyses' levels
+# What each of the paper's analyses measures at a level, beside the rows its models train at:
+# one settings class per analysis, each numeric field declared once with its bound (the flag
+# that overrides it is made from the field: seqprobe.cli.add_fields).
+LENGTHS = "tokens per string"
+PER_POINT = "examples per point; papers: up to 1,280"
+
+
+@dataclass(frozen=True)
+class CopyBoundsSettings(Config):
+    """analyses.copy_bounds at a level. Construction (part 1): ``n_values`` n-gram lengths ×
+    ``lengths`` string lengths, p_n-gram counted on ``count_samples`` uniform strings,
+    ``model_samples`` strings per stratum run through it. Checkpoints (part 2):
+    ``gssm_samples`` strings at each of ``gssm_lengths``; ``gssm_archs``, the GSSMs that
+    ``--train`` trains (``--archs`` picks others); ``D``, the construction's alphabet (the
+    checkpoints' must match it)."""
+
+    n_values: tuple[int, ...] = field(metadata=bound(
+        1, MAX_N, "n of an n-gram; papers: up to 10", flag="--n",
+        help="n-gram lengths of the construction"))
+    lengths: tuple[int, ...] = field(metadata=bound(
+        1, MAX_LENGTH, LENGTHS, help="string lengths of the construction"))
+    count_samples: int = field(metadata=bound(
+        1, MAX_EXAMPLES, "samples per point", help="uniform strings counted for p_n-gram"))
+    model_samples: int = field(metadata=bound(
+        1, MAX_EXAMPLES, "samples per point",
+        help="strings per stratum run through the construction"))
+    gssm_lengths: tuple[int, ...] = field(metadata=bound(
+        1, MAX_LENGTH, LENGTHS, help="string lengths each GSSM checkpoint copies"))
+    gssm_samples: int = field(metadata=bound(
+        1, MAX_EXAMPLES, "samples per point", help="strings per length of each checkpoint"))
+    gssm_archs: tuple[str, ...] = ()
+    D: int = field(default=26, metadata=bound(
+        2, MAX_DIM, "the alphabet", help="alphabet size of the construction part"))
+
+
+COPY_BOUNDS_LEVELS: dict[str, CopyBoundsSettings] = {
+    # quick: CPU-sized estimates; paper: tighter estimates and longer strings (GPU). Quick
+    # measures the LSTM only: the quick Mamba does not learn to copy at CPU budgets and its
+    # reference scan is slow; ``--archs mamba,lstm`` adds it.
+    "quick": CopyBoundsSettings(
+        n_values=(3, 4, 5), lengths=(20, 50, 100, 200, 500, 1000), count_samples=4000,
+        model_samples=16, gssm_lengths=(10, 20, 40, 80, 160), gssm_samples=64,
+        gssm_archs=("lstm",)),
+    "paper": CopyBoundsSettings(
+        n_values=(3, 4, 5, 6), lengths=(20, 50, 100, 200, 500, 1000, 2000),
+        count_samples=100_000, model_samples=128, gssm_lengths=(10, 20, 50, 100, 200, 500, 1000),
+        gssm_samples=640, gssm_archs=("mamba", "lstm")),
+}
+
+
+@dataclass(frozen=True)
+class LengthGeneralizationSettings(Config):
+    """analyses.length_generalization at a level (which models: analyses.copy_models'
+    COPY_LABELS): ``n_examples`` uniform strings at each of the test ``lengths``."""
+
+    lengths: tuple[int, ...] = field(metadata=bound(1, MAX_LENGTH, LENGTHS,
+                                                    help="test lengths"))
+    n_examples: int = field(metadata=bound(1, MAX_EXAMPLES, PER_POINT,
+                                           help="strings per length"))
+
+
+LENGTH_GENERALIZATION_LEVELS: dict[str, LengthGeneralizationSettings] = {
+    "quick": LengthGeneralizationSettings(lengths=(5, 10, 20, 30, 40, 60, 80, 120, 160),
+                                          n_examples=128),
+    # Fig. 1b: trained on strings of length <= 50 (context 420), tested up to 1000
+    "paper": LengthGeneralizationSettings(lengths=(10, 20, 50, 100, 200, 300, 500, 750, 1000),
+                                          n_examples=1280),
+}
+
+
+@dataclass(frozen=True)
+class NgramLookupSettings(Config):
+    """analyses.ngram_lookup at a level: ``labels``, the lookup models that ``--train``
+    trains (``--models`` picks others); ``lengths``, the test string lengths; ``n_examples``
+    strings per length."""
+
+    labels: tuple[str, ...]
+    lengths: tuple[int, ...] = field(metadata=bound(1, MAX_LENGTH, LENGTHS,
+                                                    help="test lengths"))
+    n_examples: int = field(metadata=bound(1, MAX_EXAMPLES, PER_POINT,
+                                           help="examples per length"))
+
+
+NGRAM_LOOKUP_LEVELS: dict[str, NgramLookupSettings] = {
+    "quick": NgramLookupSettings(labels=("hard_alibi", "lstm"),
+                                 lengths=(10, 20, 30, 40, 60, 80, 100), n_examples=256),
+    # prefix key only, from random init; the labels and seeds are LOOKUP_MEDIUM's
+    "medium": NgramLookupSettings(labels=tuple(LOOKUP_MEDIUM["labels"]),
+                                  lengths=(5, 10, 20, 25, 30, 40, 60, 100), n_examples=256),
+    # large: the same, in the paper's setting (26 letters, strings 5..30), tested to 100
+    # (Fig. 6's axis); LOOKUP_LARGE's labels and seeds
+    "large": NgramLookupSettings(labels=tuple(LOOKUP_LARGE["labels"]),
+                                 lengths=(5, 10, 20, 30, 40, 60, 80, 100), n_examples=256),
+    "paper": NgramLookupSettings(labels=("hard_alibi", "nope", "alibi", "rope", "mamba", "lstm"),
+                                 lengths=(10, 20, 30, 50, 75, 100, 150), n_examples=1280),
+}
+
+
+@dataclass(frozen=True)
+class PretrainedCopySettings(Config):
+    """analyses.pretrained_copy at a level: phone books of each of ``entries`` entries, copy
+    windows of each of ``lengths`` tokens, ``n_examples`` prompts per point, ``batch_size``
+    of them per forward pass."""
+
+    entries: tuple[int, ...] = field(metadata=bound(
+        3, MAX_ENTRIES, "phone books need >= 3 entries: two shots and the query",
+        help="phone-book sizes L"))
+    lengths: tuple[int, ...] = field(metadata=bound(1, MAX_LENGTH, LENGTHS,
+                                                    help="copy lengths in tokens"))
+    n_examples: int = field(metadata=bound(1, MAX_EXAMPLES, PER_POINT,
+                                           help="prompts per point"))
+    batch_size: int = field(default=4, metadata=bound(
+        1, MAX_BATCH, "rows per forward pass; defaults: 4 to 512",
+        help="prompts per forward pass"))
+
+
+PRETRAINED_COPY_LEVELS: dict[str, PretrainedCopySettings] = {
+    # entries up to 70, where §4.3 says Pythia-410m beats every Mamba; copy up to 100 tokens
+    "quick": PretrainedCopySettings(entries=(5, 20, 70), lengths=(10, 50, 100), n_examples=20),
+    # 640 prompts per point (§4.1); books past L = 70 and texts up to 300 tokens (§4.2/4.3)
+    "paper": PretrainedCopySettings(entries=(10, 20, 40, 70, 100, 140),
+                                    lengths=(25, 50, 100, 200, 300), n_examples=640),
+}

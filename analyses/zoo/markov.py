@@ -94,7 +94,7 @@ def _markov_variants() -> Iterator[Recipe]:
 
 
 # ---- medium: markov holdout (issues 21, 27)
-# App. E.5 / Table 2 at medium (analyses.markov_holdout --medium), in the paper's setting: the
+# App. E.5 / Table 2 at medium (analyses.markov_holdout --level medium), in the paper's setting: the
 # model the authors ran (models.ssm.mamba2.MARKOV_PAPER_MODEL: bias-free LayerNorm, LN(y) ⊙ act(z),
 # no D, gated SiLU MLP, their init) at the quick sizes (d = N = 16, e = 2, w = 4, MLP 4d, one
 # layer, one head — all inside Table 7's grid), and Table 7's optimiser (AdamW 0.9 / 0.95,
@@ -187,9 +187,9 @@ def _ablations() -> Iterator[Recipe]:
 # Markov paper Table 2 (App. E.5) at large: Table 7 in full where medium cut it — 10,000
 # steps, sequences of 512, batch 64 — at every d = N of {8, 16, 32} (Table 7's grid; medium
 # had 16 only), 5 seeds; the authors' model and optimiser as at medium (MARKOV_HOLDOUT_MEDIUM).
-# Warm-up 2 % as medium's. Batch 16 (``_b16`` recipes; ``analyses.markov_holdout --train large
-# --cpu-batch``) is the fallback for a machine without a GPU: Table 7's smallest batch, every
-# other setting kept (issue 36 §2).
+# Warm-up 2 % as medium's. Batch 16 (``_b16`` recipes; ``analyses.markov_holdout --train
+# --level large --cpu-batch``) is the fallback for a machine without a GPU: Table 7's smallest
+# batch, every other setting kept (issue 36 §2).
 MARKOV_HOLDOUT_LARGE = {"seeds": (0, 1, 2, 3, 4), "widths": (8, 16, 32), "cpu_batch": 16,
                         "task": {"seq_len": 512},
                         "train": {"steps": 10000, "batch_size": 64, "warmup_steps": 200,

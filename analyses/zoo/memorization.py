@@ -1,7 +1,8 @@
 """The memorization paper's settings (Kim et al., §5, Figs. 1 and 2, App. F): its level rows
 (:data:`TABLE`) and its grids (:data:`GRIDS`: which cells a memorization run trains, per level,
-data set and label level). Its models are the cells that :mod:`analyses.memorization` trains
-itself, not recipes served by name: :func:`recipes` yields none."""
+data set and ``labels_per``, what one label belongs to). Its models are the cells that
+:mod:`analyses.memorization` trains itself, not recipes served by name: :func:`recipes` yields
+none."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ class Search:
 
 @dataclass(frozen=True)
 class GridRow:
-    """One (level, data, label level) of :data:`GRIDS`: the task config (on top of the rows of
+    """One (level, data, labels_per) of :data:`GRIDS`: the task config (on top of the rows of
     :data:`TABLE`), the widths m, the stopping rule's patience, overrides of the model and
     training rows, and the search that replaces the full grid, if any."""
 

@@ -5,10 +5,12 @@ level."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from analyses.zoo.recipe import Recipe
 from models.train.levels import LevelTable
 from seqprobe.config import check
+from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_SCALE, MAX_SEEDS, WIDTH_WHY, Config, bound
 
 # Induction heads (spectral filtering paper §4.2, Fig. 5): vocabulary 4, STU filters of length
 # T = 256, trained at length T^q. Quick: small models and 400 steps, enough for STU, Hard-ALiBi
@@ -182,3 +184,42 @@ def recipes() -> Iterator[Recipe]:
     yield from _induction_medium()
     yield from _induction_large()
 
+
+
+# ---------------------------------------------------------------------------- analyses' levels
+# What analyses.spectral_lds measures at a level (the online-learning experiments of §4.1 train
+# no zoo model): each numeric field declared once with its bound, its flag made from the field
+# (seqprobe.cli.add_fields).
+
+
+@dataclass(frozen=True)
+class SpectralLDSSettings(Config):
+    """analyses.spectral_lds at a level: horizon ``T`` (also the filter length), ``k``
+    spectral filters, the LDS's dimensions and ``seeds`` systems per region; and at every
+    level ``qs`` (contexts L = T^q), the step size ``lr`` and the balls' ``radius``."""
+
+    T: int = field(metadata=bound(  # tasks.lds.LDSConfig's T: the regions need T >= 4
+        4, MAX_HORIZON, "a dynamical system's horizon; the STU paper: 2^14",
+        help="horizon / filter length"))
+    k: int = field(metadata=bound(1, MAX_DIM, "spectral filters", help="number of filters"))
+    d_hidden: int = field(metadata=bound(1, MAX_DIM, WIDTH_WHY, help="hidden dimension of the LDS"))
+    d_in: int = field(metadata=bound(1, MAX_DIM, WIDTH_WHY, help="input dimension of the LDS"))
+    d_out: int = field(metadata=bound(1, MAX_DIM, WIDTH_WHY, help="output dimension of the LDS"))
+    seeds: int = field(metadata=bound(1, MAX_SEEDS, "independently trained systems per point",
+                                      help="random systems per region"))
+    qs: tuple[float, ...] = field(default=(1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0), metadata=bound(
+        0.0, 1.0, "fractions of the length", open_lo=True,
+        help="context exponents q (L = T^q), fractions such as 1/4 allowed"))
+    lr: float = field(default=0.3, metadata=bound(
+        0.0, MAX_SCALE, "a step size in units of 1/E|X_t|^2", open_lo=True,
+        help="step size in units of 1/E‖X_t‖²"))
+    radius: float = field(default=10.0, metadata=bound(
+        0.0, MAX_SCALE, "a spectral radius", open_lo=True, help="r of the Frobenius balls"))
+
+
+SPECTRAL_LDS_LEVELS: dict[str, SpectralLDSSettings] = {
+    # quick: a CPU-sized horizon and hidden dimension, the paper's number of filters
+    "quick": SpectralLDSSettings(T=2**13, k=24, d_hidden=256, d_in=4, d_out=4, seeds=3),
+    # paper §4.1: T = 2^14, k = 24, hidden dimension 512 (d_in, d_out and seeds unspecified)
+    "paper": SpectralLDSSettings(T=2**14, k=24, d_hidden=512, d_in=4, d_out=4, seeds=5),
+}

@@ -79,7 +79,6 @@ from models.ssm.recurrent import (
     optional_kernel,
     selective_scan_chunked,
 )
-from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_LENGTH, MAX_SCALE, bound
 
 
@@ -108,11 +107,6 @@ class MambaConfig(SSMLMConfig):
     # forward one [batch, d_inner, d_state] state per chunk
     chunk_size: int = field(
         default=64, metadata=bound(1, MAX_LENGTH, "tokens per scan chunk; the suite: 64"))
-
-    def __post_init__(self):
-        super().__post_init__()
-        check(self.dt_rank >= 0, f"dt_rank must be >= 0, got {self.dt_rank}")
-        check(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
 
     @property
     def dt_rank_(self) -> int:

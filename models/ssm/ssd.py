@@ -78,7 +78,6 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from models.base import check_counts
 from models.layers import BiasFreeLayerNorm, GatedRMSNorm, activation
 from models.ssm.recurrent import (
     SSMLMConfig,
@@ -116,7 +115,6 @@ class Mamba2Config(SSMLMConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_counts(self, "n_heads", "n_groups", "chunk_size")
         check(self.d_inner % self.n_heads == 0,
               f"d_inner = expand·d_model = {self.d_inner} must be divisible by n_heads "
               f"({self.n_heads})")

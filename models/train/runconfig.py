@@ -58,9 +58,15 @@ from models.checkpoint.paths import file_kind
 from models.registry import ARCHS, model_class
 from models.train.evaluation import LENGTH_EVAL
 from models.train_config import TrainConfig, resolve_train
-from seqprobe.config import check, config_from_dict, config_to_dict, near, type_hints
+from seqprobe.config import (
+    check,
+    config_from_dict,
+    config_to_dict,
+    former_names,
+    near,
+    type_hints,
+)
 from seqprobe.errors import ConfigError, InputError
-from seqprobe.flags import check_fields
 from tasks.registry import TASKS, task_class
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
@@ -210,14 +216,17 @@ def _section(cfg, pinned: frozenset[str] | tuple[str, ...]) -> dict[str, Any]:
     hints = type_hints(type(cfg))
     # per-device fields (TrainConfig's "auto" ones) at "auto" or at their CPU value: left out
     cpu = {f.name: f.metadata["cpu"] for f in dataclasses.fields(cfg) if "cpu" in f.metadata}
+    # a renamed field keeps the name it was hashed under (its metadata's "was"): no key moves
+    hashed = {new: old for old, new in former_names(type(cfg)).items()}
     out = {}
     for name, value in config_to_dict(cfg).items():
         if name in cpu and (value == "auto" or value is cpu[name] or value == cpu[name]):
             continue
-        if name in pinned or name not in defaults or value != defaults[name]:
+        key = hashed.get(name, name)
+        if key in pinned or name not in defaults or value != defaults[name]:
             if hints.get(name) is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # lr=1 and lr=1.0 are one run
-            out[name] = value
+            out[key] = value
     return out
 
 
@@ -243,9 +252,8 @@ class RunConfig:
         check(not unknown, f"model_keys {unknown} are not fields of the {arch} config")
         set_fields = set(_section(self.model, ()))  # non-defaults are always set
         object.__setattr__(self, "model_keys", frozenset(self.model_keys) | set_fields)
-        # a run's numbers take the range their flags take (each field's bound, declared on
-        # the field: seqprobe.flags.bound), however the run is given: flags, a record, code
-        check_fields(self.train, "train")
+        # a run's numbers take the range their flags take: each config checks its fields'
+        # bounds when it is built (seqprobe.flags.Config), however the run is given
 
     # ------------------------------------------------------------------ names
     @property

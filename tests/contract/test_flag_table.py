@@ -1,11 +1,13 @@
-"""One bound for every numeric flag of every command (issue 39 item 2, issue 49 item 1): each
-command's parser is built and every numeric flag's type must be a row of
-``seqprobe.flags.BOUNDS`` (``seqprobe.flags.flag(row)``), so a flag added without a bound fails
-here, naming the table. ``python -m models.train``'s per-field flags take each config field's
-own bound (its metadata, ``seqprobe.flags.bound``): every numeric field of every config class
-the registries find has one, checked for every arch and task, so a new architecture's or
-task's field without one fails here, naming the class and the field. ``models.train.launch``
-bounds ``--nproc_per_node`` by the machine before spawning anything."""
+"""One bound for every numeric flag of every command: each command's parser is built and every
+numeric flag's type must be a bound's parser, so a flag added without a bound fails here. An
+analysis' flag is made from a field of its settings dataclass (``seqprobe.cli.add_fields``:
+the field's bound, checked again when the settings are built); another command's flag is a
+row of ``seqprobe.flags.BOUNDS`` (``seqprobe.flags.flag(row)``). ``python -m models.train``'s
+per-field flags take each config field's own bound (its metadata, ``seqprobe.flags.bound``):
+every numeric field of every config class the registries find has one, checked for every
+arch and task, so a new architecture's or task's field without one fails here, naming the
+class and the field. ``models.train.launch`` bounds ``--nproc_per_node`` by the machine
+before spawning anything."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from tasks.registry import TASKS, task_class
 
 ROOT = ROOT_DIR
 PACKAGES = ("analyses", "models", "bench", "probes", "tasks")
-FIX = "give it type=seqprobe.flags.flag(ROW) and a row in seqprobe.flags.BOUNDS (range and why)"
+FIX = ("declare it as a bounded field of the command's settings dataclass and add its flag with "
+       "seqprobe.cli.add_fields (a command that is not an analysis: type=seqprobe.flags.flag(ROW) "
+       "and a row in seqprobe.flags.BOUNDS)")
 FIX_FIELD = "give the config field metadata=seqprobe.flags.bound(LO, HI, why)"
 
 
@@ -86,7 +90,9 @@ def unbounded(parser: argparse.ArgumentParser, where: str, fields: bool = False)
         row = getattr(a.type, "row", None)
         if row is not None:
             flag = row.split()[-1]  # "COMMAND --flag" rows: a command's own meaning
-            known = row in flags.BOUNDS or (fields and a.type.bound.kind in flags.KINDS)
+            owner = getattr(a.type, "settings_field", None)  # a settings field's flag (add_fields)
+            known = (row in flags.BOUNDS or (fields and a.type.bound.kind in flags.KINDS)
+                     or (owner is not None and a.type.bound == flags.field_bound(*owner)))
             if not known or flag not in a.option_strings:
                 bad.append(f"{where} {name}: row {row!r} is not this flag's row")
         elif a.type in (int, float) or (a.type is not None and a.type not in (str, Path)):
@@ -102,12 +108,23 @@ def test_every_numeric_flag_of_every_command_is_a_row_of_the_table(monkeypatch):
     modules = cli_modules()
     assert {"analyses.ngram_heads", "analyses.reproduce.cli", "analyses.zoo",
             "bench.step_costs"} <= set(modules), modules
-    bad, used = [], set()
+    bad, used, settings = [], set(), set()
     for module in modules:
         for parser in parsers_of(module, monkeypatch):
             bad += unbounded(parser, module)
-            used |= {a.type.row for a in parser._actions if hasattr(a.type, "row")}
+            made = [a.type.settings_field for a in parser._actions
+                    if hasattr(a.type, "settings_field")]
+            used |= {a.type.row for a in parser._actions
+                     if hasattr(a.type, "row") and not hasattr(a.type, "settings_field")}
+            settings |= {cls for cls, _ in made}
     assert not bad, f"unbounded numeric flags ({FIX}):\n" + "\n".join(bad)
+    # the settings classes the analyses' flags are made from: every number bounded, each
+    # checked when built (seqprobe.flags.Config)
+    assert len(settings) >= 5, settings
+    bad = [line for cls in settings for line in flags.unbounded_fields(cls)]
+    bad += [f"{cls.__qualname__} is not a seqprobe.flags.Config" for cls in settings
+            if not issubclass(cls, flags.Config)]
+    assert not bad, "settings fields:\n" + "\n".join(bad)
     # the launcher's bound is a row too (its parser is torchrun's: test_launch_bounds_nproc);
     # models.train's flags are config fields, whose bounds are the fields' own (below)
     used.add("--nproc_per_node")

@@ -29,10 +29,6 @@ OLD = re.compile(r"(?i:(?<![a-z0-9])(?:presets?|specs?)(?![a-z0-9]))|(?<=[a-z])S
 # file -> (occurrences, why they stay)
 ALLOWED: dict[str, tuple[int, str]] = {
     "analyses/claims.py": (2, "level_of reads an old result or timings file's 'preset'"),
-    "analyses/memorization/sweep.py": (
-        1, "memorization's JSON keeps 'preset' for the level: its 'level' key is the label "
-           "level, which old files and the plots read"),
-    "tests/integration/test_memorization.py": (1, "reads that 'preset' field of memorization's JSON"),
     "figures/style.py": (2, "a figure's caption reads that 'preset' field of memorization's "
                             "JSON for the run's level"),
     "tests/unit/analyses/test_figure_defects_55.py": (1, "a memorization result with that 'preset' field"),
@@ -42,7 +38,8 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "models/train/cli.py": (
         3, "--preset, the level flag's name before --level, stays accepted (old command "
            "lines) and so reserved"),
-    "tests/e2e/test_scale_flag.py": (2, "old command lines: --preset still gives the level"),
+    "tests/e2e/test_scale_flag.py": (3, "old command lines: --preset still gives the level, "
+                                 "hidden from --help"),
     "seqprobe/cli.py": (1, "the level flag's docstring names models.train's --preset alias"),
     "tests/e2e/test_train_cli.py": (1, "old command lines: --preset's errors"),
     "seqprobe/sweep/__init__.py": (1, "__spec__, Python's own attribute of a module"),

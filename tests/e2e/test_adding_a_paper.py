@@ -3,15 +3,16 @@
 The toy (tests/toy_paper.py) brings a new architecture (``echo``: its own config class with a
 numeric field no other has, ``decay``, and its contract), a new task (``toy_echo``, whose
 length field is ``span``), a probe, its zoo module (level rows and a recipe at quick and
-medium), an analysis with two claims and its scale sentences, and its readers' tests; the one
-edit to an existing file is its five rows in seqprobe/registry.toml. They are written into a
-copy of this repository (its ``git ls-files``, as they are on disk), where everything runs in
-fresh processes with the copy as the working directory: the suite's registry reads the toy as
-it reads a real paper, and nothing is patched or put back by hand.
+medium), an analysis with two claims, its scale sentences and a numeric option of its own
+(``--rows``, a bounded settings field: no row in ``seqprobe.flags``), and its readers' tests;
+the one edit to an existing file is its five rows in seqprobe/registry.toml. They are written
+into a copy of this repository (its ``git ls-files``, as they are on disk), where everything
+runs in fresh processes with the copy as the working directory: the suite's registry reads the
+toy as it reads a real paper, and nothing is patched or put back by hand.
 
 Then, in the copy: it is found (the registries), planned and costed (``python -m
-analyses.reproduce --quick --list``: its training job projected from its FLOPs), trained (its
-quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
+analyses.reproduce --level quick --list``: its training job projected from its FLOPs), trained
+(its quick recipe, a few CPU steps) and read into the index (a quick reproduce of the toy alone),
 and every suite-wide check runs with it there: the flag-bound table, the model contract, the
 hand-kept lists (the registry's tables, recipe levels, independence), the claim-margin check,
 the plan-wide reproduce checks (main, claims, recipes, scale line), the recipe hashes and the
@@ -68,7 +69,9 @@ found = {{"arch": ARCHS[{ARCH!r}], "task": TASKS[{NAME!r}], "levels": list(recip
          "medium_model": dict(TABLE.rows("medium", {NAME!r}, {ARCH!r})["model"]),
          "flops": plan_row({RECIPE!r}, recipe.run_config("quick"))["flops_per_token"]}}
 print("FOUND " + json.dumps(found), flush=True)
-common = ["--quick", "--only", {NAME!r}, "--out", str(out), "--cache-dir", str(cache),
+from analyses import toy_echo  # its own numeric option, refused out of its field's bound
+print("ROWS " + str(toy_echo.main(["--rows", "0", "--out", str(out / "refused")])), flush=True)
+common = ["--level", "quick", "--only", {NAME!r}, "--out", str(out), "--cache-dir", str(cache),
           "--jobs", "1"]
 print("LIST", flush=True)
 assert cli.main([*common, "--list"]) == 0
@@ -151,13 +154,15 @@ def test_the_toy_is_found_planned_costed_trained_and_read_into_the_index(toy):
     assert found["arch"] == f"models.{ARCH}:EchoLM" and found["task"] == f"tasks.{NAME}:EchoTask"
     assert found["levels"] == ["quick", "medium"] and found["medium_model"]["decay"] == 0.8
     assert found["flops"] > 0  # the class's own FLOPs per token
+    # the analysis' own numeric option (a settings field, no row in seqprobe.flags): bounded
+    assert "ROWS 2" in run.stdout and "--rows: 0 is out of range: must be 1..4096" in run.stderr
     # planned and costed: the --list output names it and projects its training from FLOPs
     listing = run.stdout.split("\nLIST\n", 1)[1].split("\nRUN\n", 1)[0]
     assert NAME in listing and "Toy paper Fig. 1" in listing and RECIPE in listing
     assert "1 from their FLOPs, projected" in listing, listing
     # trained and read: the result, and the index with the two claims and the scale sentence
     result = json.loads((toy["out"] / f"{NAME}.json").read_text())
-    assert [r["label"] for r in result["models"]] == [RECIPE]
+    assert [r["label"] for r in result["models"]] == [RECIPE] and result["rows"] == 16
     index = (toy["out"] / "index.md").read_text()
     assert "## Toy: an echo repeats a letter" in index
     assert "the model repeats the letter" in index and "at twice the trained span" in index

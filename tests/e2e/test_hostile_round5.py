@@ -200,10 +200,10 @@ def _edited_export(exported: Path, tmp_path: Path, edit) -> Path:
     (lambda c: c["seqprobe"].update(arch="mamba2"), "says a mamba2 model, but config.json "
      "builds a gpt_neox one"),
     (lambda c: c["seqprobe"].update(arch="lstm"), "arch 'lstm' is none the exporter writes"),
-    (lambda c: c["seqprobe"]["config"].update(d_model=1 << 20), "config.d_model 1048576 is out of "
+    (lambda c: c["seqprobe"]["config"].update(d_model=1 << 20), "Config.d_model 1048576 is out of "
      "range"),
     (lambda c: c["seqprobe"].update(step=-5), "step -5 is not a step count"),
-    (lambda c: c["seqprobe"]["config"].update(ln_eps=float("nan")), "config.ln_eps nan is out"),
+    (lambda c: c["seqprobe"]["config"].update(ln_eps=float("nan")), "Config.ln_eps nan is out"),
     (lambda c: c["seqprobe"].update(digest="md5:abc"), "digest 'md5:abc' is not"),
     (lambda c: c["seqprobe"]["task"]["config"].update(D=60), "more than the model's "
      "vocab_size 30"),

@@ -1,5 +1,7 @@
-"""One scale flag (seqprobe.cli): ``--scale LEVEL``, with ``--quick`` / ``--medium`` / ``--paper``,
-``--train LEVEL`` and ``models.train``'s ``--preset`` as other spellings of it."""
+"""One level flag (seqprobe.cli): ``--level LEVEL``, the one spelling ``--help`` shows and the
+docs write; the older ones (``--scale``, ``--quick`` / ``--medium`` / ``--large`` / ``--paper``,
+``--train LEVEL`` and ``models.train``'s ``--preset``) are still read, as hidden aliases, so old
+command lines keep working."""
 
 import pytest
 
@@ -17,8 +19,18 @@ def parse(argv, train=True):
     return p.parse_args(argv)
 
 
+def test_help_shows_one_spelling_of_the_level():
+    p = OneLineParser(prog="t")
+    add_level_arguments(p)
+    text = p.format_help()
+    assert "--level LEVEL" in text
+    for old in ("--scale", "--quick", "--medium", "--large", "--paper"):
+        assert old not in text, old
+    assert "--preset" not in build_parser("transformer", "copy")[0].format_help()
+
+
 @pytest.mark.parametrize(("argv", "level"), [
-    ([], "quick"), (["--scale", "medium"], "medium"), (["--medium"], "medium"),
+    ([], "quick"), (["--level", "large"], "large"), (["--scale", "medium"], "medium"), (["--medium"], "medium"),
     (["--paper"], "paper"), (["--quick"], "quick"), (["--scale", "paper"], "paper")])
 def test_every_spelling_of_a_scale_is_one_value(argv, level):
     assert parse(argv, train=False).level == level
@@ -64,7 +76,7 @@ def test_models_train_keeps_level_as_a_spelling_of_the_scale():
 
 def test_the_zoo_takes_the_scale_between_names(tmp_path, capsys):
     name = zoo_copy.copy_medium_name("rope", 4, 0, 1e-3)
-    assert zoo.main(["--list", "--scale", "medium", name, "--cache-dir", str(tmp_path)]) == 0
+    assert zoo.main(["--list", "--level", "medium", name, "--cache-dir", str(tmp_path)]) == 0
     assert "missing" in capsys.readouterr().out
     # quick: none, and --list lists only what exists at the level asked for (issue 37)
     assert zoo.main(["--list", name, "--cache-dir", str(tmp_path)]) == 2

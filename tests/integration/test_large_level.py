@@ -95,7 +95,7 @@ def test_stu_lookup_and_markov_large_settings():
     assert (run.task_dict["D"], run.task_dict["min_len"], run.task_dict["max_len"]) == (26, 5, 30)
     assert run.task_dict["key"] == "prefix" and run.train.context == 420
     assert run.train.schedule == "linear" and run.train.stop_at == 0.0
-    assert max(ngram_lookup.LEVEL_SETTINGS["large"].lengths) == 100
+    assert max(zoo_copy.NGRAM_LOOKUP_LEVELS["large"].lengths) == 100
     for w in (8, 16, 32):
         run = zoo.run_config(zoo_markov.markov_holdout_large_recipes([w])[4], "large")
         t = run.train

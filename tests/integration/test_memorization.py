@@ -112,7 +112,7 @@ def test_stop_rule_counts_evaluations_without_improvement():
 
 def test_suite_trainer_runs_the_task_and_reports_train_error():
     run_config = make_run_config("transformer", "memorization", "quick", model={"d_model": 8},
-                     task_config={"n_examples": 6, "level": "sequence"},
+                     task_config={"n_examples": 6, "labels_per": "sequence"},
                      train={"steps": 4, "eval_every": 2, "eval_batches": 1, "batch_size": 4})
     ck = train(run_config, progress=False)
     assert 0.0 <= ck["history"][-1]["train_error"] <= 1.0
@@ -146,7 +146,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
 
 
 def test_cli_writes_figures_json_and_csv(tmp_path):
-    argv = ["--data", "synthetic", "--task", "sequence", "--widths", "4,8", "--fractions",
+    argv = ["--data", "synthetic", "--labels-per", "sequence", "--widths", "4,8", "--fractions",
             "0.5,1", "--n-examples", "12", "--steps", "20", "--jobs", "1", "--out",
             str(tmp_path), "--no-progress"]
     assert mem_cli.main(argv) == 0
@@ -156,7 +156,7 @@ def test_cli_writes_figures_json_and_csv(tmp_path):
     rows = list(csv.DictReader((tmp_path / f"{name}_cells.csv").open()))
     assert len(rows) == 4 and {r["d_model"] for r in rows} == {"4", "8"}
     data = json.loads((tmp_path / f"{name}.json").read_text())
-    assert data["level"] == "sequence" and "param_counting" in data
+    assert data["labels_per"] == "sequence" and data["level"] == "quick" and "param_counting" in data
 
 
 def conll_argv(data: Path, out: Path) -> list[str]:
@@ -177,7 +177,8 @@ def test_cli_runs_a_conll_grid_from_a_local_file(tmp_path):
 
 @pytest.mark.parametrize("argv, match", [
     (["--data", "conll", "--data-path", "/nonexistent/eng.train"], "not found"),
-    (["--data", "mnli", "--task", "token", "--data-path", "x"], "sequence-level"),
+    (["--data", "mnli", "--labels-per", "token", "--data-path", "x"], "has labels per sequence"),
+    (["--data", "mnli", "--task", "token", "--data-path", "x"], "has labels per sequence"),
     (["--data", "conll"], "needs data_path"),
     (["--widths", "5", "--fractions", "1"], "divisible by n_heads"),
     (["--widths", "a,b"], "not an integer"),
@@ -198,16 +199,16 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
     compute as the synthetic token grid with five fractions, and names the outputs after it."""
     seen, real = {}, mem_sweep.compute
 
-    def small(data, label_level, level, out_dir, **kw):
-        seen.update(data=data, label_level=label_level, level=level, fractions=kw["fractions"])
-        return real(data, label_level, level, out_dir, widths=(4,), fractions=(1.0,),
+    def small(data, labels_per, level, out_dir, **kw):
+        seen.update(data=data, labels_per=labels_per, level=level, fractions=kw["fractions"])
+        return real(data, labels_per, level, out_dir, widths=(4,), fractions=(1.0,),
                     task_config={"n_examples": 4, "seq_len": 4},
                     train={"steps": 2, "warmup_steps": 0}, n_jobs=1, progress=False)
 
     monkeypatch.setattr(am.cli, "compute", small)
     argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
     assert mem_cli.main(argv) == 0
-    assert seen == {"data": "synthetic", "label_level": "token", "level": "quick",
+    assert seen == {"data": "synthetic", "labels_per": "token", "level": "quick",
                     "fractions": (0.2, 0.4, 0.6, 0.8, 1.0)}
     assert am.FIGURE.outputs == ("memorization_synthetic_token",)
     assert (tmp_path / "memorization_synthetic_token.json").is_file()
@@ -378,7 +379,7 @@ def test_step_budgets_lengthen_the_largest_n():
     with pytest.raises(InputError):
         mem_grid.Long(largest=1, factor=0)
     space = mem_grid.CellSpace("synthetic", "token", "medium",
-                         {"n_examples": 16, "data": "synthetic", "level": "token"},
+                         {"n_examples": 16, "data": "synthetic", "labels_per": "token"},
                          {"n_heads": 1}, {})
     run_configs = mem_search.search_run_configs(space, (4,), (8, 16), 0, {16: 123})
     assert run_configs[(16, 4)].train.steps == 123 and run_configs[(8, 4)].train.steps == 2000
@@ -419,7 +420,7 @@ def tiny_search(out, **kw):
 
 def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
     result = tiny_search(tmp_path)
-    assert result["preset"] == "medium" and result["search"]["seeds"] == [0, 1]
+    assert result["level"] == "medium" and result["search"]["seeds"] == [0, 1]
     assert result["config"]["model"]["n_heads"] == 1  # the medium grid's one head
     assert result["config"]["train"]["batch_size"] == 1024  # full batch
     assert result["cells_trained"] == len(result["cells"]) > 0
@@ -437,7 +438,7 @@ def test_tiny_search_end_to_end_and_resume(tmp_path, monkeypatch):
 
 def test_medium_is_a_level_of_the_figure():
     assert "medium" in am.FIGURE.levels
-    assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--task", "token",
+    assert mem_claims.plan_args("medium") == ["--data", "synthetic", "--labels-per", "token",
                                               "--no-progress"]
     labels = [label for label, _ in mem_grid.dry_run_cells("medium")]
     assert labels == ["memorization_synthetic_token/m48_f1",

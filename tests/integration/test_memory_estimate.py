@@ -26,6 +26,7 @@ from models.memory import (
 )
 from seqprobe import memory
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_HORIZON
 from tasks.registry import make_task
 from tests.tiny import TINY, good_checkpoint
 
@@ -67,7 +68,7 @@ CHILD = textwrap.dedent("""
 
 def test_hostile_products_are_refused_in_one_line_under_an_address_space_limit(tmp_path):
     copy = save_checkpoint(good_checkpoint(), tmp_path / "copy.pt")
-    huge = _markov_checkpoint(tmp_path / "markov.pt", 2**24)  # seq_len at its per-int bound
+    huge = _markov_checkpoint(tmp_path / "markov.pt", MAX_HORIZON)  # seq_len at its bound
     out = str(tmp_path / "out")
     commands = [
         ("analyses.duplicated_ngrams", [str(copy), "--reference-n", "64", "--out", out]),
@@ -131,12 +132,14 @@ def test_the_forward_estimate_covers_what_a_cached_run_holds():
 
 def test_ordinary_settings_pass_the_check(tmp_path):
     from analyses import copy_bounds, duplicated_ngrams, spectral_lds
+    from analyses.zoo import copy as zoo_copy
+    from analyses.zoo import spectral as zoo_spectral
 
     free = memory.available_bytes()
     for level in ("quick", "paper"):
-        s = spectral_lds.LEVEL_SETTINGS[level]
+        s = zoo_spectral.SPECTRAL_LDS_LEVELS[level]
         assert spectral_lds.memory_estimate(s, 5) < min(free, 4 << 30), level
-    quick = copy_bounds.LEVEL_SETTINGS["quick"]
+    quick = zoo_copy.COPY_BOUNDS_LEVELS["quick"]
     assert copy_bounds.memory_estimate(quick, 26, {}) < min(free, 2 << 30)
     model = models.load(save_checkpoint(good_checkpoint(), tmp_path / "c.pt"))
     est = duplicated_ngrams.memory_estimate({"m": model}, 26, [3, 5], list(range(1, 11)),
@@ -152,9 +155,14 @@ def test_ordinary_settings_pass_the_check(tmp_path):
     assert evaluation_bytes("transformer", wide, longest) < 4 << 30
 
 
-def test_a_hostile_task_length_is_refused_when_loaded_for_evaluation(tmp_path):
-    """The per-int bound admits seq_len = 2^24; evaluating 64 rows of it cannot fit."""
-    huge = models.load(_markov_checkpoint(tmp_path / "huge.pt", 2**24))
-    assert huge.task.max_example_len() == 2**24  # the task's own longest sequence
+def test_a_hostile_task_length_is_refused_when_loaded_for_evaluation(tmp_path, monkeypatch):
+    """A length beyond the field's bound is refused as the checkpoint loads (the config checks
+    its bounds when built); the bound admits seq_len = 2^20 (MAX_HORIZON), and evaluating 64
+    rows of it does not fit a few GB."""
+    with pytest.raises(InputError, match="MarkovConfig.seq_len 16777216 is out of range"):
+        models.load(_markov_checkpoint(tmp_path / "beyond.pt", 2**24))
+    huge = models.load(_markov_checkpoint(tmp_path / "huge.pt", MAX_HORIZON))
+    assert huge.task.max_example_len() == MAX_HORIZON  # the task's own longest sequence
+    monkeypatch.setattr(memory, "available_bytes", lambda: LIMIT)
     with pytest.raises(InputError, match=f"the data of {EVAL_ROWS} rows"):
         check_evaluation_fits(huge, "huge.pt")

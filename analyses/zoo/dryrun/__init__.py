@@ -33,8 +33,8 @@ as the loop draws it, padding included (the model computes on it). The peak is t
 precision the run is configured for on a GPU (:data:`~models.train.gpu_costs.PEAK_FLOPS`:
 bf16 tensor cores for a bf16 run, the fp32 units for an fp32 one; ``"auto"`` is bf16 on CUDA).
 
-    python -m analyses.reproduce --paper --dry-run [--device cuda] [--out DIR]
-    python -m analyses.NAME --train paper --dry-run
+    python -m analyses.reproduce --level paper --dry-run [--device cuda] [--out DIR]
+    python -m analyses.NAME --train --level paper --dry-run
 """
 
 from __future__ import annotations

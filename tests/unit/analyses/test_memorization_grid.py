@@ -10,7 +10,7 @@ from analyses.memorization import grid as mem_grid
 from models.train.runconfig import RunConfig
 
 # cell_key of three cells, recorded at 2473091 (before a cell's run became a RunConfig):
-# (level, data, label level), width, fraction, seed / steps of a search cell, threshold, patience
+# (level, data, labels_per), width, fraction, seed / steps of a search cell, threshold, patience
 PINNED = [
     (("quick", "synthetic", "token"), 4, 0.1, {}, 0.005, 10, "e9d3d41256ca0e1a"),
     (("quick", "synthetic", "sequence"), 16, 1.0, {}, 0.005, 10, "1a2e91cc95313f91"),
@@ -21,8 +21,8 @@ PINNED = [
 
 @pytest.mark.parametrize(("row", "m", "f", "search", "threshold", "patience", "key"), PINNED)
 def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
-    level, data, label_level = row
-    run_config = mem_grid.CellSpace.of(data, label_level, level).run_config(m, f, **search)
+    level, data, labels_per = row
+    run_config = mem_grid.CellSpace.of(data, labels_per, level).run_config(m, f, **search)
     assert isinstance(run_config, RunConfig)
     assert (run_config.model.d_model, run_config.task.fraction) == (m, f)
     assert mem_cells.cell_key(run_config, threshold, patience) == key
@@ -30,9 +30,9 @@ def test_a_cells_key_never_moves(row, m, f, search, threshold, patience, key):
 
 
 def test_the_table_is_rows_of_frozen_dataclasses():
-    for (level, data, label_level), row in mem_grid.GRIDS.items():
+    for (level, data, labels_per), row in mem_grid.GRIDS.items():
         assert isinstance(row, mem_grid.GridRow) and mem_grid.grid_settings(level, data,
-                                                                            label_level) is row
+                                                                            labels_per) is row
         assert row.widths == tuple(sorted(row.widths)) and row.patience >= 0
         if row.search is not None:
             assert max(row.search.n_examples) <= row.task["n_examples"]

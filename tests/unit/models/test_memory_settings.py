@@ -92,7 +92,7 @@ def test_all_but_the_last_micro_batch_skip_the_gradient_sync(float64):
 def test_micro_batch_must_divide_the_batch():
     with pytest.raises(InputError, match="batch_size 6 must be a multiple of micro_batch 4"):
         TrainConfig(batch_size=6, micro_batch=4)
-    with pytest.raises(InputError, match="micro_batch must be >= 0"):
+    with pytest.raises(InputError, match="TrainConfig.micro_batch -1 is out of range: must be 0"):
         TrainConfig(micro_batch=-1)
     assert TrainConfig(batch_size=6, micro_batch=3).micro_batch == 3
 

@@ -12,7 +12,7 @@ from models.registry import ARCHS, model_class
 from models.train.runconfig import FORMAT1_FIELDS, RunConfig
 from models.train_config import TrainConfig
 from models.transformer import TransformerConfig
-from seqprobe.config import config_to_dict
+from seqprobe.config import config_to_dict, former_names
 from seqprobe.errors import InputError
 from tasks.copy import CopyConfig
 from tasks.registry import TASKS, task_class
@@ -101,13 +101,15 @@ def test_a_field_added_later_needs_nothing_to_keep_old_keys(monkeypatch):
 def test_format1_lists_name_fields_that_exist_and_are_pinned():
     """FORMAT1_FIELDS is frozen data (the fields a format-1 hash covered): each class it names
     is still a run's config class, each field it records still exists (else old keys would
-    move), and a run at the defaults writes exactly those fields. A config class added later
-    has no row and needs none (the next test)."""
+    move; a renamed one keeps the name it hashed), and a run at the defaults writes exactly
+    those fields. A config class added later has no row and needs none (the next test)."""
     classes = {c.__name__: c for c in [TrainConfig, *(task_class(t).config_cls for t in TASKS)]}
     assert "TrainConfig" in FORMAT1_FIELDS and "CopyConfig" in FORMAT1_FIELDS
     for name, fields in FORMAT1_FIELDS.items():
         assert name in classes, f"{name}: a format-1 class is no run's config (keys would move)"
-        have = {f.name for f in dataclasses.fields(classes[name])}
+        # a renamed field keeps its hashed name (its metadata's "was": seqprobe.config)
+        have = {f.name for f in dataclasses.fields(classes[name])} | set(
+            former_names(classes[name]))
         assert set(fields) <= have, f"{name}: a format-1 field was removed (keys would move)"
         if name != "TrainConfig":
             canon = RunConfig(TransformerConfig(), classes[name]()).canonical()

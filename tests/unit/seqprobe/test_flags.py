@@ -13,8 +13,17 @@ import pytest
 
 from analyses import length_generalization, ngram_heads, pretrained_copy
 from analyses.common import Checkpoint
-from models.constructions import save_hash_copy
+from analyses.zoo import copy as zoo_copy
+from models.constructions import HashCopyConfig, save_hash_copy
+from models.registry import ARCHS, model_class
+from models.train import cli as train_cli
+from models.train_config import TrainConfig
 from seqprobe import flags
+from seqprobe.errors import ConfigError
+from tasks.copy import CopyConfig, DupNgramConfig
+from tasks.lds import LDSConfig
+from tasks.markov import MarkovConfig
+from tasks.registry import TASKS, task_class
 from tests.hf_fixtures import save_tiny_hf
 
 HUGE = "1000000000"
@@ -76,13 +85,14 @@ def test_bounded_int_refuses(text):
 
 def test_the_parsers_read_what_they_allow():
     assert flags.bounded_int(0, 100)(" 7 ") == 7
-    assert flags.flag("--lengths")("5,10, 20,") == (5, 10, 20)
+    assert flags.int_list(1, flags.MAX_LENGTH)("5,10, 20,") == (5, 10, 20)
     assert flags.int_list(1, 9, allow_empty=True)("") == ()
     assert flags.fraction_list(0, 1, open_lo=True)("1/4,0.5,1") == (0.25, 0.5, 1.0)
-    assert flags.flag("--threshold")("0") == 0.0 and flags.flag("--alpha")("1e-3") == 1e-3
+    alpha = flags.bounded_float(0.0, math.inf, open_lo=True)  # a ridge penalty
+    assert flags.bounded_float(0.0, 1.0)("0") == 0.0 and alpha("1e-3") == 1e-3
     for bad in ("inf", "-inf", "nan", "0"):
         with pytest.raises(argparse.ArgumentTypeError):
-            flags.flag("--alpha")(bad)
+            alpha(bad)
     assert math.isclose(flags.bounded_float(-1, 1)("-1"), -1.0)
 
 
@@ -96,7 +106,7 @@ def test_n_examples_0_is_refused_and_unset_takes_the_level(monkeypatch, tmp_path
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
     args.n_examples = 7
     length_generalization._compute(args, [Checkpoint("c", "c.pt")])
-    assert seen == [length_generalization.LEVEL_SETTINGS["quick"].n_examples, 7]
+    assert seen == [zoo_copy.LENGTH_GENERALIZATION_LEVELS["quick"].n_examples, 7]
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +165,34 @@ def test_flags_context_of_bounds_only_position_tables():
     assert flags.context_of(m) == 64
     Cfg.is_stateful = True
     assert flags.context_of(m) is None
+
+
+@pytest.mark.parametrize("build, argv, what", [
+    (lambda: CopyConfig(D=10**7), ["--task", "copy", "--D", str(10**7)], "D"),
+    (lambda: TrainConfig(lr=1e308), ["--lr", "1e308"], "lr"),
+    (lambda: MarkovConfig(seq_len=0), ["--task", "markov", "--seq-len", "0"], "seq_len"),
+])
+def test_a_config_built_in_code_is_refused_with_the_command_lines_range(build, argv, what,
+                                                                        tmp_path, capsys):
+    """The field's bound holds however the config is made: in code (seqprobe.flags.Config)
+    as on models.train's command line, the same range in both refusals."""
+    with pytest.raises(ConfigError, match=f"Config.{what} .* is out of range") as e:
+        build()
+    in_code = str(e.value).split("out of range: ")[1]
+    assert train_cli.main([*argv, "--out", str(tmp_path / "c.pt")]) == 2
+    on_line = capsys.readouterr().err.strip()
+    assert f"out of range: {in_code}" in on_line, (in_code, on_line)
+
+
+def test_every_bounded_config_checks_its_bounds_when_built():
+    """The registries' config classes and the analyses' settings are seqprobe.flags.Config:
+    a subclass's own __post_init__ is wrapped, so the check runs once, before its own."""
+    classes = [TrainConfig, *(model_class(a).config_cls for a in ARCHS),
+               *(task_class(t).config_cls for t in TASKS)]
+    assert [c.__name__ for c in classes if not issubclass(c, flags.Config)] == []
+    for cls in (LDSConfig, HashCopyConfig):  # configs no registry finds: bounded, defaults in
+        assert issubclass(cls, flags.Config) and flags.unbounded_fields(cls) == [], cls
+    with pytest.raises(ConfigError, match="DupNgramConfig.n 0 is out of range"):
+        DupNgramConfig(n=0)  # a subclass with its own __post_init__ (checks 2n + 1 <= min_len)
+    with pytest.raises(ConfigError, match="LengthGeneralizationSettings.n_examples 0"):
+        zoo_copy.LENGTH_GENERALIZATION_LEVELS["quick"].__class__(lengths=(5,), n_examples=0)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqprobe.errors import InputError
+from seqprobe.flags import MAX_N
 from tasks.base import IGNORE, make_generator
 from tasks.copy import plant_duplicate
 from tasks.registry import TASKS, make_task, packed_batch, task_class
@@ -274,14 +275,16 @@ def test_eval_batch_refuses_a_bad_batch_size(name, batch_size):
 
 
 def test_huge_but_valid_lookup_config_is_not_a_crash():
-    """A huge key length is valid (the strings are long enough) and must not crash the check
-    of the vocabulary size (D**n printed in full would exceed Python's int-to-str limit)."""
-    task = make_task("lookup", D=26, n=5000, min_len=5001, max_len=5001)
-    assert task.cfg.n == 5000 and task.max_example_len() > 2 * 5001
-    # a key too long for its strings is refused in one short line (no 26**5000 in it)
-    with pytest.raises(InputError, match="min_len") as e:
+    """The longest key the bound allows is valid (the strings are long enough) and must not
+    crash the check of the vocabulary size; a longer one (D**n would exceed Python's
+    int-to-str limit in a message) is refused by the field's bound, in one short line."""
+    task = make_task("lookup", D=26, n=MAX_N, min_len=4000, max_len=4000)
+    assert task.cfg.n == MAX_N and task.max_example_len() > 4000
+    with pytest.raises(InputError, match="LookupConfig.n 5000 is out of range") as e:
         make_task("lookup", D=26, n=5000, min_len=4000, max_len=4000)
     assert "\n" not in str(e.value) and len(str(e.value)) < 300
+    with pytest.raises(InputError, match="min_len"):  # a key too long for its strings
+        make_task("lookup", D=26, n=MAX_N, min_len=60, max_len=60)
 
 
 @FUZZ

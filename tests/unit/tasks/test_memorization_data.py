@@ -59,7 +59,7 @@ def test_synthetic_is_seeded_and_fractions_are_nested_prefixes():
 
 
 def test_sequence_level_batches_come_from_the_fixed_set():
-    task = make_task("memorization", level="sequence", n_examples=20, n_classes=4, seed=0)
+    task = make_task("memorization", labels_per="sequence", n_examples=20, n_classes=4, seed=0)
     assert task.labels.shape == (20,) and task.n_labels == 20
     batch = task.batch(64, make_generator(5))
     assert batch.tokens.shape == (64, 8) and batch.targets.shape == (64,)
@@ -86,7 +86,7 @@ def test_model_fields_build_an_encoder_classifier_and_the_loss_takes_both_shapes
     {"n_examples": 100, "vocab": 2, "seq_len": 3},  # only 8 sequences exist
     {"n_examples": 20, "vocab": 3, "seq_len": 4},  # only 7 token sets: contexts can't be distinct
     {"n_classes": 1}, {"fraction": 0.0}, {"fraction": 1.5}, {"level": "pair"},
-    {"data": "imdb"}, {"data": "conll"}, {"data": "mnli", "data_path": "x", "level": "token"},
+    {"data": "imdb"}, {"data": "conll"}, {"data": "mnli", "data_path": "x", "labels_per": "token"},
     {"data": "conll", "data_path": "x", "n_classes": 3}, {"n_examples": -1},
 ])
 def test_bad_configs_are_task_errors(bad):
@@ -153,7 +153,7 @@ def test_missing_or_binary_data_files(tmp_path):
     with pytest.raises(InputError, match="not found"):
         make_task("memorization", data="conll", data_path=str(tmp_path / "nope.txt"))
     with pytest.raises(InputError, match="folder has no"):
-        make_task("memorization", data="mnli", level="sequence", data_path=str(tmp_path))
+        make_task("memorization", data="mnli", labels_per="sequence", data_path=str(tmp_path))
     binary = tmp_path / "train.txt"
     binary.write_bytes(b"\xff\xfe\x00\x01garbage")
     with pytest.raises(InputError, match="not UTF-8"):
@@ -179,7 +179,7 @@ def test_mnli_loader_on_a_fixture(tmp_path):
             mnli_row(3, "He left.", "She stayed.", "neutral")]
     path = tmp_path / "train.tsv"
     path.write_text("\n".join([MNLI_HEADER, *rows]) + "\n")
-    task = make_task("memorization", data="mnli", level="sequence", data_path=str(path),
+    task = make_task("memorization", data="mnli", labels_per="sequence", data_path=str(path),
                      n_examples=0, seed=0)
     assert task.n_used == 3 and task.labels.shape == (3,) and task.cfg.C == 3
     sep = task.vocab.id("SEP")
@@ -204,4 +204,25 @@ def test_mnli_malformed_files(tmp_path, lines, match):
     path = tmp_path / "train.tsv"
     path.write_text("\n".join(lines))
     with pytest.raises(InputError, match=match):
-        make_task("memorization", data="mnli", level="sequence", data_path=str(path))
+        make_task("memorization", data="mnli", labels_per="sequence", data_path=str(path))
+
+
+def test_labels_per_was_level_and_its_records_and_cache_keys_are_unchanged():
+    """The label type has one name, ``labels_per``; a record written as ``level`` (a stored
+    checkpoint's task config) is read as it, and the cache key still hashes the old name, so
+    no trained cell or zoo entry moves."""
+    from models.train.runconfig import RunConfig
+    from seqprobe.config import config_from_dict
+    from seqprobe.errors import ConfigError
+    from tasks.memorization import MemorizationConfig
+
+    old = config_from_dict(MemorizationConfig, {"level": "sequence", "n_examples": 20})
+    assert old == MemorizationConfig(labels_per="sequence", n_examples=20)
+    with pytest.raises(ConfigError, match="former name of 'labels_per'"):
+        config_from_dict(MemorizationConfig, {"level": "token", "labels_per": "token"})
+    record = {"model": {"arch": "transformer", "config": {"head": "seq_cls", "n_classes": 2}},
+              "task": {"name": "memorization", "config": {"level": "sequence"}}}
+    run = RunConfig.from_dict(record)
+    assert run.task.labels_per == "sequence" and run.task_dict["labels_per"] == "sequence"
+    assert run.canonical()["task_config"]["level"] == "sequence"
+    assert "labels_per" not in run.canonical()["task_config"]

@@ -45,7 +45,7 @@ from seqprobe.cli import add_fields
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.flags import MAX_EXAMPLES, Config, bound
-from seqprobe.sweep import Failed, backend_of
+from seqprobe.sweep import Failed, add_workers_flag, backend_of
 
 NAME = "markov_ablations"
 QUICK_GROUPS = ("conv",)
@@ -180,8 +180,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=None, help="training steps of every run "
                    "(default: the recipe's; another cache entry)")
     add_fields(p, Settings)
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="with --ray: the CPUs of the Ray instance started here (default: all)")
+    add_workers_flag(p, help="with --ray: the CPUs of the Ray instance started here "
+                     "(default: all)")
 
 
 def _recipes(args) -> list[str]:
@@ -199,7 +199,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     failed = []
     if _trained_here(args):
         names = _recipes(args)
-        backend = (backend_of(args, args.jobs or os.cpu_count() or 1, args.device,
+        backend = (backend_of(args, args.workers or os.cpu_count() or 1, args.device,
                               num_cpus=max((zoo.recipe(n).slots for n in names), default=1))
                    if args.ray else None)  # --steps alone: one after the other, as ever
         done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,

@@ -57,7 +57,7 @@ from seqprobe.atomic import open_own, write_atomic
 from seqprobe.cli import run_cli
 from seqprobe.config import check
 from seqprobe.errors import InputError, OutputError
-from seqprobe.sweep import run_command
+from seqprobe.sweep import add_workers_flag, run_command
 from seqprobe.sweep.commands import STOP_GRACE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,8 +272,7 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=flags.flag("--budget-s"), default=BUDGET.command_s,
                    help="the whole command's seconds (default: a lent call less its start-up)")
     p.add_argument("--device", default="cuda", help="cuda (default); cpu for a rehearsal")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=os.cpu_count() or 1,
-                   dest="workers", metavar="JOBS")
+    add_workers_flag(p, default=os.cpu_count() or 1)
     p.add_argument("--wheels", type=Path, default=ROOT / ".whl",
                    help="the pinned wheels to install first (default .whl/; a missing folder: "
                         "none, the packages must be importable already)")

@@ -57,7 +57,7 @@ MAX_EXAMPLES = 1_000_000  # examples / sequences / samples per point (papers: up
 MAX_DRAWS = 10_000  # random repetitions of a control (default 10)
 MAX_SEEDS = 1000  # independently trained or sampled systems per point
 MAX_STEPS = 10_000_000  # training steps of one run
-MAX_JOBS = 1024  # parallel workers / CPUs of a local Ray instance
+MAX_WORKERS = 1024  # parallel workers / CPUs of a local Ray instance
 MAX_RETRIES = 100
 MAX_HEADS = 1 << 16  # heads (or SSM channels) of all layers together
 MAX_LAYERS = 1024
@@ -281,17 +281,17 @@ def unbounded_fields(cls: type) -> list[str]:
 BOUNDS: dict[str, Bound] = {
     # ------------------------------------------------ the suite's other commands
     "--seed": _int(0, MAX_SEED, SEED_WHY),
-    "--jobs": _int(1, MAX_JOBS, "parallel workers"),
+    "--jobs": _int(1, MAX_WORKERS, "parallel workers"),
     "--retries": _int(0, MAX_RETRIES, "attempts after the first"),
     "--timeout": _float(0.0, MAX_SECONDS, "seconds; at most 30 days", True),
-    "--nproc_per_node": _int(1, MAX_JOBS, "worker processes; at most the machine's cores, "
+    "--nproc_per_node": _int(1, MAX_WORKERS, "worker processes; at most the machine's cores, "
                                           "or its GPUs on a GPU machine"),
     # the environment's SEQPROBE_SEED_OFFSET takes the same range (analyses.zoo.MAX_SEED_OFFSET)
     "--seed-offset": _int(0, 1000, "a shift of every recipe's training seed"),
     "--steps": _int(1, MAX_STEPS, STEPS_WHY),
     # ------------------------------------------------ bench
     "--repeats": _int(1, MAX_DRAWS, "timed repetitions"),
-    "--threads": _int(0, MAX_JOBS, "CPU threads; 0: leave as is"),
+    "--threads": _int(0, MAX_WORKERS, "CPU threads; 0: leave as is"),
     "--budget-s": _float(0.0, MAX_SECONDS, "seconds", True),
     "--model-timeout-s": _float(0.0, MAX_SECONDS, "seconds each model may take", True),
     "--warm-steps": _int(0, MAX_STEPS, "untimed steps"),

@@ -67,9 +67,8 @@ from probes.sample_efficiency import (
     acc_at,
     samples_to_reach,
 )
-from seqprobe import flags
 from seqprobe.config import check
-from seqprobe.sweep import Failed, backend_of
+from seqprobe.sweep import Failed, add_workers_flag, backend_of
 
 NAME = "copy_efficiency"
 
@@ -147,7 +146,7 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         return compute_medium([_run_of(c.path) for c in checkpoints], zoo_copy.COPY_MEDIUM_SETTING)
     if (args.train or args.level) == "large":
         def train(names: list[str]) -> list[dict]:
-            jobs = args.jobs or os.cpu_count() or 1
+            jobs = args.workers or os.cpu_count() or 1
             done = zoo.train_recipes(names, "large", args.cache_dir, args.device,
                                      backend_of(args, jobs, args.device), progress=False)
             return [_run_of(str(p)) for p in done.values() if not isinstance(p, Failed)]
@@ -193,9 +192,8 @@ def add_arguments(p) -> None:
                    "(zoo_copy.COPY_MEDIUM['lrs']) "
                    "at every seed, which picks each model's lr (zoo_copy.COPY_MEDIUM_LR); without "
                    "it only the chosen lrs train (a third of the runs)")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="with --train --level large: the other seeds' runs trained side by side "
-                   "(default: this machine's cores)")
+    add_workers_flag(p, help="with --train --level large: the other seeds' runs trained side "
+                     "by side (default: this machine's cores)")
 
 
 def _recipes(args) -> list[str]:

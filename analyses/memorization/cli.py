@@ -40,7 +40,7 @@ from seqprobe.flags import (
     Config,
     bound,
 )
-from seqprobe.sweep import backend_of
+from seqprobe.sweep import add_workers_flag, backend_of
 from tasks.memorization import LABELS_PER, REAL_LABELS_PER
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",
@@ -127,9 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", dest="labels_per", choices=LABELS_PER, default=None,
                    help=argparse.SUPPRESS)  # its name before --labels-per (old command lines)
     p.add_argument("--data-path", default="", help="CoNLL-2003 file / MNLI train.tsv (or folder)")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=2,
-                   help="parallel worker processes, or the CPUs of the Ray instance --ray "
-                   "starts here (default 2)")
+    add_workers_flag(p, default=2, help="parallel worker processes, or the CPUs of the Ray "
+                     "instance --ray starts here (default 2)")
     add_fields(p, Settings)
     p.add_argument("--steps", type=flags.flag("--steps"), default=None,
                    help="step budget per cell")
@@ -155,9 +154,9 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
                      fractions=args.fractions,
                      task_config=task_cfg, model={"pe": args.pe} if args.pe else None,
                      train=train_cfg, patience=args.patience, threshold=args.threshold,
-                     n_jobs=args.jobs, device=args.device, fresh=args.fresh,
+                     n_jobs=args.workers, device=args.device, fresh=args.fresh,
                      progress=not args.no_progress,
-                     backend=backend_of(args, args.jobs, args.device), seeds=args.seeds)
+                     backend=backend_of(args, args.workers, args.device), seeds=args.seeds)
     name, out = result["name"], Path(args.out)
     caption = caption_text(result, args.level, getattr(args, "seed", None))  # run's settings
     csv_path = write_csv(result, out / f"{name}_cells.csv")

@@ -63,7 +63,7 @@ from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run
 from seqprobe.config import check
 from seqprobe.errors import OutputError
 from seqprobe.paths import default_cache_dir
-from seqprobe.sweep import add_backend_arguments, backend_of
+from seqprobe.sweep import add_backend_arguments, add_workers_flag, backend_of
 from seqprobe.sweep.eta import Eta, makespan
 
 # the first line of the package's docstring, as --help has always shown it
@@ -87,9 +87,7 @@ def _parser() -> OneLineParser:
                    "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None, dest="workers",
-                   metavar="JOBS",
-                   help="cores' worth of jobs at once: the workers (default: every core, as "
+    add_workers_flag(p, help="cores' worth of jobs at once: the workers (default: every core, as "
                         "many as the free memory holds; 1 for --paper: one GPU)")
     p.add_argument("--seed-offset", type=flags.flag("--seed-offset"), default=0,
                    help="shift every recipe's training seed (and each analysis' --seed) by K: "

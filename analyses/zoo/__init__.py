@@ -46,7 +46,6 @@ from models.train.cache import (
 from models.train.ensemble import MemberFailed, group_runs
 from models.train.ensemble_cache import ENSEMBLES, train_runs_cached
 from models.train.runconfig import RunConfig
-from seqprobe import flags
 from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
 from seqprobe.config import check
 from seqprobe.device import resolve_device
@@ -57,6 +56,7 @@ from seqprobe.sweep import (
     Backend,
     Failed,
     add_backend_arguments,
+    add_workers_flag,
     backend_of,
     map_jobs,
 )
@@ -328,8 +328,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--cache-dir", default=None, help="the checkpoint cache (default: "
                    "$SEQPROBE_CACHE, else $XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
-                   help="with --ray: the CPUs of the Ray instance started here (default: all)")
+    add_workers_flag(p, help="with --ray: the CPUs of the Ray instance started here "
+                     "(default: all)")
     add_device_argument(p, default="auto")
     add_backend_arguments(p)
     p.add_argument("--ensembles", choices=ENSEMBLES, default="auto",
@@ -347,7 +347,7 @@ def _main(argv: list[str] | None) -> int:
         device = str(resolve_device(args.device))  # auto: what this machine has
         backend = None
         if args.ray is not None:
-            jobs = args.jobs or os.cpu_count() or 1
+            jobs = args.workers or os.cpu_count() or 1
             slots = max(recipe(n).slots for n in args.names)
             backend = backend_of(args, jobs, device, num_cpus=slots)
         # after every refusal (a refused command creates no cache); a read-only cache serves

@@ -114,6 +114,14 @@ class Failed:
     attempts: int
 
 
+def add_workers_flag(p: argparse.ArgumentParser, default: int | None = None,
+                     help: str = "jobs run at once (default: this machine's cores)") -> None:
+    """``--jobs N``: how many jobs run at once (make's ``--jobs``), stored as ``workers``; the
+    one definition of the flag, so it means the same in every command."""
+    p.add_argument("--jobs", type=flags.flag("--jobs"), default=default, dest="workers",
+                   metavar="N", help=help)
+
+
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     """``--ray [ADDRESS]`` and ``--retries``."""
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",

@@ -46,7 +46,7 @@ from scipy import stats as sps
 from analyses.stats import holm_adjusted
 from probes.sample_efficiency import EXACT, LOWER, NONE, UPPER
 
-MIN_LENGTHS = 4  # the fewest lengths a seed's slope is fitted on (issue 54)
+MIN_LENGTHS = 4  # the fewest lengths a seed's slope is fitted on
 
 
 @dataclass(frozen=True)
@@ -226,8 +226,8 @@ def slopes_of(by_length: dict) -> dict:
 
 # ---------------------------------------------------------------------------- design
 # The prior spread of one seed's log ratio used to size the seed count: the spread of
-# log(GSSM / transformer samples to 90 %) in a pilot on other seeds (issue 54's review, at
-# L = 6), rounded up. A prior, stated; the verdict's own seeds never size their count.
+# log(GSSM / transformer samples to 90 %) in a pilot on other seeds (at L = 6), rounded
+# up. A prior, stated; the verdict's own seeds never size their count.
 PRIOR_LOG_SD = 0.4
 # The design sizes for this fraction of the paper's trend on the log scale (the trend is
 # extrapolated from a ~160M-parameter model; a ~100k one may show less of it).

@@ -44,7 +44,7 @@ def compute_medium(runs: list[dict], setting: dict | None = None,
     # a model trained at one lr is flagged against the grid that chose it (zoo_copy.COPY_MEDIUM_LR)
     flat, by_length = medium_by_length(runs, zoo_copy.COPY_MEDIUM_LR_GRID if level == "medium"
                                        else None)
-    # each seed's slope of log ratio on log L (issue 54), beside the per-seed values it is of
+    # each seed's slope of log ratio on log L , beside the per-seed values it is of
     return to_jsonable({"level": level, "runs": flat, "by_length": by_length,
                         "slopes": slopes_of(by_length), "setting": setting or {}})
 

@@ -310,7 +310,7 @@ def claim_fixed_sequence(d: dict) -> Reading:
         steps = _steps(d)
         if steps is not None and steps < TABLE7_STEPS:
             # one sequence of one seed, short of Table 7's training: its drop (or none) moves
-            # with the seed (issue 38), so neither way decides the claim here
+            # with the seed, so neither way decides the claim here
             return Reading(text, Undecided.regime(
                 f"one held-out sequence of one seed after {steps:,} of Table 7's "
                 f"{TABLE7_STEPS:,} steps: whether it falls moves with the seed"), m)

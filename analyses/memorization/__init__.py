@@ -22,7 +22,7 @@ evaluations (App. F: "the training error does not improve"), or the step budget 
   cell) and ``NAME_cells/*.json`` (one file per finished cell, so a stopped sweep resumes).
   NAME is ``memorization_{data}_{task}``, so token and sequence grids share an output folder.
 
-Medium (``--level medium``, issues 21, 27): Fig. 2 as a test of its shape. The quick grid has five
+Medium (``--level medium``): Fig. 2 as a test of its shape. The quick grid has five
 N over 5x, too few to tell √(nN) from a line; the medium grid (``GRIDS``' ``search`` row) takes
 nine N over 32x and, instead of training every (N, width) cell, searches each N for the
 smallest memorising width (:func:`search_min_width`: galloping from a guess, then bisection;
@@ -30,7 +30,7 @@ each cell stops as soon as it memorises), once per seed (``--seeds``, default th
 data set and initialisation), the seeds as parallel tasks. Every N gets four times the quick
 step budget: the smallest memorising width still falls with more steps, so the budget is long
 and the same at every N.
-Large (``--level large``, issue 36 §2): the search inverted (:mod:`.inverse`): for 8 widths over
+Large (``--level large``): the search inverted (:mod:`.inverse`): for 8 widths over
 ~30x in parameters, the largest N each memorises, bisected over a ladder of nested N (8 a
 doubling, to 4096), one search per (width, seed), 2 seeds; the same fits over the (N*, P)
 points, so each point's parameter count is exact instead of a width step's.

@@ -1,4 +1,4 @@
-"""Large (issue 36 §2): Fig. 2 by the inverted search. For each width of a short ladder (about
+"""Large: Fig. 2 by the inverted search. For each width of a short ladder (about
 8 widths over ~30x in parameters) and each seed, the largest N the model memorises, bisected
 over a fine ladder of N (nested data sets: the set of size N is the first N examples of the
 seed's one set, so a larger N holds every smaller one). The parameter count is then exact

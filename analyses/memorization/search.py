@@ -1,4 +1,4 @@
-"""Medium (issues 21, 27): for each N, the smallest memorising width of a ladder, found by a
+"""Medium: for each N, the smallest memorising width of a ladder, found by a
 search instead of training every (N, width) cell; one search per seed (data set and
 initialisation), smallest N first, each N's answer guessing the next one's first probe."""
 

@@ -119,7 +119,7 @@ def _copy() -> Iterator[Recipe]:
 # own SiLU is exactly HF's BambaForCausalLM block (the quick Markov Mamba-2's ReLU MLP is
 # refused). The mixer is copy/mamba2's (the level's d 32, one layer, N = 16) and the MLP is
 # 2·d wide, so the two compare at the quick level as one model with and without the MLP, at
-# about copy/mamba2's training cost (issue 37).
+# about copy/mamba2's training cost.
 COPY_MAMBA2_EXPORT = {"d_mlp": 64, "mlp_act": "silu"}
 
 
@@ -129,7 +129,7 @@ def _copy_export() -> Iterator[Recipe]:
                  doc="Mamba-2 with a gated SiLU MLP trained to copy; exports as Bamba")
 
 
-# ---- medium: copy efficiency (issue 21, made fair in issue 27)
+# ---- medium: copy efficiency (every model at its own best lr)
 # Copy paper §3.2, Fig. 1a (and 9b) as numbers (analyses.copy_efficiency --level medium): samples to
 # 90 % string accuracy, GSSMs against transformers, several seeds, every model at its own best
 # learning rate. The paper's setting, CPU-sized:
@@ -150,21 +150,21 @@ def _copy_export() -> Iterator[Recipe]:
 #   paper's §3.1 wording) beside it.
 # Not matched: L <= 10, not 300; ~100k parameters, not 160M; the step cap is short, so a run
 # that does not get there is censored: its samples a lower bound (analyses.copy_efficiency.regime).
-# Issue 54: the claims are decided where the paper's trend predicts a clear gap. Its trend (gap
+# The claims are decided where the paper's trend predicts a clear gap. Its trend (gap
 # proportional to L: Mamba ~10x at L <= 30) puts Mamba's gap at or below 2x for L <= 6, so the
 # lengths run to 10: L = 4 and 6 show where the gap is absent, 8 and 10 where the trend predicts
 # it, and the four lengths give each seed a slope of log ratio on log L ("the gap grows").
 # Longer strings do not fit the level: at L = 12 and 20 the transformer's samples to 90 % at
 # exactly L come near or past the step cap, so a GSSM's censored ratio would bound nothing, and
 # a cap long enough costs more than the level's copy budget for the Mamba alone (the costs:
-# the issue-54 pilot's report). L = 8 and 10 get twice the cap (COPY_MEDIUM_LONG_TRAIN) so
+# the pilot's report). L = 8 and 10 get twice the cap (COPY_MEDIUM_LONG_TRAIN) so
 # that the reference gets there and a GSSM that does not is bounded away from 1; the linear
 # decay spans the cap, so their schedule is longer too, alike for every model of a length.
 # The models are the paper's GSSMs (Mamba, LSTM; Mamba-2 is not in the paper) against RoPE, the
 # reference transformer of the earlier medium runs at both lengths; Hard-ALiBi and Mamba-2 keep
 # their recipes (--models trains them) but are left out of the level's plan to fit its budget.
 # Seeds: the verdict's seeds (COPY_MEDIUM["seeds"]) are not those the lrs were chosen on
-# (COPY_MEDIUM["sweep_seeds"]; issue 54 §5). Their count is the design's in
+# (COPY_MEDIUM["sweep_seeds"]: tuned on other seeds). Their count is the design's in
 # analyses.copy_efficiency.regime (a stated prior: the paper's trend as the effect and a prior
 # spread, at the alpha of Holm's most stringent step): the most any row of either claim asks
 # for at these lengths; each claim's text prints the count beside its tests.
@@ -282,7 +282,7 @@ def _lookup() -> Iterator[Recipe]:
                                  + ("" if init else ", from random init"))
 
 
-# ---- medium: prefix lookup (issues 21, 27)
+# ---- medium: prefix lookup
 # Copy paper §3.5, Fig. 6 as numbers (analyses.ngram_lookup --level medium): prefix-key lookup from
 # random init (the paper's start), several seeds, trained the paper's way (App. A.2) where a CPU
 # allows it. Matched: i.i.d. examples packed into contexts of 420 tokens (a GSSM's state runs on
@@ -300,7 +300,7 @@ def _lookup() -> Iterator[Recipe]:
 # key, match; two layers stayed near chance). Trigram keys: 8^3 n-grams keep a unique key likely
 # in strings up to 256 (tasks.lookup's check), so the test lengths reach 5x the training length.
 # Batch 4 contexts (~80 examples a step); 2 seeds of 1,000 steps fit the level's training
-# budget for this figure (issue 27).
+# budget for this figure.
 LOOKUP_MEDIUM = {"labels": ("hard_alibi", "mamba", "lstm"), "seeds": 2}
 LOOKUP_MEDIUM_TASK = {"D": 8, "min_len": 5, "max_len": 20, "n": 3, "k": 1, "key": "prefix"}
 LOOKUP_MEDIUM_TRAIN = {"steps": 1000, "batch_size": 4, "context": 420, "lr": 3e-3,
@@ -341,7 +341,7 @@ def _lookup_medium() -> Iterator[Recipe]:
 # ---- end medium: prefix lookup
 
 
-# ---- large (issue 36 §2): the smallest settings that decide each headline claim, for one
+# ---- large: the smallest settings that decide each headline claim, for one
 # machine with one 80 GB GPU and 16 CPU cores (each analysis <= 10 min, the level <= 60 min).
 # Small models run side by side: the copy and lookup models several at once on the one GPU,
 # the tiny ones (STU, Markov, memorization) one per CPU core, where a GPU does not help (a
@@ -355,7 +355,7 @@ def _lookup_medium() -> Iterator[Recipe]:
 # model at a given L, so the ratios compare like with like).
 COPY_LARGE = {"lengths": (10, 20, 30), "seeds": 3, "sweep_seed": 0,
               # the medium grid's optimum sat at an edge of {1e-3, 3e-3, 1e-2} for 9 of 10
-              # chosen lrs (issue 36 §1): one more step below brackets the transformers'
+              # chosen lrs: one more step below brackets the transformers'
               "lrs": (3e-4, 1e-3, 3e-3, 1e-2)}
 COPY_LARGE_LABELS = ("rope", "hard_alibi", "mamba", "mamba2", "lstm")
 # Matched at ~1M parameters (+-10 % of the RoPE transformer; tests/integration/test_large_level.py builds

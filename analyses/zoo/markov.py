@@ -25,7 +25,7 @@ TABLE = LevelTable.of({
     ("quick", "markov", "mamba2"): {"model": _MAMBA2},
     # Paper App. F, Tables 6-7: AdamW (0.9, 0.95), lr 1e-3, cosine, weight decay 1e-3, 10 000
     # iterations, 1 layer, 1 head, embedding d in {2..32}, window w in 2..6, MLP 4d. The paper's
-    # table, not the authors' scripts (Bond1995/Markov-Mamba, as issue 36 read them): those run
+    # table, not the authors' scripts (Bond1995/Markov-Mamba, as read for the large level): those run
     # lr 2e-3 in every script, a OneCycleLR (from lr/100 to lr/5) and weight decay on the
     # Linear layers' weights only, where make_optimizer decays every matrix (the embedding and
     # the conv filters too).
@@ -93,7 +93,7 @@ def _markov_variants() -> Iterator[Recipe]:
                  doc="Mamba-2 trained on P(1|·) in [0, 0.5] (Markov paper App. E.5)")
 
 
-# ---- medium: markov holdout (issues 21, 27)
+# ---- medium: markov holdout
 # App. E.5 / Table 2 at medium (analyses.markov_holdout --level medium), in the paper's setting: the
 # model the authors ran (models.ssm.mamba2.MARKOV_PAPER_MODEL: bias-free LayerNorm, LN(y) ⊙ act(z),
 # no D, gated SiLU MLP, their init) at the quick sizes (d = N = 16, e = 2, w = 4, MLP 4d, one
@@ -102,8 +102,8 @@ def _markov_variants() -> Iterator[Recipe]:
 # authors' OneCycleLR: theirs starts at lr/100 and anneals to lr/5, ours warms up from
 # lr/warmup_steps and decays to 0; their weight decay is on Linear weights only, ours on every
 # matrix (embedding and conv filters too: models.train.loop.make_optimizer); their scripts run
-# lr 2e-3 where Table 7 says 1e-3 (TABLE's Markov paper row; issue 36 read their
-# scripts, which are not in this repository). Sequences of 512 (Table 7's grid) so that
+# lr 2e-3 where Table 7 says 1e-3 (TABLE's Markov paper row; their scripts, read for
+# the large level, are not in this repository). Sequences of 512 (Table 7's grid) so that
 # Table 2's t = 300 is inside the training length; batch 16 (the
 # grid's smallest) and 2,700 steps (Table 7's 10,000 steps do not fit this level's training
 # compute, at either length). Five seeds: the fewest whose sign test can reach the claims'
@@ -189,7 +189,7 @@ def _ablations() -> Iterator[Recipe]:
 # had 16 only), 5 seeds; the authors' model and optimiser as at medium (MARKOV_HOLDOUT_MEDIUM).
 # Warm-up 2 % as medium's. Batch 16 (``_b16`` recipes; ``analyses.markov_holdout --train
 # --level large --cpu-batch``) is the fallback for a machine without a GPU: Table 7's smallest
-# batch, every other setting kept (issue 36 §2).
+# batch, every other setting kept.
 MARKOV_HOLDOUT_LARGE = {"seeds": (0, 1, 2, 3, 4), "widths": (8, 16, 32), "cpu_batch": 16,
                         "task": {"seq_len": 512},
                         "train": {"steps": 10000, "batch_size": 64, "warmup_steps": 200,

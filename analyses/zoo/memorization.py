@@ -106,7 +106,7 @@ GRIDS: dict[tuple[str, str, str], GridRow] = {
         task={"n_examples": 200, "max_len": 32}, widths=(8, 16, 24, 32, 48), patience=10),
     ("quick", "mnli", "sequence"): GridRow(
         task={"n_examples": 400, "max_len": 48}, widths=(8, 16, 24, 32, 48), patience=10),
-    # Medium (issues 21, 27): Fig. 2 as a test of shape. Nine dataset sizes, geometric over
+    # Medium: Fig. 2 as a test of shape. Nine dataset sizes, geometric over
     # 32x in N (nested prefixes of one set of 512), and at each the smallest memorising width
     # found by a search per seed (:func:`search_min_width`), not a full grid: a grid fine
     # enough to resolve the boundary at every N would cost several times more. One head
@@ -114,12 +114,12 @@ GRIDS: dict[tuple[str, str, str], GridRow] = {
     # the parameter count, not the 25-50 % of even widths at the small end. Full batch at
     # every N (batch 1024 >= N): each N gets the same number of passes over its whole set, so
     # a larger set is not also a less-trained one (the step budget is the quick row's).
-    # The step budget is four times the quick row's at every N (issue 27: the smallest
+    # The step budget is four times the quick row's at every N (the smallest
     # memorising width still falls with more steps, so the budget, not only the capacity, sets
     # it; a longer budget at only the largest N bent the curve where the budget changed, so the
     # budget is uniform). N stops at 512: a failing probe runs the whole budget, near the
     # boundary a memorising one most of it, and a step's cost grows with N, so N up to 1024
-    # would cost several times the run's allowance. Two seeds (issue 27: a verdict with its
+    # would cost several times the run's allowance. Two seeds (a verdict with its
     # spread): each seed's search is one process, so the plan's two cores run them side by
     # side, where one seed left a core idle; the exponent's interval resamples the N and the
     # seeds within each. (A search's optional ``long`` trains only the largest N longer:
@@ -130,12 +130,12 @@ GRIDS: dict[tuple[str, str, str], GridRow] = {
         widths=(*range(2, 17), *range(18, 33, 2), 36, 40, 44, 48),
         search=Search(n_examples=(16, 25, 38, 59, 91, 140, 215, 332, 512), seeds=2),
         patience=10),
-    # Large (issue 36 §2): the search inverted — for each of 8 widths spanning ~30x in
+    # Large: the search inverted — for each of 8 widths spanning ~30x in
     # parameters (geometric in the parameter count, widths 4..26), the largest N memorised,
     # bisected over a ladder of 8 sizes a doubling (~9 % apart) up to 4096 nested prefixes of
     # one set per seed: the parameter count of each point is exact, where medium's width
     # ladder quantised it. Medium's task, one head, full batch (4096 >= N) and its uniform
-    # 8,000-step budget (issue 27: the budget sets the boundary, so it is the same at every
+    # 8,000-step budget (the budget sets the boundary, so it is the same at every
     # cell). Two seeds; every (width, seed) search is one process on one CPU core.
     ("large", "synthetic", "token"): GridRow(
         task={"n_examples": 4096, "seq_len": 8, "vocab": 16, "n_classes": 4},

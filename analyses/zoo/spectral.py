@@ -83,7 +83,7 @@ def _induction() -> Iterator[Recipe]:
                                  "(spectral paper Fig. 5)")
 
 
-# ---- medium: STU length generalisation (issues 21, 27)
+# ---- medium: STU length generalisation
 # Fig. 5 at medium, the paper's setting: "trained until convergence with a tuned Adam" — no
 # early stop (stop_at 0), a fixed step budget with a cosine-decayed learning rate, so every
 # seed ends on a plateau of the training loss at its training length, not at the first

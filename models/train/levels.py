@@ -24,7 +24,7 @@ from seqprobe.errors import InputError
 
 Row = dict[str, dict[str, Any]]
 Key = tuple[str, str, str]  # (level, task or "*", arch or "*")
-# ``large`` (issue 36 §2): the smallest settings that decide each headline claim; its runs are
+# ``large``: the smallest settings that decide each headline claim; its runs are
 # recipes of their own (analyses.zoo), like medium's, so its rows start from medium's.
 BASE = {"medium": "quick", "large": "medium"}  # a level that is an overlay on another
 # The levels whose analyses run several seeds per setting and read each claim with its spread

@@ -114,3 +114,27 @@ def test_an_old_file_s_preset_is_read_as_its_level():
     assert level_of({"preset": "medium"}) == "medium"
     assert level_of({"level": "quick", "preset": "medium"}) == "quick"
     assert level_of({}) is None
+
+
+# ---------------------------------------------------------------------------- reasons
+PACKAGES = ("seqprobe", "tasks", "models", "probes", "analyses", "figures", "bench", "scripts")
+ISSUE = re.compile(r"\b[Ii]ssues?[ -]\d+")
+
+
+def issue_citations(text: str) -> list[int]:
+    """The lines of ``text`` that cite an issue number where a reason should stand."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if ISSUE.search(line)]
+
+
+def test_the_code_says_why_not_which_issue():
+    """A comment or docstring of the packages gives the reason; "issue 36 §2" goes stale and
+    sends the reader to a tracker the repository does not hold."""
+    found = [f"{f}:{i}" for f in tracked_files()
+             if f.endswith(".py") and f.split("/")[0] in PACKAGES
+             for i in issue_citations((ROOT / f).read_text(encoding="utf-8"))]
+    assert not found, "cites an issue number; say the reason instead: " + ", ".join(found)
+
+
+def test_the_citation_check_sees_one():
+    assert issue_citations("x = 1  # (issue 36 §2)\ny = 2\n# the issue-54 pilot\n") == [1, 3]
+    assert issue_citations("an issue of the cache\nissues with it\n") == []

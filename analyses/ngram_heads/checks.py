@@ -7,7 +7,7 @@ a one-line refusal.
 
 from __future__ import annotations
 
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
+from models.registry import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from probes import effective_attention as ea
 from probes.copying import ATTN_BUDGET
 from seqprobe import flags

@@ -19,7 +19,7 @@ from types import ModuleType
 from analyses.zoo.recipe import Recipe
 from seqprobe.config import check
 
-NOT_PAPERS = ("recipe", "recipes", "levels", "dryrun")  # the zoo's own modules, not papers
+NOT_PAPERS = ("recipe", "recipes", "levels", "dryrun", "catalog", "runs")  # the zoo's own
 
 
 def papers() -> list[ModuleType]:

@@ -27,7 +27,6 @@ import torch
 
 from analyses import zoo
 from analyses.zoo.catalog import is_zoo_ref, parse_zoo_ref
-from figures.style import caption_text, figure_png
 from models.checkpoint.io import file_sha256, read_once
 from models.checkpoint.paths import is_hf_source
 from models.loading import load
@@ -52,7 +51,8 @@ if TYPE_CHECKING:  # annotations only: Figure is analyses.claims', Builder train
 
 # Training (models.train, the zoo's runs), the scheduler (seqprobe.sweep), the dry run and the
 # HF export reader are imported where a command uses them, not here: an analysis' --help, a
-# refusal and a run on given checkpoints import none of them.
+# refusal and a run on given checkpoints import none of them; matplotlib (figures.style) is
+# imported where a figure is drawn.
 
 
 S = TypeVar("S")
@@ -217,6 +217,8 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             result = compute(args, given)
             result.setdefault("models_used", models_used(given))
             out_name = output_name(args, result) if output_name else name
+            from figures.style import caption_text
+
             write_outputs(out_name, result, plot(result), args.out,
                           table(result) if table else None,
                           caption_text(result, args.level, getattr(args, "seed", None)))
@@ -417,6 +419,8 @@ def write_outputs(name: str, result: dict, fig, out_dir: str | Path,
                   caption: str | None = None) -> tuple[Path, Path]:
     """Write ``out_dir/name.png`` (``caption``, the run's settings, under the figure) and
     ``out_dir/name.json``; print ``table`` (rows) if given."""
+    from figures.style import figure_png
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     png = write_atomic(out / f"{name}.png", figure_png(fig, caption=caption))

@@ -193,7 +193,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
                               num_cpus=max((zoo.recipe(n).slots for n in names), default=1))
                    if args.ray else None)  # --steps alone: one after the other, as ever
         done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,
-                                 train={"steps": args.steps} if args.steps else None)
+                                 train={"steps": args.steps} if args.steps else None,
+                                 seed_offset=zoo.seed_offset())
         checkpoints = checkpoints + [Checkpoint(n, str(p)) for n, p in done.items()
                                      if not isinstance(p, Failed)]
         failed = [{"recipe": n, "error": f.error, "attempts": f.attempts}

@@ -1,5 +1,6 @@
 """What ngram_heads checks before it builds any example: the models it takes
-(:data:`ARCHS`, pretrained LMs of :data:`HF_ARCHS`) and their kind of heads
+(transformers and the SSMs of :data:`probes.effective_attention.SSM_ARCHS`, pretrained LMs of
+:data:`HF_ARCHS`) and their kind of heads
 (:func:`check_model`), n-grams no longer than the probe strings (:func:`check_n_max`), and the
 probe sequences within the model's context and the attention budget (:func:`check_fits`), each
 a one-line refusal.
@@ -8,21 +9,23 @@ a one-line refusal.
 from __future__ import annotations
 
 from models.registry import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
-from probes import effective_attention as ea
-from probes.copying import ATTN_BUDGET
 from seqprobe import flags
 from seqprobe.config import check
 
-ARCHS = ("transformer", *ea.SSM_ARCHS)
+# The probes (and the model code they read, which imports TransformerLens and so transformers)
+# are imported where a model is checked: the command's --help and its refusals read none.
 HF_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
 
 
 def check_model(model) -> str:
     """The model's kind of heads (probes.effective_attention.kind); one line if it has none
     or is not a language model."""
-    if getattr(model, "arch", None) not in (*ARCHS, *HF_ARCHS):
+    from probes import effective_attention as ea
+
+    archs = ("transformer", *ea.SSM_ARCHS)
+    if getattr(model, "arch", None) not in (*archs, *HF_ARCHS):
         ea.kind(model)  # the one-line refusal: no attention and no effective attention
-        check(False, f"ngram_heads takes {', '.join(ARCHS)} models, got {model.arch!r}")
+        check(False, f"ngram_heads takes {', '.join(archs)} models, got {model.arch!r}")
     head = getattr(model.cfg, "head", "lm")
     check(head == "lm", f"ngram_heads needs a language-model head, got {head!r}")
     return ea.kind(model)
@@ -40,6 +43,8 @@ def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool,
     """Before any example is built: n-grams no longer than the longest probe string, the
     longest probe sequence within the model's context, and a batch of them within the
     attention budget (the batch's patterns are held at once), or one line."""
+    from probes.copying import ATTN_BUDGET
+
     check_n_max(n_max, lengths)
     fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
     flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",

@@ -147,7 +147,7 @@ def _untrained_parent(name: str, level: str, cache_dir: str | Path | None, devic
                       seed_offset: int) -> str | None:
     """The recipe that starts ``name`` where the catalog names its file and it is not in the
     cache (so ``name`` is not either); None where there is none, or the catalog cannot say."""
-    if catalog.names() is None or name not in catalog.names():
+    if not catalog.trusted(name):
         return None
     parent = catalog.parent(name, level)
     found = None if parent is None else _catalog_file(parent, level, cache_dir, device,
@@ -238,6 +238,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--check", action="store_true", help="`catalog`: write nothing, exit 1 "
                    "when the catalog is stale")
+    p.add_argument("--move-keys", action="store_true", help="`catalog`: write it even where "
+                   "recorded cache keys move (their checkpoints are retrained)")
     p.add_argument("--jobs", type=flags.flag("--jobs"), default=None,
                    help="with --ray: the CPUs of the Ray instance started here (default: all)")
     add_device_argument(p, default="auto")
@@ -252,7 +254,9 @@ def _main(argv: list[str] | None) -> int:
     offset = seed_offset()
     if args.names[:1] == ["catalog"] and not args.list:  # regenerate analyses/zoo/catalog.json
         check(args.names == ["catalog"], "`catalog` takes no names")
-        return catalog.main(["--check"] if args.check else [])
+        check(not (args.check and args.move_keys), "--check or --move-keys, not both")
+        return catalog.main(["--check"] if args.check else ["--move-keys"] if args.move_keys
+                            else [])
     if args.names[:1] == ["path"] and not args.list:
         return _print_paths(args.names[1:], args.level, args.cache_dir, args.device, offset)
     if args.names[:1] == ["train"] and not args.list:

@@ -7,15 +7,22 @@ keys tests/test_recipe_hashes.py holds still: a fine-tuned recipe's with a stand
 parent's bytes, :data:`INIT_DIGEST`); and where the key is the recipe's alone (no parent
 checkpoint, no data file whose bytes it covers), the cache file of its CPU run. That file is
 all :func:`cached_file` serves: another device type (its run is resolved differently), a
-nonzero seed offset, a fine-tuned recipe, or a catalog older than the sources that define the
-keys (:data:`SOURCES`, fingerprinted in the file) get None, and the caller builds the run
-(:mod:`analyses.zoo.runs`): the catalog never names a file the exact way would not.
+nonzero seed offset, a fine-tuned recipe, or an entry older than the sources that define its
+key get None, and the caller builds the run (:mod:`analyses.zoo.runs`): the catalog never
+names a file the exact way would not. The sources are recorded by digest: the shared ones
+(:data:`KEYING`, the zoo's recipe machinery) and each paper module of the zoo, so that an
+edited or new paper module leaves the other papers' entries served; a name the catalog does
+not know is refused from it only while every source is as recorded (else the recipes
+themselves are asked).
 
-Regenerate after changing a recipe, a level row or how a run is keyed (one command; the test
-fails until it is done)::
+Regenerate after changing a recipe, a level row or how a run is keyed (one command;
+tests/test_recipe_hashes.py fails until it is done)::
 
     python -m analyses.zoo catalog          # writes analyses/zoo/catalog.json
     python -m analyses.zoo catalog --check  # exit 1 when it is stale
+
+Cache keys never move: a moved key means every cached checkpoint of that run is retrained. So
+regenerating refuses to change or drop a recorded key unless ``--move-keys`` says it is meant.
 
 ``zoo:NAME[@LEVEL]`` is parsed here too (:func:`parse_zoo_ref`), for the same reason.
 """
@@ -37,11 +44,12 @@ from seqprobe.config import check
 HERE = Path(__file__).resolve().parent
 CATALOG = HERE / "catalog.json"
 ROOT = HERE.parent.parent
-# The files whose edits can move a key or a recipe: the zoo's recipe modules (every .py of
-# analyses/zoo/ but the serving ones), the level rows and how a run is built and keyed. A
-# catalog whose fingerprint differs from these files' is not used (the exact way is).
+# The files whose edits can move a key or a recipe: the zoo's paper modules (every .py of
+# analyses/zoo/ but the serving ones and the shared ones), and (shared by every recipe) how a
+# recipe becomes a run, the level rows and how a run is built and keyed.
 NOT_KEYING = ("__init__.py", "__main__.py", "catalog.py", "runs.py")
-KEYING = ("models/train/levels.py", "models/train/build.py", "models/train/runconfig.py",
+KEYING = ("analyses/zoo/recipe.py", "analyses/zoo/recipes.py", "analyses/zoo/levels.py",
+          "models/train/levels.py", "models/train/build.py", "models/train/runconfig.py",
           "models/train_config.py")
 RECORDED_LEVELS = LEVELS  # every level is recorded (a recipe has the ones it lists)
 INIT_DIGEST = "0123456789abcdef"  # a fine-tuned recipe's parent bytes, in its recorded key
@@ -71,19 +79,22 @@ def parse_zoo_ref(ref: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------- reading
-def sources() -> list[Path]:
-    """The files :data:`catalog.json`'s fingerprint covers (module docstring)."""
-    own = sorted(p for p in HERE.glob("*.py") if p.name not in NOT_KEYING)
-    return [*own, *(ROOT / k for k in KEYING)]
+def papers() -> list[str]:
+    """The zoo's paper modules as the catalog keys them (``analyses/zoo/copy.py``): every
+    module of the package but the serving and shared ones (a subpackage is no paper)."""
+    return sorted(p.relative_to(ROOT).as_posix() for p in HERE.glob("*.py")
+                  if p.name not in NOT_KEYING and p.relative_to(ROOT).as_posix() not in KEYING)
 
 
-def fingerprint() -> str:
-    """sha256 over :func:`sources`' names and bytes (first 16 hex digits)."""
-    h = hashlib.sha256()
-    for p in sources():
-        h.update(p.relative_to(ROOT).as_posix().encode() + b"\0")
-        h.update(p.read_bytes() if p.is_file() else b"(missing)")
-    return h.hexdigest()[:16]
+@functools.cache
+def sources() -> dict[str, str]:
+    """``{file: sha256 of its bytes (16 hex digits)}`` of :data:`KEYING` and :func:`papers`,
+    as they are now."""
+    out = {}
+    for rel in (*KEYING, *papers()):
+        path = ROOT / rel
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else ""
+    return out
 
 
 @functools.cache
@@ -96,15 +107,29 @@ def load() -> dict[str, Any]:
         return {}
 
 
+def _as_recorded(files: Iterable[str]) -> bool:
+    recorded = load().get("sources", {})
+    return all(recorded.get(f) == sources()[f] for f in files)
+
+
 @functools.cache
 def fresh() -> bool:
-    """The catalog was generated from the sources as they are now (module docstring)."""
-    data = load()
-    return bool(data) and data.get("sources") == fingerprint()
+    """Every source is as the catalog recorded it, and no paper module was added: the catalog
+    knows every recipe (module docstring)."""
+    return bool(load()) and set(load()["sources"]) == set(sources()) and _as_recorded(sources())
+
+
+def trusted(name: str) -> bool:
+    """Recipe ``name``'s entry was generated from the sources as they are now (its paper
+    module's and the shared ones)."""
+    entry = load().get("recipes", {}).get(name)
+    return (entry is not None and entry["module"] in sources()
+            and _as_recorded((*KEYING, entry["module"])))
 
 
 def names() -> list[str] | None:
-    """Every recipe's name in --list order, or None where the catalog cannot say."""
+    """Every recipe's name in --list order, or None where the catalog cannot say (a source
+    changed or a paper added since it was generated: the recipes themselves can)."""
     return list(load()["recipes"]) if fresh() else None
 
 
@@ -146,7 +171,7 @@ def cached_file(name: str, level: str, device: object = "auto",
     """The cache file name (``ARCH-TASK-KEY.pt``) of recipe ``name``'s run at ``level`` on
     ``device``, and its key, where the catalog knows them; None where only building the run
     can say (module docstring)."""
-    if seed_offset or not fresh() or not cpu_device(device):
+    if seed_offset or not trusted(name) or not cpu_device(device):
         return None
     return load()["files"].get(f"{name}@{level}")
 
@@ -157,9 +182,12 @@ def generate() -> dict[str, Any]:
     (slow: imports training; run by the command below and by the test that checks the file)."""
     import tempfile
 
+    from analyses.zoo import recipes as zoo_recipes
     from analyses.zoo import runs
     from models.train import cache
 
+    module = {r.name: Path(paper.__file__).resolve().relative_to(ROOT).as_posix()
+              for paper in zoo_recipes.papers() for r in paper.recipes()}
     keys: dict[str, str] = {}
     files: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp, _stand_in_parents(Path(tmp)) as run_config:
@@ -177,8 +205,8 @@ def generate() -> dict[str, Any]:
                     files[f"{name}@{level}"] = cache.cache_path(cpu, tmp).name
     return {"about": "generated by `python -m analyses.zoo catalog` (see analyses/zoo/"
                      "catalog.py); do not edit by hand",
-            "sources": fingerprint(),
-            "recipes": {n: {"levels": list(r.levels), "doc": r.doc,
+            "sources": dict(sources()),
+            "recipes": {n: {"module": module[n], "levels": list(r.levels), "doc": r.doc,
                             **({"init_from": dict(r.init_from)} if r.init_from else {})}
                         for n, r in runs.RECIPES.items()},
             "keys": dict(sorted(keys.items())), "files": dict(sorted(files.items()))}
@@ -243,14 +271,25 @@ def dumps(data: dict[str, Any]) -> str:
 
 def write(data: dict[str, Any]) -> None:
     CATALOG.write_text(dumps(data))
-    load.cache_clear()
-    fresh.cache_clear()
+    for cached in (load, fresh, sources):
+        cached.cache_clear()
+
+
+def moved_keys(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """The recorded keys that ``current`` changes or drops, as ``name@level: old -> new``."""
+    return [f"{k}: {v} -> {current.get(k, '(gone)')}" for k, v in sorted(recorded.items())
+            if current.get(k) != v]
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    check(argv in ([], ["--check"]), "usage: python -m analyses.zoo catalog [--check]")
+    check(argv in ([], ["--check"], ["--move-keys"]),
+          "usage: python -m analyses.zoo catalog [--check | --move-keys]")
     data = generate()
+    moved = moved_keys(load().get("keys", {}), data["keys"])
+    check(not moved or argv != [], f"{len(moved)} recorded cache keys would move or go (every "
+          f"cached checkpoint of those runs would be retrained), e.g. {'; '.join(moved[:3])}; "
+          "if that is meant, regenerate with --move-keys")
     if argv == ["--check"]:
         stale = load() != data
         print(f"{CATALOG}: " + ("stale: regenerate it with `python -m analyses.zoo catalog`"

@@ -34,6 +34,7 @@ import os
 import pkgutil
 import shlex
 import sys
+import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -92,10 +93,39 @@ def _runs():
     return runs
 
 
+def recipe(name: str):
+    """The :class:`~analyses.zoo.recipe.Recipe` called ``name`` (:func:`analyses.zoo.runs.recipe`;
+    an unknown name is one line with its near matches)."""
+    return _runs().recipe(name)
+
+
+def _live():
+    """:mod:`analyses.zoo.runs` where this process has imported it already, else None. Its
+    recipes are then in memory, and they are the truth: a session (a test) may have added or
+    replaced one, which the catalog cannot know."""
+    return sys.modules.get(f"{__name__}.runs")
+
+
+def _from_catalog(name: str) -> bool:
+    """The catalog's entry of ``name`` may be served: generated from the sources as they are,
+    and the recipe in memory (if the recipes are loaded) the one its paper module built."""
+    live = _live()
+    if live is not None and (live.RECIPES.get(name) is None
+                             or live.RECIPES.get(name) is not live.AS_BUILT.get(name)):
+        return False
+    return catalog.trusted(name)
+
+
+def _names() -> list[str] | None:
+    """Every recipe's name, where it is known without importing the recipes."""
+    live = _live()
+    return list(live.RECIPES) if live is not None else catalog.names()
+
+
 def check_recipe(name: str, level: str | None = None) -> None:
     """One line for a name that is no recipe (with near matches) or a level it lacks; from the
-    catalog, else (a catalog older than the recipes) from the recipes themselves."""
-    known = catalog.names()
+    catalog, else (recipes loaded already, or a catalog older than them) from the recipes."""
+    known = catalog.names() if _live() is None else None
     if known is None:
         r = _runs().recipe(name)
         if level is not None:
@@ -118,6 +148,8 @@ def check_recipe(name: str, level: str | None = None) -> None:
 def _catalog_file(name: str, level: str, cache_dir: str | Path | None, device: Any,
                   seed_offset: int) -> Path | None:
     """The cache file the catalog names for the run (None: only building it can say)."""
+    if not _from_catalog(name):
+        return None
     file = catalog.cached_file(name, level, device, seed_offset)
     return None if file is None else cache_dir_or_default(cache_dir) / file
 
@@ -147,7 +179,7 @@ def _untrained_parent(name: str, level: str, cache_dir: str | Path | None, devic
                       seed_offset: int) -> str | None:
     """The recipe that starts ``name`` where the catalog names its file and it is not in the
     cache (so ``name`` is not either); None where there is none, or the catalog cannot say."""
-    if not catalog.trusted(name):
+    if not _from_catalog(name):
         return None
     parent = catalog.parent(name, level)
     found = None if parent is None else _catalog_file(parent, level, cache_dir, device,
@@ -209,7 +241,7 @@ register_name_resolver(ZOO_PREFIX, resolve)
 # served from here as they were before the split (zoo.run_config, zoo.checkpoint, zoo.RECIPES…)
 _FROM_RUNS = frozenset({
     "ENSEMBLES", "RECIPES", "Recipe", "checkpoint", "checkpoints", "dependencies", "entry_state",
-    "exact_path", "exact_status", "recipe", "run_config", "train_recipes", "untrained_init",
+    "exact_path", "exact_status", "run_config", "train_recipes", "untrained_init",
     "_cached", "_entry", "_groups", "_init_path", "_resolved", "_train_group"})
 
 
@@ -221,6 +253,20 @@ def __getattr__(name: str) -> Any:
     if name in {m.name for m in pkgutil.iter_modules(__path__)}:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """This package: ``zoo.recipe`` stays the function above when the submodule of that name
+    (:mod:`analyses.zoo.recipe`, imported later, where a run is built) is bound here by the
+    import system."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "recipe" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 # ---------------------------------------------------------------------------- command line
@@ -338,9 +384,8 @@ def _print_paths(names: list[str], level: str, cache_dir: str | None, device: st
 def _recipes_listed() -> list[tuple[str, tuple[str, ...], str]]:
     """``(name, levels, doc)`` of every recipe in --list order: the catalog's, else (older
     than the recipes) the recipes'."""
-    known = catalog.names()
-    if known is not None:
-        return [(n, catalog.levels(n), catalog.doc(n)) for n in known]
+    if _live() is None and catalog.names() is not None:
+        return [(n, catalog.levels(n), catalog.doc(n)) for n in catalog.names()]
     return [(n, r.levels, r.doc) for n, r in _runs().RECIPES.items()]
 
 
@@ -417,6 +462,6 @@ def main(argv: list[str] | None = None) -> int:
 def hint(name: str) -> str | None:
     """How to open a bare recipe name that :func:`models.load` read as a hub name (this module
     is models.load's ``zoo:`` source, entry point ``seqprobe.sources``, with :func:`resolve`)."""
-    known = catalog.names()
+    known = _names()
     known = known if known is not None else list(_runs().RECIPES)
     return f"the zoo recipe {name} is opened as {ZOO_PREFIX}{name}" if name in known else None

@@ -31,6 +31,10 @@ from seqprobe.errors import InputError
 from seqprobe.paths import cache_dir_or_default
 from seqprobe.sweep import Backend, Failed, map_jobs
 
+# each recipe as its paper module built it: what the catalog records (a recipe a session adds
+# or replaces in RECIPES is not served from the catalog: analyses.zoo._from_catalog)
+AS_BUILT = dict(RECIPES)
+
 __all__ = ["ENSEMBLES", "RECIPES", "Recipe", "checkpoint", "checkpoints", "dependencies",
            "entry_state", "exact_path", "exact_status", "recipe", "run_config",
            "train_recipes", "untrained_init"]

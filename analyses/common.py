@@ -39,6 +39,7 @@ from seqprobe.cli import (
     add_backend_arguments,
     add_device_argument,
     add_level_arguments,
+    launched,
     run_cli,
 )
 from seqprobe.config import check
@@ -169,8 +170,6 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if add_arguments is not None:
             add_arguments(p)
         args = p.parse_args(argv)
-        from models.train.distributed import launched
-
         check(not launched(), f"analyses.{name} runs in one process, not under "
               "torchrun: train its recipes with `torchrun -m analyses.zoo train NAME...`, then "
               "run the analysis (it reads them from the cache)")

@@ -43,6 +43,12 @@ class OneLineParser(argparse.ArgumentParser):
         return namespace, rest
 
 
+def launched() -> bool:
+    """This process was started by torchrun (or the like) as one of several (``WORLD_SIZE``;
+    models.train.distributed joins them into one job)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+
+
 DEFAULT_RETRIES = 2  # attempts after the first of a job that fails (seqprobe.sweep)
 
 

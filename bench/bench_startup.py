@@ -18,13 +18,13 @@ import argparse
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench.common import RESULTS, write_results
+from seqprobe.sweep import CommandFailed, run_command
 
 ROOT = RESULTS.parent
 TARGET_S = 2.0
@@ -38,16 +38,20 @@ COMMANDS = {  # name -> (argv after `python`, exit code it must give, held to th
 
 
 def run_once(argv: list[str], code: int, cwd: Path, env: dict) -> tuple[float, float]:
-    """``(wall seconds, CPU seconds)`` of one fresh run of ``python argv``."""
+    """``(wall seconds, CPU seconds)`` of one fresh run of ``python argv`` (through the
+    runner's :func:`~seqprobe.sweep.run_command`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    try:
+        run_command([sys.executable, *argv], env, str(cwd))
+        got, output = 0, ""
+    except CommandFailed as e:
+        got, output = e.returncode, e.output
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != code:
-        raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}, expected {code}: "
-                         f"{proc.stderr.strip()[-300:]}")
+    if got != code:
+        raise SystemExit(f"{' '.join(argv)}: exit {got}, expected {code}: "
+                         f"{output.strip()[-300:]}")
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPROBE_CACHE": str(Path(tmp) / "c")}
-        env.pop("SEQPROBE_SEED_OFFSET", None)
+        env["SEQPROBE_SEED_OFFSET"] = ""  # the recipes as written
         for _ in range(max(1, args.repeats)):
             for name, (cmd, code, _) in COMMANDS.items():
                 cmd = [*cmd, "--out", tmp] if name == "ngram_heads_refusal" else cmd

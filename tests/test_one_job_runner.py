@@ -38,7 +38,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("models/train/ensemble_cache.py", "train_runs_cached"): "the cached training of a group "
     "of runs (an ensemble or one by one): zoo._train_group, a runner task, calls it",
     ("models/train/ensemble_cache.py", "_train_group"): "train_runs_cached's ensemble (above)",
-    ("analyses/zoo/__init__.py", "_train_group"): JOB_BODY + " (train_recipes)",
+    ("analyses/zoo/runs.py", "_train_group"): JOB_BODY + " (train_recipes)",
     ("analyses/memorization/cells.py", "train_cell"): JOB_BODY + " (memorization's sweep)",
     ("analyses/copy_efficiency/seeded.py", "compute_large"): "its `train` is the caller's "
     "closure over zoo.train_recipes (analyses/copy_efficiency/__init__.py): the runner",
@@ -49,7 +49,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # a command that is itself one run
     ("models/train/cli.py", "_main"): "`python -m models.train` is one run, in the process "
     "the user started (or each torchrun rank)",
-    ("analyses/zoo/__init__.py", "checkpoint"): "one recipe (and the recipes it starts from) "
+    ("analyses/zoo/runs.py", "checkpoint"): "one recipe (and the recipes it starts from) "
     "trained where it is asked for (zoo.path, `zoo train --resume`), its errors the caller's",
     ("models/train/launch.py", "main"): "torchrun (the DDP launcher): one run on every rank, "
     "started by torch.distributed.elastic",

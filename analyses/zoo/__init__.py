@@ -32,15 +32,21 @@ import difflib
 import importlib
 import os
 import pkgutil
-import shlex
 import sys
 import types
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from analyses.zoo import catalog
-from analyses.zoo.catalog import ZOO_PREFIX, is_zoo_ref, parse_zoo_ref
+from analyses.zoo.catalog import (
+    ZOO_PREFIX,
+    NotTrained,
+    is_zoo_ref,
+    not_trained,
+    parse_zoo_ref,
+    train_command,  # noqa: F401 - zoo.train_command, as before
+)
+from analyses.zoo.catalog import where as _where
 from seqprobe import flags
 from seqprobe.cli import (
     LEVELS,
@@ -55,15 +61,8 @@ from seqprobe.errors import CheckpointError, InputError
 from seqprobe.paths import (
     cache_dir_or_default,
     check_not_dangling,
-    is_default_cache_dir,
     register_name_resolver,
 )
-
-
-class NotTrained(InputError):
-    """A fine-tuned recipe was asked for before the recipe that starts it is in the cache
-    (:func:`checkpoint` trains it first; :func:`untrained_init` asks without raising)."""
-
 
 # ---------------------------------------------------------------------------- the seed offset
 # Every recipe's training seed shifted by this many (``reproduce --seed-offset K`` sets it for
@@ -187,26 +186,6 @@ def _untrained_parent(name: str, level: str, cache_dir: str | Path | None, devic
     return parent if found is not None and not found.exists() else None
 
 
-def train_command(names: Iterable[str], level: str = "quick",
-                  cache_dir: str | Path | None = None) -> str:
-    """The command that trains ``names`` at ``level`` into ``cache_dir`` (and what they start
-    from), as a user would type it."""
-    flags_ = ([] if level == "quick" else [f"--{level}"]) + (
-        [] if is_default_cache_dir(cache_dir) else ["--cache-dir", str(cache_dir)])
-    return shlex.join(["python", "-m", "analyses.zoo", "train", *names, *flags_])
-
-
-def not_trained(pairs: Iterable[tuple[str, str]], level: str,
-                cache_dir: str | Path | None) -> NotTrained:
-    """One line for recipes ``(name, state)`` that are not served: their states and the exact
-    command that trains them."""
-    pairs = list(pairs)
-    what = ", ".join(f"{n} ({st})" for n, st in pairs)
-    return NotTrained(f"not trained at {level} in {_where(cache_dir)}: {what}; train "
-                      f"{'it' if len(pairs) == 1 else 'them'} with `"
-                      f"{train_command([n for n, _ in pairs], level, cache_dir)}`")
-
-
 def path(name: str, level: str = "quick", cache_dir: str | Path | None = None,
          device: Any = "auto", seed_offset: int = 0) -> Path:
     """The path of recipe ``name``'s finished checkpoint at ``level`` in ``cache_dir`` (the run
@@ -301,8 +280,7 @@ def _main(argv: list[str] | None) -> int:
     if args.names[:1] == ["catalog"] and not args.list:  # regenerate analyses/zoo/catalog.json
         check(args.names == ["catalog"], "`catalog` takes no names")
         check(not (args.check and args.move_keys), "--check or --move-keys, not both")
-        return catalog.main(["--check"] if args.check else ["--move-keys"] if args.move_keys
-                            else [])
+        return _catalog(args.check, args.move_keys)
     if args.names[:1] == ["path"] and not args.list:
         return _print_paths(args.names[1:], args.level, args.cache_dir, args.device, offset)
     if args.names[:1] == ["train"] and not args.list:
@@ -339,9 +317,23 @@ def _train(args, offset: int) -> int:
     return EXIT_SOME_FAILED if any(isinstance(r, Failed) for r in done.values()) else 0
 
 
-def _where(cache_dir: str | Path | None) -> str:
-    """The cache folder for a message: absolute, so that it says where it looked."""
-    return os.path.abspath(cache_dir_or_default(cache_dir))
+def _catalog(check_only: bool, move_keys: bool) -> int:
+    """``catalog``: regenerate analyses/zoo/catalog.json from the recipes (``check_only``: say
+    whether it is stale, write nothing); a recorded key that would move is refused unless
+    ``move_keys``."""
+    data = _runs().catalog_now()
+    moved = catalog.moved_keys(catalog.load().get("keys", {}), data["keys"])
+    check(not moved or move_keys or check_only, f"{len(moved)} recorded cache keys would move "
+          f"or go (every cached checkpoint of those runs would be retrained), e.g. "
+          f"{'; '.join(moved[:3])}; if that is meant, regenerate with --move-keys")
+    if check_only:
+        stale = catalog.load() != data
+        print(f"{catalog.CATALOG}: " + ("stale: regenerate it with `python -m analyses.zoo "
+                                        "catalog`" if stale else "up to date"), file=sys.stderr)
+        return int(stale)
+    catalog.write(data)
+    print(f"wrote {catalog.CATALOG}", file=sys.stderr)
+    return 0
 
 
 def _readable_cache_dir(cache_dir: str | Path | None) -> None:

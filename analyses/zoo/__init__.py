@@ -399,20 +399,34 @@ def _print_list(prefixes: list[str], level: str, cache_dir: str | None, device: 
           f"{', '.join(sorted({lv for r in named for lv in r[1]}))}")
     rows = []
     for n, _, doc in listed:
+        rows.append(_list_row(n, doc, level, cache_dir, device, offset))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+    return 0
+
+
+def _list_row(n: str, doc: str, level: str, cache_dir: str | None, device: str,
+              offset: int) -> tuple[str, str, str, str, str]:
+    """One --list row: name, state, path, how well it learnt, doc. A file there is read once
+    (its state and its score); a missing one is not opened, so no torch is imported for it."""
+    found = _catalog_file(n, level, cache_dir, device, offset)
+    if ((found is not None and not found.exists())
+            or (found is None and _untrained_parent(n, level, cache_dir, device, offset))):
+        # missing, or fine-tuned from a recipe not trained yet (no key until it is)
+        where = "-" if found is None else str(found)
+        return n, status(n, level, cache_dir, device, offset), where, "-", doc
+    from models.checkpoint.io import read_once
+
+    with read_once():
         state = status(n, level, cache_dir, device, offset)
-        found = _catalog_file(n, level, cache_dir, device, offset)
         if found is None and not state.startswith("needs "):  # else: no key until it is
             try:
                 found = _runs().exact_file(n, level, cache_dir, device, offset)
             except NotTrained:  # fine-tuned from a recipe not trained yet: no key until it is
                 pass
         where = "-" if found is None else str(found)
-        score = accuracy_text(Path(where)) if state == "cached" else "-"
-        rows.append((n, state, where, score, doc))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
-    return 0
+        return n, state, where, accuracy_text(Path(where)) if state == "cached" else "-", doc
 
 
 GOOD = 0.9  # the string accuracy --list reads a length as copied at

@@ -24,7 +24,8 @@ tests/test_recipe_hashes.py fails until it is done)::
 Cache keys never move: a moved key means every cached checkpoint of that run is retrained. So
 regenerating refuses to change or drop a recorded key unless ``--move-keys`` says it is meant.
 
-``zoo:NAME[@LEVEL]`` is parsed here too (:func:`parse_zoo_ref`), for the same reason.
+``zoo:NAME[@LEVEL]`` is parsed here too (:func:`parse_zoo_ref`), and the one line a name that
+is not served gets (:class:`NotTrained`, :func:`not_trained`), for the same reason.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ NOT_KEYING = ("__init__.py", "__main__.py", "catalog.py", "runs.py")
 KEYING = ("analyses/zoo/recipe.py", "analyses/zoo/recipes.py", "analyses/zoo/levels.py",
           "models/train/levels.py", "models/train/build.py", "models/train/runconfig.py",
           "models/train_config.py")
-RECORDED_LEVELS = LEVELS  # every level is recorded (a recipe has the ones it lists)
 INIT_DIGEST = "0123456789abcdef"  # a fine-tuned recipe's parent bytes, in its recorded key
 
 # A recipe's cached checkpoint where a checkpoint path goes (``models.load``, every analysis):

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, write_results
+from seqprobe import flags
 from seqprobe.sweep import CommandFailed, run_command
 
 ROOT = RESULTS.parent
@@ -57,14 +58,14 @@ def run_once(argv: list[str], code: int, cwd: Path, env: dict) -> tuple[float, f
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_startup", description=__doc__)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=flags.flag("--repeats"), default=5)
     args = p.parse_args(argv)
     times: dict[str, list[tuple[float, float]]] = {n: [] for n in COMMANDS}
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPROBE_CACHE": str(Path(tmp) / "c")}
         env["SEQPROBE_SEED_OFFSET"] = ""  # the recipes as written
-        for _ in range(max(1, args.repeats)):
+        for _ in range(args.repeats):
             for name, (cmd, code, _) in COMMANDS.items():
                 cmd = [*cmd, "--out", tmp] if name == "ngram_heads_refusal" else cmd
                 times[name].append(run_once(cmd, code, Path(tmp), env))

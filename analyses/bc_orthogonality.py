@@ -180,7 +180,7 @@ def table(result: dict) -> list[list]:
 def trajectory_steps(level: str, n_points: int) -> list[int]:
     """n_points evenly spaced steps up to the Fig. 5 recipe's length."""
     check(n_points >= 1, f"--trajectory takes a number of checkpoints >= 1, got {n_points}")
-    total = zoo.run_config(FIG5, level).train.steps
+    total = zoo.run_config(FIG5, level, seed_offset=zoo.seed_offset()).train.steps
     return sorted({max(1, round(total * (i + 1) / n_points)) for i in range(n_points)})
 
 
@@ -193,7 +193,8 @@ def trajectory_checkpoints(level: str, cache_dir: str, device: str, n_points: in
     out, prev = [], None
     for s in trajectory_steps(level, n_points):
         prev = zoo.checkpoint(FIG5, level, cache_dir, device, progress=False,
-                              train={"steps": s, "schedule": "constant"}, resume=prev)
+                              train={"steps": s, "schedule": "constant"}, resume=prev,
+                              seed_offset=zoo.seed_offset())
         out.append(Checkpoint(f"{FIG5}@{s}", str(prev)))
     return out
 

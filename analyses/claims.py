@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from models.train.runconfig import Builder
 from seqprobe.config import check
+
+if TYPE_CHECKING:  # annotations only: an analysis' --help reads no training code
+    from models.train.runconfig import Builder
 
 # The three reasons a claim reader may leave a claim undecided (Undecided's constructors).
 OUTSIDE_REGIME = "outside the paper's regime"

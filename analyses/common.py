@@ -25,27 +25,34 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from analyses import zoo
-from analyses.zoo import dryrun
-from analyses.zoo.recipe import is_zoo_ref, parse_zoo_ref
-from figures.style import caption_text, figure_png
+from analyses.zoo.catalog import is_zoo_ref, parse_zoo_ref
+from models.checkpoint.io import file_sha256, read_once
 from models.checkpoint.paths import is_hf_source
-from models.hf.export_map import ExportError, read_provenance
 from models.loading import load
 from models.memory import check_evaluation_fits
 from models.registry import HF_ARCHS
-from models.train import distributed
-from models.train.cache import check_cache_dir
-from models.train.runconfig import Builder
 from seqprobe import flags
 from seqprobe.atomic import output_lock, write_atomic
-from seqprobe.cli import OneLineParser, add_device_argument, add_level_arguments, run_cli
+from seqprobe.cli import (
+    OneLineParser,
+    add_backend_arguments,
+    add_device_argument,
+    add_level_arguments,
+    launched,
+    run_cli,
+)
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import InputError
-from seqprobe.sweep import EXIT_SOME_FAILED, Failed, add_backend_arguments, backend_of
 
-if TYPE_CHECKING:  # run_analysis' annotation only: Figure is analyses.claims'
+if TYPE_CHECKING:  # annotations only: Figure is analyses.claims', Builder training's
     from analyses.claims import Figure
+    from models.train.runconfig import Builder
+
+# Training (models.train, the zoo's runs), the scheduler (seqprobe.sweep), the dry run and the
+# HF export reader are imported where a command uses them, not here: an analysis' --help, a
+# refusal and a run on given checkpoints import none of them; matplotlib (figures.style) is
+# imported where a figure is drawn.
 
 
 
@@ -68,13 +75,14 @@ def short_hash(path: str | os.PathLike, chars: int = 12) -> str | None:
     file of a model directory, in name order): names the weights a result came from, however
     the file was named. None for what is not on this disk (a hub name)."""
     p = Path(path)
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) \
-        if p.is_dir() else []
+    if p.is_file():  # a checkpoint file: the digest of the read that loaded it, where it did
+        return file_sha256(p)[:chars]
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else []
     if not files:
         return None
     h = hashlib.sha256()
     for f in files:
-        h.update(str(f.relative_to(p)).encode() if f != p else b"")
+        h.update(str(f.relative_to(p)).encode())
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
@@ -160,7 +168,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if add_arguments is not None:
             add_arguments(p)
         args = p.parse_args(argv)
-        check(not distributed.launched(), f"analyses.{name} runs in one process, not under "
+        check(not launched(), f"analyses.{name} runs in one process, not under "
               "torchrun: train its recipes with `torchrun -m analyses.zoo train NAME...`, then "
               "run the analysis (it reads them from the cache)")
         if training:
@@ -172,15 +180,21 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
         if threads is not None:  # tiny models: more threads only contend on shared cores
             torch.set_num_threads(max(1, min(torch.get_num_threads(), threads)))
         if training and args.dry_run:
+            from analyses.zoo import dryrun
+
             args.train = args.train or args.level  # what the recipe functions read
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             own = (dry_run_configs(args) if dry_run_configs
                    else figure.dry_run_configs(args.train))
             return dryrun.report([*dryrun.recipe_builders(names, args.train), *own],
                                  args.device, args.out, f"{name}_dry_run")
-        given = [given_checkpoint(c, getattr(args, "cache_dir", None))
+        offset = zoo.seed_offset()  # read once, passed down (reproduce --seed-offset sets it)
+        given = [given_checkpoint(c, getattr(args, "cache_dir", None), offset)
                  for c in getattr(args, "checkpoints", [])]
         if training and args.train:
+            from models.train.cache import check_cache_dir
+            from seqprobe.sweep import Failed, backend_of
+
             names = list(recipes(args) if recipes else figure.recipes(args.train))
             for n in names:  # every name checked before any training
                 zoo.recipe(n).parts(args.train)
@@ -191,7 +205,7 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
                     zoo.recipe(n).slots for n in names))
             # the one way recipes are trained: in waves, as ensembles where they pay off
             done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,
-                                     progress=False)
+                                     progress=False, seed_offset=offset)
             failed = [f"{n} ({f.error}; {f.attempts} attempts)" for n, f in done.items()
                       if isinstance(f, Failed)]
             check(not failed, f"training failed: {', '.join(failed)}")
@@ -200,22 +214,35 @@ def run_analysis(name: str, doc: str, argv: list[str] | None, *,
             result = compute(args, given)
             result.setdefault("models_used", models_used(given))
             out_name = output_name(args, result) if output_name else name
+            from figures.style import caption_text
+
             write_outputs(out_name, result, plot(result), args.out,
                           table(result) if table else None,
                           caption_text(result, args.level, getattr(args, "seed", None)))
-        return EXIT_SOME_FAILED if failed_key and result.get(failed_key) else 0
+        if failed_key and result.get(failed_key):
+            from seqprobe.sweep import EXIT_SOME_FAILED
 
-    return run_cli(body, argv)
+            return EXIT_SOME_FAILED
+        return 0
+
+    def read_once_body(argv):  # each checkpoint file read once: looked up, loaded, hashed
+        with read_once():
+            return body(argv)
+
+    return run_cli(read_once_body, argv)
 
 
-def given_checkpoint(path: str, cache_dir: str | Path | None = None) -> Checkpoint:
+def given_checkpoint(path: str, cache_dir: str | Path | None = None,
+                     seed_offset: int = 0) -> Checkpoint:
     """A checkpoint named on the command line: a file or model directory as it is, or a zoo
     name (``zoo:NAME[@LEVEL]``) as its cached file in ``cache_dir`` (the analysis'
-    ``--cache-dir``), labelled with the recipe's name as ``--train`` labels it. A zoo name not
-    trained yet is one line saying how to train it, before any work (nothing is trained)."""
+    ``--cache-dir``; the recipe's seed shifted by ``seed_offset``), labelled with the recipe's
+    name as ``--train`` labels it. A zoo name not trained yet is one line saying how to train
+    it, before any work (nothing is trained)."""
     if is_zoo_ref(path):
         name, level = parse_zoo_ref(path)
-        return Checkpoint(name, str(zoo.resolve(path, cache_dir)), name, level)
+        return Checkpoint(name, str(zoo.resolve(path, cache_dir, seed_offset=seed_offset)),
+                          name, level)
     return Checkpoint(Path(path).stem, str(path))
 
 
@@ -226,6 +253,8 @@ def export_of_dir(path: str | os.PathLike) -> dict | None:
     what is wrong with it)."""
     if not (Path(path).is_dir() and (Path(path) / "config.json").is_file()):
         return None
+    from models.hf.export_map import ExportError, read_provenance  # imports transformers
+
     try:
         prov = read_provenance(path)
     except ExportError:
@@ -369,6 +398,8 @@ def write_outputs(name: str, result: dict, fig, out_dir: str | Path,
                   caption: str | None = None) -> tuple[Path, Path]:
     """Write ``out_dir/name.png`` (``caption``, the run's settings, under the figure) and
     ``out_dir/name.json``; print ``table`` (rows) if given."""
+    from figures.style import figure_png
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     png = write_atomic(out / f"{name}.png", figure_png(fig, caption=caption))

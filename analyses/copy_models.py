@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from analyses.common import export_of, is_pretrained, load_model
-from analyses.zoo import copy as zoo_copy
 from models.registry import HF_ARCHS
 from seqprobe.config import check, config_to_dict
 from tasks.copy import COPY_TASKS, CopyTask, TokenCopyPrompts
@@ -33,6 +32,8 @@ COPY_LABELS = {"quick": ("hard_alibi", "nope", "rope", "lstm", "mamba2"),
 
 def copy_recipes(level: str, labels: Sequence[str] | None = None) -> list[str]:
     """The zoo's copy recipes of ``labels`` (default: :data:`COPY_LABELS` of the level)."""
+    from analyses.zoo import copy as zoo_copy  # a paper module of the zoo: imports training
+
     labels = labels or COPY_LABELS[level]
     for label in labels:
         check(label in zoo_copy.COPY_MODELS,
@@ -43,6 +44,8 @@ def copy_recipes(level: str, labels: Sequence[str] | None = None) -> list[str]:
 def add_copy_models_argument(p: argparse.ArgumentParser) -> None:
     """``--models a,b``: with ``--train``, which of the zoo's copy models (see
     :func:`copy_models_recipes`)."""
+    from analyses.zoo import copy as zoo_copy
+
     p.add_argument("--models", default=None,
                    help=f"with --train: which of {', '.join(zoo_copy.COPY_MODELS)} "
                    "(default: level's)")

@@ -41,11 +41,11 @@ from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
 from probes.markov import MARKOV_ARCHS, evaluate_markov, markov_task_of
 from seqprobe import flags
-from seqprobe.cli import add_fields
+from seqprobe.cli import add_fields, add_workers_flag
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.flags import MAX_EXAMPLES, Config, bound
-from seqprobe.sweep import Failed, add_workers_flag, backend_of
+from seqprobe.sweep import Failed, backend_of
 
 NAME = "markov_ablations"
 QUICK_GROUPS = ("conv",)
@@ -203,7 +203,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
                               num_cpus=max((zoo.recipe(n).slots for n in names), default=1))
                    if args.ray else None)  # --steps alone: one after the other, as ever
         done = zoo.train_recipes(names, args.train, args.cache_dir, args.device, backend,
-                                 train={"steps": args.steps} if args.steps else None)
+                                 train={"steps": args.steps} if args.steps else None,
+                                 seed_offset=zoo.seed_offset())
         checkpoints = checkpoints + [Checkpoint(n, str(p)) for n, p in done.items()
                                      if not isinstance(p, Failed)]
         failed = [{"recipe": n, "error": f.error, "attempts": f.attempts}

@@ -54,10 +54,10 @@ from pathlib import Path
 from analyses.reproduce.parts import BUDGET, CACHE_BYTES, parse_part
 from seqprobe import flags
 from seqprobe.atomic import open_own, write_atomic
-from seqprobe.cli import run_cli
+from seqprobe.cli import add_workers_flag, run_cli
 from seqprobe.config import check
 from seqprobe.errors import InputError, OutputError
-from seqprobe.sweep import add_workers_flag, run_command
+from seqprobe.sweep import run_command
 from seqprobe.sweep.commands import STOP_GRACE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
-from models.checkpoint.io import read_checkpoint
+from models.checkpoint.io import read_checkpoint, read_once
 from models.checkpoint.paths import is_hf_source
 from models.checkpoint.rebuild import model_from_checkpoint
 from models.checkpoint.untrusted import need as _need
 from seqprobe.errors import CheckpointError
+from seqprobe.paths import NAME_RESOLVERS, register_name_resolver  # noqa: F401 - re-exported
 
 # the temp directories models.hf.export builds an export in (``.NAME.XXXXXXXX.export.tmp``) and
 # moves an old one aside to (``.export.old``; before the suffix had ``.export``, ``.tmp`` /
@@ -42,17 +43,11 @@ def interrupted_swap(out: str | os.PathLike) -> Path | None:
 
 
 # A zoo name (``zoo:NAME[@LEVEL]``) is a recipe of analyses.zoo, a layer above this one. The
-# loader never reaches up for it: the layer that knows such names registers a resolver here
-# (analyses.zoo does when imported), so models.load("zoo:NAME") opens the cached checkpoint
-# once the zoo is imported, and says how to make it do so before.
+# loader never reaches up for it: the layer that knows such names registers a resolver
+# (seqprobe.paths.register_name_resolver; analyses.zoo does when imported), so
+# models.load("zoo:NAME") opens the cached checkpoint once the zoo is imported, and says how to
+# make it do so before.
 ZOO_PREFIX = "zoo:"
-NAME_RESOLVERS: dict[str, Callable[[str], str | os.PathLike]] = {}
-
-
-def register_name_resolver(prefix: str, resolve: Callable[[str], str | os.PathLike]) -> None:
-    """Let :func:`load` take names starting with ``prefix``: ``resolve(name)`` gives the path
-    (or one line why not). Set by a layer above (``analyses.zoo``: ``zoo:``)."""
-    NAME_RESOLVERS[prefix] = resolve
 
 
 def resolve_name(path: str | os.PathLike) -> str | os.PathLike:
@@ -94,7 +89,15 @@ def load(path: str | os.PathLike, device: str | torch.device = "cpu", eval_mode:
     A zoo name (``"zoo:copy/rope"``, ``"zoo:NAME@LEVEL"``) opens the recipe's cached
     checkpoint once :mod:`analyses.zoo` (a layer above, which registers its resolver) is
     imported; before, it is one line saying so. ``models.load(zoo.path(NAME, LEVEL))`` too.
+    The file is read once (:func:`~models.checkpoint.io.read_once`), a zoo name's check of
+    its cache entry included.
     """
+    with read_once():
+        return _load(path, device, eval_mode, archs)
+
+
+def _load(path: str | os.PathLike, device: str | torch.device, eval_mode: bool,
+          archs: Iterable[str] | None):
     path = resolve_name(path)
     aside = interrupted_swap(path)
     if aside is not None:

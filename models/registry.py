@@ -18,6 +18,14 @@ ARCHS: Mapping[str, str] = Registered("archs")
 # attention, Mamba, Mamba-2, hybrid. Never a suite arch name, so an analysis that reads a suite
 # config refuses them through its ``archs=`` list; one that can use them lists them.
 HF_ARCHS = ("hf_transformer", "hf_mamba", "hf_mamba2", "hf_hybrid")
+# each by name (here, not in models.hf, so that naming one imports no transformers): attention
+# layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one "head" per
+# layer); Mamba2ForCausalLM (SSD heads); attention and SSM layers in one stack
+HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2, HF_HYBRID = HF_ARCHS
+
+# suite models with a selective-SSM mixer (a recurrent state; an effective attention): the
+# probes of both read them by this name
+SSM_ARCHS = ("mamba2", "mamba")
 
 
 class ArchError(InputError):

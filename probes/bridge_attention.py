@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from models.hf import HF_MAMBA, HF_MAMBA2
+from models.registry import HF_MAMBA, HF_MAMBA2
 from probes import ablation
 from probes.effective_matrix import s6_effective_attention, ssd_effective_attention
 from seqprobe.config import check

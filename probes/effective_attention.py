@@ -52,8 +52,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from models.hf import HF_HYBRID, HF_TRANSFORMER
-from models.registry import HF_ARCHS
+from models.registry import HF_ARCHS, HF_HYBRID, HF_TRANSFORMER
 from models.ssm.mamba import MambaMixer
 from models.ssm.ssd import Mamba2Mixer
 from probes import ablation

@@ -30,11 +30,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import ActivationCache
 
+from models.registry import SSM_ARCHS
 from models.ssm.recurrent import SSMState
 from seqprobe.config import check
 
-# suite models with a selective-SSM mixer (its recurrent state; its effective attention)
-SSM_ARCHS = ("mamba2", "mamba")
 STATE_HOOK = "blocks.{}.mixer.hook_ssm_state"  # H_t [batch, pos, heads, d_head, d_state]
 IN_PROJ_HOOK = "blocks.{}.mixer.hook_in_proj"  # [batch, pos, d_in_proj]
 

@@ -35,8 +35,8 @@ OTHER_FOLDERS = {
               "analyses, HuggingFace, torchrun, Ray), `tests/e2e/` (commands as a user types "
               "them, the docs site, a toy fifth paper), `tests/contract/` (the suite's shape: "
               "layers, registry, glossary, flag bounds, the model contract); the shared tiny "
-              "configs in `tests/tiny.py` and `tests/conftest.py`, recorded cache keys in "
-              "`tests/data/recipe_hashes.json`",
+              "configs in `tests/tiny.py` and `tests/conftest.py`; the recorded cache keys are in "
+              "`analyses/zoo/catalog.json` (written by `python -m analyses.zoo catalog`)",
     "scripts/": "`scripts/setup.sh` (installs the suite and its dependencies, a CPU torch on a "
                 "CPU machine) and this site's generator, `scripts/gen_docs.py`",
     "docs/": "this site's pages (its configuration: `mkdocs.yml`; `python -m mkdocs serve`), "

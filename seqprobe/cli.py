@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from seqprobe import flags
 from seqprobe.config import check
 from seqprobe.errors import ConfigError, InputError, SeqprobeError
+from seqprobe.flags import flag
 from seqprobe.orphans import die_with_parent_from_env
 from seqprobe.paths import default_cache_dir
 
@@ -43,6 +44,36 @@ class OneLineParser(argparse.ArgumentParser):
         for resolve in self.resolvers:
             resolve(namespace)
         return namespace, rest
+
+
+def launched() -> bool:
+    """This process was started by torchrun (or the like) as one of several (``WORLD_SIZE``;
+    models.train.distributed joins them into one job)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+
+
+DEFAULT_RETRIES = 2  # attempts after the first of a job that fails (seqprobe.sweep)
+
+
+def add_workers_flag(p: argparse.ArgumentParser, default: int | None = None,
+                     help: str = "jobs run at once (default: this machine's cores)") -> None:
+    """``--jobs N``: how many jobs run at once (make's ``--jobs``), stored as ``workers``; the
+    one definition of the flag, so it means the same in every command."""
+    p.add_argument("--jobs", type=flag("--jobs"), default=default, dest="workers",
+                   metavar="N", help=help)
+
+
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]`` and ``--retries``: the flags of :mod:`seqprobe.sweep`'s backends,
+    declared here so that a command's ``--help`` imports no scheduler."""
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the jobs on Ray: alone, a Ray instance started here (--jobs "
+                        "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
+                        "cluster (needs pip install -e .[cluster])")
+    p.add_argument("--retries", type=flag("--retries"),
+                   default=DEFAULT_RETRIES,
+                   help=f"attempts after the first for a job that fails (default "
+                        f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
 
 
 def add_device_argument(p: argparse.ArgumentParser, default: str = "cpu") -> None:

@@ -333,7 +333,7 @@ def field_flag(cls: type, name: str, row: str) -> Callable[[str], Any] | None:
     if b is None:
         return None
     parse = parser(b, row)
-    parse.settings_field = (cls, name)  # the field it was made from (tests/test_flag_table.py)
+    parse.settings_field = (cls, name)  # the field it was made from (tests/contract/test_flag_table.py)
     return parse
 
 

@@ -16,7 +16,10 @@ Every command's ``--cache-dir`` defaults to it, and ``python -m analyses.zoo --l
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+from seqprobe.errors import InputError
 
 CACHE_ENV = "SEQPROBE_CACHE"
 
@@ -52,3 +55,26 @@ def is_default_cache_dir(cache_dir: str | os.PathLike | None) -> bool:
     if cache_dir in (None, ""):
         return True
     return os.path.abspath(cache_dir) == os.path.abspath(default_cache_dir())
+
+
+def check_not_dangling(path: Path) -> None:
+    """One line for a cache path that is a symbolic link leading nowhere (a loop, or a target
+    removed): it reads as an empty cache, every entry "missing", and no write can create it."""
+    if os.path.lexists(path) and not path.exists():
+        try:
+            os.stat(path)
+        except OSError as e:
+            raise InputError(f"cache directory {path}: a symbolic link that leads nowhere "
+                             f"({e.strerror}); fix or remove it") from None
+
+
+# Names that stand for a file wherever a checkpoint path goes (``zoo:NAME[@LEVEL]``): the layer
+# that knows such names (analyses.zoo) registers a resolver here when it is imported, and
+# models.load asks it. Here, at the bottom, so that registering one imports no model code.
+NAME_RESOLVERS: dict[str, Callable[[str], str | os.PathLike]] = {}
+
+
+def register_name_resolver(prefix: str, resolve: Callable[[str], str | os.PathLike]) -> None:
+    """Let ``models.load`` take names starting with ``prefix``: ``resolve(name)`` gives the
+    path (or one line why not)."""
+    NAME_RESOLVERS[prefix] = resolve

@@ -67,8 +67,9 @@ from probes.sample_efficiency import (
     acc_at,
     samples_to_reach,
 )
+from seqprobe.cli import add_workers_flag
 from seqprobe.config import check
-from seqprobe.sweep import Failed, add_workers_flag, backend_of
+from seqprobe.sweep import Failed, backend_of
 
 NAME = "copy_efficiency"
 
@@ -148,7 +149,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         def train(names: list[str]) -> list[dict]:
             jobs = args.workers or os.cpu_count() or 1
             done = zoo.train_recipes(names, "large", args.cache_dir, args.device,
-                                     backend_of(args, jobs, args.device), progress=False)
+                                     backend_of(args, jobs, args.device), progress=False,
+                                     seed_offset=zoo.seed_offset())
             return [_run_of(str(p)) for p in done.values() if not isinstance(p, Failed)]
         return compute_large([_run_of(c.path) for c in checkpoints],
                              train if args.train else None)

@@ -29,7 +29,7 @@ from analyses.memorization.sweep import compute
 from figures.style import caption_text, new_figure, save_figure
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
-from seqprobe.cli import add_fields
+from seqprobe.cli import add_fields, add_workers_flag
 from seqprobe.flags import (
     MAX_DIM,
     MAX_EXAMPLES,
@@ -40,7 +40,7 @@ from seqprobe.flags import (
     Config,
     bound,
 )
-from seqprobe.sweep import add_workers_flag, backend_of
+from seqprobe.sweep import backend_of
 from tasks.memorization import LABELS_PER, REAL_LABELS_PER
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",

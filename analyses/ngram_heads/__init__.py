@@ -57,20 +57,7 @@ from analyses.common import Checkpoint, load_model, run_analysis, to_jsonable
 from analyses.copy_models import label_for
 from analyses.ngram_heads.checks import HF_HEAD_ARCHS, check_fits, check_model, check_n_max
 from analyses.ngram_heads.claims import claim_ablation, claim_match_heads
-from analyses.ngram_heads.plots import plot, table
 from models.checkpoint.paths import is_hf_source
-from probes import effective_attention as ea
-from probes.match_heads import (
-    ablated_accuracy,
-    ablation_controls,
-    accuracy,
-    control_plan,
-    feeding_candidates,
-    feeding_heads,
-    find_match_heads,
-    mean_activations,
-    per_head_drops,
-)
 from probes.ngram_data import (
     COPY_TASKS,
     DATA,
@@ -96,6 +83,10 @@ from seqprobe.flags import (
 )
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
+
+# probes.effective_attention and probes.match_heads (and the model code they read, which
+# imports TransformerLens and so transformers) are imported by the functions that probe a
+# model: the command's --help and its refusals read none of them.
 
 NAME = "ngram_heads"
 GENERATED_WORDS = 4000  # words of the offline default text (windows at many starts)
@@ -158,6 +149,19 @@ def compute(model, task_name: str | None = "copy", task_config: dict | None = No
     vocabulary, or with ``data="text"`` on repeated windows of ``text``. ``per_head_drop``
     [layer, head] (with ``per_head``): the string accuracy each head costs alone, which finds
     the heads a copy needs even where no head's pattern concentrates on the copied token."""
+    from probes import effective_attention as ea
+    from probes.match_heads import (
+        ablated_accuracy,
+        ablation_controls,
+        accuracy,
+        control_plan,
+        feeding_candidates,
+        feeding_heads,
+        find_match_heads,
+        mean_activations,
+        per_head_drops,
+    )
+
     cfg = dataclasses.replace(config or HeadsConfig(), **settings)
     kind = check_model(model)
     task_config = dict(task_config or {})
@@ -266,6 +270,8 @@ def task_of(model) -> dict | None:
     """The task a model was trained on: a suite checkpoint's, or the one ``models.hf.export``
     stored in an exported model's config (``seqprobe``: its tokenizer keeps our token ids, so it
     is probed on the same examples as its .pt file); None for a pretrained LM."""
+    from probes import effective_attention as ea
+
     task = model.checkpoint.get("task")
     if task is None and ea.is_hf(model):
         prov = model.checkpoint["model"].get("config", {}).get("seqprobe")
@@ -284,6 +290,8 @@ class Run:  # one probe of one model: its label, checkpoint path, model and kind
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    from probes import effective_attention as ea
+
     check(len(checkpoints) >= 1, "give checkpoint(s) (or --train --level quick)")
     config = config_of(args)
     models = []
@@ -399,6 +407,19 @@ def compute_many(runs: list[Run], config: HeadsConfig, text: str | None = None) 
             "mode": out[0]["mode"],
             "lengths": None if shared.lengths is None else list(shared.lengths),
             "seed": config.seed}
+
+
+def plot(result: dict):
+    """The figure (:func:`analyses.ngram_heads.plots.plot`; matplotlib imported here)."""
+    from analyses.ngram_heads import plots
+
+    return plots.plot(result)
+
+
+def table(result: dict) -> list:
+    from analyses.ngram_heads import plots
+
+    return plots.table(result)
 
 
 FIGURE = Figure(

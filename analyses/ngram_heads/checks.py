@@ -7,19 +7,21 @@ a one-line refusal.
 
 from __future__ import annotations
 
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
-from probes import effective_attention as ea
-from probes.copying import ATTN_BUDGET
+from models.registry import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, SSM_ARCHS
 from seqprobe import flags
 from seqprobe.config import check
 
-HEAD_ARCHS = ("transformer", *ea.SSM_ARCHS)
+# The probes (and the model code they read, which imports TransformerLens and so transformers)
+# are imported where a model is checked: the command's --help and its refusals read none.
+HEAD_ARCHS = ("transformer", *SSM_ARCHS)
 HF_HEAD_ARCHS = (HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2)  # pretrained LMs booted by models.hf
 
 
 def check_model(model) -> str:
     """The model's kind of heads (probes.effective_attention.kind); one line if it has none
     or is not a language model."""
+    from probes import effective_attention as ea
+
     if getattr(model, "arch", None) not in (*HEAD_ARCHS, *HF_HEAD_ARCHS):
         ea.kind(model)  # the one-line refusal: no attention and no effective attention
         check(False, f"ngram_heads takes {', '.join(HEAD_ARCHS)} models, got {model.arch!r}")
@@ -40,6 +42,8 @@ def check_fits(model, lengths: list[int], batch_size: int, pretrained: bool,
     """Before any example is built: n-grams no longer than the longest probe string, the
     longest probe sequence within the model's context, and a batch of them within the
     attention budget (the batch's patterns are held at once), or one line."""
+    from probes.copying import ATTN_BUDGET
+
     check_n_max(n_max, lengths)
     fed = 2 * max(lengths) + (len(model.bos_ids()) if pretrained else 2)
     flags.check_context(model, [fed], f"the probe sequence at L = {max(lengths)} (two copies)",

@@ -59,11 +59,17 @@ from models.train.gpu_costs import (
 from models.train.plan import plan_row
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
-from seqprobe.cli import OneLineParser, add_device_argument, add_level_flag, run_cli
+from seqprobe.cli import (
+    OneLineParser,
+    add_device_argument,
+    add_level_flag,
+    add_workers_flag,
+    run_cli,
+)
 from seqprobe.config import check
 from seqprobe.errors import OutputError
 from seqprobe.paths import default_cache_dir
-from seqprobe.sweep import add_backend_arguments, add_workers_flag, backend_of
+from seqprobe.sweep import add_backend_arguments, backend_of
 from seqprobe.sweep.eta import Eta, makespan
 
 # the first line of the package's docstring, as --help has always shown it

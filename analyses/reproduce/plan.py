@@ -117,10 +117,12 @@ def build_jobs(names: Sequence[str], level: str, out: Path, cache: Path,
         fig = figure_of(n)
         device, own_workers = placement(n, level, workers)
         recipes = list(fig.recipes(level)) if fig.trains else []
-        missing = [r for r in recipes if zoo.status(r, level, cache) != "cached"]
+        offset = zoo.seed_offset()  # reproduce --seed-offset: the runs its jobs train
+        missing = [r for r in recipes if zoo.status(r, level, cache, seed_offset=offset)
+                   != "cached"]
         for r in missing:
             for d in [*zoo.dependencies(r, level), r]:
-                if d == r or zoo.status(d, level, cache) != "cached":
+                if d == r or zoo.status(d, level, cache, seed_offset=offset) != "cached":
                     needs.setdefault(d, device)
         analyses.append((n, fig, device, own_workers, missing))
     jobs: dict[str, Job] = {}

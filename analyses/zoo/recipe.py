@@ -15,6 +15,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+# zoo:NAME[@LEVEL] is parsed by the catalog (imported where training is not); kept here too
+from analyses.zoo.catalog import ZOO_PREFIX, is_zoo_ref, parse_zoo_ref  # noqa: F401
 from models.train.build import make_run_config
 from models.train.levels import GENERIC, LevelTable
 from models.train.runconfig import RunConfig
@@ -22,9 +24,6 @@ from seqprobe.cli import LEVELS
 from seqprobe.config import check
 
 Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
-# A recipe's cached checkpoint where a checkpoint path goes (``models.load``, every analysis):
-# ``zoo:NAME`` (quick) or ``zoo:NAME@LEVEL``; resolved by :func:`analyses.zoo.resolve`
-ZOO_PREFIX = "zoo:"
 DEFAULT_LEVELS = ("quick", "paper")  # where a recipe exists unless it lists its levels
 
 
@@ -108,25 +107,6 @@ class Recipe:
                 tr["init_from"] = str(init_from)
         return make_run_config(self.arch, self.task, level, model, parts["task"], tr,
                                table=self.table)
-
-
-def is_zoo_ref(text: object) -> bool:
-    """``text`` names a zoo checkpoint (``zoo:NAME[@LEVEL]``) rather than a file."""
-    return isinstance(text, str) and text.startswith(ZOO_PREFIX)
-
-
-def parse_zoo_ref(ref: str) -> tuple[str, str]:
-    """``"zoo:copy/rope@medium"`` -> ``("copy/rope", "medium")``; the level defaults to quick.
-    A malformed reference or an unknown level is one line (the name is checked by the zoo)."""
-    check(is_zoo_ref(ref), f"{ref!r} is not a zoo name ({ZOO_PREFIX}NAME or "
-          f"{ZOO_PREFIX}NAME@LEVEL)")
-    name, at, level = ref[len(ZOO_PREFIX):].partition("@")
-    check(bool(name.strip()), f"{ref!r}: no recipe name after {ZOO_PREFIX!r} (e.g. "
-          f"{ZOO_PREFIX}copy/hard_alibi; `python -m analyses.zoo --list` lists them)")
-    level = level if at else "quick"
-    check(level in LEVELS, f"{ref!r}: unknown level {level!r} after '@'; levels: "
-          f"{', '.join(LEVELS)}")
-    return name, level
 
 
 def checked_labels(labels: Iterable[str] | None, allowed: Iterable[str], level: str) -> list[str]:

@@ -8,9 +8,12 @@ registry; they are re-exported here, where callers have imported them from.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -22,7 +25,8 @@ from models.checkpoint.untrusted import check_claimed_bytes, load_untrusted
 from models.checkpoint.write import exclusive_writer, save_checkpoint
 from seqprobe.errors import CheckpointError
 
-__all__ = ["check_overwrite", "exclusive_writer", "read_checkpoint", "save_checkpoint"]
+__all__ = ["check_overwrite", "exclusive_writer", "file_sha256", "read_checkpoint", "read_once",
+           "save_checkpoint"]
 
 _NOTICED: set[str] = set()  # files whose "no digest" notice was printed (once per file)
 
@@ -55,10 +59,50 @@ def _verify_weights(payload: dict, ckpt_path: Path) -> None:
                                   "analysis of them would be meaningless")
 
 
+# Within read_once(): what each file gave, by the file's identity (device, inode, size, mtime:
+# a file replaced or rewritten is another), so that a lookup that checks an entry, the load of
+# it and the hash a result records of it read the file once. Outside, nothing is kept.
+_READ: list[dict[tuple, object]] = []
+
+
+@contextlib.contextmanager
+def read_once() -> Iterator[None]:
+    """Within: :func:`read_checkpoint` and :func:`file_sha256` of one unchanged file read it
+    once (an analysis' run: the zoo's check of a cache entry, its load, the hash of it in the
+    result). The payload is shared between the reads: a caller does not change it."""
+    _READ.append(_READ[-1] if _READ else {})
+    try:
+        yield
+    finally:
+        _READ.pop()
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (hex), computed once per unchanged file within
+    :func:`read_once`."""
+    st = os.stat(path)
+    memo = _READ[-1] if _READ else None
+    key = ("sha256", _identity(st))
+    if memo is not None and key in memo:
+        return memo[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    if memo is not None:
+        memo[key] = h.hexdigest()
+    return h.hexdigest()
+
+
 def read_checkpoint(ckpt_path: str | os.PathLike,
                     map_location: str | torch.device = "cpu") -> dict:
     """Load and validate a payload without building the model: its layout, configs and
-    bounds, the digest of its weights and that they are finite."""
+    bounds, the digest of its weights and that they are finite (once per unchanged file within
+    :func:`read_once`)."""
     ckpt_path = check_path(ckpt_path)
     try:
         st = os.stat(ckpt_path)
@@ -74,9 +118,15 @@ def read_checkpoint(ckpt_path: str | os.PathLike,
         raise CheckpointError(f"{ckpt_path}: empty file, not a checkpoint")
     if not os.access(ckpt_path, os.R_OK):
         raise CheckpointError(f"{ckpt_path}: permission denied")
+    memo = _READ[-1] if _READ else None
+    key = ("payload", _identity(st), str(map_location))
+    if memo is not None and key in memo:
+        return memo[key]
     payload = validate_checkpoint(load_untrusted(ckpt_path, map_location), ckpt_path)
     check_claimed_bytes(payload, ckpt_path, st.st_size)
     _verify_weights(payload, ckpt_path)
+    if memo is not None:
+        memo[key] = payload
     return payload
 
 

@@ -89,13 +89,10 @@ from models.hf.checks import (
 )
 from models.outputs import log_probs
 from models.provenance import Provenance
-from models.registry import HF_ARCHS
+from models.registry import HF_HYBRID, HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from seqprobe.device import resolve_device
 from tasks.registry import Task, make_task
 
-# attention layers (GPT-NeoX / Pythia, GPT-2, Llama, …); MambaForCausalLM (selective scan, one
-# "head" per layer); Mamba2ForCausalLM (SSD heads); attention and SSM layers in one stack
-HF_TRANSFORMER, HF_MAMBA, HF_MAMBA2, HF_HYBRID = HF_ARCHS
 SSM_TYPES = {"mamba": HF_MAMBA, "falcon_mamba": HF_MAMBA, "mamba2": HF_MAMBA2}
 HUB_PROBE_S = 5.0  # seconds to wait for the hub before calling the machine offline
 

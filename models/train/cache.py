@@ -33,7 +33,7 @@ from models.train.runconfig import RunConfig
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.errors import CheckpointError, InputError
-from seqprobe.paths import cache_dir_or_default
+from seqprobe.paths import cache_dir_or_default, check_not_dangling  # noqa: F401 - re-exported
 
 
 def keyed(run_config: RunConfig, device: str | torch.device = "auto") -> RunConfig:
@@ -77,17 +77,6 @@ def check_cache_dir(cache_dir: str | Path | None = None, write: bool = True) -> 
     return path
 
 
-def check_not_dangling(path: Path) -> None:
-    """One line for a cache path that is a symbolic link leading nowhere (a loop, or a target
-    removed): it reads as an empty cache, every entry "missing", and no write can create it."""
-    if os.path.lexists(path) and not path.exists():
-        try:
-            os.stat(path)
-        except OSError as e:
-            raise InputError(f"cache directory {path}: a symbolic link that leads nowhere "
-                             f"({e.strerror}); fix or remove it") from None
-
-
 def check_lock_file(lock: Path) -> None:
     """A lock path the lock may open: absent or a regular file. A symbolic link is refused,
     never followed (opening it would truncate the file it points to, anywhere, or loop)."""
@@ -128,18 +117,20 @@ def _run_config_hash(ck: dict, cache_dir: str | Path) -> str | None:
         return None
 
 
-def entry_state(path: Path, run_config: RunConfig | None = None) -> str:
+def entry_state(path: Path, run_config: RunConfig | str | None = None) -> str:
     """What is at a cache path: ``missing``; ``broken`` (not a readable, sound checkpoint);
     ``other`` (a checkpoint of another run than ``run_config``, e.g. a file copied there);
     ``interrupted`` (this run, stopped by a signal before its last step: resumable); or
-    ``done`` (this run, finished or stopped by its own rule, e.g. ``stop_at``)."""
+    ``done`` (this run, finished or stopped by its own rule, e.g. ``stop_at``).
+    ``run_config`` may be given as its key (:meth:`RunConfig.hash`, the zoo's catalog's)."""
     if not path.exists():
         return "missing"
     try:
         ck = read_checkpoint(path)
     except CheckpointError:
         return "broken"
-    if run_config is not None and _run_config_hash(ck, path.parent) != run_config.hash():
+    key = run_config if isinstance(run_config, str) or run_config is None else run_config.hash()
+    if key is not None and _run_config_hash(ck, path.parent) != key:
         return "other"
     tr = ck.get("train", {})
     steps = (tr.get("config") or {}).get("steps")

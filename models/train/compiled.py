@@ -28,12 +28,17 @@ from typing import Any
 
 import jaxtyping
 import torch
-import torch._dynamo.exc
 
-# What a failed compile raises: dynamo's errors (an unsupported construct, an internal error)
-# and the backend's, which dynamo wraps in BackendCompilerFailed (inductor's InductorError is
-# one). Anything else is an error of the computation and is not caught.
-COMPILE_ERRORS: tuple[type[BaseException], ...] = (torch._dynamo.exc.TorchDynamoException,)
+
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """What a failed compile raises: dynamo's errors (an unsupported construct, an internal
+    error) and the backend's, which dynamo wraps in BackendCompilerFailed (inductor's
+    InductorError is one). Anything else is an error of the computation and is not caught.
+    Imported here, when a forward is compiled: torch._dynamo takes about as long to import as
+    torch, and a run that does not compile (every CPU run) never needs it."""
+    import torch._dynamo.exc
+
+    return (torch._dynamo.exc.TorchDynamoException,)
 
 
 class CompileFallbackWarning(RuntimeWarning):
@@ -71,7 +76,7 @@ class CompiledForward:
         self.compiled: Callable[..., Any] | None = None
         try:  # torch.compile refuses some setups at once (a Python version it does not support)
             self.compiled = (compile_fn or torch.compile)(forward, **options)
-        except (RuntimeError, *COMPILE_ERRORS) as e:
+        except (RuntimeError, *compile_errors()) as e:
             self._fall_back(e)
 
     def _fall_back(self, e: BaseException) -> None:
@@ -85,7 +90,7 @@ class CompiledForward:
             try:
                 with no_runtime_type_checks():
                     return self.compiled(*args, **kwargs)
-            except COMPILE_ERRORS as e:
+            except compile_errors() as e:
                 self.compiled = None
                 self._fall_back(e)
         return self.eager(*args, **kwargs)

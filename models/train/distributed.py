@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from seqprobe.cli import launched  # noqa: F401 - asked here too, and by every command
 from seqprobe.errors import InputError
 
 
@@ -52,11 +53,6 @@ class World:
 
 
 SINGLE = World()
-
-
-def launched() -> bool:
-    """This process was started by torchrun (or the like) as one of several."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
 
 
 def env_world() -> World:

@@ -64,12 +64,11 @@ from typing import Any
 from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
-from seqprobe import flags
+from seqprobe.cli import DEFAULT_RETRIES, add_backend_arguments  # noqa: F401 - the flags' home
 from seqprobe.config import check
 from seqprobe.errors import InputError, RunError
 
 EXIT_SOME_FAILED = 1  # a sweep that ran, but some of its jobs failed after every retry
-DEFAULT_RETRIES = 2
 _ADDRESS = re.compile(r"^(auto|local|(ray://)?[\w.\-]+:\d+)$")
 
 
@@ -112,26 +111,6 @@ class Failed:
 
     error: str
     attempts: int
-
-
-def add_workers_flag(p: argparse.ArgumentParser, default: int | None = None,
-                     help: str = "jobs run at once (default: this machine's cores)") -> None:
-    """``--jobs N``: how many jobs run at once (make's ``--jobs``), stored as ``workers``; the
-    one definition of the flag, so it means the same in every command."""
-    p.add_argument("--jobs", type=flags.flag("--jobs"), default=default, dest="workers",
-                   metavar="N", help=help)
-
-
-def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """``--ray [ADDRESS]`` and ``--retries``."""
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="run the jobs on Ray: alone, a Ray instance started here (--jobs "
-                        "CPUs); with an address (auto, HOST:PORT, ray://HOST:PORT) an existing "
-                        "cluster (needs pip install -e .[cluster])")
-    p.add_argument("--retries", type=flags.flag("--retries"),
-                   default=DEFAULT_RETRIES,
-                   help=f"attempts after the first for a job that fails (default "
-                        f"{DEFAULT_RETRIES}); then it is reported and the rest go on")
 
 
 def backend_of(args: argparse.Namespace, workers: int = 1, device: str = "cpu",

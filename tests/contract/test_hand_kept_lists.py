@@ -14,8 +14,9 @@ row to add or remove:
   .importlinter lists no analysis);
 * ``COLORS`` in figures/style.py needs no entry for a new model: an unlisted name gets a fixed
   colour of its own;
-* tests/data/recipe_hashes.json: a level at which some zoo recipe exists is recorded there
-  (which recipes at a recorded level is tests/contract/test_recipe_hashes.py's check, not repeated here).
+* analyses/zoo/catalog.json: a level at which some zoo recipe exists has its keys recorded
+  there (which recipes at a recorded level is tests/contract/test_recipe_hashes.py's check, not
+  repeated here).
 
 Each check is a function of the lists, so the "can fail" tests hand it broken lists and see it
 name the fix.
@@ -46,7 +47,7 @@ from seqprobe.errors import ConfigError
 from tasks.base import Task
 
 ROOT = ROOT_DIR
-RECIPE_HASHES = ROOT / "tests" / "data" / "recipe_hashes.json"
+RECIPE_HASHES = ROOT / "analyses" / "zoo" / "catalog.json"  # the zoo's recorded cache keys
 WHERE = "seqprobe/registry.toml"
 KINDS = ("archs", "tasks", "probes", "papers", "analyses")  # the tables of things
 
@@ -153,16 +154,15 @@ def dependence_problems(found: set[str], graph) -> list[str]:
 
 
 def recipe_level_problems(recorded: dict) -> list[str]:
-    """Levels at which zoo recipes exist but tests/data/recipe_hashes.json records none."""
+    """Levels at which zoo recipes exist but analyses/zoo/catalog.json records no key."""
     at = {}
     for r in zoo_recipes.RECIPES.values():
         for level in r.levels:
             at.setdefault(level, []).append(r.name)
-    have = {k.rsplit("@", 1)[1] for k in recorded["recipes"]}
+    have = {k.rsplit("@", 1)[1] for k in recorded["keys"]}
     return [f"{len(names)} zoo recipes exist at {level} (e.g. {names[0]}) but "
-            f"tests/data/recipe_hashes.json records none at {level}: add {level!r} to "
-            "RECORDED_LEVELS in tests/contract/test_recipe_hashes.py and regenerate the file (python -m "
-            "tests.contract.test_recipe_hashes)" for level, names in sorted(at.items()) if level not in have]
+            f"analyses/zoo/catalog.json records no key at {level}: regenerate it (python -m "
+            "analyses.zoo catalog)" for level, names in sorted(at.items()) if level not in have]
 
 
 @pytest.fixture(scope="module")
@@ -247,11 +247,7 @@ def test_a_name_without_a_colour_gets_a_fixed_one_of_its_own():
 
 
 # ---------------------------------------------------------------------------- recipe hashes
-@pytest.mark.xfail(strict=True, reason="known gap: tests/contract/test_recipe_hashes.py's "
-                   "RECORDED_LEVELS is (quick, medium, paper), so the large recipes' cache "
-                   "keys are recorded nowhere; remove this mark once 'large' is added and "
-                   "the file regenerated")
-def test_every_level_with_recipes_is_recorded_in_recipe_hashes():
+def test_every_level_with_recipes_is_recorded_in_the_catalog():
     problems = recipe_level_problems(json.loads(RECIPE_HASHES.read_text()))
     assert not problems, _fmt(problems)
 
@@ -259,13 +255,13 @@ def test_every_level_with_recipes_is_recorded_in_recipe_hashes():
 def test_the_recipe_level_check_can_fail():
     recorded = json.loads(RECIPE_HASHES.read_text())
     # whatever the file records, a file without the quick rows must fail, naming the fix
-    quick_less = {"recipes": {k: v for k, v in recorded["recipes"].items()
-                              if not k.endswith("@quick")}}
+    quick_less = {"keys": {k: v for k, v in recorded["keys"].items()
+                           if not k.endswith("@quick")}}
     problems = recipe_level_problems(quick_less)
-    assert any("records none at quick" in p
-               and "RECORDED_LEVELS in tests/contract/test_recipe_hashes.py" in p for p in problems)
-    everything = {"recipes": {f"{n}@{lv}": "h" for n, r in zoo_recipes.RECIPES.items()
-                              for lv in r.levels}}
+    assert any("records no key at quick" in p and "python -m analyses.zoo catalog" in p
+               for p in problems)
+    everything = {"keys": {f"{n}@{lv}": "h" for n, r in zoo_recipes.RECIPES.items()
+                           for lv in r.levels}}
     assert recipe_level_problems(everything) == []
 
 

@@ -47,7 +47,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     "the user started (or each torchrun rank)",
     ("models/train/launch.py", "main"): "torchrun (the DDP launcher): one run on every rank, "
     "started by torch.distributed.elastic",
-    ("analyses/zoo/__init__.py", "checkpoint"): "one recipe (and the recipes it starts from) "
+    ("analyses/zoo/runs.py", "checkpoint"): "one recipe (and the recipes it starts from) "
     "trained where it is asked for (zoo.path, `zoo train --resume`), its errors the caller's",
     ("bench/bench_ensemble.py", "measure"): "times train() against train_ensemble() in one "
     "process: the thing measured",

@@ -324,7 +324,7 @@ def fake_zoo(tmp_path, monkeypatch):
         return "done" if path.exists() else "missing"
 
     monkeypatch.setattr(cache_mod, "entry_state", stand_in)
-    monkeypatch.setattr(zoo, "entry_state", stand_in)
+    monkeypatch.setattr(zoo.runs, "entry_state", stand_in)  # where the exact way reads it
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -394,7 +394,8 @@ def test_trajectory_checkpoints_chain_one_constant_lr_run(monkeypatch, tmp_path)
     assert bc_orthogonality.trajectory_steps("quick", 4) == [2500, 5000, 7500, 10000]
     calls = []
 
-    def fake(name, level, cache_dir, device, progress=True, train=None, resume=None):
+    def fake(name, level, cache_dir, device, progress=True, train=None, resume=None,
+             seed_offset=0):
         calls.append((name, dict(train), resume))
         return tmp_path / f"{train['steps']}.pt"
 

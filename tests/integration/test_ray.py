@@ -223,7 +223,7 @@ def test_markov_ablation_recipes_train_as_ray_tasks_once(tmp_path, local_ray, mo
     data = json.loads((tmp_path / "out" / "markov_ablations.json").read_text())
     assert len(data["models"]) == len(ma.GROUPS["window"]) and data["failed"] == []
     assert len(list((tmp_path / "ck").glob("*.pt"))) == len(ma.GROUPS["window"])
-    monkeypatch.setattr(zoo, "_train_group", lambda *a: pytest.fail("retrained a recipe"))
+    monkeypatch.setattr(zoo.runs, "_train_group", lambda *a: pytest.fail("retrained a recipe"))
     again = zoo.train_recipes(list(ma.GROUPS["window"]), "quick", tmp_path / "ck", "cpu",
                               Backend(ray=True), train={"steps": 2}, progress=False)
     assert sorted(str(p) for p in again.values()) == sorted(data["checkpoints"])

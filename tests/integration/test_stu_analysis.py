@@ -105,7 +105,8 @@ def test_a_run_outside_the_table_is_a_clear_error(archs, qs, seeds, match):
 def test_train_flag_asks_the_zoo_for_the_selected_recipes(tmp_path, monkeypatch, capsys):
     asked = []
 
-    def fake_train_recipes(names, level, cache_dir, device, backend=None, progress=True):
+    def fake_train_recipes(names, level, cache_dir, device, backend=None, progress=True,
+                           seed_offset=0):
         out = {}
         for name in names:
             asked.append((name, level, str(cache_dir)))

@@ -1,5 +1,6 @@
 """RunConfig: typed sections, one canonical form, one hash (its rule in models.train.runconfig);
-tests/contract/test_recipe_hashes.py checks that the rule keeps every existing cache key."""
+tests/contract/test_recipe_hashes.py checks that the rule keeps every existing cache key (recorded in
+analyses/zoo/catalog.json)."""
 
 import dataclasses
 import json

@@ -1,0 +1,68 @@
+"""Reading a model needs no training code: an analysis' ``--help`` and its one-line refusals
+import no training (``models.train``), no HuggingFace stack (``transformers``), no scheduler
+(``seqprobe.sweep``, ``analyses.reproduce``); the zoo's ``--list`` and ``path`` refusal import
+not even torch. Checked on what a fresh interpreter imports (``python -X importtime``); how long
+they take is bench/bench_startup.py's."""
+
+from __future__ import annotations
+
+from tests import ROOT_DIR
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyses.zoo import catalog
+
+ROOT = ROOT_DIR
+FORBIDDEN = ("models.train", "transformers", "transformer_lens", "seqprobe.sweep",
+             "analyses.reproduce", "analyses.zoo.runs")
+
+
+def imported(argv: list[str], tmp_path: Path) -> tuple[set[str], subprocess.CompletedProcess]:
+    """The modules ``python -X importtime -m ...argv`` imports, and the finished process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SEQPROBE_CACHE": str(tmp_path / "cache")}
+    env.pop("SEQPROBE_SEED_OFFSET", None)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *argv], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    mods = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+    return mods - {"package"}, proc
+
+
+def forbidden(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+
+
+def test_an_analysis_help_imports_no_training_hf_or_scheduler(tmp_path):
+    mods, proc = imported(["analyses.ngram_heads", "--help"], tmp_path)
+    assert proc.returncode == 0 and "--n-max" in proc.stdout
+    assert "analyses.ngram_heads" in mods  # the parse saw the imports
+    assert forbidden(mods) == []
+
+
+def test_an_analysis_refusal_imports_none_of_them_either(tmp_path):
+    mods, proc = imported(["analyses.ngram_heads", "zoo:no/such", "--out", str(tmp_path)],
+                          tmp_path)
+    assert proc.returncode == 2 and "unknown recipe 'no/such'" in proc.stderr
+    assert forbidden(mods) == []
+
+
+@pytest.mark.skipif(not catalog.cpu_device("auto"), reason="a GPU machine's --list resolves "
+                    "its runs for the GPU: the exact way, with torch")
+@pytest.mark.parametrize("argv", [["--list"], ["--list", "--large"], ["path", "no/such"],
+                                  ["path", "copy/hard_alibi"]])
+def test_the_zoo_lists_and_refuses_without_torch(argv, tmp_path):
+    mods, proc = imported(["analyses.zoo", *argv], tmp_path)
+    assert proc.returncode == (0 if argv[0] == "--list" else 2), proc.stderr[-500:]
+    assert "analyses.zoo" in mods
+    assert forbidden(mods) == [] and "torch" not in mods
+
+
+def test_the_check_can_fail():
+    assert forbidden({"models.train.loop", "transformers", "seqprobe"}) == [
+        "models.train.loop", "transformers"]
+    assert forbidden({"models.train_config", "transformers_extra"}) == []

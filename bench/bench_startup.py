@@ -8,8 +8,9 @@ a temp folder), ``--repeats`` times, interleaved so that a change of load hits t
 
 Recorded per command: the median and least wall time, and the median CPU time of the child
 (user + system). Starting a command is one thread's work, so its CPU time is what its wall
-time is on an idle core: ``held`` compares that to the target (``target_s``, issue 57: at
-most 2 s on an idle core), and ``load_avg_1m`` says how busy the machine was.
+time is on an idle core: ``held`` compares that to the target (``target_s``: a command
+a user starts should answer within 2 s on an idle core), and ``load_avg_1m`` says how busy the
+machine was.
 """
 
 from __future__ import annotations

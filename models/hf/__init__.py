@@ -345,11 +345,32 @@ def short_name(source: str) -> str:
     return Path(source.rstrip("/")).name or source
 
 
+@contextlib.contextmanager
+def _offline_as_the_environment_says():
+    """huggingface_hub reads ``HF_HUB_OFFLINE`` once, when it is imported: a process that set
+    it later (a notebook cell, a test) would still ask the hub, and wait out its retries. While
+    a model loads, the library's flag follows the environment as it is now."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = before or offline_mode()
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
 def load_hf(path_or_name: str | os.PathLike, device: str | torch.device = "cpu", *,
             archs=None, dtype: torch.dtype = torch.float32) -> HFModel:
     """Boot a HuggingFace causal LM (local directory or hub name) as an :class:`HFModel` on
     ``device``, in eval mode. ``archs``: the arch names the caller can use (from
     :data:`HF_ARCHS` and the suite's); any other is refused before the weights are read."""
+    with _offline_as_the_environment_says():
+        return _load_hf(path_or_name, device, archs=archs, dtype=dtype)
+
+
+def _load_hf(path_or_name: str | os.PathLike, device: str | torch.device, *, archs,
+             dtype: torch.dtype) -> HFModel:
     device = resolve_device(device)
     source, local = resolve_source(path_or_name)
     if local:

@@ -158,9 +158,20 @@ def test_the_training_line_says_what_where_steps_and_eta():
 def test_a_recipe_name_without_zoo_prefix_says_how_to_open_it(tmp_path, monkeypatch):
     """An analysis given ``copy/hard_alibi`` reads it as a hub name; its error says ``zoo:``."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is not asked
+    import huggingface_hub.file_download as hub
+
+    asked_hub = []
+
+    def asked(*args, **kwargs):
+        asked_hub.append(args)
+        raise OSError("no network")
+
+    # set after huggingface_hub read its environment at import: the loader still obeys it
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "get_hf_file_metadata", asked)
     with pytest.raises(InputError, match="opened as zoo:copy/hard_alibi"):
         load_model("copy/hard_alibi", archs=HF_ARCHS)
+    assert asked_hub == []
 
 
 def test_python_m_models_train_says_it_will_train_before_it_does(tmp_path, capsys):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, write_results
 from seqprobe import flags
-from seqprobe.sweep import CommandFailed, run_command
+from seqprobe.sweep import run_command
 
 ROOT = RESULTS.parent
 TARGET_S = 2.0
@@ -44,11 +44,8 @@ def run_once(argv: list[str], code: int, cwd: Path, env: dict) -> tuple[float, f
     runner's :func:`~seqprobe.sweep.run_command`)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    try:
-        run_command([sys.executable, *argv], env, str(cwd))
-        got, output = 0, ""
-    except CommandFailed as e:
-        got, output = e.returncode, e.output
+    proc = run_command([sys.executable, *argv], cwd=cwd, env={**os.environ, **env})
+    got, output = proc.returncode, proc.stdout + proc.stderr
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if got != code:

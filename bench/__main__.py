@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [m for m in modules() if not args.only or m in args.only]
     failed = []
     if args.figures:
-        run_command([sys.executable, "-m", "analyses.reproduce", "--quick"], output="inherit")
+        run_command([sys.executable, "-m", "analyses.reproduce", "--level", "quick"], output="inherit")
     out = RESULTS / "results.json"
     # --only updates those entries of the last results and keeps the others
     merged: dict = json.loads(out.read_text()) if args.only and out.exists() else {}

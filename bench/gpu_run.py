@@ -395,7 +395,7 @@ def _large(call: Call, args, k: int, n: int, scratch: Path, env: dict, left) -> 
     thread.start()
     cap = left() - BUDGET.pack_s
     row = call.stage("large", [
-        sys.executable, "-m", "analyses.reproduce", "--large", "--part", f"{k}/{n}",
+        sys.executable, "-m", "analyses.reproduce", "--level", "large", "--part", f"{k}/{n}",
         "--out", str(results), "--cache-dir", str(cache), "--jobs", str(args.workers),
         *(["--device", "cpu"] if args.device == "cpu" else []),
         "--timeout", str(max(cap, 30.0))], cap, env, grace=min(STOP_GRACE_S, cap / 3))

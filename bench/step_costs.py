@@ -1,9 +1,9 @@
 """Measure the step-cost table training's ETA and the reproduce plan's read
 (:mod:`models.train.costs`), and copy analyses' seconds into the plan's own table.
 
-    python -m bench.step_costs --quick                      # every quick zoo recipe
-    python -m bench.step_costs --quick copy/rope markov/mamba2   # these rows only (others kept)
-    python -m bench.step_costs --medium --analyses-from figures/out/medium/reproduce_timings.json
+    python -m bench.step_costs --level quick                # every quick zoo recipe
+    python -m bench.step_costs --level quick copy/rope markov/mamba2  # these rows only
+    python -m bench.step_costs --level medium --analyses-from figures/out/medium/reproduce_timings.json
 
 Each zoo recipe at the level, once per :func:`~models.train.costs.cost_key` (seeds share a
 row), runs in one fresh process on one thread: one warm-up step, ``--steps`` timed optimizer
@@ -48,6 +48,7 @@ from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
+from seqprobe.cli import OneLineParser, add_level_flag, run_cli
 from seqprobe.errors import InputError
 from seqprobe.sweep import ProcessFailed, run_fresh
 
@@ -143,11 +144,9 @@ def analysis_seconds(timings: Path) -> tuple[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.step_costs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    level = p.add_mutually_exclusive_group()
-    for lv in COSTED_LEVELS:
-        level.add_argument(f"--{lv}", dest="level", action="store_const", const=lv)
+    p = OneLineParser(prog="python -m bench.step_costs", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_level_flag(p, levels=COSTED_LEVELS)
     p.add_argument("recipes", nargs="*", help="default: every zoo recipe at the level")
     p.add_argument("--steps", type=flags.flag("--steps"), default=5, help="timed steps per row")
     p.add_argument("--analyses-from", type=Path, action="append", default=[],
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", default="", help="kept in the table's meta: how the machine was "
                    "shared, where --analyses-from's times were taken")
     args = p.parse_args(argv)
-    level = args.level or "quick"
+    level = args.level
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
     doc = _read(args.out) or {"format": FORMAT, "rows": {}, "meta": {}}
     t0, load0 = time.time(), os.getloadavg()[0]
@@ -206,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -1,8 +1,9 @@
-"""Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` on a GPU).
+"""Reproduce every figure: ``python -m analyses.reproduce --level quick`` (or ``--level paper`` on a
+GPU).
 
-``--medium`` runs the analyses that have a medium level (``FIGURE.levels``): CPU-sized still,
+``--level medium`` runs the analyses that have a medium level (``FIGURE.levels``): CPU-sized still,
 but large enough that both sides of each headline comparison learn; its outputs and index go
-to ``figures/out/medium`` unless ``--out`` says otherwise. ``--large`` runs the
+to ``figures/out/medium`` unless ``--out`` says otherwise. ``--level large`` runs the
 analyses that have a large level: the smallest settings that decide each headline claim, for
 one machine with one GPU and 16 CPU cores, small models side by side (where each analysis and
 its training run, GPU or CPU cores: :data:`~analyses.reproduce.plan.PLACEMENT`); outputs in

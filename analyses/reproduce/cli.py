@@ -73,7 +73,7 @@ from seqprobe.sweep import add_backend_arguments, backend_of
 from seqprobe.sweep.eta import Eta, makespan
 
 # the first line of the package's docstring, as --help has always shown it
-DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --quick`` (or ``--paper`` "
+DESCRIPTION = ("Reproduce every figure: ``python -m analyses.reproduce --level quick`` (or ``--level paper`` "
                "on a GPU).")
 
 
@@ -86,15 +86,15 @@ def _parser() -> OneLineParser:
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these")
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these")
     p.add_argument("--out", default=None,
-                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --medium, "
-                   f"{DEFAULT_OUT / 'large'} for --large)")
+                   help=f"default: {DEFAULT_OUT} ({DEFAULT_OUT / 'medium'} for --level medium, "
+                   f"{DEFAULT_OUT / 'large'} for --level large)")
     p.add_argument("--cache-dir", default=str(default_cache_dir()),
                    help="the checkpoint cache (default: $SEQPROBE_CACHE, else "
                    "$XDG_CACHE_HOME/seqprobe, else ~/.cache/seqprobe; now %(default)s)")
     p.add_argument("--timeout", type=flags.flag("--timeout"),
                    default=3600.0, help="seconds per job")
     add_workers_flag(p, help="cores' worth of jobs at once: the workers (default: every core, as "
-                        "many as the free memory holds; 1 for --paper: one GPU)")
+                        "many as the free memory holds; 1 for --level paper: one GPU)")
     p.add_argument("--seed-offset", type=flags.flag("--seed-offset"), default=0,
                    help="shift every recipe's training seed (and each analysis' --seed) by K: "
                         "the same plan over other seeds of its models, cached apart (default 0: "

@@ -21,7 +21,7 @@ same folder from wherever a command runs; ``--list`` prints it.
 
     python -m analyses.zoo --list [--level L] [--cache-dir DIR]  # the level's recipes: state, path
     python -m analyses.zoo path copy/hard_alibi [--level L]         # its cached file; never trains
-    python -m analyses.zoo train copy/hard_alibi markov/mamba2 [--paper] [--cache-dir DIR]
+    python -m analyses.zoo train copy/hard_alibi markov/mamba2 [--level paper] [--cache-dir DIR]
     python -m analyses.zoo train induction/stu_L16_s0 induction/stu_L16_s1 --ray [ADDRESS]
     python -m analyses.zoo catalog [--check]  # regenerate the catalog (analyses.zoo.catalog)
 """
@@ -275,7 +275,7 @@ def _main(argv: list[str] | None) -> int:
                    help="`train`: runs of one model trained as one ensemble (auto: where it "
                    "is faster: on a GPU; on CPU cores the same work or more, so not there; "
                    "on; off)")
-    args = p.parse_intermixed_args(argv)  # `train --medium NAME...`: flags between the names
+    args = p.parse_intermixed_args(argv)  # `train --level medium NAME...`: flags between the names
     # read once, here: a bad $SEQPROBE_SEED_OFFSET is one line, not every recipe "invalid"
     offset = seed_offset()
     if args.names[:1] == ["catalog"] and not args.list:  # regenerate analyses/zoo/catalog.json

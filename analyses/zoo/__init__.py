@@ -28,7 +28,6 @@ same folder from wherever a command runs; ``--list`` prints it.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import pkgutil
@@ -45,9 +44,9 @@ from analyses.zoo.catalog import (
     not_trained,
     parse_zoo_ref,
     train_command,  # noqa: F401 - zoo.train_command, as before
+    unknown_recipe,
 )
 from analyses.zoo.catalog import where as _where
-from seqprobe import flags
 from seqprobe.cli import (
     LEVELS,
     OneLineParser,
@@ -58,7 +57,7 @@ from seqprobe.cli import (
     run_cli,
 )
 from seqprobe.config import check
-from seqprobe.errors import CheckpointError, InputError
+from seqprobe.errors import CheckpointError
 from seqprobe.paths import (
     cache_dir_or_default,
     check_not_dangling,
@@ -132,12 +131,7 @@ def check_recipe(name: str, level: str | None = None) -> None:
             r.parts(level)
         return
     if name not in known:
-        family = [n for n in known if n.split("/")[0] == name.split("/")[0]]
-        close = list(dict.fromkeys([*difflib.get_close_matches(name, known, n=5, cutoff=0.6),
-                                    *family]))[:5]
-        hint_ = (f"; did you mean {', '.join(close)}?" if close else
-                 "; `python -m analyses.zoo --list` lists them")
-        raise InputError(f"unknown recipe {name!r}{hint_}")
+        raise unknown_recipe(name, known)
     if level is not None:  # the words of Recipe.parts
         check(level in LEVELS, f"unknown level {level!r}; allowed: {', '.join(LEVELS)}")
         have = catalog.levels(name)

@@ -30,6 +30,7 @@ is not served gets (:class:`NotTrained`, :func:`not_trained`), for the same reas
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import json
@@ -234,3 +235,15 @@ def moved_keys(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
     """The recorded keys that ``current`` changes or drops, as ``name@level: old -> new``."""
     return [f"{k}: {v} -> {current.get(k, '(gone)')}" for k, v in sorted(recorded.items())
             if current.get(k) != v]
+
+
+def unknown_recipe(name: str, known: Iterable[str]) -> InputError:
+    """The one-line refusal of a recipe name not among ``known``: the close names, and the
+    names of its family (``copy/…``), as suggestions."""
+    known = list(known)
+    family = [n for n in known if n.split("/")[0] == name.split("/")[0]]
+    close = list(dict.fromkeys([*difflib.get_close_matches(name, known, n=5, cutoff=0.6),
+                                *family]))[:5]
+    hint = (f"; did you mean {', '.join(close)}?" if close else
+            "; `python -m analyses.zoo --list` lists them")
+    return InputError(f"unknown recipe {name!r}{hint}")

@@ -11,7 +11,6 @@ recipes as written).
 
 from __future__ import annotations
 
-import difflib
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 
 from analyses.zoo import catalog
-from analyses.zoo.catalog import NotTrained, not_trained
+from analyses.zoo.catalog import NotTrained, not_trained, unknown_recipe
 from analyses.zoo.catalog import where as _where
 from analyses.zoo.recipe import Recipe
 from analyses.zoo.recipes import RECIPES, papers
@@ -45,12 +44,7 @@ __all__ = ["ENSEMBLES", "RECIPES", "Recipe", "checkpoint", "checkpoints", "depen
 
 def recipe(name: str) -> Recipe:
     if name not in RECIPES:
-        family = [n for n in RECIPES if n.split("/")[0] == name.split("/")[0]]
-        close = list(dict.fromkeys([*difflib.get_close_matches(name, RECIPES, n=5, cutoff=0.6),
-                                    *family]))[:5]
-        hint = (f"; did you mean {', '.join(close)}?" if close else
-                "; `python -m analyses.zoo --list` lists them")
-        raise InputError(f"unknown recipe {name!r}{hint}")
+        raise unknown_recipe(name, RECIPES)
     return RECIPES[name]
 
 

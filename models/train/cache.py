@@ -25,10 +25,7 @@ import torch
 from filelock import FileLock
 
 from models.checkpoint.io import read_checkpoint
-from models.train import distributed
-from models.train.announce import announce
 from models.train.build import make_run_config, run_config_of_checkpoint
-from models.train.loop import train
 from models.train.runconfig import RunConfig
 from seqprobe.config import check
 from seqprobe.device import resolve_device
@@ -160,6 +157,11 @@ def train_run_cached(run_config: RunConfig, cache_dir: str | Path | None = None,
     the recipe's name, where there is one)."""
     # the run as this device trains it ("auto" precision / compile set): a CPU checkpoint is
     # never served for a CUDA run, nor the reverse (their keys differ)
+    # what trains, imported here: a reader of the cache (zoo:NAME, --list) needs none of it
+    from models.train import distributed
+    from models.train.announce import announce
+    from models.train.loop import train
+
     run_config = keyed(run_config, device)
     path = cache_path(run_config, cache_dir)
     world = distributed.world()

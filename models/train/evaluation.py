@@ -18,9 +18,6 @@ from tasks.base import Batch, make_generator
 from tasks.registry import packed_batch
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation data never shares a stream with training data
-# How a task with a length distribution is evaluated (:func:`length_units`); in the cache key of
-# its runs (models.train.runconfig): change the name when what such an evaluation scores changes.
-LENGTH_EVAL = "every_length"
 
 Evaluator = Callable[[torch.nn.Module, Any, TrainConfig, torch.device], dict[str, float]]
 

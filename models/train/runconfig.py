@@ -33,7 +33,7 @@ A field whose metadata says ``{"hash": False}`` (``TrainConfig.checkpoint_blocks
 ``micro_batch``: how much memory a step takes, not what it computes) is never written.
 
 A task with a length distribution (``eval_lengths``: copy, lookup) adds ``eval``, the name of
-how its evaluation is drawn (:data:`~models.train.evaluation.LENGTH_EVAL`): what an evaluation
+how its evaluation is drawn (:data:`LENGTH_EVAL`): what an evaluation
 scores is part of the run (its recorded history and where ``stop_at`` ends it), so the runs
 evaluated on a few drawn lengths before every length was scored are other cache entries.
 """
@@ -56,7 +56,6 @@ import torch
 
 from models.checkpoint.paths import file_kind
 from models.registry import ARCHS, model_class
-from models.train.evaluation import LENGTH_EVAL
 from models.train_config import TrainConfig, resolve_train
 from seqprobe.config import (
     check,
@@ -68,6 +67,10 @@ from seqprobe.config import (
 )
 from seqprobe.errors import ConfigError, InputError
 from tasks.registry import TASKS, task_class
+
+# How a task with a length distribution is evaluated (models.train.evaluation.length_units); in
+# the cache key of its runs: change the name when what such an evaluation scores changes.
+LENGTH_EVAL = "every_length"
 
 # Fields that format-1 records wrote at their defaults (see the module docstring). Frozen: a
 # field added to one of these classes later is not listed, and never will be; a config class

@@ -9,7 +9,7 @@ import torch
 
 from analyses.zoo.levels import make_run_config
 from models.registry import build_model
-from models.train import distributed, evaluation
+from models.train import distributed, runconfig
 from models.train.callbacks import StopAt
 from models.train.distributed import World
 from models.train.evaluation import evaluate, per_length
@@ -145,7 +145,7 @@ def test_ranks_together_give_the_single_process_record(monkeypatch):
 def test_length_tasks_hash_their_evaluation():
     copy = make_run_config("lstm", "copy", "quick")
     markov = make_run_config("lstm", "markov", "quick")
-    assert copy.canonical()["eval"] == evaluation.LENGTH_EVAL
+    assert copy.canonical()["eval"] == runconfig.LENGTH_EVAL
     assert "eval" not in markov.canonical()
 
 

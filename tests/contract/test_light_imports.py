@@ -66,3 +66,15 @@ def test_the_check_can_fail():
     assert forbidden({"models.train.loop", "transformers", "seqprobe"}) == [
         "models.train.loop", "transformers"]
     assert forbidden({"models.train_config", "transformers_extra"}) == []
+
+
+def test_reading_the_cache_imports_only_what_keys_a_run():
+    """``zoo:NAME`` of a cached model checks the file is the run's own (models.train.cache):
+    that needs the run's key (runconfig, build, the level rows), never the loop that trains."""
+    code = ("import sys, models.train.cache, analyses.zoo.catalog; "
+            "print(' '.join(m for m in sys.modules if m.startswith('models.train.')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set(proc.stdout.split()) <= {"models.train.cache", "models.train.build",
+                                        "models.train.runconfig", "models.train.levels"}

@@ -9,7 +9,10 @@ in :data:`RUN` find their blocks with :func:`python_blocks`.
 
 from __future__ import annotations
 
+import doctest
+import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +112,37 @@ def unaccounted(page: Path | str, text: str | None = None) -> list[str]:
             continue
         bad.append(f"{b.page}:{b.line}")
     return bad
+
+
+HAS_NNSIGHT = importlib.util.find_spec("nnsight") is not None
+
+
+@dataclass
+class DocRun:
+    """What :func:`run_doctests` did: the runner (its ``failures``, ``tries``), its report and
+    how many blocks ran."""
+
+    runner: doctest.DocTestRunner
+    report: list[str]
+    ran: int
+
+
+def run_doctests(code: list[str], name: str, path: Path,
+                 check: Callable[[doctest.DocTest], None] | None = None) -> DocRun:
+    """Run the blocks ``code`` of one page as one session (each block sees the names the
+    blocks before it made), as a reader pastes them into IPython; a block that imports nnsight
+    is skipped where nnsight is not installed. ``check``: called on each parsed block first."""
+    globs: dict = {}
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report: list[str] = []
+    ran = 0
+    for i, block in enumerate(code):
+        if "nnsight" in block and not HAS_NNSIGHT:
+            continue
+        test = doctest.DocTestParser().get_doctest(block, globs, f"{name} [{i}]", str(path), 0)
+        if check is not None:
+            check(test)
+        runner.run(test, out=report.append, clear_globs=False)
+        globs = test.globs
+        ran += 1
+    return DocRun(runner, report, ran)

@@ -25,6 +25,14 @@ TINY_RUN = TINY["run"]
 TINY_RUN_FLAGS = [a for k, v in TINY_RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
+# A tiny copy recipe's parts (``zoo.Recipe(NAME, "copy", "transformer", TINY_RECIPE)``): a few
+# CPU steps, no evaluation, so a test can train and serve it
+TINY_RECIPE = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
+               "task": {"min_len": 1, "max_len": 6},
+               "train": {"steps": 4, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
+                         "eval_batch_size": 4, "warmup_steps": 1}}
+
+
 def good_checkpoint(step: int = 0, **model) -> dict:
     """A valid checkpoint dict of the tiny run transformer (vocabulary 30: copy, D = 26),
     untrained, its weights drawn from seed ``step``; ``model`` overrides config fields."""

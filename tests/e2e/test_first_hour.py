@@ -9,16 +9,13 @@ checkpoint."""
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
 import json
 
 from analyses import length_generalization, zoo
-from tests.docs_blocks import README, python_blocks
+from tests.docs_blocks import HAS_NNSIGHT, README, python_blocks, run_doctests
 from tests.tiny import zoo_stand_in
 
 SECTION = "## The first hour"  # in README.md; docs/first-hour.md includes it
-HAS_NNSIGHT = importlib.util.find_spec("nnsight") is not None
 
 
 def section_blocks() -> list[str]:
@@ -31,22 +28,14 @@ def section_blocks() -> list[str]:
 def test_the_first_hour_runs_with_no_file_name_typed(tmp_path, monkeypatch, capsys):
     entry = zoo_stand_in("copy/rope", tmp_path / "checkpoints")
     monkeypatch.chdir(tmp_path)  # the README's relative paths (checkpoints/, hf/) land here
-    globs: dict = {}
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    report: list[str] = []
-    ran = 0
-    for i, block in enumerate(section_blocks()):
-        if "nnsight" in block and not HAS_NNSIGHT:
-            continue
-        test = doctest.DocTestParser().get_doctest(block, globs, f"README.md: first hour [{i}]",
-                                                   str(README), 0)
+
+    def no_file_name(test):
         typed = [ex.source for ex in test.examples if ".pt" in ex.source]
         assert not typed, f"the first hour types a checkpoint file name: {typed}"
-        runner.run(test, out=report.append, clear_globs=False)
-        globs = test.globs
-        ran += 1
-    assert runner.failures == 0, "".join(report)
-    assert ran >= (2 if HAS_NNSIGHT else 1) and runner.tries >= 10  # found and run
+
+    done = run_doctests(section_blocks(), "README.md: first hour", README, check=no_file_name)
+    assert done.runner.failures == 0, "".join(done.report)
+    assert done.ran >= (2 if HAS_NNSIGHT else 1) and done.runner.tries >= 10  # found and run
     assert (tmp_path / "hf" / "rope-copy" / "config.json").is_file()  # the export was written
 
     # the commands above the blocks: the path, and the list that shows it cached

@@ -7,8 +7,6 @@ still runs)."""
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
 
 import pytest
 import torch
@@ -19,11 +17,10 @@ from models.checkpoint.write import save_checkpoint
 from models.hf import export as export_hf
 from seqprobe.config import config_to_dict
 from tasks.registry import make_task
-from tests.docs_blocks import ROOT, python_blocks
+from tests.docs_blocks import HAS_NNSIGHT, ROOT, python_blocks, run_doctests
 from tests.tiny import zoo_stand_in
 
 EXPORT_PAGE, SECTION = "docs/export.md", "# Export to HuggingFace"
-HAS_NNSIGHT = importlib.util.find_spec("nnsight") is not None
 
 
 def module_at(root, path: str):
@@ -97,17 +94,6 @@ def test_the_readme_export_section_runs(tmp_path, monkeypatch):
     block that imports nnsight is skipped where nnsight is not installed."""
     zoo_stand_in("copy/rope", tmp_path / "checkpoints")  # what zoo:copy/rope opens
     monkeypatch.chdir(tmp_path)  # the page's relative paths land here
-    globs: dict = {}
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    report: list[str] = []
-    ran = 0
-    for i, block in enumerate(readme_blocks()):
-        if "nnsight" in block and not HAS_NNSIGHT:
-            continue
-        test = doctest.DocTestParser().get_doctest(block, globs, f"{EXPORT_PAGE}: export [{i}]",
-                                                   str(ROOT / EXPORT_PAGE), 0)
-        runner.run(test, out=report.append, clear_globs=False)
-        globs = test.globs
-        ran += 1
-    assert runner.failures == 0, "".join(report)
-    assert ran >= (3 if HAS_NNSIGHT else 2) and runner.tries >= 8  # found and run
+    done = run_doctests(readme_blocks(), f"{EXPORT_PAGE}: export", ROOT / EXPORT_PAGE)
+    assert done.runner.failures == 0, "".join(done.report)
+    assert done.ran >= (3 if HAS_NNSIGHT else 2) and done.runner.tries >= 8  # found and run

@@ -15,12 +15,9 @@ from models.train import loop as L
 from models.train.cache import cache_path, check_cache_dir, entry_state
 from models.train.loop import TrainingInterrupted, train
 from seqprobe.errors import CheckpointError, InputError
-from tests.tiny import sigint_during_step
+from tests.tiny import TINY_RECIPE, sigint_during_step
 
-TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-        "task": {"min_len": 1, "max_len": 6},
-        "train": {"steps": 6, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
-                  "eval_batch_size": 4, "warmup_steps": 1}}
+TINY = {**TINY_RECIPE, "train": {**TINY_RECIPE["train"], "steps": 6}}
 
 
 @pytest.fixture

@@ -19,13 +19,11 @@ from analyses.zoo import catalog
 from models.checkpoint import io
 from models.constructions import save_mambazero
 from models.train import build
+from tests.tiny import TINY_RECIPE
 
 SAMPLE = [("copy/hard_alibi", "quick"), ("copy/rope", "paper"), ("markov/mamba2", "quick"),
           ("copy_medium/hard_alibi_L4_lr1e-3_s0", "medium")]
-TINY = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-        "task": {"min_len": 1, "max_len": 6},
-        "train": {"steps": 4, "batch_size": 4, "eval_every": 0, "eval_batches": 1,
-                  "eval_batch_size": 4, "warmup_steps": 1}}
+TINY = TINY_RECIPE
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ from analyses.copy_models import (
 )
 from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure, shared_legend
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.sample_efficiency import (
     THRESHOLDS,
     acc_at,

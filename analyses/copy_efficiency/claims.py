@@ -28,7 +28,7 @@ from analyses.copy_efficiency.regime import (
     slope_points,
 )
 from analyses.copy_efficiency.seeded import _by_length, _ratio_text
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.sample_efficiency import (
     CLEAR_GAP,
     EXACT,

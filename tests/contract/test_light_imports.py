@@ -6,8 +6,6 @@ they take is bench/bench_startup.py's."""
 
 from __future__ import annotations
 
-from tests import ROOT_DIR
-
 import os
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyses.zoo import catalog
+from tests import ROOT_DIR
 
 ROOT = ROOT_DIR
 FORBIDDEN = ("models.train", "transformers", "transformer_lens", "seqprobe.sweep",
@@ -70,11 +69,12 @@ def test_the_check_can_fail():
 
 def test_reading_the_cache_imports_only_what_keys_a_run():
     """``zoo:NAME`` of a cached model checks the file is the run's own (models.train.cache):
-    that needs the run's key (runconfig, build, the level rows), never the loop that trains."""
+    that needs the run's key (runconfig, build; the level rows are models.levels), never the loop
+    that trains."""
     code = ("import sys, models.train.cache, analyses.zoo.catalog; "
             "print(' '.join(m for m in sys.modules if m.startswith('models.train.')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(proc.stdout.split()) <= {"models.train.cache", "models.train.build",
-                                        "models.train.runconfig", "models.train.levels"}
+                                        "models.train.runconfig"}

@@ -50,16 +50,18 @@ from analyses.pretrained_copy.prompts import (
     greedy_verdicts,
     phonebook_prompts,
 )
+from analyses.zoo.catalog import is_zoo_ref
 from analyses.zoo.copy import PRETRAINED_COPY_LEVELS as LEVELS
 from analyses.zoo.copy import PretrainedCopySettings
-from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
+from models.registry import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
+# The HuggingFace loader (models.hf: TransformerLens' bridge and transformers) is imported where
+# the models are loaded: --help and the refusals read neither.
 NAME = "pretrained_copy"
 PROMPT_TASKS = ("phonebook", "copy")
 
@@ -278,6 +280,8 @@ def check_tokenizer(tokenizer, source: str) -> None:
 
 def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
     """{label: HFModel}; every source is checked to exist before any is loaded."""
+    from models.hf import load_hf, resolve_source
+
     check(len(sources) >= 1, "give one or more HuggingFace causal LMs (directories or hub "
           "names), e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf")
     for s in sources:

@@ -280,13 +280,14 @@ def check_tokenizer(tokenizer, source: str) -> None:
 
 def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
     """{label: HFModel}; every source is checked to exist before any is loaded."""
-    from models.hf import load_hf, resolve_source
-
     check(len(sources) >= 1, "give one or more HuggingFace causal LMs (directories or hub "
           "names), e.g. EleutherAI/pythia-410m state-spaces/mamba-370m-hf")
     for s in sources:
         check(not str(s).endswith(".pt") and not is_zoo_ref(s), f"{s}: a suite checkpoint; "
               "this analysis prompts pretrained HuggingFace language models with text")
+    from models.hf import load_hf, resolve_source  # after the refusal that needs neither
+
+    for s in sources:
         resolve_source(s)
         export = export_of_dir(s)
         check(export is None, f"{s}: a suite export (a {export and export.get('arch')} model "

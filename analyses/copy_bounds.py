@@ -30,15 +30,6 @@ from analyses.copy_models import load_copy_models
 from analyses.zoo.copy import COPY_BOUNDS_LEVELS as LEVELS
 from analyses.zoo.copy import CopyBoundsSettings
 from figures.style import COLORS, new_figure
-from models.constructions import (
-    HashCopyConfig,
-    build_hash_copy_transformer,
-    gssm_error_bound,
-    has_repeated_ngram,
-    hash_copy_model_config,
-    lemma_2_4_bound,
-)
-from models.memory import forward_bytes, weight_bytes
 from probes.copying import state_floats, string_errors
 from seqprobe import memory
 from seqprobe.cli import add_fields, settings_from_args
@@ -46,6 +37,9 @@ from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.copy import CopyConfig, CopyTask
 
+# The constructions, their bounds and the meta-device memory estimate (model code, which
+# imports TransformerLens and so transformers) are imported in the functions that use them:
+# --help and the refusals read no model code.
 NAME = "copy_bounds"
 GSSM_ARCHS = ("mamba", "mamba2", "lstm")
 BOUND_ARCHS = (*GSSM_ARCHS, "transformer")
@@ -68,6 +62,12 @@ def construction_errors(n_values: list[int], lengths: list[int], D: int = 26,
                         count_samples: int = 4000, model_samples: int = 16, seed: int = 0,
                         device: str = "cpu", progress: bool = True) -> list[dict]:
     """Measured p_n-gram, Lemma 2.4's bound and the construction's stratified error."""
+    from models.constructions import (
+        build_hash_copy_transformer,
+        has_repeated_ngram,
+        lemma_2_4_bound,
+    )
+
     rows = []
     bar = tqdm(total=len(n_values) * len(lengths), desc=f"{NAME}: construction",
                disable=not progress, leave=False)
@@ -126,6 +126,8 @@ def compute(models: dict | None = None, D: int = 26, level: str = "quick", seed:
             ) -> dict:
     """Both parts; ``models`` = {label: checkpoint model} for part 2 (may be empty);
     ``settings``: the level's unless given."""
+    from models.constructions import gssm_error_bound
+
     check(level in LEVELS, f"unknown level {level!r}; allowed: {', '.join(LEVELS)}")
     cfg = settings or LEVELS[level]
     constr = construction_errors(list(cfg.n_values), list(cfg.lengths), D, cfg.count_samples,
@@ -151,6 +153,8 @@ def compute(models: dict | None = None, D: int = 26, level: str = "quick", seed:
 
 
 def plot(result: dict):
+    from models.constructions import gssm_error_bound
+
     fig, ax = new_figure(2, width_per_panel=5.0, height=3.6)
     D = result["D"]
     shades = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e"]
@@ -234,6 +238,9 @@ def memory_estimate(settings: CopyBoundsSettings, D: int, models: dict) -> int:
     repeated n-grams: strings, their n-gram codes, sorted, compared) and, per checkpoint,
     plain forward(32 rows, 2·max(gssm_lengths) + 4) (:func:`models.memory.forward_bytes`: a
     teacher-forced pass holds one block's activations at a time)."""
+    from models.constructions import HashCopyConfig, hash_copy_model_config
+    from models.memory import forward_bytes, weight_bytes
+
     L = max(settings.lengths)
     counting = COUNT_BATCH * L * 8 * 4
     peaks = [weight_bytes("transformer", cfg)

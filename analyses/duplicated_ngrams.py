@@ -37,12 +37,6 @@ from analyses.claims import Claim, Figure, Margin, Reading, tightest
 from analyses.common import Checkpoint, need, run_analysis, to_jsonable
 from analyses.copy_models import COPY_OR_HF_ARCHS, copy_prompts, load_copy_models
 from figures.style import COLORS, new_figure
-from models.constructions import (
-    HashCopyConfig,
-    build_hash_copy_transformer,
-    hash_copy_model_config,
-)
-from models.memory import forward_bytes, weight_bytes
 from models.registry import HF_ARCHS
 from probes.copying import accuracy_at
 from seqprobe import memory
@@ -50,6 +44,10 @@ from seqprobe.cli import add_fields
 from seqprobe.config import check
 from seqprobe.flags import MAX_BATCH, MAX_EXAMPLES, MAX_LENGTH, MAX_N, Config, bound
 from tasks.copy import CopyConfig, CopyTask, DuplicatedNgramCopyTask, DupNgramConfig
+
+# The constructions and the meta-device memory estimate (model code, which imports
+# TransformerLens and so transformers) are imported in the functions that build them: --help
+# and the refusals read no model code.
 
 NAME = "duplicated_ngrams"
 REF_STYLES = (("#555555", "s"), ("#999999", "^"), ("#bbbbbb", "v"))
@@ -206,6 +204,9 @@ def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list
     of :func:`compute` when none are given) held twice in a copy example, in one teacher-forced
     pass (:func:`models.memory.forward_bytes`, ``cached=False``). A pretrained LM's forward is
     not estimated (no suite architecture to run on the meta device)."""
+    from models.constructions import HashCopyConfig, hash_copy_model_config
+    from models.memory import forward_bytes, weight_bytes
+
     n_top = max(n_values, default=1)
     L = max(lengths) if lengths else max(max_len, 3, 2 * n_top + 1, 3 * n_top)
     positions = 2 * L + 4
@@ -219,6 +220,8 @@ def memory_estimate(models: dict, D: int, reference_n: list[int], n_values: list
 
 
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
+    from models.constructions import build_hash_copy_transformer
+
     need(checkpoints, "copy checkpoints")
     models, info, D = load_copy_models([c.path for c in checkpoints], args.device,
                                        COPY_OR_HF_ARCHS)

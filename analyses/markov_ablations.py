@@ -45,7 +45,9 @@ from seqprobe.cli import add_fields, add_workers_flag
 from seqprobe.config import check
 from seqprobe.errors import InputError
 from seqprobe.flags import MAX_EXAMPLES, Config, bound
-from seqprobe.sweep import Failed, backend_of
+
+# The scheduler (seqprobe.sweep) is imported where --steps or --ray train: --help and the
+# refusals read no scheduler.
 
 NAME = "markov_ablations"
 QUICK_GROUPS = ("conv",)
@@ -198,6 +200,8 @@ def _trained_here(args) -> bool:
 def _compute(args, checkpoints: list[Checkpoint]) -> dict:
     failed = []
     if _trained_here(args):
+        from seqprobe.sweep import Failed, backend_of
+
         names = _recipes(args)
         backend = (backend_of(args, args.workers or os.cpu_count() or 1, args.device,
                               num_cpus=max((zoo.recipe(n).slots for n in names), default=1))

@@ -36,10 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from analyses.claims import Undecided, Verdict
 from seqprobe.config import check
+
+# scipy.stats is imported in each function that tests or sizes (a large import): the analyses'
+# claims import this module, and their --help and refusals test nothing.
 
 TOO_FEW = "too few replicates"
 EITHER_SIDE = "the replicates fit either side"
@@ -143,6 +145,8 @@ MOST = 1000  # the largest replicate count a design searches (vectorised: one pa
 def _sign_crit(ns: np.ndarray, alpha: float) -> np.ndarray:
     """Per n: the fewest agreeing replicates whose exact sign test gives p < alpha
     (n + 1 where none does)."""
+    from scipy import stats
+
     j = stats.binom.ppf(1 - alpha, ns, 0.5)  # smallest j with cdf(j) >= 1 - alpha
     j = np.where(stats.binom.cdf(j, ns, 0.5) <= 1 - alpha, j + 1, j)  # p = sf(j) < alpha
     return j + 1
@@ -152,6 +156,8 @@ def sign_assurance(ns: np.ndarray, a: float, b: float, alpha: float) -> np.ndarr
     """Probability that an exact one-sided sign test over n replicates decides at ``alpha``
     when the rate q at which a replicate lands on the tested side is Beta(a, b): the
     beta-binomial tail at the test's critical count (exact, no plug-in)."""
+    from scipy import stats
+
     ns = np.asarray(ns)
     return stats.betabinom.sf(_sign_crit(ns, alpha) - 1, ns, a, b)
 
@@ -166,6 +172,8 @@ def design_sign(k: int, n: int, alpha: float, prior: tuple[float, float] = (1.0,
     as the evidence grows (more replicates agreeing, or agreeing by more, never ask for
     more), and it is None where even infinitely many replicates would decide with less
     than ``power`` probability: the chance the pilot's side is the true one is below it."""
+    from scipy import stats
+
     a0, b0 = prior
     if 2 * k == n:
         return Design(None, None, alpha, "", f"{k} of {n} on each side: no side to size for")
@@ -197,6 +205,8 @@ def design_t(d: np.ndarray, alpha: float, power: float = POWER, most: int = 200,
     and the count is the fewest replicates whose t test decides the pilot's side with
     ``power`` assurance. None where the pilot cannot estimate the effect (fewer than 2
     replicates, or no spread: equal values say nothing of the sd) or fixes no side."""
+    from scipy import stats
+
     d = np.asarray(d, dtype=float)
     n = len(d)
     if n < 2 or not np.all(np.isfinite(d)):
@@ -231,6 +241,8 @@ def design_rank(x: np.ndarray, y: np.ndarray, alpha: float, power: float = POWER
     share their seeds: they carry no more than the smaller group's worth of evidence), power
     per group size by Noether's normal approximation (zero where complete separation cannot
     reach ``alpha``), averaged over θ."""
+    from scipy import stats
+
     nx, ny = len(x), len(y)
     m = min(nx, ny)
     if m == 0:
@@ -377,6 +389,8 @@ def too_few(t: ReplicateTest, where: str = "") -> Undecided:
 
 
 def _sign(v: np.ndarray, values, threshold, alpha, relation, unit) -> ReplicateTest:
+    from scipy import stats
+
     d = (v - threshold) if relation == ">" else (threshold - v)
     k, n = int((d > 0).sum()), int((d != 0).sum())
     ties = len(d) - n
@@ -414,6 +428,8 @@ def t_test(values: Sequence[float], threshold: float, alpha: Threshold = ALPHA_0
     against ``threshold``: the replicates' mean on the ``relation`` side. Assumes roughly
     normal replicate values; needs n >= 2 finite values (and a spread: equal values decide
     nothing)."""
+    from scipy import stats
+
     check(relation in (">", "<"), f"relation must be > or <, got {relation!r}")
     v = _values(values)
     d = (v - threshold) if relation == ">" else (threshold - v)
@@ -450,6 +466,8 @@ def binomial_test(k: int, n: int, p0: float, alpha: Threshold = ALPHA_05, relati
     """Exact one-sided binomial test (scipy.stats.binomtest) of ``k`` successes in ``n``
     independent trials against the rate ``p0``: for a claim about one replicate (one seed's
     recall, its population of fresh sequences the unit), never about the seeds as a group."""
+    from scipy import stats
+
     check(relation in (">", "<") and 0 <= k <= n and n >= 1 and 0 < p0 < 1,
           f"need 0 <= k <= n, n >= 1, 0 < p0 < 1 and relation > or <, got {k}, {n}, {p0}, "
           f"{relation!r}")
@@ -544,6 +562,8 @@ class Interval:
 def t_interval(values: Sequence[float], confidence: float = 0.95, unit: str = "seed") -> Interval:
     """Two-sided Student-t interval of the mean over replicates (scipy.stats.t); refused
     for fewer than 2."""
+    from scipy import stats
+
     v = _values(values)
     n = len(v)
     method = "Student-t interval of the mean"
@@ -611,6 +631,8 @@ def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, draws:
     holds fewer than :data:`MIN_TAIL_RESAMPLES` distinct values (distinct means, not
     multisets): 3 seeds have 10 means and none inside a 2.5 % tail; [0, 0, 0, 1, 1, 1] has
     462 multisets but 7 means, one in each tail."""
+    from scipy import stats
+
     v = _values(values)
     n = len(v)
     method = "percentile bootstrap of the mean"
@@ -636,6 +658,8 @@ def bootstrap_interval(values: Sequence[float], confidence: float = 0.95, draws:
 def sign_power(n: int, p_agree: float, alpha: float) -> float:
     """Power of the exact one-sided sign test over n replicates at level ``alpha`` (holding
     at p < α) when each replicate lands on the claim's side with probability ``p_agree``."""
+    from scipy import stats
+
     crit = int(_sign_crit(np.asarray([n]), alpha)[0])
     return 0.0 if crit > n else float(stats.binom.sf(crit - 1, n, p_agree))
 
@@ -644,6 +668,8 @@ def p_agree_of(mean: float, sd: float) -> float:
     """The probability a replicate lands on the claim's side of the threshold, for replicate
     values normal with this ``mean`` distance from the threshold (on the claim's side: > 0)
     and spread ``sd`` (no spread: certain, on the side the mean is on)."""
+    from scipy import stats
+
     if sd == 0:
         return 1.0 if mean > 0 else 0.0 if mean < 0 else 0.5
     return float(stats.norm.cdf(mean / sd))
@@ -663,6 +689,8 @@ def _fewest_for(q: float, alpha: float, power: float = POWER, most: int = MOST) 
     """The fewest replicates whose sign test reaches ``alpha`` with ``power`` when each lands
     on the tested side with probability ``q`` (None at q <= 1/2 or beyond ``most``): one
     vectorised pass, no loop over counts."""
+    from scipy import stats
+
     if q <= 0.5:
         return None
     ns = np.arange(seeds_to_reach(alpha), most + 1)
@@ -672,6 +700,8 @@ def _fewest_for(q: float, alpha: float, power: float = POWER, most: int = MOST) 
 
 def t_power(n: int, mean: float, sd: float, alpha: float) -> float:
     """Power of the one-sided one-sample t test over n replicates (noncentral t)."""
+    from scipy import stats
+
     if n < 2:
         return 0.0
     if sd == 0:
@@ -685,6 +715,8 @@ def seeds_for_t_test(mean: float, sd: float, alpha: float = 0.05, power: float =
     """A-priori: the fewest replicates for which the one-sided t test reaches ``alpha`` with
     ``power`` at a STATED effect (``mean`` distance, claim's side > 0, and ``sd``; sd > 0).
     From a pilot's own values use :func:`design_t`, which carries their uncertainty."""
+    from scipy import stats
+
     if mean <= 0 or sd <= 0:
         return None
     ns = np.arange(2, most + 1)
@@ -713,6 +745,8 @@ def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_0
     can reach α is known before any data: even complete separation gives p = 1 / C(n_a +
     n_b, n_a), and a test holds at p < α, so a floor of exactly α cannot decide
     (``needed``: the fewest in the smaller group that could, the larger as it is)."""
+    from scipy import stats
+
     check(relation in (">", "<"), f"relation must be > or <, got {relation!r}")
     x, y = _values(a), _values(b)
     if relation == "<":
@@ -743,6 +777,8 @@ def rank_test(a: Sequence[float], b: Sequence[float], alpha: Threshold = ALPHA_0
 def rate_interval(k: int, n: int, confidence: float = 0.95, unit: str = "seed") -> Interval:
     """Clopper-Pearson (exact) interval of the rate of replicates that show something, from
     ``k`` of ``n`` (scipy.stats.binomtest): what "occasionally" can be, given n seeds."""
+    from scipy import stats
+
     method = "Clopper-Pearson interval of the rate"
     if n < 1:
         return Interval(method, n, unit, confidence, refused=f"no {unit}")

@@ -14,11 +14,17 @@ H_t (Markov paper Eq. 4: in the Thm 1 construction H_t is a linear function of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.linear_model import Ridge
 
 from seqprobe.config import check
+
+if TYPE_CHECKING:
+    from sklearn.linear_model import Ridge
+
+# scikit-learn (a large import) is imported where a probe is fitted: the analyses
+# that import this module read none of it for their --help and refusals.
 
 CONSTANT_VAR = 1e-12  # a held-out target with less variance than this has no defined R²
 
@@ -88,6 +94,8 @@ def fit_probe(X: np.ndarray, Y: np.ndarray, groups: np.ndarray | None = None,
     # centre / scale features on the training split so one alpha suits any activation scale
     mu, sd = X[train].mean(0), X[train].std(0)
     sd = np.where(sd > 0, sd, 1.0)
+    from sklearn.linear_model import Ridge
+
     model = Ridge(alpha=alpha).fit((X[train] - mu) / sd, Yt)
     pred = model.predict((X[test] - mu) / sd).reshape(int(test.sum()), -1)
     r2, pooled = r2_per_target(Y[test], pred)

@@ -30,14 +30,15 @@ import math
 import numpy as np
 import torch
 from jaxtyping import Float, Int
-from scipy.optimize import minimize_scalar
-from scipy.special import betainc
 from torch import Tensor
 
 from probes.estimators import cross_entropy, empirical_probs
 from seqprobe.config import check, config_to_dict
 from tasks.add_beta import add_beta_counts, add_beta_probs
 from tasks.base import Batch, make_generator
+
+# scipy (a large import) is imported in the functions that fit or integrate: the Markov
+# analyses import this module, and their --help and refusals compute nothing.
 from tasks.markov import HoldoutMarkovConfig, HoldoutMarkovTask
 from tasks.registry import make_task
 
@@ -158,6 +159,8 @@ def deviation_table(model, order: int, beta: float, p_range: tuple[float, float]
 def fitted_beta(model, task, n_seqs: int = 64, seed: int = 0, t_min: int = 1) -> dict:
     """The β whose add-β estimator is closest in mean KL(P_β ‖ P_θ) to the model's
     predictions at positions ≥ t_min (Fig. 5b's "count-independent part", for any model)."""
+    from scipy.optimize import minimize_scalar
+
     cfg = task.cfg
     check(not hasattr(task, "switch_id"), "fitted_beta needs plain Markov data")
     x = markov_batch(task, n_seqs, seed).tokens
@@ -184,6 +187,8 @@ def restricted_probs(tokens: torch.Tensor, order: int, beta: float,
     """P_R(next = 1 | tokens[b, :t+1]) [batch, pos] (float64): the posterior mean of P(1 | ctx)
     under Beta(β, β) conditioned on ``p_range``, from the counts of the current context — the
     Bayes-optimal predictor of chains drawn as :class:`HoldoutMarkovTask` draws them."""
+    from scipy.special import betainc
+
     lo, hi = p_range
     n = add_beta_counts(tokens, 2, order).double().numpy()  # [batch, pos, 2]
     a, b = n[..., 1] + beta, n[..., 0] + beta  # posterior Beta(a, b) before conditioning

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from jaxtyping import Float, Int
-from scipy.stats import beta as beta_dist
 from torch import Tensor
 
 from seqprobe.config import check
@@ -269,6 +268,8 @@ class HoldoutMarkovTask(MarkovTask):
 
     def kernels(self, n: int, g: torch.Generator) -> Float[Tensor, "n ctx 2"]:
         """Inverse CDF of Beta(β, β) on uniform draws in [F(p_lo), F(p_hi)]."""
+        from scipy.stats import beta as beta_dist  # a large import, for this task's data only
+
         cfg = self.cfg
         rng = _numpy_rng(g)
         lo, hi = beta_dist.cdf([cfg.p_lo, cfg.p_hi], cfg.beta, cfg.beta)

@@ -165,7 +165,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from analyses.zoo.recipe import Recipe
-from models.train.levels import LevelTable
+from models.levels import LevelTable
 
 TRAIN = {"batch_size": 16, "lr": 3e-2, "warmup_steps": 1, "eval_every": 0, "eval_batches": 1,
          "eval_batch_size": 4}

@@ -61,7 +61,7 @@ from analyses.copy_models import (
 )
 from analyses.zoo import copy as zoo_copy
 from figures.style import COLORS, new_figure, shared_legend
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.sample_efficiency import (
     THRESHOLDS,
     acc_at,
@@ -69,8 +69,9 @@ from probes.sample_efficiency import (
 )
 from seqprobe.cli import add_workers_flag
 from seqprobe.config import check
-from seqprobe.sweep import Failed, backend_of
 
+# The scheduler (seqprobe.sweep) is imported where the large level trains: --help and the
+# refusals read no scheduler.
 NAME = "copy_efficiency"
 
 
@@ -147,6 +148,8 @@ def _compute(args, checkpoints: list[Checkpoint]) -> dict:
         return compute_medium([_run_of(c.path) for c in checkpoints], zoo_copy.COPY_MEDIUM_SETTING)
     if (args.train or args.level) == "large":
         def train(names: list[str]) -> list[dict]:
+            from seqprobe.sweep import Failed, backend_of
+
             jobs = args.workers or os.cpu_count() or 1
             done = zoo.train_recipes(names, "large", args.cache_dir, args.device,
                                      backend_of(args, jobs, args.device), progress=False,

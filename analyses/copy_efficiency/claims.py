@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats as sps
-
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
 from analyses.copy_efficiency.regime import (
@@ -28,7 +26,7 @@ from analyses.copy_efficiency.regime import (
     slope_points,
 )
 from analyses.copy_efficiency.seeded import _by_length, _ratio_text
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.sample_efficiency import (
     CLEAR_GAP,
     EXACT,
@@ -222,6 +220,8 @@ def _below_trend(t: BoundedTest, target: float | None, rows: int, what: str,
     paper's, not for want of seeds to show the paper's; '' otherwise."""
     if target is None or t.n < 2 or t.censored or not t.sd > 0:
         return ""
+    from scipy import stats as sps  # a large import, where a claim is read
+
     goal = math.log(target) if log else target
     p = float(sps.ttest_1samp(t.values, goal, alternative="less").pvalue)
     if p >= GAP_ALPHA.value / max(rows, 1):

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
 
 from analyses.stats import holm_adjusted
 from probes.sample_efficiency import EXACT, LOWER, NONE, UPPER
@@ -108,6 +107,8 @@ def bounded_t_test(label: str, values: Sequence[float], kinds: Sequence[str],
     mean, sd = float(v.mean()), float(v.std(ddof=1))
     if sd == 0.0:
         return BoundedTest(**base, mean=mean, sd=sd)
+    from scipy import stats as sps  # a large import, where a test runs
+
     p = float(sps.ttest_1samp(v, 0.0, alternative="greater").pvalue)
     q = float(sps.ttest_1samp(v, 0.0, alternative="less").pvalue)
     half = float(sps.t.ppf(0.975, len(v) - 1)) * sd / math.sqrt(len(v))
@@ -238,6 +239,8 @@ POWER = 0.8
 def t_power(n: int, effect: float, sd: float, alpha: float) -> float:
     """Power of the one-sided one-sample t test of n values with mean ``effect`` and sd
     ``sd`` at ``alpha`` (noncentral t)."""
+    from scipy import stats as sps
+
     if n < 2 or sd <= 0:
         return 0.0
     crit = float(sps.t.ppf(1 - alpha, n - 1))

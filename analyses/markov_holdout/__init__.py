@@ -65,7 +65,7 @@ from analyses.markov_holdout.claims import (
 from analyses.markov_holdout.per_state import combine_per_state, per_state
 from analyses.zoo import markov as zoo_markov
 from figures.style import COLORS, new_figure
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.markov import (
     MARKOV_ARCHS,
     TABLE_T,

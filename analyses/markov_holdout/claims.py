@@ -18,7 +18,6 @@ import numpy as np
 
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, Verdict
-from models.ssm.mamba2 import MARKOV_PAPER_MODEL
 
 # "Small" deviation, in probability: far below the held-out start (the two ranges' prior means
 # are 1/4 apart) and far above the test noise of a mean over the test chains.
@@ -53,14 +52,24 @@ def _ts(by_t: dict) -> list[str]:
     return sorted(by_t, key=int)  # JSON keys are strings: t = 100 after t = 50
 
 
+def _paper_layers(st: dict) -> bool:
+    """The run's model (a result's ``setting``) is the paper's Mamba-2: the authors' layers and
+    init (:data:`models.ssm.mamba2.MARKOV_PAPER_MODEL`)."""
+    # model code (TransformerLens' hooks) is imported here, where a result is read: the
+    # analysis' --help and refusals, which import these claims, read none of it
+    from models.ssm.mamba2 import MARKOV_PAPER_MODEL
+
+    m = st.get("model", {})
+    return st.get("arch") == "mamba2" and all(m.get(k) == v
+                                              for k, v in MARKOV_PAPER_MODEL.items())
+
+
 def setting_text(d: dict) -> str:
     """Which setting the result comes from, against the paper's (App. E.5 / Table 7)."""
     st = d.get("setting")
     if not st:
         return ""
-    m = st.get("model", {})
-    paper = st.get("arch") == "mamba2" and all(m.get(k) == v
-                                               for k, v in MARKOV_PAPER_MODEL.items())
+    paper = _paper_layers(st)
     model = ("the paper's Mamba-2 (the authors' layers and init)" if paper
              else f"{st.get('arch')}, not the paper's layers")
     return (f"; setting: {model}, {st.get('steps')} steps × batch {st.get('batch_size')} at "
@@ -116,9 +125,8 @@ def not_matched_text(d: dict) -> str:
     st = d.get("setting")
     if not st:
         return ""
-    m = st.get("model", {})
     parts = []
-    if st.get("arch") != "mamba2" or any(m.get(k) != v for k, v in MARKOV_PAPER_MODEL.items()):
+    if not _paper_layers(st):
         parts.append(f"{st.get('arch')}, not the paper's layers")
     steps = _steps(d)
     if steps is not None and steps < TABLE7_STEPS:

@@ -16,8 +16,7 @@ from typing import Any
 
 from analyses.common import Checkpoint, run_analysis
 from analyses.memorization.claims import FIGURE, fit_summary
-from analyses.memorization.grid import NAME, THRESHOLD, dry_run_cells
-from analyses.memorization.inverse import METHOD, plot_max_n, table_max_n
+from analyses.memorization.grid import METHOD, NAME, THRESHOLD, dry_run_cells
 from analyses.memorization.plots import (
     plot,
     plot_heatmap,
@@ -25,7 +24,6 @@ from analyses.memorization.plots import (
     plot_probes,
     plot_search_params,
 )
-from analyses.memorization.sweep import compute
 from figures.style import caption_text, new_figure, save_figure
 from seqprobe import flags
 from seqprobe.atomic import write_atomic
@@ -40,8 +38,11 @@ from seqprobe.flags import (
     Config,
     bound,
 )
-from seqprobe.sweep import backend_of
 from tasks.memorization import LABELS_PER, REAL_LABELS_PER
+
+# What trains the cells (analyses.memorization.sweep and .inverse: models.train, the scheduler
+# seqprobe.sweep) is imported in the functions that train or read a search's result: --help and
+# the refusals read none of it.
 
 CSV_FIELDS = ("fraction", "n_examples", "n_labels", "seq_len", "vocab_size", "n_classes",
               "d_model", "n_layers", "n_heads", "d_mlp", "pe", "params_total",
@@ -64,6 +65,8 @@ def table(result: dict) -> list[list[Any]]:
     """Training error per N (rows) and width (columns), then the smallest memorising model;
     a search: per N, each seed's smallest memorising width and the parameter counts."""
     if result.get("search", {}).get("method") == METHOD:
+        from analyses.memorization.inverse import table_max_n
+
         return table_max_n(result)
     if "search" in result:
         sr = result["search"]
@@ -91,6 +94,8 @@ def _plot(result: dict):
     """Both panels (:func:`~.plots.plot`); the inverted search's Fig. 2 beside its probes."""
     if result.get("search", {}).get("method") != METHOD:
         return plot(result)
+    from analyses.memorization.inverse import plot_max_n
+
     fig, (a, b) = new_figure(2, width_per_panel=4.5, height=3.6)
     plot_probes(result, a)
     plot_max_n(result, b)
@@ -142,6 +147,10 @@ def _compute(args, _checkpoints: list[Checkpoint]) -> dict:
     """The grid of the flags (``--seed`` seeds the data and the training), and the outputs
     beyond NAME.png / NAME.json: each panel alone and the per-cell CSV. No checkpoints: the
     grid trains its own cells."""
+    from analyses.memorization.inverse import plot_max_n
+    from analyses.memorization.sweep import compute
+    from seqprobe.sweep import backend_of
+
     labels_per = args.labels_per or REAL_LABELS_PER.get(args.data, "token")
     task_cfg: dict[str, Any] = {"seed": args.seed}
     if args.data_path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyses.zoo.memorization import (  # noqa: F401 - the grid's settings, read from here too
     FRACTIONS,
@@ -19,13 +19,17 @@ from analyses.zoo.memorization import (  # noqa: F401 - the grid's settings, rea
     Long,
     Search,
 )
-from models.train.build import make_run_config
-from models.train.runconfig import Builder, RunConfig
 from seqprobe.config import check
 from tasks.memorization import REAL_LABELS_PER
 
+if TYPE_CHECKING:
+    from models.train.runconfig import Builder, RunConfig
+
+# What builds a run (models.train.build) is imported where a cell's run is built: the claims
+# (FIGURE) and the command line read this module, and --help reads no training code.
 NAME = "memorization"
 ARCH = "transformer"
+METHOD = "max_n"  # the Search.method of a row searched per width (analyses.memorization.inverse)
 
 PARAM_COUNTING = (
     "params_total: every trainable parameter (token embedding |V|*m, blocks, final LayerNorm, "
@@ -93,6 +97,8 @@ class CellSpace:
         """The run of one cell: ``seed`` (a search's) seeds the data set and the
         initialisation; ``steps`` replaces the step budget. make_run_config checks the width
         against n_heads (m = h·k) and every config before any training."""
+        from models.train.build import make_run_config
+
         per_seed = {} if seed is None else {"seed": seed}
         return make_run_config(ARCH, "memorization", self.level,
                                model={**self.model, "d_model": width},

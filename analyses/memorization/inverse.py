@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 
 import analyses.memorization.cells as cells  # the module: tests replace its run_cell
 from analyses.memorization.cells import CellSettings, CellStore, search_cell_name, torch_threads
-from analyses.memorization.grid import CellSpace, grid_settings
+from analyses.memorization.grid import METHOD, CellSpace, grid_settings
 from analyses.memorization.search import search_min_width
 from analyses.memorization.stats import shape_verdict
 from figures.style import new_figure
@@ -29,8 +29,6 @@ from probes.fits import fit_trends, loglog_slope, power_fit
 from seqprobe.config import check
 from seqprobe.device import resolve_device
 from seqprobe.sweep import Backend, Failed
-
-METHOD = "max_n"  # the Search.method of a grid row searched this way
 
 
 def search_max_n(n_sizes: int, memorises, guess: int | None = None) -> int | None:

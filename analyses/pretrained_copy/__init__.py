@@ -50,16 +50,18 @@ from analyses.pretrained_copy.prompts import (
     greedy_verdicts,
     phonebook_prompts,
 )
+from analyses.zoo.catalog import is_zoo_ref
 from analyses.zoo.copy import PRETRAINED_COPY_LEVELS as LEVELS
 from analyses.zoo.copy import PretrainedCopySettings
-from analyses.zoo.recipe import is_zoo_ref
 from figures.style import new_figure
-from models.hf import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER, load_hf, resolve_source
+from models.registry import HF_MAMBA, HF_MAMBA2, HF_TRANSFORMER
 from seqprobe.cli import add_fields, add_level_flag, settings_from_args
 from seqprobe.config import check
 from tasks.base import make_generator
 from tasks.prompts import GENERATED_TEXT_NOTE, generated_text, read_text
 
+# The HuggingFace loader (models.hf: TransformerLens' bridge and transformers) is imported where
+# the models are loaded: --help and the refusals read neither.
 NAME = "pretrained_copy"
 PROMPT_TASKS = ("phonebook", "copy")
 
@@ -283,6 +285,9 @@ def load_models(sources: list[str], device: str, dtype: torch.dtype) -> dict:
     for s in sources:
         check(not str(s).endswith(".pt") and not is_zoo_ref(s), f"{s}: a suite checkpoint; "
               "this analysis prompts pretrained HuggingFace language models with text")
+    from models.hf import load_hf, resolve_source  # after the refusal that needs neither
+
+    for s in sources:
         resolve_source(s)
         export = export_of_dir(s)
         check(export is None, f"{s}: a suite export (a {export and export.get('arch')} model "

@@ -52,7 +52,7 @@ from analyses.stu_induction.claims import (
 )
 from analyses.zoo import spectral as zoo_spectral
 from figures.style import COLORS, new_figure
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.induction import (
     binomial_sf,
     lag_parity_reach,

@@ -8,7 +8,7 @@ import numpy as np
 
 from analyses import stats
 from analyses.claims import Margin, Reading, Undecided, level_of, with_not_matched
-from models.train.levels import SEEDED
+from models.levels import SEEDED
 from probes.induction import even_lags_accuracy, seen_lags_accuracy
 
 GENERALISES = 0.9  # accuracy at T from which a seed counts as recalling "all the way to T"

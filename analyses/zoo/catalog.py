@@ -54,7 +54,7 @@ ROOT = HERE.parent.parent
 # recipe becomes a run, the level rows and how a run is built and keyed.
 NOT_KEYING = ("__init__.py", "__main__.py", "catalog.py", "runs.py")
 KEYING = ("analyses/zoo/recipe.py", "analyses/zoo/recipes.py", "analyses/zoo/levels.py",
-          "models/train/levels.py", "models/train/build.py", "models/train/runconfig.py",
+          "models/levels.py", "models/train/build.py", "models/train/runconfig.py",
           "models/train_config.py")
 INIT_DIGEST = "0123456789abcdef"  # a fine-tuned recipe's parent bytes, in its recorded key
 

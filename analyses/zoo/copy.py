@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from analyses.zoo.recipe import Recipe, checked_labels
-from models.train.levels import LevelTable
+from models.levels import LevelTable
 from seqprobe.config import check
 from seqprobe.flags import (
     MAX_BATCH,

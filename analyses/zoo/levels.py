@@ -1,4 +1,4 @@
-"""Every paper's level rows, merged: one :class:`~models.train.levels.LevelTable` of the rows
+"""Every paper's level rows, merged: one :class:`~models.levels.LevelTable` of the rows
 each paper module of the zoo declares as its ``TABLE`` (a paper whose recipes spell out
 every setting needs none) (found by
 :func:`analyses.zoo.recipes.papers`: a new paper's rows are in its own file, never here).
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from analyses.zoo.recipes import papers
+from models.levels import LevelTable, Row
 from models.train import build
-from models.train.levels import LevelTable, Row
 from models.train.runconfig import RunConfig
 
 TABLE = LevelTable.merged(p.TABLE for p in papers() if hasattr(p, "TABLE"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from analyses.zoo.recipe import DEFAULT_LEVELS, Recipe
-from models.train.levels import LevelTable
+from models.levels import LevelTable
 from seqprobe.config import check
 
 # The level rows of the markov task: every recipe below starts from them (the Markov variants,

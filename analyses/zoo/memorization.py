@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyses.zoo.recipe import Recipe
-from models.train.levels import LevelTable
+from models.levels import LevelTable
 from seqprobe.config import check
 
 # Encoder classifiers, d_mlp = 4m (q/m = 4), k = m/h; RoPE gives positions with no extra

@@ -1,5 +1,5 @@
 """What a recipe is: a task × arch with overrides on top of its paper's level rows (``table``,
-a :class:`~models.train.levels.LevelTable` in the paper's zoo module; a recipe made outside a
+a :class:`~models.levels.LevelTable` in the paper's zoo module; a recipe made outside a
 paper has the generic rows only) — ``common`` at every level it has, ``by_level[L]`` on top at
 level ``L``. It exists at exactly the levels it lists (``levels``; by default ``quick`` and
 ``paper``: the medium runs are recipes of their own). ``init_from[L]`` names the recipe whose
@@ -13,15 +13,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # zoo:NAME[@LEVEL] is parsed by the catalog (imported where training is not); kept here too
 from analyses.zoo.catalog import ZOO_PREFIX, is_zoo_ref, parse_zoo_ref  # noqa: F401
-from models.train.build import make_run_config
-from models.train.levels import GENERIC, LevelTable
-from models.train.runconfig import RunConfig
+from models.levels import GENERIC, LevelTable
 from seqprobe.cli import LEVELS
 from seqprobe.config import check
+
+if TYPE_CHECKING:
+    from models.train.runconfig import RunConfig
+
+# What builds a run (models.train) is imported in Recipe.run_config, where a run is built: the
+# paper modules declare their recipes at import, and an analysis that reads its level settings
+# from them (its --help, its refusals) reads no training code.
 
 Parts = Mapping[str, Mapping[str, Any]]  # {"model": {...}, "task": {...}, "train": {...}}
 DEFAULT_LEVELS = ("quick", "paper")  # where a recipe exists unless it lists its levels
@@ -90,6 +95,9 @@ class Recipe:
         (the run costed without that file: the model is that run's, with this recipe's model
         fields on top). Its precision, compile and device type are as written (usually
         "auto"); :meth:`RunConfig.resolved` gives the run a device trains."""
+        from models.train.build import make_run_config
+        from models.train.runconfig import RunConfig
+
         parts = self.parts(level)
         model, tr = dict(parts["model"]), {**parts["train"], **(train or {})}
         if seed_offset:

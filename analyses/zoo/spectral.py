@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from analyses.zoo.recipe import Recipe
-from models.train.levels import LevelTable
+from models.levels import LevelTable
 from seqprobe.config import check
 from seqprobe.flags import MAX_DIM, MAX_HORIZON, MAX_SCALE, MAX_SEEDS, WIDTH_WHY, Config, bound
 

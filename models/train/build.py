@@ -3,7 +3,7 @@
 A run is described by :class:`~models.train.runconfig.RunConfig` (typed sections, canonical
 form, the cache hash); every function here takes or returns one.
 
-:func:`make_run_config` merges a level's rows (from the :class:`~models.train.levels.LevelTable`
+:func:`make_run_config` merges a level's rows (from the :class:`~models.levels.LevelTable`
 it is given: a paper's, from its zoo module; by default only the generic rows), the task's
 derived model fields (vocabulary size, classification head …) and the caller's overrides, then
 :func:`validate_run_config` checks every config and their fit before any compute.
@@ -19,8 +19,8 @@ from models.checkpoint.io import read_checkpoint
 from models.checkpoint.paths import check_path
 from models.checkpoint.rebuild import model_footprint
 from models.checkpoint.untrusted import check_task_bounds
+from models.levels import GENERIC, LevelTable
 from models.registry import ARCHS, model_class
-from models.train.levels import GENERIC, LevelTable
 from models.train.runconfig import RunConfig
 from models.train_config import TrainConfig
 from seqprobe.config import check, config_from_dict, config_to_dict
@@ -41,7 +41,7 @@ def make_run_config(arch: str, task: str, level: str = "quick", model: dict | No
                     task_config: dict | None = None, train: dict | None = None,
                     table: LevelTable = GENERIC) -> RunConfig:
     """The run of ``arch`` on ``task`` at ``level``: the rows of ``table`` (the level's
-    settings for this task and arch; :data:`~models.train.levels.GENERIC` unless a caller
+    settings for this task and arch; :data:`~models.levels.GENERIC` unless a caller
     gives a paper's), then the task's derived model fields (vocab size…), then user overrides.
     With ``init_from``, the model config starts from that checkpoint's instead of the rows'
     (fine-tuning a checkpoint needs no model flags)."""

@@ -6,8 +6,6 @@ they take is bench/bench_startup.py's."""
 
 from __future__ import annotations
 
-from tests import ROOT_DIR
-
 import os
 import subprocess
 import sys
@@ -16,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from analyses.zoo import catalog
+from seqprobe import registry
+from tests import ROOT_DIR
 
 ROOT = ROOT_DIR
 FORBIDDEN = ("models.train", "transformers", "transformer_lens", "seqprobe.sweep",
@@ -37,17 +37,24 @@ def forbidden(mods: set[str]) -> list[str]:
     return sorted(m for m in mods if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
 
 
-def test_an_analysis_help_imports_no_training_hf_or_scheduler(tmp_path):
-    mods, proc = imported(["analyses.ngram_heads", "--help"], tmp_path)
-    assert proc.returncode == 0 and "--n-max" in proc.stdout
-    assert "analyses.ngram_heads" in mods  # the parse saw the imports
+ANALYSES = registry.table("analyses")  # every analysis, as the registry lists them
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_an_analysis_help_imports_no_training_hf_or_scheduler(name, tmp_path):
+    module = ANALYSES[name]
+    mods, proc = imported([module, "--help"], tmp_path)
+    assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr[-2000:]
+    assert "analyses.common" in mods  # the parse saw the imports (each runs through run_analysis)
     assert forbidden(mods) == []
 
 
-def test_an_analysis_refusal_imports_none_of_them_either(tmp_path):
-    mods, proc = imported(["analyses.ngram_heads", "zoo:no/such", "--out", str(tmp_path)],
-                          tmp_path)
-    assert proc.returncode == 2 and "unknown recipe 'no/such'" in proc.stderr
+# the shared refusal of a zoo name (analyses.common), and pretrained_copy's own of a suite model
+@pytest.mark.parametrize("module, says", [("analyses.ngram_heads", "unknown recipe 'no/such'"),
+                                          ("analyses.pretrained_copy", "a suite checkpoint")])
+def test_an_analysis_refusal_imports_none_of_them_either(module, says, tmp_path):
+    mods, proc = imported([module, "zoo:no/such", "--out", str(tmp_path)], tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr[-2000:]
     assert forbidden(mods) == []
 
 
@@ -70,11 +77,12 @@ def test_the_check_can_fail():
 
 def test_reading_the_cache_imports_only_what_keys_a_run():
     """``zoo:NAME`` of a cached model checks the file is the run's own (models.train.cache):
-    that needs the run's key (runconfig, build, the level rows), never the loop that trains."""
+    that needs the run's key (runconfig, build; the level rows are models.levels), never the loop
+    that trains."""
     code = ("import sys, models.train.cache, analyses.zoo.catalog; "
             "print(' '.join(m for m in sys.modules if m.startswith('models.train.')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(proc.stdout.split()) <= {"models.train.cache", "models.train.build",
-                                        "models.train.runconfig", "models.train.levels"}
+                                        "models.train.runconfig"}

@@ -24,8 +24,8 @@ from analyses.zoo import copy as zoo_copy
 from analyses.zoo import markov as zoo_markov
 from analyses.zoo import spectral as zoo_spectral
 from analyses.zoo.copy import COPY_LARGE_PARAMS
+from models import levels
 from models.registry import build_model
-from models.train import levels as levels
 from seqprobe.cli import LEVELS
 from seqprobe.errors import InputError
 from tasks.registry import make_task

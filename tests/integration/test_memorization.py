@@ -205,7 +205,7 @@ def test_reproduce_flags_run_the_token_grid(tmp_path, monkeypatch):
                     task_config={"n_examples": 4, "seq_len": 4},
                     train={"steps": 2, "warmup_steps": 0}, n_jobs=1, progress=False)
 
-    monkeypatch.setattr(am.cli, "compute", small)
+    monkeypatch.setattr(mem_sweep, "compute", small)  # the command imports it where it trains
     argv = ["--quick", "--out", str(tmp_path), *am.FIGURE.extra_args("quick")]
     assert mem_cli.main(argv) == 0
     assert seen == {"data": "synthetic", "labels_per": "token", "level": "quick",

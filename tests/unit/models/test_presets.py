@@ -9,9 +9,9 @@ from analyses.zoo import copy as zoo_copy
 from analyses.zoo import levels as zoo_levels
 from analyses.zoo import spectral as zoo_spectral
 from analyses.zoo.recipes import papers
+from models.levels import GENERIC, LevelTable
 from models.registry import ARCHS
 from models.train import build
-from models.train.levels import GENERIC, LevelTable
 from seqprobe.cli import LEVELS
 from seqprobe.errors import InputError
 from tasks.registry import TASKS

@@ -44,8 +44,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "tests/e2e/test_train_cli.py": (1, "old command lines: --preset's errors"),
     "seqprobe/sweep/__init__.py": (1, "__spec__, Python's own attribute of a module"),
     "tests/e2e/test_docs_site.py": (2, "importlib.util.find_spec, Python's own function"),
-    "tests/integration/test_export_roundtrip.py": (1, "importlib.util.find_spec, Python's own function"),
-    "tests/e2e/test_first_hour.py": (1, "importlib.util.find_spec, Python's own function"),
+    "tests/docs_blocks.py": (1, "importlib.util.find_spec, Python's own function"),
 }
 
 

@@ -61,6 +61,7 @@ from seqprobe import flags
 from seqprobe.atomic import write_atomic
 from seqprobe.cli import (
     OneLineParser,
+    add_backend_arguments,
     add_device_argument,
     add_level_flag,
     add_workers_flag,
@@ -69,7 +70,7 @@ from seqprobe.cli import (
 from seqprobe.config import check
 from seqprobe.errors import OutputError
 from seqprobe.paths import default_cache_dir
-from seqprobe.sweep import add_backend_arguments, backend_of
+from seqprobe.sweep import backend_of
 from seqprobe.sweep.eta import Eta, makespan
 
 # the first line of the package's docstring, as --help has always shown it

@@ -64,7 +64,7 @@ from typing import Any
 from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
-from seqprobe.cli import DEFAULT_RETRIES, add_backend_arguments  # noqa: F401 - the flags' home
+from seqprobe.cli import DEFAULT_RETRIES  # the backend flags are declared there
 from seqprobe.config import check
 from seqprobe.errors import InputError, RunError
 

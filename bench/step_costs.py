@@ -47,7 +47,7 @@ from models.train.loop import train
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from seqprobe import flags
-from seqprobe.atomic import write_atomic
+from seqprobe.atomic import read_table, write_atomic
 from seqprobe.cli import OneLineParser, add_level_flag, run_cli
 from seqprobe.errors import InputError
 from seqprobe.sweep import ProcessFailed, run_fresh
@@ -127,14 +127,6 @@ def run_child(run_configs: list[RunConfig], steps: int) -> list[dict[str, Any]]:
         return [{"error": str(e)}] * len(run_configs)
 
 
-def _read(path: Path, form: int = FORMAT) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) and doc.get("format") == form else {}
-
-
 def analysis_seconds(timings: Path) -> tuple[str, dict[str, float]]:
     """``(level, {analysis: seconds})`` of a reproduce run's ``ok`` analyses."""
     d = json.loads(timings.read_text())
@@ -159,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     level = args.level
     names = args.recipes or [n for n, r in zoo.RECIPES.items() if r.available(level)]
-    doc = _read(args.out) or {"format": FORMAT, "rows": {}, "meta": {}}
+    doc = read_table(args.out, FORMAT) or {"format": FORMAT, "rows": {}, "meta": {}}
     t0, load0 = time.time(), os.getloadavg()[0]
     rows: dict[str, tuple[str, RunConfig]] = {}  # key -> (first recipe, RunConfig)
     for name in names:
@@ -181,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['ref_s'] * 1000:.1f} ms)", flush=True)
     measured = set(rows)
     if args.analyses_from:
-        table = _read(args.analyses_out, ANALYSIS_FORMAT) or {
+        table = read_table(args.analyses_out, ANALYSIS_FORMAT) or {
             "format": ANALYSIS_FORMAT, "analysis_s": {}, "meta": {}}
         for timings in args.analyses_from:
             timed, seconds = analysis_seconds(timings)

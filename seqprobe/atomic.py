@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import stat
 import tempfile
@@ -185,6 +186,17 @@ def check_output_file(path: str | os.PathLike, flag: str = "--out") -> Path:
         raise OutputError(f"{flag} {path}: cannot write in {path.parent} "
                           f"({e.strerror or type(e).__name__})") from None
     return path
+
+
+def read_table(path: str | os.PathLike, form: int) -> dict:
+    """The JSON object a writer left at ``path`` when its ``"format"`` is ``form``; else an
+    empty one (missing, unreadable, or of another format): for the tables the suite only
+    estimates from, which are never a reason to refuse a run."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("format") == form else {}
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:

@@ -16,7 +16,6 @@ the table's less a process' start-up (:meth:`~models.train.costs.StepCosts.start
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from models.train import gpu_costs
 from models.train.costs import Estimate, StepCosts
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
+from seqprobe.atomic import read_table
 from seqprobe.errors import InputError
 from seqprobe.sweep.eta import Eta
 from seqprobe.sweep.fork import forkable
@@ -58,12 +58,7 @@ class AnalysisSeconds:
     def load(cls, path: Path = ANALYSIS_TABLE) -> AnalysisSeconds:
         """The table at ``path``; an empty one when it is missing, unreadable or of another
         format (an estimate is a convenience, never a reason to refuse a run)."""
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            doc = {}
-        if not isinstance(doc, dict) or doc.get("format") != ANALYSIS_FORMAT:
-            doc = {}
+        doc = read_table(path, ANALYSIS_FORMAT)
         return cls(dict(doc.get("analysis_s", {})), dict(doc.get("meta", {})))
 
     def estimate(self, name: str, level: str, device: str = "cpu") -> Estimate | None:

@@ -42,6 +42,7 @@ from models.train import gpu_costs
 from models.train.plan import plan_row
 from models.train.runconfig import RunConfig
 from models.train_config import resolve_train
+from seqprobe.atomic import read_table
 
 TABLE = Path(__file__).with_name("step_costs.json")
 # the source of an estimate from FLOPs alone (the same word as the GPU's projection)
@@ -148,12 +149,7 @@ class StepCosts:
         format (estimates are a convenience: never a reason to refuse a run). ``device``
         ``"cuda"``: runs are costed from the CUDA table at ``cuda_path``."""
         cuda = gpu_costs.CudaTable.load(cuda_path) if device == "cuda" else gpu_costs.CudaTable()
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            doc = {}
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            doc = {}
+        doc = read_table(path, FORMAT)
         return cls(dict(doc.get("rows", {})), dict(doc.get("meta", {})), device=device,
                    cuda=cuda)
 

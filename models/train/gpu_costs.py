@@ -31,6 +31,7 @@ import torch
 
 from models.registry import model_class
 from models.train.runconfig import RunConfig
+from seqprobe.atomic import read_table
 from seqprobe.config import config_from_dict, config_to_dict
 from seqprobe.device import cuda_present
 from seqprobe.errors import InputError
@@ -139,13 +140,7 @@ class CudaTable:
     def load(cls, path: Path = TABLE) -> CudaTable:
         """The table at ``path``; empty when missing, unreadable or of another format (an
         estimate is a convenience, never a reason to refuse a run)."""
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            return cls()
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            return cls()
-        return cls(dict(doc.get("cards", {})))
+        return cls(dict(read_table(path, FORMAT).get("cards", {})))
 
     def card(self, name: str | None = None) -> str | None:
         """The table's name for card ``name`` (default :data:`REFERENCE_CARD`): exact, else

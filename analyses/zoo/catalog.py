@@ -92,7 +92,7 @@ def train_command(names: Iterable[str], level: str = "quick",
                   cache_dir: str | Path | None = None) -> str:
     """The command that trains ``names`` at ``level`` into ``cache_dir`` (and what they start
     from), as a user would type it."""
-    flags_ = ([] if level == "quick" else [f"--{level}"]) + (
+    flags_ = ([] if level == "quick" else ["--level", level]) + (
         [] if is_default_cache_dir(cache_dir) else ["--cache-dir", str(cache_dir)])
     return shlex.join(["python", "-m", "analyses.zoo", "train", *names, *flags_])
 
@@ -116,7 +116,9 @@ def where(cache_dir: str | Path | None) -> str:
 # ---------------------------------------------------------------------------- reading
 def papers() -> list[str]:
     """The zoo's paper modules as the catalog keys them (``analyses/zoo/copy.py``): every
-    module of the package but the serving and shared ones (a subpackage is no paper)."""
+    module of the package but the serving and shared ones (a subpackage is no paper). Found
+    as files, not through the registry's [papers] table: reading that table counts as a link
+    to each paper (tests/import_graph.py), and the catalog sits below the papers."""
     return sorted(p.relative_to(ROOT).as_posix() for p in HERE.glob("*.py")
                   if p.name not in NOT_KEYING and p.relative_to(ROOT).as_posix() not in KEYING)
 
